@@ -1,0 +1,187 @@
+// Package api is hostctl's admin API: JSON over HTTP on a unix socket,
+// served by `hostctl serve` and used by the hostctl client commands.
+//
+//	GET    /v1/instances                      list
+//	POST   /v1/instances                      apply a spec (YAML or JSON body)
+//	GET    /v1/instances/{name}               show
+//	DELETE /v1/instances/{name}               delete
+//	GET    /v1/instances/{name}/configdrive   a config drive image (?format=iso9660|vfat)
+//
+// Errors are {"error": "...", "fields": [{"field","value","rule"}]} with
+// 400 for an invalid spec, 404 for an unknown instance, 409 for a
+// conflict; the mapping lives in one place, statusOf.
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// Controller is what the API needs from hostctl's controller.
+type Controller interface {
+	Apply(ctx context.Context, spec []byte) (*controller.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
+	List(ctx context.Context) ([]*controller.Instance, error)
+	Delete(ctx context.Context, name string) error
+	WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error)
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Message string       `json:"error"`
+	Fields  []FieldError `json:"fields,omitempty"`
+	status  int
+}
+
+// FieldError is one invalid field of a spec.
+type FieldError struct {
+	Field string `json:"field"`
+	Value any    `json:"value,omitempty"`
+	Rule  string `json:"rule"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// StatusCode is the HTTP status the error came with (client side).
+func (e *Error) StatusCode() int { return e.status }
+
+// maxSpecBody bounds a request body (specs are at most model.MaxSpecSize).
+const maxSpecBody = model.MaxSpecSize + 1
+
+// Handler returns the admin API handler.
+func Handler(c Controller, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &handler{c: c, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/instances", h.list)
+	mux.HandleFunc("POST /v1/instances", h.apply)
+	mux.HandleFunc("GET /v1/instances/{name}", h.get)
+	mux.HandleFunc("DELETE /v1/instances/{name}", h.delete)
+	mux.HandleFunc("GET /v1/instances/{name}/configdrive", h.configDrive)
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return mux
+}
+
+type handler struct {
+	c   Controller
+	log *slog.Logger
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	insts, err := h.c.List(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, insts)
+}
+
+func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSpecBody))
+	if err != nil {
+		h.fail(w, r, &Error{Message: fmt.Sprintf("read spec: %v", err), status: http.StatusRequestEntityTooLarge})
+		return
+	}
+	inst, err := h.c.Apply(r.Context(), body)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, inst)
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	inst, err := h.c.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, inst)
+}
+
+func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
+	if err := h.c.Delete(r.Context(), r.PathValue("name")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) configDrive(w http.ResponseWriter, r *http.Request) {
+	format := configdrive.Format(r.URL.Query().Get("format"))
+	switch format {
+	case "":
+		format = configdrive.ISO9660
+	case configdrive.ISO9660, configdrive.VFAT:
+	default:
+		h.fail(w, r, &Error{Message: fmt.Sprintf("format %q: must be iso9660 or vfat", format), status: http.StatusBadRequest})
+		return
+	}
+	// Build into a buffer first so that an error is still a clean JSON
+	// response; drives are small (hundreds of KiB).
+	var buf bytes.Buffer
+	if _, err := h.c.WriteConfigDrive(r.Context(), r.PathValue("name"), format, &buf); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
+	_, _ = w.Write(buf.Bytes())
+}
+
+// statusOf maps errors to HTTP status codes, in one place.
+func statusOf(err error) int {
+	var ae *Error
+	switch {
+	case errors.As(err, &ae) && ae.status != 0:
+		return ae.status
+	case errors.Is(err, model.ErrInvalidSpec):
+		return http.StatusBadRequest
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	body := &Error{Message: err.Error()}
+	var se *model.SpecError
+	if errors.As(err, &se) {
+		for _, fe := range se.Errors {
+			body.Fields = append(body.Fields, FieldError{Field: fe.Field, Value: fe.Value, Rule: fe.Rule})
+		}
+	}
+	if status == http.StatusInternalServerError {
+		h.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else {
+		h.log.Info("admin request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,96 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+)
+
+// Client talks to a hostctl daemon's admin API.
+type Client struct {
+	http *http.Client
+	base string
+}
+
+// NewUnixClient returns a client for the admin API on a unix socket.
+func NewUnixClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://hostctl"}
+}
+
+// Apply sends a spec (YAML or JSON) and returns the published instance.
+func (c *Client) Apply(ctx context.Context, spec []byte) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.do(ctx, http.MethodPost, "/v1/instances", bytes.NewReader(spec), &out)
+}
+
+// Get returns one instance.
+func (c *Client) Get(ctx context.Context, name string) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.do(ctx, http.MethodGet, "/v1/instances/"+url.PathEscape(name), nil, &out)
+}
+
+// List returns every instance.
+func (c *Client) List(ctx context.Context) ([]*controller.Instance, error) {
+	var out []*controller.Instance
+	return out, c.do(ctx, http.MethodGet, "/v1/instances", nil, &out)
+}
+
+// Delete removes an instance.
+func (c *Client) Delete(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(name), nil, nil)
+}
+
+// ConfigDrive returns a config drive image of an instance.
+func (c *Client) ConfigDrive(ctx context.Context, name, format string) ([]byte, error) {
+	var out []byte
+	p := "/v1/instances/" + url.PathEscape(name) + "/configdrive?format=" + url.QueryEscape(format)
+	return out, c.do(ctx, http.MethodGet, p, nil, &out)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("hostctl daemon: %w (is `hostctl serve` running?)", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("hostctl daemon: read response: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{status: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Message == "" {
+			e.Message = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
+		}
+		return e
+	}
+	switch o := out.(type) {
+	case nil:
+		return nil
+	case *[]byte:
+		*o = b
+		return nil
+	default:
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("hostctl daemon: decode response: %w", err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/store/redis"
+	"github.com/vmeta/vmeta/server"
+)
+
+type serveConfig struct {
+	dataDir        string
+	socket         string
+	metadataListen string
+	storeURL       string
+	dhcpDomain     string
+	driveFormat    string
+	logLevel       string
+	apply          []string
+}
+
+// OpenStore opens the store a --store value names: "" or "bolt" for the
+// embedded store in dataDir, bolt:///path for another file, redis://… for
+// Redis.
+func OpenStore(ctx context.Context, url, dataDir string) (store.Store, error) {
+	switch {
+	case url == "" || url == "bolt":
+		return bolt.Open(filepath.Join(dataDir, "vmeta.db"))
+	case strings.HasPrefix(url, "bolt://"):
+		return bolt.Open(strings.TrimPrefix(url, "bolt://"))
+	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
+		return redis.Open(ctx, url)
+	}
+	return nil, fmt.Errorf("--store %q: must be bolt, bolt:///path or redis://host:port/db", url)
+}
+
+func serve(ctx context.Context, args []string, env Env) error {
+	var cfg serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.StringVar(&cfg.dataDir, "data-dir", DefaultDataDir, "data directory (embedded store, config drives)")
+	fs.StringVar(&cfg.socket, "socket", DefaultSocket(), "admin API unix socket")
+	fs.StringVar(&cfg.metadataListen, "metadata-listen", DefaultMetadataListen, "address of the guest-facing metadata service")
+	fs.StringVar(&cfg.storeURL, "store", "bolt", "store: bolt (embedded, in the data directory), bolt:///path/file.db or redis://host:port/db")
+	fs.StringVar(&cfg.dhcpDomain, "dhcp-domain", "novalocal", "domain appended to short hostnames in metadata (Nova's dhcp_domain)")
+	fs.StringVar(&cfg.driveFormat, "config-drive-format", "iso9660", "format of the config drives kept in the data directory: iso9660 or vfat")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
+		cfg.apply = append(cfg.apply, s)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: serve takes no arguments", errUsage)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q", errUsage, cfg.logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+	format := configdrive.Format(cfg.driveFormat)
+	if format != configdrive.ISO9660 && format != configdrive.VFAT {
+		return fmt.Errorf("%w: --config-drive-format %q: must be iso9660 or vfat", errUsage, cfg.driveFormat)
+	}
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+
+	st, err := OpenStore(ctx, cfg.storeURL, cfg.dataDir)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+
+	md := server.New(st, server.Options{Logger: log})
+	ctl := controller.New(st, controller.Options{
+		DataDir:     cfg.dataDir,
+		Render:      metadata.Options{DHCPDomain: cfg.dhcpDomain},
+		Notify:      md,
+		Logger:      log,
+		DriveFormat: format,
+	})
+
+	adminLn, err := listenUnix(cfg.socket)
+	if err != nil {
+		return err
+	}
+	mdLn, err := net.Listen("tcp", cfg.metadataListen)
+	if err != nil {
+		adminLn.Close()
+		return fmt.Errorf("metadata listener: %w", err)
+	}
+
+	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: 10 * time.Second}
+	// ReadHeaderTimeout bounds slow-header (Slowloris) connections from
+	// guests; the hardened limits come with the metadata service issue.
+	mdSrv := &http.Server{Handler: md, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+
+	errc := make(chan error, 2)
+	go func() { errc <- adminSrv.Serve(adminLn) }()
+	go func() { errc <- mdSrv.Serve(mdLn) }()
+	log.Info("hostctl serving", "admin_socket", cfg.socket, "metadata", mdLn.Addr().String(), "store", storeName(cfg.storeURL, cfg.dataDir))
+
+	for _, f := range cfg.apply {
+		if err := applyAtStart(ctx, ctl, f, mdLn.Addr().String(), cfg.socket, env); err != nil {
+			shutdown(adminSrv, mdSrv)
+			return err
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			shutdown(adminSrv, mdSrv)
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	shutdown(adminSrv, mdSrv)
+	return nil
+}
+
+func storeName(url, dataDir string) string {
+	if url == "" || url == "bolt" {
+		return filepath.Join(dataDir, "vmeta.db")
+	}
+	if i := strings.Index(url, "@"); i >= 0 { // never log credentials
+		scheme, _, _ := strings.Cut(url, "://")
+		return scheme + "://…@" + url[i+1:]
+	}
+	return url
+}
+
+func shutdown(srvs ...*http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range srvs {
+		_ = s.Shutdown(ctx)
+	}
+}
+
+// listenUnix listens on a unix socket readable by its owner only,
+// replacing a stale socket file left by a crashed daemon but refusing to
+// steal the socket of a running one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("admin socket %s: another hostctl daemon is listening", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("admin socket: remove stale %s: %w", path, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	return ln, nil
+}
+
+func applyAtStart(ctx context.Context, ctl *controller.Controller, file, mdAddr, socket string, env Env) error {
+	spec, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--apply: %w", err)
+	}
+	inst, err := ctl.Apply(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("--apply %s: %w", file, err)
+	}
+	s := inst.Spec
+	fmt.Fprintf(env.Stdout, "instance %s applied (uuid %s) from %s\n", s.Name, s.UUID, file)
+	fmt.Fprintf(env.Stdout, "  config drive: %s\n", inst.ConfigDrive)
+	host, port, _ := net.SplitHostPort(mdAddr)
+	// A guest is whoever connects from one of its addresses; on this
+	// host that works for loopback addresses the listener can be reached on.
+	for _, a := range s.Addresses {
+		var url string
+		switch {
+		case host == a:
+			url = "http://" + mdAddr
+		case net.ParseIP(host).IsUnspecified() && net.ParseIP(a).IsLoopback():
+			url = "http://" + net.JoinHostPort(a, port)
+		default:
+			continue
+		}
+		fmt.Fprintf(env.Stdout, "  its metadata, fetched from its address %s:\n", a)
+		fmt.Fprintf(env.Stdout, "    curl -s %s/openstack/latest/meta_data.json\n", url)
+		fmt.Fprintf(env.Stdout, "    curl -s %s/latest/meta-data/hostname\n", url)
+	}
+	fmt.Fprintf(env.Stdout, "  manage it: VMETA_SOCKET=%s hostctl instance show %s\n", socket, s.Name)
+	return nil
+}

@@ -1,0 +1,121 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmeta/vmeta/schema"
+)
+
+// MaxSpecSize bounds a spec document; user data (64 KiB in Nova) dominates.
+const MaxSpecSize = 1 << 20
+
+// ParseSpec decodes an instance spec written as YAML or JSON, checks it
+// against the instance-spec schema and the rules of Validate, and returns
+// the normalized instance. Every error is a *SpecError naming the field, the
+// value and the rule, except for documents that are not YAML/JSON at all.
+func ParseSpec(data []byte) (*Instance, error) {
+	if len(data) > MaxSpecSize {
+		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Value: len(data), Rule: fmt.Sprintf("spec is larger than %d bytes", MaxSpecSize)}}}
+	}
+	// YAMLToJSONStrict refuses duplicate keys, which plain YAML decoding
+	// would silently resolve to the last one.
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Rule: "not valid YAML or JSON: " + err.Error()}}}
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Rule: "spec is empty"}}}
+	}
+	if err := schema.ValidateJSON(schema.InstanceSpec, js); err != nil {
+		var se *schema.Error
+		if errors.As(err, &se) {
+			return nil, specErrorFromSchema(se, js)
+		}
+		return nil, fmt.Errorf("validate spec: %w", err)
+	}
+	var in Instance
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		// The schema rejects unknown fields and wrong types first; this is
+		// a safety net for a schema that drifted from the Go types.
+		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Rule: err.Error()}}}
+	}
+	in.Normalize()
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// specErrorFromSchema turns schema violations (JSON pointers) into field
+// errors with the offending value looked up in the document.
+func specErrorFromSchema(se *schema.Error, js []byte) *SpecError {
+	var doc any
+	_ = json.Unmarshal(js, &doc)
+	out := &SpecError{}
+	for _, v := range se.Violations {
+		out.Errors = append(out.Errors, FieldError{
+			Field: pointerToField(v.Pointer),
+			Value: lookupPointer(doc, v.Pointer),
+			Rule:  v.Message,
+		})
+	}
+	return out
+}
+
+// pointerToField renders "/disks/1/tag" as "disks[1].tag".
+func pointerToField(ptr string) string {
+	if ptr == "" || ptr == "/" {
+		return "(document)"
+	}
+	var b strings.Builder
+	for _, tok := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
+}
+
+// lookupPointer returns the scalar at ptr, or nil for containers and
+// missing values (a field error then names only the field).
+func lookupPointer(doc any, ptr string) any {
+	if ptr == "" {
+		return nil
+	}
+	cur := doc
+	for _, tok := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[tok]
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil
+			}
+			cur = c[i]
+		default:
+			return nil
+		}
+	}
+	switch cur.(type) {
+	case map[string]any, []any:
+		return nil
+	}
+	return cur
+}

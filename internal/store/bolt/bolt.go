@@ -1,0 +1,455 @@
+// Package bolt is the embedded store backend: the whole state in one bbolt
+// file in the data directory, for a single host.
+//
+// bbolt takes an exclusive lock on the file, so exactly one process (the
+// hostctl daemon) has it open; a second Open fails with ErrLocked after a
+// short wait instead of hanging, and other tools go through the daemon.
+//
+// Layout, one top-level bucket each, every value JSON:
+//
+//	instances  name -> store.Instance
+//	uuids      uuid -> name
+//	documents  uuid -> store.Document
+//	addresses  addr -> uuid          (canonical address, see Store.LookupAddress)
+//	secrets    uuid -> bucket: id -> store.WrappedSecret
+//
+// Every write is one bbolt read-write transaction that makes all its checks
+// before it writes, so a refused Put or Delete changes nothing. Each commit
+// is fsynced: Put costs about one fsync of the data directory's disk.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/internal/check"
+)
+
+// ErrLocked is returned by Open when another process has the file open.
+var ErrLocked = errors.New("locked by another process")
+
+// DefaultLockTimeout is how long Open waits for the file lock by default.
+const DefaultLockTimeout = time.Second
+
+var (
+	bucketInstances = []byte("instances")
+	bucketUUIDs     = []byte("uuids")
+	bucketDocuments = []byte("documents")
+	bucketAddresses = []byte("addresses")
+	bucketSecrets   = []byte("secrets")
+)
+
+// Store is a store.Store kept in one bbolt file.
+type Store struct {
+	db   *bbolt.DB
+	path string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option adjusts Open.
+type Option func(*options)
+
+type options struct {
+	lockTimeout time.Duration
+}
+
+// WithLockTimeout sets how long Open waits for another process to release
+// the file before it fails with ErrLocked. Non-positive values mean
+// DefaultLockTimeout: Open never waits forever.
+func WithLockTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.lockTimeout = d
+		}
+	}
+}
+
+// Open opens (creating if needed) the store file at path. A missing parent
+// directory is created with mode 0700, the file with mode 0600.
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{lockTimeout: DefaultLockTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: o.lockTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: %w (gave up after %s): %w", path, ErrLocked, o.lockTimeout, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// Path returns the file the store is kept in.
+func (s *Store) Path() string { return s.path }
+
+// Close releases the file; the Store must not be used afterwards.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+type buckets struct {
+	instances, uuids, documents, addresses, secrets *bbolt.Bucket
+}
+
+func open(tx *bbolt.Tx) buckets {
+	return buckets{
+		instances: tx.Bucket(bucketInstances),
+		uuids:     tx.Bucket(bucketUUIDs),
+		documents: tx.Bucket(bucketDocuments),
+		addresses: tx.Bucket(bucketAddresses),
+		secrets:   tx.Bucket(bucketSecrets),
+	}
+}
+
+// Put implements store.Store.
+func (s *Store) Put(ctx context.Context, inst store.Instance, doc store.Document, expectRevision int64) (store.Instance, store.Document, error) {
+	inst, doc, err := check.Put(inst, doc)
+	if err != nil {
+		return store.Instance{}, store.Document{}, err
+	}
+	err = s.update(ctx, func(b buckets) error {
+		var old store.Instance
+		if v := b.instances.Get([]byte(inst.Name)); v != nil {
+			if err := json.Unmarshal(v, &old); err != nil {
+				return fmt.Errorf("decode stored record: %w", err)
+			}
+			if old.UUID != inst.UUID {
+				return check.NameHeld(inst.Name, old.UUID)
+			}
+		}
+		if holder := b.uuids.Get([]byte(inst.UUID)); holder != nil && string(holder) != inst.Name {
+			return check.UUIDHeld(inst.UUID, string(holder))
+		}
+		if expectRevision >= 0 && expectRevision != old.Revision {
+			return check.Revision(expectRevision, old.Revision)
+		}
+		for _, a := range inst.Addresses {
+			if owner := b.addresses.Get([]byte(a)); owner != nil && string(owner) != inst.UUID {
+				holder := string(owner)
+				if name := b.uuids.Get(owner); name != nil {
+					holder = string(name)
+				}
+				return check.AddrHeld(a, holder)
+			}
+		}
+
+		// Every check passed: write.
+		keep := make(map[string]bool, len(inst.Addresses))
+		for _, a := range inst.Addresses {
+			keep[a] = true
+		}
+		for _, a := range old.Addresses {
+			if !keep[a] && string(b.addresses.Get([]byte(a))) == inst.UUID {
+				if err := b.addresses.Delete([]byte(a)); err != nil {
+					return fmt.Errorf("release address %s: %w", a, err)
+				}
+			}
+		}
+		for _, a := range inst.Addresses {
+			if err := b.addresses.Put([]byte(a), []byte(inst.UUID)); err != nil {
+				return fmt.Errorf("claim address %s: %w", a, err)
+			}
+		}
+		if v := b.documents.Get([]byte(inst.UUID)); v != nil {
+			prev, err := documentVersion(v)
+			if err != nil {
+				return fmt.Errorf("decode stored document: %w", err)
+			}
+			doc.Version = prev
+		}
+		doc.Version++
+		inst.Revision = old.Revision + 1
+		if err := putJSON(b.instances, inst.Name, inst); err != nil {
+			return err
+		}
+		if err := putJSON(b.documents, inst.UUID, doc); err != nil {
+			return err
+		}
+		return b.uuids.Put([]byte(inst.UUID), []byte(inst.Name))
+	})
+	if err != nil {
+		return store.Instance{}, store.Document{}, fmt.Errorf("put instance %s: %w", inst.Name, err)
+	}
+	return inst, doc, nil
+}
+
+// Instance implements store.Store.
+func (s *Store) Instance(ctx context.Context, name string) (store.Instance, error) {
+	var inst store.Instance
+	err := s.view(ctx, func(b buckets) error {
+		return getJSON(b.instances, name, &inst)
+	})
+	if err != nil {
+		return store.Instance{}, fmt.Errorf("instance %s: %w", name, err)
+	}
+	return inst, nil
+}
+
+// Instances implements store.Store. bbolt keeps keys in byte order, which
+// is the order of Go strings, so the records come out sorted by name.
+func (s *Store) Instances(ctx context.Context) ([]store.Instance, error) {
+	var list []store.Instance
+	err := s.view(ctx, func(b buckets) error {
+		return b.instances.ForEach(func(k, v []byte) error {
+			var inst store.Instance
+			if err := json.Unmarshal(v, &inst); err != nil {
+				return fmt.Errorf("decode instance %s: %w", k, err)
+			}
+			list = append(list, inst)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	return list, nil
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	err := s.update(ctx, func(b buckets) error {
+		var inst store.Instance
+		if err := getJSON(b.instances, name, &inst); err != nil {
+			return err
+		}
+		uuid := []byte(inst.UUID)
+		for _, a := range inst.Addresses {
+			if bytes.Equal(b.addresses.Get([]byte(a)), uuid) {
+				if err := b.addresses.Delete([]byte(a)); err != nil {
+					return fmt.Errorf("release address %s: %w", a, err)
+				}
+			}
+		}
+		if b.secrets.Bucket(uuid) != nil {
+			if err := b.secrets.DeleteBucket(uuid); err != nil {
+				return fmt.Errorf("delete secrets: %w", err)
+			}
+		}
+		if err := b.documents.Delete(uuid); err != nil {
+			return fmt.Errorf("delete document: %w", err)
+		}
+		if err := b.uuids.Delete(uuid); err != nil {
+			return fmt.Errorf("delete uuid: %w", err)
+		}
+		return b.instances.Delete([]byte(name))
+	})
+	if err != nil {
+		return fmt.Errorf("delete instance %s: %w", name, err)
+	}
+	return nil
+}
+
+// Document implements store.Store.
+func (s *Store) Document(ctx context.Context, uuid string) (store.Document, error) {
+	var doc store.Document
+	err := s.view(ctx, func(b buckets) error {
+		return getJSON(b.documents, uuid, &doc)
+	})
+	if err != nil {
+		return store.Document{}, fmt.Errorf("document %s: %w", uuid, err)
+	}
+	return doc, nil
+}
+
+// DocumentVersion implements store.Store. It reads the stored JSON only up
+// to the version field, which is written before the (large) tree.
+func (s *Store) DocumentVersion(ctx context.Context, uuid string) (int64, error) {
+	var version int64
+	err := s.view(ctx, func(b buckets) error {
+		v := b.documents.Get([]byte(uuid))
+		if v == nil {
+			return store.ErrNotFound
+		}
+		var err error
+		version, err = documentVersion(v)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("document %s: %w", uuid, err)
+	}
+	return version, nil
+}
+
+// LookupAddress implements store.Store. Any spelling netip accepts finds the
+// address (an IPv4-mapped IPv6 address finds its IPv4 form); a string that
+// is not an address is not found.
+func (s *Store) LookupAddress(ctx context.Context, addr string) (string, error) {
+	a, err := check.Addr(addr)
+	if err != nil {
+		return "", fmt.Errorf("lookup address: %w: %w", store.ErrNotFound, err)
+	}
+	var uuid string
+	err = s.view(ctx, func(b buckets) error {
+		v := b.addresses.Get([]byte(a))
+		if v == nil {
+			return store.ErrNotFound
+		}
+		uuid = string(v)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("lookup address %s: %w", a, err)
+	}
+	return uuid, nil
+}
+
+// PutSecret implements store.Store. The instance need not exist yet (a
+// secret may be made before the first Put); Delete of the instance removes
+// it.
+func (s *Store) PutSecret(ctx context.Context, instanceUUID, id string, sec store.WrappedSecret) error {
+	if err := check.Secret(instanceUUID, id); err != nil {
+		return fmt.Errorf("put secret: %w", err)
+	}
+	err := s.update(ctx, func(b buckets) error {
+		sb, err := b.secrets.CreateBucketIfNotExists([]byte(instanceUUID))
+		if err != nil {
+			return err
+		}
+		return putJSON(sb, id, sec)
+	})
+	if err != nil {
+		return fmt.Errorf("put secret %s of instance %s: %w", id, instanceUUID, err)
+	}
+	return nil
+}
+
+// GetSecret implements store.Store.
+func (s *Store) GetSecret(ctx context.Context, instanceUUID, id string) (store.WrappedSecret, error) {
+	var sec store.WrappedSecret
+	err := s.view(ctx, func(b buckets) error {
+		sb := b.secrets.Bucket([]byte(instanceUUID))
+		if sb == nil {
+			return store.ErrNotFound
+		}
+		return getJSON(sb, id, &sec)
+	})
+	if err != nil {
+		return store.WrappedSecret{}, fmt.Errorf("secret %s of instance %s: %w", id, instanceUUID, err)
+	}
+	return sec, nil
+}
+
+// DeleteSecret implements store.Store; an unknown secret is ErrNotFound.
+func (s *Store) DeleteSecret(ctx context.Context, instanceUUID, id string) error {
+	err := s.update(ctx, func(b buckets) error {
+		sb := b.secrets.Bucket([]byte(instanceUUID))
+		if sb == nil || sb.Get([]byte(id)) == nil {
+			return store.ErrNotFound
+		}
+		if err := sb.Delete([]byte(id)); err != nil {
+			return err
+		}
+		if k, _ := sb.Cursor().First(); k == nil {
+			return b.secrets.DeleteBucket([]byte(instanceUUID))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete secret %s of instance %s: %w", id, instanceUUID, err)
+	}
+	return nil
+}
+
+// update runs fn in a read-write transaction, unless ctx is done before the
+// transaction starts (bbolt itself cannot be interrupted).
+func (s *Store) update(ctx context.Context, fn func(buckets) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		// The writer lock may have taken a while.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fn(open(tx))
+	})
+}
+
+func (s *Store) view(ctx context.Context, fn func(buckets) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.View(func(tx *bbolt.Tx) error { return fn(open(tx)) })
+}
+
+func putJSON(b *bbolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	if err := b.Put([]byte(key), data); err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	return nil
+}
+
+// getJSON decodes the value of key into v, or returns store.ErrNotFound.
+// json.Unmarshal copies, so v stays valid after the transaction.
+func getJSON(b *bbolt.Bucket, key string, v any) error {
+	data := b.Get([]byte(key))
+	if data == nil {
+		return store.ErrNotFound
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %s: %w", key, err)
+	}
+	return nil
+}
+
+// documentVersion reads the "version" member of an encoded store.Document
+// without decoding (or, when it comes first, even scanning) the tree.
+func documentVersion(data []byte) (int64, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, fmt.Errorf("document is not a JSON object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return 0, err
+		}
+		if key, _ := tok.(string); key == "version" {
+			var v int64
+			if err := dec.Decode(&v); err != nil {
+				return 0, fmt.Errorf("decode version: %w", err)
+			}
+			return v, nil
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("document has no version")
+}

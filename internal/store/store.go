@@ -1,0 +1,95 @@
+// Package store keeps vmeta's state: instance records, the published
+// metadata document of each instance (versioned, with the source-address
+// index the metadata service uses to identify callers) and wrapped secrets.
+//
+// Two backends satisfy Store: bolt (embedded, one file in the data
+// directory, the default) and redis (many hosts and metadata replicas).
+// Both pass the same conformance suite (storetest).
+package store
+
+import (
+	"context"
+	"errors"
+)
+
+// Sentinel errors; backends wrap them with context.
+var (
+	// ErrNotFound: no such instance, document, address or secret.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a name, UUID or address belongs to another instance, or
+	// a compare-and-swap revision did not match.
+	ErrConflict = errors.New("conflict")
+)
+
+// Instance is the stored record of one instance.
+type Instance struct {
+	Name      string   `json:"name"`
+	UUID      string   `json:"uuid"`
+	ProjectID string   `json:"project_id,omitempty"`
+	Addresses []string `json:"addresses,omitempty"`
+	// Spec is the instance spec as canonical JSON (model.Instance).
+	Spec []byte `json:"spec"`
+	// Revision is assigned by the store: 1 on create, +1 on every put.
+	Revision int64 `json:"revision"`
+}
+
+// Document is the published, guest-visible metadata of one instance.
+type Document struct {
+	InstanceUUID string   `json:"instance_uuid"`
+	ProjectID    string   `json:"project_id,omitempty"`
+	Addresses    []string `json:"addresses,omitempty"`
+	// Version is assigned by the store and increases by one on every
+	// publish of the instance, so a reader can tell a stale copy.
+	Version int64 `json:"version"`
+	// Tree is the encoded metadata tree (opaque to the store).
+	Tree []byte `json:"tree"`
+}
+
+// WrappedSecret is a secret encrypted under a key-encryption key. The store
+// accepts secrets only in this form: there is no method that takes
+// plaintext. (internal/keys, a later part, produces these.)
+type WrappedSecret struct {
+	// KeyID names the key-encryption key; Generation its generation.
+	KeyID      string `json:"key_id"`
+	Generation int64  `json:"generation"`
+	Nonce      []byte `json:"nonce"`
+	Ciphertext []byte `json:"ciphertext"`
+}
+
+// Store is what hostctl and the metadata service need from a backend.
+// All methods are safe for concurrent use.
+type Store interface {
+	// Put creates or replaces an instance record and its published document
+	// in one atomic step, and points each of the instance's addresses at it
+	// (addresses it no longer has are released). It refuses with
+	// ErrConflict, changing nothing, when the name is held by a different
+	// UUID, the UUID by a different name, or an address by another
+	// instance; and when expectRevision >= 0 and differs from the stored
+	// revision (0 = must not exist yet). expectRevision < 0 skips that check.
+	// It returns the stored record and document with the revision and
+	// version the store assigned.
+	Put(ctx context.Context, inst Instance, doc Document, expectRevision int64) (Instance, Document, error)
+	// Instance returns the record named name.
+	Instance(ctx context.Context, name string) (Instance, error)
+	// Instances returns every record, sorted by name.
+	Instances(ctx context.Context) ([]Instance, error)
+	// Delete removes an instance's record, document, address index entries
+	// and secrets.
+	Delete(ctx context.Context, name string) error
+
+	// Document returns the published document of an instance by UUID.
+	Document(ctx context.Context, uuid string) (Document, error)
+	// DocumentVersion returns only the version of a published document.
+	DocumentVersion(ctx context.Context, uuid string) (int64, error)
+	// LookupAddress returns the UUID of the instance owning a source
+	// address (canonical textual form, as net/netip prints it).
+	LookupAddress(ctx context.Context, addr string) (string, error)
+
+	// PutSecret stores a wrapped secret under an id, scoped to an instance
+	// UUID (deleted with it); GetSecret returns it; DeleteSecret removes it.
+	PutSecret(ctx context.Context, instanceUUID, id string, s WrappedSecret) error
+	GetSecret(ctx context.Context, instanceUUID, id string) (WrappedSecret, error)
+	DeleteSecret(ctx context.Context, instanceUUID, id string) error
+
+	Close() error
+}

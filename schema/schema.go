@@ -1,0 +1,168 @@
+// Package schema holds vmeta's JSON Schemas and validates documents against
+// them.
+//
+// Three schemas are embedded, each named by a Kind:
+//
+//   - DevicesV1: the device role tagging document ("devices" in
+//     meta_data.json) of Nova's virt-device-tagged-attach-detach
+//     specification, with the specification's broken schema corrected;
+//   - DevicesV11: its append-only successor (disk "encrypted", "share"
+//     devices), which accepts every document DevicesV1 accepts;
+//   - InstanceSpec: the instance spec an operator writes (model.Instance as
+//     JSON).
+//
+// The schemas are JSON Schema draft 2020-12 with format assertions on. They
+// are compiled once, on first use; the compiled schemas are read-only, so
+// Validate and ValidateJSON are safe for concurrent use. An invalid document
+// yields an *Error listing every violation with a JSON pointer into the
+// document.
+package schema
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// Kind names a schema.
+type Kind string
+
+// The schemas this package knows.
+const (
+	// DevicesV1 is the device role tagging schema of the specification,
+	// corrected.
+	DevicesV1 Kind = "device-role-tagging/1.0"
+	// DevicesV11 is the append-only successor of DevicesV1: disks may carry
+	// "encrypted" (a boolean) and there is a "share" device type.
+	DevicesV11 Kind = "device-role-tagging/1.1"
+	// InstanceSpec is the instance spec users write (model.Instance as
+	// JSON).
+	InstanceSpec Kind = "instance-spec/1"
+)
+
+//go:embed device-role-tagging-1.0.json device-role-tagging-1.1.json instance-spec-1.json
+var files embed.FS
+
+// fileOf maps each kind to its schema file.
+var fileOf = map[Kind]string{
+	DevicesV1:    "device-role-tagging-1.0.json",
+	DevicesV11:   "device-role-tagging-1.1.json",
+	InstanceSpec: "instance-spec-1.json",
+}
+
+// compiled returns the compiled schemas, compiling them on first use. The
+// schemas are part of the program, so a failure is a programming error.
+var compiled = sync.OnceValue(func() map[Kind]*jsonschema.Schema {
+	out, err := compileAll()
+	if err != nil {
+		panic(fmt.Sprintf("schema: embedded schemas do not compile: %v", err))
+	}
+	return out
+})
+
+func compileAll() (map[Kind]*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	// Every schema is self-contained; never fetch anything.
+	c.LoadURL = func(u string) (io.ReadCloser, error) {
+		return nil, fmt.Errorf("schema: refusing to load %s: only embedded schemas are used", u)
+	}
+	urls := make(map[Kind]string, len(fileOf))
+	for kind, name := range fileOf {
+		raw, err := files.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		var head struct {
+			ID string `json:"$id"`
+		}
+		if err := json.Unmarshal(raw, &head); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if head.ID == "" {
+			return nil, fmt.Errorf("%s: no $id", name)
+		}
+		if err := c.AddResource(head.ID, bytes.NewReader(raw)); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		urls[kind] = head.ID
+	}
+	out := make(map[Kind]*jsonschema.Schema, len(urls))
+	for kind, u := range urls {
+		s, err := c.Compile(u)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fileOf[kind], err)
+		}
+		out[kind] = s
+	}
+	return out, nil
+}
+
+func unknownKind(kind Kind) error {
+	return fmt.Errorf("schema: unknown kind %q", string(kind))
+}
+
+// Validate checks doc against the schema of kind. doc is a value as
+// encoding/json decodes into an any: map[string]any, []any, float64 or
+// json.Number, string, bool and nil.
+//
+// It returns nil if doc is valid, an *Error listing the violations if it is
+// not, and an ordinary error for an unknown kind or a doc holding values
+// that are not JSON values.
+func Validate(kind Kind, doc any) error {
+	if _, ok := fileOf[kind]; !ok {
+		return unknownKind(kind)
+	}
+	err := compiled()[kind].Validate(doc)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &ve) {
+		return &Error{Kind: kind, Violations: violations(ve, doc)}
+	}
+	return fmt.Errorf("schema: validate %s: %w", kind, err)
+}
+
+// ValidateJSON decodes data (numbers as json.Number, so integers keep their
+// precision) and validates it like Validate. Data that is not exactly one
+// JSON value, trailing data included, is an ordinary error, not an *Error.
+func ValidateJSON(kind Kind, data []byte) error {
+	if _, ok := fileOf[kind]; !ok {
+		return unknownKind(kind)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return fmt.Errorf("schema: decode %s document: %w", kind, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("trailing data after the JSON value")
+		}
+		return fmt.Errorf("schema: decode %s document: %w", kind, err)
+	}
+	return Validate(kind, doc)
+}
+
+// Source returns the raw JSON text of the schema of kind, or nil for an
+// unknown kind. The caller may modify the returned slice.
+func Source(kind Kind) []byte {
+	name, ok := fileOf[kind]
+	if !ok {
+		return nil
+	}
+	raw, err := files.ReadFile(name)
+	if err != nil {
+		panic(fmt.Sprintf("schema: embedded %s missing: %v", name, err))
+	}
+	return raw
+}
