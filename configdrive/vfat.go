@@ -1,6 +1,7 @@
 package configdrive
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path"
@@ -74,8 +75,15 @@ func buildVFAT(f *os.File, files []metadata.File, opts Options) error {
 			return fmt.Errorf("configdrive: write %s: %w", fl.Path, err)
 		}
 	}
+	// Work around two go-diskfs (v1.9.4) FAT bugs that fsck.fat reports
+	// (Linux, mtools and cloudbase-init read the image either way).
 	fixed := map[string]bool{}
 	for _, fl := range files {
+		if len(fl.Data) == 0 {
+			if err := freeEmptyFile(f, fsys, fl.Path); err != nil {
+				return fmt.Errorf("configdrive: fix empty file %s: %w", fl.Path, err)
+			}
+		}
 		top, _, isDir := strings.Cut(fl.Path, "/")
 		if !isDir || fixed[top] {
 			continue
@@ -88,39 +96,131 @@ func buildVFAT(f *os.File, files []metadata.File, opts Options) error {
 	return nil
 }
 
-// fixDotDot works around a go-diskfs (v1.9.4) FAT32 bug: the ".." entry of a
-// directory in the root points at the root directory's cluster (2) instead of
-// cluster 0 as the FAT specification requires, which fsck.fat reports as
-// "Invalid '..' entry in the second slot". It rewrites that entry's cluster
-// number of top-level directory dir to 0.
-func fixDotDot(f *os.File, fsys *fat32.FileSystem, dir string) error {
-	df, err := fsys.OpenFile(dir, os.O_RDONLY)
+// clusterChain returns the clusters of file or directory p ("." is the root).
+func clusterChain(fsys *fat32.FileSystem, p string) ([]uint32, error) {
+	df, err := fsys.OpenFile(p, os.O_RDONLY)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer df.Close()
 	cf, ok := df.(interface{ GetClusterChain() ([]uint32, error) })
 	if !ok {
-		return fmt.Errorf("go-diskfs file %T has no GetClusterChain", df)
+		return nil, fmt.Errorf("go-diskfs file %T has no GetClusterChain", df)
 	}
 	chain, err := cf.GetClusterChain()
+	if err == nil && (len(chain) == 0 || chain[0] < 2) {
+		err = fmt.Errorf("%s has no clusters", p)
+	}
+	return chain, err
+}
+
+func clusterOffset(fsys *fat32.FileSystem, c uint32) int64 {
+	return int64(fsys.DataStart()) + int64(c-2)*int64(fsys.BytesPerCluster())
+}
+
+// Short directory entry layout (32 bytes).
+const (
+	dirEntrySize  = 32
+	dirAttr       = 11
+	dirClusterHi  = 20
+	dirClusterLo  = 26
+	dirFileSize   = 28
+	attrVolumeID  = 0x08
+	attrDirectory = 0x10
+	attrLongName  = 0x0f
+)
+
+func setEntryCluster(ent []byte, c uint32) {
+	binary.LittleEndian.PutUint16(ent[dirClusterHi:], uint16(c>>16))
+	binary.LittleEndian.PutUint16(ent[dirClusterLo:], uint16(c))
+}
+
+func entryCluster(ent []byte) uint32 {
+	return uint32(binary.LittleEndian.Uint16(ent[dirClusterHi:]))<<16 | uint32(binary.LittleEndian.Uint16(ent[dirClusterLo:]))
+}
+
+// fixDotDot: go-diskfs points the ".." entry of a directory in the root at
+// the root directory's cluster (2); the FAT specification requires 0 there
+// (fsck.fat: "Invalid '..' entry in the second slot"). Rewrite it for the
+// top-level directory dir.
+func fixDotDot(f *os.File, fsys *fat32.FileSystem, dir string) error {
+	chain, err := clusterChain(fsys, dir)
 	if err != nil {
 		return err
 	}
-	if len(chain) == 0 || chain[0] < 2 {
-		return fmt.Errorf("directory has no clusters")
-	}
-	off := int64(fsys.DataStart()) + int64(chain[0]-2)*int64(fsys.BytesPerCluster()) + 32 // second slot
-	ent := make([]byte, 32)
+	off := clusterOffset(fsys, chain[0]) + dirEntrySize // second slot
+	ent := make([]byte, dirEntrySize)
 	if _, err := f.ReadAt(ent, off); err != nil {
 		return err
 	}
-	if string(ent[:11]) != "..         " || ent[11]&0x10 == 0 {
+	if string(ent[:11]) != "..         " || ent[dirAttr]&attrDirectory == 0 {
 		return fmt.Errorf("second slot is not a \"..\" directory entry")
 	}
-	ent[20], ent[21], ent[26], ent[27] = 0, 0, 0, 0 // cluster high and low words
+	setEntryCluster(ent, 0)
 	_, err = f.WriteAt(ent, off)
 	return err
+}
+
+// freeEmptyFile: go-diskfs allocates a cluster to every new file, so an empty
+// file keeps a one-cluster chain (fsck.fat: "File size is 0 bytes, cluster
+// chain length is > 0 bytes"). Give empty file p cluster 0, as mkfs tools and
+// kernels do, and free its cluster in every FAT.
+func freeEmptyFile(f *os.File, fsys *fat32.FileSystem, p string) error {
+	chain, err := clusterChain(fsys, p)
+	if err != nil {
+		return err
+	}
+	if len(chain) != 1 {
+		return fmt.Errorf("empty file has %d clusters", len(chain))
+	}
+	c := chain[0]
+	dirChain, err := clusterChain(fsys, path.Dir(p))
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, fsys.BytesPerCluster())
+	found := false
+	for _, dc := range dirChain {
+		off := clusterOffset(fsys, dc)
+		if _, err := f.ReadAt(buf, off); err != nil {
+			return err
+		}
+		for i := 0; i+dirEntrySize <= len(buf); i += dirEntrySize {
+			ent := buf[i : i+dirEntrySize]
+			if ent[0] == 0 || ent[0] == 0xe5 || ent[dirAttr] == attrLongName ||
+				ent[dirAttr]&(attrDirectory|attrVolumeID) != 0 ||
+				entryCluster(ent) != c || binary.LittleEndian.Uint32(ent[dirFileSize:]) != 0 {
+				continue
+			}
+			if found {
+				return fmt.Errorf("cluster %d is used by two directory entries", c)
+			}
+			found = true
+			setEntryCluster(ent, 0)
+			if _, err := f.WriteAt(ent, off+int64(i)); err != nil {
+				return err
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("no directory entry for cluster %d", c)
+	}
+	// Free the cluster in each FAT. Boot sector: reserved sectors (uint16 at
+	// 14), number of FATs (16), FAT32 sectors per FAT (uint32 at 36).
+	bs := make([]byte, fatSector)
+	if _, err := f.ReadAt(bs, 0); err != nil {
+		return err
+	}
+	reserved := int64(binary.LittleEndian.Uint16(bs[14:]))
+	nfats := int64(bs[16])
+	spf := int64(binary.LittleEndian.Uint32(bs[36:]))
+	for i := range nfats {
+		off := (reserved+i*spf)*fatSector + 4*int64(c)
+		if _, err := f.WriteAt([]byte{0, 0, 0, 0}, off); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // vfatSize returns the smallest image size (in whole sectors) whose go-diskfs

@@ -17,30 +17,40 @@ type absentT struct{}
 
 var absent absentT
 
-// Pools of field values: valid ones and near misses.
+// A pool holds the values a generated field takes: valid ones, drawn most
+// of the time, and near misses.
+type pool struct{ ok, bad []any }
+
 var (
-	typePool = []any{"nic", "nic", "disk", "disk", "share", "gpu", "", 1, absent}
-	busPool  = []any{"pci", "pci", "scsi", "ide", "usb", "xen", "none", "none", "virtio", "PCI", 0, absent}
-	addrPool = []any{
-		"none", "none", absent, absent,
-		"0000:00:02.0", "0000:00:1f.7", "0000:00:02", "xx0000:00:02.0yy", "0000:00:02.0\n", "0000:00:02x0", "0000:00:02.F",
-		"1:0", "a:b", "1:A", "1:0:2:0", "0:0:a:1f", "1:0:2",
-		"0:0", "0:1", "1:1", "2:0", "0",
-		"1", "001200", "51712", "xvda", "", 5,
+	typePool = pool{[]any{"nic", "disk", "share"}, []any{"gpu", "NIC", "", 1.0, absent}}
+	busPool  = pool{[]any{"pci", "scsi", "ide", "usb", "xen", "none"}, []any{"virtio", "PCI", "pcix", "", 0.0, absent}}
+	addrPool = map[any]pool{
+		"pci":  {[]any{"0000:00:02.0", "0000:00:1f.7", "ffff:ff:ff.f"}, []any{"0000:00:02", "xx0000:00:02.0yy", "0000:00:02.0\n", "0000:00:02x0", "0000:00:02.F", "1:0:2:0"}},
+		"usb":  {[]any{"1:0", "a:b", "10:ff"}, []any{"1:A", "1", "1:0:0", ":1"}},
+		"scsi": {[]any{"1:0:2:0", "0:0:a:1f"}, []any{"1:0:2", "1:0:2:0:0", "1:0:2:G"}},
+		"ide":  {[]any{"0:0", "0:1", "1:1"}, []any{"2:0", "0:2", "00:0", "0"}},
+		"xen":  {[]any{"0", "1", "001200", "51712"}, []any{"xvda", "-1", "1.0"}},
+		"none": {nil, []any{"0", "0000:00:02.0", "None"}},
 	}
-	macPool      = []any{"fa:16:3e:00:00:01", "AA:BB:CC:DD:EE:FF", "01:22:22:42:22", "01-22-22-42-22-21", "", 7, absent}
-	tagsPool     = []any{[]any{"a"}, []any{"a", "b"}, []any{}, []any{""}, "a", []any{1.0}, nil}
-	devnamePool  = []any{"eth0", "", 1.0}
-	vlanPool     = []any{0.0, 100.0, 4095.0, 4096.0, -1.0, 1.5, "1"}
-	boolPool     = []any{true, false, true, false, "true", "True", 1.0}
-	serialPool   = []any{"disk-vol-1", "", 1.0}
-	pathPool     = []any{"/dev/sda", "/", "dev/sda", "", 1.0}
-	shareIDPool  = []any{"1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e", "1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e", "1F5A1F4E-7A4B-4C1E-9B0E-2F3A4B5C6D7E", "share-1", "1f5a1f4e7a4b4c1e9b0e2f3a4b5c6d7e", absent}
-	shareTagPool = []any{"data", "data", "data-1", "Data-2", "a_b", "", strings.Repeat("a", 255), strings.Repeat("a", 256), absent}
+	addrAny      = pool{[]any{"none", absent}, []any{"", 5.0, nil}}
+	macPool      = pool{[]any{"fa:16:3e:00:00:01", "AA:BB:CC:DD:EE:FF"}, []any{"01:22:22:42:22", "01-22-22-42-22-21", "fa:16:3e:00:00:01:02", "", 7.0, absent}}
+	tagsPool     = pool{[]any{[]any{"a"}, []any{"a", "b"}, []any{}}, []any{[]any{""}, "a", []any{1.0}, nil}}
+	devnamePool  = pool{[]any{"eth0", ""}, []any{1.0, nil}}
+	vlanPool     = pool{[]any{0.0, 100.0, 4095.0}, []any{4096.0, -1.0, 1.5, "1"}}
+	boolPool     = pool{[]any{true, false}, []any{"true", "True", 1.0, nil}}
+	serialPool   = pool{[]any{"disk-vol-1", ""}, []any{1.0, false}}
+	pathPool     = pool{[]any{"/dev/sda", "/"}, []any{"dev/sda", "", 1.0}}
+	shareIDPool  = pool{[]any{"1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e", "1F5A1F4E-7A4B-4C1E-9B0E-2F3A4B5C6D7E"}, []any{"share-1", "1f5a1f4e7a4b4c1e9b0e2f3a4b5c6d7e", "1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7", absent}}
+	shareTagPool = pool{[]any{"data", "Data-2", strings.Repeat("a", 255)}, []any{"a_b", "", strings.Repeat("a", 256), absent}}
 	extraKeys    = []string{"mac", "devname", "vlan", "vf_trusted", "serial", "path", "tags", "encrypted", "share_id", "tag", "size"}
 )
 
-func pick(r *rand.Rand, pool []any) any { return pool[r.IntN(len(pool))] }
+func pick(r *rand.Rand, p pool) any {
+	if len(p.ok) > 0 && r.IntN(8) > 0 {
+		return p.ok[r.IntN(len(p.ok))]
+	}
+	return p.bad[r.IntN(len(p.bad))]
+}
 
 func set(m map[string]any, k string, v any) {
 	if v != absent {
@@ -57,11 +67,16 @@ func randomDevice(r *rand.Rand) any {
 	d := map[string]any{}
 	typ := pick(r, typePool)
 	set(d, "type", typ)
-	set(d, "bus", pick(r, busPool))
-	set(d, "address", pick(r, addrPool))
-	maybe := func(k string, pool []any) {
+	bus := pick(r, busPool)
+	set(d, "bus", bus)
+	if p, ok := addrPool[bus]; ok && r.IntN(2) == 0 {
+		set(d, "address", pick(r, p))
+	} else {
+		set(d, "address", pick(r, addrAny))
+	}
+	maybe := func(k string, p pool) {
 		if r.IntN(2) == 0 {
-			d[k] = pick(r, pool)
+			set(d, k, pick(r, p))
 		}
 	}
 	switch typ {
@@ -83,9 +98,9 @@ func randomDevice(r *rand.Rand) any {
 		set(d, "share_id", pick(r, shareIDPool))
 		set(d, "tag", pick(r, shareTagPool))
 	}
-	if r.IntN(10) == 0 {
+	if r.IntN(20) == 0 {
 		k := extraKeys[r.IntN(len(extraKeys))]
-		d[k] = pick(r, []any{"x", true, 1.0, []any{"x"}})
+		d[k] = []any{"x", true, 1.0, []any{"x"}}[r.IntN(4)]
 	}
 	return d
 }

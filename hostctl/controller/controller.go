@@ -92,7 +92,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 }
 
 // ApplyInstance is Apply for an already parsed and validated instance.
-func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (*Instance, error) {
+func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
 	expect := int64(0)
 	old, err := c.store.Instance(ctx, in.Name)
 	switch {
@@ -127,15 +127,22 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (*In
 	// only after the store accepted the publish, so a refused spec leaves
 	// the old drive (or none) behind.
 	dir := c.instanceDir(in.Name)
+	_, statErr := os.Stat(dir)
+	createdDir := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	drive := filepath.Join(dir, "disk.config")
 	staged := drive + ".staged"
+	defer func() {
+		os.Remove(staged)
+		if err != nil && createdDir {
+			os.RemoveAll(dir)
+		}
+	}()
 	if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 		return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 	}
-	defer os.Remove(staged)
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
 		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Spec: specJSON,
@@ -143,9 +150,6 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (*In
 		InstanceUUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Tree: enc,
 	}, expect)
 	if err != nil {
-		if expect == 0 && old.UUID == "" {
-			os.Remove(dir) // only removes it if we created it empty
-		}
 		if errors.Is(err, store.ErrConflict) {
 			return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w", in.Name, err)}
 		}
@@ -154,8 +158,10 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (*In
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)
 	}
-	if err := os.Rename(staged, drive); err != nil {
-		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, err)
+	if rerr := os.Rename(staged, drive); rerr != nil {
+		// The publish stands (the store is the source of truth); the drive
+		// is rebuilt by the next apply or by `configdrive build`.
+		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
 	devs, err := metadata.Devices(in, "latest")

@@ -30,7 +30,6 @@ type RedisServer struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
-	log  *syncBuffer
 }
 
 // StartRedis starts a private redis-server and returns its URL
@@ -125,7 +124,7 @@ func (r *RedisServer) start() error {
 		<-done
 		return fmt.Errorf("%s on port %d: %w; its output:\n%s", r.bin, r.port, err, log.String())
 	}
-	r.cmd, r.done, r.log = cmd, done, log
+	r.cmd, r.done = cmd, done
 	return nil
 }
 

@@ -1,0 +1,84 @@
+package configdrive
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+)
+
+// TestReadISO2048Fallback exercises Read's fallback for block devices with
+// 512-byte logical sectors directly on an image file: go-diskfs refuses a
+// 512-byte ISO block size (what GetFilesystem passes for such a device),
+// readISO2048 over a read-only file backend reads the drive. The end-to-end
+// path through a real loop device is TestReadLoopDevice (needs root).
+func TestReadISO2048Fallback(t *testing.T) {
+	files := SampleFiles()
+	p := filepath.Join(t.TempDir(), "disk.config")
+	if err := Build(p, files, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := file.OpenFromPath(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	st, err := b.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iso9660.Read(b, st.Size(), 0, 512); err == nil {
+		t.Fatal("go-diskfs now accepts 512-byte ISO blocks; the fallback may be obsolete")
+	}
+	fsys, err := readISO2048(b, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := readTree(fsys, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tree.Files) != len(files) {
+		t.Fatalf("read %d files, want %d", len(tree.Files), len(files))
+	}
+	for _, f := range files {
+		if got := string(tree.Files[f.Path]); got != string(f.Data) {
+			t.Errorf("%s differs", f.Path)
+		}
+	}
+	if l := isoLabel(fsys.Label()); l != "config-2" {
+		t.Errorf("label %q", l)
+	}
+}
+
+// TestSizeBounds: the ISO bound passed to go-diskfs covers the real size,
+// and the vfat size is a spec-conformant FAT32 (>= 65525 clusters).
+func TestSizeBounds(t *testing.T) {
+	files := SampleFiles()
+	p := filepath.Join(t.TempDir(), "disk.config")
+	if err := Build(p, files, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound := isoSizeBound(files); bound < st.Size() {
+		t.Errorf("isoSizeBound %d < image size %d", bound, st.Size())
+	}
+	size := vfatSize(files)
+	if c := fatDataClusters(size / fatSector); c < fatMinClusters {
+		t.Errorf("vfat size %d has %d clusters", size, c)
+	}
+	if c := fatDataClusters(size/fatSector - 1); c >= fatMinClusters {
+		t.Errorf("vfat size %d is not the smallest: one sector less still has %d clusters", size, c)
+	}
+	big := append(SampleFiles(), SampleFiles()[0])
+	big[len(big)-1].Path = "big"
+	big[len(big)-1].Data = make([]byte, 40<<20)
+	if got := fatDataClusters(vfatSize(big) / fatSector); got < (40<<20)/fatCluster {
+		t.Errorf("vfat size for 40 MiB of content has only %d clusters", got)
+	}
+}
