@@ -469,8 +469,10 @@ func TestGenisoimageCompat(t *testing.T) {
 		t.Errorf("our image (%d bytes) is larger than genisoimage's (%d)", os1.Size(), ts.Size())
 	}
 
-	// Our reader on genisoimage's images, with and without Joliet.
-	for _, img := range []string{theirs, genisoimage(t, files, true)} {
+	// Our reader on genisoimage's images, with and without Joliet. Names
+	// longer than ~146 bytes are left out: see TestReadLongNameLimitation.
+	short := slices.DeleteFunc(slices.Clone(files), func(f metadata.File) bool { return len(f.Path) > 100 })
+	for _, img := range []string{genisoimage(t, short, false), genisoimage(t, short, true)} {
 		tree, label, err := configdrive.Read(img)
 		if err != nil {
 			t.Fatalf("Read(genisoimage image): %v", err)
@@ -478,7 +480,28 @@ func TestGenisoimageCompat(t *testing.T) {
 		if label != "config-2" {
 			t.Errorf("label of genisoimage image %q", label)
 		}
-		sameTree(t, tree.Files, files)
+		sameTree(t, tree.Files, short)
+	}
+}
+
+// TestReadLongNameLimitation pins a go-diskfs (v1.9.4) reader limitation:
+// genisoimage splits a Rock Ridge name that does not fit in the directory
+// record (about 147 bytes and up) into several NM entries, and go-diskfs
+// keeps only the first. Config drives never have such names; images built by
+// this package carry one NM entry per name and read back fully.
+func TestReadLongNameLimitation(t *testing.T) {
+	long := strings.Repeat("n", 200)
+	files := []metadata.File{{Path: "d/" + long, Data: []byte("x")}}
+	tree, _, err := configdrive.Read(genisoimage(t, files, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tree.Files["d/"+long]; ok {
+		t.Errorf("go-diskfs now reads continued Rock Ridge NM entries: drop this test and the note in Read's doc")
+		return
+	}
+	for p := range tree.Files {
+		t.Logf("200-byte name read as %d bytes (known go-diskfs limitation)", len(p)-2)
 	}
 }
 

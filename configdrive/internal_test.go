@@ -68,7 +68,10 @@ func TestSizeBounds(t *testing.T) {
 	if bound := isoSizeBound(files); bound < st.Size() {
 		t.Errorf("isoSizeBound %d < image size %d", bound, st.Size())
 	}
-	size := vfatSize(files)
+	size, err := vfatSize(files)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if c := fatDataClusters(size / fatSector); c < fatMinClusters {
 		t.Errorf("vfat size %d has %d clusters", size, c)
 	}
@@ -78,7 +81,15 @@ func TestSizeBounds(t *testing.T) {
 	big := append(SampleFiles(), SampleFiles()[0])
 	big[len(big)-1].Path = "big"
 	big[len(big)-1].Data = make([]byte, 40<<20)
-	if got := fatDataClusters(vfatSize(big) / fatSector); got < (40<<20)/fatCluster {
+	bigSize, err := vfatSize(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fatDataClusters(bigSize / fatSector); got < (40<<20)/fatCluster {
 		t.Errorf("vfat size for 40 MiB of content has only %d clusters", got)
+	}
+	big[len(big)-1].Data = make([]byte, 300<<20)
+	if _, err := vfatSize(big); err == nil {
+		t.Error("vfatSize accepted 300 MiB of content")
 	}
 }

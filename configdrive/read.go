@@ -39,6 +39,11 @@ var ErrNoFilesystem = errors.New("no ISO 9660 or vfat file system")
 // 2048-byte blocks over a read-only file backend.
 //
 // go-diskfs can panic on corrupt input; Read recovers and returns an error.
+//
+// Limitation (go-diskfs v1.9.4): a Rock Ridge name split over several NM
+// entries, which genisoimage writes for names of about 147 bytes and more, is
+// read as its first part only. Config-drive names are short, and images built
+// by this package store every name in one NM entry.
 func Read(p string) (tree *metadata.Tree, label string, err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -21,29 +21,42 @@ const (
 	fatReserved = 32
 	// go-diskfs refuses a FAT32 volume with less than 32 KiB of data area.
 	fatMinData = 32 << 10
+	// the FAT specification's minimum cluster count for FAT32
+	fatMinClusters = 65525
 	// slack clusters on top of the computed need, for go-diskfs allocating
 	// directory clusters slightly differently from our count.
 	fatSlackClusters = 16
-	// the FAT specification's minimum cluster count for FAT32
-	fatMinClusters = 65525
+	// go-diskfs switches to 4 KiB clusters above 260 MiB; config drives are
+	// far smaller, and vfatSize assumes 512-byte clusters.
+	fatMaxSize = 260 << 20
 )
 
 // buildVFAT writes a FAT32 image labelled opts.Label holding files into f (an
 // empty, writable file). Files must already be validated.
 //
-// Size: Nova always makes a 64 MiB vfat drive. go-diskfs accepts a FAT32
-// volume as small as its content plus 32 KiB of data area (a few hundred KiB
-// for a realistic drive) and we use the smallest such size (vfatSize). Such a
-// volume has fewer than the 65,525 clusters the FAT specification requires
-// for FAT32; Linux (the kernel driver, blkid, fsck.fat, mtools) identifies
-// FAT32 by the BPB layout and reads it fine, Windows would misidentify it.
-// The file is sparse anyway, so the size matters mostly for copies.
+// Size: Nova always makes a 64 MiB vfat drive (mkfs.vfat picks FAT16 there).
+// go-diskfs's fat32.Create accepts anything from 32 reserved sectors plus
+// 32 KiB of data area, i.e. a few hundred KiB for a realistic drive, but such
+// a volume has far fewer than the 65,525 clusters the FAT specification
+// requires of FAT32. Windows and mtools (which cloudbase-init uses to read
+// vfat config drives) then take it for FAT12/16 and read garbage; fsck.fat
+// warns. So vfatSize picks the smallest size go-diskfs lays out with at least
+// 65,525 clusters (512-byte clusters up to 260 MiB: 34,089,472 bytes, about
+// 32.5 MiB), or more when the content needs it. The file is sparse: a
+// realistic drive occupies about 600 KiB on disk (mostly the two 256 KiB FATs).
 //
 // Label: written as given ("config-2"); FAT labels are conventionally upper
 // case and some tools upper-case them, and cloud-init accepts both
 // "config-2" and "CONFIG-2".
+//
+// Long names: go-diskfs writes VFAT long-name entries (with unique ~N short
+// names), so names like meta_data.json, vendor_data2.json and 2012-08-10
+// round-trip.
 func buildVFAT(f *os.File, files []metadata.File, opts Options) error {
-	size := vfatSize(files)
+	size, err := vfatSize(files)
+	if err != nil {
+		return err
+	}
 	if err := f.Truncate(size); err != nil {
 		return fmt.Errorf("configdrive: size vfat image: %w", err)
 	}
@@ -76,7 +89,7 @@ func buildVFAT(f *os.File, files []metadata.File, opts Options) error {
 		}
 	}
 	// Work around two go-diskfs (v1.9.4) FAT bugs that fsck.fat reports
-	// (Linux, mtools and cloudbase-init read the image either way).
+	// (the Linux kernel and mtools read the image either way).
 	fixed := map[string]bool{}
 	for _, fl := range files {
 		if len(fl.Data) == 0 {
@@ -224,8 +237,8 @@ func freeEmptyFile(f *os.File, fsys *fat32.FileSystem, p string) error {
 }
 
 // vfatSize returns the smallest image size (in whole sectors) whose go-diskfs
-// FAT32 layout has enough clusters for files.
-func vfatSize(files []metadata.File) int64 {
+// FAT32 layout has enough clusters for files and at least fatMinClusters.
+func vfatSize(files []metadata.File) (int64, error) {
 	need := int64(fatSlackClusters)
 	entries := map[string]int64{".": 1} // directory -> 32-byte entries; root holds the label
 	seen := map[string]bool{}
@@ -248,12 +261,17 @@ func vfatSize(files []metadata.File) int64 {
 	}
 	need = max(need, fatMinData/fatCluster, fatMinClusters)
 	// go-diskfs sizes the FAT as ceil(4*(total-reserved) / (sector+8))
-	// sectors and leaves the rest for data; search the smallest total.
-	total := fatReserved + need + 2*((need*4+2*4+fatSector-1)/fatSector)
+	// sectors and leaves the rest for data. The cluster count is not
+	// monotonic in the size (a FAT growing by a sector costs two), so search
+	// upwards from the size without FATs.
+	total := fatReserved + need
 	for fatDataClusters(total) < need {
 		total++
 	}
-	return total * fatSector
+	if total*fatSector > fatMaxSize {
+		return 0, fmt.Errorf("configdrive: %d bytes of content is too much for a vfat config drive (limit %d MiB)", total*fatSector, fatMaxSize>>20)
+	}
+	return total * fatSector, nil
 }
 
 // fatDataClusters mirrors fat32.Create's layout for a volume of total sectors.

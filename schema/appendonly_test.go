@@ -125,7 +125,7 @@ func randomDoc(r *rand.Rand) any {
 // the prose says and nothing else.
 func TestAppendOnly(t *testing.T) {
 	r := rand.New(rand.NewPCG(2016, 630))
-	const n = 5000
+	const n = 3000
 	var validV1, validV11 int
 	for i := range n {
 		doc := randomDoc(r)

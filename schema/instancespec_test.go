@@ -135,6 +135,7 @@ func TestInstanceSpecInvalid(t *testing.T) {
 		{"address with prefix", `{"name":"a","addresses":["10.0.0.1/24"]}`, "/addresses/0"},
 		{"duplicate address", `{"name":"a","addresses":["10.0.0.1","10.0.0.1"]}`, "/addresses"},
 		{"meta value number", `{"name":"a","meta":{"a/b":1}}`, "/meta/a~1b"},
+		{"meta value under an odd key", `{"name":"a","meta":{"a b%~":1}}`, "/meta/a b%~0"},
 		{"meta value 256", `{"name":"a","meta":{"k":"` + strings.Repeat("v", 256) + `"}}`, "/meta/k"},
 		{"meta key 256", `{"name":"a","meta":{"` + strings.Repeat("k", 256) + `":"v"}}`, "/meta/" + strings.Repeat("k", 256)},
 		{"public key without data", `{"name":"a","public_keys":[{"name":"k"}]}`, "/public_keys/0"},

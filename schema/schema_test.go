@@ -310,12 +310,12 @@ func walk(v any, fn func(key string, v any)) {
 
 // Validate is called on every publish from many goroutines.
 func TestConcurrentValidate(t *testing.T) {
-	valid := decode(t, devicesDoc(32))
+	valid := decode(t, devicesDoc(8))
 	invalid := decode(t, `{"devices":[{"type":"nic","bus":"pci"}]}`)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
-			for i := range 200 {
+			for i := range 50 {
 				if err := schema.Validate(schema.DevicesV11, valid); err != nil {
 					t.Errorf("goroutine %d: %v", g, err)
 					return

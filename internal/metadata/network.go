@@ -9,11 +9,12 @@ import (
 )
 
 // networkDataDoc is network_data.json (nova/virt/netutils.py
-// get_network_metadata). An instance without NICs gets {}.
+// get_network_metadata): all three lists are always present, except that an
+// instance without NICs gets {}.
 type networkDataDoc struct {
-	Links    []link    `json:"links,omitempty"`
-	Networks []network `json:"networks,omitempty"`
-	Services []service `json:"services,omitempty"`
+	Links    []link    `json:"links"`
+	Networks []network `json:"networks"`
+	Services []service `json:"services"`
 }
 
 type link struct {
@@ -32,7 +33,8 @@ type network struct {
 	Netmask   string    `json:"netmask,omitempty"`
 	Routes    *[]route  `json:"routes,omitempty"`
 	NetworkID string    `json:"network_id"`
-	Services  []service `json:"services,omitempty"`
+	// Services is set (possibly empty) on static networks only.
+	Services *[]service `json:"services,omitempty"`
 }
 
 type route struct {
@@ -46,8 +48,11 @@ type service struct {
 	Address string `json:"address"`
 }
 
-func networkData(in *model.Instance) networkDataDoc {
-	var doc networkDataDoc
+func networkData(in *model.Instance) any {
+	if len(in.NICs) == 0 {
+		return struct{}{}
+	}
+	doc := networkDataDoc{Links: []link{}, Networks: []network{}, Services: []service{}}
 	seenDNS := map[string]bool{}
 	netIdx := 0
 	for i, n := range in.NICs {
@@ -88,6 +93,7 @@ func networkData(in *model.Instance) networkDataDoc {
 				Netmask:   netmask(p),
 				Routes:    &[]route{},
 				NetworkID: networkID,
+				Services:  &[]service{},
 			}
 			if p.Addr().Is6() {
 				nw.Type = "ipv6"
@@ -100,7 +106,7 @@ func networkData(in *model.Instance) networkDataDoc {
 				*nw.Routes = append(*nw.Routes, def)
 			}
 			for _, d := range ipc.DNS {
-				nw.Services = append(nw.Services, service{Type: "dns", Address: d})
+				*nw.Services = append(*nw.Services, service{Type: "dns", Address: d})
 				if !seenDNS[d] {
 					seenDNS[d] = true
 					doc.Services = append(doc.Services, service{Type: "dns", Address: d})

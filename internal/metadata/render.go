@@ -135,6 +135,10 @@ type renderer struct {
 	in       *model.Instance
 	hostname string
 	seed     string
+	// validated remembers devices documents already checked in this
+	// render: most versions share the same list, and a schema check costs
+	// far more than rendering.
+	validated map[string]bool
 }
 
 // metaDataDoc is meta_data.json; the field order is Nova's.
@@ -203,8 +207,8 @@ func (r *renderer) metaData(v string) ([]byte, error) {
 		md.ProjectID = &pid
 	}
 	if atLeast(v, NewtonOne) {
-		devs, err := Devices(in, v)
-		if err != nil {
+		devs := devices(in, v)
+		if err := r.validate(v, devs); err != nil {
 			return nil, err
 		}
 		if devs == nil {
@@ -260,6 +264,14 @@ func DevicesSchema(v string) schema.Kind {
 //     encrypted at rest.
 //   - Shares: only from 2025-04-04, with bus and address "none".
 func Devices(in *model.Instance, v string) ([]Device, error) {
+	devs := devices(in, v)
+	if err := ValidateDevices(v, devs); err != nil {
+		return nil, err
+	}
+	return devs, nil
+}
+
+func devices(in *model.Instance, v string) []Device {
 	var devs []Device
 	epoxy := atLeast(v, Epoxy)
 	for _, n := range in.NICs {
@@ -302,20 +314,32 @@ func Devices(in *model.Instance, v string) ([]Device, error) {
 			devs = append(devs, Device{Type: "share", Bus: "none", Address: "none", ShareID: s.ShareID, Tag: s.EffectiveTag()})
 		}
 	}
-	if err := ValidateDevices(v, devs); err != nil {
-		return nil, err
+	return devs
+}
+
+// validate is ValidateDevices, memoized per schema and document.
+func (r *renderer) validate(v string, devs []Device) error {
+	doc, err := devicesDocument(devs)
+	if err != nil {
+		return err
 	}
-	return devs, nil
+	key := string(DevicesSchema(v)) + "\x00" + string(doc)
+	if r.validated[key] {
+		return nil
+	}
+	if err := schema.ValidateJSON(DevicesSchema(v), doc); err != nil {
+		return fmt.Errorf("devices document refused: %w", err)
+	}
+	if r.validated == nil {
+		r.validated = map[string]bool{}
+	}
+	r.validated[key] = true
+	return nil
 }
 
 // ValidateDevices checks a devices list against the schema of version v.
 func ValidateDevices(v string, devs []Device) error {
-	if devs == nil {
-		devs = []Device{}
-	}
-	b, err := json.Marshal(struct {
-		Devices []Device `json:"devices"`
-	}{devs})
+	b, err := devicesDocument(devs)
 	if err != nil {
 		return err
 	}
@@ -323,6 +347,20 @@ func ValidateDevices(v string, devs []Device) error {
 		return fmt.Errorf("devices document refused: %w", err)
 	}
 	return nil
+}
+
+// devicesDocument is the device-role-tagging document {"devices": [...]}.
+func devicesDocument(devs []Device) ([]byte, error) {
+	if devs == nil {
+		devs = []Device{}
+	}
+	b, err := json.Marshal(struct {
+		Devices []Device `json:"devices"`
+	}{devs})
+	if err != nil {
+		return nil, fmt.Errorf("encode devices: %w", err)
+	}
+	return b, nil
 }
 
 func orNone(s string) string {

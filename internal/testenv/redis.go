@@ -25,6 +25,7 @@ type RedisServer struct {
 	t    testing.TB
 	bin  string
 	dir  string
+	args []string
 	port int
 
 	mu   sync.Mutex
@@ -42,10 +43,13 @@ func StartRedis(t testing.TB) (url string) {
 // StartRedisServer starts a private redis-server on a free loopback port and
 // waits until it answers PING. Without redis-server (PATH or
 // /usr/bin/redis-server) the test stops through Require; a redis-server
-// that does not start fails the test.
-func StartRedisServer(t testing.TB) *RedisServer {
+// that does not start fails the test. Extra configuration, such as
+// "--requirepass", "secret", is appended to the command line. With
+// --requirepass PING is answered with an authentication error, which counts
+// as up.
+func StartRedisServer(t testing.TB, extraArgs ...string) *RedisServer {
 	t.Helper()
-	r := &RedisServer{t: t, bin: LookPath(t, "redis-server"), dir: t.TempDir()}
+	r := &RedisServer{t: t, bin: LookPath(t, "redis-server"), dir: t.TempDir(), args: extraArgs}
 	t.Cleanup(r.Stop)
 	var err error
 	// A free port can be taken by someone else before redis-server binds
@@ -98,7 +102,7 @@ func (r *RedisServer) start() error {
 		return nil
 	}
 	log := &syncBuffer{}
-	cmd := exec.Command(r.bin,
+	args := []string{
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -107,7 +111,8 @@ func (r *RedisServer) start() error {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--loglevel", "warning",
-	)
+	}
+	cmd := exec.Command(r.bin, append(args, r.args...)...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = procAttr()
@@ -151,7 +156,8 @@ func waitRedis(addr string, done <-chan struct{}) error {
 	}
 }
 
-// ping sends one inline PING command and expects +PONG.
+// ping sends one inline PING command and expects +PONG, or the -NOAUTH
+// error of a server with a password (which is up all the same).
 func ping(addr string) error {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -166,7 +172,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line = strings.TrimSpace(line); line != "+PONG" {
+	if line = strings.TrimSpace(line); line != "+PONG" && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil

@@ -35,6 +35,7 @@ func Require(t testing.TB, what, reason string) {
 	t.Helper()
 	if Required() {
 		t.Fatalf("%s is required but unavailable: %s (%s=1, so this is a failure, not a skip)", what, reason, RequireEnv)
+		return
 	}
 	t.Skipf("skipping: %s is unavailable: %s (%s=1 makes this a failure)", what, reason, RequireEnv)
 }

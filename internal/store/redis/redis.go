@@ -179,6 +179,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 // (net/url's errors quote the whole URL).
 func parseURL(rawURL string) (*goredis.Options, error) {
 	safe := redactURL(rawURL)
+	if !strings.Contains(rawURL, "://") {
+		return nil, fmt.Errorf("invalid URL %s: no scheme (want redis://[user:password@]host:port/db)", safe)
+	}
 	if _, err := url.Parse(rawURL); err != nil {
 		if _, err := url.Parse(safe); err != nil {
 			var uerr *url.Error

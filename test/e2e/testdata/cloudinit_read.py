@@ -17,6 +17,7 @@ caller can compare them exactly. A convert_net_json failure is reported in
 """
 
 import base64
+import copy
 import json
 import sys
 
@@ -79,7 +80,9 @@ def main():
         "has_devices": "devices" in md,
         "devices": md.get("devices"),
         "userdata_b64": b64(result.get("userdata")),
-        "networkdata": result.get("networkdata"),
+        # convert_net_json rewrites the services entries in place
+        # (type "dns" becomes "nameserver"): keep the document as read.
+        "networkdata": copy.deepcopy(result.get("networkdata")),
         "files": {p: b64(c) for p, c in (result.get("files") or {}).items()},
         "ec2_metadata": result.get("ec2-metadata"),
         "vendordata": result.get("vendordata"),

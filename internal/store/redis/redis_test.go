@@ -1,0 +1,210 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/storetest"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// openFlushed opens the store at url and empties its database.
+func openFlushed(t testing.TB, url string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := s.rdb.FlushDB(t.Context()).Err(); err != nil {
+		s.Close()
+		t.Fatalf("FLUSHDB: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	url := testenv.StartRedis(t)
+	storetest.Run(t, func(t *testing.T) store.Store { return openFlushed(t, url) })
+}
+
+// The documented key layout is what the store writes.
+func TestKeyLayout(t *testing.T) {
+	s := openFlushed(t, testenv.StartRedis(t))
+	defer s.Close()
+	ctx := t.Context()
+	in := store.Instance{Name: "vm", UUID: "u-1", Addresses: []string{"10.0.0.1", "2001:db8::1"}, Spec: []byte(`{}`)}
+	if _, _, err := s.Put(ctx, in, store.Document{Tree: []byte("t")}, 0); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if err := s.PutSecret(ctx, "u-1", "disk", store.WrappedSecret{KeyID: "k"}); err != nil {
+		t.Fatalf("PutSecret: %v", err)
+	}
+	keys, err := s.rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"vmeta:names":            "hash",
+		"vmeta:inst:{u-1}":       "hash",
+		"vmeta:doc:{u-1}":        "hash",
+		"vmeta:secret:{u-1}":     "hash",
+		"vmeta:addr:10.0.0.1":    "string",
+		"vmeta:addr:2001:db8::1": "string",
+	}
+	if len(keys) != len(want) {
+		t.Errorf("keys = %v, want %d keys", keys, len(want))
+	}
+	for key, typ := range want {
+		if got := s.rdb.Type(ctx, key).Val(); got != typ {
+			t.Errorf("TYPE %s = %q, want %q", key, got, typ)
+		}
+	}
+	// The keys of one instance share a Cluster hash slot.
+	slot := s.rdb.ClusterKeySlot(ctx, "vmeta:inst:{u-1}").Val()
+	for _, key := range []string{"vmeta:doc:{u-1}", "vmeta:secret:{u-1}"} {
+		if got := s.rdb.ClusterKeySlot(ctx, key).Val(); got != slot {
+			t.Errorf("slot of %s = %d, want %d", key, got, slot)
+		}
+	}
+	if err := s.Delete(ctx, "vm"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if keys, _ := s.rdb.Keys(ctx, "*").Result(); len(keys) != 0 {
+		t.Errorf("keys after Delete = %v, want none", keys)
+	}
+}
+
+// closedAddr returns a loopback address nobody listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestOpenErrors(t *testing.T) {
+	const password = "s3cr3t-Pa55"
+	unreachable := closedAddr(t)
+	for _, tc := range []struct {
+		name, url string
+		want      []string // substrings of the error
+	}{
+		{"unreachable", "redis://" + unreachable + "/0", []string{unreachable}},
+		{"unreachable with password", "redis://vmeta:" + password + "@" + unreachable + "/0", []string{unreachable}},
+		{"bad scheme", "http://" + unreachable, []string{"scheme"}},
+		{"bad scheme with password", "http://u:" + password + "@" + unreachable, []string{"scheme", "xxxxx"}},
+		{"no scheme", unreachable, []string{"scheme"}},
+		{"bad port with password", "redis://u:" + password + "@localhost:notaport/0", []string{"port"}},
+		{"bad escape in password", "redis://u:" + password + "%zz@localhost/0", []string{"user or password"}},
+		{"bad db with password", "redis://u:" + password + "@localhost/zero", []string{"database"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			s, err := Open(ctx, tc.url)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%s) succeeded", redactURL(tc.url))
+			}
+			msg := err.Error()
+			t.Logf("error: %s", msg)
+			if strings.Contains(msg, password) {
+				t.Fatalf("error contains the password: %s", msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+// A server that rejects the credentials: the error names the server, not
+// the password.
+func TestOpenWrongPassword(t *testing.T) {
+	const password = "s3cr3t-Pa55"
+	srv := testenv.StartRedisServer(t, "--requirepass", "the-real-one")
+	for _, url := range []string{
+		"redis://" + srv.Addr() + "/0",
+		"redis://:" + password + "@" + srv.Addr() + "/0",
+		"redis://default:" + password + "@" + srv.Addr() + "/0",
+		"redis://nobody:" + password + "@" + srv.Addr() + "/0",
+	} {
+		s, err := Open(t.Context(), url)
+		if err == nil {
+			s.Close()
+			t.Fatalf("Open with a password the server does not know succeeded")
+		}
+		t.Logf("error: %v", err)
+		if msg := err.Error(); strings.Contains(msg, password) || !strings.Contains(msg, srv.Addr()) {
+			t.Fatalf("error %q: want the address and not the password", msg)
+		}
+	}
+	s, err := Open(t.Context(), "redis://:the-real-one@"+srv.Addr()+"/0")
+	if err != nil {
+		t.Fatalf("Open with the right password: %v", err)
+	}
+	s.Close()
+}
+
+// After the server goes away calls fail (they do not hang); once it is back
+// the same Store works again.
+func TestServerRestart(t *testing.T) {
+	srv := testenv.StartRedisServer(t)
+	s := openFlushed(t, srv.URL())
+	defer s.Close()
+	in := store.Instance{Name: "vm", UUID: "u-1", Spec: []byte(`{}`)}
+	if _, _, err := s.Put(t.Context(), in, store.Document{}, 0); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Instance(ctx, "vm"); err == nil || errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Instance with the server down: %v, want a connection error", err)
+	}
+	srv.Start()
+	// Nothing was persisted: the restarted server is empty.
+	if _, err := s.Instance(t.Context(), "vm"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Instance after restart: %v, want not found", err)
+	}
+	if _, _, err := s.Put(t.Context(), in, store.Document{}, 0); err != nil {
+		t.Fatalf("Put after restart: %v", err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://localhost:6379/0":              "redis://localhost:6379/0",
+		"redis://u:p@localhost:6379/0":          "redis://xxxxx@localhost:6379/0",
+		"rediss://:p@ss@host/1?dial_timeout=3s": "rediss://xxxxx@host/1?dial_timeout=3s",
+		"redis://host/0?x=a@b":                  "redis://host/0?x=a@b",
+		"no-scheme":                             "no-scheme",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func BenchmarkPut(b *testing.B) {
+	s := openFlushed(b, testenv.StartRedis(b))
+	defer s.Close()
+	storetest.BenchmarkPut(b, s)
+}
+
+func BenchmarkDocument(b *testing.B) {
+	s := openFlushed(b, testenv.StartRedis(b))
+	defer s.Close()
+	storetest.BenchmarkDocument(b, s)
+}

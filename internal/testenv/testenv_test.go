@@ -1,0 +1,93 @@
+package testenv
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// recorder is a testing.TB whose Skipf and Fatalf record instead of
+// stopping the test.
+type recorder struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Skipf(format string, args ...any) {
+	r.skipped, r.msg = true, fmt.Sprintf(format, args...)
+}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed, r.msg = true, fmt.Sprintf(format, args...)
+}
+
+func TestRequire(t *testing.T) {
+	for _, tc := range []struct {
+		env                string
+		wantSkip, wantFail bool
+	}{
+		{"", true, false},
+		{"0", true, false},
+		{"1", false, true},
+	} {
+		t.Setenv(RequireEnv, tc.env)
+		r := &recorder{TB: t}
+		Require(r, "frobnicator", "not installed")
+		if r.skipped != tc.wantSkip || r.failed != tc.wantFail {
+			t.Errorf("%s=%q: skipped %t, failed %t; want %t, %t", RequireEnv, tc.env, r.skipped, r.failed, tc.wantSkip, tc.wantFail)
+		}
+		if !strings.Contains(r.msg, "frobnicator") || !strings.Contains(r.msg, "not installed") {
+			t.Errorf("message %q should name what is missing and why", r.msg)
+		}
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	t.Setenv(RequireEnv, "")
+	if p := LookPath(t, "sh"); !strings.HasSuffix(p, "/sh") {
+		t.Errorf("LookPath(sh) = %q", p)
+	}
+	r := &recorder{TB: t}
+	if p := LookPath(r, "vmeta-no-such-binary"); p != "" || !r.skipped {
+		t.Errorf("LookPath of a missing binary = %q, skipped %t; want a skip", p, r.skipped)
+	}
+	t.Setenv(RequireEnv, "1")
+	r = &recorder{TB: t}
+	if LookPath(r, "vmeta-no-such-binary"); !r.failed {
+		t.Errorf("LookPath of a missing binary with %s=1 did not fail", RequireEnv)
+	}
+}
+
+func TestRedisServerStopStart(t *testing.T) {
+	srv := StartRedisServer(t)
+	if !strings.HasPrefix(srv.URL(), "redis://127.0.0.1:") || !strings.HasSuffix(srv.URL(), "/0") {
+		t.Fatalf("URL() = %q", srv.URL())
+	}
+	if err := ping(srv.Addr()); err != nil {
+		t.Fatalf("PING a started server: %v", err)
+	}
+	addr := srv.Addr()
+	srv.Stop()
+	srv.Stop() // idempotent
+	if err := ping(addr); err == nil {
+		t.Fatal("PING answered after Stop")
+	}
+	srv.Start()
+	srv.Start() // no-op while running
+	if srv.Addr() != addr {
+		t.Fatalf("restarted on %s, want %s", srv.Addr(), addr)
+	}
+	if err := ping(addr); err != nil {
+		t.Fatalf("PING after Start: %v", err)
+	}
+}
+
+func TestStartRedisTwice(t *testing.T) {
+	a, b := StartRedis(t), StartRedis(t)
+	if a == b {
+		t.Fatalf("two servers share %s", a)
+	}
+}

@@ -1,0 +1,369 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hostctlBin is the hostctl binary TestMain builds from this checkout.
+var hostctlBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "vmeta-e2e-bin-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	hostctlBin = filepath.Join(dir, "hostctl")
+	args := []string{"build", "-o", hostctlBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./hostctl/cmd/hostctl")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build ./hostctl/cmd/hostctl: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// moduleRoot returns the directory of the go.mod this package belongs to.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside a module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// cleanEnv is the environment for child processes: the test's own, without
+// a VMETA_SOCKET that could point a client at a real daemon, and without
+// HTTP proxies (cloud-init's requests and Go's clients talk to loopback).
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch strings.ToLower(k) {
+		case "vmeta_socket", "http_proxy", "https_proxy", "all_proxy", "no_proxy":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// result is what a finished command left behind.
+type result struct {
+	args           []string
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("`%s` exited %d\nstdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
+}
+
+// runCmd runs a command to completion (at most a minute) and returns its
+// output and exit status. Failing to start it fails the test.
+func runCmd(t testing.TB, env []string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{args: append([]string{filepath.Base(name)}, args...), stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("run %s: %v\n%s", strings.Join(r.args, " "), err, r)
+	}
+	return r
+}
+
+// hostctl runs the hostctl binary with args and the given extra
+// environment.
+func hostctl(t testing.TB, env []string, args ...string) result {
+	t.Helper()
+	return runCmd(t, cleanEnv(env...), hostctlBin, args...)
+}
+
+// daemon is a running `hostctl serve`.
+type daemon struct {
+	t       testing.TB
+	DataDir string
+	Socket  string
+	// MetadataAddr is the host:port of the metadata service (127.0.0.1).
+	MetadataAddr string
+	store        string
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+	log     *syncBuffer
+}
+
+// daemonOptions configure startDaemon.
+type daemonOptions struct {
+	// DataDir is the data directory; a fresh t.TempDir when empty.
+	DataDir string
+	// Store is the --store value; the embedded bolt store when empty.
+	Store string
+}
+
+// startDaemon starts `hostctl serve` on its own admin socket and a free
+// loopback port, waits until the admin socket answers, and stops it
+// (SIGTERM, then wait) when the test ends.
+func startDaemon(t testing.TB, opts daemonOptions) *daemon {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	// Unix socket paths are limited to 108 bytes; t.TempDir paths carry
+	// the test name, so the socket lives in a short directory of its own.
+	sockDir, err := os.MkdirTemp("", "vmeta-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store}
+	t.Cleanup(func() {
+		d.Stop()
+		if t.Failed() {
+			t.Logf("hostctl serve (data dir %s) logged:\n%s", d.DataDir, d.log.String())
+		}
+	})
+	// Another process can take the free port before the daemon binds it;
+	// try a few.
+	for attempt := 1; ; attempt++ {
+		err := d.start()
+		if err == nil {
+			return d
+		}
+		if attempt == 5 || !strings.Contains(d.log.String(), "address already in use") {
+			t.Fatalf("start hostctl serve: %v\nits output:\n%s", err, d.log.String())
+		}
+	}
+}
+
+func (d *daemon) start() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	d.MetadataAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	args := []string{"serve", "--data-dir", d.DataDir, "--socket", d.Socket, "--metadata-listen", d.MetadataAddr}
+	if d.store != "" {
+		args = append(args, "--store", d.store)
+	}
+	d.log = &syncBuffer{}
+	cmd := exec.Command(hostctlBin, args...)
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		d.waitErr = cmd.Wait()
+		close(done)
+	}()
+	d.cmd, d.done = cmd, done
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-done:
+			d.cmd = nil
+			return fmt.Errorf("hostctl serve exited before answering: %v", d.waitErr)
+		default:
+		}
+		if r := hostctl(d.t, nil, "instance", "list", "--socket", d.Socket); r.code == 0 {
+			return nil
+		} else if time.Now().After(deadline) {
+			d.Stop()
+			return fmt.Errorf("admin socket %s did not answer within 20s; last attempt: %s", d.Socket, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits for the daemon to exit; it expects a clean
+// exit (status 0). Stopping a stopped daemon does nothing.
+func (d *daemon) Stop() {
+	d.t.Helper()
+	if d.cmd == nil {
+		return
+	}
+	cmd := d.cmd
+	d.cmd = nil
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-d.done
+		d.t.Errorf("hostctl serve did not exit within 15s of SIGTERM; killed it")
+		return
+	}
+	if d.waitErr != nil {
+		d.t.Errorf("hostctl serve exited with %v after SIGTERM, want a clean exit", d.waitErr)
+	}
+}
+
+// Restart stops the daemon and starts a new one on the same data directory
+// and store, with a new socket and metadata port.
+func (d *daemon) Restart() *daemon {
+	d.t.Helper()
+	d.Stop()
+	return startDaemon(d.t, daemonOptions{DataDir: d.DataDir, Store: d.store})
+}
+
+// Ctl runs a hostctl client command against this daemon (--socket is
+// appended; every client command accepts flags after its arguments).
+func (d *daemon) Ctl(args ...string) result {
+	d.t.Helper()
+	return hostctl(d.t, nil, append(args, "--socket", d.Socket)...)
+}
+
+// MustCtl is Ctl that fails the test on a non-zero exit.
+func (d *daemon) MustCtl(args ...string) result {
+	d.t.Helper()
+	r := d.Ctl(args...)
+	if r.code != 0 {
+		d.t.Fatalf("%s", r)
+	}
+	return r
+}
+
+// Apply writes spec to a file and applies it; it fails the test on error.
+func (d *daemon) Apply(spec string) result {
+	d.t.Helper()
+	return d.MustCtl("instance", "apply", "-f", writeSpec(d.t, spec))
+}
+
+// URL returns the metadata service's base URL.
+func (d *daemon) URL() string { return "http://" + d.MetadataAddr }
+
+var specSeq struct {
+	sync.Mutex
+	n int
+}
+
+// writeSpec writes a spec into a fresh file of the test's temp dir.
+func writeSpec(t testing.TB, spec string) string {
+	t.Helper()
+	specSeq.Lock()
+	specSeq.n++
+	n := specSeq.n
+	specSeq.Unlock()
+	p := filepath.Join(t.TempDir(), fmt.Sprintf("spec-%d.yaml", n))
+	if err := os.WriteFile(p, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// httpResult is one metadata service response.
+type httpResult struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+// getFrom GETs url from the local address from (e.g. "127.0.0.2"; the
+// metadata service identifies the caller by it). No proxies, no keep-alive.
+func getFrom(t testing.TB, from, url string) httpResult {
+	t.Helper()
+	dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{Proxy: nil, DialContext: dialer.DialContext, DisableKeepAlives: true},
+	}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s from %s: %v", url, from, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s from %s: read body: %v", url, from, err)
+	}
+	return httpResult{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: b}
+}
+
+// mustGet GETs url from 127.0.0.1 and expects 200.
+func mustGet(t testing.TB, url string) []byte {
+	t.Helper()
+	r := getFrom(t, "127.0.0.1", url)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET %s: status %d, want 200; body: %s", url, r.status, r.body)
+	}
+	return r.body
+}
+
+// syncBuffer collects a child's output written from another goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	if b == nil {
+		return ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
