@@ -16,6 +16,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/fat32"
+
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -624,26 +627,26 @@ func TestReadLoopDevice(t *testing.T) {
 }
 
 func FuzzRead(f *testing.F) {
-	for _, format := range []configdrive.Format{configdrive.ISO9660, configdrive.VFAT} {
-		p := filepath.Join(f.TempDir(), "seed")
-		files := []metadata.File{
-			{Path: "openstack/latest/meta_data.json", Data: []byte(`{"uuid":"x"}`)},
-			{Path: "ec2/latest/meta-data.json", Data: []byte(`{}`)},
-		}
-		if err := configdrive.Build(p, files, configdrive.Options{Format: format}); err != nil {
-			f.Fatal(err)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		if format == configdrive.VFAT {
-			// The sparse 32 MiB vfat image is mostly zeros; seed with its
-			// first 1 MiB (boot sector, FATs, directories, data).
-			b = b[:1<<20]
-		}
-		f.Add(b)
+	files := []metadata.File{
+		{Path: "openstack/latest/meta_data.json", Data: []byte(`{"uuid":"x"}`)},
+		{Path: "ec2/latest/meta-data.json", Data: []byte(`{}`)},
+		{Path: "openstack/content/0000", Data: []byte{}},
 	}
+	p := filepath.Join(f.TempDir(), "seed.iso")
+	if err := configdrive.Build(p, files, configdrive.Options{}); err != nil {
+		f.Fatal(err)
+	}
+	iso, err := os.ReadFile(p)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(iso)
+	// Our vfat drives are 32.5 MiB (sparse), far too big a fuzz input; seed
+	// with a 128 KiB FAT32 made by go-diskfs directly, which Read accepts.
+	f.Add(smallFAT32(f, files))
+	f.Add([]byte{})
+	f.Add(make([]byte, 40<<10))
+
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(dir, "img")
@@ -655,6 +658,41 @@ func FuzzRead(f *testing.F) {
 			t.Fatal("nil tree without error")
 		}
 	})
+}
+
+func smallFAT32(f *testing.F, files []metadata.File) []byte {
+	const size = 128 << 10
+	p := filepath.Join(f.TempDir(), "seed.vfat")
+	img, err := os.Create(p)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer img.Close()
+	if err := img.Truncate(size); err != nil {
+		f.Fatal(err)
+	}
+	fsys, err := fat32.Create(file.New(img, false), size, 0, 512, "config-2", true)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, fl := range files {
+		if err := fsys.Mkdir(filepath.Dir(fl.Path)); err != nil {
+			f.Fatal(err)
+		}
+		w, err := fsys.OpenFile(fl.Path, os.O_CREATE|os.O_RDWR)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if _, err := w.Write(fl.Data); err != nil {
+			f.Fatal(err)
+		}
+		w.Close()
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return b
 }
 
 func benchmarkBuild(b *testing.B, format configdrive.Format) {

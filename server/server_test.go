@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,8 +29,11 @@ type fakeDocs struct {
 	docs    map[string]store.Document // uuid -> document
 	lookErr error                     // returned by LookupAddress when set
 	docErr  error                     // returned by Document when set
-	lookups atomic.Int64
-	fetches atomic.Int64
+	// afterFetch, when set, runs after Document has read its result and
+	// before it returns it (to hold a request in the middle of a fill).
+	afterFetch func()
+	lookups    atomic.Int64
+	fetches    atomic.Int64
 }
 
 func newFakeDocs() *fakeDocs {
@@ -58,6 +62,13 @@ func (f *fakeDocs) Document(_ context.Context, uuid string) (store.Document, err
 		return store.Document{}, f.docErr
 	}
 	d, ok := f.docs[uuid]
+	hook := f.afterFetch
+	f.afterFetch = nil
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	f.mu.Lock()
 	if !ok {
 		return store.Document{}, fmt.Errorf("document %s: %w", uuid, store.ErrNotFound)
 	}
@@ -235,7 +246,9 @@ func TestRouting(t *testing.T) {
 		{name: "old meta_data.json", target: "/openstack/2012-08-10/meta_data.json", status: 200, ctype: appJSON, body: ptr(file("openstack/2012-08-10/meta_data.json"))},
 		{name: "content listing 404", target: "/openstack/content", status: 404},
 		{name: "content/ listing 404", target: "/openstack/content/", status: 404},
-		{name: "content blob", target: "/openstack/content/0000", status: 200, ctype: textPlain, body: ptr("hello\n")},
+		// Injected files are config-drive only, as in Nova.
+		{name: "content blob is drive-only", target: "/openstack/content/0000", status: 404},
+		{name: "network_data.json of a version that does not list it", target: "/openstack/2012-08-10/network_data.json", status: 200, ctype: textPlain, body: ptr(file("openstack/latest/network_data.json"))},
 		{name: "missing content blob", target: "/openstack/content/0001", status: 404},
 		{name: "unknown openstack version", target: "/openstack/1999-01-01/meta_data.json", status: 404},
 		{name: "unknown openstack version listing", target: "/openstack/1999-01-01", status: 404},
@@ -420,6 +433,81 @@ func TestMultipleKeys(t *testing.T) {
 	}
 }
 
+// storeTree stores a hand-edited tree for the rich instance.
+func storeTree(t *testing.T, docs *fakeDocs, tr *metadata.Tree) {
+	t.Helper()
+	enc, err := tr.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs.mu.Lock()
+	defer docs.mu.Unlock()
+	d := docs.docs[richUUID]
+	d.Version++
+	d.Tree = enc
+	docs.docs[richUUID] = d
+}
+
+// TestEC2ValueRendering checks ec2_md_print's rendering of every JSON
+// value type: Python's str() of None, True and False, integers without a
+// decimal point, lists one item per line.
+func TestEC2ValueRendering(t *testing.T) {
+	docs := newFakeDocs()
+	tr := docs.publish(t, richInstance(t))
+	var md map[string]any
+	if err := json.Unmarshal(tr.Files["ec2/latest/meta-data.json"], &md); err != nil {
+		t.Fatal(err)
+	}
+	md["x-null"], md["x-true"], md["x-false"], md["x-int"], md["x-float"] = nil, true, false, 42, 1.5
+	md["x-list"] = []any{"a", "b"}
+	md["x-empty"] = map[string]any{}
+	b, err := json.Marshal(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Files["ec2/latest/meta-data.json"] = b
+	storeTree(t, docs, tr)
+	s := New(docs, Options{Logger: quietLogger()})
+	for target, want := range map[string]string{
+		"/latest/meta-data/x-null":  "None",
+		"/latest/meta-data/x-true":  "True",
+		"/latest/meta-data/x-false": "False",
+		"/latest/meta-data/x-int":   "42",
+		"/latest/meta-data/x-float": "1.5",
+		"/latest/meta-data/x-list":  "a\nb",
+		"/latest/meta-data/x-empty": "",
+	} {
+		if r := get(s, target); r.status != 200 || r.body != want {
+			t.Errorf("%s = %d %q, want %q", target, r.status, r.body, want)
+		}
+	}
+	if r := get(s, "/latest/meta-data/"); !strings.Contains(r.body, "\nx-empty/\nx-false\n") {
+		t.Errorf("listing: %q", r.body)
+	}
+}
+
+// TestIncompleteTree: a tree missing a version the server must serve is
+// refused with 500 rather than served partially.
+func TestIncompleteTree(t *testing.T) {
+	for _, missing := range []string{"ec2/1.0/meta-data.json", "openstack/2013-04-04/meta_data.json"} {
+		docs := newFakeDocs()
+		tr := docs.publish(t, richInstance(t))
+		delete(tr.Files, missing)
+		storeTree(t, docs, tr)
+		s := New(docs, Options{Logger: quietLogger()})
+		if r := get(s, "/latest/meta-data/hostname"); r.status != 500 {
+			t.Errorf("tree without %s: %d %q", missing, r.status, r.body)
+		}
+	}
+	docs := newFakeDocs()
+	tr := docs.publish(t, richInstance(t))
+	tr.Files["ec2/2009-04-04/meta-data.json"] = []byte("[1,2]")
+	storeTree(t, docs, tr)
+	if r := get(New(docs, Options{Logger: quietLogger()}), "/"+"latest/meta-data/hostname"); r.status != 500 {
+		t.Errorf("tree with a non-object meta-data.json: %d", r.status)
+	}
+}
+
 func TestInvalidate(t *testing.T) {
 	s, docs, _ := setup(t, "2026-01-01")
 	const target = "/latest/meta-data/hostname"
@@ -461,6 +549,33 @@ func TestInvalidate(t *testing.T) {
 	// Other addresses of the instance still work.
 	if r := do(s, http.MethodGet, target, "127.0.0.1:9"); r.status != 200 {
 		t.Errorf("other address after delete of one: %d", r.status)
+	}
+}
+
+// TestInvalidateDuringFill holds a request between reading the old document
+// and caching its view, publishes and invalidates meanwhile, and checks that
+// the stale view is not cached.
+func TestInvalidateDuringFill(t *testing.T) {
+	s, docs, _ := setup(t, "2026-01-01")
+	const target = "/latest/meta-data/hostname"
+	entered, release := make(chan struct{}), make(chan struct{})
+	docs.mu.Lock()
+	docs.afterFetch = func() { close(entered); <-release }
+	docs.mu.Unlock()
+
+	inflight := make(chan response)
+	go func() { inflight <- get(s, target) }()
+	<-entered
+	in := richInstance(t)
+	in.Hostname = "web-2"
+	docs.publish(t, in)
+	s.Invalidate(in.UUID)
+	close(release)
+	if r := <-inflight; r.body != "web-1.novalocal" {
+		t.Errorf("in-flight request: %q, want the document it read (web-1.novalocal)", r.body)
+	}
+	if r := get(s, target); r.body != "web-2.novalocal" {
+		t.Errorf("after Invalidate during a fill: %q, want web-2.novalocal (a stale view was cached)", r.body)
 	}
 }
 
@@ -538,13 +653,15 @@ func TestConcurrentRequests(t *testing.T) {
 	invalidator.Add(1)
 	go func() {
 		defer invalidator.Done()
-		for {
+		// Each Invalidate makes the next requests rebuild views, which is
+		// slow under -race: bound the number of invalidations.
+		for range 200 {
 			select {
 			case <-stop:
 				return
 			default:
 				s.Invalidate(richUUID)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond)
 			}
 		}
 	}()
@@ -570,7 +687,7 @@ func TestConcurrentRequests(t *testing.T) {
 	if n := failures.Load(); n > 0 {
 		t.Errorf("%d of %d requests failed", n, goroutines*requests)
 	}
-	t.Logf("fetches %d", docs.fetches.Load())
+	t.Logf("%d requests, %d document fetches", goroutines*requests, docs.fetches.Load())
 }
 
 func TestNormalizePath(t *testing.T) {

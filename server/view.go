@@ -69,11 +69,17 @@ func buildView(t *metadata.Tree, uuid string, version int64) (*view, error) {
 		}
 		v.paths[dir] = textEntry(strings.Join(listing, "\n"))
 	}
-	for _, p := range t.Paths() {
-		if strings.HasPrefix(p, "openstack/content/") {
-			v.paths[p] = entry{body: t.Files[p], contentType: contentText}
+	// Nova's _network_data has no version check: network_data.json is
+	// served for every version, though listed only from 2015-10-15.
+	if nd, ok := t.Get("openstack/latest/network_data.json"); ok {
+		for _, ver := range metadata.OpenStackVersions {
+			if ver < metadata.Liberty {
+				v.paths["openstack/"+ver+"/network_data.json"] = entry{body: nd, contentType: contentText}
+			}
 		}
 	}
+	// Content blobs (injected files) live only on the config drive
+	// (Tree.DriveOnly), so /openstack/content/... is always 404 here.
 
 	// EC2: public-keys listings need key names, which Nova keeps in a
 	// "_name" pseudo-key; vmeta takes them from meta_data.json's "keys".

@@ -26,13 +26,13 @@ type link struct {
 }
 
 type network struct {
-	ID        string    `json:"id"`
-	Type      string    `json:"type"`
-	Link      string    `json:"link"`
-	IPAddress string    `json:"ip_address,omitempty"`
-	Netmask   string    `json:"netmask,omitempty"`
-	Routes    *[]route  `json:"routes,omitempty"`
-	NetworkID string    `json:"network_id"`
+	ID        string   `json:"id"`
+	Type      string   `json:"type"`
+	Link      string   `json:"link"`
+	IPAddress string   `json:"ip_address,omitempty"`
+	Netmask   string   `json:"netmask,omitempty"`
+	Routes    *[]route `json:"routes,omitempty"`
+	NetworkID string   `json:"network_id"`
 	// Services is set (possibly empty) on static networks only.
 	Services *[]service `json:"services,omitempty"`
 }

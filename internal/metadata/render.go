@@ -55,9 +55,13 @@ func Render(in *model.Instance, opts Options) (*Tree, error) {
 	rd := &renderer{in: in, hostname: hostname(in, opts), seed: base64.StdEncoding.EncodeToString(seed)}
 	t := &Tree{Files: make(map[string][]byte, 96)}
 
-	// Content blobs: injected files, referenced from meta_data.json.
+	// Content blobs: injected files, referenced from the drive's
+	// meta_data.json only.
+	if len(in.Files) > 0 {
+		t.DriveOnly = make(map[string][]byte, len(in.Files)+11)
+	}
 	for i, f := range in.Files {
-		t.Files[path.Join("openstack", ContentPath(i))] = []byte(f.Content)
+		t.DriveOnly[path.Join("openstack", ContentPath(i))] = []byte(f.Content)
 	}
 	netData, err := json.Marshal(networkData(in))
 	if err != nil {
@@ -78,11 +82,16 @@ func Render(in *model.Instance, opts Options) (*Tree, error) {
 
 	for _, v := range append(append([]string(nil), OpenStackVersions...), "latest") {
 		dir := "openstack/" + v + "/"
-		md, err := rd.metaData(v)
+		md, err := rd.metaData(v, false)
 		if err != nil {
 			return nil, fmt.Errorf("render %s: openstack/%s: %w", in.Name, v, err)
 		}
 		t.Files[dir+"meta_data.json"] = md
+		if len(in.Files) > 0 {
+			if t.DriveOnly[dir+"meta_data.json"], err = rd.metaData(v, true); err != nil {
+				return nil, fmt.Errorf("render %s: openstack/%s: %w", in.Name, v, err)
+			}
+		}
 		if in.UserData != "" {
 			t.Files[dir+"user_data"] = []byte(in.UserData)
 		}
@@ -171,7 +180,9 @@ type keyDoc struct {
 	Data string `json:"data"`
 }
 
-func (r *renderer) metaData(v string) ([]byte, error) {
+// metaData renders meta_data.json of version v; withFiles adds the
+// injected files, for the config drive.
+func (r *renderer) metaData(v string, withFiles bool) ([]byte, error) {
 	in := r.in
 	az := in.AvailabilityZone
 	if az == "" {
@@ -185,8 +196,10 @@ func (r *renderer) metaData(v string) ([]byte, error) {
 		LaunchIndex:      in.LaunchIndex,
 		AvailabilityZone: az,
 	}
-	for i, f := range in.Files {
-		md.Files = append(md.Files, fileRef{Path: f.Path, ContentPath: "/" + ContentPath(i)})
+	if withFiles {
+		for i, f := range in.Files {
+			md.Files = append(md.Files, fileRef{Path: f.Path, ContentPath: "/" + ContentPath(i)})
+		}
 	}
 	if len(in.PublicKeys) > 0 {
 		md.PublicKeys = make(map[string]string, len(in.PublicKeys))

@@ -148,9 +148,10 @@ func TestMetaDataKeysPerVersion(t *testing.T) {
 			}
 			base := []string{"uuid", "hostname", "name", "launch_index", "availability_zone"}
 
-			// meta, files, public_keys and keys appear only when set.
+			// meta, public_keys and keys appear only when set; files only
+			// on the config drive (checked below).
 			md := decodeObject(t, fullTree.Files["openstack/"+v+"/meta_data.json"])
-			want := sorted(append(append(slices.Clone(base), "meta", "files", "public_keys", "keys"), versioned()...)...)
+			want := sorted(append(append(slices.Clone(base), "meta", "public_keys", "keys"), versioned()...)...)
 			if got := keysOf(md); !slices.Equal(got, want) {
 				t.Errorf("rich meta_data.json keys = %v, want %v", got, want)
 			}
@@ -194,11 +195,19 @@ func TestMetaDataKeysPerVersion(t *testing.T) {
 				"meta":              `{"role":"db"}`,
 				"public_keys":       `{"k1":"ssh-ed25519 AAAA k1@host"}`,
 				"keys":              `[{"name":"k1","type":"ssh","data":"ssh-ed25519 AAAA k1@host"}]`,
-				"files":             `[{"path":"/etc/motd","content_path":"/content/0000"},{"path":"/etc/issue","content_path":"/content/0001"}]`,
 			} {
 				if got := string(md[k]); got != want {
 					t.Errorf("%s = %s, want %s", k, got, want)
 				}
+			}
+			// Injected files are listed only in the config drive's variant
+			// (Nova never stores them, so its HTTP service has none).
+			if _, ok := md["files"]; ok {
+				t.Errorf("HTTP meta_data.json lists injected files")
+			}
+			driveMD := decodeObject(t, fullTree.DriveOnly["openstack/"+v+"/meta_data.json"])
+			if got, want := string(driveMD["files"]), `[{"path":"/etc/motd","content_path":"/content/0000"},{"path":"/etc/issue","content_path":"/content/0001"}]`; got != want {
+				t.Errorf("drive files = %s, want %s", got, want)
 			}
 			if got := string(bmd["availability_zone"]); got != `"nova"` {
 				t.Errorf("bare availability_zone = %s, want \"nova\"", got)
@@ -241,14 +250,19 @@ func TestMetaDataKeysPerVersion(t *testing.T) {
 		})
 	}
 
-	// Content blobs: openstack/content/NNNN, referenced as /content/NNNN.
-	if got, want := filesIn(fullTree, "openstack/content/"), []string{"0000", "0001"}; !slices.Equal(got, want) {
-		t.Errorf("content blobs = %v, want %v", got, want)
+	// Content blobs: openstack/content/NNNN, referenced as /content/NNNN,
+	// on the drive only.
+	if got := filesIn(fullTree, "openstack/content/"); len(got) != 0 {
+		t.Errorf("content blobs served over HTTP: %v", got)
 	}
-	if got := string(fullTree.Files["openstack/content/0000"]); got != "hello\n" {
+	drive := map[string][]byte{}
+	for _, f := range fullTree.ConfigDriveFiles() {
+		drive[f.Path] = f.Data
+	}
+	if got := string(drive["openstack/content/0000"]); got != "hello\n" {
 		t.Errorf("content/0000 = %q", got)
 	}
-	if got := string(fullTree.Files["openstack/content/0001"]); got != "issue\n" {
+	if got := string(drive["openstack/content/0001"]); got != "issue\n" {
 		t.Errorf("content/0001 = %q", got)
 	}
 	if got := filesIn(bareTree, "openstack/content/"); len(got) != 0 {
@@ -840,7 +854,11 @@ func TestConfigDriveFiles(t *testing.T) {
 	var got []string
 	for _, f := range files {
 		got = append(got, f.Path)
-		if !bytes.Equal(f.Data, tr.Files[f.Path]) {
+		want, ok := tr.DriveOnly[f.Path]
+		if !ok {
+			want = tr.Files[f.Path]
+		}
+		if !bytes.Equal(f.Data, want) {
 			t.Errorf("%s: data differs from the tree", f.Path)
 		}
 	}
@@ -848,7 +866,14 @@ func TestConfigDriveFiles(t *testing.T) {
 		t.Errorf("paths are not sorted: %v", got)
 	}
 	var want []string
-	for _, p := range tr.Paths() {
+	all := tr.Paths()
+	for p := range tr.DriveOnly {
+		if !slices.Contains(all, p) {
+			all = append(all, p)
+		}
+	}
+	sort.Strings(all)
+	for _, p := range all {
 		if rest, ok := strings.CutPrefix(p, "ec2/"); ok {
 			v, _, _ := strings.Cut(rest, "/")
 			if v != "2009-04-04" && v != "latest" {

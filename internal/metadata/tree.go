@@ -9,11 +9,17 @@ import (
 
 // Tree is the whole guest-visible file tree of one instance, keyed by
 // slash-separated paths relative to the root of a config drive, e.g.
-// "openstack/latest/meta_data.json", "openstack/content/0000",
-// "ec2/2009-04-04/meta-data.json". It holds every OpenStack and every EC2
-// version; ConfigDriveFiles selects what Nova writes to a drive.
+// "openstack/latest/meta_data.json", "ec2/2009-04-04/meta-data.json". Files
+// holds every OpenStack and every EC2 version as the metadata service
+// serves them.
+//
+// DriveOnly holds what only a config drive carries: injected files (the
+// content blobs) and the meta_data.json variants that list them. As in
+// Nova, injected files never reach the HTTP service. ConfigDriveFiles
+// merges the two.
 type Tree struct {
-	Files map[string][]byte `json:"files"`
+	Files     map[string][]byte `json:"files"`
+	DriveOnly map[string][]byte `json:"drive_only,omitempty"`
 }
 
 // File is one file of a tree.
@@ -52,8 +58,18 @@ func (t *Tree) ConfigDriveFiles() []File {
 				continue
 			}
 		}
-		out = append(out, File{Path: p, Data: t.Files[p]})
+		data := t.Files[p]
+		if d, ok := t.DriveOnly[p]; ok {
+			data = d
+		}
+		out = append(out, File{Path: p, Data: data})
 	}
+	for p, d := range t.DriveOnly {
+		if _, ok := t.Files[p]; !ok {
+			out = append(out, File{Path: p, Data: d})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
 

@@ -47,10 +47,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -284,7 +286,10 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 	addrsField := encodeAddrs(inst.Addresses)
 	ik := instKey(inst.UUID)
 
-	for range maxAttempts {
+	for attempt := range maxAttempts {
+		if err := backoff(ctx, attempt); err != nil {
+			return inst, doc, err
+		}
 		before, err := s.rdb.HGet(ctx, ik, "addrs").Result()
 		if err != nil && !errors.Is(err, goredis.Nil) {
 			return inst, doc, fmt.Errorf("read record: %w", err)
@@ -334,6 +339,24 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 		}
 	}
 	return inst, doc, fmt.Errorf("addresses kept changing concurrently (%d attempts)", maxAttempts)
+}
+
+// backoff waits before retry number attempt (none before the first): a
+// random time up to attempt milliseconds, at most 20 ms, so that writers
+// racing on one instance's addresses spread out.
+func backoff(ctx context.Context, attempt int) error {
+	if attempt == 0 {
+		return nil
+	}
+	d := time.Duration(rand.Int64N(int64(min(attempt, 20)) * int64(time.Millisecond)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // holderName returns the name of the instance with the given UUID, for an
@@ -484,7 +507,10 @@ func (s *Store) delete(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	for range maxAttempts {
+	for attempt := range maxAttempts {
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
 		uuid, err := s.rdb.HGet(ctx, namesKey(), name).Result()
 		if errors.Is(err, goredis.Nil) {
 			return store.ErrNotFound

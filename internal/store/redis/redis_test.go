@@ -208,3 +208,23 @@ func BenchmarkDocument(b *testing.B) {
 	defer s.Close()
 	storetest.BenchmarkDocument(b, s)
 }
+
+func TestParseURL(t *testing.T) {
+	opts, err := parseURL("rediss://vmeta:pw@redis.example:6380/2?dial_timeout=3s")
+	if err != nil {
+		t.Fatalf("parseURL: %v", err)
+	}
+	if opts.Addr != "redis.example:6380" || opts.DB != 2 || opts.Username != "vmeta" || opts.Password != "pw" ||
+		opts.TLSConfig == nil || opts.DialTimeout != 3*time.Second {
+		t.Fatalf("parseURL(rediss://...) = %+v", opts)
+	}
+	opts, err = parseURL("redis://[::1]/5")
+	if err != nil || opts.Addr != "[::1]:6379" || opts.DB != 5 || opts.TLSConfig != nil {
+		t.Fatalf("parseURL(redis://[::1]/5) = %+v, %v", opts, err)
+	}
+	// go-redis rejects unknown options; the error names the option only.
+	_, err = parseURL("redis://u:pw-in-url@host/0?pw-in-query=1")
+	if err == nil || strings.Contains(err.Error(), "pw-in-url") {
+		t.Fatalf("unknown option: %v", err)
+	}
+}

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentPuts", testConcurrentPuts},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"ConcurrentAddressClaims", testConcurrentAddressClaims},
+		{"ConcurrentAddressChanges", testConcurrentAddressChanges},
 		{"LargeDocument", testLargeDocument},
 		{"CanceledContext", testCanceledContext},
 	}
@@ -681,6 +682,50 @@ func testConcurrentAddressClaims(t *testing.T, s store.Store) {
 	for i := range claimers {
 		if uuid := uuidOf(i + 1); uuid != winners[0] {
 			wantNoOwner(t, s, fmt.Sprintf("10.1.0.%d", i+1))
+		}
+	}
+}
+
+// testConcurrentAddressChanges has writers replace one instance's
+// addresses with their own sets at the same time: afterwards the address
+// index must hold exactly the addresses of the final record.
+func testConcurrentAddressChanges(t *testing.T, s store.Store) {
+	const workers, puts = 6, 20
+	in := newInstance("vm", uuidOf(1))
+	addrsOf := func(w int) []string {
+		return []string{"10.0.0.1", fmt.Sprintf("10.2.%d.1", w), fmt.Sprintf("2001:db8::%d:1", w+1)}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			mine := in
+			mine.Addresses = addrsOf(w)
+			for i := range puts {
+				if _, _, err := s.Put(t.Context(), mine, newDocument(mine, "t"), -1); err != nil {
+					errs <- fmt.Errorf("worker %d put %d: %w", w, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	final := getInstance(t, s, "vm")
+	if final.Revision != workers*puts {
+		t.Fatalf("revision = %d, want %d", final.Revision, workers*puts)
+	}
+	wantEqual(t, "document addresses", getDocument(t, s, in.UUID).Addresses, final.Addresses)
+	for w := range workers {
+		for _, a := range addrsOf(w) {
+			if slices.Contains(final.Addresses, a) {
+				wantOwner(t, s, a, in.UUID)
+			} else {
+				wantNoOwner(t, s, a)
+			}
 		}
 	}
 }
