@@ -97,4 +97,3 @@ func TestDaemonDown(t *testing.T) {
 		t.Fatalf("err = %v, want a hint to start the daemon", err)
 	}
 }
-
