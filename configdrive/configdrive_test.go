@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+	"runtime"
 
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/fat32"
@@ -653,7 +655,13 @@ func FuzzRead(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		watchdog := time.AfterFunc(5*time.Second, func() {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			panic("SLOW READ\n" + string(buf[:n]))
+		})
 		tree, _, err := configdrive.Read(p)
+		watchdog.Stop()
 		if err == nil && tree == nil {
 			t.Fatal("nil tree without error")
 		}

@@ -110,6 +110,18 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
+	// Name the field of an address conflict up front; Put re-checks
+	// atomically, so a race still ends in a (less specific) conflict.
+	for i, a := range in.Addresses {
+		owner, err := c.store.LookupAddress(ctx, a)
+		switch {
+		case err == nil && owner != in.UUID:
+			return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))}
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+		}
+	}
+
 	tree, err := metadata.Render(in, c.render)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -270,6 +282,21 @@ func (c *Controller) WriteConfigDrive(ctx context.Context, name string, format c
 	}
 	defer f.Close()
 	return io.Copy(w, f)
+}
+
+// nameOf names the instance with a UUID for error messages (the UUID itself
+// when it cannot be found).
+func (c *Controller) nameOf(ctx context.Context, uuid string) string {
+	recs, err := c.store.Instances(ctx)
+	if err != nil {
+		return uuid
+	}
+	for _, r := range recs {
+		if r.UUID == uuid {
+			return r.Name
+		}
+	}
+	return uuid
 }
 
 func (c *Controller) instanceDir(name string) string {

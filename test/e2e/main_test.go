@@ -68,15 +68,28 @@ func moduleRoot() (string, error) {
 // cleanEnv is the environment for child processes: the test's own, without
 // a VMETA_SOCKET that could point a client at a real daemon, and without
 // HTTP proxies (cloud-init's requests and Go's clients talk to loopback).
+// A race-enabled hostctl sleeps a second at exit by default
+// (GORACE atexit_sleep_ms=1000), which would add a second to every client
+// command; that sleep is turned off.
 func cleanEnv(extra ...string) []string {
 	var env []string
+	gorace := ""
 	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		switch strings.ToLower(k) {
 		case "vmeta_socket", "http_proxy", "https_proxy", "all_proxy", "no_proxy":
 			continue
+		case "gorace":
+			gorace = v
+			continue
 		}
 		env = append(env, kv)
+	}
+	if raceEnabled && !strings.Contains(gorace, "atexit_sleep_ms") {
+		gorace = strings.TrimSpace(gorace + " atexit_sleep_ms=0")
+	}
+	if gorace != "" {
+		env = append(env, "GORACE="+gorace)
 	}
 	return append(env, extra...)
 }
