@@ -124,9 +124,12 @@ func acquire() func() {
 // e.g. from metadata.Tree.ConfigDriveFiles) to path, atomically: the image is
 // built in a temporary file in path's directory, synced, renamed over path,
 // and the directory is synced. On any error the temporary file is removed and
-// an existing file at path is left untouched. The file is created with mode
-// 0600 (drives carry user data and possibly an admin password); the caller
-// grants the hypervisor access.
+// an existing file at path is left untouched (except when only the final
+// directory sync fails: the new image is then in place, but Build still
+// reports the error). The file is created with mode 0600 (drives carry user
+// data and possibly an admin password); the caller grants the hypervisor
+// access. The go-diskfs workspace, a second copy of the content, lives in
+// os.TempDir ($TMPDIR; a tmpfs there makes builds several times faster).
 func Build(path string, files []metadata.File, opts Options) (err error) {
 	opts, err = opts.withDefaults()
 	if err != nil {

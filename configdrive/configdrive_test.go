@@ -10,13 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-	"runtime"
 
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/fat32"
@@ -475,7 +476,7 @@ func TestGenisoimageCompat(t *testing.T) {
 	}
 
 	// Our reader on genisoimage's images, with and without Joliet. Names
-	// longer than ~146 bytes are left out: see TestReadLongNameLimitation.
+	// longer than ~146 bytes are left out: see TestReadLimitations.
 	short := slices.DeleteFunc(slices.Clone(files), func(f metadata.File) bool { return len(f.Path) > 100 })
 	for _, img := range []string{genisoimage(t, short, false), genisoimage(t, short, true)} {
 		tree, label, err := configdrive.Read(img)
@@ -489,12 +490,16 @@ func TestGenisoimageCompat(t *testing.T) {
 	}
 }
 
-// TestReadLongNameLimitation pins a go-diskfs (v1.9.4) reader limitation:
-// genisoimage splits a Rock Ridge name that does not fit in the directory
-// record (about 147 bytes and up) into several NM entries, and go-diskfs
-// keeps only the first. Config drives never have such names; images built by
-// this package carry one NM entry per name and read back fully.
-func TestReadLongNameLimitation(t *testing.T) {
+// TestReadLimitations pins two go-diskfs (v1.9.4) reader limitations, so
+// that an upgrade fixing them is noticed (then drop them from Read's doc):
+//
+//   - genisoimage splits a Rock Ridge name that does not fit in the directory
+//     record (about 147 bytes and up) into several NM entries, and go-diskfs
+//     keeps only the first. Config drives never have such names; images built
+//     by this package carry one NM entry per name and read back fully.
+//   - Joliet without Rock Ridge (genisoimage -J without -r; Nova always
+//     passes -r) fails below the first directory level.
+func TestReadLimitations(t *testing.T) {
 	long := strings.Repeat("n", 200)
 	files := []metadata.File{{Path: "d/" + long, Data: []byte("x")}}
 	tree, _, err := configdrive.Read(genisoimage(t, files, false))
@@ -502,11 +507,21 @@ func TestReadLongNameLimitation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok := tree.Files["d/"+long]; ok {
-		t.Errorf("go-diskfs now reads continued Rock Ridge NM entries: drop this test and the note in Read's doc")
-		return
+		t.Errorf("go-diskfs now reads continued Rock Ridge NM entries")
 	}
 	for p := range tree.Files {
 		t.Logf("200-byte name read as %d bytes (known go-diskfs limitation)", len(p)-2)
+	}
+
+	bin := testenv.LookPath(t, "genisoimage")
+	src := filepath.Join(t.TempDir(), "tree")
+	writeTree(t, src, configdrive.SampleFiles())
+	img := filepath.Join(t.TempDir(), "joliet.iso")
+	run(t, bin, "-o", img, "-quiet", "-J", "-V", "config-2", src)
+	if _, _, err := configdrive.Read(img); err == nil {
+		t.Errorf("go-diskfs now reads Joliet-only images")
+	} else {
+		t.Logf("Joliet-only image: %v (known go-diskfs limitation)", err)
 	}
 }
 
@@ -655,10 +670,12 @@ func FuzzRead(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		watchdog := time.AfterFunc(5*time.Second, func() {
+		// A runaway Read (a loop in a corrupt directory structure) would
+		// only stall the fuzzer; crash with stacks so it is reported.
+		watchdog := time.AfterFunc(10*time.Second, func() {
 			buf := make([]byte, 1<<20)
 			n := runtime.Stack(buf, true)
-			panic("SLOW READ\n" + string(buf[:n]))
+			panic("Read has been running for 10s\n" + string(buf[:n]))
 		})
 		tree, _, err := configdrive.Read(p)
 		watchdog.Stop()
@@ -666,6 +683,29 @@ func FuzzRead(f *testing.F) {
 			t.Fatal("nil tree without error")
 		}
 	})
+}
+
+// TestReadRecoversPanic reads a fuzzer-found image on which go-diskfs
+// v1.9.4 panics (slice bounds out of range parsing a directory entry).
+func TestReadRecoversPanic(t *testing.T) {
+	raw, err := os.ReadFile("testdata/fuzz/FuzzRead/28983e081f6616cb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lit := strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[1])
+	data, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lit, "[]byte("), ")"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "corrupt.iso")
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = configdrive.Read(p)
+	if err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("Read = %v, want an error naming %s", err, p)
+	}
+	t.Log(err)
 }
 
 func smallFAT32(f *testing.F, files []metadata.File) []byte {

@@ -31,19 +31,21 @@ var ErrNoFilesystem = errors.New("no ISO 9660 or vfat file system")
 // Read opens an ISO 9660 or vfat image file or block device read-only (never
 // O_EXCL, never mounting it) and returns every regular file in it, keyed by
 // its slash-separated path relative to the root, together with the volume
-// label (NUL/space padding trimmed). ISO names are the Rock Ridge names when
-// the image has Rock Ridge (Joliet names when it has only Joliet).
+// label (NUL/space padding trimmed). ISO names are the Rock Ridge names; an
+// ISO without Rock Ridge is read with its plain ISO 9660 names
+// (OPENSTAC/LATEST/META_DAT.JSO), which is not a usable config drive.
 //
-// Block devices with 512-byte logical sectors (virtio-blk, loop devices),
-// which go-diskfs does not accept for ISO 9660, are read as ISO 9660 with
-// 2048-byte blocks over a read-only file backend.
+// ISO 9660 on block devices with 512-byte logical sectors (virtio-blk, loop
+// devices), which go-diskfs's GetFilesystem refuses, is read with
+// iso9660.Read and 2048-byte blocks over the read-only file backend.
 //
 // go-diskfs can panic on corrupt input; Read recovers and returns an error.
 //
-// Limitation (go-diskfs v1.9.4): a Rock Ridge name split over several NM
+// Limitations (go-diskfs v1.9.4): a Rock Ridge name split over several NM
 // entries, which genisoimage writes for names of about 147 bytes and more, is
-// read as its first part only. Config-drive names are short, and images built
-// by this package store every name in one NM entry.
+// read as its first part only (config-drive names are short, and images built
+// here store every name in one NM entry); an ISO with Joliet but without Rock
+// Ridge fails to read below the first directory level.
 func Read(p string) (tree *metadata.Tree, label string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -56,12 +58,17 @@ func Read(p string) (tree *metadata.Tree, label string, err error) {
 	}
 	defer d.Close()
 
-	fsys, err := d.GetFilesystem(0)
-	if err != nil && !d.DefaultBlocks && d.LogicalBlocksize != isoBlock {
-		// A block device whose sector size is not an ISO block size: 512
-		// (virtio-blk, loop) is refused by iso9660.Read. /dev/sr0 reports
-		// 2048 and works directly (go-diskfs issues #104/#107).
+	var fsys filesystem.FileSystem
+	if !d.DefaultBlocks && d.LogicalBlocksize != isoBlock && hasISOVolume(d.Backend) {
+		// A block device whose sectors are not 2048 bytes holding an ISO:
+		// GetFilesystem would call iso9660.Read with the device's physical
+		// block size, which fails for 512 (virtio-blk, loop: "unknown
+		// filesystem type") and misreads the volume for 4096. ISO 9660
+		// blocks are 2048 bytes whatever the device; /dev/sr0 reports 2048
+		// and takes the ordinary path (go-diskfs issues #104/#107).
 		fsys, err = readISO2048(d.Backend, d.Size)
+	} else {
+		fsys, err = d.GetFilesystem(0)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("configdrive: %s: %w (%v)", p, ErrNoFilesystem, err)
@@ -77,6 +84,13 @@ func Read(p string) (tree *metadata.Tree, label string, err error) {
 		return nil, "", fmt.Errorf("configdrive: read %s: %w", p, err)
 	}
 	return tree, strings.TrimRight(fsys.Label(), " \x00"), nil
+}
+
+// hasISOVolume reports whether r has an ISO 9660 primary volume descriptor
+// at block 16.
+func hasISOVolume(r io.ReaderAt) bool {
+	_, err := isoVolumeSize(r)
+	return err == nil
 }
 
 // readISO2048 reads an ISO 9660 file system with 2048-byte blocks from b,
