@@ -31,6 +31,10 @@ type Error struct {
 type Violation struct {
 	Pointer string
 	Message string
+	// Value is the offending scalar at Pointer (string, json.Number,
+	// bool), or nil when the pointer names an object, an array or a
+	// missing value.
+	Value any
 }
 
 // Error lists the violations, each as "pointer: message"; the document
@@ -64,6 +68,13 @@ func displayPointer(p string) string {
 // messages that name the offending value where that helps.
 func violations(ve *jsonschema.ValidationError, doc any) []Violation {
 	out := collect(ve, doc, nil)
+	for i := range out {
+		switch v := lookup(doc, out[i].Pointer).(type) {
+		case map[string]any, []any:
+		default:
+			out[i].Value = v
+		}
+	}
 	slices.SortFunc(out, func(a, b Violation) int {
 		if c := comparePointers(a.Pointer, b.Pointer); c != 0 {
 			return c

@@ -187,9 +187,9 @@ func TestErrorMessages(t *testing.T) {
 		t.Fatalf("got %v, want *schema.Error", err)
 	}
 	want := []schema.Violation{
-		{Pointer: "/devices/0/address", Message: `"0000:00:02" does not match pattern ^(?:none|[a-f0-9]{4}:[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9])$`},
-		{Pointer: "/devices/1", Message: `missing property "mac"`},
-		{Pointer: "/devices/2/x~0y~1z", Message: "property not allowed"},
+		{Pointer: "/devices/0/address", Message: `"0000:00:02" does not match pattern ^(?:none|[a-f0-9]{4}:[a-f0-9]{2}:[a-f0-9]{2}\.[a-f0-9])$`, Value: "0000:00:02"},
+		{Pointer: "/devices/1", Message: `missing property "mac"`}, // an object: no value
+		{Pointer: "/devices/2/x~0y~1z", Message: "property not allowed", Value: json.Number("1")},
 	}
 	if len(se.Violations) != len(want) {
 		t.Fatalf("violations = %#v, want %#v", se.Violations, want)

@@ -36,7 +36,7 @@ func ParseSpec(data []byte) (*Instance, error) {
 	if err := schema.ValidateJSON(schema.InstanceSpec, js); err != nil {
 		var se *schema.Error
 		if errors.As(err, &se) {
-			return nil, specErrorFromSchema(se, js)
+			return nil, specErrorFromSchema(se)
 		}
 		return nil, fmt.Errorf("validate spec: %w", err)
 	}
@@ -56,17 +56,11 @@ func ParseSpec(data []byte) (*Instance, error) {
 }
 
 // specErrorFromSchema turns schema violations (JSON pointers) into field
-// errors with the offending value looked up in the document.
-func specErrorFromSchema(se *schema.Error, js []byte) *SpecError {
-	var doc any
-	_ = json.Unmarshal(js, &doc)
+// errors.
+func specErrorFromSchema(se *schema.Error) *SpecError {
 	out := &SpecError{}
 	for _, v := range se.Violations {
-		out.Errors = append(out.Errors, FieldError{
-			Field: pointerToField(v.Pointer),
-			Value: lookupPointer(doc, v.Pointer),
-			Rule:  v.Message,
-		})
+		out.Errors = append(out.Errors, FieldError{Field: pointerToField(v.Pointer), Value: v.Value, Rule: v.Message})
 	}
 	return out
 }
@@ -89,33 +83,4 @@ func pointerToField(ptr string) string {
 		b.WriteString(tok)
 	}
 	return b.String()
-}
-
-// lookupPointer returns the scalar at ptr, or nil for containers and
-// missing values (a field error then names only the field).
-func lookupPointer(doc any, ptr string) any {
-	if ptr == "" {
-		return nil
-	}
-	cur := doc
-	for _, tok := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
-		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[tok]
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(c) {
-				return nil
-			}
-			cur = c[i]
-		default:
-			return nil
-		}
-	}
-	switch cur.(type) {
-	case map[string]any, []any:
-		return nil
-	}
-	return cur
 }

@@ -55,7 +55,7 @@ func StartRedisServer(t testing.TB, extraArgs ...string) *RedisServer {
 	// A free port can be taken by someone else before redis-server binds
 	// it; try a few.
 	for range 5 {
-		if r.port, err = freePort(); err != nil {
+		if r.port, err = FreePort(); err != nil {
 			break
 		}
 		if err = r.start(); err == nil {
@@ -178,8 +178,8 @@ func ping(addr string) error {
 	return nil
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // hostctlBin is the hostctl binary TestMain builds from this checkout.
@@ -194,7 +196,7 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 }
 
 func (d *daemon) start() error {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
@@ -310,16 +312,6 @@ func writeSpec(t testing.TB, spec string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // httpResult is one metadata service response.
