@@ -10,13 +10,15 @@
 //   - ISO9660 (the default): ISO 9660 with Rock Ridge, volume identifier
 //     "config-2", the equivalent of Nova's
 //     "genisoimage -ldots -allow-lowercase -allow-multidot -l -r -J -V config-2"
-//     without Joliet (see buildISO for why).
-//   - VFAT: a FAT32 file system labelled "config-2".
+//     without Joliet (see newISO), written by our own in-memory writer
+//     (internal/isowriter).
+//   - VFAT: a FAT32 file system labelled "config-2", written with
+//     github.com/diskfs/go-diskfs.
 //
-// Images are built in-process with github.com/diskfs/go-diskfs: no
-// genisoimage/mkfs binary, no loop mounts, no root. Build writes a file
-// atomically; WriteISO streams an ISO to a writer; Read opens an image file or
-// a block device read-only (it never mounts) and returns its files.
+// Images are built in-process: no genisoimage/mkfs binary, no loop mounts, no
+// root, no temporary directories. Build writes a file atomically; WriteISO
+// streams an ISO to a writer; Read opens an image file or a block device
+// read-only (it never mounts; go-diskfs) and returns its files.
 package configdrive
 
 import (
@@ -27,8 +29,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/vmeta/vmeta/configdrive/internal/isowriter"
 	"github.com/vmeta/vmeta/internal/metadata"
 )
 
@@ -101,18 +105,22 @@ func checkIdentifier(what, s string, max int) error {
 
 // Limits on what Build accepts. Nova's drives are three levels deep; ISO 9660
 // allows 8 directory levels before Rock Ridge relocation (RE/CL entries),
-// which we neither need nor want to depend on in go-diskfs or in guests.
+// which we neither need nor want to depend on in readers or in guests.
 const (
-	maxDepth    = 8   // path components, file name included
-	maxNameLen  = 255 // Rock Ridge NM and FAT long names
-	maxFileSize = 1<<32 - 1
+	maxDepth       = isowriter.MaxDepth   // path components, file name included
+	maxNameLenISO  = isowriter.MaxNameLen // 250: one Rock Ridge NM entry
+	maxNameLenVFAT = 255                  // FAT long names
+	maxFileSize    = isowriter.MaxFileSize
 )
 
-// buildSlots bounds concurrent builds. Each build holds a full copy of its
-// content in a temporary workspace (go-diskfs writes ISO content to real files
-// before Finalize) plus the image itself; unbounded parallel VM starts filled
-// /tmp (a tmpfs) in Incus (lxc/incus#3191, fixed there with a global mutex).
-// Four in flight keeps the worst case small while still overlapping I/O.
+// buildSlots bounds concurrent builds. ISO images are laid out in memory (the
+// metadata blocks; file data is streamed from the caller's slices) and vfat
+// images are written through go-diskfs; neither needs temporary directories
+// any more (unbounded parallel VM starts filled /tmp, a tmpfs, in Incus:
+// lxc/incus#3191). The bound is kept for memory and for the disk: a burst of
+// VM starts then makes at most four images and fsyncs at a time, while
+// still overlapping I/O. WriteISO holds a slot only while laying out, not
+// while a possibly slow writer drains the image.
 var buildSlots = make(chan struct{}, 4)
 
 func acquire() func() {
@@ -128,8 +136,7 @@ func acquire() func() {
 // directory sync fails: the new image is then in place, but Build still
 // reports the error). The file is created with mode 0600 (drives carry user
 // data and possibly an admin password); the caller grants the hypervisor
-// access. The go-diskfs workspace, a second copy of the content, lives in
-// os.TempDir ($TMPDIR; a tmpfs there makes builds several times faster).
+// access.
 func Build(path string, files []metadata.File, opts Options) (err error) {
 	opts, err = opts.withDefaults()
 	if err != nil {
@@ -139,6 +146,12 @@ func Build(path string, files []metadata.File, opts Options) (err error) {
 		return err
 	}
 	defer acquire()()
+	var iso *isowriter.Image
+	if opts.Format == ISO9660 {
+		if iso, err = newISO(files, opts, time.Time{}); err != nil {
+			return err
+		}
+	}
 
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -163,7 +176,9 @@ func Build(path string, files []metadata.File, opts Options) (err error) {
 	case VFAT:
 		err = buildVFAT(tmp, files, opts)
 	default:
-		_, err = buildISO(tmp, files, opts)
+		if _, err = iso.WriteTo(tmp); err != nil {
+			err = fmt.Errorf("configdrive: write %s: %w", tmpName, err)
+		}
 	}
 	if err != nil {
 		return err
@@ -197,8 +212,9 @@ func syncDir(dir string) error {
 }
 
 // WriteISO builds an ISO 9660 image of files (opts.Format must be empty or
-// ISO9660) in a private temporary directory and copies it to w, e.g. an HTTP
-// response streaming a drive. It returns the number of bytes written to w.
+// ISO9660) in memory and streams it to w, e.g. an HTTP response serving a
+// drive. It returns the number of bytes written to w; the image is the same
+// as Build's, byte for byte apart from the recording times.
 func WriteISO(w io.Writer, files []metadata.File, opts Options) (int64, error) {
 	if opts.Format != "" && opts.Format != ISO9660 {
 		return 0, fmt.Errorf("configdrive: WriteISO writes ISO 9660 only, not %q", opts.Format)
@@ -211,26 +227,12 @@ func WriteISO(w io.Writer, files []metadata.File, opts Options) (int64, error) {
 		return 0, err
 	}
 	release := acquire()
-	defer release()
-
-	tmpDir, err := os.MkdirTemp("", "vmeta-configdrive-*")
-	if err != nil {
-		return 0, fmt.Errorf("configdrive: %w", err)
-	}
-	defer os.RemoveAll(tmpDir)
-	f, err := os.Create(filepath.Join(tmpDir, "drive.iso"))
-	if err != nil {
-		return 0, fmt.Errorf("configdrive: %w", err)
-	}
-	defer f.Close()
-	size, err := buildISO(f, files, opts)
+	iso, err := newISO(files, opts, time.Time{})
+	release()
 	if err != nil {
 		return 0, err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, fmt.Errorf("configdrive: %w", err)
-	}
-	n, err := io.CopyN(w, f, size)
+	n, err := iso.WriteTo(w)
 	if err != nil {
 		return n, fmt.Errorf("configdrive: write image: %w", err)
 	}
@@ -239,7 +241,8 @@ func WriteISO(w io.Writer, files []metadata.File, opts Options) (int64, error) {
 
 // validateFiles checks every path: relative, clean, no "." or ".." or empty
 // components, no duplicates, no file that is also used as a directory, no
-// names that the formats or go-diskfs would alter. Errors name the path.
+// names that the formats or our reader (go-diskfs) would alter. Errors name
+// the path.
 func validateFiles(files []metadata.File, format Format) error {
 	if len(files) == 0 {
 		return errors.New("configdrive: no files")
@@ -306,8 +309,12 @@ func checkName(c string, format Format) string {
 		return "empty component"
 	case c == "." || c == "..":
 		return fmt.Sprintf("%q component", c)
-	case len(c) > maxNameLen:
-		return fmt.Sprintf("component longer than %d bytes", maxNameLen)
+	case format != VFAT && len(c) > maxNameLenISO:
+		// One Rock Ridge NM entry: go-diskfs v1.9.4 reads a name split
+		// over several entries as its first part only.
+		return fmt.Sprintf("component longer than %d bytes (ISO 9660 Rock Ridge name limit)", maxNameLenISO)
+	case len(c) > maxNameLenVFAT:
+		return fmt.Sprintf("component longer than %d bytes", maxNameLenVFAT)
 	case strings.HasPrefix(c, ".") || strings.HasSuffix(c, "."):
 		// go-diskfs's ISO reader strips a leading and trailing "." from
 		// file names, and FAT drops trailing dots: such names would not

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -29,8 +30,8 @@ import (
 
 // edgeFiles adds files that exercise the corners of both formats to the
 // realistic sample: an empty file, exact block multiples, a multi-block
-// blob, a long name (Rock Ridge continuation area, several FAT long-name
-// slots) and a deeper directory.
+// blob, long names (Rock Ridge continuation area, several FAT long-name
+// slots; the longest name an ISO drive accepts) and a deeper directory.
 func edgeFiles() []metadata.File {
 	rng := rand.New(rand.NewPCG(3, 4))
 	blob := make([]byte, 70000)
@@ -44,6 +45,7 @@ func edgeFiles() []metadata.File {
 		metadata.File{Path: "openstack/content/0003", Data: bytes.Repeat([]byte("x"), 2048)},
 		metadata.File{Path: "openstack/content/0004", Data: bytes.Repeat([]byte("y"), 512)},
 		metadata.File{Path: "openstack/content/" + long, Data: []byte("long name")},
+		metadata.File{Path: "openstack/content/" + strings.Repeat("L", 250), Data: []byte("longest name")},
 		metadata.File{Path: "deep/a/b/c/d/e/f/g", Data: []byte("seven directories down")},
 	)
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
@@ -120,7 +122,9 @@ func normalise(files []metadata.File) []metadata.File {
 	return out
 }
 
-func TestISOIsTrimmedToVolumeSize(t *testing.T) {
+// TestISOSizeIsVolumeSize: the image ends exactly at the volume space size
+// recorded in the primary volume descriptor (no preallocated tail).
+func TestISOSizeIsVolumeSize(t *testing.T) {
 	p := build(t, configdrive.SampleFiles(), configdrive.Options{})
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -226,6 +230,8 @@ func TestBadInput(t *testing.T) {
 		{"hidden", []metadata.File{{Path: "openstack/.hidden"}}, "", "openstack/.hidden"},
 		{"nul", []metadata.File{{Path: "a\x00b"}}, "", `a\x00b`},
 		{"too long", []metadata.File{{Path: strings.Repeat("n", 256)}}, "", strings.Repeat("n", 256)},
+		{"too long for iso", []metadata.File{{Path: "d/" + strings.Repeat("n", 251)}}, "", strings.Repeat("n", 251)},
+		{"too long for vfat", []metadata.File{{Path: strings.Repeat("n", 256)}}, configdrive.VFAT, strings.Repeat("n", 256)},
 		{"too deep", []metadata.File{{Path: "1/2/3/4/5/6/7/8/9"}}, "", "1/2/3/4/5/6/7/8/9"},
 		{"fat case clash", []metadata.File{{Path: "a/B"}, {Path: "a/b"}}, configdrive.VFAT, "a/b"},
 		{"fat character", []metadata.File{{Path: "a:b"}}, configdrive.VFAT, "a:b"},
@@ -250,6 +256,24 @@ func TestBadInput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNameLimits: ISO names are limited to 250 bytes (one Rock Ridge NM
+// entry, which our reader reads whole), vfat names to 255.
+func TestNameLimits(t *testing.T) {
+	for _, n := range []int{251, 255} {
+		files := []metadata.File{{Path: "d/" + strings.Repeat("v", n), Data: []byte("x")}}
+		p := build(t, files, configdrive.Options{Format: configdrive.VFAT})
+		tree, _, err := configdrive.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, tree.Files, files)
+		err = configdrive.Build(filepath.Join(t.TempDir(), "x"), files, configdrive.Options{})
+		if err == nil || !strings.Contains(err.Error(), "250") {
+			t.Errorf("ISO Build of a %d-byte name: %v, want an error naming the 250-byte limit", n, err)
+		}
 	}
 }
 
@@ -538,6 +562,93 @@ func TestBlkid(t *testing.T) {
 	}
 }
 
+// TestISOTools: isoinfo and xorriso (libisofs) read our volume descriptor
+// and Rock Ridge signatures without complaint.
+func TestISOTools(t *testing.T) {
+	isoinfo := testenv.LookPath(t, "isoinfo")
+	xorriso := testenv.LookPath(t, "xorriso")
+	p := build(t, edgeFiles(), configdrive.Options{})
+
+	cmd := exec.Command(isoinfo, "-d", "-i", p)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || stderr.Len() > 0 {
+		t.Fatalf("isoinfo -d: %v\n%s%s", err, out, stderr.Bytes())
+	}
+	info := strings.Split(string(out), "\n")
+	for _, want := range []string{"Volume id: config-2", "Publisher id: vmeta", "System id: LINUX",
+		"Logical block size is: 2048", "NO Joliet present", "Rock Ridge signatures version 1 found"} {
+		if !slices.Contains(info, want) {
+			t.Errorf("isoinfo -d lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, err = exec.Command(xorriso, "-report_about", "WARNING", "-abort_on", "WARNING",
+		"-indev", p, "-pvd_info", "-find", "/", "-exec", "report_damage").CombinedOutput()
+	if err != nil {
+		t.Fatalf("xorriso: %v\n%s", err, out)
+	}
+	for _, bad := range []string{"WARNING", "SORRY", "FAILURE", "FATAL", "damage"} {
+		if bytes.Contains(out, []byte(bad)) {
+			t.Errorf("xorriso reports %s:\n%s", bad, out)
+		}
+	}
+	if !bytes.Contains(out, []byte("Volume Id    : config-2\n")) {
+		t.Errorf("xorriso -pvd_info lacks the volume id:\n%s", out)
+	}
+}
+
+// TestBigDirectoryAndDeepTree: a directory spanning several blocks (200
+// files) and a tree eight levels deep with files at every level, compared
+// with genisoimage's image of the same tree and read back by every reader.
+func TestBigDirectoryAndDeepTree(t *testing.T) {
+	isoinfo := testenv.LookPath(t, "isoinfo")
+	xorriso := testenv.LookPath(t, "xorriso")
+	var files []metadata.File
+	for i := range 200 {
+		files = append(files, metadata.File{Path: fmt.Sprintf("openstack/content/file-%04d.json", i), Data: []byte(strconv.Itoa(i))})
+	}
+	dir := ""
+	for i := range 7 {
+		files = append(files, metadata.File{Path: dir + "f" + strconv.Itoa(i), Data: []byte(dir)})
+		dir += fmt.Sprintf("level-%d.d/", i+1)
+	}
+	files = append(files, metadata.File{Path: dir + "deepest", Data: []byte("eight levels down")})
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+
+	ours := build(t, files, configdrive.Options{})
+	theirs := genisoimage(t, files, false)
+	got := lines(run(t, isoinfo, "-R", "-f", "-i", ours))
+	want := lines(run(t, isoinfo, "-R", "-f", "-i", theirs))
+	if !slices.Equal(got, want) {
+		t.Errorf("isoinfo -R -f differs:\nours:   %q\ntheirs: %q", got, want)
+	}
+	// The directory really spans several blocks: its "." entry's size.
+	listing := string(run(t, isoinfo, "-R", "-l", "-i", ours))
+	_, after, _ := strings.Cut(listing, "Directory listing of /openstack/content/\n")
+	dot, _, _ := strings.Cut(after, "\n")
+	if f := strings.Fields(dot); len(f) < 5 || f[4] == "2048" {
+		t.Errorf("/openstack/content is not several blocks: %q", dot)
+	}
+	for _, p := range []string{"openstack/content/file-0000.json", "openstack/content/file-0199.json", dir + "deepest"} {
+		if b := run(t, isoinfo, "-R", "-i", ours, "-x", "/"+p); !bytes.Equal(b, treeOf(files)[p]) {
+			t.Errorf("isoinfo -x /%s: %q", p, b)
+		}
+	}
+	dst := filepath.Join(t.TempDir(), "x")
+	run(t, xorriso, "-abort_on", "WARNING", "-osirrox", "on", "-indev", ours, "-extract", "/", dst)
+	sameTree(t, readDirTree(t, dst), files)
+	tree, label, err := configdrive.Read(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if label != "config-2" {
+		t.Errorf("label %q", label)
+	}
+	sameTree(t, tree.Files, files)
+}
+
 // TestXorrisoExtract unpacks our ISO with xorriso (libisofs, an independent
 // Rock Ridge reader) and compares the result with the input.
 func TestXorrisoExtract(t *testing.T) {
@@ -761,6 +872,20 @@ func benchmarkBuild(b *testing.B, format configdrive.Format) {
 
 func BenchmarkBuildISO(b *testing.B)  { benchmarkBuild(b, configdrive.ISO9660) }
 func BenchmarkBuildVFAT(b *testing.B) { benchmarkBuild(b, configdrive.VFAT) }
+
+// BenchmarkWriteISO is the in-memory build alone: validation, layout and
+// streaming the image to io.Discard, no file system.
+func BenchmarkWriteISO(b *testing.B) {
+	files := configdrive.SampleFiles()
+	var n int64
+	for b.Loop() {
+		var err error
+		if n, err = configdrive.WriteISO(io.Discard, files, configdrive.Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "image-bytes")
+}
 
 func BenchmarkRead(b *testing.B) {
 	p := build(b, configdrive.SampleFiles(), configdrive.Options{})

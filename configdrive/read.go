@@ -44,8 +44,10 @@ var ErrNoFilesystem = errors.New("no ISO 9660 or vfat file system")
 // Limitations (go-diskfs v1.9.4): a Rock Ridge name split over several NM
 // entries, which genisoimage writes for names of about 147 bytes and more, is
 // read as its first part only (config-drive names are short, and images built
-// here store every name in one NM entry); an ISO with Joliet but without Rock
-// Ridge fails to read below the first directory level.
+// here store every name, at most 250 bytes, in one NM entry, moved whole to a
+// continuation area when it does not fit in the directory record); an ISO
+// with Joliet but without Rock Ridge fails to read below the first directory
+// level.
 func Read(p string) (tree *metadata.Tree, label string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
