@@ -6,10 +6,17 @@
 //	GET    /v1/instances/{name}               show
 //	DELETE /v1/instances/{name}               delete
 //	GET    /v1/instances/{name}/configdrive   a config drive image (?format=iso9660|vfat)
+//	GET    /v1/whoami                         the caller's principal
+//
+// On the unix socket every caller is an administrator. On the optional TCP
+// listener callers authenticate with "Authorization: Bearer <token>"
+// (TokenAuth): admins see everything, members only their project's
+// instances — to a member, another project's instance does not exist.
 //
 // Errors are {"error": "...", "fields": [{"field","value","rule"}]} with
-// 400 for an invalid spec, 404 for an unknown instance, 409 for a
-// conflict; the mapping lives in one place, statusOf.
+// 400 for an invalid spec, 401 without a valid token, 403 outside the
+// caller's project, 404 for an unknown instance, 409 for a conflict; the
+// mapping lives in one place, statusOf.
 package api
 
 import (
@@ -30,7 +37,7 @@ import (
 
 // Controller is what the API needs from hostctl's controller.
 type Controller interface {
-	Apply(ctx context.Context, spec []byte) (*controller.Instance, error)
+	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
 	Get(ctx context.Context, name string) (*controller.Instance, error)
 	List(ctx context.Context) ([]*controller.Instance, error)
 	Delete(ctx context.Context, name string) error
@@ -59,8 +66,15 @@ func (e *Error) StatusCode() int { return e.status }
 // maxSpecBody bounds a request body (specs are at most model.MaxSpecSize).
 const maxSpecBody = model.MaxSpecSize + 1
 
-// Handler returns the admin API handler.
+// Handler returns the admin API handler for the unix socket, where every
+// caller is LocalAdmin.
 func Handler(c Controller, log *slog.Logger) http.Handler {
+	return NewHandler(c, log, localAuth{})
+}
+
+// NewHandler returns the admin API handler, authenticating every request
+// with auth (a *TokenAuth on a TCP listener).
+func NewHandler(c Controller, log *slog.Logger, auth Authenticator) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -74,7 +88,18 @@ func Handler(c Controller, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	return mux
+	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, principalFrom(r.Context()))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := auth.Authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hostctl"`)
+			h.fail(w, r, &Error{Message: err.Error(), status: http.StatusUnauthorized})
+			return
+		}
+		mux.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
+	})
 }
 
 type handler struct {
@@ -88,7 +113,27 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, insts)
+	p := principalFrom(r.Context())
+	visible := make([]*controller.Instance, 0, len(insts))
+	for _, in := range insts {
+		if p.sees(in.Spec.ProjectID) {
+			visible = append(visible, in)
+		}
+	}
+	writeJSON(w, http.StatusOK, visible)
+}
+
+// visible returns the named instance if the caller may see it; to a member,
+// another project's instance does not exist.
+func (h *handler) visible(r *http.Request, name string) (*controller.Instance, error) {
+	inst, err := h.c.Get(r.Context(), name)
+	if err != nil {
+		return nil, err
+	}
+	if !principalFrom(r.Context()).sees(inst.Spec.ProjectID) {
+		return nil, fmt.Errorf("instance %s: %w", name, store.ErrNotFound)
+	}
+	return inst, nil
 }
 
 func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +142,30 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &Error{Message: fmt.Sprintf("read spec: %v", err), status: http.StatusRequestEntityTooLarge})
 		return
 	}
-	inst, err := h.c.Apply(r.Context(), body)
+	in, err := model.ParseSpec(body)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if p := principalFrom(r.Context()); p.Role != RoleAdmin {
+		// A member applies only within its project; an omitted project_id
+		// means its own.
+		switch {
+		case p.Role != RoleMember:
+			h.fail(w, r, &Error{Message: "not allowed", status: http.StatusForbidden})
+			return
+		case in.ProjectID == "":
+			in.ProjectID = p.Project
+		case in.ProjectID != p.Project:
+			h.fail(w, r, &Error{Message: fmt.Sprintf("project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project), status: http.StatusForbidden})
+			return
+		}
+		if old, err := h.c.Get(r.Context(), in.Name); err == nil && !p.sees(old.Spec.ProjectID) {
+			h.fail(w, r, &Error{Message: fmt.Sprintf("name: %q: already in use", in.Name), status: http.StatusConflict})
+			return
+		}
+	}
+	inst, err := h.c.ApplyInstance(r.Context(), in)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -106,7 +174,7 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {
-	inst, err := h.c.Get(r.Context(), r.PathValue("name"))
+	inst, err := h.visible(r, r.PathValue("name"))
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -115,6 +183,10 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
+	if _, err := h.visible(r, r.PathValue("name")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if err := h.c.Delete(r.Context(), r.PathValue("name")); err != nil {
 		h.fail(w, r, err)
 		return
@@ -130,6 +202,10 @@ func (h *handler) configDrive(w http.ResponseWriter, r *http.Request) {
 	case configdrive.ISO9660, configdrive.VFAT:
 	default:
 		h.fail(w, r, &Error{Message: fmt.Sprintf("format %q: must be iso9660 or vfat", format), status: http.StatusBadRequest})
+		return
+	}
+	if _, err := h.visible(r, r.PathValue("name")); err != nil {
+		h.fail(w, r, err)
 		return
 	}
 	// Build into a buffer first so that an error is still a clean JSON

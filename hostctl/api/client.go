@@ -9,14 +9,22 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // Client talks to a hostctl daemon's admin API.
 type Client struct {
-	http *http.Client
-	base string
+	http  *http.Client
+	base  string
+	token string
+}
+
+// NewTCPClient returns a client for the admin API's TCP listener at base
+// (e.g. "http://10.0.0.2:8700"), authenticating with a bearer token.
+func NewTCPClient(base, token string) *Client {
+	return &Client{http: &http.Client{}, base: strings.TrimRight(base, "/"), token: token}
 }
 
 // NewUnixClient returns a client for the admin API on a unix socket.
@@ -53,6 +61,12 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(name), nil, nil)
 }
 
+// WhoAmI returns the principal the daemon sees for this client.
+func (c *Client) WhoAmI(ctx context.Context) (Principal, error) {
+	var out Principal
+	return out, c.do(ctx, http.MethodGet, "/v1/whoami", nil, &out)
+}
+
 // ConfigDrive returns a config drive image of an instance.
 func (c *Client) ConfigDrive(ctx context.Context, name, format string) ([]byte, error) {
 	var out []byte
@@ -64,6 +78,9 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ou
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,8 +47,12 @@ Usage:
   hostctl instance show NAME                     show one instance
   hostctl instance delete NAME                   delete an instance
   hostctl configdrive build NAME -o FILE         write an instance's config drive
+  hostctl token new --name N --role admin|member [--project P]
+                                                 make an admin API token
 
 Client flags: --socket PATH (default $VMETA_SOCKET or /run/vmeta/hostctl.sock),
+              --api URL (the daemon's TCP admin listener; default $VMETA_API)
+                with the bearer token in $VMETA_TOKEN,
               --output table|json
 Run 'hostctl serve -h' for the daemon's flags.
 `
@@ -100,6 +105,11 @@ func run(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("%w: configdrive needs the subcommand build", errUsage)
 		}
 		return configDriveBuild(ctx, args[2:], env)
+	case "token":
+		if len(args) < 2 || args[1] != "new" {
+			return fmt.Errorf("%w: token needs the subcommand new", errUsage)
+		}
+		return tokenNew(args[2:], env)
 	case "help", "-h", "--help":
 		fmt.Fprint(env.Stdout, usage)
 		return nil
@@ -134,6 +144,7 @@ func quote(v any) string {
 // clientFlags are the flags every client command takes.
 type clientFlags struct {
 	socket string
+	api    string
 	output string
 }
 
@@ -142,6 +153,7 @@ func newClientFlags(name string, env Env) (*flag.FlagSet, *clientFlags) {
 	fs.SetOutput(env.Stderr)
 	cf := &clientFlags{}
 	fs.StringVar(&cf.socket, "socket", DefaultSocket(), "admin API socket of the hostctl daemon")
+	fs.StringVar(&cf.api, "api", os.Getenv("VMETA_API"), "URL of the daemon's TCP admin listener (token in $VMETA_TOKEN); overrides --socket")
 	fs.StringVar(&cf.output, "output", "table", "output format: table or json")
 	return fs, cf
 }
@@ -152,7 +164,38 @@ func (cf *clientFlags) client() (*api.Client, error) {
 	default:
 		return nil, fmt.Errorf("%w: --output %q: must be table or json", errUsage, cf.output)
 	}
+	if cf.api != "" {
+		tok := os.Getenv("VMETA_TOKEN")
+		if tok == "" {
+			return nil, fmt.Errorf("%w: --api needs a bearer token in $VMETA_TOKEN", errUsage)
+		}
+		return api.NewTCPClient(cf.api, tok), nil
+	}
 	return api.NewUnixClient(cf.socket), nil
+}
+
+// tokenNew prints a fresh admin API token and the line to add to the
+// daemon's tokens file (which keeps only the token's hash).
+func tokenNew(args []string, env Env) error {
+	fs := flag.NewFlagSet("token new", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	name := fs.String("name", "", "who the token is for")
+	role := fs.String("role", api.RoleMember, "admin or member")
+	project := fs.String("project", "", "the project a member token is scoped to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tok, entry, err := api.NewToken(*name, *role, *project)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(entry)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "token (shown once; give it to %s): %s\n", *name, tok)
+	fmt.Fprintf(env.Stdout, "add to the tokens file (a JSON list) of `hostctl serve --admin-tokens-file`:\n  %s\n", b)
+	return nil
 }
 
 // parseInterspersed parses flags that may follow positional arguments
