@@ -1,0 +1,167 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/store/bolt"
+)
+
+// tcpAPI serves the admin API with token auth over real HTTP and returns a
+// client per role: an admin, a member of project a, a member of project b.
+func tcpAPI(t *testing.T) (admin, memberA, memberB *api.Client, base string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.DiscardHandler)
+	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log})
+	var entries []api.TokenEntry
+	var toks []string
+	for _, p := range []struct{ name, role, project string }{{"root", api.RoleAdmin, ""}, {"alice", api.RoleMember, "a"}, {"bob", api.RoleMember, "b"}} {
+		tok, e, err := api.NewToken(p.name, p.role, p.project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
+		toks = append(toks, tok)
+	}
+	auth, err := api.NewTokenAuth(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.NewHandler(ctl, log, auth))
+	t.Cleanup(srv.Close)
+	return api.NewTCPClient(srv.URL, toks[0]), api.NewTCPClient(srv.URL, toks[1]), api.NewTCPClient(srv.URL, toks[2]), srv.URL
+}
+
+func status(err error) int {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.StatusCode()
+	}
+	return 0
+}
+
+func TestRolesAndProjects(t *testing.T) {
+	ctx := context.Background()
+	admin, alice, bob, base := tcpAPI(t)
+
+	// A member's instance lands in its project when the spec names none.
+	inst, err := alice.Apply(ctx, []byte("name: a-1\naddresses: [10.9.0.1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Spec.ProjectID != "a" {
+		t.Fatalf("project = %q, want a", inst.Spec.ProjectID)
+	}
+	if _, err := bob.Apply(ctx, []byte("name: b-1\nproject_id: b\naddresses: [10.9.0.2]\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Apply(ctx, []byte("name: ops-1\nproject_id: ops\n")); err != nil {
+		t.Fatal(err)
+	}
+
+	names := func(c *api.Client) string {
+		list, err := c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns []string
+		for _, in := range list {
+			ns = append(ns, in.Spec.Name)
+		}
+		return strings.Join(ns, ",")
+	}
+	if got := names(admin); got != "a-1,b-1,ops-1" {
+		t.Errorf("admin sees %q", got)
+	}
+	if got := names(alice); got != "a-1" {
+		t.Errorf("alice sees %q", got)
+	}
+	if got := names(bob); got != "b-1" {
+		t.Errorf("bob sees %q", got)
+	}
+
+	refused := []struct {
+		name   string
+		call   func() error
+		status int
+	}{
+		{"member reads another project's instance", func() error { _, err := alice.Get(ctx, "b-1"); return err }, 404},
+		{"member deletes another project's instance", func() error { return alice.Delete(ctx, "b-1") }, 404},
+		{"member fetches another project's drive", func() error { _, err := alice.ConfigDrive(ctx, "b-1", "iso9660"); return err }, 404},
+		{"member applies into another project", func() error {
+			_, err := alice.Apply(ctx, []byte("name: x\nproject_id: b\n"))
+			return err
+		}, 403},
+		{"member overwrites another project's name", func() error {
+			_, err := alice.Apply(ctx, []byte("name: b-1\n"))
+			return err
+		}, 409},
+		{"no token", func() error { _, err := api.NewTCPClient(base, "").List(ctx); return err }, 401},
+		{"unknown token", func() error { _, err := api.NewTCPClient(base, "vmeta_nope").List(ctx); return err }, 401},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := status(tt.call()); got != tt.status {
+				t.Fatalf("status %d, want %d", got, tt.status)
+			}
+		})
+	}
+	// Nothing the refused calls touched changed.
+	if got := names(admin); got != "a-1,b-1,ops-1" {
+		t.Errorf("after refused calls admin sees %q", got)
+	}
+	b1, err := admin.Get(ctx, "b-1")
+	if err != nil || b1.Revision != 1 || b1.Spec.ProjectID != "b" {
+		t.Errorf("b-1 changed: %+v %v", b1, err)
+	}
+	who, err := bob.WhoAmI(ctx)
+	if err != nil || who.Name != "bob" || who.Role != api.RoleMember || who.Project != "b" {
+		t.Errorf("whoami = %+v, %v", who, err)
+	}
+}
+
+func TestTokenEntriesValidated(t *testing.T) {
+	good := strings.Repeat("ab", 32)
+	for name, e := range map[string]api.TokenEntry{
+		"no name":              {Role: api.RoleAdmin, SHA256: good},
+		"bad role":             {Name: "x", Role: "root", SHA256: good},
+		"member w/o project":   {Name: "x", Role: api.RoleMember, SHA256: good},
+		"admin with project":   {Name: "x", Role: api.RoleAdmin, Project: "p", SHA256: good},
+		"plaintext not a hash": {Name: "x", Role: api.RoleAdmin, SHA256: "vmeta_secret"},
+	} {
+		if _, err := api.NewTokenAuth([]api.TokenEntry{e}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestMalformedAuthorization(t *testing.T) {
+	_, e, err := api.NewToken("x", api.RoleAdmin, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, _ := api.NewTokenAuth([]api.TokenEntry{e})
+	for _, h := range [][]string{nil, {"Basic Zm9vOmJhcg=="}, {"Bearer "}, {"Bearer a", "Bearer b"}} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/instances", nil)
+		for _, v := range h {
+			r.Header.Add("Authorization", v)
+		}
+		if _, err := auth.Authenticate(r); err == nil {
+			t.Errorf("Authorization %q accepted", h)
+		}
+	}
+}
