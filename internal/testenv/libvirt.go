@@ -1,0 +1,313 @@
+//go:build unix
+
+package testenv
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+)
+
+// Environment variables that point the libvirt tests at another daemon.
+const (
+	// LibvirtURIEnv overrides the libvirt URI (default qemu:///system).
+	LibvirtURIEnv = "VMETA_LIBVIRT_URI"
+	// LibvirtSocketEnv overrides the libvirtd socket (default
+	// /run/libvirt/libvirt-sock).
+	LibvirtSocketEnv = "VMETA_LIBVIRT_SOCKET"
+)
+
+// DefaultLibvirtSocket is the socket of qemu:///system (test/setup starts
+// libvirtd there).
+const DefaultLibvirtSocket = "/run/libvirt/libvirt-sock"
+
+// libvirtAnswerTimeout bounds the check that libvirtd answers.
+const libvirtAnswerTimeout = 10 * time.Second
+
+// RequireLibvirt returns the URI of a libvirtd that answers a call
+// (qemu:///system over /run/libvirt/libvirt-sock unless VMETA_LIBVIRT_URI /
+// VMETA_LIBVIRT_SOCKET say otherwise; a socket other than the default is
+// passed as ?socket=). Without one the test stops through Require:
+// test/setup starts libvirtd, so under VMETA_REQUIRE_INTEGRATION=1 that is
+// a failure.
+//
+// The test also holds a shared lock until it ends, so a test that restarts
+// libvirtd (RequireLibvirtExclusive) never does so under it, whichever
+// test binary either runs in (go test ./... runs packages in parallel).
+func RequireLibvirt(t testing.TB) (uri string) {
+	t.Helper()
+	return requireLibvirt(t, syscall.LOCK_SH)
+}
+
+// RequireLibvirtExclusive is RequireLibvirt for a test that stops or
+// restarts libvirtd: it waits until no other libvirt test runs, and keeps
+// them waiting until it ends.
+func RequireLibvirtExclusive(t testing.TB) (uri string) {
+	t.Helper()
+	return requireLibvirt(t, syscall.LOCK_EX)
+}
+
+// libvirtLockWait bounds the wait for the libvirt test lock.
+const libvirtLockWait = 10 * time.Minute
+
+func requireLibvirt(t testing.TB, how int) (uri string) {
+	t.Helper()
+	uri = os.Getenv(LibvirtURIEnv)
+	if uri == "" {
+		uri = "qemu:///system"
+	}
+	sock := os.Getenv(LibvirtSocketEnv)
+	if sock == "" {
+		sock = DefaultLibvirtSocket
+	} else {
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", LibvirtURIEnv, uri, err)
+		}
+		q := u.Query()
+		q.Set("socket", sock)
+		u.RawQuery = q.Encode()
+		uri = u.String()
+	}
+	lockLibvirt(t, how)
+	if err := libvirtAnswers(uri, sock); err != nil {
+		Require(t, "libvirtd", fmt.Sprintf("%v (run test/setup as root to start libvirtd and virtlogd)", err))
+		return ""
+	}
+	return uri
+}
+
+// lockLibvirt takes the machine-wide libvirt test lock (flock on a file in
+// the temporary directory) shared or exclusive, and releases it when the
+// test ends.
+func lockLibvirt(t testing.TB, how int) {
+	t.Helper()
+	p := filepath.Join(os.TempDir(), "vmeta-test-libvirtd.lock")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatalf("libvirt test lock: %v", err)
+	}
+	deadline := time.Now().Add(libvirtLockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+			f.Close()
+			t.Fatalf("libvirt test lock %s: %v (waited %s)", p, err, libvirtLockWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
+}
+
+// libvirtAnswers connects over sock and asks for the library version.
+func libvirtAnswers(uri, sock string) error {
+	if _, err := os.Stat(sock); err != nil {
+		return fmt.Errorf("no libvirtd socket: %w", err)
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(sock), dialers.WithLocalTimeout(libvirtAnswerTimeout)))
+		if err := l.ConnectToURI(libvirt.RemoteURI(u)); err != nil {
+			done <- fmt.Errorf("libvirtd at %s does not accept %s: %w", sock, uri, err)
+			return
+		}
+		defer l.Disconnect()
+		if _, err := l.ConnectGetLibVersion(); err != nil {
+			done <- fmt.Errorf("libvirtd at %s does not answer: %w", sock, err)
+			return
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(libvirtAnswerTimeout):
+		return fmt.Errorf("libvirtd at %s did not answer within %s", sock, libvirtAnswerTimeout)
+	}
+}
+
+// UniqueDomainName returns a domain name no other test uses:
+// vmeta-test-<8 hex digits>.
+func UniqueDomainName(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("random domain name: %v", err)
+	}
+	return "vmeta-test-" + hex.EncodeToString(b)
+}
+
+// CleanupDomain registers a cleanup that destroys and undefines the domain
+// name through virsh — independent of the code under test, so it runs
+// whatever state that code left, also after a failure. A domain that does
+// not exist is fine; one that cannot be removed fails the test.
+func CleanupDomain(t testing.TB, uri, name string) {
+	t.Helper()
+	virsh := LookPath(t, "virsh")
+	t.Cleanup(func() {
+		run := func(args ...string) (string, error) {
+			out, err := exec.Command(virsh, append([]string{"-q", "-c", uri}, args...)...).CombinedOutput()
+			return strings.TrimSpace(string(out)), err
+		}
+		if _, err := run("domid", name); err != nil {
+			return // not defined, not running
+		}
+		if state, _ := run("domstate", name); state != "shut off" {
+			if out, err := run("destroy", name); err != nil {
+				t.Errorf("cleanup: virsh destroy %s: %v: %s", name, err, out)
+			}
+		}
+		if out, err := run("undefine", "--managed-save", "--snapshots-metadata", "--nvram", name); err != nil && !strings.Contains(out, "failed to get domain") {
+			t.Errorf("cleanup: virsh undefine %s: %v: %s", name, err, out)
+		}
+	})
+}
+
+// GuestKernelDir is where test/setup unpacks Debian's generic kernel for
+// test guests: vmlinuz, modules/*.ko and modules.order (load order).
+const GuestKernelDir = "/var/cache/vmeta/guest-kernel"
+
+// GuestReady is the line a test guest prints on its serial console once
+// its modules are loaded, before it runs the test's script; GuestDone
+// follows the script, after which the guest powers off.
+const (
+	GuestReady = "vmeta-guest: ready"
+	GuestDone  = "vmeta-guest: done"
+)
+
+// Guest is a Linux guest a test can boot directly (libvirt <os><kernel>):
+// Debian's kernel and an initramfs of busybox-static, the virtio, SCSI,
+// AHCI and virtiofs modules, and an /init that runs a script.
+type Guest struct {
+	Kernel, Initrd string
+	// Cmdline sends the console to the first serial port.
+	Cmdline string
+}
+
+// BuildGuest writes an initramfs into dir whose /init mounts /proc, /sys
+// and /dev, loads the modules, prints GuestReady, runs script (busybox sh,
+// PATH=/bin with every busybox applet), prints GuestDone and powers off.
+// Without the kernel test/setup unpacks, or without busybox, the test
+// stops through Require.
+func BuildGuest(t testing.TB, dir, script string) Guest {
+	t.Helper()
+	kernel := filepath.Join(GuestKernelDir, "vmlinuz")
+	order, err := os.ReadFile(filepath.Join(GuestKernelDir, "modules.order"))
+	if _, kerr := os.Stat(kernel); kerr != nil || err != nil {
+		Require(t, "guest kernel", fmt.Sprintf("%s/vmlinuz and modules.order are missing (test/setup unpacks them)", GuestKernelDir))
+		return Guest{}
+	}
+	busybox := "/bin/busybox"
+	if _, err := os.Stat(busybox); err != nil {
+		Require(t, "busybox", "/bin/busybox is missing (install busybox-static)")
+		return Guest{}
+	}
+	init := "#!/bin/busybox sh\n" +
+		"/bin/busybox --install -s /bin\n" +
+		"export PATH=/bin\n" +
+		"mount -t proc proc /proc\nmount -t sysfs sysfs /sys\nmount -t devtmpfs devtmpfs /dev\n" +
+		"for m in $(cat /modules/order); do insmod /modules/$m.ko 2>/dev/null || echo \"vmeta-guest: insmod $m failed\"; done\n" +
+		"sleep 1\n" + // let the SCSI and ATA scans settle
+		"echo '" + GuestReady + "'\n" +
+		script + "\n" +
+		"echo '" + GuestDone + "'\n" +
+		"poweroff -f\n"
+
+	var w cpioWriter
+	for _, d := range []string{"bin", "dev", "proc", "sys", "mnt", "modules", "tmp"} {
+		w.dir(d)
+	}
+	w.device("dev/console", 5, 1)
+	w.fileFrom(t, "bin/busybox", busybox, 0o755)
+	w.file("init", []byte(init), 0o755)
+	w.file("modules/order", order, 0o644)
+	for _, m := range strings.Fields(string(order)) {
+		w.fileFrom(t, "modules/"+m+".ko", filepath.Join(GuestKernelDir, "modules", m+".ko"), 0o644)
+	}
+	initrd := filepath.Join(dir, "initrd.cpio")
+	if err := os.WriteFile(initrd, w.finish(), 0o644); err != nil {
+		t.Fatalf("write initramfs: %v", err)
+	}
+	return Guest{Kernel: kernel, Initrd: initrd, Cmdline: "console=ttyS0 panic=-1 quiet loglevel=3"}
+}
+
+// cpioWriter writes an initramfs: the "newc" cpio format the kernel
+// unpacks (070701 headers, 4-byte alignment, a TRAILER!!! entry).
+type cpioWriter struct {
+	buf bytes.Buffer
+	ino int
+}
+
+func (w *cpioWriter) entry(name string, mode, rdevMajor, rdevMinor int, data []byte) {
+	w.ino++
+	nlink := 1
+	if mode&0o170000 == 0o040000 {
+		nlink = 2
+	}
+	fmt.Fprintf(&w.buf, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+		w.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdevMajor, rdevMinor, len(name)+1, 0)
+	w.buf.WriteString(name)
+	w.buf.WriteByte(0)
+	w.pad()
+	w.buf.Write(data)
+	w.pad()
+}
+
+func (w *cpioWriter) pad() {
+	for w.buf.Len()%4 != 0 {
+		w.buf.WriteByte(0)
+	}
+}
+
+func (w *cpioWriter) dir(name string) { w.entry(name, 0o040755, 0, 0, nil) }
+func (w *cpioWriter) device(name string, major, minor int) {
+	w.entry(name, 0o020600, major, minor, nil)
+}
+func (w *cpioWriter) file(name string, data []byte, perm int) {
+	w.entry(name, 0o100000|perm, 0, 0, data)
+}
+func (w *cpioWriter) finish() []byte { w.entry("TRAILER!!!", 0, 0, 0, nil); return w.buf.Bytes() }
+func (w *cpioWriter) fileFrom(t testing.TB, name, src string, perm int) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatalf("initramfs: %v", err)
+	}
+	w.file(name, b, perm)
+}
+
+// WaitConsole polls a serial console log until it contains marker, and
+// returns the log. It fails the test after timeout, showing the log.
+func WaitConsole(t testing.TB, logPath, marker string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		b, _ := os.ReadFile(logPath)
+		if bytes.Contains(b, []byte(marker)) {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q on the guest console within %s; console log %s:\n%s", marker, timeout, logPath, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
