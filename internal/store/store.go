@@ -91,5 +91,46 @@ type Store interface {
 	GetSecret(ctx context.Context, instanceUUID, id string) (WrappedSecret, error)
 	DeleteSecret(ctx context.Context, instanceUUID, id string) error
 
+	// SetPassword stores the password a guest posts to the metadata
+	// service (Nova's password endpoint: the guest encrypts it with the
+	// user's public key). It can be set once; a second call returns
+	// ErrConflict and changes nothing. It is deleted with the instance;
+	// for an instance that does not exist it returns ErrNotFound. Any
+	// bytes are kept as given (size limits are the caller's).
+	SetPassword(ctx context.Context, instanceUUID string, password []byte) error
+	// Password returns the stored password, or ErrNotFound when none was
+	// posted (or the instance does not exist).
+	Password(ctx context.Context, instanceUUID string) ([]byte, error)
+
+	// Watch returns a feed of changes to published documents made through
+	// any client of the same store (other processes and hosts included),
+	// until ctx is done; then the channel is closed. Delivery is
+	// at-most-once (Redis pub/sub): a reader must still converge on its
+	// own (compare DocumentVersion) after a gap, which the feed signals by
+	// sending a Change with Resync set. Every change committed after Watch
+	// returns is delivered (or covered by a later Resync); one committed
+	// just before may be delivered too. Changes of one instance arrive in
+	// order. A reader should start watching before it loads what it
+	// caches.
+	Watch(ctx context.Context) (<-chan Change, error)
+
+	// Ping reports whether the backend is reachable.
+	Ping(ctx context.Context) error
+
 	Close() error
+}
+
+// Change says that an instance's published document changed.
+type Change struct {
+	// UUID of the instance; empty when Resync is set.
+	UUID string `json:"uuid,omitempty"`
+	// Version is the new document version; 0 means the instance was
+	// deleted.
+	Version int64 `json:"version"`
+	// Addresses are the instance's addresses before and after the change
+	// (a reader's address cache must drop both).
+	Addresses []string `json:"addresses,omitempty"`
+	// Resync means changes may have been missed (the feed reconnected):
+	// the reader must re-check everything it caches.
+	Resync bool `json:"resync,omitempty"`
 }

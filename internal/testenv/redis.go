@@ -27,6 +27,9 @@ type RedisServer struct {
 	dir  string
 	args []string
 	port int
+	// conf, when set, is a configuration file passed first on the command
+	// line (sentinel mode needs one it can rewrite).
+	conf string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -111,6 +114,9 @@ func (r *RedisServer) start() error {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--loglevel", "warning",
+	}
+	if r.conf != "" {
+		args = append([]string{r.conf}, args...)
 	}
 	cmd := exec.Command(r.bin, append(args, r.args...)...)
 	cmd.Stdout = log

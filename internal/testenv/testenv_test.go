@@ -91,3 +91,65 @@ func TestStartRedisTwice(t *testing.T) {
 		t.Fatalf("two servers share %s", a)
 	}
 }
+
+func TestStartRedisCluster(t *testing.T) {
+	nodes := StartRedisClusterServers(t)
+	if len(nodes) != 3 {
+		t.Fatalf("%d nodes, want 3", len(nodes))
+	}
+	for _, n := range nodes {
+		info, err := redisCommand(n.Addr(), "CLUSTER", "INFO")
+		if err != nil {
+			t.Fatalf("CLUSTER INFO on %s: %v", n.Addr(), err)
+		}
+		for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:3", "cluster_size:3"} {
+			if !strings.Contains(info, want) {
+				t.Errorf("%s: CLUSTER INFO lacks %q:\n%s", n.Addr(), want, info)
+			}
+		}
+	}
+	// A key is answered by its slot's owner and redirected by the others.
+	moved := 0
+	for _, n := range nodes {
+		if _, err := redisCommand(n.Addr(), "SET", "k", "v"); err != nil {
+			if !strings.HasPrefix(err.Error(), "MOVED ") {
+				t.Fatalf("SET on %s: %v", n.Addr(), err)
+			}
+			moved++
+		}
+	}
+	if moved != 2 {
+		t.Errorf("%d of 3 nodes redirected SET, want 2", moved)
+	}
+	if url := ClusterURL(StartRedisCluster(t)); !strings.HasPrefix(url, "redis+cluster://127.0.0.1:") || strings.Count(url, ",") != 2 {
+		t.Errorf("ClusterURL = %q", url)
+	}
+}
+
+func TestStartRedisSentinel(t *testing.T) {
+	s := StartRedisSentinel(t)
+	got, err := redisCommand(s.Sentinel.Addr(), "SENTINEL", "get-master-addr-by-name", SentinelMaster)
+	if err != nil || strings.ReplaceAll(got, "\n", ":") != s.Master.Addr() {
+		t.Fatalf("sentinel names %q, %v; want %s", got, err, s.Master.Addr())
+	}
+	if want := "redis+sentinel://" + SentinelMaster + "@" + s.Sentinel.Addr() + "/0"; s.URL() != want {
+		t.Errorf("URL() = %q, want %q", s.URL(), want)
+	}
+	if role, err := redisCommand(s.Master.Addr(), "ROLE"); err != nil || !strings.HasPrefix(role, "master") {
+		t.Errorf("ROLE of the primary = %q, %v", role, err)
+	}
+}
+
+func TestRedisServerPauseResume(t *testing.T) {
+	srv := StartRedisServer(t)
+	srv.Pause()
+	if err := ping(srv.Addr()); err == nil {
+		t.Fatal("PING answered while paused")
+	}
+	srv.Resume()
+	if err := ping(srv.Addr()); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+	srv.Pause()
+	srv.Stop() // a paused server can be stopped
+}

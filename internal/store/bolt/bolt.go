@@ -12,10 +12,23 @@
 //	documents  uuid -> store.Document
 //	addresses  addr -> uuid          (canonical address, see Store.LookupAddress)
 //	secrets    uuid -> bucket: id -> store.WrappedSecret
+//	passwords  uuid -> the password the guest posted (raw bytes after a
+//	                   one-byte format prefix, so an empty password is
+//	                   still a value)
 //
 // Every write is one bbolt read-write transaction that makes all its checks
 // before it writes, so a refused Put or Delete changes nothing. Each commit
 // is fsynced: Put costs about one fsync of the data directory's disk.
+//
+// # Watch
+//
+// bbolt is single-process, so the change feed is in-process: Put and
+// Delete hand a store.Change to every watcher after their transaction has
+// committed, in commit order (a mutex spans both). A watcher has a buffered
+// channel (feed.DefaultSize changes) and the writer never waits for it:
+// when the buffer is full the change is dropped and the watcher gets a
+// Change{Resync: true} as soon as it has room again, after which it must
+// re-check what it caches. Close ends every watcher's channel.
 package bolt
 
 import (
@@ -26,6 +39,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -33,6 +47,7 @@ import (
 
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/internal/check"
+	"github.com/vmeta/vmeta/internal/store/internal/feed"
 )
 
 // ErrLocked is returned by Open when another process has the file open.
@@ -47,12 +62,30 @@ var (
 	bucketDocuments = []byte("documents")
 	bucketAddresses = []byte("addresses")
 	bucketSecrets   = []byte("secrets")
+	bucketPasswords = []byte("passwords")
 )
+
+// watchBuffer is the buffer of a watcher's channel (a variable so that
+// tests can make it overflow quickly).
+var watchBuffer = feed.DefaultSize
+
+// passwordFormat prefixes a stored password (bbolt does not tell an empty
+// value from a missing one in every version; the prefix also leaves room
+// for a format change).
+const passwordFormat = 1
 
 // Store is a store.Store kept in one bbolt file.
 type Store struct {
 	db   *bbolt.DB
 	path string
+
+	// writeMu spans a Put or Delete transaction and the notification of
+	// its change, so watchers see changes in commit order.
+	writeMu sync.Mutex
+
+	mu       sync.Mutex // guards watchers and closed
+	watchers map[*feed.Sink]struct{}
+	closed   bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -93,7 +126,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets} {
+		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -104,14 +137,21 @@ func Open(path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return &Store{db: db, path: path, watchers: map[*feed.Sink]struct{}{}}, nil
 }
 
 // Path returns the file the store is kept in.
 func (s *Store) Path() string { return s.path }
 
-// Close releases the file; the Store must not be used afterwards.
+// Close releases the file and ends every Watch; the Store must not be used
+// afterwards.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for w := range s.watchers {
+		w.Close()
+	}
+	s.mu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", s.path, err)
 	}
@@ -119,7 +159,7 @@ func (s *Store) Close() error {
 }
 
 type buckets struct {
-	instances, uuids, documents, addresses, secrets *bbolt.Bucket
+	instances, uuids, documents, addresses, secrets, passwords *bbolt.Bucket
 }
 
 func open(tx *bbolt.Tx) buckets {
@@ -129,6 +169,7 @@ func open(tx *bbolt.Tx) buckets {
 		documents: tx.Bucket(bucketDocuments),
 		addresses: tx.Bucket(bucketAddresses),
 		secrets:   tx.Bucket(bucketSecrets),
+		passwords: tx.Bucket(bucketPasswords),
 	}
 }
 
@@ -138,6 +179,9 @@ func (s *Store) Put(ctx context.Context, inst store.Instance, doc store.Document
 	if err != nil {
 		return store.Instance{}, store.Document{}, err
 	}
+	var oldAddrs []string
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	err = s.update(ctx, func(b buckets) error {
 		var old store.Instance
 		if v := b.instances.Get([]byte(inst.Name)); v != nil {
@@ -190,6 +234,7 @@ func (s *Store) Put(ctx context.Context, inst store.Instance, doc store.Document
 		}
 		doc.Version++
 		inst.Revision = old.Revision + 1
+		oldAddrs = old.Addresses
 		if err := putJSON(b.instances, inst.Name, inst); err != nil {
 			return err
 		}
@@ -201,7 +246,26 @@ func (s *Store) Put(ctx context.Context, inst store.Instance, doc store.Document
 	if err != nil {
 		return store.Instance{}, store.Document{}, fmt.Errorf("put instance %s: %w", inst.Name, err)
 	}
+	s.notify(store.Change{UUID: inst.UUID, Version: doc.Version, Addresses: union(oldAddrs, inst.Addresses)})
 	return inst, doc, nil
+}
+
+// union returns the addresses in a or b, each once, a's first.
+func union(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	seen := make(map[string]bool, len(a)+len(b))
+	for _, list := range [][]string{a, b} {
+		for _, x := range list {
+			if !seen[x] {
+				seen[x] = true
+				out = append(out, x)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // Instance implements store.Store.
@@ -238,8 +302,10 @@ func (s *Store) Instances(ctx context.Context) ([]store.Instance, error) {
 
 // Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, name string) error {
+	var inst store.Instance
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	err := s.update(ctx, func(b buckets) error {
-		var inst store.Instance
 		if err := getJSON(b.instances, name, &inst); err != nil {
 			return err
 		}
@@ -256,6 +322,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 				return fmt.Errorf("delete secrets: %w", err)
 			}
 		}
+		if err := b.passwords.Delete(uuid); err != nil {
+			return fmt.Errorf("delete password: %w", err)
+		}
 		if err := b.documents.Delete(uuid); err != nil {
 			return fmt.Errorf("delete document: %w", err)
 		}
@@ -267,6 +336,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("delete instance %s: %w", name, err)
 	}
+	s.notify(store.Change{UUID: inst.UUID, Version: 0, Addresses: union(inst.Addresses, nil)})
 	return nil
 }
 
@@ -377,6 +447,92 @@ func (s *Store) DeleteSecret(ctx context.Context, instanceUUID, id string) error
 	})
 	if err != nil {
 		return fmt.Errorf("delete secret %s of instance %s: %w", id, instanceUUID, err)
+	}
+	return nil
+}
+
+// SetPassword implements store.Store. The instance must exist.
+func (s *Store) SetPassword(ctx context.Context, instanceUUID string, password []byte) error {
+	err := s.update(ctx, func(b buckets) error {
+		if b.documents.Get([]byte(instanceUUID)) == nil {
+			return store.ErrNotFound
+		}
+		if b.passwords.Get([]byte(instanceUUID)) != nil {
+			return fmt.Errorf("%w: a password is already set", store.ErrConflict)
+		}
+		v := make([]byte, 0, 1+len(password))
+		v = append(v, passwordFormat)
+		return b.passwords.Put([]byte(instanceUUID), append(v, password...))
+	})
+	if err != nil {
+		return fmt.Errorf("set password of instance %s: %w", instanceUUID, err)
+	}
+	return nil
+}
+
+// Password implements store.Store.
+func (s *Store) Password(ctx context.Context, instanceUUID string) ([]byte, error) {
+	var password []byte
+	err := s.view(ctx, func(b buckets) error {
+		v := b.passwords.Get([]byte(instanceUUID))
+		if v == nil {
+			return store.ErrNotFound
+		}
+		if len(v) == 0 || v[0] != passwordFormat {
+			return fmt.Errorf("stored password has an unknown format")
+		}
+		password = bytes.Clone(v[1:]) // v is only valid inside the transaction
+		if password == nil {
+			password = []byte{}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("password of instance %s: %w", instanceUUID, err)
+	}
+	return password, nil
+}
+
+// Watch implements store.Store: see the package comment. Only this Store's
+// own writes are seen (bbolt allows one process).
+func (s *Store) Watch(ctx context.Context) (<-chan store.Change, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("watch: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("watch: store %s is closed", s.path)
+	}
+	var w *feed.Sink
+	w = feed.New(ctx, watchBuffer, func() {
+		s.mu.Lock()
+		delete(s.watchers, w)
+		s.mu.Unlock()
+	})
+	s.watchers[w] = struct{}{}
+	return w.C(), nil
+}
+
+// notify hands c to every watcher without waiting for any.
+func (s *Store) notify(c store.Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers {
+		w.Send(c)
+	}
+}
+
+// Ping implements store.Store: the file is local, so this only reports
+// whether the Store is still open.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("ping: store %s is closed", s.path)
 	}
 	return nil
 }

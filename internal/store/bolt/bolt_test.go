@@ -179,3 +179,98 @@ func BenchmarkDocument(b *testing.B) {
 	defer s.Close()
 	storetest.BenchmarkDocument(b, s)
 }
+
+func BenchmarkLookupAddress(b *testing.B) {
+	s := openTemp(b)
+	defer s.Close()
+	storetest.BenchmarkLookupAddress(b, s)
+}
+
+// A watcher that does not read loses changes once its buffer is full, and
+// then gets a Resync; Put never waits for it.
+func TestWatchOverflowResync(t *testing.T) {
+	defer func(n int) { watchBuffer = n }(watchBuffer)
+	watchBuffer = 16
+	s := openTemp(t)
+	defer s.Close()
+	ch, err := s.Watch(t.Context())
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	in := store.Instance{Name: "vm", UUID: "u-1", Spec: []byte(`{}`)}
+	const puts = 16 + 10
+	for range puts {
+		if _, _, err := s.Put(t.Context(), in, store.Document{}, -1); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	before := storetest.WaitResync(t, ch)
+	if len(before) != watchBuffer {
+		t.Fatalf("%d changes before the resync, want the %d that fit", len(before), watchBuffer)
+	}
+	for i, c := range before {
+		storetest.WantChange(t, c, "u-1", int64(i+1))
+	}
+	// Live again.
+	if _, _, err := s.Put(t.Context(), in, store.Document{}, -1); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	storetest.WantChange(t, storetest.Next(t, ch), "u-1", puts+1)
+}
+
+// Close ends every watcher's channel; Watch and Ping on a closed store fail.
+func TestCloseEndsWatch(t *testing.T) {
+	s := openTemp(t)
+	ch, err := s.Watch(t.Context())
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Fatal("a change after Close")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch channel still open 10s after Close")
+	}
+	if _, err := s.Watch(t.Context()); err == nil {
+		t.Fatal("Watch on a closed store succeeded")
+	}
+	if err := s.Ping(t.Context()); err == nil {
+		t.Fatal("Ping on a closed store succeeded")
+	}
+}
+
+// The password survives a reopen, and so does its absence.
+func TestPasswordPersists(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vmeta.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []store.Instance{{Name: "a", UUID: "u-a", Spec: []byte(`{}`)}, {Name: "b", UUID: "u-b", Spec: []byte(`{}`)}} {
+		if _, _, err := s.Put(t.Context(), in, store.Document{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetPassword(t.Context(), "u-a", []byte{}); err != nil {
+		t.Fatalf("SetPassword (empty): %v", err)
+	}
+	s.Close()
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if pw, err := s.Password(t.Context(), "u-a"); err != nil || pw == nil || len(pw) != 0 {
+		t.Fatalf("empty password after reopen = %q (nil %t), %v", pw, pw == nil, err)
+	}
+	if err := s.SetPassword(t.Context(), "u-a", []byte("x")); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second SetPassword after reopen: %v, want conflict", err)
+	}
+	if _, err := s.Password(t.Context(), "u-b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Password of u-b: %v, want not found", err)
+	}
+}

@@ -1,61 +1,127 @@
-// Package redis is the shared store backend: state in a Redis server, so that
-// many hosts and any number of metadata-service replicas see the same
-// instances and documents. It needs Redis 7.0 or newer (the write scripts
-// carry a "#!lua" shebang so Redis refuses them up front when out of memory
-// instead of failing half-way).
+// Package redis is the shared store backend: state in Redis, so that many
+// hosts and any number of metadata-service replicas see the same instances
+// and documents. It needs Redis 7.0 or newer (the write scripts carry a
+// "#!lua" shebang so Redis refuses them up front when out of memory instead
+// of failing half-way). The same code runs against one Redis server, a
+// primary watched by Sentinel, and a Redis Cluster.
+//
+// # URLs
+//
+//	redis://[user:password@]host:port[/db][?options]        one server (rediss:// for TLS, unix:///path.sock?db=N)
+//	redis+cluster://[user:password@]host:port[,host:port…][?options]
+//	                                                        Redis Cluster; the hosts are seeds (database 0 only)
+//	redis+sentinel://[user:password@]master@host:port[,host:port…][/db][?options]
+//	                                                        the primary named master, found through the listed sentinels
+//
+// rediss+cluster:// and rediss+sentinel:// use TLS. A host without a port
+// gets 6379 (26379 for a sentinel). user and password are those of the
+// Redis servers that hold the data; sentinels that require their own go in
+// the sentinel_username and sentinel_password options. The other options
+// are go-redis's (dial_timeout, read_timeout, pool_size, …). Errors and
+// Addr never contain a password.
 //
 // # Keys
 //
 // Every key starts with "vmeta:". The keys of one instance carry its UUID as
-// a {hash tag}, so they share one Redis Cluster hash slot:
+// a {hash tag}, so they share one Redis Cluster hash slot and one script
+// can change them together:
 //
-//	vmeta:inst:{<uuid>}    hash  name, rev, addrs (JSON list), json (store.Instance)
-//	vmeta:doc:{<uuid>}     hash  version, json (store.Document)
-//	vmeta:secret:{<uuid>}  hash  <secret id> -> JSON store.WrappedSecret
+//	vmeta:inst:{<uuid>}    hash    name, rev, addrs (JSON list), json (store.Instance), password
+//	vmeta:doc:{<uuid>}     hash    version, json (store.Document)
+//	vmeta:secret:{<uuid>}  hash    <secret id> -> JSON store.WrappedSecret
+//	vmeta:lock:{<uuid>}    string  <token>, with a TTL: a Put or Delete of the instance is under way
 //
-// and three indexes span all instances:
+// The two global indexes are claims, one key per name and per address,
+// each in a slot of its own:
 //
-//	vmeta:names            hash  <name> -> <uuid>   (name lookup and listing)
-//	vmeta:addr:<addr>      string <uuid>            (one per canonical address)
+//	vmeta:name:<name>      string  "<uuid> <token>"   (token: of the write that claimed it)
+//	vmeta:addr:<addr>      string  "<uuid> <token>"   (canonical address, see Store.LookupAddress)
 //
+// and changes are published on the pub/sub channel vmeta:changes.
 // Revision and version live in their own hash fields (not in the JSON, where
-// they are stored as 0) so that the scripts can bump them without decoding
+// they are stored as 0) so that the scripts bump them without decoding
 // JSON, and DocumentVersion reads one small field.
 //
 // # Writes
 //
-// Put and Delete are Lua scripts that make every check (name and UUID
-// ownership, expected revision, address ownership) before they write, so a
-// refused call changes nothing; Redis runs a script in isolation. Every key a
-// script touches is passed in KEYS: the addresses to release are read just
-// before (the instance's addrs field) and the script refuses with "stale",
-// and the call is retried, when that field changed in between.
+// A claim names the instance that owns a name or an address. The instance
+// record is the truth; a claim only reserves. Every read through an index
+// verifies it against the record: LookupAddress returns a UUID only if that
+// instance's record lists the address, Instance(name) only if the record
+// has that name. So a claim without a record (a Put that stopped half-way)
+// or a record without its claims (never made: see below) can make a lookup
+// miss, never return the wrong instance.
 //
-// # Redis Cluster
+// Put and Delete run in steps, each one Lua script on one slot (Redis runs
+// a script in isolation), in this order:
 //
-// This backend talks to one Redis node (or a primary with replicas). A Put
-// touches the instance's slot and the index keys, which live in other slots,
-// so it cannot run as one script in a cluster as laid out here. Cluster
-// support (a later change) needs either every key under one hash tag (one
-// slot, one primary: simple and still atomic) or index updates outside the
-// script with repair; the per-instance tags above are kept so that the
-// second option stays open.
+//  1. lock the instance: SET vmeta:lock:{uuid} NX with a TTL (lockLease) and
+//     read its record, waiting while another writer holds the lock. One
+//     writer per instance at a time; a crashed writer's lock expires.
+//  2. claim the name, then the addresses in sorted order: a free key, or
+//     one the instance owns, is set to "<uuid> <token>" (a fresh token per
+//     Put). A key owned by another instance is a conflict, unless that
+//     instance is not being written (no lock) and its record does not list
+//     the name or address: such a claim is left over by a crash and is
+//     taken over with a compare-and-set on the exact value read (the token
+//     makes that safe against the owner re-claiming it in between). Keys
+//     that the record already lists and the instance still owns are left
+//     as they are (one pipelined read checks them): nobody can take them
+//     over while the record lists them.
+//  3. write the record and the document in one script that first checks
+//     that the lock is still this writer's (a writer that stalled past its
+//     lease changes nothing), re-checks the revision and publishes the
+//     change in the same script: a change is never published without being
+//     stored, nor stored without being published.
+//  4. release the addresses the instance no longer has (only keys it owns),
+//     then the lock; when there are none, the script of step 3 unlocks.
+//
+// An update that keeps the name and addresses thus costs three round
+// trips: lock, read the claims, write.
+//
+// A refused Put (a conflict in step 2 or 3) gives back what it claimed
+// (the new claims are deleted, re-claimed ones get their old value back)
+// before it unlocks, so it changes nothing anyone can see. A Put that dies
+// between steps leaves claims its record does not list; lookups ignore
+// them, the lock expires after lockLease, and then a retry of the Put
+// completes and other instances can take the names and addresses over.
+// Delete locks, deletes the record, document and secrets in one script
+// (publishing the deletion), then releases the instance's claims.
+//
+// On a single server this costs a round trip or two more than one big
+// script would, and buys one code path for every deployment: the
+// conformance suite runs on a single server, Sentinel, and a three-node
+// cluster.
+//
+// Everything above assumes that a writer does not stall for longer than
+// lockLease while it holds the lock. If it does, its record write is
+// refused (the script checks the lock), and it skips releasing addresses
+// once half the lease has passed, so a stall can leave claims behind but
+// not take away another writer's. A Redis failover that loses the last
+// writes (replication is asynchronous) can leave a record without a claim
+// or a claim without a record; reads stay correct (they verify), and the
+// next Put of the instance claims again.
+//
+// # Change feed
+//
+// The write scripts PUBLISH a JSON change on vmeta:changes; Watch
+// SUBSCRIBEs. Pub/sub is at most once: see Store.Watch for how a gap
+// becomes a Resync.
 package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/internal/check"
@@ -63,323 +129,83 @@ import (
 
 const prefix = "vmeta:"
 
-func namesKey() string             { return prefix + "names" }
 func instKey(uuid string) string   { return prefix + "inst:{" + uuid + "}" }
 func docKey(uuid string) string    { return prefix + "doc:{" + uuid + "}" }
 func secretKey(uuid string) string { return prefix + "secret:{" + uuid + "}" }
+func lockKey(uuid string) string   { return prefix + "lock:{" + uuid + "}" }
+func nameKey(name string) string   { return prefix + "name:" + name }
 func addrKey(addr string) string   { return prefix + "addr:" + addr }
 
-// maxAttempts bounds the retries of a write whose pre-read went stale (the
-// instance's addresses changed between the read and the script).
-const maxAttempts = 32
+const namePrefix = prefix + "name:"
 
-// putScript: see the package comment.
-//
-//	KEYS[1] names, KEYS[2] instance, KEYS[3] document,
-//	KEYS[4 .. 3+n] addresses to claim, KEYS[4+n ..] addresses to release.
-//	ARGV[1] name, ARGV[2] uuid, ARGV[3] expected revision (<0: any),
-//	ARGV[4] instance JSON, ARGV[5] document JSON, ARGV[6] new addrs field,
-//	ARGV[7] addrs field as read before the call, ARGV[8] n.
-//
-// Returns {"ok", revision, version}, {"stale"}, {"name", holder uuid},
-// {"uuid", holder name}, {"revision", stored} or {"address", i, owner uuid}.
-var putScript = goredis.NewScript(`#!lua
-local names, inst, doc = KEYS[1], KEYS[2], KEYS[3]
-local name, uuid, expect = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local n = tonumber(ARGV[8])
-if (redis.call('HGET', inst, 'addrs') or '') ~= ARGV[7] then
-  return {'stale'}
-end
-local holder = redis.call('HGET', names, name)
-if holder and holder ~= uuid then
-  return {'name', holder}
-end
-local current = redis.call('HGET', inst, 'name')
-if current and current ~= name then
-  return {'uuid', current}
-end
-local rev = tonumber(redis.call('HGET', inst, 'rev') or '0')
-if expect >= 0 and expect ~= rev then
-  return {'revision', rev}
-end
-for i = 4, 3 + n do
-  local owner = redis.call('GET', KEYS[i])
-  if owner and owner ~= uuid then
-    return {'address', i - 3, owner}
-  end
-end
-for i = 4 + n, #KEYS do
-  if redis.call('GET', KEYS[i]) == uuid then
-    redis.call('DEL', KEYS[i])
-  end
-end
-for i = 4, 3 + n do
-  redis.call('SET', KEYS[i], uuid)
-end
-rev = redis.call('HINCRBY', inst, 'rev', 1)
-redis.call('HSET', inst, 'name', name, 'addrs', ARGV[6], 'json', ARGV[4])
-local version = redis.call('HINCRBY', doc, 'version', 1)
-redis.call('HSET', doc, 'json', ARGV[5])
-redis.call('HSET', names, name, uuid)
-return {'ok', rev, version}
-`)
+// claimValue is the value of a claim key.
+func claimValue(uuid, token string) string { return uuid + " " + token }
 
-// deleteScript:
-//
-//	KEYS[1] names, KEYS[2] instance, KEYS[3] document, KEYS[4] secrets,
-//	KEYS[5 ..] the instance's addresses.
-//	ARGV[1] name, ARGV[2] uuid, ARGV[3] addrs field as read before the call.
-//
-// Returns "ok", "notfound" or "stale".
-var deleteScript = goredis.NewScript(`#!lua
-local holder = redis.call('HGET', KEYS[1], ARGV[1])
-if not holder then
-  return 'notfound'
-end
-if holder ~= ARGV[2] or (redis.call('HGET', KEYS[2], 'addrs') or '') ~= ARGV[3] then
-  return 'stale'
-end
-for i = 5, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[2] then
-    redis.call('DEL', KEYS[i])
-  end
-end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-redis.call('HDEL', KEYS[1], ARGV[1])
-return 'ok'
-`)
+// claimOwner returns the UUID part of a claim's value (UUIDs have no
+// spaces: see check.UUID).
+func claimOwner(v string) string {
+	owner, _, _ := strings.Cut(v, " ")
+	return owner
+}
+
+// newToken returns a random token naming one write.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 // Store is a store.Store kept in Redis.
 type Store struct {
-	rdb  *goredis.Client
+	rdb  goredis.UniversalClient
 	addr string
+
+	closing   context.Context // done when Close is called; ends every Watch
+	close     context.CancelFunc
+	closeOnce sync.Once
 }
 
 var _ store.Store = (*Store)(nil)
 
-// Open connects to the Redis server named by rawURL,
-// redis://[user:password@]host:port/db (rediss:// for TLS; unix:// and the
-// query options of go-redis's ParseURL work too), and checks that it answers.
-// Errors name the server's address, never the password.
+// Open connects to the Redis deployment named by rawURL (see the package
+// comment) and checks that it answers.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
-	opts, err := parseURL(rawURL)
+	t, err := parseTarget(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("open redis store: %w", err)
 	}
-	// Maintenance notifications are a Redis Cloud/Enterprise feature; the
-	// default "auto" mode probes for them on every new connection.
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	rdb := goredis.NewClient(opts)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("open redis store at %s (db %d): %w", opts.Addr, opts.DB, scrub(err, opts.Password))
-	}
-	return &Store{rdb: rdb, addr: opts.Addr}, nil
-}
-
-// parseURL is goredis.ParseURL with errors that never contain the password
-// (net/url's errors quote the whole URL).
-func parseURL(rawURL string) (*goredis.Options, error) {
-	safe := redactURL(rawURL)
-	if !strings.Contains(rawURL, "://") {
-		return nil, fmt.Errorf("invalid URL %s: no scheme (want redis://[user:password@]host:port/db)", safe)
-	}
-	if _, err := url.Parse(rawURL); err != nil {
-		if _, err := url.Parse(safe); err != nil {
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err
-			}
-			return nil, fmt.Errorf("invalid URL %s: %w", safe, err)
+	rdb := t.newClient()
+	closing, cancel := context.WithCancel(context.Background())
+	s := &Store{rdb: rdb, addr: t.desc, closing: closing, close: cancel}
+	if err := s.ping(ctx); err != nil {
+		s.Close()
+		for _, secret := range t.secrets {
+			err = scrub(err, secret)
 		}
-		return nil, fmt.Errorf("invalid URL %s: malformed user or password", safe)
+		return nil, fmt.Errorf("open redis store at %s: %w", t.desc, err)
 	}
-	opts, err := goredis.ParseURL(rawURL)
-	if err != nil {
-		_, password := userinfo(rawURL)
-		return nil, fmt.Errorf("invalid URL %s: %w", safe, scrub(err, password))
-	}
-	return opts, nil
+	return s, nil
 }
 
-// redactURL replaces the user-info part of a URL, if any, with "xxxxx".
-func redactURL(rawURL string) string {
-	i := strings.Index(rawURL, "://")
-	if i < 0 {
-		return rawURL
-	}
-	rest := rawURL[i+3:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return rawURL
-	}
-	return rawURL[:i+3] + "xxxxx" + rest[at:]
-}
-
-// userinfo returns the user and (still escaped) password of a URL.
-func userinfo(rawURL string) (user, password string) {
-	i := strings.Index(rawURL, "://")
-	if i < 0 {
-		return "", ""
-	}
-	rest := rawURL[i+3:]
-	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
-		rest = rest[:end]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return "", ""
-	}
-	user, password, _ = strings.Cut(rest[:at], ":")
-	return user, password
-}
-
-// scrub returns err, or a copy of its text with secret masked if it
-// contains secret (the copy no longer wraps err).
-func scrub(err error, secret string) error {
-	if err == nil || secret == "" || !strings.Contains(err.Error(), secret) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), secret, "xxxxx"))
-}
-
-// Addr returns the address of the Redis server.
+// Addr describes the Redis deployment: host:port and database of one
+// server, "cluster h1:p1,h2:p2,…" or "sentinel master@h1:p1,… (db N)".
 func (s *Store) Addr() string { return s.addr }
 
-// Close closes the connections to Redis.
+// Close ends every Watch and closes the connections to Redis.
 func (s *Store) Close() error {
-	if err := s.rdb.Close(); err != nil {
+	var err error
+	s.closeOnce.Do(func() {
+		s.close()
+		err = s.rdb.Close()
+	})
+	if err != nil {
 		return fmt.Errorf("close redis store %s: %w", s.addr, err)
 	}
 	return nil
 }
 
-// Put implements store.Store.
-func (s *Store) Put(ctx context.Context, inst store.Instance, doc store.Document, expectRevision int64) (store.Instance, store.Document, error) {
-	inst, doc, err := check.Put(inst, doc)
-	if err != nil {
-		return store.Instance{}, store.Document{}, err
-	}
-	inst, doc, err = s.put(ctx, inst, doc, expectRevision)
-	if err != nil {
-		return store.Instance{}, store.Document{}, fmt.Errorf("put instance %s: %w", inst.Name, err)
-	}
-	return inst, doc, nil
-}
-
-func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document, expectRevision int64) (store.Instance, store.Document, error) {
-	if err := ctx.Err(); err != nil {
-		return inst, doc, err
-	}
-	instJSON, err := json.Marshal(inst)
-	if err != nil {
-		return inst, doc, fmt.Errorf("encode record: %w", err)
-	}
-	docJSON, err := json.Marshal(doc)
-	if err != nil {
-		return inst, doc, fmt.Errorf("encode document: %w", err)
-	}
-	addrsField := encodeAddrs(inst.Addresses)
-	ik := instKey(inst.UUID)
-
-	for attempt := range maxAttempts {
-		if err := backoff(ctx, attempt); err != nil {
-			return inst, doc, err
-		}
-		before, err := s.rdb.HGet(ctx, ik, "addrs").Result()
-		if err != nil && !errors.Is(err, goredis.Nil) {
-			return inst, doc, fmt.Errorf("read record: %w", err)
-		}
-		old, err := decodeAddrs(before)
-		if err != nil {
-			return inst, doc, fmt.Errorf("decode stored addresses: %w", err)
-		}
-		keys := make([]string, 0, 3+len(inst.Addresses)+len(old))
-		keys = append(keys, namesKey(), ik, docKey(inst.UUID))
-		for _, a := range inst.Addresses {
-			keys = append(keys, addrKey(a))
-		}
-		for _, a := range old {
-			if !slices.Contains(inst.Addresses, a) {
-				keys = append(keys, addrKey(a))
-			}
-		}
-		res, err := putScript.Run(ctx, s.rdb, keys,
-			inst.Name, inst.UUID, expectRevision, instJSON, docJSON, addrsField, before, len(inst.Addresses)).Slice()
-		if err != nil {
-			return inst, doc, fmt.Errorf("run put script: %w", err)
-		}
-		status, _ := res[0].(string)
-		switch status {
-		case "ok":
-			inst.Revision, _ = res[1].(int64)
-			doc.Version, _ = res[2].(int64)
-			return inst, doc, nil
-		case "stale":
-			continue
-		case "name":
-			return inst, doc, check.NameHeld(inst.Name, str(res, 1))
-		case "uuid":
-			return inst, doc, check.UUIDHeld(inst.UUID, str(res, 1))
-		case "revision":
-			stored, _ := res[1].(int64)
-			return inst, doc, check.Revision(expectRevision, stored)
-		case "address":
-			i, _ := res[1].(int64)
-			if i < 1 || int(i) > len(inst.Addresses) {
-				return inst, doc, fmt.Errorf("put script: address index %d out of range", i)
-			}
-			return inst, doc, check.AddrHeld(inst.Addresses[i-1], s.holderName(ctx, str(res, 2)))
-		default:
-			return inst, doc, fmt.Errorf("put script: unexpected reply %v", res)
-		}
-	}
-	return inst, doc, fmt.Errorf("addresses kept changing concurrently (%d attempts)", maxAttempts)
-}
-
-// backoff waits before retry number attempt (none before the first): a
-// random time up to attempt milliseconds, at most 20 ms, so that writers
-// racing on one instance's addresses spread out.
-func backoff(ctx context.Context, attempt int) error {
-	if attempt == 0 {
-		return nil
-	}
-	d := time.Duration(rand.Int64N(int64(min(attempt, 20)) * int64(time.Millisecond)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// holderName returns the name of the instance with the given UUID, for an
-// error message; the UUID itself when the name cannot be read.
-func (s *Store) holderName(ctx context.Context, uuid string) string {
-	name, err := s.rdb.HGet(ctx, instKey(uuid), "name").Result()
-	if err != nil || name == "" {
-		return uuid
-	}
-	return name
-}
-
-func str(res []any, i int) string {
-	if i < len(res) {
-		if s, ok := res[i].(string); ok {
-			return s
-		}
-	}
-	return ""
-}
-
-// encodeAddrs is the addrs field of an instance hash: a JSON list, "[]" when
-// empty, compared byte for byte by the scripts.
+// encodeAddrs is the addrs field of an instance hash: a JSON list, "[]"
+// when empty.
 func encodeAddrs(addrs []string) string {
 	if len(addrs) == 0 {
 		return "[]"
@@ -410,19 +236,19 @@ func (s *Store) instance(ctx context.Context, name string) (store.Instance, erro
 	if err := ctx.Err(); err != nil {
 		return store.Instance{}, err
 	}
-	uuid, err := s.rdb.HGet(ctx, namesKey(), name).Result()
+	claim, err := s.rdb.Get(ctx, nameKey(name)).Result()
 	if errors.Is(err, goredis.Nil) {
 		return store.Instance{}, store.ErrNotFound
 	}
 	if err != nil {
 		return store.Instance{}, err
 	}
-	vals, err := s.rdb.HMGet(ctx, instKey(uuid), "name", "rev", "json").Result()
+	vals, err := s.rdb.HMGet(ctx, instKey(claimOwner(claim)), "name", "rev", "json").Result()
 	if err != nil {
 		return store.Instance{}, err
 	}
-	// A record that is gone, or now has another name, was deleted between
-	// the two reads: at that moment the name did not exist.
+	// A claim whose record is missing or has another name is not (yet, or
+	// any more) the instance's: the name does not exist.
 	return decodeInstance(name, vals)
 }
 
@@ -445,8 +271,10 @@ func decodeInstance(name string, vals []any) (store.Instance, error) {
 	return inst, nil
 }
 
-// Instances implements store.Store. It is not a snapshot: an instance
-// deleted while the list is read is left out.
+// Instances implements store.Store: it scans the name claims (on every
+// primary of a cluster) and reads the records they point at. It is not a
+// snapshot: an instance created or deleted while the list is read may be
+// in it or not.
 func (s *Store) Instances(ctx context.Context) ([]store.Instance, error) {
 	list, err := s.instances(ctx)
 	if err != nil {
@@ -459,31 +287,41 @@ func (s *Store) instances(ctx context.Context) ([]store.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	byName, err := s.rdb.HGetAll(ctx, namesKey()).Result()
+	keys, err := s.scan(ctx, namePrefix+"*")
 	if err != nil {
 		return nil, err
 	}
-	if len(byName) == 0 {
+	if len(keys) == 0 {
 		return nil, nil
 	}
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	cmds := make([]*goredis.SliceCmd, len(names))
-	_, err = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, name := range names {
-			cmds[i] = p.HMGet(ctx, instKey(byName[name]), "name", "rev", "json")
+	slices.Sort(keys) // by name: the prefix is common
+	claims := make([]*goredis.StringCmd, len(keys))
+	if _, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, k := range keys {
+			claims[i] = p.Get(ctx, k)
 		}
 		return nil
-	})
-	if err != nil {
+	}); err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, err
 	}
-	list := make([]store.Instance, 0, len(names))
-	for i, name := range names {
-		inst, err := decodeInstance(name, cmds[i].Val())
+	records := make([]*goredis.SliceCmd, len(keys))
+	if _, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := range keys {
+			if claim, err := claims[i].Result(); err == nil {
+				records[i] = p.HMGet(ctx, instKey(claimOwner(claim)), "name", "rev", "json")
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	list := make([]store.Instance, 0, len(keys))
+	for i, k := range keys {
+		if records[i] == nil {
+			continue // released since the scan
+		}
+		name := strings.TrimPrefix(k, namePrefix)
+		inst, err := decodeInstance(name, records[i].Val())
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -495,57 +333,38 @@ func (s *Store) instances(ctx context.Context) ([]store.Instance, error) {
 	return list, nil
 }
 
-// Delete implements store.Store.
-func (s *Store) Delete(ctx context.Context, name string) error {
-	if err := s.delete(ctx, name); err != nil {
-		return fmt.Errorf("delete instance %s: %w", name, err)
-	}
-	return nil
-}
-
-func (s *Store) delete(ctx context.Context, name string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	for attempt := range maxAttempts {
-		if err := backoff(ctx, attempt); err != nil {
+// scan returns the keys matching pattern, from every primary of a cluster.
+func (s *Store) scan(ctx context.Context, pattern string) ([]string, error) {
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	scanOne := func(ctx context.Context, c goredis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		var found []string
+		for iter.Next(ctx) {
+			found = append(found, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
 			return err
 		}
-		uuid, err := s.rdb.HGet(ctx, namesKey(), name).Result()
-		if errors.Is(err, goredis.Nil) {
-			return store.ErrNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("read name index: %w", err)
-		}
-		before, err := s.rdb.HGet(ctx, instKey(uuid), "addrs").Result()
-		if err != nil && !errors.Is(err, goredis.Nil) {
-			return fmt.Errorf("read record: %w", err)
-		}
-		addrs, err := decodeAddrs(before)
-		if err != nil {
-			return fmt.Errorf("decode stored addresses: %w", err)
-		}
-		keys := []string{namesKey(), instKey(uuid), docKey(uuid), secretKey(uuid)}
-		for _, a := range addrs {
-			keys = append(keys, addrKey(a))
-		}
-		res, err := deleteScript.Run(ctx, s.rdb, keys, name, uuid, before).Text()
-		if err != nil {
-			return fmt.Errorf("run delete script: %w", err)
-		}
-		switch res {
-		case "ok":
-			return nil
-		case "notfound":
-			return store.ErrNotFound
-		case "stale":
-			continue
-		default:
-			return fmt.Errorf("delete script: unexpected reply %q", res)
-		}
+		mu.Lock()
+		keys = append(keys, found...)
+		mu.Unlock()
+		return nil
 	}
-	return fmt.Errorf("instance kept changing concurrently (%d attempts)", maxAttempts)
+	var err error
+	if c, ok := s.rdb.(*goredis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return scanOne(ctx, n) })
+	} else {
+		err = scanOne(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", pattern, err)
+	}
+	// SCAN may return a key more than once.
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
 }
 
 // Document implements store.Store.
@@ -598,21 +417,46 @@ func (s *Store) DocumentVersion(ctx context.Context, uuid string) (int64, error)
 
 // LookupAddress implements store.Store. Any spelling netip accepts finds the
 // address (an IPv4-mapped IPv6 address finds its IPv4 form); a string that
-// is not an address is not found.
+// is not an address is not found. The claim is verified against the
+// owner's record (two round trips): an address whose record does not list
+// it is not found.
 func (s *Store) LookupAddress(ctx context.Context, addr string) (string, error) {
 	a, err := check.Addr(addr)
 	if err != nil {
 		return "", fmt.Errorf("lookup address: %w: %w", store.ErrNotFound, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("lookup address %s: %w", a, err)
-	}
-	uuid, err := s.rdb.Get(ctx, addrKey(a)).Result()
-	if errors.Is(err, goredis.Nil) {
-		err = store.ErrNotFound
-	}
+	uuid, err := s.lookupAddress(ctx, a)
 	if err != nil {
 		return "", fmt.Errorf("lookup address %s: %w", a, err)
+	}
+	return uuid, nil
+}
+
+func (s *Store) lookupAddress(ctx context.Context, a string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	claim, err := s.rdb.Get(ctx, addrKey(a)).Result()
+	if errors.Is(err, goredis.Nil) {
+		return "", store.ErrNotFound
+	}
+	if err != nil {
+		return "", err
+	}
+	uuid := claimOwner(claim)
+	field, err := s.rdb.HGet(ctx, instKey(uuid), "addrs").Result()
+	if errors.Is(err, goredis.Nil) {
+		return "", store.ErrNotFound
+	}
+	if err != nil {
+		return "", err
+	}
+	addrs, err := decodeAddrs(field)
+	if err != nil {
+		return "", fmt.Errorf("decode addresses of instance %s: %w", uuid, err)
+	}
+	if !slices.Contains(addrs, a) {
+		return "", store.ErrNotFound
 	}
 	return uuid, nil
 }
@@ -671,4 +515,62 @@ func (s *Store) DeleteSecret(ctx context.Context, instanceUUID, id string) error
 		return fmt.Errorf("delete secret %s of instance %s: %w", id, instanceUUID, err)
 	}
 	return nil
+}
+
+// setPasswordScript: KEYS[1] instance; ARGV[1] password.
+// Returns "ok", "notfound" or "conflict".
+var setPasswordScript = goredis.NewScript(`#!lua
+if redis.call('HEXISTS', KEYS[1], 'name') == 0 then
+  return 'notfound'
+end
+if redis.call('HSETNX', KEYS[1], 'password', ARGV[1]) == 0 then
+  return 'conflict'
+end
+return 'ok'
+`)
+
+// SetPassword implements store.Store; the password is a field of the
+// instance's record hash, so it goes with the record. The instance must
+// exist.
+func (s *Store) SetPassword(ctx context.Context, instanceUUID string, password []byte) error {
+	err := ctx.Err()
+	if err == nil {
+		err = check.UUID(instanceUUID)
+	}
+	if err == nil {
+		var res string
+		res, err = setPasswordScript.Run(ctx, s.rdb, []string{instKey(instanceUUID)}, password).Text()
+		switch {
+		case err != nil:
+		case res == "notfound":
+			err = store.ErrNotFound
+		case res == "conflict":
+			err = fmt.Errorf("%w: a password is already set", store.ErrConflict)
+		case res != "ok":
+			err = fmt.Errorf("set password script: unexpected reply %q", res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set password of instance %s: %w", instanceUUID, err)
+	}
+	return nil
+}
+
+// Password implements store.Store.
+func (s *Store) Password(ctx context.Context, instanceUUID string) ([]byte, error) {
+	err := ctx.Err()
+	var password []byte
+	if err == nil {
+		password, err = s.rdb.HGet(ctx, instKey(instanceUUID), "password").Bytes()
+		if errors.Is(err, goredis.Nil) {
+			err = store.ErrNotFound
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("password of instance %s: %w", instanceUUID, err)
+	}
+	if password == nil {
+		password = []byte{}
+	}
+	return password, nil
 }

@@ -86,3 +86,39 @@ func BenchmarkDocument(b *testing.B, s store.Store) {
 		}
 	})
 }
+
+// BenchmarkLookupAddress measures LookupAddress alone (how the metadata
+// service finds the caller's instance on a cache miss), for an IPv4 and an
+// IPv6 address, serially and from all Ps. s must be empty; the caller
+// closes it.
+func BenchmarkLookupAddress(b *testing.B, s store.Store) {
+	in, _ := benchInstance(b, s)
+	for _, addr := range []string{"10.0.0.1", "2001:db8::1"} {
+		lookup := func() error {
+			uuid, err := s.LookupAddress(b.Context(), addr)
+			if err == nil && uuid != in.UUID {
+				err = fmt.Errorf("LookupAddress(%s) = %s, want %s", addr, uuid, in.UUID)
+			}
+			return err
+		}
+		b.Run(addr+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := lookup(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(addr+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := lookup(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

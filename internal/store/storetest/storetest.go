@@ -4,6 +4,9 @@
 // index; secrets; concurrency). It also holds the benchmarks both backends
 // report (BenchmarkPut, BenchmarkDocument).
 //
+// Watch is checked with a second client of the same store (WithPeer): a
+// change made through either reaches the other's watchers.
+//
 // Only _test.go files should import this package.
 package storetest
 
@@ -23,10 +26,30 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// Option adjusts Run.
+type Option func(*config)
+
+type config struct {
+	peer func(t *testing.T, s store.Store) store.Store
+}
+
+// WithPeer gives Run a second client of the same store as s (a second
+// Open of the same Redis URL), so that the suite can check that one client
+// sees another's changes, through Watch in particular. The peer is closed
+// by the caller (t.Cleanup). Without it the suite uses s itself, which is
+// right for bolt: one process has the file.
+func WithPeer(peer func(t *testing.T, s store.Store) store.Store) Option {
+	return func(c *config) { c.peer = peer }
+}
+
 // Run runs the conformance suite. open must return a new, empty store for
 // each subtest (subtests run one after another, so it may reuse one server);
 // Run closes it when the subtest ends.
-func Run(t *testing.T, open func(t *testing.T) store.Store) {
+func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
+	cfg := config{peer: func(_ *testing.T, s store.Store) store.Store { return s }}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s store.Store)
@@ -49,6 +72,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentAddressChanges", testConcurrentAddressChanges},
 		{"LargeDocument", testLargeDocument},
 		{"CanceledContext", testCanceledContext},
+		{"Password", testPassword},
+		{"PasswordConcurrent", testPasswordConcurrent},
+		{"Ping", testPing},
+		{"WatchPutAndDelete", func(t *testing.T, s store.Store) { testWatch(t, s, cfg.peer(t, s)) }},
+		{"WatchOwnWrites", func(t *testing.T, s store.Store) { testWatch(t, s, s) }},
+		{"WatchCancel", testWatchCancel},
+		{"WatchConcurrentWatchers", func(t *testing.T, s store.Store) { testWatchConcurrent(t, s, cfg.peer(t, s)) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -786,6 +816,10 @@ func testCanceledContext(t *testing.T, s store.Store) {
 		"PutSecret":       func() error { return s.PutSecret(ctx, in.UUID, "s2", store.WrappedSecret{}) },
 		"GetSecret":       func() error { _, err := s.GetSecret(ctx, in.UUID, "s"); return err },
 		"DeleteSecret":    func() error { return s.DeleteSecret(ctx, in.UUID, "s") },
+		"SetPassword":     func() error { return s.SetPassword(ctx, in.UUID, []byte("pw")) },
+		"Password":        func() error { _, err := s.Password(ctx, in.UUID); return err },
+		"Ping":            func() error { return s.Ping(ctx) },
+		"Watch":           func() error { _, err := s.Watch(ctx); return err },
 	}
 	for name, call := range calls {
 		wantErrIs(t, name+" with a canceled context", call(), context.Canceled)
@@ -796,4 +830,6 @@ func testCanceledContext(t *testing.T, s store.Store) {
 	}
 	_, err := s.GetSecret(t.Context(), in.UUID, "s2")
 	wantErrIs(t, "secret after canceled PutSecret", err, store.ErrNotFound)
+	_, err = s.Password(t.Context(), in.UUID)
+	wantErrIs(t, "password after canceled SetPassword", err, store.ErrNotFound)
 }
