@@ -14,7 +14,7 @@ help: ## list the targets
 
 .PHONY: build
 build: ## build the binaries into bin/
-	$(GO) build -o $(BIN)/ ./hostctl/cmd/hostctl
+	$(GO) build -o $(BIN)/ ./hostctl/cmd/hostctl ./server/cmd/vmeta-metadata
 
 .PHONY: run
 run: build ## run hostctl serve on the embedded store with examples/web.yaml applied

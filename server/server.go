@@ -5,125 +5,576 @@
 //
 // The host renders each tree once (internal/metadata); the server only
 // looks bytes up. Each instance's tree is turned into a table of every
-// servable path on first use and kept until the instance is republished.
+// servable path on first use and cached until the instance changes (see
+// cache.go: Invalidate, the store's change feed, a convergence sweep).
+//
+// Who is asking: the source address (the store's address index), or, from
+// a trusted proxy network only, Nova's signed proxy headers (X-Instance-ID,
+// X-Tenant-ID, X-Instance-ID-Signature) or X-Forwarded-For. Session tokens
+// (PUT /latest/api/token, IMDSv2 style) can be optional or required.
+//
+// Limits and their defaults (Options; none of them bothers cloud-init,
+// which makes about 20 requests at boot):
+//
+//   - per-instance rate limit: a token bucket of DefaultRateBurst (100)
+//     requests refilled at DefaultRateLimit (50) per second; over it, 429
+//     with Retry-After. Callers not yet identified (cache misses) are
+//     limited the same way by the address or instance id they claim, so
+//     unknown addresses cannot hammer the store.
+//   - at most DefaultMaxConnsPerAddr (64) open connections per source
+//     address (Listener; trusted proxies exempt).
+//   - headers: MaxHeaderBytes (16 KiB); ReadHeaderTimeout 5 s, ReadTimeout
+//     and WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer).
+//   - password POST bodies: MaxPasswordBytes (1020, Nova's limit; more is
+//     400), never reading more than 4 KiB.
+//   - store reads time out after DefaultStoreTimeout (3 s): 503.
+//
+// Operability: MetricsHandler (/metrics, /healthz) for a separate
+// listener, /healthz on the guest listener too (without error details),
+// and an access log line per request (Options.AccessLog) that never holds
+// a query string, a header, a body, user data, a password or a token.
 package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// Documents is what the server needs from a store.
+// Documents is what the server needs from a store (store.Store has it).
 type Documents interface {
 	// LookupAddress returns the UUID of the instance owning a source
 	// address, or store.ErrNotFound.
 	LookupAddress(ctx context.Context, addr string) (string, error)
 	// Document returns an instance's published document.
 	Document(ctx context.Context, uuid string) (store.Document, error)
+	// DocumentVersion returns the version of a published document.
+	DocumentVersion(ctx context.Context, uuid string) (int64, error)
+	// Password returns the password a guest posted (store.ErrNotFound:
+	// none); SetPassword stores it once (store.ErrConflict after).
+	Password(ctx context.Context, uuid string) ([]byte, error)
+	SetPassword(ctx context.Context, uuid string, password []byte) error
+	// Ping reports whether the store is reachable.
+	Ping(ctx context.Context) error
 }
 
-// Options configure a Server.
+// Watcher is a store with a change feed (store.Store has one); Run follows
+// it.
+type Watcher interface {
+	Watch(ctx context.Context) (<-chan store.Change, error)
+}
+
+// Defaults of Options.
+const (
+	DefaultRateLimit       = 50 // requests per second and instance
+	DefaultRateBurst       = 100
+	DefaultMaxConnsPerAddr = 64
+	DefaultSweepInterval   = 5 * time.Second
+	DefaultStoreTimeout    = 3 * time.Second
+)
+
+// Limits of the guest-facing HTTP server (HTTPServer).
+const (
+	MaxHeaderBytes    = 16 << 10
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 10 * time.Second
+	WriteTimeout      = 10 * time.Second
+	IdleTimeout       = 60 * time.Second
+)
+
+// Options configure a Server. The zero value serves by source address
+// only, with optional tokens and the default limits.
 type Options struct {
 	Logger *slog.Logger
-	// Now returns the current time (the /openstack listing hides versions
-	// dated after today, UTC). time.Now when nil.
+	// Now returns the current time: the /openstack listing hides versions
+	// dated after today (UTC), tokens expire, rate-limit buckets refill.
+	// time.Now when nil.
 	Now func() time.Time
+
+	// TrustedProxies are the networks whose peers may name the guest with
+	// proxy headers or X-Forwarded-For. Empty: nobody may.
+	TrustedProxies []netip.Prefix
+	// ProxySecrets verify X-Instance-ID-Signature. Without a secret,
+	// X-Instance-ID is never honoured (X-Forwarded-For from a trusted
+	// proxy still is).
+	ProxySecrets Secrets
+
+	// TokenKeys sign (current key) and verify (all keys) session tokens.
+	// Nil: a random key of this process (tokens then die with it, and
+	// other replicas do not accept them).
+	TokenKeys Secrets
+	// TokenPolicy is the host's default; "" is TokenOptional.
+	TokenPolicy TokenPolicy
+	// InstanceTokenPolicy, when set, may give an instance its own policy
+	// ("" keeps the host's). It is asked once per published version of an
+	// instance (when its view is built), with its document: the seam
+	// through which a per-instance setting in the instance spec will
+	// arrive. See TokenPolicyMap for a fixed table.
+	InstanceTokenPolicy func(doc store.Document) TokenPolicy
+	// Rand supplies token nonces; crypto/rand when nil.
+	Rand io.Reader
+
+	// RateLimit is requests per second per instance (0: DefaultRateLimit;
+	// negative: no limit); RateBurst the bucket size (0:
+	// DefaultRateBurst).
+	RateLimit float64
+	RateBurst int
+	// MaxConnsPerAddr bounds open connections per source address in
+	// Listener (0: DefaultMaxConnsPerAddr; negative: no limit).
+	MaxConnsPerAddr int
+	// StoreTimeout bounds each store read (0: DefaultStoreTimeout).
+	StoreTimeout time.Duration
+	// SweepInterval is how often Run compares cached versions with the
+	// store's (0: DefaultSweepInterval; negative: never).
+	SweepInterval time.Duration
+
+	// Metrics turns on per-request metrics (count by path class and
+	// status, latency); cache and store counters are always kept.
+	Metrics bool
+	// AccessLog logs one line per request at level Info.
+	AccessLog bool
+}
+
+// TokenPolicyMap returns an InstanceTokenPolicy from a table of instance
+// UUIDs.
+func TokenPolicyMap(m map[string]TokenPolicy) func(store.Document) TokenPolicy {
+	return func(doc store.Document) TokenPolicy { return m[doc.InstanceUUID] }
 }
 
 // Server serves metadata over HTTP. It is an http.Handler.
 type Server struct {
-	docs Documents
-	log  *slog.Logger
-	now  func() time.Time
+	docs          Documents
+	log           *slog.Logger
+	now           func() time.Time
+	realClock     bool // now is time.Now: ServeHTTP's start time can stand in for it
+	storeTimeout  time.Duration
+	sweepInterval time.Duration
+	maxConns      int
 
-	mu     sync.RWMutex
-	gen    uint64           // bumped by Invalidate; guards against stale fills
-	byAddr map[string]*view // source address -> view
+	trustedProxies []netip.Prefix
+	proxySecrets   Secrets
+	tokens         tokenMinter
+	policy         TokenPolicy
+	instancePolicy func(store.Document) TokenPolicy
+	limiter        *rateLimiter // nil: no rate limit
+
+	observe, accessLog bool
+	metrics            *metrics
+	health             health
+
+	cache cache
+
+	osListing atomic.Pointer[osListing]
 }
 
 // New returns a Server reading documents from docs.
 func New(docs Documents, opts Options) *Server {
-	s := &Server{docs: docs, log: opts.Logger, now: opts.Now, byAddr: map[string]*view{}}
+	s := &Server{
+		docs: docs, log: opts.Logger, now: opts.Now,
+		storeTimeout: opts.StoreTimeout, sweepInterval: opts.SweepInterval, maxConns: opts.MaxConnsPerAddr,
+		trustedProxies: opts.TrustedProxies, proxySecrets: opts.ProxySecrets,
+		policy: opts.TokenPolicy, instancePolicy: opts.InstanceTokenPolicy,
+		observe: opts.Metrics, accessLog: opts.AccessLog,
+		metrics: &metrics{}, cache: newCache(),
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.now, s.realClock = time.Now, true
+	}
+	if s.storeTimeout <= 0 {
+		s.storeTimeout = DefaultStoreTimeout
+	}
+	if s.sweepInterval == 0 {
+		s.sweepInterval = DefaultSweepInterval
+	}
+	if s.maxConns == 0 {
+		s.maxConns = DefaultMaxConnsPerAddr
+	}
+	if s.policy == "" {
+		s.policy = TokenOptional
+	}
+	s.tokens = tokenMinter{keys: opts.TokenKeys, now: s.now, rand: opts.Rand}
+	if s.tokens.rand == nil {
+		s.tokens.rand = rand.Reader
+	}
+	if s.tokens.keys == nil {
+		s.tokens.keys = NewKeyRing([]byte(rand.Text()))
+	}
+	if opts.RateLimit >= 0 {
+		rate, burst := opts.RateLimit, opts.RateBurst
+		if rate == 0 {
+			rate = DefaultRateLimit
+		}
+		if burst <= 0 {
+			burst = DefaultRateBurst
+		}
+		s.limiter = newRateLimiter(rate, burst, s.now)
 	}
 	return s
 }
 
-// Invalidate drops cached views after an instance was published or deleted
-// (its addresses may have changed, so the whole address cache goes; a
-// publish is rare next to reads).
-func (s *Server) Invalidate(uuid string) {
-	s.mu.Lock()
-	s.gen++
-	clear(s.byAddr)
-	s.mu.Unlock()
+func (s *Server) policyFor(doc store.Document) TokenPolicy {
+	if s.instancePolicy != nil {
+		if p := s.instancePolicy(doc); p != "" {
+			return p
+		}
+	}
+	return s.policy
+}
+
+// HTTPServer returns an http.Server for the guest-facing listener, with
+// the server's timeouts and header limit; serve it on Listener(ln).
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// Listener wraps the guest-facing listener with the per-address
+// connection limit (trusted proxies exempt).
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	if s.maxConns < 0 {
+		return ln
+	}
+	return LimitListener(ln, s.maxConns, s.trusted, func() { s.metrics.connsRejected.Add(1) })
+}
+
+// result is what serving a request came to, for metrics and the access
+// log.
+type result struct {
+	status int
+	class  pathClass
+	via    string // how the caller was identified: address, forwarded, proxy
+	uuid   string // the instance served, if any
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.observe && !s.accessLog {
+		s.serve(w, r, time.Time{})
+		return
+	}
+	start := time.Now()
+	res := s.serve(w, r, start)
+	d := time.Since(start)
+	if s.observe {
+		s.metrics.observe(res.class, res.status, d)
+	}
+	if s.accessLog {
+		s.logAccess(r, res, d)
+	}
 }
 
 var ec2VersionListing = []byte(strings.Join(append(append([]string(nil), metadata.EC2Versions...), "latest"), "\n"))
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// tokenPath is the token endpoint (PUT /latest/api/token), as an EC2 path.
+const tokenPath = "latest/api/token"
+
+// serve answers a request; start is when it arrived, if ServeHTTP took
+// the time (zero otherwise).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) result {
+	if r.URL.Path == "/healthz" {
+		return s.serveHealth(w, r, false)
+	}
+	isOS, rest := splitPath(r.URL.Path)
+	res := result{class: classOf(isOS, rest)}
+	isToken := !isOS && rest == tokenPath
+	switch {
+	case isToken:
+		if r.Method != http.MethodPut {
+			w.Header().Set("Allow", http.MethodPut)
+			return fail(w, res, http.StatusMethodNotAllowed, "405 Method Not Allowed")
+		}
+		if _, ok := r.Header[hdrForwardedFor]; ok {
+			// A token must be asked for by the guest itself, not
+			// through a proxy (AWS refuses these too).
+			return fail(w, res, http.StatusForbidden, "403 Forbidden: token requests must not be forwarded")
+		}
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+	case isOS && strings.HasSuffix(rest, "/password"):
+		// Nova's password endpoint takes POST; which methods it accepts
+		// is decided once the path is known to exist.
+	default:
+		w.Header().Set("Allow", "GET, HEAD")
+		return fail(w, res, http.StatusMethodNotAllowed, "405 Method Not Allowed")
+	}
+	if !isOS && rest == "" {
+		// GET / lists the EC2 versions without looking up the caller.
+		return write(w, r, res, ec2VersionListing, ctText)
+	}
+	var ttl int
+	if isToken {
+		var ok bool
+		if ttl, ok = parseTTL(r.Header[hdrTokenTTL]); !ok {
+			return fail(w, res, http.StatusBadRequest, "400 Bad Request: X-aws-ec2-metadata-token-ttl-seconds must be 1 to "+strconv.Itoa(MaxTokenTTL))
+		}
+	}
+
+	c, ierr := s.identify(r.Header, r.RemoteAddr)
+	if ierr != nil {
+		if ierr == errBadSignature {
+			id := r.Header.Get(hdrInstanceID)
+			if len(id) > 64 {
+				id = id[:64] + "…"
+			}
+			s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id)
+		}
+		return fail(w, res, ierr.status, ierr.msg)
+	}
+	now := start
+	if !s.realClock || now.IsZero() {
+		now = s.now()
+	}
+	v, res, ok := s.lookup(w, r, c, res, now)
+	if !ok {
+		return res
+	}
+	res.uuid = v.uuid
+	if s.limiter != nil {
+		if ok, wait := s.limiter.allow(v.uuid, now); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter(wait)))
+			return fail(w, res, http.StatusTooManyRequests, "429 Too Many Requests")
+		}
+	}
+	if isToken {
+		tok, err := s.tokens.mint(v.uuid, c.addr, ttl)
+		if err != nil {
+			s.log.Error("metadata token", "err", err)
+			return fail(w, res, http.StatusInternalServerError, "500 Internal Server Error")
+		}
+		w.Header()[hdrTokenTTL] = []string{strconv.Itoa(ttl)}
+		return write(w, r, res, []byte(tok), ctText)
+	}
+	if toks, sent := r.Header[hdrToken]; sent {
+		if len(toks) != 1 || !s.tokens.valid(toks[0], v.uuid, c.addr) {
+			return fail(w, res, http.StatusUnauthorized, "401 Unauthorized")
+		}
+	} else if v.policy == TokenRequired {
+		return fail(w, res, http.StatusUnauthorized, "401 Unauthorized")
+	}
+
+	if isOS && rest == "" {
+		return write(w, r, res, s.openstackListing(), ctText)
+	}
+	e, ok := v.lookup(isOS, rest)
+	if !ok {
+		return fail(w, res, http.StatusNotFound, "404 Not Found")
+	}
+	res.class = e.class
+	if e.password {
+		return s.servePassword(w, r, v, res)
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "405 Method Not Allowed", http.StatusMethodNotAllowed)
-		return
+		return fail(w, res, http.StatusMethodNotAllowed, "405 Method Not Allowed")
 	}
-	key := NormalizePath(r.URL.Path)
-	if key == "ec2" {
-		// GET / lists the EC2 versions without looking up the caller.
-		write(w, r, entry{body: ec2VersionListing, contentType: contentText})
-		return
-	}
-	v, err := s.viewFor(r)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		http.Error(w, "404 Not Found: no metadata for this address", http.StatusNotFound)
-		return
-	case err != nil:
-		s.log.Error("metadata lookup failed", "remote", r.RemoteAddr, "err", err)
-		http.Error(w, "500 Internal Server Error", http.StatusInternalServerError)
-		return
-	}
-	if key == "openstack" {
-		write(w, r, textEntry(s.openstackListing()))
-		return
-	}
-	e, ok := v.paths[key]
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	write(w, r, e)
+	return write(w, r, res, e.body, e.header())
 }
 
-func write(w http.ResponseWriter, r *http.Request, e entry) {
-	h := w.Header()
-	h.Set("Content-Type", e.contentType)
-	if r.Method == http.MethodHead {
-		return
+// lookup finds the caller's view. On failure it has answered the request.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, c caller, res result, now time.Time) (*view, result, bool) {
+	var (
+		v   *view
+		err error
+	)
+	switch {
+	case c.instanceID != "":
+		res.via = "proxy"
+		if v = s.cache.byUUID(c.instanceID); v != nil {
+			s.metrics.cacheHits.Add(1)
+			break
+		}
+		s.metrics.cacheMisses.Add(1)
+		if !s.allowMiss("i/"+c.instanceID, now) {
+			return nil, s.tooMany(w, res), false
+		}
+		v, err = s.fillUUID(r.Context(), c.instanceID)
+	case c.addr.IsValid():
+		res.via = "address"
+		if c.addr != c.peer {
+			res.via = "forwarded"
+		}
+		if v = s.cache.byAddr(c.addr); v != nil {
+			s.metrics.cacheHits.Add(1)
+			break
+		}
+		s.metrics.cacheMisses.Add(1)
+		if !s.allowMiss("a/"+c.addr.String(), now) {
+			return nil, s.tooMany(w, res), false
+		}
+		v, err = s.fillAddr(r.Context(), c.addr)
+	default:
+		err = store.ErrNotFound
 	}
-	_, _ = w.Write(e.body)
+	if err == nil && c.instanceID != "" && v.projectID != c.tenantID {
+		// Nova: a project mismatch is a 404, as if there were no such
+		// instance.
+		err = store.ErrNotFound
+	}
+	if err == nil {
+		return v, res, true
+	}
+	return nil, s.lookupFailed(w, r, res, err), false
+}
+
+// lookupFailed answers a request whose caller could not be looked up.
+func (s *Server) lookupFailed(w http.ResponseWriter, r *http.Request, res result, err error) result {
+	var corrupt *corruptError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fail(w, res, http.StatusNotFound, "404 Not Found: no metadata for this caller")
+	case errors.As(err, &corrupt):
+		s.log.Error("metadata document cannot be served", "instance", corrupt.uuid, "err", corrupt.err)
+		return fail(w, res, http.StatusInternalServerError, "500 Internal Server Error")
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away while waiting for a fill.
+		return fail(w, res, http.StatusServiceUnavailable, "503 Service Unavailable")
+	default:
+		return fail(w, res, http.StatusServiceUnavailable, "503 Service Unavailable: metadata store unreachable")
+	}
+}
+
+// allowMiss rate-limits store reads by callers not yet identified.
+func (s *Server) allowMiss(key string, now time.Time) bool {
+	if s.limiter == nil {
+		return true
+	}
+	ok, _ := s.limiter.allow(key, now)
+	return ok
+}
+
+func (s *Server) tooMany(w http.ResponseWriter, res result) result {
+	w.Header().Set("Retry-After", "1")
+	return fail(w, res, http.StatusTooManyRequests, "429 Too Many Requests")
+}
+
+func write(w http.ResponseWriter, r *http.Request, res result, body []byte, ct []string) result {
+	w.Header()["Content-Type"] = ct
+	res.status = http.StatusOK
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+	return res
+}
+
+func fail(w http.ResponseWriter, res result, status int, msg string) result {
+	http.Error(w, msg, status)
+	res.status = status
+	return res
+}
+
+// splitPath normalizes a request path (NormalizePath) and splits off its
+// first segment: isOS for the OpenStack tree, else EC2; rest is the path
+// below it ("" for the tree itself). In the common case it allocates
+// nothing: rest is a substring of the path.
+func splitPath(p string) (isOS bool, rest string) {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	p = path.Clean(p)[1:]
+	first, after, _ := strings.Cut(p, "/")
+	switch first {
+	case "openstack":
+		return true, after
+	case "ec2":
+		return false, after
+	}
+	return false, p
+}
+
+// NormalizePath applies Nova's path rules: posixpath.normpath (trailing
+// slashes, "//", "." and ".." do not matter) and the EC2 prefix rule (a
+// first segment other than "ec2" or "openstack" gets "ec2/" in front). It
+// returns the path without its leading slash; "/" becomes "ec2".
+func NormalizePath(p string) string {
+	isOS, rest := splitPath(p)
+	top := "ec2"
+	if isOS {
+		top = "openstack"
+	}
+	if rest == "" {
+		return top
+	}
+	return top + "/" + rest
+}
+
+// classOf guesses a path's class before the path is looked up (the entry
+// found, if any, has the exact class).
+func classOf(isOS bool, rest string) pathClass {
+	if rest == "" {
+		return classListing
+	}
+	ver, sub, _ := strings.Cut(rest, "/")
+	if isOS {
+		switch sub {
+		case "":
+			return classListing
+		case "meta_data.json":
+			return classOpenStackMetaData
+		case "password":
+			return classPassword
+		}
+		return classOpenStackOther
+	}
+	switch {
+	case rest == tokenPath:
+		return classToken
+	case !isEC2Version(ver):
+		return classOther
+	case sub == "":
+		return classListing
+	}
+	return classEC2
+}
+
+func isEC2Version(v string) bool {
+	if v == "latest" {
+		return true
+	}
+	for _, e := range metadata.EC2Versions {
+		if v == e {
+			return true
+		}
+	}
+	return false
+}
+
+type osListing struct {
+	day  int // days since the Unix epoch, UTC
+	body []byte
 }
 
 // openstackListing lists the OpenStack versions dated today or earlier,
 // then "latest" (future versions stay requestable, only hidden).
-func (s *Server) openstackListing() string {
-	today := s.now().UTC().Format("2006-01-02")
+func (s *Server) openstackListing() []byte {
+	day := int(s.now().Unix() / 86400)
+	if l := s.osListing.Load(); l != nil && l.day == day {
+		return l.body
+	}
+	today := time.Unix(int64(day)*86400, 0).UTC().Format("2006-01-02")
 	var b strings.Builder
 	for _, v := range metadata.OpenStackVersions {
 		if v <= today {
@@ -132,67 +583,100 @@ func (s *Server) openstackListing() string {
 		}
 	}
 	b.WriteString("latest")
-	return b.String()
+	l := &osListing{day: day, body: []byte(b.String())}
+	s.osListing.Store(l)
+	return l.body
 }
 
-// NormalizePath applies Nova's path rules: posixpath.normpath (trailing
-// slashes, "//", "." and ".." do not matter) and the EC2 prefix rule (a
-// first segment other than "ec2" or "openstack" gets "ec2/" in front). It
-// returns the path without its leading slash; "/" becomes "ec2".
-func NormalizePath(p string) string {
-	p = path.Clean("/" + p)
-	rest := p[1:]
-	first, _, _ := strings.Cut(rest, "/")
-	switch {
-	case rest == "":
-		return "ec2"
-	case first == "ec2" || first == "openstack":
-		return rest
-	default:
-		return "ec2/" + rest
+func (s *Server) logAccess(r *http.Request, res result, d time.Duration) {
+	p := r.URL.Path // never the query string: it may carry anything
+	if len(p) > 256 {
+		p = p[:256] + "…"
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "metadata request",
+		slog.String("method", r.Method),
+		slog.String("path", p),
+		slog.String("class", res.class.String()),
+		slog.Int("status", res.status),
+		slog.Duration("duration", d),
+		slog.String("peer", r.RemoteAddr),
+		slog.String("via", res.via),
+		slog.String("instance", res.uuid),
+	)
+}
+
+// health is what the server knows about the store: the error of the last
+// store operation (nil: reachable).
+type health struct {
+	err     atomic.Pointer[error]
+	checked atomic.Int64 // time.Now().UnixNano() of the last result
+	pingMu  sync.Mutex
+}
+
+// storeResult records the outcome of a store operation: not found and
+// conflict are answers (the store is up); other errors mean it is not.
+func (s *Server) storeResult(err error) {
+	s.health.checked.Store(time.Now().UnixNano())
+	if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+		if prev := s.health.err.Swap(nil); prev != nil {
+			s.log.Info("metadata store reachable again")
+		}
+		return
+	}
+	s.metrics.storeErrors.Add(1)
+	if prev := s.health.err.Swap(&err); prev == nil {
+		s.log.Warn("metadata store unreachable; serving cached documents only", "err", err)
+	} else {
+		s.log.Debug("metadata store error", "err", err)
 	}
 }
 
-// viewFor identifies the caller by its source address and returns its view.
-func (s *Server) viewFor(r *http.Request) (*view, error) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return nil, store.ErrNotFound
-	}
-	addr := ip.Unmap().WithZone("").String()
+// checkStore pings the store and records the result.
+func (s *Server) checkStore(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	defer cancel()
+	err := s.docs.Ping(ctx)
+	s.storeResult(err)
+	return err
+}
 
-	s.mu.RLock()
-	v, gen := s.byAddr[addr], s.gen
-	s.mu.RUnlock()
-	if v != nil {
-		return v, nil
+// serveHealth answers /healthz: 200 {"status":"ok"} or 503
+// {"status":"degraded","store":"unreachable…"}. The store is pinged when
+// nothing was heard from it for a second (at most one ping at a time).
+// detail adds the store error (for the operator listener; guests only
+// learn that the store is unreachable).
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, detail bool) result {
+	res := result{class: classOther}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		return fail(w, res, http.StatusMethodNotAllowed, "405 Method Not Allowed")
 	}
-
-	ctx := r.Context()
-	uuid, err := s.docs.LookupAddress(ctx, addr)
-	if err != nil {
-		return nil, err
+	if time.Since(time.Unix(0, s.health.checked.Load())) > time.Second {
+		s.health.pingMu.Lock()
+		if time.Since(time.Unix(0, s.health.checked.Load())) > time.Second {
+			_ = s.checkStore(r.Context())
+		}
+		s.health.pingMu.Unlock()
 	}
-	doc, err := s.docs.Document(ctx, uuid)
-	if err != nil {
-		return nil, err
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	errp := s.health.err.Load()
+	if errp == nil {
+		res.status = http.StatusOK
+		w.WriteHeader(res.status)
+		_, _ = io.WriteString(w, `{"status":"ok","store":"ok"}`+"\n")
+		return res
 	}
-	t, err := metadata.DecodeTree(doc.Tree)
-	if err != nil {
-		return nil, err
+	msg := "unreachable"
+	if detail {
+		msg = "unreachable: " + (*errp).Error()
 	}
-	v, err = buildView(t, uuid, doc.Version)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	if s.gen == gen {
-		s.byAddr[addr] = v
-	}
-	s.mu.Unlock()
-	return v, nil
+	res.status = http.StatusServiceUnavailable
+	w.WriteHeader(res.status)
+	b, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		Store  string `json:"store"`
+	}{"degraded", msg})
+	_, _ = w.Write(append(b, '\n'))
+	return res
 }

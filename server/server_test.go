@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,80 +20,6 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
-
-// fakeDocs is an in-memory Documents.
-type fakeDocs struct {
-	mu      sync.Mutex
-	addrs   map[string]string         // address -> uuid
-	docs    map[string]store.Document // uuid -> document
-	lookErr error                     // returned by LookupAddress when set
-	docErr  error                     // returned by Document when set
-	// afterFetch, when set, runs after Document has read its result and
-	// before it returns it (to hold a request in the middle of a fill).
-	afterFetch func()
-	lookups    atomic.Int64
-	fetches    atomic.Int64
-}
-
-func newFakeDocs() *fakeDocs {
-	return &fakeDocs{addrs: map[string]string{}, docs: map[string]store.Document{}}
-}
-
-func (f *fakeDocs) LookupAddress(_ context.Context, addr string) (string, error) {
-	f.lookups.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.lookErr != nil {
-		return "", f.lookErr
-	}
-	u, ok := f.addrs[addr]
-	if !ok {
-		return "", fmt.Errorf("address %s: %w", addr, store.ErrNotFound)
-	}
-	return u, nil
-}
-
-func (f *fakeDocs) Document(_ context.Context, uuid string) (store.Document, error) {
-	f.fetches.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.docErr != nil {
-		return store.Document{}, f.docErr
-	}
-	d, ok := f.docs[uuid]
-	hook := f.afterFetch
-	f.afterFetch = nil
-	f.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	f.mu.Lock()
-	if !ok {
-		return store.Document{}, fmt.Errorf("document %s: %w", uuid, store.ErrNotFound)
-	}
-	return d, nil
-}
-
-// publish renders in and stores it under each of its addresses.
-func (f *fakeDocs) publish(t testing.TB, in *model.Instance) *metadata.Tree {
-	t.Helper()
-	tr, err := metadata.Render(in, metadata.Options{Rand: bytes.NewReader(make([]byte, 512))})
-	if err != nil {
-		t.Fatalf("Render: %v", err)
-	}
-	enc, err := tr.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	prev := f.docs[in.UUID]
-	f.docs[in.UUID] = store.Document{InstanceUUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Version: prev.Version + 1, Tree: enc}
-	for _, a := range in.Addresses {
-		f.addrs[a] = in.UUID
-	}
-	return tr
-}
 
 const (
 	richUUID  = "3f0b5b9e-9c1e-4b8a-9d3e-2f6f2a7c1d01"
@@ -142,8 +67,6 @@ func richInstance(t testing.TB) *model.Instance {
 
 func intp(i int) *int { return &i }
 
-func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 func at(day string) func() time.Time {
 	tm, err := time.Parse("2006-01-02", day)
 	if err != nil {
@@ -157,7 +80,7 @@ func setup(t testing.TB, now string) (*Server, *fakeDocs, *metadata.Tree) {
 	t.Helper()
 	docs := newFakeDocs()
 	tr := docs.publish(t, richInstance(t))
-	return New(docs, Options{Logger: quietLogger(), Now: at(now)}), docs, tr
+	return New(docs, testOptions(at(now))), docs, tr
 }
 
 type response struct {
@@ -586,8 +509,10 @@ func TestStoreErrors(t *testing.T) {
 		break_ func(f *fakeDocs)
 		status int
 	}{
-		{"lookup error", func(f *fakeDocs) { f.lookErr = secretErr }, 500},
-		{"document error", func(f *fakeDocs) { f.docErr = secretErr }, 500},
+		// An error from the store (other than not found) means it is
+		// unreachable: 503, and nothing cached to fall back on.
+		{"lookup error", func(f *fakeDocs) { f.lookErr = secretErr }, 503},
+		{"document error", func(f *fakeDocs) { f.docErr = secretErr }, 503},
 		{"wrapped not found from document", func(f *fakeDocs) { f.docErr = fmt.Errorf("gone: %w", store.ErrNotFound) }, 404},
 		{"corrupt tree", func(f *fakeDocs) {
 			d := f.docs[richUUID]
@@ -617,8 +542,11 @@ func TestStoreErrors(t *testing.T) {
 					t.Errorf("%s: body leaks content: %q", target, r.body)
 				}
 			}
-			if tc.status == 500 && !strings.Contains(logs.String(), "metadata lookup failed") {
+			if tc.status == 500 && !strings.Contains(logs.String(), "metadata document cannot be served") {
 				t.Errorf("500 not logged: %q", logs.String())
+			}
+			if tc.status == 503 && !strings.Contains(logs.String(), "metadata store unreachable") {
+				t.Errorf("store error not logged: %q", logs.String())
 			}
 			// "/" needs no lookup and keeps working.
 			if r := get(s, "/"); r.status != 200 {
@@ -764,57 +692,4 @@ func FuzzNormalizePath(f *testing.F) {
 			}
 		}
 	})
-}
-
-// discard is a minimal ResponseWriter, so that benchmarks measure the
-// handler rather than httptest.
-type discard struct {
-	h      http.Header
-	status int
-}
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(code int)        { d.status = code }
-
-func benchServe(b *testing.B, target, remote string) {
-	s, _, _ := setup(b, "2026-01-01")
-	r := httptest.NewRequest(http.MethodGet, target, nil)
-	r.RemoteAddr = remote
-	w := &discard{h: http.Header{}}
-	s.ServeHTTP(w, r) // fill the cache
-	if w.status != 0 && w.status != 200 {
-		b.Fatalf("status %d", w.status)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		clear(w.h)
-		s.ServeHTTP(w, r)
-	}
-	if w.status != 0 && w.status != 200 {
-		b.Fatalf("status %d", w.status)
-	}
-}
-
-func BenchmarkServeMetaDataJSON(b *testing.B) {
-	benchServe(b, "/openstack/latest/meta_data.json", richAddr)
-}
-
-func BenchmarkServeEC2Hostname(b *testing.B) {
-	benchServe(b, "/latest/meta-data/hostname", richAddr)
-}
-
-// BenchmarkBuildView measures the first request of a guest (cache miss):
-// decoding the tree and building every path.
-func BenchmarkBuildView(b *testing.B) {
-	s, _, _ := setup(b, "2026-01-01")
-	r := httptest.NewRequest(http.MethodGet, "/latest/meta-data/hostname", nil)
-	r.RemoteAddr = richAddr
-	w := &discard{h: http.Header{}}
-	b.ReportAllocs()
-	for b.Loop() {
-		s.Invalidate(richUUID)
-		clear(w.h)
-		s.ServeHTTP(w, r)
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -19,8 +18,8 @@ import (
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
-	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/server"
+	"github.com/vmeta/vmeta/server/replica"
 )
 
 type serveConfig struct {
@@ -32,21 +31,20 @@ type serveConfig struct {
 	driveFormat    string
 	logLevel       string
 	apply          []string
+	metadata       server.Config
 }
 
+// tokenKeyFile is the session-token key file's name in the data directory.
+const tokenKeyFile = "metadata-token.key"
+
 // OpenStore opens the store a --store value names: "" or "bolt" for the
-// embedded store in dataDir, bolt:///path for another file, redis://… for
-// Redis.
+// embedded store in dataDir; otherwise what the metadata replica accepts
+// (bolt:///path, redis://, rediss://, redis+cluster://, redis+sentinel://).
 func OpenStore(ctx context.Context, url, dataDir string) (store.Store, error) {
-	switch {
-	case url == "" || url == "bolt":
+	if url == "" || url == "bolt" {
 		return bolt.Open(filepath.Join(dataDir, "vmeta.db"))
-	case strings.HasPrefix(url, "bolt://"):
-		return bolt.Open(strings.TrimPrefix(url, "bolt://"))
-	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
-		return redis.Open(ctx, url)
 	}
-	return nil, fmt.Errorf("--store %q: must be bolt, bolt:///path or redis://host:port/db", url)
+	return replica.OpenStore(ctx, url)
 }
 
 func serve(ctx context.Context, args []string, env Env) error {
@@ -56,7 +54,7 @@ func serve(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&cfg.dataDir, "data-dir", DefaultDataDir, "data directory (embedded store, config drives)")
 	fs.StringVar(&cfg.socket, "socket", DefaultSocket(), "admin API unix socket")
 	fs.StringVar(&cfg.metadataListen, "metadata-listen", DefaultMetadataListen, "address of the guest-facing metadata service")
-	fs.StringVar(&cfg.storeURL, "store", "bolt", "store: bolt (embedded, in the data directory), bolt:///path/file.db or redis://host:port/db")
+	fs.StringVar(&cfg.storeURL, "store", "bolt", "store: bolt (embedded, in the data directory), bolt:///path/file.db, redis://host:port/db, redis+cluster://h1:p1,h2:p2 or redis+sentinel://master@h1:p1/db")
 	fs.StringVar(&cfg.dhcpDomain, "dhcp-domain", "novalocal", "domain appended to short hostnames in metadata (Nova's dhcp_domain)")
 	fs.StringVar(&cfg.driveFormat, "config-drive-format", "iso9660", "format of the config drives kept in the data directory: iso9660 or vfat")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -64,8 +62,15 @@ func serve(ctx context.Context, args []string, env Env) error {
 		cfg.apply = append(cfg.apply, s)
 		return nil
 	})
+	cfg.metadata.AddFlags(fs, "metadata-", filepath.Join(DefaultDataDir, tokenKeyFile))
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	keyFileSet := false
+	fs.Visit(func(f *flag.Flag) { keyFileSet = keyFileSet || f.Name == "metadata-token-key-file" })
+	if !keyFileSet {
+		// The token key lives in the data directory, wherever that is.
+		cfg.metadata.TokenKeyFile = filepath.Join(cfg.dataDir, tokenKeyFile)
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: serve takes no arguments", errUsage)
@@ -89,7 +94,11 @@ func serve(ctx context.Context, args []string, env Env) error {
 	}
 	defer st.Close()
 
-	md := server.New(st, server.Options{Logger: log})
+	mdOpts, err := cfg.metadata.Options(log)
+	if err != nil {
+		return fmt.Errorf("metadata service: %w", err)
+	}
+	md := server.New(st, mdOpts)
 	ctl := controller.New(st, controller.Options{
 		DataDir:     cfg.dataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.dhcpDomain},
@@ -107,20 +116,50 @@ func serve(ctx context.Context, args []string, env Env) error {
 		adminLn.Close()
 		return fmt.Errorf("metadata listener: %w", err)
 	}
+	var metricsLn net.Listener
+	if cfg.metadata.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.metadata.MetricsListen); err != nil {
+			adminLn.Close()
+			mdLn.Close()
+			return fmt.Errorf("metadata metrics listener: %w", err)
+		}
+	}
 
 	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: 10 * time.Second}
-	// ReadHeaderTimeout bounds slow-header (Slowloris) connections from
-	// guests; the hardened limits come with the metadata service issue.
-	mdSrv := &http.Server{Handler: md, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	// The guest-facing server carries the metadata service's timeouts,
+	// header limit and per-address connection limit.
+	mdSrv := md.HTTPServer()
+	srvs := []*http.Server{adminSrv, mdSrv}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- adminSrv.Serve(adminLn) }()
-	go func() { errc <- mdSrv.Serve(mdLn) }()
-	log.Info("hostctl serving", "admin_socket", cfg.socket, "metadata", mdLn.Addr().String(), "store", storeName(cfg.storeURL, cfg.dataDir))
+	go func() { errc <- mdSrv.Serve(md.Listener(mdLn)) }()
+	logArgs := []any{"admin_socket", cfg.socket, "metadata", mdLn.Addr().String(), "store", storeName(cfg.storeURL, cfg.dataDir)}
+	if metricsLn != nil {
+		metricsSrv := &http.Server{Handler: md.MetricsHandler(), ReadHeaderTimeout: server.ReadHeaderTimeout}
+		srvs = append(srvs, metricsSrv)
+		go func() { errc <- metricsSrv.Serve(metricsLn) }()
+		logArgs = append(logArgs, "metadata_metrics", metricsLn.Addr().String())
+	}
+	// Follow the store's change feed (other hosts and processes publish
+	// too) and sweep the cache; this process's own publishes also reach
+	// the cache at once through Invalidate.
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = md.Run(runCtx)
+	}()
+	stop := func() {
+		shutdown(srvs...)
+		stopRun()
+		<-runDone
+	}
+	log.Info("hostctl serving", logArgs...)
 
 	for _, f := range cfg.apply {
 		if err := applyAtStart(ctx, ctl, f, mdLn.Addr().String(), cfg.socket, env); err != nil {
-			shutdown(adminSrv, mdSrv)
+			stop()
 			return err
 		}
 	}
@@ -130,23 +169,20 @@ func serve(ctx context.Context, args []string, env Env) error {
 		log.Info("shutting down")
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
-			shutdown(adminSrv, mdSrv)
+			stop()
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
-	shutdown(adminSrv, mdSrv)
+	stop()
 	return nil
 }
 
+// storeName names the store for logs, never with credentials.
 func storeName(url, dataDir string) string {
 	if url == "" || url == "bolt" {
 		return filepath.Join(dataDir, "vmeta.db")
 	}
-	if i := strings.Index(url, "@"); i >= 0 { // never log credentials
-		scheme, _, _ := strings.Cut(url, "://")
-		return scheme + "://…@" + url[i+1:]
-	}
-	return url
+	return replica.StoreName(url)
 }
 
 func shutdown(srvs ...*http.Server) {

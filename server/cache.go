@@ -1,0 +1,344 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// cache holds the views of the instances guests have asked for, by UUID
+// and by source address. Reads take a read lock and two map lookups at
+// most; a miss is filled from the store once however many requests wait
+// for it (a hand-written single flight per key). Negative results (unknown
+// addresses or instances, store errors) are never cached.
+//
+// Views leave the cache when they may be stale: on Invalidate (hostctl,
+// in-process), on a change from the store's feed, and when the
+// convergence sweep finds a document version other than the cached one
+// (the feed is at-most-once). A fill that was running when its entry was
+// invalidated still answers the requests waiting for it (with what it
+// read), but is not cached.
+type cache struct {
+	mu        sync.RWMutex
+	views     map[string]*view     // instance UUID -> view
+	addrs     map[netip.Addr]*view // source address -> view
+	uuidFills map[string]*fill
+	addrFills map[netip.Addr]*fill
+}
+
+// fill is one store read in flight; requests for the same key wait on it.
+type fill struct {
+	done    chan struct{}
+	view    *view
+	err     error
+	stale   bool // invalidated while running (guarded by cache.mu)
+	waiters int  // requests waiting for it besides the one running it (guarded by cache.mu; for tests)
+}
+
+func (f *fill) wait(ctx context.Context) (*view, error) {
+	select {
+	case <-f.done:
+		return f.view, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func newCache() cache {
+	return cache{
+		views: map[string]*view{}, addrs: map[netip.Addr]*view{},
+		uuidFills: map[string]*fill{}, addrFills: map[netip.Addr]*fill{},
+	}
+}
+
+func (c *cache) size() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.views)
+}
+
+func (c *cache) byUUID(uuid string) *view {
+	c.mu.RLock()
+	v := c.views[uuid]
+	c.mu.RUnlock()
+	return v
+}
+
+func (c *cache) byAddr(a netip.Addr) *view {
+	c.mu.RLock()
+	v := c.addrs[a]
+	c.mu.RUnlock()
+	return v
+}
+
+// dropLocked removes a view and the addresses that point at it.
+func (c *cache) dropLocked(v *view) {
+	if c.views[v.uuid] == v {
+		delete(c.views, v.uuid)
+	}
+	for _, a := range v.addrs {
+		if c.addrs[a] == v {
+			delete(c.addrs, a)
+		}
+	}
+}
+
+// staleLocked keeps fills in flight for uuid, and every address fill (an
+// address may have moved to or from uuid), from being cached.
+func (c *cache) staleLocked(uuid string) {
+	if f := c.uuidFills[uuid]; f != nil {
+		f.stale = true
+	}
+	for _, f := range c.addrFills {
+		f.stale = true
+	}
+}
+
+// Invalidate drops what is cached for an instance after it was published
+// or deleted (hostctl calls it in-process; other replicas learn of the
+// change from the store's feed, see Run).
+func (s *Server) Invalidate(uuid string) {
+	c := &s.cache
+	c.mu.Lock()
+	if v := c.views[uuid]; v != nil {
+		c.dropLocked(v)
+	}
+	c.staleLocked(uuid)
+	c.mu.Unlock()
+}
+
+// applyChange handles one message of the store's change feed.
+func (s *Server) applyChange(ctx context.Context, ch store.Change) {
+	if ch.Resync {
+		s.sweep(ctx)
+		return
+	}
+	c := &s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.views[ch.UUID]
+	if v == nil || ch.Version <= 0 || v.version < ch.Version {
+		if v != nil {
+			c.dropLocked(v)
+		}
+		c.staleLocked(ch.UUID)
+	}
+	// An address the instance had or has may be cached for another
+	// instance (it moved): drop that mapping.
+	for _, addr := range ch.Addresses {
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			continue
+		}
+		a = a.Unmap().WithZone("")
+		if av := c.addrs[a]; av != nil && av.uuid != ch.UUID {
+			delete(c.addrs, a)
+		}
+	}
+}
+
+// sweep compares the version of every cached view with the store's and
+// drops the views that changed or are gone, so that a replica that missed
+// a change converges. A store error ends the sweep and changes nothing:
+// cached views keep being served while the store is away.
+func (s *Server) sweep(ctx context.Context) {
+	c := &s.cache
+	c.mu.RLock()
+	views := make([]*view, 0, len(c.views))
+	for _, v := range c.views {
+		views = append(views, v)
+	}
+	c.mu.RUnlock()
+	if len(views) == 0 {
+		s.checkStore(ctx)
+		return
+	}
+	for _, v := range views {
+		if ctx.Err() != nil {
+			return
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+		ver, err := s.docs.DocumentVersion(sctx, v.uuid)
+		cancel()
+		s.storeResult(err)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return
+		}
+		if err != nil || ver != v.version {
+			c.mu.Lock()
+			c.dropLocked(v)
+			c.staleLocked(v.uuid)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// fillUUID reads an instance's view from the store (once for all the
+// requests that miss it at the same time) and caches it.
+func (s *Server) fillUUID(ctx context.Context, uuid string) (*view, error) {
+	c := &s.cache
+	c.mu.Lock()
+	if v := c.views[uuid]; v != nil {
+		c.mu.Unlock()
+		return v, nil
+	}
+	f, running := c.uuidFills[uuid]
+	if running {
+		f.waiters++
+	} else {
+		f = &fill{done: make(chan struct{})}
+		c.uuidFills[uuid] = f
+	}
+	c.mu.Unlock()
+	if running {
+		return f.wait(ctx)
+	}
+
+	// The fill serves every waiter: it must not end with the request
+	// that happened to start it.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.storeTimeout)
+	defer cancel()
+	doc, err := s.docs.Document(fctx, uuid)
+	s.storeResult(err)
+	var v *view
+	if err == nil {
+		doc.InstanceUUID = uuid
+		v, err = buildView(doc, s.policyFor(doc))
+		if err != nil {
+			err = &corruptError{uuid: uuid, err: err}
+		}
+	}
+	c.mu.Lock()
+	delete(c.uuidFills, uuid)
+	if err == nil && !f.stale {
+		c.views[uuid] = v
+	}
+	c.mu.Unlock()
+	f.view, f.err = v, err
+	close(f.done)
+	return v, err
+}
+
+// fillAddr finds the instance owning a source address and its view in
+// the store (once for all the requests that miss it at the same time) and
+// caches both.
+func (s *Server) fillAddr(ctx context.Context, a netip.Addr) (*view, error) {
+	c := &s.cache
+	c.mu.Lock()
+	if v := c.addrs[a]; v != nil {
+		c.mu.Unlock()
+		return v, nil
+	}
+	f, running := c.addrFills[a]
+	if running {
+		f.waiters++
+	} else {
+		f = &fill{done: make(chan struct{})}
+		c.addrFills[a] = f
+	}
+	c.mu.Unlock()
+	if running {
+		return f.wait(ctx)
+	}
+
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.storeTimeout)
+	defer cancel()
+	uuid, err := s.docs.LookupAddress(fctx, a.String())
+	s.storeResult(err)
+	var v *view
+	if err == nil {
+		v = s.cache.byUUID(uuid)
+		if v == nil {
+			v, err = s.fillUUID(fctx, uuid)
+		}
+	}
+	c.mu.Lock()
+	delete(c.addrFills, a)
+	if err == nil && !f.stale && c.views[uuid] == v {
+		c.addrs[a] = v
+		v.addrs = append(v.addrs, a)
+	}
+	c.mu.Unlock()
+	f.view, f.err = v, err
+	close(f.done)
+	return v, err
+}
+
+// corruptError is a published document the server cannot serve (it does
+// not decode, or lacks a version): a 500, not a store outage.
+type corruptError struct {
+	uuid string
+	err  error
+}
+
+func (e *corruptError) Error() string { return "document of " + e.uuid + ": " + e.err.Error() }
+func (e *corruptError) Unwrap() error { return e.err }
+
+// Run follows the store's change feed (when the store has one, see
+// Watcher) and sweeps the cache every SweepInterval, until ctx is done.
+// Without Run, cached views change only through Invalidate. After the
+// feed breaks it is re-subscribed with back-off, and the cache swept,
+// since changes may have been missed meanwhile.
+func (s *Server) Run(ctx context.Context) error {
+	var (
+		feed    <-chan store.Change
+		retry   <-chan time.Time
+		backoff = 100 * time.Millisecond
+	)
+	w, watching := s.docs.(Watcher)
+	subscribe := func() {
+		ch, err := w.Watch(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.storeResult(err)
+				s.log.Debug("metadata change feed: subscribe failed", "err", err, "retry_in", backoff)
+			}
+			retry = time.After(backoff)
+			backoff = min(2*backoff, 30*time.Second)
+			return
+		}
+		feed = ch
+		// Changes made before the subscription was in place were missed.
+		s.sweep(ctx)
+	}
+	if watching {
+		subscribe()
+	}
+	var tick <-chan time.Time
+	if s.sweepInterval > 0 {
+		t := time.NewTicker(s.sweepInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ch, ok := <-feed:
+			if !ok {
+				feed = nil
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.log.Debug("metadata change feed closed; re-subscribing", "in", backoff)
+				retry = time.After(backoff)
+				backoff = min(2*backoff, 30*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			s.applyChange(ctx, ch)
+		case <-retry:
+			retry = nil
+			subscribe()
+		case <-tick:
+			s.sweep(ctx)
+			if s.limiter != nil {
+				s.limiter.prune()
+			}
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+)
+
+// Secrets is a list of secret keys of which several may be valid at once
+// (the current one and prior ones, while a rotation overlaps): the current
+// key signs, every key verifies. The server reads it on every use, so a
+// rotation only has to swap what it returns.
+type Secrets interface {
+	// Current returns the key new signatures are made with (nil: none).
+	Current() []byte
+	// All returns every key a signature may have been made with, the
+	// current one first.
+	All() [][]byte
+}
+
+// KeyRing is a Secrets whose keys can be replaced atomically (by a key
+// rotation, or a reload of the key file). The zero KeyRing holds no keys.
+type KeyRing struct {
+	keys atomic.Pointer[[][]byte]
+}
+
+// NewKeyRing returns a KeyRing holding keys, the current one first.
+func NewKeyRing(keys ...[]byte) *KeyRing {
+	k := &KeyRing{}
+	k.Set(keys...)
+	return k
+}
+
+// Set replaces the keys; empty keys are dropped. The slices are copied.
+func (k *KeyRing) Set(keys ...[]byte) {
+	cp := make([][]byte, 0, len(keys))
+	for _, key := range keys {
+		if len(key) > 0 {
+			cp = append(cp, bytes.Clone(key))
+		}
+	}
+	k.keys.Store(&cp)
+}
+
+// Current implements Secrets.
+func (k *KeyRing) Current() []byte {
+	if all := k.All(); len(all) > 0 {
+		return all[0]
+	}
+	return nil
+}
+
+// All implements Secrets. The caller must not modify the result.
+func (k *KeyRing) All() [][]byte {
+	if p := k.keys.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ReadKeyFile reads a key file: one key per line, the current key first,
+// prior keys (still accepted) after it; surrounding white space and empty
+// lines are ignored, and each key is used as the bytes of its line (as
+// Nova uses its shared secret). It fails when the file holds no key. The
+// keys are never logged.
+func ReadKeyFile(path string) ([][]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	var keys [][]byte
+	for line := range bytes.Lines(data) {
+		if k := bytes.TrimSpace(line); len(k) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("key file %s: no key in it", path)
+	}
+	return keys, nil
+}
+
+// ReadOrCreateKeyFile reads a key file like ReadKeyFile; when the file
+// does not exist it first creates it (mode 0600, parent directory 0700)
+// holding one new random key of 32 bytes, hex-encoded. Two processes
+// creating it at once end up with the same key: the file is written to a
+// temporary name, synced, and linked into place only if still absent.
+func ReadOrCreateKeyFile(path string) (keys [][]byte, created bool, err error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		created, err = createKeyFile(path)
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	keys, err = ReadKeyFile(path)
+	return keys, created, err
+}
+
+func createKeyFile(path string) (bool, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("key file: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return false, fmt.Errorf("key file: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return false, fmt.Errorf("key file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.WriteString(hex.EncodeToString(raw) + "\n")
+	if werr == nil {
+		werr = tmp.Chmod(0o600)
+	}
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return false, fmt.Errorf("key file %s: %w", path, werr)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil // another process won the race; use its key
+		}
+		return false, fmt.Errorf("key file %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return true, nil
+}

@@ -1,0 +1,333 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func rateSetup(t *testing.T, rate float64, burst int) (*Server, *fakeDocs, *clock) {
+	t.Helper()
+	docs := newFakeDocs()
+	docs.publish(t, richInstance(t))
+	docs.publish(t, otherInstance(t))
+	clk := newClock("2026-01-01")
+	o := testOptions(clk.Now)
+	o.RateLimit, o.RateBurst = rate, burst
+	return New(docs, o), docs, clk
+}
+
+func TestRateLimit(t *testing.T) {
+	s, _, clk := rateSetup(t, 0, 0) // the defaults: 50/s, burst 100
+	const target = "/latest/meta-data/hostname"
+	for i := range DefaultRateBurst {
+		if r := get(s, target); r.status != 200 {
+			t.Fatalf("request %d of the burst: %d", i+1, r.status)
+		}
+	}
+	r := get(s, target)
+	if r.status != 429 {
+		t.Fatalf("request past the burst: %d, want 429", r.status)
+	}
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	// The bucket is per instance, whichever address it calls from.
+	if r := do(s, "GET", target, "[::1]:2"); r.status != 429 {
+		t.Errorf("same instance, other address: %d, want 429", r.status)
+	}
+	// Other instances are unaffected.
+	if r := do(s, "GET", target, otherAddr); r.status != 200 {
+		t.Errorf("other instance: %d", r.status)
+	}
+	// "/" identifies nobody and is not limited.
+	if r := get(s, "/"); r.status != 200 {
+		t.Errorf("GET /: %d", r.status)
+	}
+	// One second refills DefaultRateLimit tokens.
+	clk.Add(time.Second)
+	for i := range DefaultRateLimit {
+		if r := get(s, target); r.status != 200 {
+			t.Fatalf("request %d after a second: %d", i+1, r.status)
+		}
+	}
+	if r := get(s, target); r.status != 429 {
+		t.Errorf("past the refill: %d, want 429", r.status)
+	}
+	// A long pause refills up to the burst, no more.
+	clk.Add(time.Hour)
+	n := 0
+	for get(s, target).status == 200 {
+		n++
+	}
+	if n != DefaultRateBurst {
+		t.Errorf("after an hour idle: %d requests allowed, want %d", n, DefaultRateBurst)
+	}
+}
+
+// TestRateLimitRetryAfter: the wait announced is the time to the next
+// token, rounded up to whole seconds.
+func TestRateLimitRetryAfter(t *testing.T) {
+	s, _, _ := rateSetup(t, 0.25, 1) // one request per 4 s
+	if r := get(s, "/latest/meta-data/hostname"); r.status != 200 {
+		t.Fatal(r.status)
+	}
+	r := get(s, "/latest/meta-data/hostname")
+	if r.status != 429 || r.header.Get("Retry-After") != "4" {
+		t.Errorf("%d Retry-After %q, want 429 and 4", r.status, r.header.Get("Retry-After"))
+	}
+}
+
+// TestCloudInitBootUnderDefaults replays what cloud-init fetches at boot
+// (OpenStack datasource, then the EC2 tree as its fallback readers do,
+// with a retry or two), all at the same instant: the default limit lets
+// it all through.
+func TestCloudInitBootUnderDefaults(t *testing.T) {
+	s, _, _ := rateSetup(t, 0, 0)
+	boot := []string{
+		"/openstack", "/openstack/2018-08-27/meta_data.json", "/openstack/2018-08-27/meta_data.json",
+		"/openstack/2018-08-27/user_data", "/openstack/2018-08-27/vendor_data.json",
+		"/openstack/2018-08-27/vendor_data2.json", "/openstack/2018-08-27/network_data.json",
+		"/", "/2009-04-04/meta-data/", "/2009-04-04/meta-data/ami-id", "/2009-04-04/meta-data/ami-launch-index",
+		"/2009-04-04/meta-data/block-device-mapping/", "/2009-04-04/meta-data/block-device-mapping/ami",
+		"/2009-04-04/meta-data/block-device-mapping/root", "/2009-04-04/meta-data/hostname",
+		"/2009-04-04/meta-data/instance-id", "/2009-04-04/meta-data/local-hostname",
+		"/2009-04-04/meta-data/local-ipv4", "/2009-04-04/meta-data/placement/",
+		"/2009-04-04/meta-data/placement/availability-zone", "/2009-04-04/meta-data/public-keys/",
+		"/2009-04-04/meta-data/public-keys/0/openssh-key", "/2009-04-04/meta-data/reservation-id",
+		"/2009-04-04/meta-data/security-groups", "/2009-04-04/user-data",
+	}
+	if len(boot) != 25 {
+		t.Fatalf("boot sequence has %d requests", len(boot))
+	}
+	for _, p := range boot {
+		if r := get(s, p); r.status != 200 {
+			t.Errorf("%s: %d", p, r.status)
+		}
+	}
+}
+
+// TestRateLimitUnknownCallers: callers the store does not know are
+// limited by the address they come from, so they cannot drive store
+// lookups at will.
+func TestRateLimitUnknownCallers(t *testing.T) {
+	s, docs, _ := rateSetup(t, 0, 0)
+	before := docs.lookups.Load()
+	var limited int
+	for range 3 * DefaultRateBurst {
+		switch r := do(s, "GET", "/latest/meta-data/hostname", "192.0.2.50:1"); r.status {
+		case 404:
+		case 429:
+			limited++
+		default:
+			t.Fatalf("unknown caller: %d", r.status)
+		}
+	}
+	if got := docs.lookups.Load() - before; got != DefaultRateBurst {
+		t.Errorf("%d store lookups for an unknown address, want %d (the burst)", got, DefaultRateBurst)
+	}
+	if limited != 2*DefaultRateBurst {
+		t.Errorf("%d requests limited", limited)
+	}
+	// The instances themselves are unaffected.
+	if r := get(s, "/latest/meta-data/hostname"); r.status != 200 {
+		t.Errorf("known instance: %d", r.status)
+	}
+}
+
+func TestRateLimiterPrune(t *testing.T) {
+	clk := newClock("2026-01-01")
+	l := newRateLimiter(10, 5, clk.Now)
+	for _, k := range []string{"a", "b", "c"} {
+		l.allow(k, clk.Now())
+	}
+	for range 5 {
+		l.allow("busy", clk.Now())
+	}
+	clk.Add(100 * time.Millisecond) // a, b, c refilled (4+1 = 5); busy has 1
+	l.prune()
+	n := 0
+	l.buckets.Range(func(k, _ any) bool { n++; return true })
+	if n != 1 || l.n.Load() != 1 {
+		t.Errorf("%d buckets (%d counted) after prune, want only busy", n, l.n.Load())
+	}
+	if ok, _ := l.allow("busy", clk.Now()); !ok {
+		t.Error("busy lost its refill")
+	}
+	if ok, _ := l.allow("busy", clk.Now()); ok {
+		t.Error("busy got more than its refill")
+	}
+}
+
+// dialFrom connects to addr from a given loopback source address.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByPeer reports whether the other end closed c (rather than just
+// not writing). The deadline only bounds a broken test.
+func closedByPeer(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	if err == nil {
+		t.Fatal("the listener wrote to a connection")
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err)
+}
+
+func isReset(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op)
+}
+
+func TestLimitListener(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rejected atomic.Int64
+	exempt := netip.MustParseAddr("127.0.0.3")
+	ln := LimitListener(inner, DefaultMaxConnsPerAddr, func(a netip.Addr) bool { return a == exempt }, func() { rejected.Add(1) })
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 256)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	addr := inner.Addr().String()
+	take := func() net.Conn {
+		select {
+		case c := <-accepted:
+			return c
+		case <-time.After(5 * time.Second):
+			t.Fatal("no connection accepted")
+			return nil
+		}
+	}
+
+	var server []net.Conn
+	for range DefaultMaxConnsPerAddr {
+		dialFrom(t, "127.0.0.1", addr)
+		server = append(server, take())
+	}
+	ll := ln.(*limitListener)
+	a1 := netip.MustParseAddr("127.0.0.1")
+	if n := ll.openConns(a1); n != DefaultMaxConnsPerAddr {
+		t.Fatalf("%d connections counted", n)
+	}
+	over := dialFrom(t, "127.0.0.1", addr)
+	if !closedByPeer(t, over) {
+		t.Errorf("connection %d from one address was not closed", DefaultMaxConnsPerAddr+1)
+	}
+	if rejected.Load() != 1 {
+		t.Errorf("rejected %d, want 1", rejected.Load())
+	}
+	// Another address is not affected.
+	other := dialFrom(t, "127.0.0.2", addr)
+	take()
+	if closedByPeer(t, other) {
+		t.Error("a connection from another address was closed")
+	}
+	// Exempt peers are not counted.
+	for range DefaultMaxConnsPerAddr + 5 {
+		dialFrom(t, exempt.String(), addr)
+		take()
+	}
+	if n := ll.openConns(exempt); n != 0 {
+		t.Errorf("exempt address counted: %d", n)
+	}
+	// Closing a connection (twice: counted once) frees its slot.
+	server[0].Close()
+	server[0].Close()
+	if n := ll.openConns(a1); n != DefaultMaxConnsPerAddr-1 {
+		t.Errorf("after a close: %d counted", n)
+	}
+	again := dialFrom(t, "127.0.0.1", addr)
+	take()
+	if closedByPeer(t, again) {
+		t.Error("a connection within the limit again was closed")
+	}
+	for _, c := range server[1:] {
+		c.Close()
+	}
+	if n := ll.openConns(a1); n != 1 {
+		t.Errorf("after closing all but one: %d counted", n)
+	}
+}
+
+// TestServerLimitsEndToEnd runs the real http.Server of HTTPServer on
+// Listener: keep-alive connections up to the limit are served, the next
+// one is refused, and the refusal is counted in the metrics.
+func TestServerLimitsEndToEnd(t *testing.T) {
+	docs := newFakeDocs()
+	docs.publish(t, richInstance(t))
+	o := testOptions(time.Now)
+	o.MaxConnsPerAddr = 2
+	s := New(docs, o)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s.HTTPServer()
+	go srv.Serve(s.Listener(inner))
+	t.Cleanup(func() { srv.Close() })
+	if srv.ReadHeaderTimeout != ReadHeaderTimeout || srv.MaxHeaderBytes != MaxHeaderBytes || srv.IdleTimeout == 0 || srv.WriteTimeout == 0 || srv.ReadTimeout == 0 {
+		t.Errorf("http.Server limits: %+v", srv)
+	}
+	var conns []net.Conn
+	for range 2 {
+		c := dialFrom(t, "127.0.0.1", inner.Addr().String())
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		if _, err := io.WriteString(c, "GET /latest/meta-data/hostname HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 512)
+		n, err := c.Read(buf)
+		if err != nil || !strings.Contains(string(buf[:n]), "200 OK") || !strings.Contains(string(buf[:n]), "web-1.novalocal") {
+			t.Fatalf("keep-alive request: %v %q", err, buf[:n])
+		}
+	}
+	third := dialFrom(t, "127.0.0.1", inner.Addr().String())
+	if !closedByPeer(t, third) {
+		t.Error("third connection from one address was not closed")
+	}
+	// Header limit: a request with > 16 KiB of headers is refused (431).
+	c := dialFrom(t, "127.0.0.2", inner.Addr().String())
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", MaxHeaderBytes+8192)+"\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	n, _ := c.Read(buf)
+	if !strings.Contains(string(buf[:n]), "431") {
+		t.Errorf("oversized headers: %q", buf[:n])
+	}
+	if m := s.metrics.connsRejected.Load(); m != 1 {
+		t.Errorf("connections rejected metric %d, want 1", m)
+	}
+}

@@ -1,0 +1,200 @@
+// Package replica runs vmeta-metadata: a metadata service with no host
+// controller, serving the documents a shared store (Redis) holds and
+// following the store's change feed, so that any number of replicas can
+// stand behind the metadata address. It never imports host code.
+package replica
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/store/redis"
+	"github.com/vmeta/vmeta/server"
+)
+
+// DefaultListen is Nova's metadata port on loopback.
+const DefaultListen = "127.0.0.1:8775"
+
+// Env is what Run may touch.
+type Env struct {
+	Stdout, Stderr io.Writer
+}
+
+const usage = `vmeta-metadata — a vmeta metadata service replica
+
+Usage:
+  vmeta-metadata --store redis://host:6379/0 [--listen 127.0.0.1:8775] [flags]
+
+It serves the documents hostctl publishes to the store, identifies guests by
+source address (or trusted proxies' headers), and follows the store's change
+feed. Flags:
+`
+
+// Run runs vmeta-metadata with args (without the program name) until ctx
+// is done, and returns the process exit status: 0, 1 on error, 2 on a
+// usage error.
+func Run(ctx context.Context, args []string, env Env) int {
+	err := run(ctx, args, env)
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(env.Stderr, "vmeta-metadata: %v\n", err)
+		return 2
+	default:
+		fmt.Fprintf(env.Stderr, "vmeta-metadata: %v\n", err)
+		return 1
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, env Env) error {
+	var (
+		cfg      server.Config
+		storeURL string
+		listen   string
+		logLevel string
+	)
+	fs := flag.NewFlagSet("vmeta-metadata", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprint(env.Stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&storeURL, "store", "", "store: redis://[user:password@]host:port/db, rediss://…, redis+cluster://…, redis+sentinel://…, or bolt:///path/file.db (a file no other process has open)")
+	fs.StringVar(&listen, "listen", DefaultListen, "address of the guest-facing metadata service")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cfg.AddFlags(fs, "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() != 0 {
+		return usageError{"no arguments expected"}
+	}
+	if storeURL == "" {
+		return usageError{"--store is required"}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return usageError{fmt.Sprintf("--log-level %q", logLevel)}
+	}
+	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+
+	opts, err := cfg.Options(log)
+	if err != nil {
+		return err
+	}
+	st, err := OpenStore(ctx, storeURL)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	s := server.New(st, opts)
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	var mln net.Listener
+	if cfg.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+	}
+	return Serve(ctx, s, ln, mln, log, "store", StoreName(storeURL))
+}
+
+// Serve serves s on ln (with the per-address connection limit), the
+// operator endpoints on mln (nil: none), and follows the store (s.Run),
+// until ctx is done; then it shuts the listeners down, letting requests
+// in flight finish for up to 5 seconds. logArgs are added to the start-up
+// log line.
+func Serve(ctx context.Context, s *server.Server, ln, mln net.Listener, log *slog.Logger, logArgs ...any) error {
+	srv := s.HTTPServer()
+	srvs := []*http.Server{srv}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(s.Listener(ln)) }()
+	attrs := []any{"listen", ln.Addr().String()}
+	if mln != nil {
+		msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: server.ReadHeaderTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		srvs = append(srvs, msrv)
+		go func() { errc <- msrv.Serve(mln) }()
+		attrs = append(attrs, "metrics", mln.Addr().String())
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(runCtx) })
+	log.Info("vmeta-metadata serving", append(attrs, logArgs...)...)
+
+	var err error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		} else {
+			err = fmt.Errorf("serve: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, h := range srvs {
+		_ = h.Shutdown(sctx)
+	}
+	stopRun()
+	wg.Wait()
+	return err
+}
+
+// OpenStore opens a replica's store: Redis (redis://, rediss://,
+// redis+cluster://, redis+sentinel://, unix://) or a bolt file
+// (bolt:///path; bolt allows one process per file, so only one no hostctl
+// has open).
+func OpenStore(ctx context.Context, url string) (store.Store, error) {
+	if path, ok := strings.CutPrefix(url, "bolt://"); ok {
+		if path == "" {
+			return nil, fmt.Errorf("--store %q: bolt:///path/to/file.db", url)
+		}
+		return bolt.Open(path, bolt.WithLockTimeout(2*time.Second))
+	}
+	return redis.Open(ctx, url)
+}
+
+// StoreName is a store URL fit for logs: without user or password.
+func StoreName(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return "(invalid store URL)"
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		authority = "…@" + authority[i+1:]
+	}
+	if path != "" {
+		path = "/" + path
+		if q := strings.IndexByte(path, '?'); q >= 0 {
+			path = path[:q] // query parameters may carry credentials
+		}
+	}
+	return scheme + "://" + authority + path
+}
