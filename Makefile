@@ -35,6 +35,7 @@ test: setup ## install what the tests need, then run every test (race detector o
 bench: setup ## benchmarks, then whole-system comparisons side by side
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	$(GO) run ./test/bench/isocompare
+	$(GO) run ./test/bench/metadata -rounds 3
 
 .PHONY: lint
 lint: ## gofmt and go vet
