@@ -21,8 +21,9 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// hostctlBin is the hostctl binary TestMain builds from this checkout.
-var hostctlBin string
+// hostctlBin and replicaBin are the hostctl and vmeta-metadata binaries
+// TestMain builds from this checkout.
+var hostctlBin, replicaBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -41,14 +42,18 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	hostctlBin = filepath.Join(dir, "hostctl")
-	args := []string{"build", "-o", hostctlBin}
+	replicaBin = filepath.Join(dir, "vmeta-metadata")
+	// One go build for both: with -o naming a directory, each main
+	// package is written there under its own name.
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./hostctl/cmd/hostctl")...)
+	pkgs := []string{"./hostctl/cmd/hostctl", "./server/cmd/vmeta-metadata"}
+	cmd := exec.Command("go", append(args, pkgs...)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go build ./hostctl/cmd/hostctl: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "e2e: go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
 		return 1
 	}
 	return m.Run()
@@ -145,6 +150,7 @@ type daemon struct {
 	// MetadataAddr is the host:port of the metadata service (127.0.0.1).
 	MetadataAddr string
 	store        string
+	args         []string
 
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -158,6 +164,8 @@ type daemonOptions struct {
 	DataDir string
 	// Store is the --store value; the embedded bolt store when empty.
 	Store string
+	// Args are more `hostctl serve` flags (e.g. --metadata-token-policy).
+	Args []string
 }
 
 // startDaemon starts `hostctl serve` on its own admin socket and a free
@@ -175,7 +183,7 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store}
+	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store, args: opts.Args}
 	t.Cleanup(func() {
 		d.Stop()
 		if t.Failed() {
@@ -205,6 +213,7 @@ func (d *daemon) start() error {
 	if d.store != "" {
 		args = append(args, "--store", d.store)
 	}
+	args = append(args, d.args...)
 	d.log = &syncBuffer{}
 	cmd := exec.Command(hostctlBin, args...)
 	cmd.Env = cleanEnv()
@@ -266,7 +275,7 @@ func (d *daemon) Stop() {
 func (d *daemon) Restart() *daemon {
 	d.t.Helper()
 	d.Stop()
-	return startDaemon(d.t, daemonOptions{DataDir: d.DataDir, Store: d.store})
+	return startDaemon(d.t, daemonOptions{DataDir: d.DataDir, Store: d.store, Args: d.args})
 }
 
 // Ctl runs a hostctl client command against this daemon (--socket is

@@ -173,6 +173,15 @@ func (w *watcher) loop(ctx context.Context) {
 			pinged = false
 			w.resubscribe(ctx)
 			continue
+		case isRedisError(err):
+			// Redis answered with an error reply (e.g. NOPERM after an ACL
+			// change refused the re-SUBSCRIBE). go-redis keeps such a
+			// connection, which now carries no subscription, and its
+			// PINGs still succeed: start a fresh subscription instead.
+			slog.Warn("redis store: change feed subscription refused; retrying", "err", err)
+			pinged = false
+			w.resubscribe(ctx)
+			continue
 		default:
 			// go-redis has dropped the connection and reconnects (and
 			// re-subscribes) on the next Receive; the confirmation it then
@@ -221,6 +230,13 @@ func (w *watcher) resubscribe(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// isRedisError reports whether err is an error reply from Redis rather
+// than a network failure.
+func isRedisError(err error) bool {
+	var rerr goredis.Error
+	return errors.As(err, &rerr)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
