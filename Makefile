@@ -16,6 +16,11 @@ help: ## list the targets
 build: ## build the binaries into bin/
 	$(GO) build -o $(BIN)/ ./hostctl/cmd/hostctl ./server/cmd/vmeta-metadata
 
+.PHONY: agent
+agent: ## build the static guest agent bin/vmeta-agent (no cgo; a GPL-3.0 binary, see guest/README.md)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/vmeta-agent ./guest/cmd/vmeta-agent
+	@ls -l $(BIN)/vmeta-agent
+
 .PHONY: run
 run: build ## run hostctl serve on the embedded store with examples/web.yaml applied
 	@mkdir -p $(RUN_DIR)
@@ -46,6 +51,13 @@ lint: ## gofmt and go vet
 fuzz: ## run each fuzz target for a short while
 	$(GO) test -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s ./internal/model/
 	$(GO) test -run '^$$' -fuzz FuzzValidateTag -fuzztime 30s ./internal/model/
+	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s -fuzzminimizetime 3s ./configdrive/
+	$(GO) test -run '^$$' -fuzz FuzzNormalizePath -fuzztime 30s ./server/
+	$(GO) test -run '^$$' -fuzz FuzzIdentify -fuzztime 30s ./server/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./guest/source/
+	$(GO) test -run '^$$' -fuzz FuzzEncodeTag -fuzztime 30s ./guest/udev/
+	$(GO) test -run '^$$' -fuzz FuzzParseEntry -fuzztime 30s ./guest/udev/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./guest/uevent/
 
 .PHONY: clean
 clean: ## remove build output and the `make run` data

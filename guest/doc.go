@@ -1,7 +1,38 @@
-// Package guest will hold vmeta-agent, the tool installed in guest images
-// that turns device metadata into udev tags, /dev/disk/by-tag/ links, NIC
-// alternative names and virtiofs mounts. It is not written yet (it has its
-// own issue); the folder exists so the layout test can keep it free of host
-// code from the start: it may import schema/, configdrive/ and
-// internal/metadata only.
+// Package guest is vmeta-agent, the tool installed in guest images that
+// turns the device role tags of the instance metadata into things Linux
+// applications can ask for: udev properties (VMETA_TAGS,
+// VMETA_ENCRYPTED), /dev/disk/by-tag/<tag> links, alternative interface
+// names, and mounted virtiofs shares, so that an application uses "the
+// disk tagged oracledb" instead of parsing bus addresses (the "simple
+// tool" the virt-device-tagged-attach-detach specification asks for).
+//
+// One pass (Agent.Apply, `vmeta-agent apply`):
+//
+//  1. read openstack/latest/meta_data.json from a config drive found by
+//     its label, without mounting it, else from the metadata service
+//     (package source); an unreadable or invalid document changes
+//     nothing;
+//  2. read the devices from sysfs (package sysfs) and match each entry of
+//     the devices list to exactly one of them, or report why not
+//     (package match);
+//  3. write one rules file to /run/udev/rules.d/ atomically, reload udev
+//     if it changed, trigger only the devices whose udev record differs
+//     from what the rules say, settle, and check udev's records again
+//     (package udev);
+//  4. add one alternative name per tag to each tagged NIC (package
+//     altname), and remove the ones it added that are no longer wanted;
+//  5. mount each share at <root>/<tag> unless the tag is mounted already,
+//     and unmount the shares it mounted that the metadata dropped
+//     (package shares);
+//  6. record what it did in /run/vmeta-agent/state.json, which
+//     `vmeta-agent status` prints.
+//
+// A pass that finds everything in place changes nothing: the rules file
+// is only written when its content differs, and only devices whose udev
+// record differs are triggered. Agent.Run (`vmeta-agent run`) repeats
+// the pass on kernel device events (package uevent) and metadata changes.
+//
+// The agent is a static binary: it imports schema, configdrive and
+// internal/metadata (types only) and none of vmeta's host code, which
+// test/layout enforces.
 package guest

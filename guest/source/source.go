@@ -1,0 +1,156 @@
+// Package source reads the device metadata a guest is given: from a
+// config drive (found by its label among the block devices and read
+// without mounting it) or from the metadata service (169.254.169.254 and
+// fe80::a9fe:a9fe, with retries and session tokens when the service
+// requires them). It always reads the "latest" version, the only one that
+// carries every device type (cloud-init reads 2018-08-27, which has no
+// shares), and returns the devices list validated against the
+// device-role-tagging schema.
+//
+// Entries of types the agent does not know (a future "gpu") are dropped
+// and reported, so that the rest still applies; anything else the schema
+// refuses makes the whole document invalid: Parse returns an error and
+// the caller changes nothing.
+package source
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/schema"
+)
+
+// MetaDataPath is the file read, relative to a config drive's root or the
+// metadata service's root.
+const MetaDataPath = "openstack/latest/meta_data.json"
+
+// MaxDocument bounds meta_data.json (Nova's are a few KiB; user data is in
+// another file).
+const MaxDocument = 4 << 20
+
+// Document is what the agent uses from one read of the metadata.
+type Document struct {
+	// Origin says where it came from: "config drive /dev/sr0",
+	// "http://169.254.169.254".
+	Origin string
+	// UUID is the instance's uuid from meta_data.json ("" if absent).
+	UUID string
+	// Devices are the nic, disk and share entries, in document order.
+	Devices []metadata.Device
+	// Ignored describes the entries that were dropped.
+	Ignored []string
+	// Digest identifies the devices list (SHA-256 of its JSON form) so
+	// that a re-read that changes nothing is recognised.
+	Digest string
+}
+
+// Source is where documents come from.
+type Source interface {
+	// Fetch reads and parses the current document.
+	Fetch(ctx context.Context) (*Document, error)
+	// String names the source for logs.
+	String() string
+}
+
+// ErrInvalid is wrapped by errors for documents that are not usable
+// metadata (not JSON, not an object, refused by the schema).
+var ErrInvalid = errors.New("invalid metadata")
+
+// known are the device types the agent acts on.
+var known = map[string]bool{"nic": true, "disk": true, "share": true}
+
+// Parse parses meta_data.json. It returns an error wrapping ErrInvalid
+// (and a *schema.Error when the schema refused it) for a document the
+// agent must not act on.
+func Parse(data []byte) (*Document, error) {
+	if len(data) > MaxDocument {
+		return nil, fmt.Errorf("%w: meta_data.json is %d bytes, more than %d", ErrInvalid, len(data), MaxDocument)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var top map[string]json.RawMessage
+	if err := dec.Decode(&top); err != nil {
+		return nil, fmt.Errorf("%w: meta_data.json is not a JSON object: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: meta_data.json has data after its JSON object", ErrInvalid)
+	}
+	doc := &Document{}
+	if raw, ok := top["uuid"]; ok {
+		_ = json.Unmarshal(raw, &doc.UUID)
+	}
+	var entries []json.RawMessage
+	if raw, ok := top["devices"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		if err := json.Unmarshal(raw, &entries); err != nil {
+			return nil, fmt.Errorf("%w: devices: not a list: %v", ErrInvalid, err)
+		}
+	}
+	kept := make([]json.RawMessage, 0, len(entries))
+	orig := make([]int, 0, len(entries)) // kept index -> index in the document
+	for i, e := range entries {
+		var head struct {
+			Type any `json:"type"`
+		}
+		if json.Unmarshal(e, &head) == nil {
+			if t, ok := head.Type.(string); ok && !known[t] {
+				doc.Ignored = append(doc.Ignored, fmt.Sprintf("/devices/%d: device type %q is not one the agent knows (nic, disk, share); ignored", i, t))
+				continue
+			}
+		}
+		kept = append(kept, e)
+		orig = append(orig, i)
+	}
+	devicesDoc, err := json.Marshal(struct {
+		Devices []json.RawMessage `json:"devices"`
+	}{kept})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := schema.ValidateJSON(schema.DevicesV11, devicesDoc); err != nil {
+		var se *schema.Error
+		if errors.As(err, &se) && len(orig) < len(entries) {
+			renumber(se, orig)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	var devs struct {
+		Devices []metadata.Device `json:"devices"`
+	}
+	if err := json.Unmarshal(devicesDoc, &devs); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	doc.Devices = devs.Devices
+	sum := sha256.Sum256(devicesDoc)
+	doc.Digest = hex.EncodeToString(sum[:])
+	return doc, nil
+}
+
+// renumber rewrites the violations' pointers /devices/N... from the list
+// that was validated (without the ignored entries) to the document's.
+func renumber(se *schema.Error, orig []int) {
+	for i, v := range se.Violations {
+		rest, ok := strings.CutPrefix(v.Pointer, "/devices/")
+		if !ok {
+			continue
+		}
+		num, tail, _ := strings.Cut(rest, "/")
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 || n >= len(orig) {
+			continue
+		}
+		p := "/devices/" + strconv.Itoa(orig[n])
+		if tail != "" {
+			p += "/" + tail
+		}
+		se.Violations[i].Pointer = p
+	}
+}
