@@ -25,7 +25,7 @@ agent: ## build the static guest agent bin/vmeta-agent (no cgo; a GPL-3.0 binary
 run: build ## run hostctl serve on the embedded store with examples/web.yaml applied
 	@mkdir -p $(RUN_DIR)
 	VMETA_SOCKET=$(RUN_DIR)/hostctl.sock $(BIN)/hostctl serve --data-dir $(RUN_DIR)/data \
-		--metadata-listen 127.0.0.1:8775 --apply examples/web.yaml
+		--metadata-listen 127.0.0.1:8775 --virt none --apply examples/web.yaml
 
 .PHONY: setup
 setup: ## install and start what the tests need (Debian 12, as root; idempotent)
@@ -41,6 +41,7 @@ bench: setup ## benchmarks, then whole-system comparisons side by side
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	$(GO) run ./test/bench/isocompare
 	$(GO) run ./test/bench/metadata -rounds 3
+	$(GO) run ./test/bench/apply
 
 .PHONY: lint
 lint: ## gofmt and go vet

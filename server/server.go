@@ -4,9 +4,11 @@
 // EC2 readers work unchanged.
 //
 // The host renders each tree once (internal/metadata); the server only
-// looks bytes up. Each instance's tree is turned into a table of every
-// servable path on first use and cached until the instance changes (see
-// cache.go: Invalidate, the store's change feed, a convergence sweep).
+// looks bytes up. Each instance's tree is read on first use and cached
+// until the instance changes (see cache.go: Invalidate, the store's change
+// feed, a convergence sweep): its files kept deflated, each version's
+// table of servable paths built from them when the version is first asked
+// for (see view.go).
 //
 // Who is asking: the source address (the store's address index), or, from
 // a trusted proxy network only, Nova's signed proxy headers (X-Instance-ID,
@@ -379,7 +381,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	if isOS && rest == "" {
 		return write(w, r, res, s.openstackListing(), ctText)
 	}
-	e, ok := v.lookup(isOS, rest)
+	e, ok, err := v.find(isOS, rest)
+	if err != nil {
+		return s.lookupFailed(w, r, res, &corruptError{uuid: v.uuid, err: err})
+	}
 	if !ok {
 		return fail(w, res, http.StatusNotFound, "404 Not Found")
 	}

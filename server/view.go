@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unique"
 
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
@@ -48,8 +51,7 @@ var classNames = [numClasses]string{
 
 func (c pathClass) String() string { return classNames[c] }
 
-// entry is one servable path of an instance (kept small: a view holds
-// hundreds).
+// entry is one servable path of an instance, as a lookup finds it.
 type entry struct {
 	body  []byte
 	json  bool // application/json; else text/plain
@@ -67,228 +69,279 @@ func (e *entry) header() []string {
 	return ctText
 }
 
-// view is every path an instance's guest may ask for, precomputed from its
-// tree so that serving a request is two map lookups. The OpenStack and EC2
-// trees are kept by version; below a version, keys are the rest of the
-// normalized path (NormalizePath): os["latest"]["meta_data.json"] for
-// /openstack/latest/meta_data.json, ec2["2009-04-04"]["meta-data/hostname"]
-// for /2009-04-04/meta-data/hostname (and /ec2/2009-04-04/...), and ""
-// for the version's own listing. A request is looked up with substrings
-// of its path, without building a key.
+// The versions a view serves, by index: the OpenStack versions and
+// "latest", then the EC2 versions and "latest".
+var (
+	osVersions  = append(slices.Clone(metadata.OpenStackVersions), "latest")
+	ec2Versions = append(slices.Clone(metadata.EC2Versions), "latest")
+	numVersions = len(osVersions) + len(ec2Versions)
+	osIndex     = versionIndex(osVersions, 0)
+	ec2Index    = versionIndex(ec2Versions, len(osVersions))
+)
+
+func versionIndex(vers []string, first int) map[string]uint8 {
+	m := make(map[string]uint8, len(vers))
+	for i, v := range vers {
+		m[v] = uint8(first + i)
+	}
+	return m
+}
+
+func isOSVersion(i int) bool { return i < len(osVersions) }
+
+// versionName returns the tree ("openstack" or "ec2") and name of a
+// version index.
+func versionName(i int) (top, ver string) {
+	if isOSVersion(i) {
+		return "openstack", osVersions[i]
+	}
+	return "ec2", ec2Versions[i-len(osVersions)]
+}
+
+// view is every path an instance's guest may ask for. Views are what the
+// server keeps in memory per instance, so they keep little (see
+// BenchmarkViewMemory):
 //
-// Views are what the server keeps in memory per instance, so they share
-// what they can: identical bodies are stored once per view, a version
-// whose files are all equal to another's ("latest" and the newest dated
-// version) shares its directory, and keys are interned across views.
+//   - the instance's files, deduplicated and deflated (source);
+//   - the directory (vdir) of each version asked for so far, built on
+//     the first request for the version, and from then on found with one
+//     atomic load. Most guests read one OpenStack and one EC2 version.
+//     Versions whose files are all equal ("latest" and the newest dated
+//     version) share a directory;
+//   - the bodies of those directories, each distinct body once, in one
+//     array. The paths, content types, classes, and listings that follow
+//     from the paths, are a dirShape, which views alike share.
+//
+// Below a version, paths are the rest of the normalized path
+// (NormalizePath): "meta_data.json" for /openstack/latest/meta_data.json,
+// "meta-data/hostname" for /2009-04-04/meta-data/hostname (and
+// /ec2/2009-04-04/...), "" for the version's own listing. A request is
+// looked up with substrings of its path, without building a key.
 type view struct {
 	uuid      string
 	projectID string
 	version   int64
 	policy    TokenPolicy
-	os        map[string]dir
-	ec2       map[string]dir
+
+	// dirs holds each version's directory once built, by version index
+	// (see osVersions).
+	dirs []atomic.Pointer[vdir]
+	// mu serializes building directories, and guards src and bodies.
+	mu  sync.Mutex
+	src source
+	// bodies are the bodies of the directories built so far.
+	bodies []byte
 
 	// addrs are the source addresses the cache maps to this view (kept so
 	// that invalidating the view drops them); guarded by cache.mu.
 	addrs []netip.Addr
 }
 
-// dir is one version of a tree: its paths below the version.
-type dir map[string]entry
-
-// lookup finds the entry of a path split by splitPath.
-func (v *view) lookup(isOS bool, rest string) (entry, bool) {
-	ver, sub, _ := strings.Cut(rest, "/")
-	var d dir
-	if isOS {
-		d = v.os[ver]
-	} else {
-		d = v.ec2[ver]
-	}
-	e, ok := d[sub]
-	return e, ok
+// vdir is one version's directory of one instance: where each slot of its
+// shape finds its body. Immutable.
+type vdir struct {
+	shape *dirShape
+	// bodies are the view's bodies when the directory was made; spans
+	// gives, per slot, the offset and length of its body there (nothing
+	// for slots whose body the shape holds).
+	bodies []byte
+	spans  []uint32
 }
 
-// viewBuilder deduplicates bodies within a view.
-type viewBuilder struct {
-	bodies map[string][]byte
+// body returns the body of a slot.
+func (d *vdir) body(i int) []byte {
+	if s := &d.shape.slots[i]; s.shared {
+		return s.body
+	}
+	off, n := d.spans[2*i], d.spans[2*i+1]
+	return d.bodies[off : off+n : off+n]
 }
 
-func (b *viewBuilder) body(p []byte) []byte {
-	if shared, ok := b.bodies[string(p)]; ok {
-		return shared
-	}
-	b.bodies[string(p)] = p
-	return p
-}
-
-func (b *viewBuilder) text(s string) []byte {
-	if shared, ok := b.bodies[s]; ok {
-		return shared
-	}
-	p := []byte(s)
-	b.bodies[s] = p
-	return p
-}
-
-// internedKeys holds the dir keys of every view ("meta-data/hostname",
-// "meta_data.json"...), which are the same for nearly every instance.
-// Past maxInternedKeys new keys are no longer interned.
-var internedKeys struct {
-	sync.Mutex
-	m map[string]string
-}
-
-const maxInternedKeys = 4096
-
-func intern(k string) string {
-	internedKeys.Lock()
-	defer internedKeys.Unlock()
-	if s, ok := internedKeys.m[k]; ok {
-		return s
-	}
-	if internedKeys.m == nil {
-		internedKeys.m = map[string]string{}
-	}
-	if len(internedKeys.m) < maxInternedKeys {
-		internedKeys.m[k] = k
-	}
-	return k
-}
-
-// sameDir reports whether two dirs serve the same bodies under the same
-// keys.
-func sameDir(a, b dir) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, ea := range a {
-		eb, ok := b[k]
-		if !ok || ea.class != eb.class || ea.password != eb.password || ea.json != eb.json || !bytes.Equal(ea.body, eb.body) {
-			return false
-		}
-	}
-	return true
-}
-
-// share returns an earlier dir equal to d, or d.
-func share(d dir, earlier map[string]dir) dir {
-	for _, e := range earlier {
-		if sameDir(d, e) {
-			return e
-		}
-	}
-	return d
-}
-
-// openStackFiles are the files of an OpenStack version, in Nova's listing
-// order.
-var openStackFiles = []string{"meta_data.json", "user_data", "password", "vendor_data.json", "network_data.json", "vendor_data2.json"}
-
-// buildView renders the HTTP view of a published document (Nova's lookup,
-// get_openstack_item, get_ec2_item and ec2_md_print).
+// buildView checks a published document and keeps what its view's
+// directories are built from.
 func buildView(doc store.Document, policy TokenPolicy) (*view, error) {
 	t, err := metadata.DecodeTree(doc.Tree)
 	if err != nil {
 		return nil, err
 	}
-	v := &view{
-		uuid: doc.InstanceUUID, projectID: doc.ProjectID, version: doc.Version, policy: policy,
-		os: make(map[string]dir, len(metadata.OpenStackVersions)+1), ec2: make(map[string]dir, len(metadata.EC2Versions)+1),
+	src, err := newSource(t)
+	if err != nil {
+		return nil, err
 	}
-	b := &viewBuilder{bodies: make(map[string][]byte, 128)}
+	return &view{
+		uuid: doc.InstanceUUID, projectID: unique.Make(doc.ProjectID).Value(), version: doc.Version, policy: policy,
+		dirs: make([]atomic.Pointer[vdir], numVersions), src: src,
+	}, nil
+}
 
-	// OpenStack: listings and files per version.
-	var networkData []byte
-	if nd, ok := t.Get("openstack/latest/network_data.json"); ok {
-		networkData = b.body(nd)
+// find returns the entry of a path split by splitPath. It builds the
+// path's version directory if needed; an error means the document cannot
+// be served (see corruptError).
+func (v *view) find(isOS bool, rest string) (entry, bool, error) {
+	ver, sub, _ := strings.Cut(rest, "/")
+	var (
+		i  uint8
+		ok bool
+	)
+	if isOS {
+		i, ok = osIndex[ver]
+	} else {
+		i, ok = ec2Index[ver]
 	}
-	for _, ver := range append(append([]string(nil), metadata.OpenStackVersions...), "latest") {
-		prefix := "openstack/" + ver + "/"
-		d := make(dir, len(openStackFiles)+1)
-		var listing []string
-		for _, name := range openStackFiles {
-			if name == "password" {
-				// The password file exists from 2013-04-04 on; GET
-				// returns the stored password, empty until the guest
-				// posts one.
-				if ver == "latest" || ver >= metadata.Grizzly {
-					listing = append(listing, name)
-					d[intern(name)] = entry{class: classPassword, password: true}
-				}
-				continue
-			}
-			body, ok := t.Get(prefix + name)
-			if !ok {
-				continue
-			}
-			listing = append(listing, name)
-			e := entry{body: b.body(body), class: classOpenStackOther}
-			switch name {
-			case "meta_data.json":
-				e.json, e.class = true, classOpenStackMetaData
-			case "vendor_data.json", "vendor_data2.json":
-				e.json = true
-			}
-			d[intern(name)] = e
-		}
-		if _, ok := t.Get(prefix + "meta_data.json"); !ok {
-			return nil, fmt.Errorf("tree has no %smeta_data.json", prefix)
-		}
-		// Nova's _network_data has no version check: network_data.json
-		// is served for every version, though listed only from
-		// 2015-10-15.
-		if _, ok := d["network_data.json"]; !ok && networkData != nil {
-			d[intern("network_data.json")] = entry{body: networkData, class: classOpenStackOther}
-		}
-		d[""] = entry{body: b.text(strings.Join(listing, "\n")), class: classListing}
-		v.os[ver] = share(d, v.os)
+	if !ok {
+		return entry{}, false, nil
 	}
+	d := v.dirs[i].Load()
+	if d == nil {
+		var err error
+		if d, err = v.build(int(i)); err != nil {
+			return entry{}, false, err
+		}
+	}
+	n, ok := d.shape.index[sub]
+	if !ok {
+		return entry{}, false, nil
+	}
+	s := &d.shape.slots[n]
+	return entry{body: d.body(int(n)), json: s.json, class: s.class, password: s.password}, true, nil
+}
+
+// lookup is find for callers that know the document to be sound.
+func (v *view) lookup(isOS bool, rest string) (entry, bool) {
+	e, ok, err := v.find(isOS, rest)
+	return e, ok && err == nil
+}
+
+// build builds the directory of version index i (and of the versions
+// sharing it) and publishes it.
+func (v *view) build(i int) (*vdir, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if d := v.dirs[i].Load(); d != nil {
+		return d, nil
+	}
+	rep := v.src.rep(i)
+	files, err := v.src.files()
+	if err != nil {
+		return nil, err
+	}
+	var b dirBuilder
+	if isOSVersion(rep) {
+		v.buildOS(&b, rep, files)
+	} else if err := v.buildEC2(&b, rep, files); err != nil {
+		return nil, err
+	}
+	d := v.add(&b)
+	complete := true
+	for j := range numVersions {
+		if v.src.rep(j) == rep {
+			v.dirs[j].Store(d)
+		}
+		complete = complete && v.dirs[j].Load() != nil
+	}
+	if complete {
+		v.src = source{} // the files are no longer needed
+	}
+	return d, nil
+}
+
+// hasPassword reports whether an OpenStack version has the password file
+// (from 2013-04-04 on).
+func hasPassword(ver string) bool { return ver == "latest" || ver >= metadata.Grizzly }
+
+// openStackFiles are the files of an OpenStack version, in Nova's listing
+// order.
+var openStackFiles = []string{"meta_data.json", "user_data", "password", "vendor_data.json", "network_data.json", "vendor_data2.json"}
+
+// buildOS collects the paths of OpenStack version index i (Nova's lookup
+// and get_openstack_item).
+func (v *view) buildOS(b *dirBuilder, i int, files [][]byte) {
+	ver := osVersions[i]
+	var listing []string
+	for _, name := range openStackFiles {
+		if name == "password" {
+			// The password file exists from 2013-04-04 on; GET returns
+			// the stored password, empty until the guest posts one.
+			if hasPassword(ver) {
+				listing = append(listing, name)
+				b.add(name, slot{class: classPassword, password: true}, nil)
+			}
+			continue
+		}
+		body, ok := v.src.file(files, i, slices.Index(osFiles, name))
+		if !ok {
+			continue
+		}
+		listing = append(listing, name)
+		s := slot{class: classOpenStackOther}
+		switch name {
+		case "meta_data.json":
+			s.json, s.class = true, classOpenStackMetaData
+		case "vendor_data.json", "vendor_data2.json":
+			s.json = true
+		}
+		b.add(name, s, body)
+	}
+	// Nova's _network_data has no version check: network_data.json is
+	// served for every version, though listed only from 2015-10-15.
+	if _, ok := v.src.file(files, i, colNetworkData); !ok {
+		if nd, ok := v.src.file(files, len(osVersions)-1, colNetworkData); ok {
+			b.add("network_data.json", slot{class: classOpenStackOther}, nd)
+		}
+	}
+	b.add("", slot{class: classListing}, []byte(strings.Join(listing, "\n")))
 	// Content blobs (injected files) live only on the config drive
 	// (Tree.DriveOnly), so /openstack/content/... is always 404 here.
+}
 
-	// EC2: public-keys listings need key names, which Nova keeps in a
-	// "_name" pseudo-key; vmeta takes them from meta_data.json's "keys".
-	var md struct {
-		Keys []struct {
-			Name string `json:"name"`
-		} `json:"keys"`
+// buildEC2 collects the paths of EC2 version index i (Nova's get_ec2_item
+// and ec2_md_print).
+func (v *view) buildEC2(b *dirBuilder, i int, files [][]byte) error {
+	ver := ec2Versions[i-len(osVersions)]
+	raw, _ := v.src.file(files, i, colMetaData)
+	var tree map[string]any
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return fmt.Errorf("decode ec2/%s/meta-data.json: %w", ver, err)
 	}
-	if err := json.Unmarshal(t.Files["openstack/latest/meta_data.json"], &md); err != nil {
-		return nil, fmt.Errorf("decode meta_data.json: %w", err)
-	}
-	for _, ver := range append(append([]string(nil), metadata.EC2Versions...), "latest") {
-		prefix := "ec2/" + ver
-		raw, ok := t.Get(prefix + "/meta-data.json")
-		if !ok {
-			return nil, fmt.Errorf("tree has no %s/meta-data.json", prefix)
+	if pk, ok := tree["public-keys"].(map[string]any); ok {
+		md, _ := v.src.file(files, len(osVersions)-1, colMetaData)
+		names, err := keyNames(md)
+		if err != nil {
+			return err
 		}
-		var tree map[string]any
-		if err := json.Unmarshal(raw, &tree); err != nil {
-			return nil, fmt.Errorf("decode %s/meta-data.json: %w", prefix, err)
-		}
-		if pk, ok := tree["public-keys"].(map[string]any); ok {
-			for idx, k := range md.Keys {
-				if sub, ok := pk[strconv.Itoa(idx)].(map[string]any); ok {
-					sub["_name"] = strconv.Itoa(idx) + "=" + k.Name
-				}
+		for idx, name := range names {
+			if sub, ok := pk[strconv.Itoa(idx)].(map[string]any); ok {
+				sub["_name"] = strconv.Itoa(idx) + "=" + name
 			}
 		}
-		top := map[string]any{"meta-data": tree}
-		if ud, ok := t.Get(prefix + "/user-data"); ok {
-			top["user-data"] = string(ud)
-		}
-		d := make(dir)
-		b.addEC2(d, "", top)
-		v.ec2[ver] = share(d, v.ec2)
 	}
-	return v, nil
+	top := map[string]any{"meta-data": tree}
+	if ud, ok := v.src.file(files, i, colUserData); ok {
+		top["user-data"] = string(ud)
+	}
+	b.addEC2("", top)
+	return nil
+}
+
+// dirBuilder collects the paths of a version's directory.
+type dirBuilder struct {
+	items []item
+}
+
+type item struct {
+	key  string
+	slot slot
+	body []byte
+}
+
+func (b *dirBuilder) add(key string, s slot, body []byte) {
+	b.items = append(b.items, item{key, s, body})
 }
 
 // addEC2 adds p (a path below the version, "" for the version itself) and
 // everything below it, rendered as ec2_md_print does.
-func (b *viewBuilder) addEC2(d dir, p string, data any) {
-	text := func(s string) { d[intern(p)] = entry{body: b.text(s), class: classEC2} }
+func (b *dirBuilder) addEC2(p string, data any) {
+	text := func(s string) { b.add(p, slot{class: classEC2}, []byte(s)) }
 	switch v := data.(type) {
 	case map[string]any:
 		keys := make([]string, 0, len(v))
@@ -313,9 +366,9 @@ func (b *viewBuilder) addEC2(d dir, p string, data any) {
 			if p != "" {
 				sub = p + "/" + k
 			}
-			b.addEC2(d, sub, v[k])
+			b.addEC2(sub, v[k])
 		}
-		d[intern(p)] = entry{body: b.text(strings.Join(lines, "\n")), class: classListing}
+		b.add(p, slot{class: classListing}, []byte(strings.Join(lines, "\n")))
 	case []any:
 		items := make([]string, len(v))
 		for i, it := range v {
@@ -339,19 +392,131 @@ func (b *viewBuilder) addEC2(d dir, p string, data any) {
 	}
 }
 
+// sorted returns the paths added, sorted, each once (of a path added
+// twice, the last).
+func (b *dirBuilder) sorted() []item {
+	sort.SliceStable(b.items, func(i, j int) bool { return b.items[i].key < b.items[j].key })
+	items := b.items[:0]
+	for i, it := range b.items {
+		if i+1 < len(b.items) && b.items[i+1].key == it.key {
+			continue
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// add makes a directory of the paths b collected. Its bodies join the
+// view's, each distinct body once per view: new ones are appended to the
+// view's array when they fit in its capacity; else the array is copied to
+// a larger one, and the directories built earlier are replaced by copies
+// pointing there (their spans stay valid: bodies keep their offsets).
+func (v *view) add(b *dirBuilder) *vdir {
+	items := b.sorted()
+	for i := range items {
+		// A listing is shared when it follows from the paths; one
+		// naming public keys ("0=name") is the instance's own.
+		it := &items[i]
+		it.slot.shared = it.slot.class == classListing && bytes.IndexByte(it.body, '=') < 0
+	}
+	d := &vdir{shape: internShape(items), spans: make([]uint32, 2*len(items))}
+
+	var built []*vdir // the distinct directories built so far
+	for j := range numVersions {
+		if o := v.dirs[j].Load(); o != nil && !slices.Contains(built, o) {
+			built = append(built, o)
+		}
+	}
+	// Place each body where an equal one is, or after the view's.
+	var added []int // slots whose body is new
+	end := len(v.bodies)
+	for k, it := range items {
+		if it.slot.shared {
+			continue
+		}
+		n := uint32(len(it.body))
+		var (
+			off uint32
+			ok  bool
+		)
+		for _, o := range built {
+			if off, ok = spanOf(v.bodies, o.spans, it.body); ok {
+				break
+			}
+		}
+		for _, a := range added {
+			if ok {
+				break
+			}
+			if d.spans[2*a+1] == n && bytes.Equal(items[a].body, it.body) {
+				off, ok = d.spans[2*a], true
+			}
+		}
+		if !ok {
+			off = uint32(end)
+			end += len(it.body)
+			added = append(added, k)
+		}
+		d.spans[2*k], d.spans[2*k+1] = off, n
+	}
+	if end <= cap(v.bodies) {
+		// The new bodies fit after the old ones: directories built
+		// earlier never read there.
+		d.bodies = v.bodies[:end]
+		for _, k := range added {
+			copy(d.bodies[d.spans[2*k]:], items[k].body)
+		}
+		v.bodies = d.bodies
+		return d
+	}
+	bodies := slices.Grow([]byte(nil), end)[:end] // capacity rounded up to the allocation's
+	copy(bodies, v.bodies)
+	for _, k := range added {
+		copy(bodies[d.spans[2*k]:], items[k].body)
+	}
+	d.bodies, v.bodies = bodies, bodies
+	for _, o := range built {
+		moved := &vdir{shape: o.shape, bodies: bodies, spans: o.spans}
+		for j := range numVersions {
+			if v.dirs[j].Load() == o {
+				v.dirs[j].Store(moved)
+			}
+		}
+	}
+	return d
+}
+
+// spanOf finds, among spans (offset, length pairs) into bodies, a body
+// equal to p.
+func spanOf(bodies []byte, spans []uint32, p []byte) (uint32, bool) {
+	n := uint32(len(p))
+	for k := 0; k+1 < len(spans); k += 2 {
+		if off := spans[k]; spans[k+1] == n && bytes.Equal(bodies[off:off+n], p) {
+			return off, true
+		}
+	}
+	return 0, false
+}
+
 // paths returns every normalized path (NormalizePath form) the view
-// serves, sorted.
+// serves, sorted. It builds every directory.
 func (v *view) paths() []string {
 	var out []string
-	for top, tree := range map[string]map[string]dir{"openstack": v.os, "ec2": v.ec2} {
-		for ver, d := range tree {
-			for k := range d {
-				p := top + "/" + ver
-				if k != "" {
-					p += "/" + k
-				}
-				out = append(out, p)
+	for i := range numVersions {
+		d := v.dirs[i].Load()
+		if d == nil {
+			var err error
+			if d, err = v.build(i); err != nil {
+				continue
 			}
+		}
+		top, ver := versionName(i)
+		for k := range d.shape.index {
+			p := top + "/" + ver
+			if k != "" {
+				p += "/" + k
+			}
+			out = append(out, p)
 		}
 	}
 	sort.Strings(out)

@@ -6,7 +6,17 @@
 //	GET    /v1/instances/{name}               show
 //	DELETE /v1/instances/{name}               delete
 //	GET    /v1/instances/{name}/configdrive   a config drive image (?format=iso9660|vfat)
+//	POST   /v1/instances/{name}/start         boot the domain
+//	POST   /v1/instances/{name}/stop          shut it down ({"timeout_seconds": N}), then power off
+//	POST   /v1/instances/{name}/disks         create and attach a disk (controller.DiskRequest)
+//	DELETE /v1/instances/{name}/disks         detach a disk (?tag=T or ?target=vdX; &live=1 &config=1)
+//	POST   /v1/instances/{name}/nics          attach a NIC (controller.NICRequest)
+//	DELETE /v1/instances/{name}/nics          detach a NIC (?tag=T or ?mac=M; &live=1 &config=1)
 //	GET    /v1/whoami                         the caller's principal
+//
+// Every instance request answers with the instance (controller.Instance,
+// whose "state" is its libvirt domain's state, "missing" when the domain
+// was removed behind hostctl's back), except delete (204).
 //
 // On the unix socket every caller is an administrator. On the optional TCP
 // listener callers authenticate with "Authorization: Bearer <token>"
@@ -14,9 +24,11 @@
 // instances — to a member, another project's instance does not exist.
 //
 // Errors are {"error": "...", "fields": [{"field","value","rule"}]} with
-// 400 for an invalid spec, 401 without a valid token, 403 outside the
-// caller's project, 404 for an unknown instance, 409 for a conflict; the
-// mapping lives in one place, statusOf.
+// 400 for an invalid spec or request, 401 without a valid token, 403
+// outside the caller's project, 404 for an unknown instance or device, 409
+// for a conflict or a domain state that does not allow the request, 501
+// for a libvirt request to a daemon without libvirt, 503 when libvirtd is
+// unreachable; the mapping lives in one place, statusOf.
 package api
 
 import (
@@ -28,9 +40,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -42,6 +57,19 @@ type Controller interface {
 	List(ctx context.Context) ([]*controller.Instance, error)
 	Delete(ctx context.Context, name string) error
 	WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error)
+	Start(ctx context.Context, name string) (*controller.Instance, error)
+	Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error)
+	AttachDisk(ctx context.Context, name string, req controller.DiskRequest) (*controller.Instance, error)
+	DetachDisk(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error)
+	AttachNIC(ctx context.Context, name string, req controller.NICRequest) (*controller.Instance, error)
+	DetachNIC(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error)
+}
+
+// StopRequest is the body of POST /v1/instances/{name}/stop.
+type StopRequest struct {
+	// TimeoutSeconds bounds the graceful shutdown before the domain is
+	// powered off; controller.DefaultStopTimeout when 0.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
 
 // Error is the body of every error response.
@@ -85,6 +113,12 @@ func NewHandler(c Controller, log *slog.Logger, auth Authenticator) http.Handler
 	mux.HandleFunc("GET /v1/instances/{name}", h.get)
 	mux.HandleFunc("DELETE /v1/instances/{name}", h.delete)
 	mux.HandleFunc("GET /v1/instances/{name}/configdrive", h.configDrive)
+	mux.HandleFunc("POST /v1/instances/{name}/start", h.start)
+	mux.HandleFunc("POST /v1/instances/{name}/stop", h.stop)
+	mux.HandleFunc("POST /v1/instances/{name}/disks", h.attachDisk)
+	mux.HandleFunc("DELETE /v1/instances/{name}/disks", h.detachDisk)
+	mux.HandleFunc("POST /v1/instances/{name}/nics", h.attachNIC)
+	mux.HandleFunc("DELETE /v1/instances/{name}/nics", h.detachNIC)
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -220,6 +254,111 @@ func (h *handler) configDrive(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+func (h *handler) start(w http.ResponseWriter, r *http.Request) {
+	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*controller.Instance, error) {
+		return h.c.Start(ctx, name)
+	})
+}
+
+func (h *handler) stop(w http.ResponseWriter, r *http.Request) {
+	var req StopRequest
+	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*controller.Instance, error) {
+		if req.TimeoutSeconds < 0 {
+			return nil, &Error{Message: "timeout_seconds: must not be negative", status: http.StatusBadRequest}
+		}
+		return h.c.Stop(ctx, name, time.Duration(req.TimeoutSeconds*float64(time.Second)))
+	})
+}
+
+func (h *handler) attachDisk(w http.ResponseWriter, r *http.Request) {
+	var req controller.DiskRequest
+	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*controller.Instance, error) {
+		return h.c.AttachDisk(ctx, name, req)
+	})
+}
+
+func (h *handler) detachDisk(w http.ResponseWriter, r *http.Request) {
+	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*controller.Instance, error) {
+		req, err := detachRequest(r)
+		if err != nil {
+			return nil, err
+		}
+		return h.c.DetachDisk(ctx, name, req)
+	})
+}
+
+func (h *handler) attachNIC(w http.ResponseWriter, r *http.Request) {
+	var req controller.NICRequest
+	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*controller.Instance, error) {
+		return h.c.AttachNIC(ctx, name, req)
+	})
+}
+
+func (h *handler) detachNIC(w http.ResponseWriter, r *http.Request) {
+	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*controller.Instance, error) {
+		req, err := detachRequest(r)
+		if err != nil {
+			return nil, err
+		}
+		return h.c.DetachNIC(ctx, name, req)
+	})
+}
+
+// maxRequestBody bounds the JSON body of a device or power request.
+const maxRequestBody = 64 << 10
+
+// instanceOp runs op on the named instance after checking that the caller
+// may see it (to a member, another project's instance does not exist) and
+// decoding the JSON body into req (an empty body leaves req zero), and
+// answers with the instance op returns.
+func (h *handler) instanceOp(w http.ResponseWriter, r *http.Request, req any, op func(ctx context.Context, name string) (*controller.Instance, error)) {
+	name := r.PathValue("name")
+	if _, err := h.visible(r, name); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if req != nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+		if err != nil {
+			h.fail(w, r, &Error{Message: fmt.Sprintf("read request: %v", err), status: http.StatusRequestEntityTooLarge})
+			return
+		}
+		if len(bytes.TrimSpace(body)) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(req); err != nil {
+				h.fail(w, r, &Error{Message: fmt.Sprintf("request body: %v", err), status: http.StatusBadRequest})
+				return
+			}
+		}
+	}
+	inst, err := op(r.Context(), name)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, inst)
+}
+
+// detachRequest reads ?tag= | ?target= | ?mac= and ?live= ?config=.
+func detachRequest(r *http.Request) (controller.DetachRequest, error) {
+	q := r.URL.Query()
+	req := controller.DetachRequest{Tag: q.Get("tag"), Target: q.Get("target"), MAC: q.Get("mac")}
+	for _, f := range []struct {
+		key string
+		dst *bool
+	}{{"live", &req.Live}, {"config", &req.Config}} {
+		if v := q.Get(f.key); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return req, &Error{Message: fmt.Sprintf("%s=%q: must be true or false", f.key, v), status: http.StatusBadRequest}
+			}
+			*f.dst = b
+		}
+	}
+	return req, nil
+}
+
 // statusOf maps errors to HTTP status codes, in one place.
 func statusOf(err error) int {
 	var ae *Error
@@ -230,8 +369,14 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState):
 		return http.StatusConflict
+	case errors.Is(err, virt.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, controller.ErrNoHypervisor):
+		return http.StatusNotImplemented
+	case errors.Is(err, virt.ErrUnreachable):
+		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 )
@@ -59,6 +60,71 @@ func (c *Client) List(ctx context.Context) ([]*controller.Instance, error) {
 // Delete removes an instance.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(name), nil, nil)
+}
+
+// Start boots an instance's domain.
+func (c *Client) Start(ctx context.Context, name string) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.do(ctx, http.MethodPost, instancePath(name, "start"), nil, &out)
+}
+
+// Stop shuts an instance's domain down, powering it off after timeout
+// (the daemon's default when 0).
+func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "stop"), StopRequest{TimeoutSeconds: timeout.Seconds()}, &out)
+}
+
+// AttachDisk creates and attaches a disk.
+func (c *Client) AttachDisk(ctx context.Context, name string, req controller.DiskRequest) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "disks"), req, &out)
+}
+
+// DetachDisk detaches a disk by tag or target.
+func (c *Client) DetachDisk(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.do(ctx, http.MethodDelete, instancePath(name, "disks")+detachQuery(req), nil, &out)
+}
+
+// AttachNIC attaches a NIC.
+func (c *Client) AttachNIC(ctx context.Context, name string, req controller.NICRequest) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "nics"), req, &out)
+}
+
+// DetachNIC detaches a NIC by tag or MAC.
+func (c *Client) DetachNIC(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error) {
+	var out controller.Instance
+	return &out, c.do(ctx, http.MethodDelete, instancePath(name, "nics")+detachQuery(req), nil, &out)
+}
+
+func instancePath(name, sub string) string {
+	return "/v1/instances/" + url.PathEscape(name) + "/" + sub
+}
+
+func detachQuery(req controller.DetachRequest) string {
+	q := url.Values{}
+	for k, v := range map[string]string{"tag": req.Tag, "target": req.Target, "mac": req.MAC} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if req.Live {
+		q.Set("live", "true")
+	}
+	if req.Config {
+		q.Set("config", "true")
+	}
+	return "?" + q.Encode()
+}
+
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, method, path, bytes.NewReader(b), out)
 }
 
 // WhoAmI returns the principal the daemon sees for this client.

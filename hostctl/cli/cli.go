@@ -46,7 +46,7 @@ Usage:
   hostctl instance list                          list instances
   hostctl instance show NAME                     show one instance
   hostctl instance delete NAME                   delete an instance
-  hostctl configdrive build NAME -o FILE         write an instance's config drive
+` + virtUsage + `  hostctl configdrive build NAME -o FILE         write an instance's config drive
   hostctl token new --name N --role admin|member [--project P]
                                                  make an admin API token
 
@@ -99,7 +99,15 @@ func run(ctx context.Context, args []string, env Env) error {
 		case "delete":
 			return instanceDelete(ctx, args[2:], env)
 		}
+		if f, ok := virtCommands[args[1]]; ok {
+			return f(ctx, args[2:], env)
+		}
 		return fmt.Errorf("%w: unknown instance subcommand %q", errUsage, args[1])
+	case "network":
+		if len(args) < 2 || args[1] != "setup-metadata" {
+			return fmt.Errorf("%w: network needs the subcommand setup-metadata", errUsage)
+		}
+		return networkSetupMetadata(ctx, args[2:], env)
 	case "configdrive":
 		if len(args) < 2 || args[1] != "build" {
 			return fmt.Errorf("%w: configdrive needs the subcommand build", errUsage)

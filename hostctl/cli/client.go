@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -44,6 +45,9 @@ func instanceApply(ctx context.Context, args []string, env Env) error {
 	}
 	fmt.Fprintf(env.Stdout, "instance %s applied (uuid %s, revision %d, metadata version %d)\n",
 		inst.Spec.Name, inst.Spec.UUID, inst.Revision, inst.DocumentVersion)
+	if inst.State != "" {
+		fmt.Fprintf(env.Stdout, "domain: %s\n", inst.State)
+	}
 	if inst.ConfigDrive != "" {
 		fmt.Fprintf(env.Stdout, "config drive: %s\n", inst.ConfigDrive)
 	}
@@ -74,10 +78,21 @@ func instanceList(ctx context.Context, args []string, env Env) error {
 		return writeJSON(env.Stdout, insts)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tUUID\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
+	// The STATE column only when the daemon runs domains (states are
+	// empty with --virt none).
+	withState := slices.ContainsFunc(insts, func(in *controller.Instance) bool { return in.State != "" })
+	if withState {
+		fmt.Fprintln(tw, "NAME\tUUID\tSTATE\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
+	} else {
+		fmt.Fprintln(tw, "NAME\tUUID\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
+	}
 	for _, in := range insts {
 		s := in.Spec
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", s.Name, s.UUID, orDash(strings.Join(s.Addresses, ",")),
+		state := ""
+		if withState {
+			state = orDash(in.State) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%d\t%d\t%d\n", s.Name, s.UUID, state, orDash(strings.Join(s.Addresses, ",")),
 			len(s.Disks), len(s.NICs), len(s.Shares), in.Revision)
 	}
 	return tw.Flush()
@@ -106,19 +121,29 @@ func instanceShow(ctx context.Context, args []string, env Env) error {
 	}
 	s := inst.Spec
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	for _, kv := range [][2]string{
-		{"Name", s.Name}, {"UUID", s.UUID}, {"Hostname", s.Hostname}, {"Project", orDash(s.ProjectID)},
+	rows := [][2]string{{"Name", s.Name}, {"UUID", s.UUID}}
+	if inst.State != "" {
+		rows = append(rows, [2]string{"State", inst.State})
+	}
+	for _, kv := range append(rows, [][2]string{
+		{"Hostname", s.Hostname}, {"Project", orDash(s.ProjectID)},
 		{"Addresses", orDash(strings.Join(s.Addresses, ", "))},
 		{"Revision", fmt.Sprint(inst.Revision)}, {"Metadata version", fmt.Sprint(inst.DocumentVersion)},
 		{"Config drive", orDash(inst.ConfigDrive)},
-	} {
+	}...) {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(env.Stdout, "\nDevices (as the guest sees them at latest):")
-	tw = tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(env.Stdout)
+	return printDevices(env, inst)
+}
+
+// printDevices prints the devices list the guest sees at latest.
+func printDevices(env Env, inst *controller.Instance) error {
+	fmt.Fprintln(env.Stdout, "Devices (as the guest sees them at latest):")
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tBUS\tADDRESS\tMAC/SERIAL/SHARE\tTAGS\tENCRYPTED")
 	for _, d := range inst.Devices {
 		id := d.MAC

@@ -32,6 +32,12 @@ type serveConfig struct {
 	logLevel       string
 	apply          []string
 	metadata       server.Config
+
+	// The optional TCP admin listener (bearer tokens, roles).
+	adminListen     string
+	adminTokensFile string
+	adminTLSCert    string
+	adminTLSKey     string
 }
 
 // tokenKeyFile is the session-token key file's name in the data directory.
@@ -58,11 +64,16 @@ func serve(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&cfg.dhcpDomain, "dhcp-domain", "novalocal", "domain appended to short hostnames in metadata (Nova's dhcp_domain)")
 	fs.StringVar(&cfg.driveFormat, "config-drive-format", "iso9660", "format of the config drives kept in the data directory: iso9660 or vfat")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&cfg.adminListen, "admin-listen", "", "TCP address of the admin API for remote clients (needs --admin-tokens-file)")
+	fs.StringVar(&cfg.adminTokensFile, "admin-tokens-file", "", "JSON list of admin API tokens (name, role admin|member, project, sha256); see `hostctl token new`")
+	fs.StringVar(&cfg.adminTLSCert, "admin-tls-cert", "", "TLS certificate for --admin-listen (with --admin-tls-key; without them the listener is plain HTTP: bind it to a management network)")
+	fs.StringVar(&cfg.adminTLSKey, "admin-tls-key", "", "TLS key for --admin-listen")
 	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
 		cfg.apply = append(cfg.apply, s)
 		return nil
 	})
 	cfg.metadata.AddFlags(fs, "metadata-", filepath.Join(DefaultDataDir, tokenKeyFile))
+	vc := addVirtFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,13 +110,32 @@ func serve(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("metadata service: %w", err)
 	}
 	md := server.New(st, mdOpts)
-	ctl := controller.New(st, controller.Options{
+	if err := vc.connect(ctx, log); err != nil {
+		return err
+	}
+	defer vc.close()
+	ctl := controller.New(st, vc.options(controller.Options{
 		DataDir:     cfg.dataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.dhcpDomain},
 		Notify:      md,
 		Logger:      log,
 		DriveFormat: format,
-	})
+	}))
+	defer ctl.Close() // stops the reconciler before the store closes
+
+	var tokenAuth *api.TokenAuth
+	switch {
+	case cfg.adminListen == "" && cfg.adminTokensFile != "":
+		return fmt.Errorf("%w: --admin-tokens-file needs --admin-listen", errUsage)
+	case cfg.adminListen != "" && cfg.adminTokensFile == "":
+		return fmt.Errorf("%w: --admin-listen needs --admin-tokens-file (the TCP admin API always requires tokens)", errUsage)
+	case (cfg.adminTLSCert == "") != (cfg.adminTLSKey == ""):
+		return fmt.Errorf("%w: --admin-tls-cert and --admin-tls-key go together", errUsage)
+	case cfg.adminListen != "":
+		if tokenAuth, err = api.LoadTokens(cfg.adminTokensFile); err != nil {
+			return fmt.Errorf("--admin-tokens-file: %w", err)
+		}
+	}
 
 	adminLn, err := listenUnix(cfg.socket)
 	if err != nil {
@@ -131,7 +161,7 @@ func serve(ctx context.Context, args []string, env Env) error {
 	mdSrv := md.HTTPServer()
 	srvs := []*http.Server{adminSrv, mdSrv}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	go func() { errc <- mdSrv.Serve(md.Listener(mdLn)) }()
 	logArgs := []any{"admin_socket", cfg.socket, "metadata", mdLn.Addr().String(), "store", storeName(cfg.storeURL, cfg.dataDir)}
@@ -140,6 +170,21 @@ func serve(ctx context.Context, args []string, env Env) error {
 		srvs = append(srvs, metricsSrv)
 		go func() { errc <- metricsSrv.Serve(metricsLn) }()
 		logArgs = append(logArgs, "metadata_metrics", metricsLn.Addr().String())
+	}
+	if tokenAuth != nil {
+		tcpLn, err := net.Listen("tcp", cfg.adminListen)
+		if err != nil {
+			shutdown(srvs...)
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: 10 * time.Second}
+		srvs = append(srvs, tcpSrv)
+		if cfg.adminTLSCert != "" {
+			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.adminTLSCert, cfg.adminTLSKey) }()
+		} else {
+			go func() { errc <- tcpSrv.Serve(tcpLn) }()
+		}
+		logArgs = append(logArgs, "admin_tcp", tcpLn.Addr().String(), "admin_tls", cfg.adminTLSCert != "")
 	}
 	// Follow the store's change feed (other hosts and processes publish
 	// too) and sweep the cache; this process's own publishes also reach

@@ -1,10 +1,25 @@
-// Package controller is hostctl's core: it turns instance specs into stored
-// instances and published metadata. Apply validates a spec, renders the
-// guest-visible tree, builds the config drive and publishes everything in
-// one atomic store write; a spec with an error changes nothing.
+// Package controller is hostctl's core: it turns instance specs into
+// stored instances, published metadata and — with a hypervisor — libvirt
+// domains.
 //
-// There is no hypervisor yet: device addresses come from the spec, "none"
-// otherwise. The libvirt adapter will fill them in from live domains.
+// Apply validates a spec, renders the guest-visible tree, builds the
+// config drive and publishes everything in one atomic store write; a spec
+// with an error changes nothing. Without a hypervisor (hostctl serve
+// --virt none) device addresses come from the spec, "none" otherwise.
+//
+// With a Hypervisor (libvirt through hostctl/virt), Apply also creates
+// the disks with qemu-img, defines the domain, reads the addresses, MACs
+// and serials libvirt chose back from its XML into the instance before
+// rendering, and gives each NIC a fixed DHCP lease, so the metadata and
+// the source-address index are right before the guest boots. Devices are
+// attached and detached by tag, instances started, stopped and deleted,
+// and a reconciler follows libvirt's events to notice domains and devices
+// removed behind hostctl's back. Every multi-step change undoes what it
+// did when a later step fails (revert.go): libvirt, the network, the
+// files and the store are left as they were.
+//
+// The metadata describes the running configuration of a running domain
+// and the persistent one of a domain that is shut off.
 package controller
 
 import (
@@ -17,8 +32,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -38,11 +56,27 @@ type Controller struct {
 	notify   Publisher
 	log      *slog.Logger
 	driveFmt configdrive.Format
+
+	hv            Hypervisor
+	dom           virt.Options
+	imageDir      string
+	qemuImg       string
+	detachTimeout time.Duration
+	resync        time.Duration
+
+	locks     keyedMutex
+	missingMu sync.Mutex
+	missing   map[string]bool // instances last seen without their domain
+
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	closeOnce sync.Once
 }
 
 // Options configure a Controller.
 type Options struct {
-	// DataDir holds per-instance files (instances/<name>/disk.config).
+	// DataDir holds per-instance files (instances/<name>/: disk.config,
+	// the disk images, console.log).
 	DataDir string
 	Render  metadata.Options
 	// Notify is told about every publish and delete (may be nil).
@@ -50,18 +84,86 @@ type Options struct {
 	Logger *slog.Logger
 	// DriveFormat of the config drive kept in the data directory.
 	DriveFormat configdrive.Format
+
+	// Hypervisor runs the instances as libvirt domains; nil keeps the
+	// hypervisor-less mode (addresses from the spec, no domains).
+	Hypervisor Hypervisor
+	// Domain shapes the domains: accelerator (TCG by default), default
+	// network, memory, config drive bus, direct kernel boot.
+	Domain virt.Options
+	// ImageDir holds the base images a spec's image names;
+	// <DataDir>/images when empty.
+	ImageDir string
+	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
+	QemuImg string
+	// DetachTimeout bounds the wait for a running guest to release a
+	// device detached live (virtio devices need the guest's consent);
+	// 10s when 0. A detach still pending then is reported as a warning.
+	DetachTimeout time.Duration
+	// ResyncInterval is how often every instance is reconciled besides
+	// the passes events trigger; 1 minute when 0, never when negative.
+	ResyncInterval time.Duration
 }
 
-// New returns a controller over st.
+// New returns a controller over st. With a Hypervisor it also starts the
+// reconciler (a pass over every instance, then one per libvirt event);
+// Close stops it.
 func New(st store.Store, opts Options) *Controller {
-	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat}
+	c := newController(st, opts)
+	if c.hv != nil {
+		c.startWatch()
+	}
+	return c
+}
+
+// newController is New without the reconciler.
+func newController(st store.Store, opts Options) *Controller {
+	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
+		hv: opts.Hypervisor, dom: opts.Domain, imageDir: opts.ImageDir, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
+		resync: opts.ResyncInterval, missing: map[string]bool{}}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
 	if c.driveFmt == "" {
 		c.driveFmt = configdrive.ISO9660
 	}
+	if c.imageDir == "" {
+		c.imageDir = filepath.Join(c.dataDir, "images")
+	}
+	if c.qemuImg == "" {
+		c.qemuImg = "qemu-img"
+	}
+	if c.detachTimeout == 0 {
+		c.detachTimeout = 10 * time.Second
+	}
+	if c.resync == 0 {
+		c.resync = time.Minute
+	}
+	if c.dom.DefaultNetwork == "" {
+		c.dom.DefaultNetwork = "default"
+	}
 	return c
+}
+
+func (c *Controller) startWatch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopWatch, c.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(c.watchDone)
+		c.watch(ctx)
+	}()
+}
+
+// Close stops the reconciler and waits for it. It does not close the
+// Hypervisor or the store.
+func (c *Controller) Close() error {
+	c.closeOnce.Do(func() {
+		if c.stopWatch != nil {
+			c.stopWatch()
+			<-c.watchDone
+		}
+	})
+	return nil
 }
 
 // Instance is an instance as the admin API shows it.
@@ -70,8 +172,16 @@ type Instance struct {
 	Revision        int64           `json:"revision"`
 	DocumentVersion int64           `json:"document_version,omitempty"`
 	ConfigDrive     string          `json:"config_drive,omitempty"`
+	// State is the domain's state (running, shutoff, paused, ...),
+	// "missing" when libvirt has no domain of this name and UUID
+	// (deleted behind hostctl's back), "unknown" when libvirtd does not
+	// answer; empty without a hypervisor.
+	State string `json:"state,omitempty"`
 	// Devices is the devices list the guest sees at "latest".
 	Devices []metadata.Device `json:"devices"`
+	// Warnings name parts of a request that are still under way (a live
+	// detach the guest has not completed yet).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ConflictError is returned when a spec collides with another instance.
@@ -92,36 +202,87 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 }
 
 // ApplyInstance is Apply for an already parsed and validated instance.
+//
+// With a hypervisor, re-applying an instance updates its domain: a domain
+// that is shut off is redefined (new disks are created, removed ones
+// deleted after the publish), a running one accepts only changes that
+// need no new hardware (tags, metadata, addresses, DHCP leases); adding
+// or removing devices of a running domain is refused (attach and detach
+// them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
-	expect := int64(0)
-	old, err := c.store.Instance(ctx, in.Name)
+	defer c.locks.lock(in.Name)()
+	old, expect, err := c.existing(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if c.hv != nil {
+		return c.applyDomain(ctx, in, old, expect)
+	}
+	if err := c.checkAddresses(ctx, in); err != nil {
+		return nil, err
+	}
+	r := c.newRevert("apply " + in.Name)
+	defer r.Fail(&err)
+	return c.publish(ctx, r, in, expect)
+}
+
+// existing looks up the stored instance of in's name: its spec (nil for a
+// new instance) and the revision a write must expect. It sets in.UUID
+// (kept from the stored instance, or generated) and refuses a UUID that
+// differs from the stored one.
+func (c *Controller) existing(ctx context.Context, in *model.Instance) (*model.Instance, int64, error) {
+	rec, err := c.store.Instance(ctx, in.Name)
 	switch {
 	case err == nil:
-		if in.UUID != "" && in.UUID != old.UUID {
-			return nil, fmt.Errorf("apply %s: %w: uuid %s differs from the existing instance's %s (delete it first)", in.Name, store.ErrConflict, in.UUID, old.UUID)
+		if in.UUID != "" && in.UUID != rec.UUID {
+			return nil, 0, fmt.Errorf("apply %s: %w: uuid %s differs from the existing instance's %s (delete it first)", in.Name, store.ErrConflict, in.UUID, rec.UUID)
 		}
-		in.UUID = old.UUID
-		expect = old.Revision
+		in.UUID = rec.UUID
+		old, err := decodeSpec(rec)
+		if err != nil {
+			return nil, 0, err
+		}
+		return old, rec.Revision, nil
 	case errors.Is(err, store.ErrNotFound):
 		if in.UUID == "" {
 			in.UUID = newUUID()
 		}
+		return nil, 0, nil
 	default:
-		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+		return nil, 0, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+}
 
-	// Name the field of an address conflict up front; Put re-checks
-	// atomically, so a race still ends in a (less specific) conflict.
+func decodeSpec(rec store.Instance) (*model.Instance, error) {
+	var in model.Instance
+	if err := json.Unmarshal(rec.Spec, &in); err != nil {
+		return nil, fmt.Errorf("instance %s: decode stored spec: %w", rec.Name, err)
+	}
+	return &in, nil
+}
+
+// checkAddresses names the field of an address conflict up front; Put
+// re-checks atomically, so a race still ends in a (less specific)
+// conflict.
+func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) error {
 	for i, a := range in.Addresses {
 		owner, err := c.store.LookupAddress(ctx, a)
 		switch {
 		case err == nil && owner != in.UUID:
-			return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))}
+			return &ConflictError{Err: fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))}
 		case err != nil && !errors.Is(err, store.ErrNotFound):
-			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+			return fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
+	return nil
+}
 
+// publish renders in, builds its config drive next to the final one,
+// and stores record and document in one Put expecting revision expect.
+// The Put is the commit point: r.Success is called right after it, and
+// only then is the drive renamed into place (a refused or failed publish
+// leaves the old drive, or none).
+func (c *Controller) publish(ctx context.Context, r *revert, in *model.Instance, expect int64) (*Instance, error) {
 	tree, err := metadata.Render(in, c.render)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -134,24 +295,18 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: encode spec: %w", in.Name, err)
 	}
-
-	// Build the drive next to its final place first; it is renamed in
-	// only after the store accepted the publish, so a refused spec leaves
-	// the old drive (or none) behind.
-	dir := c.instanceDir(in.Name)
-	_, statErr := os.Stat(dir)
-	createdDir := errors.Is(statErr, os.ErrNotExist)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	devs, err := metadata.Devices(in, "latest")
+	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
-	drive := filepath.Join(dir, "disk.config")
+
+	dir := c.instanceDir(in.Name)
+	if err := c.mkdirInstance(r, dir); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
+	drive := filepath.Join(dir, driveFile)
 	staged := drive + ".staged"
-	defer func() {
-		os.Remove(staged)
-		if err != nil && createdDir {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer os.Remove(staged)
 	if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 		return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 	}
@@ -167,6 +322,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		}
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)
 	}
@@ -176,27 +332,68 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
-	devs, err := metadata.Devices(in, "latest")
-	if err != nil {
-		return nil, err
-	}
 	return &Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs}, nil
 }
 
-// Get returns an instance by name.
+// mkdirInstance creates the instance directory if it does not exist and
+// registers the removal of every directory it created.
+func (c *Controller) mkdirInstance(r *revert, dir string) error {
+	top := ""
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		top = d
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if top == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	r.Add("remove "+top, func(context.Context) error { return os.RemoveAll(top) })
+	return nil
+}
+
+// Get returns an instance by name, with its domain's state.
 func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
 	}
-	return c.fromRecord(ctx, rec, true)
+	inst, err := c.fromRecord(ctx, rec, true)
+	if err != nil {
+		return nil, err
+	}
+	if c.hv != nil {
+		inst.State = c.domainState(ctx, rec.Name, rec.UUID)
+	}
+	return inst, nil
 }
 
-// List returns every instance, sorted by name.
+// List returns every instance, sorted by name. The states come from one
+// listing of libvirt's domains: running or shutoff (Get tells paused and
+// the other states apart).
 func (c *Controller) List(ctx context.Context) ([]*Instance, error) {
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	var doms map[string]virt.Domain
+	var listErr error
+	if c.hv != nil && len(recs) > 0 {
+		var ds []virt.Domain
+		if ds, listErr = c.hv.List(ctx); listErr == nil {
+			doms = make(map[string]virt.Domain, len(ds))
+			for _, d := range ds {
+				doms[d.Name] = d
+			}
+		} else {
+			c.log.Warn("list instances: cannot list libvirt domains", "err", listErr)
+		}
 	}
 	out := make([]*Instance, 0, len(recs))
 	for _, rec := range recs {
@@ -204,17 +401,30 @@ func (c *Controller) List(ctx context.Context) ([]*Instance, error) {
 		if err != nil {
 			return nil, err
 		}
+		if c.hv != nil {
+			d, ok := doms[rec.Name]
+			switch {
+			case listErr != nil:
+				inst.State = StateUnknown
+			case !ok || d.UUID != rec.UUID:
+				inst.State = StateMissing
+			case d.ID >= 0:
+				inst.State = string(virt.StateRunning)
+			default:
+				inst.State = string(virt.StateShutoff)
+			}
+		}
 		out = append(out, inst)
 	}
 	return out, nil
 }
 
 func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVersion bool) (*Instance, error) {
-	var in model.Instance
-	if err := json.Unmarshal(rec.Spec, &in); err != nil {
-		return nil, fmt.Errorf("instance %s: decode stored spec: %w", rec.Name, err)
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return nil, err
 	}
-	inst := &Instance{Spec: &in, Revision: rec.Revision}
+	inst := &Instance{Spec: in, Revision: rec.Revision}
 	if withVersion {
 		v, err := c.store.DocumentVersion(ctx, rec.UUID)
 		if err != nil {
@@ -222,10 +432,10 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 		}
 		inst.DocumentVersion = v
 	}
-	if drive := filepath.Join(c.instanceDir(rec.Name), "disk.config"); fileExists(drive) {
+	if drive := filepath.Join(c.instanceDir(rec.Name), driveFile); fileExists(drive) {
 		inst.ConfigDrive = drive
 	}
-	devs, err := metadata.Devices(&in, "latest")
+	devs, err := metadata.Devices(in, "latest")
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 	}
@@ -233,15 +443,37 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	return inst, nil
 }
 
-// Delete removes an instance, its published metadata and its files.
-func (c *Controller) Delete(ctx context.Context, name string) error {
+// Delete removes an instance: its domain (destroyed and undefined), its
+// DHCP leases, its published metadata and record, and then its files
+// (disks, config drive, console log). A failure before the store delete
+// undoes the steps before it.
+func (c *Controller) Delete(ctx context.Context, name string) (err error) {
+	defer c.locks.lock(name)()
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
+	r := c.newRevert("delete " + name)
+	defer r.Fail(&err)
+	if c.hv != nil {
+		in, err := decodeSpec(rec)
+		if err != nil {
+			return err
+		}
+		if err := c.removeDomain(ctx, r, in); err != nil {
+			return fmt.Errorf("delete %s: %w", name, err)
+		}
+		for _, l := range c.leases(in) {
+			if err := c.removeLease(ctx, r, l); err != nil {
+				return fmt.Errorf("delete %s: %w", name, err)
+			}
+		}
+	}
 	if err := c.store.Delete(ctx, name); err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
+	r.Success()
+	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

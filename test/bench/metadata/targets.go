@@ -113,7 +113,7 @@ func (e *env) startHostctl(ctx context.Context, name, store string) (*host, erro
 		return nil, err
 	}
 	sock := filepath.Join(dir, "s.sock")
-	args := []string{"serve", "--data-dir", dir, "--socket", sock, "--metadata-listen", addr, "--log-level", "warn"}
+	args := []string{"serve", "--data-dir", dir, "--socket", sock, "--metadata-listen", addr, "--log-level", "warn", "--virt", "none"}
 	if store != "" {
 		args = append(args, "--store", store)
 	}

@@ -1,0 +1,300 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// applyDomain is ApplyInstance with a hypervisor. Everything that can be
+// checked is checked before libvirt or a file is touched: the domain XML
+// (virt.Validate: buses, names, serials, paths inside the data directory),
+// how each new disk is made, address conflicts, the existing domain and
+// what the spec changes about it. Then: disks, define, read the XML back
+// into the instance, DHCP leases, render and publish (config drive, store
+// Put). A failure at any step undoes the steps before it.
+func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
+	name := in.Name
+	if old != nil {
+		carryOver(old, in)
+		if fe := sizeChanges(old, in); len(fe) > 0 {
+			return nil, fmt.Errorf("apply %s: %w", name, &model.SpecError{Errors: fe})
+		}
+	}
+	addStaticAddresses(in)
+	host := c.host(in)
+	if err := virt.Validate(in, host, c.dom); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
+	}
+	plans, err := c.planDisks(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if err := c.checkAddresses(ctx, in); err != nil {
+		return nil, err
+	}
+	cur, err := c.currentDomain(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if cur != nil && cur.uuid != in.UUID {
+		return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w: libvirt already has a domain %s with uuid %s, which is not this instance's (%s); hostctl does not take it over",
+			name, store.ErrConflict, name, cur.uuid, in.UUID)}
+	}
+	var changes []string
+	switch {
+	case cur == nil:
+	case old == nil:
+		changes = []string{"the domain exists but hostctl has no record of it"}
+	default:
+		changes = hardwareChanges(old, in)
+	}
+	if cur != nil && cur.running && len(changes) > 0 {
+		return nil, fmt.Errorf("apply %s: %w: the domain is running and the spec changes its hardware (%s); "+
+			"attach or detach devices with `hostctl instance attach-disk|detach-disk|attach-nic|detach-nic`, or stop the instance first",
+			name, ErrState, joinChanges(changes))
+	}
+
+	r := c.newRevert("apply " + name)
+	defer r.Fail(&err)
+	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if err := c.createDisks(ctx, r, plans); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if cur == nil || len(changes) > 0 {
+		doc, err := virt.BuildDomain(in, host, c.dom)
+		if err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
+		}
+		if _, err := c.hv.Define(ctx, doc); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+		if cur == nil {
+			r.Add("remove domain "+name, func(ctx context.Context) error { return c.hv.Remove(ctx, name) })
+		} else {
+			prev := cur.inactive
+			r.Add("restore the definition of domain "+name, func(ctx context.Context) error {
+				_, err := c.hv.Define(ctx, prev)
+				return err
+			})
+		}
+	}
+	if _, err := c.readBack(ctx, in); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if err := c.syncLeases(ctx, r, old, in); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	inst, err := c.publish(ctx, r, in, expect)
+	if err != nil {
+		return nil, err
+	}
+	// Committed. Disks the spec no longer has go now.
+	if old != nil {
+		for _, d := range old.Disks {
+			if !slices.ContainsFunc(in.Disks, func(n model.Disk) bool { return n.Name == d.Name }) {
+				c.removeDiskFile(name, d.Name)
+			}
+		}
+	}
+	c.setMissing(name, false)
+	inst.State = c.domainState(ctx, name, in.UUID)
+	return inst, nil
+}
+
+// readBack reads the domain's XML (the running configuration when it
+// runs, else the persistent one) and copies the addresses, MACs and
+// serials libvirt chose into in; every spec device must be there.
+func (c *Controller) readBack(ctx context.Context, in *model.Instance) (*virt.Devices, error) {
+	doc, err := c.hv.XML(ctx, in.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := virt.ParseDevices(doc)
+	if err != nil {
+		return nil, err
+	}
+	if err := devs.Apply(in); err != nil {
+		return nil, fmt.Errorf("read back domain %s: %w", in.Name, err)
+	}
+	return devs, nil
+}
+
+// curDomain is what libvirt has for an instance name.
+type curDomain struct {
+	uuid     string
+	state    virt.State
+	running  bool   // any state but shut off
+	inactive []byte // the persistent definition
+	devs     *virt.Devices
+}
+
+// currentDomain returns the domain named name, or nil when libvirt has
+// none.
+func (c *Controller) currentDomain(ctx context.Context, name string) (*curDomain, error) {
+	doc, err := c.hv.XML(ctx, name, false)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	devs, err := virt.ParseDevices(doc)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.hv.State(ctx, name)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &curDomain{uuid: devs.UUID, state: st, running: st != virt.StateShutoff, inactive: doc, devs: devs}, nil
+}
+
+// requireDomain returns the instance's domain, or an ErrState error when
+// libvirt has none with its name and UUID.
+func (c *Controller) requireDomain(ctx context.Context, name, uuid string) (*curDomain, error) {
+	cur, err := c.currentDomain(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if cur == nil || cur.uuid != uuid {
+		c.setMissing(name, true)
+		return nil, fmt.Errorf("%w: instance %s has no libvirt domain (state missing: it was removed outside hostctl); apply its spec again to define it, or delete the instance", ErrState, name)
+	}
+	return cur, nil
+}
+
+// removeDomain destroys and undefines the instance's domain (a missing
+// one, or one with another UUID, is left alone) and registers its
+// redefinition — and restart, if it ran — as the undo step.
+func (c *Controller) removeDomain(ctx context.Context, r *revert, in *model.Instance) error {
+	cur, err := c.currentDomain(ctx, in.Name)
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		return nil
+	}
+	if cur.uuid != in.UUID {
+		c.log.Warn("libvirt's domain of this name is not the instance's; left alone", "name", in.Name, "domain_uuid", cur.uuid, "instance_uuid", in.UUID)
+		return nil
+	}
+	if err := c.hv.Remove(ctx, in.Name); err != nil {
+		return err
+	}
+	prev, wasRunning := cur.inactive, cur.running
+	r.Add("redefine domain "+in.Name, func(ctx context.Context) error {
+		if _, err := c.hv.Define(ctx, prev); err != nil {
+			return err
+		}
+		if wasRunning {
+			return c.hv.Start(ctx, in.Name)
+		}
+		return nil
+	})
+	return nil
+}
+
+// domainState is the state shown for an instance: libvirt's, or
+// StateMissing, or StateUnknown when libvirtd does not answer. Two calls,
+// whatever the number of domains.
+func (c *Controller) domainState(ctx context.Context, name, uuid string) string {
+	cur, err := c.currentDomain(ctx, name)
+	switch {
+	case err != nil:
+		return StateUnknown
+	case cur == nil || cur.uuid != uuid:
+		return StateMissing
+	}
+	return string(cur.state)
+}
+
+func (c *Controller) removeDiskFile(instance, target string) {
+	p := filepath.Join(c.instanceDir(instance), diskFile(target))
+	if err := removeFile(p); err != nil {
+		c.log.Warn("could not remove the image of a removed disk", "file", p, "err", err)
+	}
+}
+
+// setMissing records whether an instance's domain is missing and logs the
+// transitions.
+func (c *Controller) setMissing(name string, missing bool) {
+	c.missingMu.Lock()
+	was := c.missing[name]
+	if missing {
+		c.missing[name] = true
+	} else {
+		delete(c.missing, name)
+	}
+	c.missingMu.Unlock()
+	switch {
+	case missing && !was:
+		c.log.Warn("instance marked missing: libvirt has no domain with its name and uuid (removed outside hostctl)", "name", name)
+	case !missing && was:
+		c.log.Info("instance's domain is back", "name", name)
+	}
+}
+
+func isNotFound(err error) bool { return err != nil && errors.Is(err, virt.ErrNotFound) }
+
+// clone deep-copies an instance.
+func clone(in *model.Instance) *model.Instance {
+	b, err := json.Marshal(in)
+	if err != nil {
+		panic(fmt.Sprintf("clone instance: %v", err))
+	}
+	var out model.Instance
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("clone instance: %v", err))
+	}
+	return &out
+}
+
+// keyedMutex serialises the changes of one instance (by name); different
+// instances change concurrently.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}

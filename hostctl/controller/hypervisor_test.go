@@ -1,0 +1,844 @@
+package controller
+
+// Unit tests of the controller with a hypervisor: a hand-written fake
+// (fakehv_test.go) stands in for libvirt; qemu-img, the store (bolt) and
+// the config drive builder are real.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// failingStore fails Put (and Delete) while failPut is set.
+type failingStore struct {
+	store.Store
+	failPut, failDelete bool
+}
+
+func (s *failingStore) Put(ctx context.Context, inst store.Instance, doc store.Document, expect int64) (store.Instance, store.Document, error) {
+	if s.failPut {
+		return store.Instance{}, store.Document{}, fmt.Errorf("put: %w", errInjected)
+	}
+	return s.Store.Put(ctx, inst, doc, expect)
+}
+
+func (s *failingStore) Delete(ctx context.Context, name string) error {
+	if s.failDelete {
+		return fmt.Errorf("delete: %w", errInjected)
+	}
+	return s.Store.Delete(ctx, name)
+}
+
+type env struct {
+	t   *testing.T
+	dir string
+	st  *failingStore
+	hv  *fakeHV
+	c   *Controller
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	qemuImg := testenv.LookPath(t, "qemu-img")
+	dir := t.TempDir()
+	b, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	e := &env{t: t, dir: dir, st: &failingStore{Store: b}, hv: newFakeHV()}
+	e.c = newController(e.st, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: e.hv,
+		QemuImg: qemuImg, DetachTimeout: 300 * time.Millisecond})
+	return e
+}
+
+const hvSpec = `
+name: app-1
+addresses: [10.1.0.7, 127.0.0.9]
+disks:
+  - {name: vda, size: 16M, tag: root, serial: root-1}
+  - {name: vdb, size: 8M, tag: data}
+  - {name: sda, bus: scsi, size: 8M, tag: db, serial: db-1}
+  - {name: sdb, bus: scsi, size: 8M}
+nics:
+  - {mac: "52:54:00:00:00:01", tag: front}
+  - {mac: "52:54:00:00:00:02", tag: back, ips: [{address: 192.168.122.20/24}]}
+`
+
+func (e *env) apply(spec string) (*Instance, error) {
+	return e.c.Apply(context.Background(), []byte(spec))
+}
+
+func (e *env) mustApply(spec string) *Instance {
+	e.t.Helper()
+	inst, err := e.apply(spec)
+	if err != nil {
+		e.t.Fatalf("apply: %v", err)
+	}
+	return inst
+}
+
+// snapshot is everything an operation may change: the store's records,
+// documents and address index, the files of the data directory (but the
+// bolt file itself) and the fake libvirt.
+func (e *env) snapshot() string {
+	e.t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	recs, err := e.st.Instances(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, r := range recs {
+		v, err := e.st.DocumentVersion(ctx, r.UUID)
+		fmt.Fprintf(&b, "record %s %s rev=%d doc=%d(%v) addrs=%v\n%s\n", r.Name, r.UUID, r.Revision, v, err, r.Addresses, r.Spec)
+		for _, a := range r.Addresses {
+			owner, err := e.st.LookupAddress(ctx, a)
+			fmt.Fprintf(&b, "address %s -> %s %v\n", a, owner, err)
+		}
+	}
+	filepath.WalkDir(e.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == e.dir || strings.HasPrefix(d.Name(), "vmeta.db") {
+			return err
+		}
+		rel, _ := filepath.Rel(e.dir, p)
+		if d.IsDir() {
+			fmt.Fprintf(&b, "dir %s\n", rel)
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "file %s %x\n", rel, sha256.Sum256(data))
+		return nil
+	})
+	b.WriteString(e.hv.snapshot())
+	return b.String()
+}
+
+func devicesOf(t *testing.T, st store.Store, uuid string) []metadata.Device {
+	t.Helper()
+	doc, err := st.Document(context.Background(), uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := metadata.DecodeTree(doc.Tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := tree.Get("openstack/latest/meta_data.json")
+	var v struct {
+		Devices []metadata.Device `json:"devices"`
+	}
+	if err := json.Unmarshal(md, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Devices
+}
+
+func TestApplyDefinesAndReadsBack(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inst := e.mustApply(hvSpec)
+	if inst.State != "shutoff" {
+		t.Errorf("state %q, want shutoff", inst.State)
+	}
+	// Addresses and DHCP leases.
+	if want := []string{"10.1.0.7", "127.0.0.9", "192.168.122.20"}; !slices.Equal(inst.Spec.Addresses, want) {
+		t.Errorf("addresses %v, want %v (the static NIC address added)", inst.Spec.Addresses, want)
+	}
+	hosts, _ := e.hv.DHCPHosts(ctx, "default")
+	wantHosts := []virt.DHCPHost{{MAC: "52:54:00:00:00:01", IP: "10.1.0.7"}, {MAC: "52:54:00:00:00:02", IP: "192.168.122.20"}}
+	if !slices.Equal(hosts, wantHosts) {
+		t.Errorf("DHCP hosts %v, want %v", hosts, wantHosts)
+	}
+	// Every device got the address the (fake) hypervisor chose, and the
+	// published devices and the config drive say so.
+	doc, _ := e.hv.XML(ctx, "app-1", false)
+	devs, err := virt.ParseDevices(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range inst.Spec.Disks {
+		x, ok := devs.Disk(d.Name)
+		if !ok || x.Address == "" || x.Address != d.Address {
+			t.Errorf("disk %s: spec address %q, domain %+v", d.Name, d.Address, x)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "instances", "app-1", "disk-"+d.Name+".qcow2")); err != nil {
+			t.Errorf("disk image: %v", err)
+		}
+	}
+	published := devicesOf(t, e.st, inst.Spec.UUID)
+	if js(published) != js(inst.Devices) {
+		t.Errorf("published devices %+v differ from the returned %+v", published, inst.Devices)
+	}
+	tree, _, err := configdrive.Read(filepath.Join(e.dir, "instances", "app-1", "disk.config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := tree.Get("openstack/latest/meta_data.json")
+	for _, d := range published {
+		if d.Address == "none" || !strings.Contains(string(md), `"address":"`+d.Address+`"`) {
+			t.Errorf("config drive lacks device %+v", d)
+		}
+	}
+	if !strings.Contains(doc2s(doc), `ua-config-drive`) {
+		t.Error("domain has no config drive")
+	}
+
+	// Re-applying the same spec redefines nothing and keeps the addresses.
+	before := len(e.hv.calls)
+	again := e.mustApply(hvSpec)
+	if slices.Contains(e.hv.calls[before:], "Define") || slices.Contains(e.hv.calls[before:], "AddDHCPHost") {
+		t.Errorf("re-apply of an unchanged spec called %v", e.hv.calls[before:])
+	}
+	if again.Revision != 2 || js(again.Devices) != js(inst.Devices) {
+		t.Errorf("re-apply: revision %d, devices %+v (were %+v)", again.Revision, again.Devices, inst.Devices)
+	}
+}
+
+func doc2s(b []byte) string { return string(b) }
+
+func js(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func execCommand(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
+}
+
+// TestReapplyShutoffRedefines: a spec that adds and removes devices of a
+// shut-off domain redefines it, keeps the addresses of the unchanged
+// devices, creates the new disk and deletes the removed one's image.
+func TestReapplyShutoffRedefines(t *testing.T) {
+	e := newEnv(t)
+	first := e.mustApply(hvSpec)
+	changed := strings.Replace(hvSpec, "  - {name: sdb, bus: scsi, size: 8M}\n", "  - {name: vdc, size: 8M, tag: new}\n", 1)
+	changed = strings.Replace(changed, `  - {mac: "52:54:00:00:00:01", tag: front}`+"\n", "", 1)
+	inst := e.mustApply(changed)
+	addr := func(in *model.Instance, name string) string {
+		for _, d := range in.Disks {
+			if d.Name == name {
+				return d.Address
+			}
+		}
+		return "(none)"
+	}
+	for _, n := range []string{"vda", "vdb", "sda"} {
+		if addr(first.Spec, n) != addr(inst.Spec, n) {
+			t.Errorf("disk %s moved from %s to %s", n, addr(first.Spec, n), addr(inst.Spec, n))
+		}
+	}
+	if addr(inst.Spec, "vdc") == "" || addr(inst.Spec, "sdb") != "(none)" {
+		t.Errorf("vdc %q, sdb %q", addr(inst.Spec, "vdc"), addr(inst.Spec, "sdb"))
+	}
+	dir := filepath.Join(e.dir, "instances", "app-1")
+	if _, err := os.Stat(filepath.Join(dir, "disk-sdb.qcow2")); !os.IsNotExist(err) {
+		t.Errorf("removed disk's image: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "disk-vdc.qcow2")); err != nil {
+		t.Errorf("new disk's image: %v", err)
+	}
+	hosts, _ := e.hv.DHCPHosts(context.Background(), "default")
+	// The removed NIC's lease is gone; the remaining NIC keeps its static one.
+	if want := []virt.DHCPHost{{MAC: "52:54:00:00:00:02", IP: "192.168.122.20"}}; !slices.Equal(hosts, want) {
+		t.Errorf("DHCP hosts %v, want %v", hosts, want)
+	}
+}
+
+func TestReapplyRunning(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.mustApply(hvSpec)
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	// New hardware on a running domain: refused, nothing changed.
+	_, err := e.apply(strings.Replace(hvSpec, "  - {name: sdb, bus: scsi, size: 8M}\n", "", 1))
+	if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "disk sdb removed") {
+		t.Fatalf("err = %v, want ErrState naming the removed disk", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("refused apply changed something:\n%s", diffLines(before, after))
+	}
+	// A tag change needs no new hardware.
+	inst, err := e.apply(strings.Replace(hvSpec, "tag: data", "tag: data2", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.State != "running" || findDevice(inst.Devices, "data2") == nil {
+		t.Errorf("state %s devices %+v", inst.State, inst.Devices)
+	}
+}
+
+// faultMatrix runs op once to count the hypervisor calls it makes, then
+// again in fresh environments failing each of those calls in turn, and
+// checks that every failure leaves the store, the files and libvirt as
+// they were. It also fails the store write and qemu-img.
+func faultMatrix(t *testing.T, setup func(e *env), op func(e *env) error) {
+	t.Helper()
+	ref := newEnv(t)
+	setup(ref)
+	start := ref.hv.callCount()
+	if err := op(ref); err != nil {
+		t.Fatalf("reference run: %v", err)
+	}
+	n := ref.hv.callCount() - start
+	if n == 0 {
+		t.Fatal("the operation made no hypervisor call")
+	}
+	check := func(name string, e *env, before string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			return
+		}
+		if errors.Is(err, errInjected) || errors.Is(err, store.ErrConflict) {
+			t.Logf("%s: %v", name, err)
+		}
+		if after := e.snapshot(); after != before {
+			t.Errorf("%s (%v) left changes behind:\n%s", name, err, diffLines(before, after))
+		}
+	}
+	for k := 1; k <= n; k++ {
+		e := newEnv(t)
+		setup(e)
+		before := e.snapshot()
+		base := e.hv.callCount()
+		e.hv.setFailAt(base + k)
+		err := op(e)
+		call := "?"
+		if base+k <= len(e.hv.calls) {
+			call = e.hv.calls[base+k-1]
+		}
+		if err == nil && slices.Contains([]string{"XML", "List", "State"}, call) {
+			// A read whose failure only costs a display (the state shown
+			// after the commit) or a check (whether a live detach is done,
+			// reported as a warning) may let the operation succeed.
+			t.Logf("failing call %d/%d (%s): the operation succeeded regardless", k, n, call)
+			continue
+		}
+		check(fmt.Sprintf("failing call %d/%d (%s)", k, n, call), e, before, err)
+	}
+	e := newEnv(t)
+	setup(e)
+	before := e.snapshot()
+	e.st.failPut, e.st.failDelete = true, true
+	check("failing store write", e, before, op(e))
+
+	e = newEnv(t)
+	setup(e)
+	before = e.snapshot()
+	e.c.qemuImg = failingQemuImg(t)
+	if err := op(e); err != nil {
+		check("failing qemu-img", e, before, err)
+	} // an operation that creates no disk succeeds
+}
+
+// failingQemuImg is a qemu-img that fails to create an image after
+// writing part of it.
+func failingQemuImg(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "qemu-img")
+	script := "#!/bin/sh\nfor a; do last=$a; done\n[ \"$1\" = create ] || exec qemu-img \"$@\"\n" +
+		"for a; do case $a in *.qcow2) echo partial > \"$a\";; esac; done\necho 'qemu-img: injected failure' >&2\nexit 1\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func diffLines(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var out []string
+	short := func(l string) string {
+		if len(l) > 400 {
+			return l[:400] + "…"
+		}
+		return l
+	}
+	for _, l := range al {
+		if !slices.Contains(bl, l) {
+			out = append(out, "- "+short(l))
+		}
+	}
+	for _, l := range bl {
+		if !slices.Contains(al, l) {
+			out = append(out, "+ "+short(l))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestFaultsApplyCreate(t *testing.T) {
+	faultMatrix(t, func(e *env) {}, func(e *env) error { _, err := e.apply(hvSpec); return err })
+}
+
+func TestFaultsApplyUpdate(t *testing.T) {
+	changed := strings.Replace(hvSpec, "  - {name: sdb, bus: scsi, size: 8M}\n", "  - {name: vdc, size: 8M, tag: new}\n", 1)
+	changed = strings.Replace(changed, `  - {mac: "52:54:00:00:00:01", tag: front}`+"\n", `  - {mac: "52:54:00:00:00:03", tag: side}`+"\n", 1)
+	faultMatrix(t, func(e *env) { e.mustApply(hvSpec) }, func(e *env) error { _, err := e.apply(changed); return err })
+}
+
+func TestFaultsDelete(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("running=%t", running), func(t *testing.T) {
+			setup := func(e *env) {
+				e.mustApply(hvSpec)
+				if running {
+					if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			faultMatrix(t, setup, func(e *env) error { return e.c.Delete(context.Background(), "app-1") })
+		})
+	}
+	// A failing store delete (after the domain and leases went) too.
+	e := newEnv(t)
+	e.mustApply(hvSpec)
+	before := e.snapshot()
+	e.st.failDelete = true
+	if err := e.c.Delete(context.Background(), "app-1"); err == nil {
+		t.Fatal("delete succeeded")
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("failed delete left changes:\n%s", diffLines(before, after))
+	}
+}
+
+func TestFaultsDevices(t *testing.T) {
+	ctx := context.Background()
+	for _, running := range []bool{false, true} {
+		setup := func(e *env) {
+			e.mustApply(hvSpec)
+			if running {
+				if _, err := e.c.Start(ctx, "app-1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ops := map[string]func(e *env) error{
+			"attach-disk": func(e *env) error {
+				_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+				return err
+			},
+			"detach-disk": func(e *env) error {
+				_, err := e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "db"})
+				return err
+			},
+			"attach-nic": func(e *env) error {
+				_, err := e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "hotnic", MAC: "52:54:00:00:00:09"})
+				return err
+			},
+			"detach-nic": func(e *env) error {
+				_, err := e.c.DetachNIC(ctx, "app-1", DetachRequest{Tag: "back"})
+				return err
+			},
+		}
+		for name, op := range ops {
+			t.Run(fmt.Sprintf("%s/running=%t", name, running), func(t *testing.T) {
+				faultMatrix(t, setup, op)
+			})
+		}
+	}
+}
+
+func TestAttachDetach(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.mustApply(hvSpec)
+	// Shut off: the persistent configuration.
+	inst, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := findDevice(inst.Devices, "hot")
+	if hot == nil || hot.Bus != "scsi" || hot.Address == "" || hot.Serial != "hot-1" {
+		t.Fatalf("attached disk in metadata: %+v", hot)
+	}
+	if got := devicesOf(t, e.st, inst.Spec.UUID); findDevice(got, "hot") == nil {
+		t.Error("published metadata lacks the attached disk")
+	}
+	tree, _, err := configdrive.Read(filepath.Join(e.dir, "instances", "app-1", "disk.config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md, _ := tree.Get("openstack/latest/meta_data.json"); !strings.Contains(string(md), `"hot"`) {
+		t.Error("config drive lacks the attached disk")
+	}
+	target := inst.Spec.Disks[len(inst.Spec.Disks)-1].Name
+	img := filepath.Join(e.dir, "instances", "app-1", "disk-"+target+".qcow2")
+	if _, err := os.Stat(img); err != nil {
+		t.Fatal(err)
+	}
+	// Running: live and persistent.
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	inst, err = e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "hotnic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := findDevice(inst.Devices, "hotnic"); n == nil || !strings.HasPrefix(n.MAC, "52:54:00:") || n.Address == "" {
+		t.Fatalf("attached NIC: %+v", n)
+	}
+	if inst, err = e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "hot"}); err != nil {
+		t.Fatal(err)
+	}
+	if findDevice(inst.Devices, "hot") != nil {
+		t.Error("detached disk still in the metadata")
+	}
+	if _, err := os.Stat(img); !os.IsNotExist(err) {
+		t.Errorf("detached disk's image: %v", err)
+	}
+	if inst, err = e.c.DetachNIC(ctx, "app-1", DetachRequest{Tag: "hotnic"}); err != nil {
+		t.Fatal(err)
+	}
+	if findDevice(inst.Devices, "hotnic") != nil {
+		t.Error("detached NIC still in the metadata")
+	}
+}
+
+func findDevice(devs []metadata.Device, tag string) *metadata.Device {
+	for i, d := range devs {
+		if slices.Contains(d.Tags, tag) {
+			return &devs[i]
+		}
+	}
+	return nil
+}
+
+// TestRefusedBeforeLibvirt: requests hostctl refuses never reach a
+// mutating libvirt call, and change nothing.
+func TestRefusedBeforeLibvirt(t *testing.T) {
+	ctx := context.Background()
+	mutating := []string{"Define", "Remove", "Start", "Destroy", "AttachDevice", "DetachDevice", "AddDHCPHost", "RemoveDHCPHost"}
+	e := newEnv(t)
+	e.mustApply(hvSpec)
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(e.dir, "instances", "evil")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.dir, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "base.qcow2"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		op   func() error
+		is   error
+		text string
+	}{
+		{"unknown bus", func() error { _, err := e.apply("name: b\ndisks: [{name: vda, bus: floppy, size: 1M}]\n"); return err }, model.ErrInvalidSpec, "disks[0].bus"},
+		{"ide on q35", func() error { _, err := e.apply("name: b\ndisks: [{name: hda, bus: ide, size: 1M}]\n"); return err }, model.ErrInvalidSpec, "q35 has no IDE"},
+		{"tag on a PCI device", func() error {
+			_, err := e.apply("name: b\npci_devices: [{address: \"0000:03:00.0\", tag: gpu}]\n")
+			return err
+		}, model.ErrInvalidSpec, "pci_devices[0]"},
+		{"two NICs one tag", func() error {
+			_, err := e.apply("name: b\nnics: [{mac: \"52:54:00:00:01:01\", tag: x}, {mac: \"52:54:00:00:01:02\", tag: x}]\n")
+			return err
+		}, model.ErrInvalidSpec, "nics[1].tag"},
+		{"disk without size or image", func() error { _, err := e.apply("name: b\ndisks: [{name: vda}]\n"); return err }, model.ErrInvalidSpec, "disks[0].size"},
+		{"image outside the image dir", func() error {
+			_, err := e.apply("name: b\nimage: ../" + filepath.Base(outside) + "/base.qcow2\ndisks: [{name: vda}]\n")
+			return err
+		}, model.ErrInvalidSpec, "image"},
+		{"missing image", func() error { _, err := e.apply("name: b\nimage: nope\ndisks: [{name: vda}]\n"); return err }, model.ErrInvalidSpec, "no such image"},
+		{"instance dir links outside", func() error { _, err := e.apply("name: evil\ndisks: [{name: vda, size: 1M}]\n"); return err }, model.ErrInvalidSpec, "outside the data directory"},
+		{"serial too long for virtio", func() error {
+			_, err := e.apply("name: b\ndisks: [{name: vda, size: 1M, serial: abcdefghijklmnopqrstuvwxyz}]\n")
+			return err
+		}, model.ErrInvalidSpec, "truncates"},
+		{"attach: duplicate disk tag", func() error {
+			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "db"})
+			return err
+		}, model.ErrInvalidSpec, "unique"},
+		{"attach: target of the config drive", func() error {
+			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Bus: "sata", Target: configDriveTarget(t, e)})
+			return err
+		}, model.ErrInvalidSpec, "config drive"},
+		{"attach: unknown bus", func() error {
+			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Bus: "floppy"})
+			return err
+		}, model.ErrInvalidSpec, "unknown bus"},
+		{"attach: bad size", func() error {
+			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Size: "lots"})
+			return err
+		}, model.ErrInvalidSpec, "size"},
+		{"attach: bad tag", func() error {
+			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "a/b"})
+			return err
+		}, model.ErrInvalidSpec, "tag"},
+		{"attach-nic: duplicate tag", func() error {
+			_, err := e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "front"})
+			return err
+		}, model.ErrInvalidSpec, "nics[2].tag"},
+		{"attach-nic: duplicate MAC", func() error {
+			_, err := e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "z", MAC: "52:54:00:00:00:01"})
+			return err
+		}, model.ErrInvalidSpec, "mac"},
+		{"attach: --live on a shut-off domain", func() error {
+			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Affect: Affect{Live: true}})
+			return err
+		}, ErrState, "--live"},
+		{"detach: unknown tag", func() error {
+			_, err := e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "nope"})
+			return err
+		}, store.ErrNotFound, "nope"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.snapshot()
+			calls := len(e.hv.calls)
+			err := tc.op()
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.text) {
+				t.Fatalf("err = %v; want %v mentioning %q", err, tc.is, tc.text)
+			}
+			for _, c := range e.hv.calls[calls:] {
+				if slices.Contains(mutating, c) {
+					t.Errorf("libvirt was changed (%s) before the request was refused", c)
+				}
+			}
+			if after := e.snapshot(); after != before {
+				t.Errorf("refused request changed something:\n%s", diffLines(before, after))
+			}
+		})
+	}
+}
+
+func configDriveTarget(t *testing.T, e *env) string {
+	doc, _ := e.hv.XML(context.Background(), "app-1", true)
+	devs, err := virt.ParseDevices(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs.Disks {
+		if d.Alias == virt.ConfigDriveAlias {
+			return d.Target
+		}
+	}
+	t.Fatal("no config drive")
+	return ""
+}
+
+func TestImageBackedDisk(t *testing.T) {
+	e := newEnv(t)
+	images := filepath.Join(e.dir, "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := execCommand(e.c.qemuImg, "create", "-q", "-f", "qcow2", filepath.Join(images, "debian.qcow2"), "32M"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	e.mustApply("name: img-1\nimage: debian\ndisks: [{name: vda, tag: root}, {name: vdb, size: 4M}]\n")
+	out, err := execCommand(e.c.qemuImg, "info", "--output=json", filepath.Join(e.dir, "instances", "img-1", "disk-vda.qcow2"))
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var info struct {
+		BackingFile string `json:"backing-filename"`
+		VirtualSize int64  `json:"virtual-size"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.BackingFile != filepath.Join(images, "debian.qcow2") || info.VirtualSize != 32<<20 {
+		t.Errorf("vda: backing %q size %d", info.BackingFile, info.VirtualSize)
+	}
+}
+
+func TestStartStop(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.mustApply(hvSpec)
+	inst, err := e.c.Start(ctx, "app-1")
+	if err != nil || inst.State != "running" {
+		t.Fatalf("start: %v, state %q", err, inst.State)
+	}
+	// The fake guest ignores ACPI: stop powers it off after the timeout.
+	inst, err = e.c.Stop(ctx, "app-1", 300*time.Millisecond)
+	if err != nil || inst.State != "shutoff" || len(inst.Warnings) != 1 {
+		t.Fatalf("stop: %v, state %q, warnings %v", err, inst.State, inst.Warnings)
+	}
+	if _, err := e.c.Stop(ctx, "app-1", time.Second); err != nil {
+		t.Errorf("stopping a stopped instance: %v", err)
+	}
+	// The config drive is rebuilt when missing.
+	drive := filepath.Join(e.dir, "instances", "app-1", "disk.config")
+	os.Remove(drive)
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := configdrive.Read(drive); err != nil {
+		t.Errorf("rebuilt config drive: %v", err)
+	}
+}
+
+func TestDelete(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	before := e.snapshot()
+	e.mustApply(hvSpec)
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	after := e.snapshot()
+	// Only the (empty) instances directory may remain.
+	if d := diffLines(before, after); d != "+ dir instances" {
+		t.Errorf("delete left:\n%s", d)
+	}
+}
+
+// TestReconcile drives the reconciler with events: a device removed
+// behind hostctl's back leaves the metadata, a domain undefined behind its
+// back marks the instance missing, a reconnect reconciles everything.
+func TestReconcile(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inst := e.mustApply(hvSpec)
+	e.hv.events = make(chan virt.Event, 64)
+	e.c.resync = -1
+	e.c.startWatch()
+	t.Cleanup(func() { e.c.Close(); close(e.hv.events) })
+
+	e.hv.removeDeviceBehindBack("app-1", "sda")
+	e.hv.events <- virt.Event{Kind: virt.EventDeviceRemoved, Domain: "app-1", DeviceAlias: "ua-disk-sda"}
+	waitFor(t, "disk sda to leave the metadata", func() bool {
+		return findDevice(devicesOf(t, e.st, inst.Spec.UUID), "db") == nil
+	})
+	e.hv.removeDeviceBehindBack("app-1", "52:54:00:00:00:02")
+	e.hv.events <- virt.Event{Kind: virt.EventDisconnected}
+	e.hv.events <- virt.Event{Kind: virt.EventReconnected}
+	waitFor(t, "the NIC to leave the metadata and its lease the network", func() bool {
+		hosts, _ := e.hv.DHCPHosts(ctx, "default")
+		return findDevice(devicesOf(t, e.st, inst.Spec.UUID), "back") == nil && len(hosts) == 1
+	})
+	got, err := e.c.Get(ctx, "app-1")
+	if err != nil || got.State != "shutoff" {
+		t.Fatalf("get: %v %q", err, got.State)
+	}
+	e.hv.mu.Lock()
+	delete(e.hv.domains, "app-1")
+	e.hv.mu.Unlock()
+	e.hv.events <- virt.Event{Kind: virt.EventUndefined, Domain: "app-1"}
+	waitFor(t, "the instance to be marked missing", func() bool {
+		e.c.missingMu.Lock()
+		defer e.c.missingMu.Unlock()
+		return e.c.missing["app-1"]
+	})
+	if got, _ := e.c.Get(ctx, "app-1"); got.State != StateMissing {
+		t.Errorf("state %q, want missing", got.State)
+	}
+	list, _ := e.c.List(ctx)
+	if len(list) != 1 || list[0].State != StateMissing || list[0].Revision != 3 {
+		t.Errorf("list: %+v", list[0])
+	}
+	if _, err := e.c.Start(ctx, "app-1"); !errors.Is(err, ErrState) {
+		t.Errorf("start of a missing domain: %v", err)
+	}
+	// Applying again defines it again.
+	if inst, err := e.apply(hvSpec); err != nil || inst.State != "shutoff" {
+		t.Fatalf("re-apply: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNoHypervisor(t *testing.T) {
+	dir := t.TempDir()
+	b, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := New(b, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Apply(ctx, []byte("name: a\ndisks: [{name: vda, tag: t, address: \"0000:00:05.0\"}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	for name, op := range map[string]func() error{
+		"start":       func() error { _, err := c.Start(ctx, "a"); return err },
+		"stop":        func() error { _, err := c.Stop(ctx, "a", 0); return err },
+		"attach-disk": func() error { _, err := c.AttachDisk(ctx, "a", DiskRequest{Tag: "x"}); return err },
+		"detach-nic":  func() error { _, err := c.DetachNIC(ctx, "a", DetachRequest{Tag: "x"}); return err },
+	} {
+		if err := op(); !errors.Is(err, ErrNoHypervisor) {
+			t.Errorf("%s without a hypervisor: %v", name, err)
+		}
+	}
+	if inst, _ := c.Get(ctx, "a"); inst.State != "" {
+		t.Errorf("state %q without a hypervisor", inst.State)
+	}
+}
+
+func TestRevert(t *testing.T) {
+	var log []string
+	c := &Controller{log: slog.New(slog.DiscardHandler)}
+	run := func(fail bool) error {
+		var err error
+		func() {
+			r := c.newRevert("test")
+			defer r.Fail(&err)
+			r.Add("one", func(context.Context) error { log = append(log, "undo one"); return nil })
+			r.Add("two", func(context.Context) error { log = append(log, "undo two"); return errors.New("stuck") })
+			if fail {
+				err = errors.New("step three failed")
+				return
+			}
+			r.Success()
+		}()
+		return err
+	}
+	if err := run(false); err != nil || len(log) != 0 {
+		t.Fatalf("success: %v %v", err, log)
+	}
+	err := run(true)
+	if !slices.Equal(log, []string{"undo two", "undo one"}) {
+		t.Errorf("undo order %v", log)
+	}
+	if err == nil || !strings.Contains(err.Error(), "step three failed") || !strings.Contains(err.Error(), "two: stuck") {
+		t.Errorf("error %v", err)
+	}
+}

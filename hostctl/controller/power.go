@@ -1,0 +1,143 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// DefaultStopTimeout is how long Stop waits for a guest to shut down
+// before it powers the domain off.
+const DefaultStopTimeout = 30 * time.Second
+
+// Start boots an instance's domain (a running one is left running). A
+// config drive missing from the data directory is rebuilt from the
+// published metadata first.
+func (c *Controller) Start(ctx context.Context, name string) (*Instance, error) {
+	unlock := c.locks.lock(name)
+	rec, cur, err := c.powerTarget(ctx, "start", name)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if !cur.running {
+		err = c.ensureDrive(ctx, rec)
+		if err == nil {
+			err = c.hv.Start(ctx, name)
+		}
+	}
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c.log.Info("instance started", "name", name)
+	return c.Get(ctx, name)
+}
+
+// Stop asks the guest to shut down (ACPI) and waits up to timeout
+// (DefaultStopTimeout when 0) for the domain to be off; then it powers the
+// domain off. A domain already off is left so.
+func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (*Instance, error) {
+	if timeout <= 0 {
+		timeout = DefaultStopTimeout
+	}
+	unlock := c.locks.lock(name)
+	_, cur, err := c.powerTarget(ctx, "stop", name)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	var warn []string
+	if cur.running {
+		warn, err = c.shutdown(ctx, name, timeout)
+	}
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("stop %s: %w", name, err)
+	}
+	c.log.Info("instance stopped", "name", name, "forced", len(warn) > 0)
+	inst, err := c.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	inst.Warnings = warn
+	return inst, nil
+}
+
+func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Duration) ([]string, error) {
+	if err := c.hv.Shutdown(ctx, name); err != nil {
+		c.log.Info("graceful shutdown refused; powering off", "name", name, "err", err)
+	} else {
+		deadline := time.Now().Add(timeout)
+		for time.Now().Before(deadline) {
+			st, err := c.hv.State(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			if st == virt.StateShutoff {
+				return nil, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	if err := c.hv.Destroy(ctx, name); err != nil {
+		// It may have gone off by itself in the meantime.
+		if st, serr := c.hv.State(ctx, name); serr == nil && st == virt.StateShutoff {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return []string{fmt.Sprintf("the guest did not shut down within %s; the domain was powered off", timeout)}, nil
+}
+
+func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.Instance, *curDomain, error) {
+	if c.hv == nil {
+		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
+	}
+	rec, err := c.store.Instance(ctx, name)
+	if err != nil {
+		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	cur, err := c.requireDomain(ctx, name, rec.UUID)
+	if err != nil {
+		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	return rec, cur, nil
+}
+
+// ensureDrive rebuilds the config drive from the published document when
+// its file is missing (the domain's cdrom points at it).
+func (c *Controller) ensureDrive(ctx context.Context, rec store.Instance) error {
+	drive := filepath.Join(c.instanceDir(rec.Name), driveFile)
+	if fileExists(drive) {
+		return nil
+	}
+	c.log.Warn("config drive missing; rebuilding it from the published metadata", "name", rec.Name)
+	if err := os.MkdirAll(filepath.Dir(drive), 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(drive), ".disk.config.tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := c.WriteConfigDrive(ctx, rec.Name, c.driveFmt, f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp, drive)
+}

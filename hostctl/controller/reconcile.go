@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// watch reconciles every instance once, then again after each reconnect
+// to libvirtd and every resync interval (libvirt sends no event when only
+// a domain's persistent definition changes, e.g. `virsh detach-disk
+// --config`), and the instance of every domain event in between. Events
+// are read by a goroutine of their own into a set of pending names, so
+// delivery never waits for a reconcile (go-libvirt stalls every call
+// while an event is not taken).
+func (c *Controller) watch(ctx context.Context) {
+	var mu sync.Mutex
+	all, pending := true, map[string]bool{}
+	kick := make(chan struct{}, 1)
+	kick <- struct{}{}
+	if events := c.hv.Events(); events != nil {
+		go func() {
+			for ev := range events {
+				mu.Lock()
+				switch {
+				case ev.Kind == virt.EventDisconnected:
+					c.log.Warn("libvirtd connection lost; reconciling once it is back")
+				case ev.Kind == virt.EventReconnected:
+					c.log.Info("libvirtd connection back; reconciling every instance")
+					all = true
+				case ev.Domain != "":
+					c.log.Debug("libvirt event", "event", ev.String())
+					pending[ev.Domain] = true
+				}
+				mu.Unlock()
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	var tick <-chan time.Time
+	if c.resync > 0 {
+		t := time.NewTicker(c.resync)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-tick:
+			mu.Lock()
+			all = true
+			mu.Unlock()
+		}
+		mu.Lock()
+		doAll, names := all, pending
+		all, pending = false, map[string]bool{}
+		mu.Unlock()
+		if doAll {
+			if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("reconcile", "err", err)
+			}
+			continue
+		}
+		for name := range names {
+			if err := c.reconcileOne(ctx, name); err != nil && ctx.Err() == nil {
+				c.log.Warn("reconcile", "name", name, "err", err)
+			}
+		}
+	}
+}
+
+// Reconcile brings every instance in line with libvirt: an instance
+// whose domain is gone is marked missing (State), and devices removed
+// from its domain outside hostctl leave its metadata (republished). It
+// never deletes an instance or a device libvirt still has, and changes
+// nothing when libvirtd cannot be asked.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	if c.hv == nil {
+		return nil
+	}
+	recs, err := c.store.Instances(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	var errs []error
+	for _, rec := range recs {
+		if err := c.reconcileOne(ctx, rec.Name); err != nil {
+			errs = append(errs, err)
+			if errors.Is(err, virt.ErrUnreachable) {
+				break // the reconnect triggers another pass
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileOne reconciles the instance named name (if there is one).
+func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) {
+	defer c.locks.lock(name)()
+	rec, err := c.store.Instance(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return err
+	}
+	doc, err := c.hv.XML(ctx, name, true)
+	if isNotFound(err) {
+		c.setMissing(name, true)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	devs, err := virt.ParseDevices(doc)
+	if err != nil {
+		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	if devs.UUID != rec.UUID {
+		c.setMissing(name, true)
+		return nil
+	}
+	c.setMissing(name, false)
+
+	next := clone(in)
+	var gone []string
+	next.Disks = slices.DeleteFunc(next.Disks, func(d model.Disk) bool {
+		_, ok := devs.Disk(d.Name)
+		if !ok {
+			gone = append(gone, "disk "+d.Name)
+		}
+		return !ok
+	})
+	next.NICs = slices.DeleteFunc(next.NICs, func(n model.NIC) bool {
+		_, ok := devs.NIC(n.MAC)
+		if !ok {
+			gone = append(gone, "NIC "+n.MAC)
+		}
+		return !ok
+	})
+	next.Shares = slices.DeleteFunc(next.Shares, func(s model.Share) bool {
+		_, ok := devs.Share(s.EffectiveTag())
+		if !ok {
+			gone = append(gone, "share "+s.EffectiveTag())
+		}
+		return !ok
+	})
+	if err := devs.Apply(next); err != nil {
+		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	if reflect.DeepEqual(next, in) {
+		return nil
+	}
+	r := c.newRevert("reconcile " + name)
+	defer r.Fail(&err)
+	if err := c.syncLeases(ctx, r, in, next); err != nil {
+		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	if _, err := c.publish(ctx, r, next, rec.Revision); err != nil {
+		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	if len(gone) > 0 {
+		c.log.Warn("devices removed outside hostctl; dropped from the metadata", "name", name, "devices", strings.Join(gone, ", "))
+	} else {
+		c.log.Info("device addresses changed outside hostctl; metadata republished", "name", name)
+	}
+	return nil
+}

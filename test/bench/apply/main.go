@@ -1,0 +1,370 @@
+// Command apply times hostctl as a compute agent against the real libvirtd
+// (qemu:///system, TCG), end to end through a `hostctl serve --virt
+// libvirt` built from this checkout and its admin API:
+//
+//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system]
+//
+// Rows:
+//   - apply, 4 disks + 2 NICs: a new instance — validate, four qemu-img
+//     images, define, read the addresses back, DHCP lease, render, config
+//     drive, store write; through the admin API, and through the CLI
+//     (`hostctl instance apply -f`, a process per apply); and without the
+//     DHCP lease (libvirt's network update is most of an apply);
+//   - re-apply unchanged: the same spec again (no define: read back,
+//     render, drive, store write);
+//   - attach-disk / detach-disk (SCSI, shut-off domain);
+//   - delete: undefine, lease, store, files;
+//   - list and republish one instance (a re-apply of an unchanged spec)
+//     with 1 instance present and with -instances present: the store
+//     keeps one document per instance and an address index, so
+//     republishing one must cost the same either way.
+//
+// Every domain it defines is named vmeta-bench-<run>-…, deleted at the end
+// (also on error or SIGINT) through hostctl, and then, should that fail,
+// through virsh. It exits non-zero only on errors, never because of the
+// timings.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/controller"
+)
+
+func main() {
+	n := flag.Int("n", 10, "timed runs per row")
+	instances := flag.Int("instances", 200, "instances present for the list and republish rows")
+	uri := flag.String("uri", "qemu:///system", "libvirt URI")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *n, *instances, *uri); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/apply:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct {
+	name  string
+	times []time.Duration
+}
+
+func (r *row) add(d time.Duration) { r.times = append(r.times, d) }
+
+func (r *row) stats() (median, lo, hi time.Duration) {
+	t := slices.Clone(r.times)
+	slices.Sort(t)
+	return t[len(t)/2], t[0], t[len(t)-1]
+}
+
+type bench struct {
+	c      *api.Client
+	uri    string
+	prefix string
+	names  []string // every instance applied, for cleanup
+}
+
+func run(ctx context.Context, n, instances int, uri string) (err error) {
+	if n < 1 || instances < 1 {
+		return errors.New("-n and -instances must be at least 1")
+	}
+	tmp, err := os.MkdirTemp("", "vmeta-bench-apply-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "hostctl")
+	build := exec.Command("go", "build", "-o", bin, "./hostctl/cmd/hostctl")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./hostctl/cmd/hostctl (run from the module root): %w", err)
+	}
+	sock := filepath.Join(tmp, "hostctl.sock")
+	logPath := filepath.Join(tmp, "hostctl.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	daemon := exec.Command(bin, "serve", "--virt", "libvirt", "--libvirt-uri", uri, "--data-dir", filepath.Join(tmp, "data"),
+		"--socket", sock, "--metadata-listen", "127.0.0.1:0", "--reconcile-interval", "0", "--domain-memory", "128", "--log-level", "warn")
+	daemon.Stdout, daemon.Stderr = logf, logf
+	if err := daemon.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- daemon.Wait() }()
+	defer func() {
+		_ = daemon.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = daemon.Process.Kill()
+		}
+		if err != nil {
+			if b, _ := os.ReadFile(logPath); len(b) > 0 {
+				fmt.Fprintf(os.Stderr, "hostctl serve logged:\n%s", b)
+			}
+		}
+	}()
+	if err := waitSocket(sock, exited); err != nil {
+		return err
+	}
+
+	b := &bench{c: api.NewUnixClient(sock), uri: uri, prefix: "vmeta-bench-" + randHex(4)}
+	defer b.cleanup()
+	v, _ := exec.Command("virsh", "-c", uri, "version", "--daemon").CombinedOutput()
+	fmt.Printf("hostctl serve --virt libvirt (%s, TCG), %d runs per row\n%s\n", uri, n, firstLines(string(v), 3))
+
+	apply, reapply := &row{name: "apply, 4 disks + 2 NICs (new domain)"}, &row{name: "re-apply unchanged (4 disks + 2 NICs)"}
+	applyCLI := &row{name: "hostctl instance apply (CLI), same"}
+	noLease := &row{name: "apply, 4 disks + 2 NICs, no DHCP lease"}
+	attach, detach := &row{name: "attach-disk (SCSI, shut off)"}, &row{name: "detach-disk (SCSI, shut off)"}
+	del := &row{name: "delete (4 disks + 2 NICs)"}
+	for i := range n {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		name := fmt.Sprintf("%s-full-%d", b.prefix, i)
+		spec := fullSpec(name, i)
+		if _, err := b.timed(ctx, apply, func() error { _, err := b.apply(ctx, name, spec); return err }); err != nil {
+			return err
+		}
+		if _, err := b.timed(ctx, reapply, func() error { _, err := b.apply(ctx, name, spec); return err }); err != nil {
+			return err
+		}
+		if _, err := b.timed(ctx, attach, func() error {
+			_, err := b.c.AttachDisk(ctx, name, controller.DiskRequest{Tag: "hot", Bus: "scsi", Size: "16M"})
+			return err
+		}); err != nil {
+			return err
+		}
+		if _, err := b.timed(ctx, detach, func() error {
+			_, err := b.c.DetachDisk(ctx, name, controller.DetachRequest{Tag: "hot"})
+			return err
+		}); err != nil {
+			return err
+		}
+		if _, err := b.timed(ctx, del, func() error { return b.c.Delete(ctx, name) }); err != nil {
+			return err
+		}
+		specFile := filepath.Join(tmp, "spec.yaml")
+		if err := os.WriteFile(specFile, []byte(fullSpec(name, i)), 0o600); err != nil {
+			return err
+		}
+		if _, err := b.timed(ctx, applyCLI, func() error {
+			out, err := exec.Command(bin, "instance", "apply", "-f", specFile, "--socket", sock).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%w: %s", err, out)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := b.c.Delete(ctx, name); err != nil {
+			return err
+		}
+		plain := strings.Replace(fullSpec(name, i), ", ips: [{address: ", ", ips_: [{address: ", 1)
+		plain = plain[:strings.Index(plain, ", ips_")] + "}\n"
+		if _, err := b.timed(ctx, noLease, func() error { _, err := b.apply(ctx, name, plain); return err }); err != nil {
+			return err
+		}
+		if err := b.c.Delete(ctx, name); err != nil {
+			return err
+		}
+	}
+
+	// One instance present, then many.
+	list1, list200 := &row{name: "instance list, 1 instance"}, &row{name: fmt.Sprintf("instance list, %d instances", instances)}
+	repub1, repub200 := &row{name: "republish one, 1 instance present"}, &row{name: fmt.Sprintf("republish one, %d instances present", instances)}
+	one := b.prefix + "-one"
+	oneSpec := smallSpec(one, 0)
+	if _, err := b.apply(ctx, one, oneSpec); err != nil {
+		return err
+	}
+	// Republishes first, then lists (a list of many instances leaves
+	// garbage behind that would be collected during the next request).
+	measure := func(list, repub *row) error {
+		for range 2 * n {
+			if _, err := b.timed(ctx, repub, func() error { _, err := b.apply(ctx, one, oneSpec); return err }); err != nil {
+				return err
+			}
+		}
+		for range 2 * n {
+			if _, err := b.timed(ctx, list, func() error { _, err := b.c.List(ctx); return err }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := measure(list1, repub1); err != nil {
+		return err
+	}
+	fill := &row{name: fmt.Sprintf("apply, 1 disk + 1 NIC (%d more, each timed)", instances-1)}
+	start := time.Now()
+	for i := 1; i < instances; i++ {
+		name := fmt.Sprintf("%s-many-%03d", b.prefix, i)
+		if _, err := b.timed(ctx, fill, func() error { _, err := b.apply(ctx, name, smallSpec(name, i)); return err }); err != nil {
+			return err
+		}
+	}
+	fillTotal := time.Since(start)
+	// Let the daemon's reconciler work through the events of those
+	// defines before measuring.
+	time.Sleep(3 * time.Second)
+	if err := measure(list200, repub200); err != nil {
+		return err
+	}
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\truns\tmedian\tmin\tmax\t")
+	for _, r := range []*row{apply, applyCLI, noLease, reapply, attach, detach, del, fill, list1, list200, repub1, repub200} {
+		med, lo, hi := r.stats()
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", r.name, len(r.times), ms(med), ms(lo), ms(hi))
+	}
+	tw.Flush()
+	m1, _, _ := repub1.stats()
+	m200, _, _ := repub200.stats()
+	fmt.Printf("\npublishing %d instances took %s in all; republishing one costs %.2fx with %d instances present as with 1\n",
+		instances-1, fillTotal.Round(time.Millisecond), float64(m200)/float64(m1), instances)
+	return nil
+}
+
+// apply sends a spec and remembers the name for cleanup.
+func (b *bench) apply(ctx context.Context, name, spec string) (*controller.Instance, error) {
+	if !slices.Contains(b.names, name) {
+		b.names = append(b.names, name)
+	}
+	inst, err := b.c.Apply(ctx, []byte(spec))
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	return inst, nil
+}
+
+func (b *bench) timed(ctx context.Context, r *row, f func() error) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	err := f()
+	d := time.Since(start)
+	if err != nil {
+		return d, fmt.Errorf("%s: %w", r.name, err)
+	}
+	r.add(d)
+	return d, nil
+}
+
+// cleanup deletes every instance the run applied, through hostctl, and
+// then removes any domain of the run's prefix libvirt still has.
+func (b *bench) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, name := range b.names {
+		// libvirtd may be restarting (another test's doing): retry a while.
+		for attempt := 0; ; attempt++ {
+			err := b.c.Delete(ctx, name)
+			if err == nil || strings.Contains(err.Error(), "not found") {
+				break
+			}
+			if !strings.Contains(err.Error(), "unreachable") || attempt == 60 {
+				fmt.Fprintf(os.Stderr, "bench/apply: cleanup: delete %s: %v\n", name, err)
+				break
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	out, err := exec.Command("virsh", "-q", "-c", b.uri, "list", "--all", "--name").Output()
+	if err != nil {
+		return
+	}
+	for _, name := range strings.Fields(string(out)) {
+		if strings.HasPrefix(name, b.prefix) {
+			_ = exec.Command("virsh", "-q", "-c", b.uri, "destroy", name).Run()
+			if out, err := exec.Command("virsh", "-q", "-c", b.uri, "undefine", name).CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench/apply: cleanup: virsh undefine %s: %v: %s\n", name, err, out)
+			}
+		}
+	}
+}
+
+// fullSpec is the measured instance: two virtio and two SCSI disks, all
+// tagged, and two tagged NICs, one with a fixed lease.
+func fullSpec(name string, i int) string {
+	return fmt.Sprintf(`name: %s
+addresses: [127.88.%d.%d]
+disks:
+  - {name: vda, size: 64M, tag: root, serial: root-%d}
+  - {name: vdb, size: 16M, tag: cache, serial: cache-%d}
+  - {name: sda, bus: scsi, size: 16M, tag: oracledb, serial: ora-%d}
+  - {name: sdb, bus: scsi, size: 16M, tag: archive, serial: arch-%d}
+nics:
+  - {mac: "%s", tag: front}
+  - {mac: "%s", tag: back, ips: [{address: 192.168.122.%d/24}]}
+`, name, i/250, 1+i%250, i, i, i, i, mac(), mac(), 250+i%5)
+}
+
+// smallSpec is one of the many: one tagged disk and a NIC, identified by a
+// loopback address (no lease).
+func smallSpec(name string, i int) string {
+	return fmt.Sprintf("name: %s\naddresses: [127.89.%d.%d]\ndisks: [{name: vda, size: 1M, tag: root}]\nnics: [{mac: \"%s\", tag: front}]\n",
+		name, i/250, 1+i%250, mac())
+}
+
+func mac() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", b[0], b[1], b[2])
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func waitSocket(sock string, exited <-chan error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("hostctl serve exited: %v", err)
+		default:
+		}
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("hostctl serve did not open its admin socket within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
