@@ -1,0 +1,153 @@
+package metadata_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"os"
+	"testing"
+
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
+)
+
+func exampleTree(t testing.TB) *metadata.Tree {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/web.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := model.ParseSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return render(t, in)
+}
+
+func sameTree(t *testing.T, got, want *metadata.Tree) {
+	t.Helper()
+	if !maps.EqualFunc(got.Files, want.Files, bytes.Equal) {
+		t.Errorf("files differ after the round trip")
+	}
+	if !maps.EqualFunc(got.DriveOnly, want.DriveOnly, bytes.Equal) {
+		t.Errorf("drive-only files differ after the round trip")
+	}
+}
+
+func TestTreeEncodingRoundTrip(t *testing.T) {
+	for name, tr := range map[string]*metadata.Tree{
+		"example":       exampleTree(t),
+		"rich":          render(t, richInstance(t)), // has injected (drive-only) files
+		"empty content": {Files: map[string][]byte{"openstack/latest/user_data": {}, "a": []byte("x")}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			enc, err := tr.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := metadata.DecodeTree(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameTree(t, got, tr)
+			// Decoded contents must not alias each other: appending to one
+			// file must not change another.
+			for p := range got.Files {
+				got.Files[p] = append(got.Files[p], '!')
+			}
+			again, err := metadata.DecodeTree(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameTree(t, again, tr)
+		})
+	}
+}
+
+// The stored form deduplicates and compresses: the example's tree is a
+// small fraction of its JSON form.
+func TestTreeEncodingSize(t *testing.T) {
+	tr := exampleTree(t)
+	enc, err := tr.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("example tree: %d bytes stored, %d bytes as JSON", len(enc), len(js))
+	if len(enc)*5 > len(js) {
+		t.Errorf("stored form %d bytes is not under a fifth of the JSON form's %d", len(enc), len(js))
+	}
+}
+
+// Documents written before the compact form (plain JSON) still decode.
+func TestTreeDecodesJSONForm(t *testing.T) {
+	tr := render(t, richInstance(t))
+	js, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := metadata.DecodeTree(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, got, tr)
+}
+
+func TestTreeDecodeRejectsCorruption(t *testing.T) {
+	enc, err := exampleTree(t).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"truncated":      enc[:len(enc)/2],
+		"magic only":     []byte("VMT2"),
+		"garbage":        append([]byte("VMT2"), 0xff, 0x00, 0x13),
+		"not json":       []byte("{"),
+		"json w/o files": []byte(`{"drive_only":{}}`),
+	} {
+		if _, err := metadata.DecodeTree(b); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+func FuzzDecodeTree(f *testing.F) {
+	enc, err := exampleTree(f).Encode()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(enc)
+	f.Add([]byte(`{"files":{"a":"eA=="}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := metadata.DecodeTree(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes re-encodes to the same tree.
+		enc, err := tr.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := metadata.DecodeTree(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, again, tr)
+	})
+}
+
+func BenchmarkTreeDecode(b *testing.B) {
+	enc, err := exampleTree(b).Encode()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(enc)), "stored-bytes")
+	for b.Loop() {
+		if _, err := metadata.DecodeTree(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
