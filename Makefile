@@ -52,6 +52,7 @@ lint: ## gofmt and go vet
 fuzz: ## run each fuzz target for a short while
 	$(GO) test -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s ./internal/model/
 	$(GO) test -run '^$$' -fuzz FuzzValidateTag -fuzztime 30s ./internal/model/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeTree -fuzztime 30s ./internal/metadata/
 	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s -fuzzminimizetime 3s ./configdrive/
 	$(GO) test -run '^$$' -fuzz FuzzNormalizePath -fuzztime 30s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzIdentify -fuzztime 30s ./server/
