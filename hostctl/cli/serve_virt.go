@@ -37,6 +37,7 @@ type virtConfig struct {
 	domainType    string
 	network       string
 	imageDir      string
+	shareRoot     string
 	memoryMiB     int
 	vcpus         int
 	driveBus      string
@@ -58,9 +59,10 @@ func addVirtFlags(fs *flag.FlagSet) *virtConfig {
 	fs.StringVar(&c.domainType, "domain-type", envOr(DomainTypeEnv, string(virt.TypeQEMU)), "domain type: qemu (TCG emulation, works everywhere) or kvm (only where a guest was seen to boot under KVM); default $"+DomainTypeEnv+" or qemu")
 	fs.StringVar(&c.network, "libvirt-network", "default", "libvirt network of NICs whose spec names none")
 	fs.StringVar(&c.imageDir, "image-dir", "", "directory of the base images a spec's image names (default DATA-DIR/images)")
+	fs.StringVar(&c.shareRoot, "share-root", "", "directory the host directories of virtiofs shares must be in: a share's source is exported read-write to the guest (default DATA-DIR/shares)")
 	fs.IntVar(&c.memoryMiB, "domain-memory", 512, "guest memory of each domain, MiB")
 	fs.IntVar(&c.vcpus, "domain-vcpus", 1, "virtual CPUs of each domain")
-	fs.StringVar(&c.driveBus, "config-drive-bus", "sata", "how the config drive is attached: sata (a cdrom) or virtio (a read-only disk, for kernels without AHCI)")
+	fs.StringVar(&c.driveBus, "config-drive-bus", "sata", "how the config drive is attached: sata (a cdrom, whose medium hostctl swaps when a running instance's metadata changes) or virtio (a read-only disk, for kernels without AHCI; a running guest sees a rebuilt drive only after a restart)")
 	fs.StringVar(&c.kernel, "domain-kernel", "", "boot every domain from this kernel instead of its first disk (appliances, tests)")
 	fs.StringVar(&c.initrd, "domain-initrd", "", "initrd for --domain-kernel")
 	fs.StringVar(&c.cmdline, "domain-cmdline", "", "kernel command line for --domain-kernel")
@@ -144,6 +146,7 @@ func (c *virtConfig) options(o controller.Options) controller.Options {
 	o.Hypervisor = c.conn
 	o.Domain = c.dom
 	o.ImageDir = c.imageDir
+	o.ShareRoot = c.shareRoot
 	o.DetachTimeout = c.detachTimeout
 	o.ResyncInterval = c.resync
 	if c.resync == 0 {

@@ -19,7 +19,10 @@
 // files and the store are left as they were.
 //
 // The metadata describes the running configuration of a running domain
-// and the persistent one of a domain that is shut off.
+// and the persistent one of a domain that is shut off. Every publish of a
+// running domain also puts the rebuilt config drive into its cdrom, as a
+// new file, by a forced media change (media.go). Shares are virtiofs
+// filesystems of host directories under the share root (shares.go).
 package controller
 
 import (
@@ -60,6 +63,7 @@ type Controller struct {
 	hv            Hypervisor
 	dom           virt.Options
 	imageDir      string
+	shareRoot     string
 	qemuImg       string
 	detachTimeout time.Duration
 	resync        time.Duration
@@ -94,6 +98,10 @@ type Options struct {
 	// ImageDir holds the base images a spec's image names;
 	// <DataDir>/images when empty.
 	ImageDir string
+	// ShareRoot is the directory every share's source must be in (a
+	// virtiofs share exports its directory read-write, with virtiofsd
+	// running as root); <DataDir>/shares when empty.
+	ShareRoot string
 	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
 	QemuImg string
 	// DetachTimeout bounds the wait for a running guest to release a
@@ -119,7 +127,7 @@ func New(st store.Store, opts Options) *Controller {
 // newController is New without the reconciler.
 func newController(st store.Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
-		hv: opts.Hypervisor, dom: opts.Domain, imageDir: opts.ImageDir, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
+		hv: opts.Hypervisor, dom: opts.Domain, imageDir: opts.ImageDir, shareRoot: opts.ShareRoot, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -129,6 +137,9 @@ func newController(st store.Store, opts Options) *Controller {
 	}
 	if c.imageDir == "" {
 		c.imageDir = filepath.Join(c.dataDir, "images")
+	}
+	if c.shareRoot == "" {
+		c.shareRoot = filepath.Join(c.dataDir, "shares")
 	}
 	if c.qemuImg == "" {
 		c.qemuImg = "qemu-img"
@@ -180,7 +191,8 @@ type Instance struct {
 	// Devices is the devices list the guest sees at "latest".
 	Devices []metadata.Device `json:"devices"`
 	// Warnings name parts of a request that are still under way (a live
-	// detach the guest has not completed yet).
+	// detach the guest has not completed yet) or that a running guest
+	// does not see yet (a virtio config drive cannot change media).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -281,7 +293,9 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 // and stores record and document in one Put expecting revision expect.
 // The Put is the commit point: r.Success is called right after it, and
 // only then is the drive renamed into place (a refused or failed publish
-// leaves the old drive, or none).
+// leaves the old drive, or none). With a hypervisor, the cdrom of a
+// running domain gets the new drive as its medium before the Put (undone
+// with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert, in *model.Instance, expect int64) (*Instance, error) {
 	tree, err := metadata.Render(in, c.render)
 	if err != nil {
@@ -310,6 +324,11 @@ func (c *Controller) publish(ctx context.Context, r *revert, in *model.Instance,
 	if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 		return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 	}
+	// The Put creates revision expect+1 (1 for a new instance).
+	medium, warn, err := c.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
 		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Spec: specJSON,
@@ -331,8 +350,11 @@ func (c *Controller) publish(ctx context.Context, r *revert, in *model.Instance,
 		// is rebuilt by the next apply or by `configdrive build`.
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
-	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
-	return &Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs}, nil
+	if c.hv != nil {
+		c.pruneMedia(in.Name, medium)
+	}
+	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
+	return &Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and

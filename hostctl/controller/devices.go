@@ -331,7 +331,7 @@ func (c *Controller) finishDeviceChange(ctx context.Context, r *revert, dc *devi
 		return nil, err
 	}
 	inst.State = c.domainState(ctx, next.Name, next.UUID)
-	inst.Warnings = warn
+	inst.Warnings = append(warn, inst.Warnings...)
 	return inst, nil
 }
 

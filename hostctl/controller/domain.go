@@ -15,12 +15,13 @@ import (
 )
 
 // applyDomain is ApplyInstance with a hypervisor. Everything that can be
-// checked is checked before libvirt or a file is touched: the domain XML
-// (virt.Validate: buses, names, serials, paths inside the data directory),
-// how each new disk is made, address conflicts, the existing domain and
-// what the spec changes about it. Then: disks, define, read the XML back
-// into the instance, DHCP leases, render and publish (config drive, store
-// Put). A failure at any step undoes the steps before it.
+// checked is checked before libvirt or a file is touched: the share
+// directories (shares.go), the domain XML (virt.Validate: buses, names,
+// serials, paths inside the data directory), how each new disk is made,
+// address conflicts, the existing domain and what the spec changes about
+// it. Then: disks, define, read the XML back into the instance, DHCP
+// leases, render and publish (config drive, store Put). A failure at any
+// step undoes the steps before it.
 func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
 	name := in.Name
 	if old != nil {
@@ -30,7 +31,12 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		}
 	}
 	addStaticAddresses(in)
+	dirs, err := c.shareDirs(in)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
 	host := c.host(in)
+	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -26,12 +27,23 @@ type fakeHV struct {
 	failAt  int
 	nextBus int
 	events  chan virt.Event
+	updates []fakeUpdate
 }
 
 type fakeDomain struct {
 	xml     string
 	uuid    string
 	running bool
+	// media are the cdrom media of the running domain that differ from
+	// its definition (target -> source), as a live-only update-device
+	// leaves them; XML(live) shows them, and they go when it stops.
+	media map[string]string
+}
+
+// fakeUpdate is one UpdateDevice call that succeeded.
+type fakeUpdate struct {
+	domain, target, source string
+	affect                 virt.Affect
 }
 
 var errInjected = errors.New("injected failure")
@@ -80,6 +92,7 @@ var (
 	reMACAttr     = regexp.MustCompile(`<mac address="([^"]+)"`)
 	reBetweenTags = regexp.MustCompile(`>\s+<`)
 	reAddrUnits   = regexp.MustCompile(`<address type="drive" controller="(\d+)" bus="(\d+)" target="(\d+)" unit="(\d+)"`)
+	reSourceFile  = regexp.MustCompile(`<source file="([^"]*)"`)
 )
 
 // addresses fills in the address of every device block lacking one.
@@ -190,7 +203,7 @@ func (f *fakeHV) Destroy(ctx context.Context, name string) error {
 		if !d.running {
 			return errors.New("domain is not running")
 		}
-		d.running = false
+		d.running, d.media = false, nil
 		return nil
 	})
 }
@@ -209,10 +222,61 @@ func (f *fakeHV) State(ctx context.Context, name string) (virt.State, error) {
 func (f *fakeHV) XML(ctx context.Context, name string, live bool) ([]byte, error) {
 	var out []byte
 	err := f.withDomain("XML", name, func(d *fakeDomain) error {
-		out = []byte(d.xml)
+		doc := d.xml
+		if live && d.running && len(d.media) > 0 {
+			doc = reDiskBlk.ReplaceAllStringFunc(doc, func(b string) string {
+				t := reTarget.FindStringSubmatch(b)
+				if src, ok := d.media[t[1]]; ok {
+					return reSourceFile.ReplaceAllLiteralString(b, `<source file="`+src+`"`)
+				}
+				return b
+			})
+		}
+		out = []byte(doc)
 		return nil
 	})
 	return out, err
+}
+
+// UpdateDevice changes the medium of a cdrom of the running domain, as
+// libvirt does for a live update-device of a cdrom: the new medium must
+// exist, only the source may differ.
+func (f *fakeHV) UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error {
+	return f.withDomain("UpdateDevice", name, func(d *fakeDomain) error {
+		if affect&virt.AffectLive == 0 || affect&virt.AffectConfig != 0 {
+			return fmt.Errorf("the fake changes media of running domains only (affect %s)", affect)
+		}
+		if !d.running {
+			return errors.New("domain is not running")
+		}
+		dev := string(deviceXML)
+		t, src := reTarget.FindStringSubmatch(dev), reSourceFile.FindStringSubmatch(dev)
+		if t == nil || src == nil || !strings.Contains(dev, `device="cdrom"`) {
+			return fmt.Errorf("not a cdrom with a medium:\n%s", dev)
+		}
+		var block string
+		for _, b := range reDiskBlk.FindAllString(d.xml, -1) {
+			if strings.Contains(b, `<target dev="`+t[1]+`" bus="`+t[2]+`"`) {
+				block = b
+			}
+		}
+		if block == "" || !strings.Contains(block, `device="cdrom"`) {
+			return fmt.Errorf("no cdrom %s", t[1])
+		}
+		if _, err := os.Stat(src[1]); err != nil {
+			return fmt.Errorf("cannot open the new medium: %w", err)
+		}
+		if reSourceFile.FindStringSubmatch(block)[1] == src[1] {
+			delete(d.media, t[1])
+		} else {
+			if d.media == nil {
+				d.media = map[string]string{}
+			}
+			d.media[t[1]] = src[1]
+		}
+		f.updates = append(f.updates, fakeUpdate{domain: name, target: t[1], source: src[1], affect: affect})
+		return nil
+	})
 }
 
 func (f *fakeHV) AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error {
@@ -320,7 +384,7 @@ func (f *fakeHV) snapshot() string {
 	sort.Strings(names)
 	for _, n := range names {
 		d := f.domains[n]
-		fmt.Fprintf(&b, "domain %s %s running=%t\n%s\n", n, d.uuid, d.running, normalizeXML(d.xml))
+		fmt.Fprintf(&b, "domain %s %s running=%t media=%v\n%s\n", n, d.uuid, d.running, d.media, normalizeXML(d.xml))
 	}
 	nets := make([]string, 0, len(f.nets))
 	for n := range f.nets {

@@ -30,6 +30,10 @@ type Hypervisor interface {
 	XML(ctx context.Context, name string, live bool) ([]byte, error)
 	AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
 	DetachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+	// UpdateDevice changes a device in place; the controller swaps the
+	// config drive cdrom's medium with it (virt.ConfigDriveMediaXML,
+	// live and forced).
+	UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
 	DHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error)
 	AddDHCPHost(ctx context.Context, network string, h virt.DHCPHost) error
 	RemoveDHCPHost(ctx context.Context, network, mac string) error

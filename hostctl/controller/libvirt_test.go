@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +116,123 @@ func TestLibvirtPutFailsAfterDefine(t *testing.T) {
 	}
 	if out := virshOut(t, uri, "net-dumpxml", "default"); strings.Contains(out, mac) {
 		t.Errorf("DHCP lease of %s still on the network after delete", mac)
+	}
+}
+
+// virshCdrom reads the config drive cdrom's medium from `virsh dumpxml`
+// (live, or --inactive) with a regular expression, not hostctl/virt.
+func virshCdrom(t *testing.T, uri, name string, live bool) string {
+	t.Helper()
+	args := []string{"dumpxml", name}
+	if !live {
+		args = append(args, "--inactive")
+	}
+	for _, b := range regexp.MustCompile(`(?s)<disk type='file' device='cdrom'>.*?</disk>`).FindAllString(virshOut(t, uri, args...), -1) {
+		if m := regexp.MustCompile(`<source file='([^']*)'`).FindStringSubmatch(b); m != nil {
+			return m[1]
+		}
+		return "(empty)"
+	}
+	t.Fatalf("domain %s has no cdrom", name)
+	return ""
+}
+
+// TestLibvirtMediumAndShares: against real libvirtd, a share under the
+// share root becomes a virtiofs filesystem with shared memory (virtiofsd
+// runs when the domain starts); every publish of the running domain
+// swaps the cdrom's medium for the rebuilt drive while its persistent
+// definition keeps disk.config; a publish that fails puts the previous
+// medium back; NFS sources are refused before libvirt is asked.
+func TestLibvirtMediumAndShares(t *testing.T) {
+	e, uri := realEnv(t)
+	ctx := context.Background()
+	name := testenv.UniqueDomainName(t)
+	testenv.CleanupDomain(t, uri, name)
+	share := filepath.Join(e.dir, "shares", "data")
+	if err := os.MkdirAll(share, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := "name: " + name + "\n" +
+		"disks: [{name: vda, size: 8M, tag: root}, {name: sda, bus: scsi, size: 8M, tag: db, serial: d1}]\n" +
+		"shares: [{share_id: " + shareID + ", tag: shared-data, source: " + share + "}]\n"
+	if _, err := e.apply(strings.Replace(spec, share, "nfs.example.com:/export", 1)); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+		t.Fatalf("NFS share: %v", err)
+	}
+	if out := virshOut(t, uri, "list", "--all", "--name"); strings.Contains(out, name) {
+		t.Fatalf("the refused spec defined domain %s", name)
+	}
+	if _, err := e.apply(spec); err != nil {
+		t.Fatal(err)
+	}
+	xml := virshOut(t, uri, "dumpxml", "--inactive", name)
+	for _, want := range []string{"<access mode='shared'/>", "<driver type='virtiofs'/>", "<source dir='" + share + "'/>", "<target dir='shared-data'/>"} {
+		if !strings.Contains(xml, want) {
+			t.Errorf("domain XML lacks %s:\n%s", want, xml)
+		}
+	}
+	dir := filepath.Join(e.dir, "instances", name)
+	drive := filepath.Join(dir, "disk.config")
+	if _, err := e.c.Start(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.c.Stop(context.Background(), name, time.Second) })
+	if got := virshCdrom(t, uri, name, true); got != drive {
+		t.Fatalf("booted with medium %s, want %s", got, drive)
+	}
+
+	// check: after a publish that created revision rev, the running
+	// domain's cdrom holds disk.config.<rev> with the tags want, and
+	// nothing else is left.
+	check := func(what string, rev int64, want []string) {
+		t.Helper()
+		medium := filepath.Join(dir, fmt.Sprintf("disk.config.%d", rev))
+		if got := virshCdrom(t, uri, name, true); got != medium {
+			t.Errorf("%s: live medium %s, want %s", what, got, medium)
+		}
+		if got := virshCdrom(t, uri, name, false); got != drive {
+			t.Errorf("%s: persistent medium %s, want %s", what, got, drive)
+		}
+		if got := mediaFiles(t, e, name); len(got) != 1 || got[0] != filepath.Base(medium) {
+			t.Errorf("%s: medium files %v, want only %s", what, got, filepath.Base(medium))
+		}
+		if got := driveTags(t, medium); !slices.Equal(got, want) {
+			t.Errorf("%s: medium tags %v, want %v", what, got, want)
+		}
+	}
+	inst, err := e.c.AttachDisk(ctx, name, DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("attach-disk", inst.Revision, []string{"db", "hot", "root"})
+	if inst, err = e.c.DetachDisk(ctx, name, DetachRequest{Tag: "hot"}); err != nil {
+		t.Fatal(err)
+	}
+	check("detach-disk", inst.Revision, []string{"db", "root"})
+	rev := inst.Revision
+
+	// The store refuses the publish: the attached disk and the new medium
+	// go again, the previous medium is back in the cdrom.
+	e.st.failPut = true
+	if _, err := e.c.AttachDisk(ctx, name, DiskRequest{Tag: "hot2", Bus: "scsi", Size: "8M", Serial: "hot-2"}); err == nil {
+		t.Fatal("attach with a failing store succeeded")
+	}
+	e.st.failPut = false
+	check("failed attach", rev, []string{"db", "root"})
+	if strings.Contains(virshOut(t, uri, "dumpxml", name), "hot-2") {
+		t.Error("the failed attach left its disk in the domain")
+	}
+
+	// Stopped: the medium files go; the next boot reads disk.config.
+	if _, err := e.c.Stop(ctx, name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := mediaFiles(t, e, name); len(got) != 0 {
+		t.Errorf("medium files after stop: %v", got)
+	}
+	if got := driveTags(t, drive); !slices.Equal(got, []string{"db", "root"}) {
+		t.Errorf("disk.config tags %v", got)
+	}
+	if err := e.c.Delete(ctx, name); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -18,7 +18,8 @@ const DefaultStopTimeout = 30 * time.Second
 
 // Start boots an instance's domain (a running one is left running). A
 // config drive missing from the data directory is rebuilt from the
-// published metadata first.
+// published metadata first; media swapped into the cdrom during an
+// earlier run are deleted (the domain boots from disk.config).
 func (c *Controller) Start(ctx context.Context, name string) (*Instance, error) {
 	unlock := c.locks.lock(name)
 	rec, cur, err := c.powerTarget(ctx, "start", name)
@@ -27,6 +28,7 @@ func (c *Controller) Start(ctx context.Context, name string) (*Instance, error) 
 		return nil, err
 	}
 	if !cur.running {
+		c.pruneMedia(name, "")
 		err = c.ensureDrive(ctx, rec)
 		if err == nil {
 			err = c.hv.Start(ctx, name)
@@ -56,6 +58,9 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	var warn []string
 	if cur.running {
 		warn, err = c.shutdown(ctx, name, timeout)
+	}
+	if err == nil {
+		c.pruneMedia(name, "")
 	}
 	unlock()
 	if err != nil {

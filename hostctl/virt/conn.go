@@ -666,6 +666,11 @@ const (
 	AffectLive = Affect(libvirt.DomainDeviceModifyLive)
 	// AffectConfig changes the persistent definition.
 	AffectConfig = Affect(libvirt.DomainDeviceModifyConfig)
+	// AffectForce forces a change the guest could hold up: with
+	// UpdateDevice, it swaps a cdrom's medium even while the guest keeps
+	// the tray locked (Linux locks it while the drive is open), as `virsh
+	// change-media --force` does.
+	AffectForce = Affect(libvirt.DomainDeviceModifyForce)
 )
 
 func (a Affect) String() string {
@@ -675,6 +680,9 @@ func (a Affect) String() string {
 	}
 	if a&AffectConfig != 0 {
 		parts = append(parts, "config")
+	}
+	if a&AffectForce != 0 {
+		parts = append(parts, "force")
 	}
 	if len(parts) == 0 {
 		return "current"
@@ -699,6 +707,15 @@ func (c *Conn) AttachDevice(ctx context.Context, name string, deviceXML []byte, 
 func (c *Conn) DetachDevice(ctx context.Context, name string, deviceXML []byte, affect Affect) error {
 	return c.withDomain(ctx, "detach device ("+affect.String()+") from", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
 		return l.DomainDetachDeviceFlags(d, string(deviceXML), uint32(affect))
+	})
+}
+
+// UpdateDevice changes a device in place (libvirt matches it by target
+// dev, MAC or alias). vmeta uses it to swap the config drive cdrom's
+// medium (ConfigDriveMediaXML) on a running domain, live and forced.
+func (c *Conn) UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect Affect) error {
+	return c.withDomain(ctx, "update device ("+affect.String()+") of", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
+		return l.DomainUpdateDeviceFlags(d, string(deviceXML), libvirt.DomainDeviceModifyFlags(affect))
 	})
 }
 

@@ -98,6 +98,9 @@ func TestConnOperations(t *testing.T) {
 		"shut down":  func() error { return c.Shutdown(ctx, name) },
 		"get XML of": func() error { _, err := c.XML(ctx, name, true); return err },
 		"look up":    func() error { _, err := c.Lookup(ctx, name); return err },
+		"update device (live+force) of": func() error {
+			return c.UpdateDevice(ctx, name, []byte("<disk/>"), AffectLive|AffectForce)
+		},
 	} {
 		err := f()
 		if !errors.Is(err, ErrNotFound) {

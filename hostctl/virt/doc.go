@@ -3,8 +3,9 @@
 // for the config drive, virtio NICs on libvirt networks, virtiofs shares,
 // the SMBIOS identity cloud-init looks for, a serial console logged to a
 // file), drives domains and networks through go-libvirt over the libvirtd
-// socket (Conn: define, start, stop, hot-plug, DHCP host entries, lifecycle
-// and device events, reconnecting when libvirtd restarts), and reads the
+// socket (Conn: define, start, stop, hot-plug, config drive media changes,
+// DHCP host entries, lifecycle and device events, reconnecting when
+// libvirtd restarts), and reads the
 // addresses the hypervisor chose back out of the domain XML, in the form
 // the device-role-tagging metadata reports them.
 //

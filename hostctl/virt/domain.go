@@ -68,7 +68,10 @@ type Options struct {
 	// read-only cdrom, the default, as Nova does on q35) or "virtio" (a
 	// read-only virtio disk, for guest kernels without AHCI such as
 	// Debian's linux-image-cloud-amd64; cloud-init finds the drive by its
-	// label either way).
+	// label either way). Only a cdrom can change media while the guest
+	// runs (ConfigDriveMediaXML): a running guest with a virtio config
+	// drive keeps the drive it booted with until it is restarted, and
+	// learns of later changes from the metadata service alone.
 	ConfigDriveBus string
 	// Kernel, Initrd and Cmdline boot a kernel directly instead of from
 	// the first disk (tests, appliances). Host paths, not checked against
@@ -421,6 +424,36 @@ func configDriveDisk(host Host, opts Options, targets map[string]string) (*diskX
 		ReadOnly: &struct{}{},
 		Alias:    &aliasXML{Name: ConfigDriveAlias},
 	}, nil
+}
+
+// ErrNoMediaChange: the config drive is a virtio disk (Options.ConfigDriveBus
+// "virtio"), which has no removable medium to swap.
+var ErrNoMediaChange = errors.New("a virtio config drive has no removable medium: the running guest sees a rebuilt drive only after a restart")
+
+// ConfigDriveMediaXML writes the config drive cdrom's <disk> element with
+// host.ConfigDrive as its medium, for Conn.UpdateDevice on a running
+// domain (AffectLive|AffectForce: `virsh change-media --update --force`).
+// host.ConfigDriveDev must name the cdrom's target (as the live XML has
+// it); libvirt finds the cdrom by it and changes only the medium. Give the
+// new medium a file name of its own: libvirt does nothing when the source
+// path is unchanged, and a file rewritten in place could be read half
+// written. A virtio config drive is refused with ErrNoMediaChange.
+func ConfigDriveMediaXML(host Host, opts Options) ([]byte, error) {
+	opts = opts.withDefaults()
+	if opts.ConfigDriveBus == model.DiskBusVirtio {
+		return nil, ErrNoMediaChange
+	}
+	if host.ConfigDriveDev == "" {
+		return nil, fieldErr("config drive", "no target: name the cdrom's target dev (ConfigDriveDev)")
+	}
+	if host.ConfigDrive == "" {
+		return nil, fieldErr("config drive", "no medium: ConfigDrive is empty")
+	}
+	x, err := configDriveDisk(host, opts, map[string]string{})
+	if err != nil {
+		return nil, fmt.Errorf("config drive medium: %w", err)
+	}
+	return marshalDevice(x)
 }
 
 // rootPortDevices counts the devices of dev that will each take a

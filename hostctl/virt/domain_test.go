@@ -393,6 +393,42 @@ func TestDeviceXML(t *testing.T) {
 	}
 }
 
+// TestConfigDriveMediaXML: the cdrom element for a medium change names
+// the cdrom's target, the new medium (resolved in the data directory),
+// read-only, with the config drive's alias; a virtio config drive has no
+// medium to change.
+func TestConfigDriveMediaXML(t *testing.T) {
+	h := fixtureHost()
+	h.ConfigDrive, h.ConfigDriveDev = "instances/web1/disk.config.7", "sdc"
+	x, err := ConfigDriveMediaXML(h, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<disk type="file" device="cdrom">`, `<target dev="sdc" bus="sata">`,
+		`<source file="` + goldenDataDir + `/instances/web1/disk.config.7">`, `<readonly>`, `<alias name="ua-config-drive">`} {
+		if !strings.Contains(string(x), want) {
+			t.Errorf("medium XML lacks %s:\n%s", want, x)
+		}
+	}
+	if strings.Contains(string(x), "<address") {
+		t.Errorf("medium XML carries an address (libvirt keeps the cdrom's):\n%s", x)
+	}
+	if _, err := ConfigDriveMediaXML(h, Options{ConfigDriveBus: "virtio"}); !errors.Is(err, ErrNoMediaChange) {
+		t.Errorf("virtio config drive: %v, want ErrNoMediaChange", err)
+	}
+	h.ConfigDriveDev = ""
+	if _, err := ConfigDriveMediaXML(h, Options{}); err == nil {
+		t.Error("no target: no error")
+	}
+	h.ConfigDriveDev, h.ConfigDrive = "sdc", "../elsewhere/disk.config"
+	if _, err := ConfigDriveMediaXML(h, Options{}); err == nil || !strings.Contains(err.Error(), "outside the data directory") {
+		t.Errorf("medium outside the data directory: %v", err)
+	}
+	if got := (AffectLive | AffectForce).String(); got != "live+force" {
+		t.Errorf("Affect string %q", got)
+	}
+}
+
 func TestParseAlias(t *testing.T) {
 	for _, tc := range []struct {
 		alias string

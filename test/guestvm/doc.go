@@ -1,16 +1,31 @@
 // Package guestvm is the end-to-end test of vmeta-agent in a real booted
-// Linux guest: a libvirt domain under TCG (hostctl/virt builds and defines
-// it) with tagged virtio and SCSI disks, an encrypted one, two tagged NICs
-// and a virtiofs share served by virtiofsd, booting Debian's kernel with an
+// Linux guest, with hostctl as the compute agent: the test starts
+// `hostctl serve --virt libvirt` (TCG, booting Debian's kernel with an
 // initramfs of busybox, systemd-udevd/udevadm, iproute2's ip, findmnt and
-// the static agent. The config drive is built with vmeta's configdrive
-// package from metadata that describes the addresses libvirt assigned,
-// read back from the domain XML. The guest runs the agent and prints what
-// udev, the links, the interfaces and the mount table say; the test checks
-// each against the device tagging specification, then hot-plugs a tagged
-// disk, swaps the config drive's medium and waits for the new link.
+// the static agent) and drives it with its CLI only. `hostctl instance
+// apply` creates the disks (two tagged virtio disks, one encrypted, two
+// tagged SCSI disks, a tagged SATA disk), defines the domain with two
+// tagged NICs and a virtiofs share, reads back the addresses libvirt
+// assigned and builds the config drive from them; `hostctl instance start`
+// boots it. The guest runs the agent and prints what udev, the links, the
+// interfaces and the mount table say; the test checks each against the
+// device tagging specification, and that the agent matched every device
+// by the address hostctl published.
+//
+// Then `hostctl instance attach-disk --tag hotplugged` hot-plugs a disk
+// into the running guest: hostctl republishes and swaps the config drive
+// cdrom's medium for the rebuilt drive, the agent (run mode) sees the
+// media change, and /dev/disk/by-tag/hotplugged appears.
+//
+// What an instance spec cannot express — Nova's 36-character volume
+// serial (QEMU shows a virtio guest 20 bytes), a second tag containing
+// '/', an entry of an unknown type, a share the host does not attach — is
+// checked last, in the same guest: the test derives a drive from hostctl's
+// with those additions, drops it into the virtiofs share, and the guest
+// applies it once with `vmeta-agent apply --config-drive`.
 //
 // Prerequisites come from test/setup (libvirtd, the guest kernel,
 // busybox-static, udev); a missing one skips the test with the reason, or
-// fails it under VMETA_REQUIRE_INTEGRATION=1.
+// fails it under VMETA_REQUIRE_INTEGRATION=1. The kernel's base
+// initramfs is cached in testenv.GuestImageCacheDir between runs.
 package guestvm

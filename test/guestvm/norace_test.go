@@ -1,0 +1,5 @@
+//go:build !race
+
+package guestvm
+
+const raceEnabled = false
