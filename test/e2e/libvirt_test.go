@@ -723,11 +723,11 @@ func TestLibvirtdRestart(t *testing.T) {
 			State string `json:"state"`
 		}
 		decodeJSON(t, d.MustCtl("instance", "show", name, "--output", "json").stdout, &st)
-		if st.State == "missing" && strings.Contains(d.log.String(), "instance marked missing") {
+		if st.State == "missing" && strings.Contains(d.Log(), "instance marked missing") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not marked missing after the domain was undefined (state %q); daemon log:\n%s", st.State, d.log.String())
+			t.Fatalf("not marked missing after the domain was undefined (state %q); daemon log:\n%s", st.State, d.Log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -152,10 +151,7 @@ type daemon struct {
 	store        string
 	args         []string
 
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	log     *syncBuffer
+	proc *testenv.Process
 }
 
 // daemonOptions configure startDaemon.
@@ -187,7 +183,7 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 	t.Cleanup(func() {
 		d.Stop()
 		if t.Failed() {
-			t.Logf("hostctl serve (data dir %s) logged:\n%s", d.DataDir, d.log.String())
+			t.Logf("hostctl serve (data dir %s) logged:\n%s", d.DataDir, d.Log())
 		}
 	})
 	// Another process can take the free port before the daemon binds it;
@@ -197,8 +193,8 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 		if err == nil {
 			return d
 		}
-		if attempt == 5 || !strings.Contains(d.log.String(), "address already in use") {
-			t.Fatalf("start hostctl serve: %v\nits output:\n%s", err, d.log.String())
+		if attempt == 5 || !strings.Contains(d.Log(), "address already in use") {
+			t.Fatalf("start hostctl serve: %v\nits output:\n%s", err, d.Log())
 		}
 	}
 }
@@ -214,61 +210,29 @@ func (d *daemon) start() error {
 		args = append(args, "--store", d.store)
 	}
 	args = append(args, d.args...)
-	d.log = &syncBuffer{}
 	cmd := exec.Command(hostctlBin, args...)
 	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = d.log, d.log
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
+	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(done)
-	}()
-	d.cmd, d.done = cmd, done
-
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-done:
-			d.cmd = nil
-			return fmt.Errorf("hostctl serve exited before answering: %v", d.waitErr)
-		default:
+	return d.proc.WaitReady(20*time.Second, 20*time.Millisecond, func() error {
+		if r := hostctl(d.t, nil, "instance", "list", "--socket", d.Socket); r.code != 0 {
+			return fmt.Errorf("admin socket %s; last attempt: %s", d.Socket, r)
 		}
-		if r := hostctl(d.t, nil, "instance", "list", "--socket", d.Socket); r.code == 0 {
-			return nil
-		} else if time.Now().After(deadline) {
-			d.Stop()
-			return fmt.Errorf("admin socket %s did not answer within 20s; last attempt: %s", d.Socket, r)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Stop sends SIGTERM and waits for the daemon to exit; it expects a clean
 // exit (status 0). Stopping a stopped daemon does nothing.
 func (d *daemon) Stop() {
 	d.t.Helper()
-	if d.cmd == nil {
-		return
-	}
-	cmd := d.cmd
-	d.cmd = nil
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-d.done
-		d.t.Errorf("hostctl serve did not exit within 15s of SIGTERM; killed it")
-		return
-	}
-	if d.waitErr != nil {
-		d.t.Errorf("hostctl serve exited with %v after SIGTERM, want a clean exit", d.waitErr)
-	}
+	d.proc.Stop()
 }
+
+// Log is what the daemon has written so far.
+func (d *daemon) Log() string { return d.proc.Output() }
 
 // Restart stops the daemon and starts a new one on the same data directory
 // and store, with a new socket and metadata port.
@@ -359,25 +323,4 @@ func mustGet(t testing.TB, url string) []byte {
 		t.Fatalf("GET %s: status %d, want 200; body: %s", url, r.status, r.body)
 	}
 	return r.body
-}
-
-// syncBuffer collects a child's output written from another goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	if b == nil {
-		return ""
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -413,7 +413,7 @@ func TestMetadataIsolation(t *testing.T) {
 	}
 
 	// No secret in any log line: user data, the proxy secrets, tokens.
-	for _, lg := range []struct{ who, text string }{{"vmeta-metadata", rep.Log()}, {"hostctl serve", d.log.String()}} {
+	for _, lg := range []struct{ who, text string }{{"vmeta-metadata", rep.Log()}, {"hostctl serve", d.Log()}} {
 		for _, sec := range []string{secret, priorSecret} {
 			if strings.Contains(lg.text, sec) {
 				t.Errorf("%s logged the proxy secret", lg.who)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,10 +26,7 @@ type replicaProc struct {
 	store string
 	args  []string
 
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	log     *syncBuffer
+	proc *testenv.Process
 }
 
 // startReplica starts `vmeta-metadata --store storeURL` on free loopback
@@ -44,7 +40,7 @@ func startReplica(t testing.TB, storeURL string, args ...string) *replicaProc {
 	t.Cleanup(func() {
 		r.Stop()
 		if t.Failed() {
-			t.Logf("vmeta-metadata (--store %s) logged:\n%s", storeURL, r.log.String())
+			t.Logf("vmeta-metadata (--store %s) logged:\n%s", storeURL, r.Log())
 		}
 	})
 	for attempt := 1; ; attempt++ {
@@ -52,8 +48,8 @@ func startReplica(t testing.TB, storeURL string, args ...string) *replicaProc {
 		if err == nil {
 			return r
 		}
-		if attempt == 5 || !strings.Contains(r.log.String(), "address already in use") {
-			t.Fatalf("start vmeta-metadata: %v\nits output:\n%s", err, r.log.String())
+		if attempt == 5 || !strings.Contains(r.Log(), "address already in use") {
+			t.Fatalf("start vmeta-metadata: %v\nits output:\n%s", err, r.Log())
 		}
 	}
 }
@@ -70,75 +66,39 @@ func (r *replicaProc) start() error {
 	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	r.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
 	args := append([]string{"--store", r.store, "--listen", r.Addr, "--metrics-listen", r.MetricsAddr}, r.args...)
-	r.log = &syncBuffer{}
 	cmd := exec.Command(replicaBin, args...)
 	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = r.log, r.log
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
+	r.proc, err = testenv.StartProcess(r.t, "vmeta-metadata", cmd)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		r.waitErr = cmd.Wait()
-		close(done)
-	}()
-	r.cmd, r.done = cmd, done
-
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-done:
-			r.cmd = nil
-			return fmt.Errorf("vmeta-metadata exited before answering: %v", r.waitErr)
-		default:
-		}
+	return r.proc.WaitReady(20*time.Second, 20*time.Millisecond, func() error {
 		resp, err := c.Get(r.URL() + "/")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("GET /: status %d", resp.StatusCode)
+		if err != nil {
+			return fmt.Errorf("on %s: %w", r.Addr, err)
 		}
-		if time.Now().After(deadline) {
-			r.Stop()
-			return fmt.Errorf("vmeta-metadata did not answer on %s within 20s: %v", r.Addr, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("on %s: GET /: status %d", r.Addr, resp.StatusCode)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Stop sends SIGTERM and waits for a clean exit; stopping a stopped
 // replica does nothing.
 func (r *replicaProc) Stop() {
 	r.t.Helper()
-	if r.cmd == nil {
-		return
-	}
-	cmd := r.cmd
-	r.cmd = nil
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-r.done
-		r.t.Errorf("vmeta-metadata did not exit within 15s of SIGTERM; killed it")
-		return
-	}
-	if r.waitErr != nil {
-		r.t.Errorf("vmeta-metadata exited with %v after SIGTERM, want a clean exit", r.waitErr)
-	}
+	r.proc.Stop()
 }
 
 // URL is the replica's guest-facing base URL.
 func (r *replicaProc) URL() string { return "http://" + r.Addr }
 
 // Log is what the replica has written so far.
-func (r *replicaProc) Log() string { return r.log.String() }
+func (r *replicaProc) Log() string { return r.proc.Output() }
 
 // health GETs /healthz on the replica's metrics listener.
 func (r *replicaProc) health() (int, string, error) {

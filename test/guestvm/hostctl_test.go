@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,10 +75,7 @@ type hostd struct {
 	// does not use it: it reads the config drive).
 	MetadataAddr string
 
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	log     *syncBuffer
+	proc *testenv.Process
 }
 
 // startHostd starts `hostctl serve --virt libvirt` on uri: domains under
@@ -101,7 +96,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
 	t.Cleanup(func() {
 		d.stop()
 		if t.Failed() {
-			t.Logf("hostctl serve (data dir %s) logged:\n%s", d.DataDir, d.log.String())
+			t.Logf("hostctl serve (data dir %s) logged:\n%s", d.DataDir, d.proc.Output())
 		}
 	})
 	for attempt := 1; ; attempt++ {
@@ -110,8 +105,8 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
 			return d
 		}
 		// Another process may take the free port before hostctl binds it.
-		if attempt == 5 || !strings.Contains(d.log.String(), "address already in use") {
-			t.Fatalf("start hostctl serve: %v\nits output:\n%s", err, d.log.String())
+		if attempt == 5 || !strings.Contains(d.proc.Output(), "address already in use") {
+			t.Fatalf("start hostctl serve: %v\nits output:\n%s", err, d.proc.Output())
 		}
 	}
 }
@@ -127,58 +122,25 @@ func (d *hostd) start(uri string, g testenv.Guest) error {
 		"--domain-kernel", g.Kernel, "--domain-initrd", g.Initrd, "--domain-cmdline", g.Cmdline,
 		"--data-dir", d.DataDir, "--socket", d.Socket, "--metadata-listen", d.MetadataAddr,
 		"--reconcile-interval", "0", "--log-level", "debug"}
-	d.log = &syncBuffer{}
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = childEnv()
-	cmd.Stdout, cmd.Stderr = d.log, d.log
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
+	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(done)
-	}()
-	d.cmd, d.done = cmd, done
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-done:
-			d.cmd = nil
-			return fmt.Errorf("hostctl serve exited before answering: %v", d.waitErr)
-		default:
+	d.proc.StopTimeout = 30 * time.Second
+	return d.proc.WaitReady(30*time.Second, 50*time.Millisecond, func() error {
+		if _, err := d.run(time.Minute, "instance", "list"); err != nil {
+			return fmt.Errorf("admin socket %s: %w", d.Socket, err)
 		}
-		if _, err := d.run(time.Minute, "instance", "list"); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			d.stop()
-			return fmt.Errorf("admin socket %s did not answer within 30s: %v", d.Socket, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // stop sends SIGTERM and expects a clean exit.
 func (d *hostd) stop() {
 	d.t.Helper()
-	if d.cmd == nil {
-		return
-	}
-	cmd := d.cmd
-	d.cmd = nil
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-d.done
-		d.t.Errorf("hostctl serve did not exit within 30s of SIGTERM; killed it")
-		return
-	}
-	if d.waitErr != nil {
-		d.t.Errorf("hostctl serve exited with %v after SIGTERM, want a clean exit", d.waitErr)
-	}
+	d.proc.Stop()
 }
 
 // run runs a hostctl client command against the daemon; the error carries
@@ -219,25 +181,4 @@ func (d *hostd) ctlJSON(v any, args ...string) {
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		d.t.Fatalf("hostctl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-}
-
-// syncBuffer collects a child's output written from another goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	if b == nil {
-		return ""
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package e2e
-
-import "syscall"
-
-func procAttr() *syscall.SysProcAttr { return nil }
