@@ -852,12 +852,12 @@ echo "vmeta-guest: metadata $md"
 echo "vmeta-guest: drive $(grep -c -a '"uuid"' /dev/sr0)"`, ip)
 	g := testenv.BuildGuest(t, t.TempDir(), script)
 
-	r := hostctl(t, nil, append(setup, "--dry-run")...)
-	if r.code != 0 || !strings.Contains(r.stdout, dryRun) {
-		t.Fatalf("dry run: want %q; got %s", dryRun, r)
-	}
+	// Start from a clean host: a run that was killed before its cleanup
+	// (this machine is reused) may have left the change in place.
 	if left() {
-		t.Fatal("--dry-run changed the host")
+		if r := hostctl(t, nil, append(setup, "--remove")...); r.code != 0 || left() {
+			t.Fatalf("removing a leftover setup-metadata change: %s", r)
+		}
 	}
 	t.Cleanup(func() {
 		if r := hostctl(t, nil, append(setup, "--remove")...); r.code != 0 {
@@ -867,6 +867,13 @@ echo "vmeta-guest: drive $(grep -c -a '"uuid"' /dev/sr0)"`, ip)
 			t.Errorf("setup-metadata --remove left its change on the host")
 		}
 	})
+	r := hostctl(t, nil, append(setup, "--dry-run")...)
+	if r.code != 0 || !strings.Contains(r.stdout, dryRun) {
+		t.Fatalf("dry run: want %q; got %s", dryRun, r)
+	}
+	if left() {
+		t.Fatal("--dry-run changed the host")
+	}
 	r = hostctl(t, nil, setup...)
 	if r.code != 0 {
 		t.Fatalf("setup-metadata: %s", r)
