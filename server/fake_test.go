@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -250,26 +251,9 @@ const (
 )
 
 var (
-	testLogs   syncBuffer
+	testLogs   testenv.SyncBuffer
 	tokensSeen sync.Map // every token a test minted
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // quietLogger logs everything (debug included) into the test-wide buffer
 // TestMain checks for secrets.

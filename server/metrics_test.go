@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -220,7 +221,7 @@ func TestAccessLog(t *testing.T) {
 // checks these lines too).
 type syncWriter struct {
 	w    *bytes.Buffer
-	also *syncBuffer
+	also *testenv.SyncBuffer
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {

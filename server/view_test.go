@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"compress/flate"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
@@ -204,7 +205,7 @@ func TestEC2DecodedLate(t *testing.T) {
 	tr := docs.publish(t, richInstance(t))
 	tr.Files["ec2/1.0/meta-data.json"] = []byte(`{"x": 1e999}`)
 	storeTree(t, docs, tr)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	s := New(docs, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if r := get(s, "/1.0/meta-data/x"); r.status != 500 {
 		t.Errorf("/1.0/meta-data/x: %d %q", r.status, r.body)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestServeAdminTCP(t *testing.T) {
 		}
 	}
 
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
@@ -105,7 +106,7 @@ func TestServeAdminFlagErrors(t *testing.T) {
 		{"--admin-listen", "127.0.0.1:0", "--admin-tokens-file", filepath.Join(dir, "missing.json")},
 		{"--admin-listen", "127.0.0.1:0", "--admin-tokens-file", filepath.Join(dir, "t.json"), "--admin-tls-cert", "c.pem"},
 	} {
-		var stderr lockedBuffer
+		var stderr testenv.SyncBuffer
 		full := append([]string{"serve", "--data-dir", dir, "--socket", filepath.Join(dir, "s.sock"), "--metadata-listen", "127.0.0.1:0", "--virt", "none"}, args...)
 		if code := Run(t.Context(), full, Env{Stdout: io.Discard, Stderr: &stderr}); code == 0 {
 			t.Errorf("%v: exit 0", args)

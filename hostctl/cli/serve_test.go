@@ -1,35 +1,17 @@
 package cli
 
 import (
-	"bytes"
 	"context"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestServeMetadataWiring runs `hostctl serve` in-process with the
 // metadata-service flags: the token key is created in the data
@@ -44,7 +26,7 @@ func TestServeMetadataWiring(t *testing.T) {
 	os.WriteFile(secret, []byte("wiring-proxy-s3cret\n"), 0o600)
 	dataDir := filepath.Join(dir, "data")
 
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
@@ -120,7 +102,7 @@ func TestServeMetadataWiring(t *testing.T) {
 
 func TestServeMetadataFlagErrors(t *testing.T) {
 	dir := t.TempDir()
-	var stderr lockedBuffer
+	var stderr testenv.SyncBuffer
 	code := Run(t.Context(), []string{"serve", "--data-dir", dir, "--socket", filepath.Join(dir, "s.sock"),
 		"--metadata-listen", "127.0.0.1:0", "--metadata-token-policy", "maybe"}, Env{Stdout: io.Discard, Stderr: &stderr})
 	if code == 0 || !strings.Contains(stderr.String(), "optional or required") {

@@ -22,7 +22,7 @@ type Process struct {
 	t       testing.TB
 	name    string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *SyncBuffer
 	done    chan struct{}
 	waitErr error
 	stopped bool
@@ -34,7 +34,7 @@ type Process struct {
 // serve") is how messages refer to it. The caller stops it (Stop),
 // typically in a t.Cleanup.
 func StartProcess(t testing.TB, name string, cmd *exec.Cmd) (*Process, error) {
-	p := &Process{t: t, name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &Process{t: t, name: name, cmd: cmd, out: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = procAttr()

@@ -104,7 +104,7 @@ func (r *RedisServer) start() error {
 	if r.cmd != nil {
 		return nil
 	}
-	log := &syncBuffer{}
+	log := &SyncBuffer{}
 	args := []string{
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
@@ -194,20 +194,21 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// syncBuffer collects a child's output; exec copies into it from another
-// goroutine.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a child process's
+// output (exec copies into it from another goroutine) or a log read while
+// it is written.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

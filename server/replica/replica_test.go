@@ -1,15 +1,14 @@
 package replica
 
 import (
-	"bytes"
 	"context"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,23 +17,6 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 const (
 	uuid       = "3f0b5b9e-9c1e-4b8a-9d3e-2f6f2a7c1d01"
@@ -78,7 +60,7 @@ func TestRun(t *testing.T) {
 	os.WriteFile(secretFile, []byte("  proxy-s3cret-value\n"), 0o600)
 	keyFile := filepath.Join(dir, "keys", "token.key")
 
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
@@ -179,7 +161,7 @@ func TestRunErrors(t *testing.T) {
 		{"help", []string{"-h"}, 0, "Usage:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out syncBuffer
+			var out testenv.SyncBuffer
 			code := Run(t.Context(), tc.args, Env{Stdout: io.Discard, Stderr: &out})
 			if code != tc.code || !strings.Contains(out.String(), tc.msg) {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tc.code, out.String())
