@@ -254,9 +254,6 @@ func countHost(hosts []DHCPHost, mac string) int {
 	return n
 }
 
-// libvirtdPidFile is where `libvirtd -d` (test/setup) writes its pid.
-const libvirtdPidFile = "/run/libvirtd.pid"
-
 // TestReconnect kills libvirtd under a subscribed Conn, starts it again,
 // and checks that the Conn reconnects by itself and that lifecycle events
 // flow again. The daemon is the one test/setup started (its pid file); it
@@ -267,9 +264,9 @@ func TestReconnect(t *testing.T) {
 		t.Skip("the reconnect test restarts the system libvirtd; a custom socket is set")
 	}
 	libvirtd := testenv.LookPath(t, "libvirtd")
-	pid := readPid(t)
+	pid := testenv.LibvirtdPid()
 	if pid == 0 {
-		testenv.Require(t, "restartable libvirtd", libvirtdPidFile+" names no running libvirtd (start it with test/setup)")
+		testenv.Require(t, "restartable libvirtd", testenv.LibvirtdPidFile+" names no running libvirtd (start it with test/setup)")
 	}
 	t.Cleanup(func() { ensureLibvirtd(t, uri, libvirtd) })
 
@@ -323,35 +320,10 @@ func defineUndefine(t *testing.T, ctx context.Context, c *Conn, uri string) {
 	waitEvent(t, c, 30*time.Second, func(ev Event) bool { return ev.Kind == EventUndefined && ev.Domain == name })
 }
 
-// readPid returns the live pid in libvirtd's pid file, or 0.
-func readPid(t *testing.T) int {
-	b, err := os.ReadFile(libvirtdPidFile)
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || !processRunning(pid) {
-		return 0
-	}
-	return pid
-}
-
-// processRunning: pid exists and is not a zombie (nothing reaps a
-// daemonized libvirtd here).
-func processRunning(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
-}
-
 func waitExit(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for processRunning(pid) {
+	for testenv.ProcessRunning(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("libvirtd %d still runs 30s after SIGTERM", pid)
 		}
@@ -368,7 +340,7 @@ func ensureLibvirtd(t *testing.T, uri, libvirtd string) {
 		c.Close()
 		return
 	}
-	if readPid(t) == 0 {
+	if testenv.LibvirtdPid() == 0 {
 		if out, err := exec.Command(libvirtd, "-d").CombinedOutput(); err != nil {
 			t.Errorf("cleanup: libvirtd -d: %v: %s", err, out)
 			return

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -310,4 +311,33 @@ func WaitConsole(t testing.TB, logPath, marker string, timeout time.Duration) st
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// LibvirtdPidFile is where `libvirtd -d` (test/setup) writes its pid.
+const LibvirtdPidFile = "/run/libvirtd.pid"
+
+// LibvirtdPid returns the pid of the running libvirtd named in its pid
+// file, or 0.
+func LibvirtdPid() int {
+	b, err := os.ReadFile(LibvirtdPidFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || !ProcessRunning(pid) {
+		return 0
+	}
+	return pid
+}
+
+// ProcessRunning reports whether pid exists and is not a zombie (nothing
+// reaps a daemonized libvirtd on these machines, so kill -0 is not enough).
+func ProcessRunning(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
 }

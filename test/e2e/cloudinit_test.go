@@ -119,7 +119,7 @@ func readWithCloudInit(t testing.TB, mode, src string, s testSpec) cloudInitRead
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := runCmd(t, cleanEnv(), systemPython, script, mode, src, string(macs))
+	r := runCmd(t, testenv.ChildEnv(nil), systemPython, script, mode, src, string(macs))
 	if r.code != 0 {
 		t.Fatalf("cloud-init (%s %s) failed with exit status %d\nstderr:\n%s\nstdout:\n%s", mode, src, r.code, r.stderr, r.stdout)
 	}
@@ -518,7 +518,7 @@ func TestConfigDriveCloudInit(t *testing.T) {
 
 	unpackISO := func(t *testing.T, iso, dir string) {
 		t.Helper()
-		if r := runCmd(t, cleanEnv(), xorriso, "-osirrox", "on", "-indev", iso, "-extract", "/", dir); r.code != 0 {
+		if r := runCmd(t, testenv.ChildEnv(nil), xorriso, "-osirrox", "on", "-indev", iso, "-extract", "/", dir); r.code != 0 {
 			t.Fatalf("unpack %s: %s", iso, r)
 		}
 	}
@@ -533,7 +533,7 @@ func TestConfigDriveCloudInit(t *testing.T) {
 	checkLabel := func(t *testing.T, img, fstype string) {
 		t.Helper()
 		// cloud-init finds the drive by label (blkid LABEL=config-2).
-		r := runCmd(t, cleanEnv(), blkid, "-p", "-o", "export", img)
+		r := runCmd(t, testenv.ChildEnv(nil), blkid, "-p", "-o", "export", img)
 		if r.code != 0 {
 			t.Fatalf("%s", r)
 		}
@@ -550,7 +550,7 @@ func TestConfigDriveCloudInit(t *testing.T) {
 		d.MustCtl("configdrive", "build", "web-1", "-o", iso)
 		checkLabel(t, iso, "iso9660")
 
-		r := runCmd(t, cleanEnv(), isoinfo, "-R", "-f", "-i", iso)
+		r := runCmd(t, testenv.ChildEnv(nil), isoinfo, "-R", "-f", "-i", iso)
 		if r.code != 0 {
 			t.Fatalf("%s", r)
 		}
@@ -594,7 +594,7 @@ func TestConfigDriveCloudInit(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if r := runCmd(t, cleanEnv("MTOOLS_SKIP_CHECK=1"), mcopy, "-s", "-n", "-i", img, "::/", dir); r.code != 0 {
+		if r := runCmd(t, testenv.ChildEnv(nil, "MTOOLS_SKIP_CHECK=1"), mcopy, "-s", "-n", "-i", img, "::/", dir); r.code != 0 {
 			t.Fatalf("unpack %s: %s", img, r)
 		}
 		ci := readWithCloudInit(t, "drive", dir, s)

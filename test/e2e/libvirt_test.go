@@ -576,38 +576,11 @@ func TestLibvirtUnreachable(t *testing.T) {
 	}
 }
 
-// libvirtdPidFile is where `libvirtd -d` (test/setup) writes its pid.
-const libvirtdPidFile = "/run/libvirtd.pid"
-
-func libvirtdPid() int {
-	b, err := os.ReadFile(libvirtdPidFile)
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || !running(pid) {
-		return 0
-	}
-	return pid
-}
-
-// running: pid exists and is not a zombie (nothing reaps a daemonized
-// libvirtd here).
-func running(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
-}
-
 // startLibvirtd starts libvirtd (if it does not run) and waits until it
 // answers.
 func startLibvirtd(t *testing.T, uri string) {
 	t.Helper()
-	if libvirtdPid() == 0 {
+	if testenv.LibvirtdPid() == 0 {
 		if out, err := exec.Command(testenv.LookPath(t, "libvirtd"), "-d").CombinedOutput(); err != nil {
 			t.Errorf("libvirtd -d: %v: %s", err, out)
 			return
@@ -636,9 +609,9 @@ func TestLibvirtdRestart(t *testing.T) {
 	if os.Getenv(testenv.LibvirtSocketEnv) != "" {
 		t.Skip("this test restarts the system libvirtd; a custom socket is set")
 	}
-	pid := libvirtdPid()
+	pid := testenv.LibvirtdPid()
 	if pid == 0 {
-		testenv.Require(t, "restartable libvirtd", libvirtdPidFile+" names no running libvirtd (start it with test/setup)")
+		testenv.Require(t, "restartable libvirtd", testenv.LibvirtdPidFile+" names no running libvirtd (start it with test/setup)")
 	}
 	t.Cleanup(func() { startLibvirtd(t, uri) })
 	d := startLibvirtDaemon(t, uri)
@@ -653,7 +626,7 @@ func TestLibvirtdRestart(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("kill libvirtd: %v", err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); running(pid); {
+	for deadline := time.Now().Add(30 * time.Second); testenv.ProcessRunning(pid); {
 		if time.Now().After(deadline) {
 			t.Fatal("libvirtd still runs 30s after SIGTERM")
 		}
@@ -682,7 +655,7 @@ func TestLibvirtdRestart(t *testing.T) {
 	t.Logf("libvirtd (pid %d) killed; while it was down: show, metadata served, changes refused", pid)
 	restarted := time.Now()
 	startLibvirtd(t, uri)
-	t.Logf("libvirtd started again (pid %d)", libvirtdPid())
+	t.Logf("libvirtd started again (pid %d)", testenv.LibvirtdPid())
 	// hostctl reconnects on its own: a change goes through again.
 	var after struct {
 		State    string `json:"state"`

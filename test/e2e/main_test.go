@@ -71,35 +71,6 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// cleanEnv is the environment for child processes: the test's own, without
-// a VMETA_SOCKET that could point a client at a real daemon, and without
-// HTTP proxies (cloud-init's requests and Go's clients talk to loopback).
-// A race-enabled hostctl sleeps a second at exit by default
-// (GORACE atexit_sleep_ms=1000), which would add a second to every client
-// command; that sleep is turned off.
-func cleanEnv(extra ...string) []string {
-	var env []string
-	gorace := ""
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		switch strings.ToLower(k) {
-		case "vmeta_socket", "http_proxy", "https_proxy", "all_proxy", "no_proxy":
-			continue
-		case "gorace":
-			gorace = v
-			continue
-		}
-		env = append(env, kv)
-	}
-	if raceEnabled && !strings.Contains(gorace, "atexit_sleep_ms") {
-		gorace = strings.TrimSpace(gorace + " atexit_sleep_ms=0")
-	}
-	if gorace != "" {
-		env = append(env, "GORACE="+gorace)
-	}
-	return append(env, extra...)
-}
-
 // result is what a finished command left behind.
 type result struct {
 	args           []string
@@ -138,7 +109,7 @@ func runCmd(t testing.TB, env []string, name string, args ...string) result {
 // environment.
 func hostctl(t testing.TB, env []string, args ...string) result {
 	t.Helper()
-	return runCmd(t, cleanEnv(env...), hostctlBin, args...)
+	return runCmd(t, testenv.ChildEnv(nil, env...), hostctlBin, args...)
 }
 
 // daemon is a running `hostctl serve`.
@@ -211,7 +182,7 @@ func (d *daemon) start() error {
 	}
 	args = append(args, d.args...)
 	cmd := exec.Command(hostctlBin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = testenv.ChildEnv(nil)
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@ func (r *replicaProc) start() error {
 	r.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
 	args := append([]string{"--store", r.store, "--listen", r.Addr, "--metrics-listen", r.MetricsAddr}, r.args...)
 	cmd := exec.Command(replicaBin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = testenv.ChildEnv(nil)
 	r.proc, err = testenv.StartProcess(r.t, "vmeta-metadata", cmd)
 	if err != nil {
 		return err

@@ -38,33 +38,6 @@ func buildHostctl(t *testing.T, dir string) string {
 	return out
 }
 
-// childEnv is the environment of hostctl processes: the test's own,
-// without a VMETA_SOCKET that could point the CLI at another daemon, and
-// without HTTP proxies; a race-enabled hostctl does not sleep a second at
-// exit.
-func childEnv(extra ...string) []string {
-	var env []string
-	gorace := ""
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		switch strings.ToLower(k) {
-		case "vmeta_socket", "vmeta_virt", "http_proxy", "https_proxy", "all_proxy", "no_proxy":
-			continue
-		case "gorace":
-			gorace = v
-			continue
-		}
-		env = append(env, kv)
-	}
-	if raceEnabled && !strings.Contains(gorace, "atexit_sleep_ms") {
-		gorace = strings.TrimSpace(gorace + " atexit_sleep_ms=0")
-	}
-	if gorace != "" {
-		env = append(env, "GORACE="+gorace)
-	}
-	return append(env, extra...)
-}
-
 // hostd is a running `hostctl serve --virt libvirt`.
 type hostd struct {
 	t       *testing.T
@@ -123,7 +96,7 @@ func (d *hostd) start(uri string, g testenv.Guest) error {
 		"--data-dir", d.DataDir, "--socket", d.Socket, "--metadata-listen", d.MetadataAddr,
 		"--reconcile-interval", "0", "--log-level", "debug"}
 	cmd := exec.Command(d.bin, args...)
-	cmd.Env = childEnv()
+	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
 	if err != nil {
 		return err
@@ -150,7 +123,7 @@ func (d *hostd) run(timeout time.Duration, args ...string) (string, error) {
 	defer cancel()
 	args = append(args, "--socket", d.Socket)
 	cmd := exec.CommandContext(ctx, d.bin, args...)
-	cmd.Env = childEnv()
+	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
