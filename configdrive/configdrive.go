@@ -27,12 +27,12 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/vmeta/vmeta/configdrive/internal/isowriter"
+	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
 )
 
@@ -153,62 +153,17 @@ func Build(path string, files []metadata.File, opts Options) (err error) {
 		}
 	}
 
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	if base == "" {
-		return fmt.Errorf("configdrive: %q is a directory name, not a file", path)
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("configdrive: %w", err)
-	}
-	tmpName := tmp.Name()
-	defer func() {
-		if err != nil {
-			_ = tmp.Close() // may already be closed; the error is irrelevant then
-			_ = os.Remove(tmpName)
+	err = atomicfile.Write(path, 0o600, func(f *os.File) error {
+		if opts.Format == VFAT {
+			return buildVFAT(f, files, opts)
 		}
-	}()
-
-	switch opts.Format {
-	case VFAT:
-		err = buildVFAT(tmp, files, opts)
-	default:
-		if _, err = iso.WriteTo(tmp); err != nil {
-			err = fmt.Errorf("configdrive: write %s: %w", tmpName, err)
-		}
-	}
-	if err != nil {
+		_, err := iso.WriteTo(f)
 		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("configdrive: sync %s: %w", tmpName, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("configdrive: close %s: %w", tmpName, err)
-	}
-	if err = os.Rename(tmpName, path); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("configdrive: %w", err)
-	}
-	if err = syncDir(dir); err != nil {
-		// The new image is in place; only its durability is in doubt.
-		return fmt.Errorf("configdrive: sync directory %s: %w", dir, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // WriteISO builds an ISO 9660 image of files (opts.Format must be empty or

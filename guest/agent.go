@@ -17,6 +17,7 @@ import (
 	"github.com/vmeta/vmeta/guest/source"
 	"github.com/vmeta/vmeta/guest/sysfs"
 	"github.com/vmeta/vmeta/guest/udev"
+	"github.com/vmeta/vmeta/internal/atomicfile"
 )
 
 // Udev is what the agent asks of udev (udev.Udevadm; a fake in tests).
@@ -265,7 +266,10 @@ func (a *Agent) applyUdev(ctx context.Context, p *plan, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("udev rules: %w", err)
 	}
-	changed, err := udev.WriteFile(a.cfg.RulesFile, data, 0o644)
+	if err := os.MkdirAll(filepath.Dir(a.cfg.RulesFile), 0o755); err != nil {
+		return fmt.Errorf("rules directory: %w", err)
+	}
+	changed, err := atomicfile.WriteIfChanged(a.cfg.RulesFile, data, 0o644)
 	if err != nil {
 		return err
 	}

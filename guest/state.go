@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmeta/vmeta/guest/udev"
+	"github.com/vmeta/vmeta/internal/atomicfile"
 )
 
 // DefaultStateDir holds the agent's state: volatile (a reboot starts from
@@ -112,7 +112,7 @@ func writeState(dir string, s *State) error {
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
-	_, err = udev.WriteFile(filepath.Join(dir, stateFile), append(b, '\n'), 0o644)
+	_, err = atomicfile.WriteIfChanged(filepath.Join(dir, stateFile), append(b, '\n'), 0o644)
 	return err
 }
 

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+
+	"github.com/vmeta/vmeta/internal/atomicfile"
 )
 
 // Secrets is a list of secret keys of which several may be valid at once
@@ -111,33 +113,12 @@ func createKeyFile(path string) (bool, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return false, fmt.Errorf("key file: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	err := atomicfile.CreateExclusive(path, []byte(hex.EncodeToString(raw)+"\n"), 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil // another process won the race; use its key
+	}
 	if err != nil {
 		return false, fmt.Errorf("key file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.WriteString(hex.EncodeToString(raw) + "\n")
-	if werr == nil {
-		werr = tmp.Chmod(0o600)
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return false, fmt.Errorf("key file %s: %w", path, werr)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil // another process won the race; use its key
-		}
-		return false, fmt.Errorf("key file %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return true, nil
 }

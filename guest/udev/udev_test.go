@@ -151,29 +151,6 @@ func TestRender(t *testing.T) {
 	}
 }
 
-func TestWriteFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "rules.d", "70-x.rules")
-	changed, err := udev.WriteFile(p, []byte("a\n"), 0o644)
-	if err != nil || !changed {
-		t.Fatalf("first write: %v %v", changed, err)
-	}
-	changed, err = udev.WriteFile(p, []byte("a\n"), 0o644)
-	if err != nil || changed {
-		t.Fatalf("same content: %v %v", changed, err)
-	}
-	changed, err = udev.WriteFile(p, []byte("b\n"), 0o644)
-	if err != nil || !changed {
-		t.Fatalf("new content: %v %v", changed, err)
-	}
-	if b, _ := os.ReadFile(p); string(b) != "b\n" {
-		t.Errorf("content %q", b)
-	}
-	ents, _ := os.ReadDir(filepath.Dir(p))
-	if len(ents) != 1 {
-		t.Errorf("temporary files left: %v", ents)
-	}
-}
-
 func TestParseEntry(t *testing.T) {
 	e := udev.ParseEntry([]byte("S:disk/by-id/virtio-x\nS:disk/by-tag/oracledb\nW:1\nI:123\nE:ID_SERIAL=x\nE:VMETA_TAGS=oracledb db\\x2fprimary\nE:EMPTY=\nG:systemd\nQ:systemd\nV:1\n"))
 	if e.Props["VMETA_TAGS"] != `oracledb db\x2fprimary` || e.Props["ID_SERIAL"] != "x" || !e.HasLink("disk/by-tag/oracledb") || len(e.Links) != 2 {

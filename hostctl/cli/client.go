@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/atomicfile"
 )
 
 func instanceApply(ctx context.Context, args []string, env Env) error {
@@ -213,44 +213,13 @@ func configDriveBuild(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(*out, img, 0o644); err != nil {
+	if err := atomicfile.WriteFile(*out, img, 0o644); err != nil {
 		return err
 	}
 	if cf.output == "json" {
 		return writeJSON(env.Stdout, map[string]any{"file": *out, "bytes": len(img), "format": *format})
 	}
 	fmt.Fprintf(env.Stdout, "config drive of %s written to %s (%d bytes, %s)\n", name, *out, len(img), *format)
-	return nil
-}
-
-// writeFileAtomic writes data to a temp file beside path, syncs it and
-// renames it into place, so readers never see a half-written image.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
 	return nil
 }
 

@@ -39,9 +39,11 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -68,7 +70,7 @@ type Controller struct {
 	detachTimeout time.Duration
 	resync        time.Duration
 
-	locks     keyedMutex
+	locks     keylock.Map
 	missingMu sync.Mutex
 	missing   map[string]bool // instances last seen without their domain
 
@@ -222,7 +224,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // or removing devices of a running domain is refused (attach and detach
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
-	defer c.locks.lock(in.Name)()
+	defer c.locks.Lock(in.Name)()
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
 		return nil, err
@@ -233,7 +235,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err := c.checkAddresses(ctx, in); err != nil {
 		return nil, err
 	}
-	r := c.newRevert("apply " + in.Name)
+	r := revert.New(c.log, "apply "+in.Name)
 	defer r.Fail(&err)
 	return c.publish(ctx, r, in, expect)
 }
@@ -296,7 +298,7 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 // leaves the old drive, or none). With a hypervisor, the cdrom of a
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
-func (c *Controller) publish(ctx context.Context, r *revert, in *model.Instance, expect int64) (*Instance, error) {
+func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
 	tree, err := metadata.Render(in, c.render)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -359,7 +361,7 @@ func (c *Controller) publish(ctx context.Context, r *revert, in *model.Instance,
 
 // mkdirInstance creates the instance directory if it does not exist and
 // registers the removal of every directory it created.
-func (c *Controller) mkdirInstance(r *revert, dir string) error {
+func (c *Controller) mkdirInstance(r *revert.Reverter, dir string) error {
 	top := ""
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(d); err == nil {
@@ -470,12 +472,12 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 // (disks, config drive, console log). A failure before the store delete
 // undoes the steps before it.
 func (c *Controller) Delete(ctx context.Context, name string) (err error) {
-	defer c.locks.lock(name)()
+	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
-	r := c.newRevert("delete " + name)
+	r := revert.New(c.log, "delete "+name)
 	defer r.Fail(&err)
 	if c.hv != nil {
 		in, err := decodeSpec(rec)

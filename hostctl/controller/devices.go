@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -130,7 +131,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a A
 // before anything is touched; afterwards the addresses are read back and
 // the metadata and config drive republished. A failure undoes every step.
 func (c *Controller) AttachDisk(ctx context.Context, name string, req DiskRequest) (_ *Instance, err error) {
-	defer c.locks.lock(name)()
+	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach disk to", name, req.Affect)
 	if err != nil {
 		return nil, err
@@ -173,7 +174,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req DiskReques
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 
-	r := c.newRevert("attach disk " + disk.Name + " to " + name)
+	r := revert.New(c.log, "attach disk "+disk.Name+" to "+name)
 	defer r.Fail(&err)
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, err
@@ -195,7 +196,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req DiskReques
 // virtio disk needs the guest to release it; if it has not within the
 // detach timeout the change is published anyway, with a warning.
 func (c *Controller) DetachDisk(ctx context.Context, name string, req DetachRequest) (_ *Instance, err error) {
-	defer c.locks.lock(name)()
+	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.Target == "") || req.MAC != "" {
 		return nil, fieldError("tag", nil, "name the disk to detach by exactly one of tag or target")
 	}
@@ -217,7 +218,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req DetachRequ
 	next := clone(dc.in)
 	next.Disks = slices.Delete(next.Disks, i, i+1)
 
-	r := c.newRevert("detach disk " + disk.Name + " from " + name)
+	r := revert.New(c.log, "detach disk "+disk.Name+" from "+name)
 	defer r.Fail(&err)
 	if err := c.hv.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("detach disk %s from %s: %w", disk.Name, name, err)
@@ -242,7 +243,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req DetachRequ
 // AttachNIC attaches a NIC (virtio, on a libvirt network) and gives it a
 // fixed DHCP lease when the instance's addresses have one for it.
 func (c *Controller) AttachNIC(ctx context.Context, name string, req NICRequest) (_ *Instance, err error) {
-	defer c.locks.lock(name)()
+	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach NIC to", name, req.Affect)
 	if err != nil {
 		return nil, err
@@ -267,7 +268,7 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req NICRequest)
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, specErr(err))
 	}
 
-	r := c.newRevert("attach NIC " + mac + " to " + name)
+	r := revert.New(c.log, "attach NIC "+mac+" to "+name)
 	defer r.Fail(&err)
 	if err := c.hv.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("attach NIC %s to %s: %w", mac, name, err)
@@ -280,7 +281,7 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req NICRequest)
 
 // DetachNIC detaches a NIC (by tag or MAC) and removes its DHCP lease.
 func (c *Controller) DetachNIC(ctx context.Context, name string, req DetachRequest) (_ *Instance, err error) {
-	defer c.locks.lock(name)()
+	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.MAC == "") || req.Target != "" {
 		return nil, fieldError("tag", nil, "name the NIC to detach by exactly one of tag or mac")
 	}
@@ -302,7 +303,7 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req DetachReque
 	next := clone(dc.in)
 	next.NICs = slices.Delete(next.NICs, i, i+1)
 
-	r := c.newRevert("detach NIC " + nic.MAC + " from " + name)
+	r := revert.New(c.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)
 	if err := c.hv.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("detach NIC %s from %s: %w", nic.MAC, name, err)
@@ -319,7 +320,7 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req DetachReque
 
 // finishDeviceChange reads the addresses back into next, brings the DHCP
 // leases in line and publishes next.
-func (c *Controller) finishDeviceChange(ctx context.Context, r *revert, dc *deviceChange, next *model.Instance, warn []string) (*Instance, error) {
+func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter, dc *deviceChange, next *model.Instance, warn []string) (*Instance, error) {
 	if _, err := c.readBack(ctx, next); err != nil {
 		return nil, err
 	}

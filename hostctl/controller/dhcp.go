@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 )
 
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
@@ -97,7 +98,7 @@ func addStaticAddresses(in *model.Instance) {
 // syncLeases makes the network's fixed leases go from those of old to
 // those of new: leases only old has are removed, leases new has are added
 // unless the network already has them; each change registers its undo.
-func (c *Controller) syncLeases(ctx context.Context, r *revert, old, new *model.Instance) error {
+func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, new *model.Instance) error {
 	oldL, newL := c.leases(old), c.leases(new)
 	for _, l := range oldL {
 		if slices.Contains(newL, l) {
@@ -131,7 +132,7 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert, old, new *model.
 }
 
 // removeLease removes a lease the network has, registering its re-adding.
-func (c *Controller) removeLease(ctx context.Context, r *revert, l lease) error {
+func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l lease) error {
 	hs, err := c.hv.DHCPHosts(ctx, l.network)
 	if err != nil {
 		if isNotFound(err) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 )
 
 // Host files of an instance, under <data dir>/instances/<name>/:
@@ -133,7 +134,7 @@ func (c *Controller) imageFormat(ctx context.Context, path string) (string, erro
 
 // createDisks creates the planned images with qemu-img and registers
 // their removal as undo steps.
-func (c *Controller) createDisks(ctx context.Context, r *revert, plans []diskPlan) error {
+func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, plans []diskPlan) error {
 	for _, p := range plans {
 		args := []string{"create", "-q", "-f", "qcow2"}
 		if p.base != "" {

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -69,7 +69,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 			name, ErrState, joinChanges(changes))
 	}
 
-	r := c.newRevert("apply " + name)
+	r := revert.New(c.log, "apply "+name)
 	defer r.Fail(&err)
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
@@ -186,7 +186,7 @@ func (c *Controller) requireDomain(ctx context.Context, name, uuid string) (*cur
 // removeDomain destroys and undefines the instance's domain (a missing
 // one, or one with another UUID, is left alone) and registers its
 // redefinition — and restart, if it ran — as the undo step.
-func (c *Controller) removeDomain(ctx context.Context, r *revert, in *model.Instance) error {
+func (c *Controller) removeDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
 	cur, err := c.currentDomain(ctx, in.Name)
 	if err != nil {
 		return err
@@ -267,40 +267,4 @@ func clone(in *model.Instance) *model.Instance {
 		panic(fmt.Sprintf("clone instance: %v", err))
 	}
 	return &out
-}
-
-// keyedMutex serialises the changes of one instance (by name); different
-// instances change concurrently.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// lock locks key and returns its unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -819,7 +820,7 @@ func TestRevert(t *testing.T) {
 	run := func(fail bool) error {
 		var err error
 		func() {
-			r := c.newRevert("test")
+			r := revert.New(c.log, "test")
 			defer r.Fail(&err)
 			r.Add("one", func(context.Context) error { log = append(log, "undo one"); return nil })
 			r.Add("two", func(context.Context) error { log = append(log, "undo two"); return errors.New("stuck") })

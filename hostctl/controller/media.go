@@ -38,6 +38,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 )
 
 // mediumFileRE matches the name of a swapped-in medium, disk.config.<N>.
@@ -60,7 +61,7 @@ const noMediaChangeWarning = "config drive: attached as a virtio disk (--config-
 // returns the new medium, "" when nothing was swapped: the domain is off
 // and boots from disk.config, or its config drive cannot change media, in
 // which case the warnings it returns say so.
-func (c *Controller) swapMedium(ctx context.Context, r *revert, name, staged string, rev int64) (string, []string, error) {
+func (c *Controller) swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error) {
 	if c.hv == nil {
 		return "", nil, nil
 	}

@@ -2,13 +2,13 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -21,7 +21,7 @@ const DefaultStopTimeout = 30 * time.Second
 // published metadata first; media swapped into the cdrom during an
 // earlier run are deleted (the domain boots from disk.config).
 func (c *Controller) Start(ctx context.Context, name string) (*Instance, error) {
-	unlock := c.locks.lock(name)
+	unlock := c.locks.Lock(name)
 	rec, cur, err := c.powerTarget(ctx, "start", name)
 	if err != nil {
 		unlock()
@@ -49,7 +49,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	if timeout <= 0 {
 		timeout = DefaultStopTimeout
 	}
-	unlock := c.locks.lock(name)
+	unlock := c.locks.Lock(name)
 	_, cur, err := c.powerTarget(ctx, "stop", name)
 	if err != nil {
 		unlock()
@@ -131,18 +131,8 @@ func (c *Controller) ensureDrive(ctx context.Context, rec store.Instance) error 
 	if err := os.MkdirAll(filepath.Dir(drive), 0o750); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(drive), ".disk.config.tmp-*")
-	if err != nil {
+	return atomicfile.Write(drive, 0o600, func(f *os.File) error {
+		_, err := c.WriteConfigDrive(ctx, rec.Name, c.driveFmt, f)
 		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := c.WriteConfigDrive(ctx, rec.Name, c.driveFmt, f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
-		return err
-	}
-	return os.Rename(tmp, drive)
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -110,7 +111,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 
 // reconcileOne reconciles the instance named name (if there is one).
 func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) {
-	defer c.locks.lock(name)()
+	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -169,7 +170,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if reflect.DeepEqual(next, in) {
 		return nil
 	}
-	r := c.newRevert("reconcile " + name)
+	r := revert.New(c.log, "reconcile "+name)
 	defer r.Fail(&err)
 	if err := c.syncLeases(ctx, r, in, next); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
