@@ -8,13 +8,13 @@
 //	GET    /v1/instances/{name}/configdrive   a config drive image (?format=iso9660|vfat)
 //	POST   /v1/instances/{name}/start         boot the domain
 //	POST   /v1/instances/{name}/stop          shut it down ({"timeout_seconds": N}), then power off
-//	POST   /v1/instances/{name}/disks         create and attach a disk (controller.DiskRequest)
+//	POST   /v1/instances/{name}/disks         create and attach a disk (types.DiskRequest)
 //	DELETE /v1/instances/{name}/disks         detach a disk (?tag=T or ?target=vdX; &live=1 &config=1)
-//	POST   /v1/instances/{name}/nics          attach a NIC (controller.NICRequest)
+//	POST   /v1/instances/{name}/nics          attach a NIC (types.NICRequest)
 //	DELETE /v1/instances/{name}/nics          detach a NIC (?tag=T or ?mac=M; &live=1 &config=1)
 //	GET    /v1/whoami                         the caller's principal
 //
-// Every instance request answers with the instance (controller.Instance,
+// Every instance request answers with the instance (types.Instance,
 // whose "state" is its libvirt domain's state, "missing" when the domain
 // was removed behind hostctl's back), except delete (204).
 //
@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -52,17 +53,17 @@ import (
 
 // Controller is what the API needs from hostctl's controller.
 type Controller interface {
-	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
-	Get(ctx context.Context, name string) (*controller.Instance, error)
-	List(ctx context.Context) ([]*controller.Instance, error)
+	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
+	Get(ctx context.Context, name string) (*types.Instance, error)
+	List(ctx context.Context) ([]*types.Instance, error)
 	Delete(ctx context.Context, name string) error
 	WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error)
-	Start(ctx context.Context, name string) (*controller.Instance, error)
-	Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error)
-	AttachDisk(ctx context.Context, name string, req controller.DiskRequest) (*controller.Instance, error)
-	DetachDisk(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error)
-	AttachNIC(ctx context.Context, name string, req controller.NICRequest) (*controller.Instance, error)
-	DetachNIC(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error)
+	Start(ctx context.Context, name string) (*types.Instance, error)
+	Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error)
+	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error)
+	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
+	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error)
+	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
 }
 
 // StopRequest is the body of POST /v1/instances/{name}/stop.
@@ -148,7 +149,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	visible := make([]*controller.Instance, 0, len(insts))
+	visible := make([]*types.Instance, 0, len(insts))
 	for _, in := range insts {
 		if p.sees(in.Spec.ProjectID) {
 			visible = append(visible, in)
@@ -159,7 +160,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 
 // visible returns the named instance if the caller may see it; to a member,
 // another project's instance does not exist.
-func (h *handler) visible(r *http.Request, name string) (*controller.Instance, error) {
+func (h *handler) visible(r *http.Request, name string) (*types.Instance, error) {
 	inst, err := h.c.Get(r.Context(), name)
 	if err != nil {
 		return nil, err
@@ -255,14 +256,14 @@ func (h *handler) configDrive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) start(w http.ResponseWriter, r *http.Request) {
-	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*controller.Instance, error) {
+	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*types.Instance, error) {
 		return h.c.Start(ctx, name)
 	})
 }
 
 func (h *handler) stop(w http.ResponseWriter, r *http.Request) {
 	var req StopRequest
-	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*controller.Instance, error) {
+	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*types.Instance, error) {
 		if req.TimeoutSeconds < 0 {
 			return nil, &Error{Message: "timeout_seconds: must not be negative", status: http.StatusBadRequest}
 		}
@@ -271,14 +272,14 @@ func (h *handler) stop(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) attachDisk(w http.ResponseWriter, r *http.Request) {
-	var req controller.DiskRequest
-	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*controller.Instance, error) {
+	var req types.DiskRequest
+	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*types.Instance, error) {
 		return h.c.AttachDisk(ctx, name, req)
 	})
 }
 
 func (h *handler) detachDisk(w http.ResponseWriter, r *http.Request) {
-	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*controller.Instance, error) {
+	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*types.Instance, error) {
 		req, err := detachRequest(r)
 		if err != nil {
 			return nil, err
@@ -288,14 +289,14 @@ func (h *handler) detachDisk(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) attachNIC(w http.ResponseWriter, r *http.Request) {
-	var req controller.NICRequest
-	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*controller.Instance, error) {
+	var req types.NICRequest
+	h.instanceOp(w, r, &req, func(ctx context.Context, name string) (*types.Instance, error) {
 		return h.c.AttachNIC(ctx, name, req)
 	})
 }
 
 func (h *handler) detachNIC(w http.ResponseWriter, r *http.Request) {
-	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*controller.Instance, error) {
+	h.instanceOp(w, r, nil, func(ctx context.Context, name string) (*types.Instance, error) {
 		req, err := detachRequest(r)
 		if err != nil {
 			return nil, err
@@ -311,7 +312,7 @@ const maxRequestBody = 64 << 10
 // may see it (to a member, another project's instance does not exist) and
 // decoding the JSON body into req (an empty body leaves req zero), and
 // answers with the instance op returns.
-func (h *handler) instanceOp(w http.ResponseWriter, r *http.Request, req any, op func(ctx context.Context, name string) (*controller.Instance, error)) {
+func (h *handler) instanceOp(w http.ResponseWriter, r *http.Request, req any, op func(ctx context.Context, name string) (*types.Instance, error)) {
 	name := r.PathValue("name")
 	if _, err := h.visible(r, name); err != nil {
 		h.fail(w, r, err)
@@ -341,9 +342,9 @@ func (h *handler) instanceOp(w http.ResponseWriter, r *http.Request, req any, op
 }
 
 // detachRequest reads ?tag= | ?target= | ?mac= and ?live= ?config=.
-func detachRequest(r *http.Request) (controller.DetachRequest, error) {
+func detachRequest(r *http.Request) (types.DetachRequest, error) {
 	q := r.URL.Query()
-	req := controller.DetachRequest{Tag: q.Get("tag"), Target: q.Get("target"), MAC: q.Get("mac")}
+	req := types.DetachRequest{Tag: q.Get("tag"), Target: q.Get("target"), MAC: q.Get("mac")}
 	for _, f := range []struct {
 		key string
 		dst *bool

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // Client talks to a hostctl daemon's admin API.
@@ -40,20 +40,20 @@ func NewUnixClient(socket string) *Client {
 }
 
 // Apply sends a spec (YAML or JSON) and returns the published instance.
-func (c *Client) Apply(ctx context.Context, spec []byte) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) Apply(ctx context.Context, spec []byte) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.do(ctx, http.MethodPost, "/v1/instances", bytes.NewReader(spec), &out)
 }
 
 // Get returns one instance.
-func (c *Client) Get(ctx context.Context, name string) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) Get(ctx context.Context, name string) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.do(ctx, http.MethodGet, "/v1/instances/"+url.PathEscape(name), nil, &out)
 }
 
 // List returns every instance.
-func (c *Client) List(ctx context.Context) ([]*controller.Instance, error) {
-	var out []*controller.Instance
+func (c *Client) List(ctx context.Context) ([]*types.Instance, error) {
+	var out []*types.Instance
 	return out, c.do(ctx, http.MethodGet, "/v1/instances", nil, &out)
 }
 
@@ -63,39 +63,39 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 }
 
 // Start boots an instance's domain.
-func (c *Client) Start(ctx context.Context, name string) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) Start(ctx context.Context, name string) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.do(ctx, http.MethodPost, instancePath(name, "start"), nil, &out)
 }
 
 // Stop shuts an instance's domain down, powering it off after timeout
 // (the daemon's default when 0).
-func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "stop"), StopRequest{TimeoutSeconds: timeout.Seconds()}, &out)
 }
 
 // AttachDisk creates and attaches a disk.
-func (c *Client) AttachDisk(ctx context.Context, name string, req controller.DiskRequest) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "disks"), req, &out)
 }
 
 // DetachDisk detaches a disk by tag or target.
-func (c *Client) DetachDisk(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.do(ctx, http.MethodDelete, instancePath(name, "disks")+detachQuery(req), nil, &out)
 }
 
 // AttachNIC attaches a NIC.
-func (c *Client) AttachNIC(ctx context.Context, name string, req controller.NICRequest) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "nics"), req, &out)
 }
 
 // DetachNIC detaches a NIC by tag or MAC.
-func (c *Client) DetachNIC(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error) {
-	var out controller.Instance
+func (c *Client) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
+	var out types.Instance
 	return &out, c.do(ctx, http.MethodDelete, instancePath(name, "nics")+detachQuery(req), nil, &out)
 }
 
@@ -103,7 +103,7 @@ func instancePath(name, sub string) string {
 	return "/v1/instances/" + url.PathEscape(name) + "/" + sub
 }
 
-func detachQuery(req controller.DetachRequest) string {
+func detachQuery(req types.DetachRequest) string {
 	q := url.Values{}
 	for k, v := range map[string]string{"tag": req.Tag, "target": req.Target, "mac": req.MAC} {
 		if v != "" {

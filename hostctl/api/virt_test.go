@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
@@ -25,34 +26,34 @@ type recordingCtl struct {
 	calls []string
 }
 
-func (r *recordingCtl) rec(ctx context.Context, name, call string) (*controller.Instance, error) {
+func (r *recordingCtl) rec(ctx context.Context, name, call string) (*types.Instance, error) {
 	r.mu.Lock()
 	r.calls = append(r.calls, name+" "+call)
 	r.mu.Unlock()
 	return r.Get(ctx, name)
 }
 
-func (r *recordingCtl) Start(ctx context.Context, name string) (*controller.Instance, error) {
+func (r *recordingCtl) Start(ctx context.Context, name string) (*types.Instance, error) {
 	return r.rec(ctx, name, "start")
 }
 
-func (r *recordingCtl) Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error) {
+func (r *recordingCtl) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
 	return r.rec(ctx, name, "stop "+timeout.String())
 }
 
-func (r *recordingCtl) AttachDisk(ctx context.Context, name string, req controller.DiskRequest) (*controller.Instance, error) {
+func (r *recordingCtl) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error) {
 	return r.rec(ctx, name, "attach-disk "+js(req))
 }
 
-func (r *recordingCtl) DetachDisk(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error) {
+func (r *recordingCtl) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
 	return r.rec(ctx, name, "detach-disk "+js(req))
 }
 
-func (r *recordingCtl) AttachNIC(ctx context.Context, name string, req controller.NICRequest) (*controller.Instance, error) {
+func (r *recordingCtl) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error) {
 	return r.rec(ctx, name, "attach-nic "+js(req))
 }
 
-func (r *recordingCtl) DetachNIC(ctx context.Context, name string, req controller.DetachRequest) (*controller.Instance, error) {
+func (r *recordingCtl) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
 	return r.rec(ctx, name, "detach-nic "+js(req))
 }
 
@@ -109,19 +110,19 @@ func TestDeviceEndpoints(t *testing.T) {
 		{"a-1 start", func(c *api.Client) error { _, err := c.Start(ctx, "a-1"); return err }},
 		{"a-1 stop 2.5s", func(c *api.Client) error { _, err := c.Stop(ctx, "a-1", 2500*time.Millisecond); return err }},
 		{`a-1 attach-disk {"tag":"data","bus":"scsi","size":"2G","serial":"s1","live":true}`, func(c *api.Client) error {
-			_, err := c.AttachDisk(ctx, "a-1", controller.DiskRequest{Tag: "data", Bus: "scsi", Size: "2G", Serial: "s1", Affect: controller.Affect{Live: true}})
+			_, err := c.AttachDisk(ctx, "a-1", types.DiskRequest{Tag: "data", Bus: "scsi", Size: "2G", Serial: "s1", Affect: types.Affect{Live: true}})
 			return err
 		}},
 		{`a-1 detach-disk {"tag":"data w/ space","config":true}`, func(c *api.Client) error {
-			_, err := c.DetachDisk(ctx, "a-1", controller.DetachRequest{Tag: "data w/ space", Affect: controller.Affect{Config: true}})
+			_, err := c.DetachDisk(ctx, "a-1", types.DetachRequest{Tag: "data w/ space", Affect: types.Affect{Config: true}})
 			return err
 		}},
 		{`a-1 attach-nic {"tag":"front","mac":"52:54:00:00:00:01","network":"n1"}`, func(c *api.Client) error {
-			_, err := c.AttachNIC(ctx, "a-1", controller.NICRequest{Tag: "front", MAC: "52:54:00:00:00:01", Network: "n1"})
+			_, err := c.AttachNIC(ctx, "a-1", types.NICRequest{Tag: "front", MAC: "52:54:00:00:00:01", Network: "n1"})
 			return err
 		}},
 		{`a-1 detach-nic {"mac":"52:54:00:00:00:01","live":true,"config":true}`, func(c *api.Client) error {
-			_, err := c.DetachNIC(ctx, "a-1", controller.DetachRequest{MAC: "52:54:00:00:00:01", Affect: controller.Affect{Live: true, Config: true}})
+			_, err := c.DetachNIC(ctx, "a-1", types.DetachRequest{MAC: "52:54:00:00:00:01", Affect: types.Affect{Live: true, Config: true}})
 			return err
 		}},
 	}
@@ -166,7 +167,7 @@ func TestNoHypervisorStatus(t *testing.T) {
 	if status(err) != http.StatusNotImplemented || !strings.Contains(err.Error(), "--virt none") {
 		t.Errorf("start without a hypervisor: %v (status %d)", err, status(err))
 	}
-	if _, err := c.AttachDisk(ctx, "nope", controller.DiskRequest{Tag: "x"}); status(err) != http.StatusNotFound {
+	if _, err := c.AttachDisk(ctx, "nope", types.DiskRequest{Tag: "x"}); status(err) != http.StatusNotFound {
 		t.Errorf("attach to a missing instance: %v", err)
 	}
 }

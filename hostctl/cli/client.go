@@ -10,7 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/api/types"
+
 	"github.com/vmeta/vmeta/internal/atomicfile"
 )
 
@@ -73,14 +74,14 @@ func instanceList(ctx context.Context, args []string, env Env) error {
 	}
 	if cf.output == "json" {
 		if insts == nil {
-			insts = []*controller.Instance{}
+			insts = []*types.Instance{}
 		}
 		return writeJSON(env.Stdout, insts)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	// The STATE column only when the daemon runs domains (states are
 	// empty with --virt none).
-	withState := slices.ContainsFunc(insts, func(in *controller.Instance) bool { return in.State != "" })
+	withState := slices.ContainsFunc(insts, func(in *types.Instance) bool { return in.State != "" })
 	if withState {
 		fmt.Fprintln(tw, "NAME\tUUID\tSTATE\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
 	} else {
@@ -141,7 +142,7 @@ func instanceShow(ctx context.Context, args []string, env Env) error {
 }
 
 // printDevices prints the devices list the guest sees at latest.
-func printDevices(env Env, inst *controller.Instance) error {
+func printDevices(env Env, inst *types.Instance) error {
 	fmt.Fprintln(env.Stdout, "Devices (as the guest sees them at latest):")
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tBUS\tADDRESS\tMAC/SERIAL/SHARE\tTAGS\tENCRYPTED")

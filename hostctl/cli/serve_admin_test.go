@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 
 	"github.com/vmeta/vmeta/hostctl/api"
 )

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // TestServeMetadataWiring runs `hostctl serve` in-process with the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
@@ -36,14 +37,14 @@ const virtUsage = `  hostctl instance start NAME                    boot an inst
 `
 
 // affectFlags adds --live and --config.
-func affectFlags(fs *flag.FlagSet, a *controller.Affect) {
+func affectFlags(fs *flag.FlagSet, a *types.Affect) {
 	fs.BoolVar(&a.Live, "live", false, "change the running domain")
 	fs.BoolVar(&a.Config, "config", false, "change the persistent definition")
 }
 
 func instanceStart(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance start", env)
-	return withInstance(ctx, fs, cf, args, env, "instance start", func(c *api.Client, name string) (*controller.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance start", func(c *api.Client, name string) (*types.Instance, string, error) {
 		inst, err := c.Start(ctx, name)
 		return inst, fmt.Sprintf("instance %s started", name), err
 	})
@@ -52,7 +53,7 @@ func instanceStart(ctx context.Context, args []string, env Env) error {
 func instanceStop(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance stop", env)
 	timeout := fs.Duration("timeout", controller.DefaultStopTimeout, "how long to wait for the guest to shut down before powering it off")
-	return withInstance(ctx, fs, cf, args, env, "instance stop", func(c *api.Client, name string) (*controller.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance stop", func(c *api.Client, name string) (*types.Instance, string, error) {
 		if *timeout <= 0 {
 			return nil, "", fmt.Errorf("%w: --timeout must be positive", errUsage)
 		}
@@ -63,14 +64,14 @@ func instanceStop(ctx context.Context, args []string, env Env) error {
 
 func instanceAttachDisk(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance attach-disk", env)
-	var req controller.DiskRequest
+	var req types.DiskRequest
 	fs.StringVar(&req.Tag, "tag", "", "device role tag the guest sees")
 	fs.StringVar(&req.Bus, "bus", "virtio", "bus: virtio, scsi, sata or usb")
-	fs.StringVar(&req.Size, "size", controller.DefaultDiskSize, "size of the new blank disk (qemu-img syntax)")
+	fs.StringVar(&req.Size, "size", types.DefaultDiskSize, "size of the new blank disk (qemu-img syntax)")
 	fs.StringVar(&req.Serial, "serial", "", "disk serial")
 	fs.StringVar(&req.Target, "target", "", "target name (vdX, sdX); the first free one on the bus by default")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance attach-disk", func(c *api.Client, name string) (*controller.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance attach-disk", func(c *api.Client, name string) (*types.Instance, string, error) {
 		inst, err := c.AttachDisk(ctx, name, req)
 		return inst, fmt.Sprintf("disk attached to %s", name), err
 	})
@@ -78,11 +79,11 @@ func instanceAttachDisk(ctx context.Context, args []string, env Env) error {
 
 func instanceDetachDisk(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance detach-disk", env)
-	var req controller.DetachRequest
+	var req types.DetachRequest
 	fs.StringVar(&req.Tag, "tag", "", "the disk's tag")
 	fs.StringVar(&req.Target, "target", "", "the disk's target name (instead of --tag)")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance detach-disk", func(c *api.Client, name string) (*controller.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance detach-disk", func(c *api.Client, name string) (*types.Instance, string, error) {
 		if (req.Tag == "") == (req.Target == "") {
 			return nil, "", fmt.Errorf("%w: instance detach-disk needs exactly one of --tag or --target", errUsage)
 		}
@@ -93,12 +94,12 @@ func instanceDetachDisk(ctx context.Context, args []string, env Env) error {
 
 func instanceAttachNIC(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance attach-nic", env)
-	var req controller.NICRequest
+	var req types.NICRequest
 	fs.StringVar(&req.Tag, "tag", "", "device role tag the guest sees")
 	fs.StringVar(&req.MAC, "mac", "", "MAC address (generated when empty)")
 	fs.StringVar(&req.Network, "network", "", "libvirt network (the daemon's default network when empty)")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance attach-nic", func(c *api.Client, name string) (*controller.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance attach-nic", func(c *api.Client, name string) (*types.Instance, string, error) {
 		inst, err := c.AttachNIC(ctx, name, req)
 		return inst, fmt.Sprintf("NIC attached to %s", name), err
 	})
@@ -106,11 +107,11 @@ func instanceAttachNIC(ctx context.Context, args []string, env Env) error {
 
 func instanceDetachNIC(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance detach-nic", env)
-	var req controller.DetachRequest
+	var req types.DetachRequest
 	fs.StringVar(&req.Tag, "tag", "", "the NIC's tag")
 	fs.StringVar(&req.MAC, "mac", "", "the NIC's MAC (instead of --tag)")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance detach-nic", func(c *api.Client, name string) (*controller.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance detach-nic", func(c *api.Client, name string) (*types.Instance, string, error) {
 		if (req.Tag == "") == (req.MAC == "") {
 			return nil, "", fmt.Errorf("%w: instance detach-nic needs exactly one of --tag or --mac", errUsage)
 		}
@@ -123,7 +124,7 @@ func instanceDetachNIC(ctx context.Context, args []string, env Env) error {
 // and prints the instance it returns (JSON, or a summary line, the
 // warnings and the device table).
 func withInstance(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string, env Env, cmd string,
-	op func(c *api.Client, name string) (*controller.Instance, string, error)) error {
+	op func(c *api.Client, name string) (*types.Instance, string, error)) error {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

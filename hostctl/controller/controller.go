@@ -38,6 +38,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
+
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -179,25 +181,6 @@ func (c *Controller) Close() error {
 	return nil
 }
 
-// Instance is an instance as the admin API shows it.
-type Instance struct {
-	Spec            *model.Instance `json:"spec"`
-	Revision        int64           `json:"revision"`
-	DocumentVersion int64           `json:"document_version,omitempty"`
-	ConfigDrive     string          `json:"config_drive,omitempty"`
-	// State is the domain's state (running, shutoff, paused, ...),
-	// "missing" when libvirt has no domain of this name and UUID
-	// (deleted behind hostctl's back), "unknown" when libvirtd does not
-	// answer; empty without a hypervisor.
-	State string `json:"state,omitempty"`
-	// Devices is the devices list the guest sees at "latest".
-	Devices []metadata.Device `json:"devices"`
-	// Warnings name parts of a request that are still under way (a live
-	// detach the guest has not completed yet) or that a running guest
-	// does not see yet (a virtio config drive cannot change media).
-	Warnings []string `json:"warnings,omitempty"`
-}
-
 // ConflictError is returned when a spec collides with another instance.
 type ConflictError struct{ Err error }
 
@@ -207,7 +190,7 @@ func (e *ConflictError) Unwrap() error { return e.Err }
 // Apply creates or updates the instance a spec describes. Re-applying an
 // unchanged spec republishes it (with a fresh random_seed). A spec naming
 // an existing instance with a different UUID is refused with ErrConflict.
-func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) {
+func (c *Controller) Apply(ctx context.Context, spec []byte) (*types.Instance, error) {
 	in, err := model.ParseSpec(spec)
 	if err != nil {
 		return nil, err
@@ -223,7 +206,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // need no new hardware (tags, metadata, addresses, DHCP leases); adding
 // or removing devices of a running domain is refused (attach and detach
 // them, or stop it first).
-func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
+func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *types.Instance, err error) {
 	defer c.locks.Lock(in.Name)()
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
@@ -298,7 +281,7 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 // leaves the old drive, or none). With a hypervisor, the cdrom of a
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
-func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
+func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*types.Instance, error) {
 	tree, err := metadata.Render(in, c.render)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -356,7 +339,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		c.pruneMedia(in.Name, medium)
 	}
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
-	return &Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
+	return &types.Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
@@ -383,7 +366,7 @@ func (c *Controller) mkdirInstance(r *revert.Reverter, dir string) error {
 }
 
 // Get returns an instance by name, with its domain's state.
-func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
+func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, error) {
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
@@ -401,7 +384,7 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 // List returns every instance, sorted by name. The states come from one
 // listing of libvirt's domains: running or shutoff (Get tells paused and
 // the other states apart).
-func (c *Controller) List(ctx context.Context) ([]*Instance, error) {
+func (c *Controller) List(ctx context.Context) ([]*types.Instance, error) {
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
@@ -419,7 +402,7 @@ func (c *Controller) List(ctx context.Context) ([]*Instance, error) {
 			c.log.Warn("list instances: cannot list libvirt domains", "err", listErr)
 		}
 	}
-	out := make([]*Instance, 0, len(recs))
+	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
 		inst, err := c.fromRecord(ctx, rec, false)
 		if err != nil {
@@ -443,12 +426,12 @@ func (c *Controller) List(ctx context.Context) ([]*Instance, error) {
 	return out, nil
 }
 
-func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVersion bool) (*Instance, error) {
+func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVersion bool) (*types.Instance, error) {
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return nil, err
 	}
-	inst := &Instance{Spec: in, Revision: rec.Revision}
+	inst := &types.Instance{Spec: in, Revision: rec.Revision}
 	if withVersion {
 		v, err := c.store.DocumentVersion(ctx, rec.UUID)
 		if err != nil {

@@ -8,60 +8,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// DefaultDiskSize is the size of a disk attached without one.
-const DefaultDiskSize = "1G"
-
-// DiskRequest asks for a new, blank disk to be created and attached.
-type DiskRequest struct {
-	// Tag is the device role tag the guest sees (unique among the disks).
-	Tag string `json:"tag,omitempty"`
-	// Target is the target name (vdX, sdX); the first one the domain
-	// leaves free on Bus when empty.
-	Target string `json:"target,omitempty"`
-	// Bus is virtio (default), scsi, sata or usb.
-	Bus string `json:"bus,omitempty"`
-	// Size in qemu-img syntax; DefaultDiskSize when empty.
-	Size   string `json:"size,omitempty"`
-	Serial string `json:"serial,omitempty"`
-	Affect
-}
-
-// NICRequest asks for a NIC to be attached.
-type NICRequest struct {
-	Tag string `json:"tag,omitempty"`
-	// MAC is generated (52:54:00:xx:xx:xx) when empty.
-	MAC string `json:"mac,omitempty"`
-	// Network is the libvirt network; the default one when empty.
-	Network string `json:"network,omitempty"`
-	Affect
-}
-
-// DetachRequest names the device to detach: by Tag, or by Target (a
-// disk) or MAC (a NIC).
-type DetachRequest struct {
-	Tag    string `json:"tag,omitempty"`
-	Target string `json:"target,omitempty"`
-	MAC    string `json:"mac,omitempty"`
-	Affect
-}
-
-// Affect says which configuration of the domain a device change applies
-// to. Neither set means the persistent configuration, and the running one
-// too when the domain runs. The metadata follows the running configuration
-// of a running domain, so a change to the persistent configuration alone
-// is refused while the domain runs.
-type Affect struct {
-	Live   bool `json:"live,omitempty"`
-	Config bool `json:"config,omitempty"`
-}
-
-func (a Affect) resolve(running bool) (virt.Affect, error) {
+// resolveAffect turns the request's choice into libvirt's flags for a
+// domain that runs or not.
+func resolveAffect(a types.Affect, running bool) (virt.Affect, error) {
 	switch {
 	case !a.Live && !a.Config:
 		if running {
@@ -95,7 +51,7 @@ type deviceChange struct {
 	affect virt.Affect
 }
 
-func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a Affect) (*deviceChange, error) {
+func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a types.Affect) (*deviceChange, error) {
 	if c.hv == nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
 	}
@@ -111,7 +67,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a A
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	affect, err := a.resolve(cur.running)
+	affect, err := resolveAffect(a, cur.running)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
@@ -130,7 +86,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a A
 // and attaches it. The tag, target, bus, serial and size are checked
 // before anything is touched; afterwards the addresses are read back and
 // the metadata and config drive republished. A failure undoes every step.
-func (c *Controller) AttachDisk(ctx context.Context, name string, req DiskRequest) (_ *Instance, err error) {
+func (c *Controller) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (_ *types.Instance, err error) {
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach disk to", name, req.Affect)
 	if err != nil {
@@ -141,7 +97,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req DiskReques
 		disk.Bus = model.DiskBusVirtio
 	}
 	if disk.Size == "" {
-		disk.Size = DefaultDiskSize
+		disk.Size = types.DefaultDiskSize
 	}
 	if err := virt.CheckDiskBus(c.machine(), disk.Bus); err != nil {
 		return nil, fieldError("bus", disk.Bus, "%v", err)
@@ -195,7 +151,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req DiskReques
 // once the persistent configuration no longer has it. A live detach of a
 // virtio disk needs the guest to release it; if it has not within the
 // detach timeout the change is published anyway, with a warning.
-func (c *Controller) DetachDisk(ctx context.Context, name string, req DetachRequest) (_ *Instance, err error) {
+func (c *Controller) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (_ *types.Instance, err error) {
 	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.Target == "") || req.MAC != "" {
 		return nil, fieldError("tag", nil, "name the disk to detach by exactly one of tag or target")
@@ -242,7 +198,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req DetachRequ
 
 // AttachNIC attaches a NIC (virtio, on a libvirt network) and gives it a
 // fixed DHCP lease when the instance's addresses have one for it.
-func (c *Controller) AttachNIC(ctx context.Context, name string, req NICRequest) (_ *Instance, err error) {
+func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRequest) (_ *types.Instance, err error) {
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach NIC to", name, req.Affect)
 	if err != nil {
@@ -280,7 +236,7 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req NICRequest)
 }
 
 // DetachNIC detaches a NIC (by tag or MAC) and removes its DHCP lease.
-func (c *Controller) DetachNIC(ctx context.Context, name string, req DetachRequest) (_ *Instance, err error) {
+func (c *Controller) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (_ *types.Instance, err error) {
 	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.MAC == "") || req.Target != "" {
 		return nil, fieldError("tag", nil, "name the NIC to detach by exactly one of tag or mac")
@@ -320,7 +276,7 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req DetachReque
 
 // finishDeviceChange reads the addresses back into next, brings the DHCP
 // leases in line and publishes next.
-func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter, dc *deviceChange, next *model.Instance, warn []string) (*Instance, error) {
+func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter, dc *deviceChange, next *model.Instance, warn []string) (*types.Instance, error) {
 	if _, err := c.readBack(ctx, next); err != nil {
 		return nil, err
 	}
@@ -372,7 +328,7 @@ func (c *Controller) machine() string {
 	return virt.MachineQ35
 }
 
-func describe(req DetachRequest) string {
+func describe(req types.DetachRequest) string {
 	switch {
 	case req.Tag != "":
 		return fmt.Sprintf("tagged %q", req.Tag)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -86,11 +87,11 @@ nics:
   - {mac: "52:54:00:00:00:02", tag: back, ips: [{address: 192.168.122.20/24}]}
 `
 
-func (e *env) apply(spec string) (*Instance, error) {
+func (e *env) apply(spec string) (*types.Instance, error) {
 	return e.c.Apply(context.Background(), []byte(spec))
 }
 
-func (e *env) mustApply(spec string) *Instance {
+func (e *env) mustApply(spec string) *types.Instance {
 	e.t.Helper()
 	inst, err := e.apply(spec)
 	if err != nil {
@@ -446,19 +447,19 @@ func TestFaultsDevices(t *testing.T) {
 		}
 		ops := map[string]func(e *env) error{
 			"attach-disk": func(e *env) error {
-				_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+				_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
 				return err
 			},
 			"detach-disk": func(e *env) error {
-				_, err := e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "db"})
+				_, err := e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Tag: "db"})
 				return err
 			},
 			"attach-nic": func(e *env) error {
-				_, err := e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "hotnic", MAC: "52:54:00:00:00:09"})
+				_, err := e.c.AttachNIC(ctx, "app-1", types.NICRequest{Tag: "hotnic", MAC: "52:54:00:00:00:09"})
 				return err
 			},
 			"detach-nic": func(e *env) error {
-				_, err := e.c.DetachNIC(ctx, "app-1", DetachRequest{Tag: "back"})
+				_, err := e.c.DetachNIC(ctx, "app-1", types.DetachRequest{Tag: "back"})
 				return err
 			},
 		}
@@ -475,7 +476,7 @@ func TestAttachDetach(t *testing.T) {
 	ctx := context.Background()
 	e.mustApply(hvSpec)
 	// Shut off: the persistent configuration.
-	inst, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+	inst, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,14 +503,14 @@ func TestAttachDetach(t *testing.T) {
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	inst, err = e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "hotnic"})
+	inst, err = e.c.AttachNIC(ctx, "app-1", types.NICRequest{Tag: "hotnic"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := findDevice(inst.Devices, "hotnic"); n == nil || !strings.HasPrefix(n.MAC, "52:54:00:") || n.Address == "" {
 		t.Fatalf("attached NIC: %+v", n)
 	}
-	if inst, err = e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "hot"}); err != nil {
+	if inst, err = e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Tag: "hot"}); err != nil {
 		t.Fatal(err)
 	}
 	if findDevice(inst.Devices, "hot") != nil {
@@ -518,7 +519,7 @@ func TestAttachDetach(t *testing.T) {
 	if _, err := os.Stat(img); !os.IsNotExist(err) {
 		t.Errorf("detached disk's image: %v", err)
 	}
-	if inst, err = e.c.DetachNIC(ctx, "app-1", DetachRequest{Tag: "hotnic"}); err != nil {
+	if inst, err = e.c.DetachNIC(ctx, "app-1", types.DetachRequest{Tag: "hotnic"}); err != nil {
 		t.Fatal(err)
 	}
 	if findDevice(inst.Devices, "hotnic") != nil {
@@ -580,39 +581,39 @@ func TestRefusedBeforeLibvirt(t *testing.T) {
 			return err
 		}, model.ErrInvalidSpec, "truncates"},
 		{"attach: duplicate disk tag", func() error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "db"})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "db"})
 			return err
 		}, model.ErrInvalidSpec, "unique"},
 		{"attach: target of the config drive", func() error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Bus: "sata", Target: configDriveTarget(t, e)})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "x", Bus: "sata", Target: configDriveTarget(t, e)})
 			return err
 		}, model.ErrInvalidSpec, "config drive"},
 		{"attach: unknown bus", func() error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Bus: "floppy"})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "x", Bus: "floppy"})
 			return err
 		}, model.ErrInvalidSpec, "unknown bus"},
 		{"attach: bad size", func() error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Size: "lots"})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "x", Size: "lots"})
 			return err
 		}, model.ErrInvalidSpec, "size"},
 		{"attach: bad tag", func() error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "a/b"})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "a/b"})
 			return err
 		}, model.ErrInvalidSpec, "tag"},
 		{"attach-nic: duplicate tag", func() error {
-			_, err := e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "front"})
+			_, err := e.c.AttachNIC(ctx, "app-1", types.NICRequest{Tag: "front"})
 			return err
 		}, model.ErrInvalidSpec, "nics[2].tag"},
 		{"attach-nic: duplicate MAC", func() error {
-			_, err := e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "z", MAC: "52:54:00:00:00:01"})
+			_, err := e.c.AttachNIC(ctx, "app-1", types.NICRequest{Tag: "z", MAC: "52:54:00:00:00:01"})
 			return err
 		}, model.ErrInvalidSpec, "mac"},
 		{"attach: --live on a shut-off domain", func() error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "x", Affect: Affect{Live: true}})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "x", Affect: types.Affect{Live: true}})
 			return err
 		}, ErrState, "--live"},
 		{"detach: unknown tag", func() error {
-			_, err := e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "nope"})
+			_, err := e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Tag: "nope"})
 			return err
 		}, store.ErrNotFound, "nope"},
 	}
@@ -802,8 +803,8 @@ func TestNoHypervisor(t *testing.T) {
 	for name, op := range map[string]func() error{
 		"start":       func() error { _, err := c.Start(ctx, "a"); return err },
 		"stop":        func() error { _, err := c.Stop(ctx, "a", 0); return err },
-		"attach-disk": func() error { _, err := c.AttachDisk(ctx, "a", DiskRequest{Tag: "x"}); return err },
-		"detach-nic":  func() error { _, err := c.DetachNIC(ctx, "a", DetachRequest{Tag: "x"}); return err },
+		"attach-disk": func() error { _, err := c.AttachDisk(ctx, "a", types.DiskRequest{Tag: "x"}); return err },
+		"detach-nic":  func() error { _, err := c.DetachNIC(ctx, "a", types.DetachRequest{Tag: "x"}); return err },
 	} {
 		if err := op(); !errors.Is(err, ErrNoHypervisor) {
 			t.Errorf("%s without a hypervisor: %v", name, err)

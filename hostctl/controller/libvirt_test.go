@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -199,12 +200,12 @@ func TestLibvirtMediumAndShares(t *testing.T) {
 			t.Errorf("%s: medium tags %v, want %v", what, got, want)
 		}
 	}
-	inst, err := e.c.AttachDisk(ctx, name, DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+	inst, err := e.c.AttachDisk(ctx, name, types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("attach-disk", inst.Revision, []string{"db", "hot", "root"})
-	if inst, err = e.c.DetachDisk(ctx, name, DetachRequest{Tag: "hot"}); err != nil {
+	if inst, err = e.c.DetachDisk(ctx, name, types.DetachRequest{Tag: "hot"}); err != nil {
 		t.Fatal(err)
 	}
 	check("detach-disk", inst.Revision, []string{"db", "root"})
@@ -213,7 +214,7 @@ func TestLibvirtMediumAndShares(t *testing.T) {
 	// The store refuses the publish: the attached disk and the new medium
 	// go again, the previous medium is back in the cdrom.
 	e.st.failPut = true
-	if _, err := e.c.AttachDisk(ctx, name, DiskRequest{Tag: "hot2", Bus: "scsi", Size: "8M", Serial: "hot-2"}); err == nil {
+	if _, err := e.c.AttachDisk(ctx, name, types.DiskRequest{Tag: "hot2", Bus: "scsi", Size: "8M", Serial: "hot-2"}); err == nil {
 		t.Fatal("attach with a failing store succeeded")
 	}
 	e.st.failPut = false

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/virt"
 )
 
@@ -86,13 +87,13 @@ func TestMediumFollowsRunningDomain(t *testing.T) {
 	dir := filepath.Join(e.dir, "instances", "app-1")
 	drive := filepath.Join(dir, "disk.config")
 	e.mustApply(hvSpec)
-	if _, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "cold", Bus: "scsi", Size: "8M"}); err != nil {
+	if _, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "cold", Bus: "scsi", Size: "8M"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(e.hv.updates) != 0 || len(mediaFiles(t, e, "app-1")) != 0 {
 		t.Fatalf("publishes of a shut-off domain changed media: %+v, files %v", e.hv.updates, mediaFiles(t, e, "app-1"))
 	}
-	if _, err := e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "cold"}); err != nil {
+	if _, err := e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Tag: "cold"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
@@ -139,19 +140,19 @@ func TestMediumFollowsRunningDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("re-apply with a new tag", int(inst.Revision), []string{"back", "data2", "db", "front", "root"})
-	if inst, err = e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"}); err != nil {
+	if inst, err = e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"}); err != nil {
 		t.Fatal(err)
 	}
 	step("attach-disk", int(inst.Revision), []string{"back", "data2", "db", "front", "hot", "root"})
-	if inst, err = e.c.AttachNIC(ctx, "app-1", NICRequest{Tag: "hotnic"}); err != nil {
+	if inst, err = e.c.AttachNIC(ctx, "app-1", types.NICRequest{Tag: "hotnic"}); err != nil {
 		t.Fatal(err)
 	}
 	step("attach-nic", int(inst.Revision), []string{"back", "data2", "db", "front", "hot", "hotnic", "root"})
-	if inst, err = e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "hot"}); err != nil {
+	if inst, err = e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Tag: "hot"}); err != nil {
 		t.Fatal(err)
 	}
 	step("detach-disk", int(inst.Revision), []string{"back", "data2", "db", "front", "hotnic", "root"})
-	if inst, err = e.c.DetachNIC(ctx, "app-1", DetachRequest{Tag: "hotnic"}); err != nil {
+	if inst, err = e.c.DetachNIC(ctx, "app-1", types.DetachRequest{Tag: "hotnic"}); err != nil {
 		t.Fatal(err)
 	}
 	step("detach-nic", int(inst.Revision), []string{"back", "data2", "db", "front", "root"})
@@ -201,7 +202,7 @@ func TestMediumVirtioConfigDrive(t *testing.T) {
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	inst, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M"})
+	inst, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func TestMediumVirtioConfigDrive(t *testing.T) {
 	// The daemon's option changes, the running domain keeps its virtio
 	// drive; and the other way round.
 	e.c.dom.ConfigDriveBus = "sata"
-	if inst, err = e.c.DetachDisk(ctx, "app-1", DetachRequest{Tag: "hot"}); err != nil || len(e.hv.updates) != 0 || len(inst.Warnings) != 1 {
+	if inst, err = e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Tag: "hot"}); err != nil || len(e.hv.updates) != 0 || len(inst.Warnings) != 1 {
 		t.Errorf("virtio drive, daemon now sata: %v, changes %+v, warnings %v", err, e.hv.updates, inst.Warnings)
 	}
 	e2 := newEnv(t)
@@ -227,7 +228,7 @@ func TestMediumVirtioConfigDrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2.c.dom.ConfigDriveBus = "virtio"
-	if _, err := e2.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M"}); err != nil || len(e2.hv.updates) != 1 {
+	if _, err := e2.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M"}); err != nil || len(e2.hv.updates) != 1 {
 		t.Errorf("cdrom drive, daemon now virtio: %v, changes %+v", err, e2.hv.updates)
 	}
 }
@@ -253,10 +254,10 @@ func TestMediumGuestStopsMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.c.hv = stoppingHV{e.hv}
-	if _, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Affect: Affect{Config: true}}); err == nil {
+	if _, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Affect: types.Affect{Config: true}}); err == nil {
 		t.Fatal("--config alone on a running domain accepted")
 	}
-	inst, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M"})
+	inst, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,7 @@ func TestFaultsMedium(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, func(e *env) error {
-			_, err := e.c.AttachDisk(ctx, "app-1", DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
+			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})
 			return err
 		})
 	})

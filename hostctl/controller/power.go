@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
+
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/store"
@@ -20,7 +22,7 @@ const DefaultStopTimeout = 30 * time.Second
 // config drive missing from the data directory is rebuilt from the
 // published metadata first; media swapped into the cdrom during an
 // earlier run are deleted (the domain boots from disk.config).
-func (c *Controller) Start(ctx context.Context, name string) (*Instance, error) {
+func (c *Controller) Start(ctx context.Context, name string) (*types.Instance, error) {
 	unlock := c.locks.Lock(name)
 	rec, cur, err := c.powerTarget(ctx, "start", name)
 	if err != nil {
@@ -45,7 +47,7 @@ func (c *Controller) Start(ctx context.Context, name string) (*Instance, error) 
 // Stop asks the guest to shut down (ACPI) and waits up to timeout
 // (DefaultStopTimeout when 0) for the domain to be off; then it powers the
 // domain off. A domain already off is left so.
-func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (*Instance, error) {
+func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
 	if timeout <= 0 {
 		timeout = DefaultStopTimeout
 	}

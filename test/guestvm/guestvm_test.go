@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
+
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/guest"
 	"github.com/vmeta/vmeta/guest/udev"
-	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -310,7 +311,7 @@ func TestAgentInBootedGuest(t *testing.T) {
 
 	// Apply: hostctl defines the domain and publishes what libvirt chose.
 	start = time.Now()
-	var inst controller.Instance
+	var inst types.Instance
 	d.ctlJSON(&inst, "instance", "apply", "-f", specFile)
 	t.Logf("hostctl instance apply (5 disks created, define, read back, publish): %s", time.Since(start).Round(time.Millisecond))
 	if inst.State != "shutoff" || inst.ConfigDrive != filepath.Join(d.DataDir, "instances", name, "disk.config") {
@@ -329,7 +330,7 @@ func TestAgentInBootedGuest(t *testing.T) {
 	checkDrive(t, inst.ConfigDrive, &inst)
 
 	bootStart := time.Now()
-	var started controller.Instance
+	var started types.Instance
 	d.ctlJSON(&started, "instance", "start", name)
 	if started.State != "running" {
 		t.Fatalf("state after start %q", started.State)
@@ -346,7 +347,7 @@ func TestAgentInBootedGuest(t *testing.T) {
 	// and swaps the config drive's medium. The agent polls no more and no
 	// device comes or goes, so the media change is what tells it.
 	retagStart := time.Now()
-	var retag controller.Instance
+	var retag types.Instance
 	d.ctlJSON(&retag, "instance", "apply", "-f", writeSpec("scsi-retagged"))
 	t.Logf("hostctl instance apply (a tag changed, running): revision %d, state %s, in %s", retag.Revision, retag.State, time.Since(retagStart).Round(time.Millisecond))
 	checkMedium(t, virsh, uri, d, &retag)
@@ -358,7 +359,7 @@ func TestAgentInBootedGuest(t *testing.T) {
 	// Hot-plug a tagged disk through hostctl: it attaches it, republishes
 	// and swaps the config drive's medium again.
 	hotStart := time.Now()
-	var hot controller.Instance
+	var hot types.Instance
 	d.ctlJSON(&hot, "instance", "attach-disk", name, "--tag", hotTag, "--serial", "vol-hot", "--size", "16M")
 	attached := time.Since(hotStart)
 	var hotDisk *model.Disk
@@ -412,7 +413,7 @@ func cdrom(t *testing.T, virsh, uri, name string, live bool) string {
 // (disk.config.<revision>), with the devices hostctl reported, while the
 // persistent definition keeps disk.config; the earlier media are gone. It
 // returns the medium.
-func checkMedium(t *testing.T, virsh, uri string, d *hostd, inst *controller.Instance) string {
+func checkMedium(t *testing.T, virsh, uri string, d *hostd, inst *types.Instance) string {
 	t.Helper()
 	dir := filepath.Join(d.DataDir, "instances", inst.Spec.Name)
 	medium := filepath.Join(dir, fmt.Sprintf("disk.config.%d", inst.Revision))
@@ -433,7 +434,7 @@ func checkMedium(t *testing.T, virsh, uri string, d *hostd, inst *controller.Ins
 
 // checkDrive reads a config drive hostctl wrote and checks that its
 // devices are those hostctl reported.
-func checkDrive(t *testing.T, path string, inst *controller.Instance) {
+func checkDrive(t *testing.T, path string, inst *types.Instance) {
 	t.Helper()
 	tree, label, err := configdrive.Read(path)
 	if err != nil {

@@ -44,7 +44,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 func main() {
@@ -150,13 +150,13 @@ func run(ctx context.Context, n, instances int, uri string) (err error) {
 			return err
 		}
 		if _, err := b.timed(ctx, attach, func() error {
-			_, err := b.c.AttachDisk(ctx, name, controller.DiskRequest{Tag: "hot", Bus: "scsi", Size: "16M"})
+			_, err := b.c.AttachDisk(ctx, name, types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "16M"})
 			return err
 		}); err != nil {
 			return err
 		}
 		if _, err := b.timed(ctx, detach, func() error {
-			_, err := b.c.DetachDisk(ctx, name, controller.DetachRequest{Tag: "hot"})
+			_, err := b.c.DetachDisk(ctx, name, types.DetachRequest{Tag: "hot"})
 			return err
 		}); err != nil {
 			return err
@@ -247,7 +247,7 @@ func run(ctx context.Context, n, instances int, uri string) (err error) {
 }
 
 // apply sends a spec and remembers the name for cleanup.
-func (b *bench) apply(ctx context.Context, name, spec string) (*controller.Instance, error) {
+func (b *bench) apply(ctx context.Context, name, spec string) (*types.Instance, error) {
 	if !slices.Contains(b.names, name) {
 		b.names = append(b.names, name)
 	}

@@ -1,0 +1,103 @@
+// Package types holds the request and response bodies of hostctl's admin
+// API. Clients (the hostctl CLI, tests, other tools) import it without
+// linking libvirt or the controller.
+package types
+
+import (
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
+)
+
+// DefaultDiskSize is the size of a disk attached without one.
+const DefaultDiskSize = "1G"
+
+// Instance is an instance as the admin API shows it.
+type Instance struct {
+	Spec            *model.Instance `json:"spec"`
+	Revision        int64           `json:"revision"`
+	DocumentVersion int64           `json:"document_version,omitempty"`
+	ConfigDrive     string          `json:"config_drive,omitempty"`
+	// State is the domain's state (running, shutoff, paused, ...),
+	// "missing" when libvirt has no domain of this name and UUID
+	// (deleted behind hostctl's back), "unknown" when libvirtd does not
+	// answer; empty without a hypervisor.
+	State string `json:"state,omitempty"`
+	// Devices is the devices list the guest sees at "latest".
+	Devices []metadata.Device `json:"devices"`
+	// Warnings name parts of a request that are still under way (a live
+	// detach the guest has not completed yet) or that a running guest
+	// does not see yet (a virtio config drive cannot change media).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// DiskRequest asks for a new, blank disk to be created and attached.
+type DiskRequest struct {
+	// Tag is the device role tag the guest sees (unique among the disks).
+	Tag string `json:"tag,omitempty"`
+	// Target is the target name (vdX, sdX); the first one the domain
+	// leaves free on Bus when empty.
+	Target string `json:"target,omitempty"`
+	// Bus is virtio (default), scsi, sata or usb.
+	Bus string `json:"bus,omitempty"`
+	// Size in qemu-img syntax; DefaultDiskSize when empty.
+	Size   string `json:"size,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	Affect
+}
+
+// NICRequest asks for a NIC to be attached.
+type NICRequest struct {
+	Tag string `json:"tag,omitempty"`
+	// MAC is generated (52:54:00:xx:xx:xx) when empty.
+	MAC string `json:"mac,omitempty"`
+	// Network is the libvirt network; the default one when empty.
+	Network string `json:"network,omitempty"`
+	Affect
+}
+
+// DetachRequest names the device to detach: by Tag, or by Target (a
+// disk) or MAC (a NIC).
+type DetachRequest struct {
+	Tag    string `json:"tag,omitempty"`
+	Target string `json:"target,omitempty"`
+	MAC    string `json:"mac,omitempty"`
+	Affect
+}
+
+// Affect says which configuration of the domain a device change applies
+// to. Neither set means the persistent configuration, and the running one
+// too when the domain runs. The metadata follows the running configuration
+// of a running domain, so a change to the persistent configuration alone
+// is refused while the domain runs.
+type Affect struct {
+	Live   bool `json:"live,omitempty"`
+	Config bool `json:"config,omitempty"`
+}
+
+// StopRequest is the body of POST /v1/instances/{name}/stop.
+type StopRequest struct {
+	// TimeoutSeconds bounds the graceful shutdown before the domain is
+	// powered off; the controller's default when 0.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Message string       `json:"error"`
+	Fields  []FieldError `json:"fields,omitempty"`
+	// Status is the HTTP status the error came with (set by clients; not
+	// part of the body).
+	Status int `json:"-"`
+}
+
+// FieldError is one invalid field of a spec.
+type FieldError struct {
+	Field string `json:"field"`
+	Value any    `json:"value,omitempty"`
+	Rule  string `json:"rule"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// StatusCode is the HTTP status the error came with (client side).
+func (e *Error) StatusCode() int { return e.Status }
