@@ -44,9 +44,15 @@ bench: setup ## benchmarks, then whole-system comparisons side by side
 	$(GO) run ./test/bench/apply
 
 .PHONY: lint
-lint: ## gofmt and go vet
+# Linters run at pinned versions through the module proxy (`go run`), so a
+# fresh machine needs nothing installed beforehand.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+ERRORLINT   := github.com/polyfloyd/go-errorlint@v1.8.0
+lint: ## gofmt, go vet, staticcheck and errorlint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(ERRORLINT) ./...
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for a short while
