@@ -15,6 +15,7 @@
 //	passwords  uuid -> the password the guest posted (raw bytes after a
 //	                   one-byte format prefix, so an empty password is
 //	                   still a value)
+//	records    key -> version (8 bytes, big-endian) + value   (store.Records)
 //
 // Every write is one bbolt read-write transaction that makes all its checks
 // before it writes, so a refused Put or Delete changes nothing. Each commit
@@ -63,6 +64,7 @@ var (
 	bucketAddresses = []byte("addresses")
 	bucketSecrets   = []byte("secrets")
 	bucketPasswords = []byte("passwords")
+	bucketRecords   = []byte("records")
 )
 
 // watchBuffer is the buffer of a watcher's channel (a variable so that
@@ -126,7 +128,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords} {
+		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords, bucketRecords} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -159,7 +161,7 @@ func (s *Store) Close() error {
 }
 
 type buckets struct {
-	instances, uuids, documents, addresses, secrets, passwords *bbolt.Bucket
+	instances, uuids, documents, addresses, secrets, passwords, records *bbolt.Bucket
 }
 
 func open(tx *bbolt.Tx) buckets {
@@ -170,6 +172,7 @@ func open(tx *bbolt.Tx) buckets {
 		addresses: tx.Bucket(bucketAddresses),
 		secrets:   tx.Bucket(bucketSecrets),
 		passwords: tx.Bucket(bucketPasswords),
+		records:   tx.Bucket(bucketRecords),
 	}
 }
 

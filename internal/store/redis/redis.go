@@ -37,6 +37,12 @@
 //	vmeta:name:<name>      string  "<uuid> <token>"   (token: of the write that claimed it)
 //	vmeta:addr:<addr>      string  "<uuid> <token>"   (canonical address, see Store.LookupAddress)
 //
+// Records (store.Records) are one hash each, in a slot of their own,
+// changed by one script per call (see Store.Records for how they are
+// listed):
+//
+//	vmeta:rec:<key>        hash    version, value
+//
 // and changes are published on the pub/sub channel vmeta:changes.
 // Revision and version live in their own hash fields (not in the JSON, where
 // they are stored as 0) so that the scripts bump them without decoding
