@@ -1,6 +1,8 @@
 // Package store keeps vmeta's state: instance records, the published
 // metadata document of each instance (versioned, with the source-address
-// index the metadata service uses to identify callers) and wrapped secrets.
+// index the metadata service uses to identify callers), wrapped secrets,
+// guest passwords, and versioned records for the host's registries
+// (Records).
 //
 // Two backends satisfy Store: bolt (embedded, one file in the data
 // directory, the default) and redis (many hosts and metadata replicas).
