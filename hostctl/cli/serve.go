@@ -17,9 +17,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/store/storeurl"
 	"github.com/vmeta/vmeta/server"
-	"github.com/vmeta/vmeta/server/replica"
 )
 
 type serveConfig struct {
@@ -47,10 +46,7 @@ const tokenKeyFile = "metadata-token.key"
 // embedded store in dataDir; otherwise what the metadata replica accepts
 // (bolt:///path, redis://, rediss://, redis+cluster://, redis+sentinel://).
 func OpenStore(ctx context.Context, url, dataDir string) (store.Store, error) {
-	if url == "" || url == "bolt" {
-		return bolt.Open(filepath.Join(dataDir, "vmeta.db"))
-	}
-	return replica.OpenStore(ctx, url)
+	return storeurl.Open(ctx, url, storeurl.WithDataDir(dataDir))
 }
 
 func serve(ctx context.Context, args []string, env Env) error {
@@ -224,10 +220,10 @@ func serve(ctx context.Context, args []string, env Env) error {
 
 // storeName names the store for logs, never with credentials.
 func storeName(url, dataDir string) string {
-	if url == "" || url == "bolt" {
-		return filepath.Join(dataDir, "vmeta.db")
+	if storeurl.IsEmbedded(url) {
+		return storeurl.EmbeddedPath(dataDir)
 	}
-	return replica.StoreName(url)
+	return storeurl.Redact(url)
 }
 
 func shutdown(srvs ...*http.Server) {

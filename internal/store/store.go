@@ -1,6 +1,8 @@
 // Package store keeps vmeta's state: instance records, the published
 // metadata document of each instance (versioned, with the source-address
-// index the metadata service uses to identify callers) and wrapped secrets.
+// index the metadata service uses to identify callers), wrapped secrets,
+// guest passwords, and versioned records for the host's registries
+// (Records).
 //
 // Two backends satisfy Store: bolt (embedded, one file in the data
 // directory, the default) and redis (many hosts and metadata replicas).
@@ -56,9 +58,30 @@ type WrappedSecret struct {
 	Ciphertext []byte `json:"ciphertext"`
 }
 
-// Store is what hostctl and the metadata service need from a backend.
+// Store is what hostctl and the metadata service need from a backend: the
+// composition of the role interfaces below. A user of the store should
+// take the narrowest of them that covers what it calls (the metadata
+// service reads Documents and Passwords and follows a Watcher; the
+// controller writes Instances and reads Documents; the registries of
+// flavors, images, shares and devices keep Records).
 // All methods are safe for concurrent use.
 type Store interface {
+	Instances
+	Documents
+	Secrets
+	Passwords
+	Watcher
+	Records
+
+	// Ping reports whether the backend is reachable.
+	Ping(ctx context.Context) error
+
+	Close() error
+}
+
+// Instances is the instance records with their published documents: what
+// the controller writes.
+type Instances interface {
 	// Put creates or replaces an instance record and its published document
 	// in one atomic step, and points each of the instance's addresses at it
 	// (addresses it no longer has are released). It refuses with
@@ -76,7 +99,11 @@ type Store interface {
 	// Delete removes an instance's record, document, address index entries
 	// and secrets.
 	Delete(ctx context.Context, name string) error
+}
 
+// Documents is the read side of the published documents: what the
+// metadata service serves.
+type Documents interface {
 	// Document returns the published document of an instance by UUID.
 	Document(ctx context.Context, uuid string) (Document, error)
 	// DocumentVersion returns only the version of a published document.
@@ -84,13 +111,19 @@ type Store interface {
 	// LookupAddress returns the UUID of the instance owning a source
 	// address (canonical textual form, as net/netip prints it).
 	LookupAddress(ctx context.Context, addr string) (string, error)
+}
 
+// Secrets is the wrapped secrets of instances.
+type Secrets interface {
 	// PutSecret stores a wrapped secret under an id, scoped to an instance
 	// UUID (deleted with it); GetSecret returns it; DeleteSecret removes it.
 	PutSecret(ctx context.Context, instanceUUID, id string, s WrappedSecret) error
 	GetSecret(ctx context.Context, instanceUUID, id string) (WrappedSecret, error)
 	DeleteSecret(ctx context.Context, instanceUUID, id string) error
+}
 
+// Passwords is the passwords guests post to the metadata service.
+type Passwords interface {
 	// SetPassword stores the password a guest posts to the metadata
 	// service (Nova's password endpoint: the guest encrypts it with the
 	// user's public key). It can be set once; a second call returns
@@ -101,7 +134,10 @@ type Store interface {
 	// Password returns the stored password, or ErrNotFound when none was
 	// posted (or the instance does not exist).
 	Password(ctx context.Context, instanceUUID string) ([]byte, error)
+}
 
+// Watcher is the change feed of published documents.
+type Watcher interface {
 	// Watch returns a feed of changes to published documents made through
 	// any client of the same store (other processes and hosts included),
 	// until ctx is done; then the channel is closed. Delivery is
@@ -111,13 +147,8 @@ type Store interface {
 	// returns is delivered (or covered by a later Resync); one committed
 	// just before may be delivered too. Changes of one instance arrive in
 	// order. A reader should start watching before it loads what it
-	// caches.
+	// caches. Record writes are not in this feed.
 	Watch(ctx context.Context) (<-chan Change, error)
-
-	// Ping reports whether the backend is reachable.
-	Ping(ctx context.Context) error
-
-	Close() error
 }
 
 // Change says that an instance's published document changed.

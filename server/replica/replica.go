@@ -13,13 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
-	"github.com/vmeta/vmeta/internal/store/redis"
+	"github.com/vmeta/vmeta/internal/store/storeurl"
 	"github.com/vmeta/vmeta/server"
 )
 
@@ -102,7 +100,7 @@ func run(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	st, err := OpenStore(ctx, storeURL)
+	st, err := storeurl.Open(ctx, storeURL)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -120,7 +118,7 @@ func run(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 	}
-	return Serve(ctx, s, ln, mln, log, "store", StoreName(storeURL))
+	return Serve(ctx, s, ln, mln, log, "store", storeurl.Redact(storeURL))
 }
 
 // Serve serves s on ln (with the per-address connection limit), the
@@ -170,31 +168,13 @@ func Serve(ctx context.Context, s *server.Server, ln, mln net.Listener, log *slo
 // redis+cluster://, redis+sentinel://, unix://) or a bolt file
 // (bolt:///path; bolt allows one process per file, so only one no hostctl
 // has open).
+//
+// Deprecated: use storeurl.Open.
 func OpenStore(ctx context.Context, url string) (store.Store, error) {
-	if path, ok := strings.CutPrefix(url, "bolt://"); ok {
-		if path == "" {
-			return nil, fmt.Errorf("--store %q: bolt:///path/to/file.db", url)
-		}
-		return bolt.Open(path, bolt.WithLockTimeout(2*time.Second))
-	}
-	return redis.Open(ctx, url)
+	return storeurl.Open(ctx, url)
 }
 
 // StoreName is a store URL fit for logs: without user or password.
-func StoreName(url string) string {
-	scheme, rest, ok := strings.Cut(url, "://")
-	if !ok {
-		return "(invalid store URL)"
-	}
-	authority, path, _ := strings.Cut(rest, "/")
-	if i := strings.LastIndex(authority, "@"); i >= 0 {
-		authority = "…@" + authority[i+1:]
-	}
-	if path != "" {
-		path = "/" + path
-		if q := strings.IndexByte(path, '?'); q >= 0 {
-			path = path[:q] // query parameters may carry credentials
-		}
-	}
-	return scheme + "://" + authority + path
-}
+//
+// Deprecated: use storeurl.Redact.
+func StoreName(url string) string { return storeurl.Redact(url) }

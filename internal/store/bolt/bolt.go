@@ -15,6 +15,7 @@
 //	passwords  uuid -> the password the guest posted (raw bytes after a
 //	                   one-byte format prefix, so an empty password is
 //	                   still a value)
+//	records    key -> version (8 bytes, big-endian) + value   (store.Records)
 //
 // Every write is one bbolt read-write transaction that makes all its checks
 // before it writes, so a refused Put or Delete changes nothing. Each commit
@@ -63,11 +64,8 @@ var (
 	bucketAddresses = []byte("addresses")
 	bucketSecrets   = []byte("secrets")
 	bucketPasswords = []byte("passwords")
+	bucketRecords   = []byte("records")
 )
-
-// watchBuffer is the buffer of a watcher's channel (a variable so that
-// tests can make it overflow quickly).
-var watchBuffer = feed.DefaultSize
 
 // passwordFormat prefixes a stored password (bbolt does not tell an empty
 // value from a missing one in every version; the prefix also leaves room
@@ -83,6 +81,8 @@ type Store struct {
 	// its change, so watchers see changes in commit order.
 	writeMu sync.Mutex
 
+	watchBuffer int // of each watcher's channel
+
 	mu       sync.Mutex // guards watchers and closed
 	watchers map[*feed.Sink]struct{}
 	closed   bool
@@ -95,6 +95,7 @@ type Option func(*options)
 
 type options struct {
 	lockTimeout time.Duration
+	watchBuffer int
 }
 
 // WithLockTimeout sets how long Open waits for another process to release
@@ -108,10 +109,16 @@ func WithLockTimeout(d time.Duration) Option {
 	}
 }
 
+// withWatchBuffer sets the buffer of each watcher's channel (tests make it
+// overflow quickly); the default is feed.DefaultSize.
+func withWatchBuffer(n int) Option {
+	return func(o *options) { o.watchBuffer = n }
+}
+
 // Open opens (creating if needed) the store file at path. A missing parent
 // directory is created with mode 0700, the file with mode 0600.
 func Open(path string, opts ...Option) (*Store, error) {
-	o := options{lockTimeout: DefaultLockTimeout}
+	o := options{lockTimeout: DefaultLockTimeout, watchBuffer: feed.DefaultSize}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -126,7 +133,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords} {
+		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords, bucketRecords} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -137,7 +144,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, watchers: map[*feed.Sink]struct{}{}}, nil
+	return &Store{db: db, path: path, watchBuffer: o.watchBuffer, watchers: map[*feed.Sink]struct{}{}}, nil
 }
 
 // Path returns the file the store is kept in.
@@ -159,7 +166,7 @@ func (s *Store) Close() error {
 }
 
 type buckets struct {
-	instances, uuids, documents, addresses, secrets, passwords *bbolt.Bucket
+	instances, uuids, documents, addresses, secrets, passwords, records *bbolt.Bucket
 }
 
 func open(tx *bbolt.Tx) buckets {
@@ -170,6 +177,7 @@ func open(tx *bbolt.Tx) buckets {
 		addresses: tx.Bucket(bucketAddresses),
 		secrets:   tx.Bucket(bucketSecrets),
 		passwords: tx.Bucket(bucketPasswords),
+		records:   tx.Bucket(bucketRecords),
 	}
 }
 
@@ -505,7 +513,7 @@ func (s *Store) Watch(ctx context.Context) (<-chan store.Change, error) {
 		return nil, fmt.Errorf("watch: store %s is closed", s.path)
 	}
 	var w *feed.Sink
-	w = feed.New(ctx, watchBuffer, func() {
+	w = feed.New(ctx, s.watchBuffer, func() {
 		s.mu.Lock()
 		delete(s.watchers, w)
 		s.mu.Unlock()

@@ -12,9 +12,9 @@ import (
 	"github.com/vmeta/vmeta/internal/store/storetest"
 )
 
-func openTemp(t testing.TB) *Store {
+func openTemp(t testing.TB, opts ...Option) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "data", "vmeta.db"))
+	s, err := Open(filepath.Join(t.TempDir(), "data", "vmeta.db"), opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -189,9 +189,8 @@ func BenchmarkLookupAddress(b *testing.B) {
 // A watcher that does not read loses changes once its buffer is full, and
 // then gets a Resync; Put never waits for it.
 func TestWatchOverflowResync(t *testing.T) {
-	defer func(n int) { watchBuffer = n }(watchBuffer)
-	watchBuffer = 16
-	s := openTemp(t)
+	const watchBuffer = 16
+	s := openTemp(t, withWatchBuffer(watchBuffer))
 	defer s.Close()
 	ch, err := s.Watch(t.Context())
 	if err != nil {

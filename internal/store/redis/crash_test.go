@@ -11,14 +11,10 @@ import (
 )
 
 // shortLease makes a crashed writer's lock expire quickly.
-func shortLease(t *testing.T) {
-	t.Helper()
-	old := lockLease
-	lockLease = time.Second
-	t.Cleanup(func() { lockLease = old })
-}
+var shortLease = WithLockLease(time.Second)
 
-// setHook sets one of the Put test hooks for the rest of the test.
+// setHook sets one of the Put test hooks (of a store opened withHooks) for
+// the rest of the test.
 func setHook(t *testing.T, hook *func() error, fn func() error) {
 	t.Helper()
 	*hook = fn
@@ -96,8 +92,8 @@ func TestCrashBetweenSteps(t *testing.T) {
 }
 
 func testCrashBetweenSteps(t *testing.T, url string) {
-	shortLease(t)
-	s := openFlushed(t, url)
+	var h hooks
+	s := openFlushed(t, url, shortLease, withHooks(&h))
 	defer s.Close()
 	ctx := t.Context()
 	addrs := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"}
@@ -130,14 +126,14 @@ func testCrashBetweenSteps(t *testing.T, url string) {
 
 	// 1. Dies after claiming 10.0.0.3, before writing the record.
 	moved := inst("vm-a", "u-a", "10.0.0.2", "10.0.0.3")
-	setHook(t, &afterClaim, func() error {
+	setHook(t, &h.afterClaim, func() error {
 		wantConsistent(t, s, addrs, names)
 		return errBoom
 	})
 	if err := put(moved, 1); !errors.Is(err, errCrash) {
 		t.Fatalf("Put stopped after claims: %v", err)
 	}
-	afterClaim = nil
+	h.afterClaim = nil
 	wantConsistent(t, s, addrs, names)
 	owner("10.0.0.1", "u-a")
 	owner("10.0.0.2", "u-a")
@@ -162,14 +158,14 @@ func testCrashBetweenSteps(t *testing.T, url string) {
 	// 2. Dies after writing the record, before releasing 10.0.0.2 and
 	// 10.0.0.3 (and the lock).
 	again := inst("vm-a", "u-a", "10.0.0.4")
-	setHook(t, &afterWrite, func() error {
+	setHook(t, &h.afterWrite, func() error {
 		wantConsistent(t, s, addrs, names)
 		return errBoom
 	})
 	if err := put(again, 2); !errors.Is(err, errCrash) {
 		t.Fatalf("Put stopped after the write: %v", err)
 	}
-	afterWrite = nil
+	h.afterWrite = nil
 	wantConsistent(t, s, addrs, names)
 	owner("10.0.0.2", "") // still claimed, no longer in the record
 	owner("10.0.0.3", "")
@@ -193,11 +189,11 @@ func testCrashBetweenSteps(t *testing.T, url string) {
 	// 3. A create that dies after its claims: the name and address are
 	// not visible, and another UUID gets them once the lock expires.
 	c := inst("vm-c", "u-c1", "10.0.0.5")
-	setHook(t, &afterClaim, func() error { return errBoom })
+	setHook(t, &h.afterClaim, func() error { return errBoom })
 	if err := put(c, 0); !errors.Is(err, errCrash) {
 		t.Fatalf("create stopped after claims: %v", err)
 	}
-	afterClaim = nil
+	h.afterClaim = nil
 	if _, err := s.Instance(ctx, "vm-c"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Instance of a crashed create: %v, want not found", err)
 	}

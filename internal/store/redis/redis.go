@@ -37,6 +37,12 @@
 //	vmeta:name:<name>      string  "<uuid> <token>"   (token: of the write that claimed it)
 //	vmeta:addr:<addr>      string  "<uuid> <token>"   (canonical address, see Store.LookupAddress)
 //
+// Records (store.Records) are one hash each, in a slot of their own,
+// changed by one script per call (see Store.Records for how they are
+// listed):
+//
+//	vmeta:rec:<key>        hash    version, value
+//
 // and changes are published on the pub/sub channel vmeta:changes.
 // Revision and version live in their own hash fields (not in the JSON, where
 // they are stored as 0) so that the scripts bump them without decoding
@@ -55,9 +61,10 @@
 // Put and Delete run in steps, each one Lua script on one slot (Redis runs
 // a script in isolation), in this order:
 //
-//  1. lock the instance: SET vmeta:lock:{uuid} NX with a TTL (lockLease) and
-//     read its record, waiting while another writer holds the lock. One
-//     writer per instance at a time; a crashed writer's lock expires.
+//  1. lock the instance: SET vmeta:lock:{uuid} NX with a TTL (the lock
+//     lease, see WithLockLease) and read its record, waiting while another
+//     writer holds the lock. One writer per instance at a time; a crashed
+//     writer's lock expires.
 //  2. claim the name, then the addresses in sorted order: a free key, or
 //     one the instance owns, is set to "<uuid> <token>" (a fresh token per
 //     Put). A key owned by another instance is a conflict, unless that
@@ -83,7 +90,7 @@
 // (the new claims are deleted, re-claimed ones get their old value back)
 // before it unlocks, so it changes nothing anyone can see. A Put that dies
 // between steps leaves claims its record does not list; lookups ignore
-// them, the lock expires after lockLease, and then a retry of the Put
+// them, the lock expires after the lease, and then a retry of the Put
 // completes and other instances can take the names and addresses over.
 // Delete locks, deletes the record, document and secrets in one script
 // (publishing the deletion), then releases the instance's claims.
@@ -94,7 +101,7 @@
 // cluster.
 //
 // Everything above assumes that a writer does not stall for longer than
-// lockLease while it holds the lock. If it does, its record write is
+// the lock lease while it holds the lock. If it does, its record write is
 // refused (the script checks the lock), and it skips releasing addresses
 // once half the lease has passed, so a stall can leave claims behind but
 // not take away another writer's. A Redis failover that loses the last
@@ -159,6 +166,7 @@ func newToken() string {
 type Store struct {
 	rdb  goredis.UniversalClient
 	addr string
+	opts options
 
 	closing   context.Context // done when Close is called; ends every Watch
 	close     context.CancelFunc
@@ -169,14 +177,18 @@ var _ store.Store = (*Store)(nil)
 
 // Open connects to the Redis deployment named by rawURL (see the package
 // comment) and checks that it answers.
-func Open(ctx context.Context, rawURL string) (*Store, error) {
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	t, err := parseTarget(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("open redis store: %w", err)
 	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
 	rdb := t.newClient()
 	closing, cancel := context.WithCancel(context.Background())
-	s := &Store{rdb: rdb, addr: t.desc, closing: closing, close: cancel}
+	s := &Store{rdb: rdb, addr: t.desc, opts: o, closing: closing, close: cancel}
 	if err := s.ping(ctx); err != nil {
 		s.Close()
 		for _, secret := range t.secrets {

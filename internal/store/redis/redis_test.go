@@ -17,9 +17,9 @@ import (
 
 // openFlushed opens the store at url and empties it (every primary of a
 // cluster).
-func openFlushed(t testing.TB, url string) *Store {
+func openFlushed(t testing.TB, url string, opts ...Option) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), url)
+	s, err := Open(t.Context(), url, opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -19,12 +19,6 @@ import (
 // changesChannel is the pub/sub channel the write scripts publish on.
 const changesChannel = prefix + "changes"
 
-// healthInterval is how long a subscription may be silent before Watch
-// pings it; a ping unanswered for another interval counts as a dead
-// connection (a half-open TCP connection never reports an error by
-// itself). A variable so that tests can shorten it.
-var healthInterval = 5 * time.Second
-
 // wireChange is the message the scripts publish: the addresses before and
 // after the change are sent apart (each is a JSON list the Go side wrote)
 // and merged here.
@@ -75,8 +69,8 @@ func union(a, b []string) []string {
 //
 // Delivery is at most once. go-redis reconnects and re-subscribes by itself
 // after a connection error; Watch also pings a silent subscription every
-// healthInterval and, when the answer does not come, starts a new one.
-// Every confirmation of a subscription other than the first means that
+// DefaultHealthInterval and, when the answer does not come, starts a new
+// one. Every confirmation of a subscription other than the first means that
 // messages may have been published while there was none, and is turned
 // into a Change{Resync: true}, sent after the new subscription is active:
 // a reader that re-checks everything it caches when it receives it (by
@@ -111,7 +105,7 @@ func (s *Store) Watch(ctx context.Context) (<-chan store.Change, error) {
 // confirmation.
 func (s *Store) subscribe(ctx context.Context) (*goredis.PubSub, error) {
 	ps := s.rdb.Subscribe(ctx, changesChannel)
-	msg, err := ps.ReceiveTimeout(ctx, subscribeTimeout)
+	msg, err := ps.ReceiveTimeout(ctx, s.opts.subscribeTimeout)
 	if err == nil {
 		if _, ok := msg.(*goredis.Subscription); !ok {
 			err = fmt.Errorf("unexpected first message %T", msg)
@@ -123,10 +117,6 @@ func (s *Store) subscribe(ctx context.Context) (*goredis.PubSub, error) {
 	}
 	return ps, nil
 }
-
-// subscribeTimeout bounds the wait for a subscription's confirmation (a
-// variable so that tests can shorten it).
-var subscribeTimeout = 10 * time.Second
 
 type watcher struct {
 	s    *Store
@@ -151,7 +141,7 @@ func (w *watcher) loop(ctx context.Context) {
 		w.mu.Lock()
 		ps := w.ps
 		w.mu.Unlock()
-		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		msg, err := ps.ReceiveTimeout(ctx, w.s.opts.healthInterval)
 		if ctx.Err() != nil {
 			return
 		}

@@ -120,11 +120,8 @@ func TestWatchResyncAfterRestart(t *testing.T) {
 // the health ping; the watcher resubscribes once it answers again and
 // sends a Resync.
 func TestWatchResyncAfterHang(t *testing.T) {
-	defer func(h, s time.Duration) { healthInterval, subscribeTimeout = h, s }(healthInterval, subscribeTimeout)
-	healthInterval, subscribeTimeout = 100*time.Millisecond, 300*time.Millisecond
-
 	srv := testenv.StartRedisServer(t)
-	s := openFlushed(t, srv.URL())
+	s := openFlushed(t, srv.URL(), withWatchTimeouts(100*time.Millisecond, 300*time.Millisecond))
 	defer s.Close()
 	ch, err := s.Watch(t.Context())
 	if err != nil {

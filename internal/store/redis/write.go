@@ -16,23 +16,9 @@ import (
 	"github.com/vmeta/vmeta/internal/store/internal/check"
 )
 
-// lockLease is the TTL of an instance's write lock: how long a writer that
-// died keeps others from writing that instance, and the stall after which a
-// live writer loses the lock (its record write is then refused). A
-// variable so that tests can shorten it.
-var lockLease = 15 * time.Second
-
 // maxLockWait bounds how long a write waits for another writer of the
 // same instance before it gives up.
-func maxLockWait() time.Duration { return 2 * lockLease }
-
-// Test hooks: when set, they run between the steps of Put (after the
-// claims, after the record write). An error stops Put right there as if
-// the process had died: nothing is undone and the lock is left to expire.
-var (
-	afterClaim func() error
-	afterWrite func() error
-)
+func (s *Store) maxLockWait() time.Duration { return 2 * s.opts.lockLease }
 
 // errCrash wraps a hook's error.
 var errCrash = errors.New("stopped by test hook")
@@ -214,12 +200,12 @@ type claim struct {
 // record as it is under the lock.
 func (s *Store) lock(ctx context.Context, uuid string) (*writer, record, error) {
 	w := &writer{s: s, uuid: uuid, token: newToken()}
-	deadline := time.Now().Add(maxLockWait())
+	deadline := time.Now().Add(s.maxLockWait())
 	delay := 500 * time.Microsecond
 	for {
 		start := time.Now()
 		res, err := lockScript.Run(ctx, s.rdb, []string{lockKey(uuid), instKey(uuid)},
-			w.token, lockLease.Milliseconds()).Slice()
+			w.token, s.opts.lockLease.Milliseconds()).Slice()
 		if err != nil {
 			return nil, record{}, fmt.Errorf("lock instance: %w", err)
 		}
@@ -239,7 +225,7 @@ func (s *Store) lock(ctx context.Context, uuid string) (*writer, record, error) 
 			return w, rec, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, record{}, fmt.Errorf("instance %s is locked by another writer (waited %s)", uuid, maxLockWait())
+			return nil, record{}, fmt.Errorf("instance %s is locked by another writer (waited %s)", uuid, s.maxLockWait())
 		}
 		// Jittered, growing waits: writers of one instance take turns.
 		d := delay/2 + time.Duration(rand.Int64N(int64(delay)))
@@ -253,7 +239,7 @@ func (s *Store) lock(ctx context.Context, uuid string) (*writer, record, error) 
 // fresh reports whether the lock is surely still held: taken less than
 // half a lease ago (by the local clock, started before the lock was
 // requested, so the server's expiry is later still).
-func (w *writer) fresh() bool { return time.Since(w.lockedAt) < lockLease/2 }
+func (w *writer) fresh() bool { return time.Since(w.lockedAt) < w.s.opts.lockLease/2 }
 
 // cleanupCtx is for giving back claims and the lock even when the caller's
 // context has ended.
@@ -405,8 +391,8 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 	if err := w.claimAll(ctx, inst, rec); err != nil {
 		return inst, doc, err
 	}
-	if afterClaim != nil {
-		if err := afterClaim(); err != nil {
+	if hook := s.opts.hook(func(h *hooks) func() error { return h.afterClaim }); hook != nil {
+		if err := hook(); err != nil {
 			crashed = true
 			return inst, doc, fmt.Errorf("after claims: %w: %w", errCrash, err)
 		}
@@ -436,7 +422,7 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 	case "ok":
 		written = true
 	case "lock":
-		return inst, doc, fmt.Errorf("lost the write lock (a step took longer than %s)", lockLease)
+		return inst, doc, fmt.Errorf("lost the write lock (a step took longer than %s)", s.opts.lockLease)
 	case "uuid":
 		return inst, doc, check.UUIDHeld(inst.UUID, str(res, 1))
 	case "revision":
@@ -448,8 +434,8 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 	inst.Revision, _ = res[1].(int64)
 	doc.Version, _ = res[2].(int64)
 
-	if afterWrite != nil {
-		if err := afterWrite(); err != nil {
+	if hook := s.opts.hook(func(h *hooks) func() error { return h.afterWrite }); hook != nil {
+		if err := hook(); err != nil {
 			crashed = true
 			return inst, doc, fmt.Errorf("after write: %w: %w", errCrash, err)
 		}
@@ -555,7 +541,7 @@ func (s *Store) delete(ctx context.Context, name string) error {
 	case "notfound":
 		return store.ErrNotFound
 	case "lock":
-		return fmt.Errorf("lost the write lock (a step took longer than %s)", lockLease)
+		return fmt.Errorf("lost the write lock (a step took longer than %s)", s.opts.lockLease)
 	default:
 		return fmt.Errorf("delete script: unexpected reply %v", res)
 	}

@@ -1,8 +1,9 @@
 // Package storetest is the conformance suite of store.Store: every backend's
 // tests call Run, so bolt and redis are held to exactly the same behaviour
 // (atomic, all-or-nothing Put; conflicts; revisions and versions; address
-// index; secrets; concurrency). It also holds the benchmarks both backends
-// report (BenchmarkPut, BenchmarkDocument).
+// index; secrets; concurrency) and the versioned records (compare-and-swap,
+// listing by prefix, key rules, lost-update freedom). It also holds the
+// benchmarks both backends report (BenchmarkPut, BenchmarkDocument).
 //
 // Watch is checked with a second client of the same store (WithPeer): a
 // change made through either reaches the other's watchers.
@@ -80,6 +81,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"WatchCancel", testWatchCancel},
 		{"WatchConcurrentWatchers", func(t *testing.T, s store.Store) { testWatchConcurrent(t, s, cfg.peer(t, s)) }},
 	}
+	tests = append(tests, recordTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

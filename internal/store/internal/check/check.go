@@ -147,3 +147,17 @@ func Revision(expect, stored int64) error {
 		return fmt.Errorf("%w: revision is %d, not %d", store.ErrConflict, stored, expect)
 	}
 }
+
+// RecordVersion reports a failed compare-and-swap of a record: expect was
+// asked for, stored is the record's version (0 when it does not exist).
+// The caller adds the operation and key ("put record flavor/m1: ").
+func RecordVersion(expect, stored int64) error {
+	switch {
+	case expect == 0:
+		return fmt.Errorf("%w: record exists (version %d), expected none", store.ErrConflict, stored)
+	case stored == 0:
+		return fmt.Errorf("%w: record does not exist, expected version %d", store.ErrConflict, expect)
+	default:
+		return fmt.Errorf("%w: version is %d, expected %d", store.ErrConflict, stored, expect)
+	}
+}
