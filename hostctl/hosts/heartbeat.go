@@ -1,0 +1,205 @@
+package hosts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// RecordPrefix is where heartbeat records live in the store.
+const RecordPrefix = "host/"
+
+// Defaults of the heartbeat.
+const (
+	// DefaultInterval is how often a host writes its heartbeat.
+	DefaultInterval = 10 * time.Second
+	// DefaultDownAfter is the silence after which a host counts as down:
+	// several missed beats, so one slow store write does not mark it.
+	DefaultDownAfter = 60 * time.Second
+	// maxCASRetries bounds the read-modify-write loop of one beat: only
+	// this host writes its record, so a conflict means another process
+	// runs with the same host name (which Beat reports).
+	maxCASRetries = 3
+)
+
+// Heartbeat is the record a host keeps in the store.
+type Heartbeat struct {
+	Host      string    `json:"host"`
+	Version   string    `json:"version"`
+	Started   time.Time `json:"started"`
+	LastSeen  time.Time `json:"last_seen"`
+	Instances int       `json:"instances"`
+	// Stopped is set when the host shut down cleanly: it is down, but
+	// said so, rather than went silent.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Status is a heartbeat as a reader sees it at a given time.
+type Status struct {
+	Heartbeat
+	// Age is the time since LastSeen, by the reader's clock.
+	Age time.Duration `json:"age"`
+	// Down: silent for longer than DownAfter, or stopped.
+	Down bool `json:"down"`
+}
+
+// Records is what the heartbeat needs from the store.
+type Records interface {
+	Record(ctx context.Context, key string) (store.Record, error)
+	PutRecord(ctx context.Context, key string, value []byte, expectVersion int64) (store.Record, error)
+	Records(ctx context.Context, prefix string) ([]store.Record, error)
+}
+
+// Key is the store key of host's heartbeat.
+func Key(host string) string { return RecordPrefix + host }
+
+// Beater keeps one host's heartbeat record fresh.
+type Beater struct {
+	Store   Records
+	Host    string
+	Version string
+	// Interval between beats (DefaultInterval when 0).
+	Interval time.Duration
+	// Count returns the number of instances the host owns (optional).
+	Count func(ctx context.Context) (int, error)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	Log *slog.Logger
+
+	started time.Time
+}
+
+func (b *Beater) now() time.Time {
+	if b.Now != nil {
+		return b.Now()
+	}
+	return time.Now()
+}
+
+// Beat writes the heartbeat once: a read, then a compare-and-swap put of
+// the new record, retried when the record changed in between.
+func (b *Beater) Beat(ctx context.Context) error {
+	return b.write(ctx, false)
+}
+
+// Stop writes a last heartbeat marked stopped, so other hosts see at once
+// that this one shut down cleanly.
+func (b *Beater) Stop(ctx context.Context) error {
+	return b.write(ctx, true)
+}
+
+func (b *Beater) write(ctx context.Context, stopped bool) error {
+	if b.started.IsZero() {
+		b.started = b.now().UTC()
+	}
+	hb := Heartbeat{Host: b.Host, Version: b.Version, Started: b.started, Stopped: stopped}
+	if b.Count != nil {
+		n, err := b.Count(ctx)
+		if err != nil {
+			return fmt.Errorf("heartbeat of %s: count instances: %w", b.Host, err)
+		}
+		hb.Instances = n
+	}
+	key := Key(b.Host)
+	for range maxCASRetries {
+		expect := int64(0)
+		cur, err := b.Store.Record(ctx, key)
+		switch {
+		case err == nil:
+			expect = cur.Version
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("heartbeat of %s: %w", b.Host, err)
+		}
+		hb.LastSeen = b.now().UTC()
+		val, err := json.Marshal(hb)
+		if err != nil {
+			return err
+		}
+		if _, err = b.Store.PutRecord(ctx, key, val, expect); err == nil {
+			return nil
+		} else if !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("heartbeat of %s: %w", b.Host, err)
+		}
+	}
+	return fmt.Errorf("heartbeat of %s: %w: the record changed under every write; is another hostctl running with --host %s?",
+		b.Host, store.ErrConflict, b.Host)
+}
+
+// Run beats at once and then every Interval until ctx is done; failed
+// beats are logged (the next one retries).
+func (b *Beater) Run(ctx context.Context) {
+	interval := b.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	log := b.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := b.Beat(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("heartbeat not written", "host", b.Host, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Judge turns a heartbeat into a Status at time now.
+func Judge(hb Heartbeat, now time.Time, downAfter time.Duration) Status {
+	if downAfter <= 0 {
+		downAfter = DefaultDownAfter
+	}
+	age := now.Sub(hb.LastSeen)
+	return Status{Heartbeat: hb, Age: age, Down: hb.Stopped || age > downAfter}
+}
+
+// Get returns the status of one host; store.ErrNotFound when it never beat.
+func Get(ctx context.Context, st Records, host string, now time.Time, downAfter time.Duration) (Status, error) {
+	rec, err := st.Record(ctx, Key(host))
+	if err != nil {
+		return Status{}, fmt.Errorf("host %s: %w", host, err)
+	}
+	hb, err := decode(rec)
+	if err != nil {
+		return Status{}, err
+	}
+	return Judge(hb, now, downAfter), nil
+}
+
+// List returns the status of every host that ever beat, sorted by name.
+func List(ctx context.Context, st Records, now time.Time, downAfter time.Duration) ([]Status, error) {
+	recs, err := st.Records(ctx, RecordPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	out := make([]Status, 0, len(recs))
+	for _, rec := range recs {
+		hb, err := decode(rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Judge(hb, now, downAfter))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out, nil
+}
+
+func decode(rec store.Record) (Heartbeat, error) {
+	var hb Heartbeat
+	if err := json.Unmarshal(rec.Value, &hb); err != nil {
+		return Heartbeat{}, fmt.Errorf("heartbeat record %s: %w", rec.Key, err)
+	}
+	return hb, nil
+}
