@@ -75,7 +75,7 @@ func Read(p string) (tree *metadata.Tree, label string, err error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("configdrive: %s: %w", p, err)
 	}
-	g := &guardedStorage{Storage: file.New(f, true), size: size}
+	g := newGuard(file.New(f, true), size)
 	fsys, err := openFS(g, size)
 	if err != nil {
 		return nil, "", fmt.Errorf("configdrive: %s: %w", p, err)
@@ -259,6 +259,9 @@ func readFile(fsys filesystem.FileSystem, p string, size int64) ([]byte, error) 
 		return nil, err
 	}
 	defer f.Close()
+	if err := checkChainLength(fsys, f, size); err != nil {
+		return nil, err
+	}
 	b := make([]byte, size)
 	for n := 0; n < len(b); {
 		m, err := f.Read(b[n:])
@@ -272,4 +275,22 @@ func readFile(fsys filesystem.FileSystem, p string, size int64) ([]byte, error) 
 		}
 	}
 	return b, nil
+}
+
+// checkChainLength fails if f is a FAT file whose cluster chain cannot hold
+// its size bytes (go-diskfs v1.9.4 panics reading past the chain's end).
+func checkChainLength(fsys filesystem.FileSystem, f filesystem.File, size int64) error {
+	cf, ok := f.(interface{ GetClusterChain() ([]uint32, error) })
+	bf, ok2 := fsys.(interface{ BytesPerCluster() int })
+	if !ok || !ok2 || size == 0 {
+		return nil
+	}
+	chain, err := cf.GetClusterChain()
+	if err != nil {
+		return fmt.Errorf("cluster chain: %w", err)
+	}
+	if have := int64(len(chain)) * int64(bf.BytesPerCluster()); have < size {
+		return fmt.Errorf("cluster chain of %d clusters holds %d bytes, less than the file's %d", len(chain), have, size)
+	}
+	return nil
 }

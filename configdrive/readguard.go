@@ -41,10 +41,17 @@ var ErrLimit = errors.New("drive exceeds a reader limit")
 // first failure sticks and Read checks it after each step.
 type guardedStorage struct {
 	backend.Storage
-	size  int64
-	bytes int64
-	calls int
-	err   error
+	size     int64
+	maxBytes int64 // readMaxIO in Read
+	maxCalls int   // readMaxIOCalls in Read
+	bytes    int64
+	calls    int
+	err      error
+}
+
+// newGuard guards s, a drive of size bytes, with Read's limits.
+func newGuard(s backend.Storage, size int64) *guardedStorage {
+	return &guardedStorage{Storage: s, size: size, maxBytes: readMaxIO, maxCalls: readMaxIOCalls}
 }
 
 func (g *guardedStorage) ReadAt(p []byte, off int64) (int, error) {
@@ -57,10 +64,10 @@ func (g *guardedStorage) ReadAt(p []byte, off int64) (int, error) {
 	case int64(len(p)) > g.size:
 		// Not sticky: an oversized request is refused, not read.
 		return 0, fmt.Errorf("%w: a read of %d bytes from a %d-byte drive", ErrLimit, len(p), g.size)
-	case g.bytes > readMaxIO:
-		g.err = fmt.Errorf("%w: more than %d bytes read from the drive (readMaxIO)", ErrLimit, int64(readMaxIO))
-	case g.calls > readMaxIOCalls:
-		g.err = fmt.Errorf("%w: more than %d reads from the drive (readMaxIOCalls)", ErrLimit, readMaxIOCalls)
+	case g.bytes > g.maxBytes:
+		g.err = fmt.Errorf("%w: more than %d bytes read from the drive (readMaxIO)", ErrLimit, g.maxBytes)
+	case g.calls > g.maxCalls:
+		g.err = fmt.Errorf("%w: more than %d reads from the drive (readMaxIOCalls)", ErrLimit, g.maxCalls)
 	}
 	if g.err != nil {
 		return 0, g.err
