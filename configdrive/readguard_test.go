@@ -26,17 +26,17 @@ func fat12Image(size uint32, fat ...uint16) []byte {
 	copy(bs, []byte{0xEB, 0x3C, 0x90})
 	copy(bs[3:], "MSWIN4.1")
 	binary.LittleEndian.PutUint16(bs[11:], sector) // bytes per sector
-	bs[13] = 1                                      // sectors per cluster
-	binary.LittleEndian.PutUint16(bs[14:], 1)       // reserved sectors
-	bs[16] = 2                                      // FATs
-	binary.LittleEndian.PutUint16(bs[17:], 16)      // root entries
-	binary.LittleEndian.PutUint16(bs[19:], 16)      // total sectors
-	bs[21] = 0xF8                                   // media
-	binary.LittleEndian.PutUint16(bs[22:], 1)       // sectors per FAT
-	binary.LittleEndian.PutUint16(bs[24:], 32)      // sectors per track
-	binary.LittleEndian.PutUint16(bs[26:], 2)       // heads
-	bs[36] = 0x80                                   // drive number
-	bs[38] = 0x29                                   // extended boot signature
+	bs[13] = 1                                     // sectors per cluster
+	binary.LittleEndian.PutUint16(bs[14:], 1)      // reserved sectors
+	bs[16] = 2                                     // FATs
+	binary.LittleEndian.PutUint16(bs[17:], 16)     // root entries
+	binary.LittleEndian.PutUint16(bs[19:], 16)     // total sectors
+	bs[21] = 0xF8                                  // media
+	binary.LittleEndian.PutUint16(bs[22:], 1)      // sectors per FAT
+	binary.LittleEndian.PutUint16(bs[24:], 32)     // sectors per track
+	binary.LittleEndian.PutUint16(bs[26:], 2)      // heads
+	bs[36] = 0x80                                  // drive number
+	bs[38] = 0x29                                  // extended boot signature
 	binary.LittleEndian.PutUint32(bs[39:], 0x12345678)
 	copy(bs[43:], "config-2   ")
 	copy(bs[54:], "FAT12   ")
