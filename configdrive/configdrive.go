@@ -34,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/configdrive/internal/isowriter"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/schema"
 )
 
 // Format is the file system of a config drive.
@@ -93,11 +94,11 @@ func (o Options) withDefaults() (Options, error) {
 // checkIdentifier accepts printable ASCII of at most max bytes.
 func checkIdentifier(what, s string, max int) error {
 	if len(s) > max {
-		return fmt.Errorf("configdrive: %s %q longer than %d bytes", what, s, max)
+		return fmt.Errorf("configdrive: %s %s longer than %d bytes", what, schema.QuoteValue(s), max)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] > 0x7e {
-			return fmt.Errorf("configdrive: %s %q: only printable ASCII allowed", what, s)
+			return fmt.Errorf("configdrive: %s %s: only printable ASCII allowed", what, schema.QuoteValue(s))
 		}
 	}
 	return nil

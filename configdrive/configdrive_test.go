@@ -11,14 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/fat32"
@@ -781,15 +779,9 @@ func FuzzRead(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		// A runaway Read (a loop in a corrupt directory structure) would
-		// only stall the fuzzer; crash with stacks so it is reported.
-		watchdog := time.AfterFunc(10*time.Second, func() {
-			buf := make([]byte, 1<<20)
-			n := runtime.Stack(buf, true)
-			panic("Read has been running for 10s\n" + string(buf[:n]))
-		})
+		// Read bounds its own work (see readguard.go); no wall-clock
+		// watchdog here, which fired on a loaded machine.
 		tree, _, err := configdrive.Read(p)
-		watchdog.Stop()
 		if err == nil && tree == nil {
 			t.Fatal("nil tree without error")
 		}

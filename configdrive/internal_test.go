@@ -39,7 +39,7 @@ func TestReadISO2048Fallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := readTree(fsys, st.Size())
+	tree, err := readTree(fsys, st.Size(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strings"
 
-	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/backend"
+	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/diskfs/go-diskfs/filesystem/fat12"
+	"github.com/diskfs/go-diskfs/filesystem/fat16"
+	"github.com/diskfs/go-diskfs/filesystem/fat32"
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -35,11 +39,19 @@ var ErrNoFilesystem = errors.New("no ISO 9660 or vfat file system")
 // ISO without Rock Ridge is read with its plain ISO 9660 names
 // (OPENSTAC/LATEST/META_DAT.JSO), which is not a usable config drive.
 //
-// ISO 9660 on block devices with 512-byte logical sectors (virtio-blk, loop
-// devices), which go-diskfs's GetFilesystem refuses, is read with
-// iso9660.Read and 2048-byte blocks over the read-only file backend.
+// ISO 9660 is always read with 2048-byte blocks, whatever sector size the
+// device reports: go-diskfs's GetFilesystem passes a virtio-blk or loop
+// device's 512-byte sectors and then fails, and misreads 4096 (go-diskfs
+// issues #104/#107).
 //
-// go-diskfs can panic on corrupt input; Read recovers and returns an error.
+// Read is bounded on a corrupt or hostile drive (see the limits in
+// readguard.go; an error wrapping ErrLimit names the one exceeded): it
+// checks the FAT and ISO 9660 structures go-diskfs would trust (a looping
+// cluster chain, a claimed multi-GiB table), reads through a guard that
+// counts every read, and stops a file read that makes no progress. It does
+// not look for partition tables, and tries only the FAT and ISO 9660
+// readers. go-diskfs can panic on corrupt input; Read recovers and returns
+// an error.
 //
 // Limitations (go-diskfs v1.9.4): a Rock Ridge name split over several NM
 // entries, which genisoimage writes for names of about 147 bytes and more, is
@@ -54,45 +66,93 @@ func Read(p string) (tree *metadata.Tree, label string, err error) {
 			tree, label, err = nil, "", fmt.Errorf("configdrive: read %s: corrupt image (go-diskfs panicked: %v)", p, r)
 		}
 	}()
-	d, err := diskfs.Open(p, diskfs.WithOpenMode(diskfs.ReadOnly))
+	f, err := os.Open(p)
 	if err != nil {
 		return nil, "", fmt.Errorf("configdrive: %w", err)
 	}
-	defer d.Close()
-
-	var fsys filesystem.FileSystem
-	if !d.DefaultBlocks && d.LogicalBlocksize != isoBlock && hasISOVolume(d.Backend) {
-		// A block device whose sectors are not 2048 bytes holding an ISO:
-		// GetFilesystem would call iso9660.Read with the device's physical
-		// block size, which fails for 512 (virtio-blk, loop: "unknown
-		// filesystem type") and misreads the volume for 4096. ISO 9660
-		// blocks are 2048 bytes whatever the device; /dev/sr0 reports 2048
-		// and takes the ordinary path (go-diskfs issues #104/#107).
-		fsys, err = readISO2048(d.Backend, d.Size)
-	} else {
-		fsys, err = d.GetFilesystem(0)
-	}
+	defer f.Close()
+	size, err := driveSize(f)
 	if err != nil {
-		return nil, "", fmt.Errorf("configdrive: %s: %w (%v)", p, ErrNoFilesystem, err)
+		return nil, "", fmt.Errorf("configdrive: %s: %w", p, err)
+	}
+	g := newGuard(file.New(f, true), size)
+	fsys, err := openFS(g, size)
+	if err != nil {
+		return nil, "", fmt.Errorf("configdrive: %s: %w", p, err)
 	}
 	defer fsys.Close() // a no-op for read-only file systems
-	switch fsys.Type() {
-	case filesystem.TypeISO9660, filesystem.TypeFat32, filesystem.TypeFat16, filesystem.TypeFat12:
-	default:
-		return nil, "", fmt.Errorf("configdrive: %s: %w (found file system type %v)", p, ErrNoFilesystem, fsys.Type())
-	}
-	tree, err = readTree(fsys, d.Size)
+	tree, err = readTree(fsys, size, g)
 	if err != nil {
 		return nil, "", fmt.Errorf("configdrive: read %s: %w", p, err)
 	}
 	return tree, strings.TrimRight(fsys.Label(), " \x00"), nil
 }
 
-// hasISOVolume reports whether r has an ISO 9660 primary volume descriptor
-// at block 16.
-func hasISOVolume(r io.ReaderAt) bool {
-	_, err := isoVolumeSize(r)
-	return err == nil
+// driveSize returns the size of a regular file or block device.
+func driveSize(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		if fi.Size() == 0 {
+			return 0, fmt.Errorf("%w (empty file)", ErrNoFilesystem)
+		}
+		return fi.Size(), nil
+	case m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0:
+		size, err := f.Seek(0, io.SeekEnd)
+		if err != nil {
+			return 0, fmt.Errorf("size of block device: %w", err)
+		}
+		return size, nil
+	default:
+		return 0, fmt.Errorf("neither a block device nor a regular file (%v)", fi.Mode().Type())
+	}
+}
+
+// openFS finds the file system on the whole drive b, as go-diskfs's
+// GetFilesystem does (FAT32, FAT16, FAT12, then ISO 9660), after checking
+// the structures each reader would trust.
+func openFS(b *guardedStorage, size int64) (filesystem.FileSystem, error) {
+	var why []string
+	bs := make([]byte, fatSector)
+	if _, err := b.ReadAt(bs, 0); err != nil {
+		return nil, fmt.Errorf("read boot sector: %w", err)
+	}
+	readers := map[string]func() (filesystem.FileSystem, error){
+		"FAT32": func() (filesystem.FileSystem, error) { return fat32.Read(b, size, 0, 0) },
+		"FAT16": func() (filesystem.FileSystem, error) { return fat16.Read(b, size, 0, 0) },
+		"FAT12": func() (filesystem.FileSystem, error) { return fat12.Read(b, size, 0, 0) },
+	}
+	for _, k := range fatKinds {
+		if err := checkFATSize(k, bs, size); err != nil {
+			// Not this kind, or one Read refuses: either way go on.
+			why = append(why, err.Error())
+			continue
+		}
+		fsys, err := readers[k.name]()
+		if err != nil {
+			why = append(why, fmt.Sprintf("%s: %v", k.name, err))
+			continue
+		}
+		if err := checkFATChains(b, k, bs); err != nil {
+			return nil, err
+		}
+		return fsys, nil
+	}
+	if _, err := isoVolumeSize(b); err != nil {
+		why = append(why, err.Error())
+		return nil, fmt.Errorf("%w (%s)", ErrNoFilesystem, strings.Join(why, "; "))
+	}
+	if err := checkISO(b, size); err != nil {
+		return nil, fmt.Errorf("ISO 9660: %w", err)
+	}
+	fsys, err := readISO2048(b, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w (ISO 9660: %v)", ErrNoFilesystem, err)
+	}
+	return fsys, nil
 }
 
 // readISO2048 reads an ISO 9660 file system with 2048-byte blocks from b,
@@ -105,31 +165,59 @@ func readISO2048(b backend.Storage, size int64) (filesystem.FileSystem, error) {
 	return fsys, nil
 }
 
-// readTree walks fsys from its root and reads every regular file.
-func readTree(fsys filesystem.FileSystem, imageSize int64) (*metadata.Tree, error) {
+// readTree walks fsys from its root and reads every regular file. g, when
+// not nil, is the guard fsys reads through: its first error ends the walk.
+func readTree(fsys filesystem.FileSystem, imageSize int64, g *guardedStorage) (*metadata.Tree, error) {
 	t := &metadata.Tree{Files: map[string][]byte{}}
 	var total int64
 	entries := 0
+	guardErr := func() error {
+		if g != nil {
+			return g.err
+		}
+		return nil
+	}
+	// ISO 9660 directories by extent: a directory met twice (one that
+	// contains itself or an ancestor) would be walked until the depth or
+	// entry limit. FAT directories carry no such identity in go-diskfs;
+	// there the limits, and the guard, bound the walk.
+	seen := map[uint32]string{}
 	var walk func(dir string, depth int) error
 	walk = func(dir string, depth int) error {
 		if depth > readMaxDepth {
-			return fmt.Errorf("directory %s: nested deeper than %d levels", dir, readMaxDepth)
+			return fmt.Errorf("%w: directory %s nested deeper than %d levels (readMaxDepth)", ErrLimit, dir, readMaxDepth)
 		}
 		des, err := fsys.ReadDir(dir)
+		if gerr := guardErr(); gerr != nil {
+			return fmt.Errorf("directory %s: %w", dir, gerr)
+		}
 		if err != nil {
 			return err
 		}
 		for _, de := range des {
 			entries++
 			if entries > readMaxEntries {
-				return fmt.Errorf("more than %d entries", readMaxEntries)
+				return fmt.Errorf("%w: more than %d entries (readMaxEntries)", ErrLimit, readMaxEntries)
 			}
 			name := de.Name()
 			if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 				return fmt.Errorf("directory %s: invalid entry name %q", dir, name)
 			}
 			p := path.Join(dir, name)
+			info, err := de.Info()
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			if info.Size() > imageSize {
+				return fmt.Errorf("%s: size %d larger than the image", p, info.Size())
+			}
 			if de.IsDir() {
+				if st, ok := info.Sys().(*iso9660.StatT); ok {
+					if other, dup := seen[st.Location]; dup {
+						return fmt.Errorf("directory %s: same extent (block %d) as %s: a directory loop", p, st.Location, other)
+					}
+					seen[st.Location] = p
+				}
 				if err := walk(p, depth+1); err != nil {
 					return err
 				}
@@ -138,21 +226,17 @@ func readTree(fsys filesystem.FileSystem, imageSize int64) (*metadata.Tree, erro
 			if !de.Type().IsRegular() {
 				continue // Rock Ridge symlinks, devices: not part of a config drive
 			}
-			info, err := de.Info()
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-			if info.Size() > imageSize {
-				return fmt.Errorf("%s: size %d larger than the image", p, info.Size())
-			}
 			total += info.Size()
 			if total > readMaxBytes {
-				return fmt.Errorf("more than %d bytes of files", readMaxBytes)
+				return fmt.Errorf("%w: more than %d bytes of files (readMaxBytes)", ErrLimit, readMaxBytes)
 			}
 			if _, dup := t.Files[p]; dup {
 				return fmt.Errorf("%s: duplicate entry", p)
 			}
 			b, err := readFile(fsys, p, info.Size())
+			if gerr := guardErr(); gerr != nil {
+				return fmt.Errorf("%s: %w", p, gerr)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
@@ -166,15 +250,47 @@ func readTree(fsys filesystem.FileSystem, imageSize int64) (*metadata.Tree, erro
 	return t, nil
 }
 
+// readFile reads the size bytes of file p. A read that returns nothing and
+// no error is an error here (go-diskfs v1.9.4 does that for a FAT file whose
+// cluster chain is shorter than its size, which would make io.ReadFull spin).
 func readFile(fsys filesystem.FileSystem, p string, size int64) ([]byte, error) {
 	f, err := fsys.OpenFile(p, 0) // O_RDONLY
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if err := checkChainLength(fsys, f, size); err != nil {
+		return nil, err
+	}
 	b := make([]byte, size)
-	if _, err := io.ReadFull(f, b); err != nil {
-		return nil, fmt.Errorf("read %d bytes: %w", size, err)
+	for n := 0; n < len(b); {
+		m, err := f.Read(b[n:])
+		n += m
+		switch {
+		case n == len(b):
+		case err == io.EOF, m == 0 && err == nil:
+			return nil, fmt.Errorf("read %d bytes: only %d there (cluster chain or extent shorter than the file)", size, n)
+		case err != nil:
+			return nil, fmt.Errorf("read %d bytes: %w", size, err)
+		}
 	}
 	return b, nil
+}
+
+// checkChainLength fails if f is a FAT file whose cluster chain cannot hold
+// its size bytes (go-diskfs v1.9.4 panics reading past the chain's end).
+func checkChainLength(fsys filesystem.FileSystem, f filesystem.File, size int64) error {
+	cf, ok := f.(interface{ GetClusterChain() ([]uint32, error) })
+	bf, ok2 := fsys.(interface{ BytesPerCluster() int })
+	if !ok || !ok2 || size == 0 {
+		return nil
+	}
+	chain, err := cf.GetClusterChain()
+	if err != nil {
+		return fmt.Errorf("cluster chain: %w", err)
+	}
+	if have := int64(len(chain)) * int64(bf.BytesPerCluster()); have < size {
+		return fmt.Errorf("cluster chain of %d clusters holds %d bytes, less than the file's %d", len(chain), have, size)
+	}
+	return nil
 }

@@ -174,6 +174,7 @@ func (a *Agent) Apply(ctx context.Context) (*Report, error) {
 func (a *Agent) recordError(err error) {
 	unlock, lerr := lock(a.cfg.StateDir)
 	if lerr != nil {
+		a.log.Warn("cannot record the read error in the state", "read_err", err, "err", lerr)
 		return
 	}
 	defer unlock()
@@ -182,7 +183,9 @@ func (a *Agent) recordError(err error) {
 		st = &State{}
 	}
 	st.LastError, st.LastErrorTime = err.Error(), time.Now().UTC()
-	_ = writeState(a.cfg.StateDir, st)
+	if werr := writeState(a.cfg.StateDir, st); werr != nil {
+		a.log.Warn("cannot record the read error in the state", "read_err", err, "err", werr)
+	}
 }
 
 // ApplyDocument applies doc: match the devices, write the udev rules and

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
@@ -143,13 +142,13 @@ func leaf(ve *jsonschema.ValidationError, doc any, out []Violation) []Violation 
 			if names := quotedNames(p); len(names) == 1 {
 				p = names[0]
 			}
-			msg = quoteValue(v) + " does not match pattern " + p
+			msg = QuoteValue(v) + " does not match pattern " + p
 		}
 	case "format":
 		if v, ok := lookup(doc, ptr).(string); ok {
 			if i := strings.LastIndex(msg, " is not valid "); i >= 0 {
 				if names := quotedNames(msg[i:]); len(names) == 1 {
-					msg = quoteValue(v) + " is not a valid " + names[0]
+					msg = QuoteValue(v) + " is not a valid " + names[0]
 				}
 			}
 		}
@@ -228,15 +227,22 @@ func comparePointers(a, b string) int {
 	return cmp.Compare(len(at), len(bt))
 }
 
-// maxQuoted bounds the length of a value quoted in a message.
-const maxQuoted = 64
+// MaxQuoted bounds the runes of a value QuoteValue quotes whole.
+const MaxQuoted = 64
 
-func quoteValue(s string) string {
-	if utf8.RuneCountInString(s) <= maxQuoted {
-		return strconv.Quote(s)
+// QuoteValue quotes s, a value from user input, for an error message: whole
+// when it has at most MaxQuoted runes, else its first MaxQuoted runes
+// followed by "… (N bytes)", so that a 70,000-byte user_data does not fill
+// the terminal. The cut never splits a rune.
+func QuoteValue(s string) string {
+	n := 0
+	for i := range s {
+		if n == MaxQuoted {
+			return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:i]), len(s))
+		}
+		n++
 	}
-	r := []rune(s)
-	return strconv.Quote(string(r[:maxQuoted])) + "..."
+	return strconv.Quote(s)
 }
 
 // quotedNames extracts the strings the library quoted in a message. The

@@ -90,8 +90,12 @@ func (t *Tree) ConfigDriveFiles() []File {
 // DecodeTree also reads the first form, plain JSON of Tree.
 const treeMagic = "VMT2"
 
-// Limits that keep a corrupt document from making DecodeTree allocate
-// without bound.
+// Limits that keep a corrupt document from making DecodeTree, or whoever
+// uses the tree it returns, work without bound. maxTreeBytes caps both the
+// decompressed form and the tree's content as its readers see it: every
+// path counts its content's length, so a small document whose 65,536 paths
+// all name one 64 MiB blob (4 TiB once served or written to a drive) is
+// refused.
 const (
 	maxTreeEntries = 1 << 16
 	maxTreeBytes   = 64 << 20
@@ -162,8 +166,11 @@ func DecodeTree(b []byte) (*Tree, error) {
 		if err := json.Unmarshal(b, &t); err != nil {
 			return nil, fmt.Errorf("decode tree: %w", err)
 		}
-		if t.Files == nil {
+		if len(t.Files) == 0 {
 			return nil, fmt.Errorf("decode tree: no files")
+		}
+		if n := len(t.Files) + len(t.DriveOnly); n > maxTreeEntries {
+			return nil, fmt.Errorf("decode tree: %d files, more than %d (maxTreeEntries)", n, maxTreeEntries)
 		}
 		return &t, nil
 	}
@@ -172,7 +179,7 @@ func DecodeTree(b []byte) (*Tree, error) {
 		return nil, fmt.Errorf("decode tree: %w", err)
 	}
 	if len(raw) > maxTreeBytes {
-		return nil, fmt.Errorf("decode tree: larger than %d bytes", maxTreeBytes)
+		return nil, fmt.Errorf("decode tree: larger than %d bytes (maxTreeBytes)", maxTreeBytes)
 	}
 	d := treeDecoder{b: raw}
 	n := d.count()
@@ -181,6 +188,7 @@ func DecodeTree(b []byte) (*Tree, error) {
 		blobs = append(blobs, d.bytes())
 	}
 	maps := [2]map[string][]byte{}
+	var total int64 // content as readers see it: each path counts its blob
 	for k := range maps {
 		n := d.count()
 		maps[k] = make(map[string][]byte, min(n, maxTreeEntries))
@@ -189,6 +197,12 @@ func DecodeTree(b []byte) (*Tree, error) {
 			bi := d.count()
 			if d.err == nil && bi >= len(blobs) {
 				d.err = fmt.Errorf("content index %d out of range", bi)
+			}
+			if d.err == nil {
+				total += int64(len(blobs[bi]))
+				if total > maxTreeBytes {
+					d.err = fmt.Errorf("files total more than %d bytes (maxTreeBytes; %d paths so far)", maxTreeBytes, len(maps[k])+1)
+				}
 			}
 			if d.err == nil {
 				maps[k][p] = blobs[bi]

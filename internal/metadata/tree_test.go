@@ -2,9 +2,13 @@ package metadata_test
 
 import (
 	"bytes"
+	"compress/flate"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -149,5 +153,73 @@ func BenchmarkTreeDecode(b *testing.B) {
 		if _, err := metadata.DecodeTree(enc); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// storedTree deflates raw, the uncompressed body of the stored form.
+func storedTree(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	buf.WriteString("VMT2")
+	zw, err := flate.NewWriter(&buf, flate.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// oneBlobManyPaths is the stored form of a tree whose paths all name one
+// blob of size bytes.
+func oneBlobManyPaths(t testing.TB, size, paths int) []byte {
+	raw := binary.AppendUvarint(nil, 1)
+	raw = binary.AppendUvarint(raw, uint64(size))
+	raw = append(raw, make([]byte, size)...)
+	raw = binary.AppendUvarint(raw, uint64(paths))
+	for i := range paths {
+		p := fmt.Sprintf("openstack/%d/user_data", i)
+		raw = binary.AppendUvarint(raw, uint64(len(p)))
+		raw = append(raw, p...)
+		raw = binary.AppendUvarint(raw, 0)
+	}
+	raw = binary.AppendUvarint(raw, 0) // no drive-only files
+	return storedTree(t, raw)
+}
+
+// TestDecodeTreeRefuses: stored trees DecodeTree refuses, with the error
+// naming the problem. The fuzzer-found and the expanding inputs are also in
+// testdata/fuzz/FuzzDecodeTree.
+func TestDecodeTreeRefuses(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		// JSON with an empty file map decoded, but its re-encoding did
+		// not (found by FuzzDecodeTree).
+		{"json without files", []byte(`{"files":{}}`), "no files"},
+		{"json null files", []byte(`{"files":null}`), "no files"},
+		// 65 paths naming one 1 MiB blob: a 1 KiB document that serves
+		// or writes 65 MiB.
+		{"one blob, many paths", oneBlobManyPaths(t, 1<<20, 65), "files total more than 67108864 bytes (maxTreeBytes; 65 paths so far)"},
+		{"content index out of range", storedTree(t, []byte{0, 1, 1, 'a', 0, 0}), "content index 0 out of range"},
+		{"trailing bytes", storedTree(t, []byte{1, 1, 'x', 1, 1, 'a', 0, 0, 7}), "1 trailing bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := metadata.DecodeTree(tt.in)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("DecodeTree = %v, %v; want an error containing %q", tr, err, tt.want)
+			}
+		})
+	}
+	// Just under the limit still decodes.
+	if tr, err := metadata.DecodeTree(oneBlobManyPaths(t, 1<<20, 64)); err != nil || len(tr.Files) != 64 {
+		t.Errorf("64 paths of 1 MiB: %v", err)
 	}
 }

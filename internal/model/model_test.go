@@ -240,3 +240,51 @@ func FuzzParseSpec(f *testing.F) {
 		}
 	})
 }
+
+// TestErrorsCutLongValues: an error names the offending value, cut to a
+// readable length with its size, never echoing 70,000 bytes of user data.
+func TestErrorsCutLongValues(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{
+			name: "user_data over the schema limit",
+			err: func() error {
+				_, err := model.ParseSpec([]byte(validSpec + "user_data: " + strings.Repeat("x", 70000) + "\n"))
+				return err
+			}(),
+			want: `user_data: "` + strings.Repeat("x", 64) + `"… (70000 bytes): `,
+		},
+		{
+			name: "string field error",
+			err:  model.FieldError{Field: "disks[0].tag", Value: strings.Repeat("ü", 80), Rule: "too long"},
+			want: `disks[0].tag: "` + strings.Repeat("ü", 64) + `"… (160 bytes): too long`,
+		},
+		{
+			name: "other value",
+			err:  model.FieldError{Field: "vlan", Value: 5000, Rule: "must be between 0 and 4095"},
+			want: "vlan: 5000: must be between 0 and 4095",
+		},
+		{
+			name: "long non-string value",
+			err:  model.FieldError{Field: "x", Value: []int{1234567890, 1234567890, 1234567890, 1234567890, 1234567890, 1234567890, 1234567890}, Rule: "r"},
+			want: `x: "[1234567890 1234567890 1234567890 1234567890 1234567890 12345678"… (78 bytes): r`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.err == nil {
+				t.Fatal("no error")
+			}
+			msg := tt.err.Error()
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("error %q\ndoes not contain %q", msg, tt.want)
+			}
+			if len(msg) > 400 {
+				t.Errorf("error is %d bytes long", len(msg))
+			}
+		})
+	}
+}

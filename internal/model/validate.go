@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/vmeta/vmeta/schema"
 )
 
 // FieldError says what is wrong with one field of a spec: where, what value,
@@ -28,12 +30,18 @@ func (e FieldError) Error() string {
 	return fmt.Sprintf("%s: %s: %s", e.Field, formatValue(e.Value), e.Rule)
 }
 
+// formatValue renders an offending value for an error message, cut to a
+// readable length (schema.QuoteValue) when it is long.
 func formatValue(v any) string {
 	switch v := v.(type) {
 	case string:
-		return strconv.Quote(v)
+		return schema.QuoteValue(v)
 	default:
-		return fmt.Sprint(v)
+		s := fmt.Sprint(v)
+		if utf8.RuneCountInString(s) > schema.MaxQuoted {
+			return schema.QuoteValue(s) // quoted, to show where the cut is
+		}
+		return s
 	}
 }
 
