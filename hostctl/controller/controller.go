@@ -155,7 +155,7 @@ func newController(st store.Store, opts Options) *Controller {
 		c.resync = time.Minute
 	}
 	if c.dom.DefaultNetwork == "" {
-		c.dom.DefaultNetwork = "default"
+		c.dom.DefaultNetwork = model.DefaultNetwork
 	}
 	return c
 }
@@ -180,12 +180,6 @@ func (c *Controller) Close() error {
 	})
 	return nil
 }
-
-// ConflictError is returned when a spec collides with another instance.
-type ConflictError struct{ Err error }
-
-func (e *ConflictError) Error() string { return e.Err.Error() }
-func (e *ConflictError) Unwrap() error { return e.Err }
 
 // Apply creates or updates the instance a spec describes. Re-applying an
 // unchanged spec republishes it (with a fresh random_seed). A spec naming
@@ -266,7 +260,7 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 		owner, err := c.store.LookupAddress(ctx, a)
 		switch {
 		case err == nil && owner != in.UUID:
-			return &ConflictError{Err: fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))}
+			return fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))
 		case err != nil && !errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("apply %s: %w", in.Name, err)
 		}
@@ -321,9 +315,6 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		InstanceUUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Tree: enc,
 	}, expect)
 	if err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w", in.Name, err)}
-		}
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	r.Success()

@@ -27,7 +27,7 @@ func (c *Controller) network(n model.NIC) string {
 	if c.dom.DefaultNetwork != "" {
 		return c.dom.DefaultNetwork
 	}
-	return "default"
+	return model.DefaultNetwork
 }
 
 // leases are the fixed DHCP leases of an instance, so that the metadata

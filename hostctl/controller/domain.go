@@ -40,7 +40,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	host := c.host(in)
 	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {
-		return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	plans, err := c.planDisks(ctx, in)
 	if err != nil {
@@ -54,8 +54,8 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	if cur != nil && cur.uuid != in.UUID {
-		return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w: libvirt already has a domain %s with uuid %s, which is not this instance's (%s); hostctl does not take it over",
-			name, store.ErrConflict, name, cur.uuid, in.UUID)}
+		return nil, fmt.Errorf("apply %s: %w: libvirt already has a domain %s with uuid %s, which is not this instance's (%s); hostctl does not take it over",
+			name, store.ErrConflict, name, cur.uuid, in.UUID)
 	}
 	var changes []string
 	switch {
@@ -82,7 +82,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if cur == nil || len(changes) > 0 {
 		doc, err := virt.BuildDomain(in, host, c.dom)
 		if err != nil {
-			return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
+			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
 		if _, err := c.hv.Define(ctx, doc); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)

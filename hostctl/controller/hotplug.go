@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -38,8 +37,6 @@ func resolveAffect(a types.Affect, running bool) (virt.Affect, error) {
 	}
 	return out, nil
 }
-
-var sizeRE = regexp.MustCompile(`^[0-9]+[KMGT]?$`)
 
 // deviceChange is the common part of the four device operations: the
 // instance (locked), its stored record and its domain.
@@ -102,8 +99,8 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err := virt.CheckDiskBus(c.machine(), disk.Bus); err != nil {
 		return nil, fieldError("bus", disk.Bus, "%v", err)
 	}
-	if !sizeRE.MatchString(disk.Size) {
-		return nil, fieldError("size", disk.Size, "must be a byte count with an optional K, M, G or T suffix")
+	if err := model.CheckDiskSize(disk.Size); err != nil {
+		return nil, fieldError("size", disk.Size, "%v", err)
 	}
 	if disk.Name == "" {
 		if disk.Name = dc.live.FreeTarget(disk.Bus); disk.Name == "" {
@@ -123,7 +120,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	}
 	devXML, err := virt.DiskDeviceXML(disk, c.host(next), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("attach disk to %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 	plans, err := c.planDisks(ctx, &model.Instance{Name: name, Disks: []model.Disk{disk}})
 	if err != nil {
@@ -169,7 +166,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 	disk := dc.in.Disks[i]
 	devXML, err := virt.DiskDeviceXML(disk, c.host(dc.in), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("detach disk from %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("detach disk from %s: %w", name, err)
 	}
 	next := clone(dc.in)
 	next.Disks = slices.Delete(next.Disks, i, i+1)
@@ -221,7 +218,7 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 	}
 	devXML, err := virt.NICDeviceXML(nic, len(dc.in.NICs), c.host(next), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("attach NIC to %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
 
 	r := revert.New(c.log, "attach NIC "+mac+" to "+name)
@@ -254,7 +251,7 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req types.Detac
 	nic := dc.in.NICs[i]
 	devXML, err := virt.NICDeviceXML(nic, i, c.host(dc.in), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("detach NIC from %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("detach NIC from %s: %w", name, err)
 	}
 	next := clone(dc.in)
 	next.NICs = slices.Delete(next.NICs, i, i+1)

@@ -66,43 +66,6 @@ const (
 	StateUnknown = "unknown"
 )
 
-// specErr turns the field errors of the virt package (BuildDomain,
-// Validate, DiskDeviceXML) into a *model.SpecError, so the admin API
-// answers 400 with one entry per field as it does for schema errors.
-// Errors that are not field errors are returned unchanged.
-func specErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	var fields []model.FieldError
-	var other []error
-	var walk func(error)
-	walk = func(e error) {
-		var fe *virt.FieldError
-		switch x := e.(type) {
-		case *virt.FieldError:
-			fields = append(fields, model.FieldError{Field: x.Field, Rule: x.Reason})
-		case interface{ Unwrap() []error }:
-			for _, u := range x.Unwrap() {
-				walk(u)
-			}
-		case interface{ Unwrap() error }:
-			if errors.As(e, &fe) {
-				walk(x.Unwrap())
-			} else {
-				other = append(other, e)
-			}
-		default:
-			other = append(other, e)
-		}
-	}
-	walk(err)
-	if len(fields) == 0 || len(other) > 0 {
-		return err
-	}
-	return &model.SpecError{Errors: fields}
-}
-
 // fieldError is a one-field *model.SpecError.
 func fieldError(field string, value any, format string, args ...any) error {
 	return &model.SpecError{Errors: []model.FieldError{{Field: field, Value: value, Rule: fmt.Sprintf(format, args...)}}}
