@@ -64,7 +64,11 @@ type Controller struct {
 	log      *slog.Logger
 	driveFmt configdrive.Format
 
-	hv            Hypervisor
+	drv           driver
+	domains       Domains
+	hotplug       HotPlug
+	dhcp          DHCP
+	events        Events
 	dom           virt.Options
 	imageDir      string
 	shareRoot     string
@@ -122,17 +126,20 @@ type Options struct {
 // Close stops it.
 func New(st store.Store, opts Options) *Controller {
 	c := newController(st, opts)
-	if c.hv != nil {
-		c.startWatch()
-	}
+	c.drv.startReconciler()
 	return c
 }
 
 // newController is New without the reconciler.
 func newController(st store.Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
-		hv: opts.Hypervisor, dom: opts.Domain, imageDir: opts.ImageDir, shareRoot: opts.ShareRoot, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
+		dom: opts.Domain, imageDir: opts.ImageDir, shareRoot: opts.ShareRoot, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}}
+	c.drv = noDriver{c}
+	if hv := opts.Hypervisor; hv != nil {
+		c.drv = libvirtDriver{c}
+		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+	}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -206,15 +213,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	if c.hv != nil {
-		return c.applyDomain(ctx, in, old, expect)
-	}
-	if err := c.checkAddresses(ctx, in); err != nil {
-		return nil, err
-	}
-	r := revert.New(c.log, "apply "+in.Name)
-	defer r.Fail(&err)
-	return c.publish(ctx, r, in, expect)
+	return c.drv.apply(ctx, in, old, expect)
 }
 
 // existing looks up the stored instance of in's name: its spec (nil for a
@@ -304,7 +303,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 	}
 	// The Put creates revision expect+1 (1 for a new instance).
-	medium, warn, err := c.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1)
+	medium, warn, err := c.drv.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -326,9 +325,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		// is rebuilt by the next apply or by `configdrive build`.
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
-	if c.hv != nil {
-		c.pruneMedia(in.Name, medium)
-	}
+	c.drv.pruneMedia(in.Name, medium)
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
 	return &types.Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
 }
@@ -366,9 +363,7 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
-	if c.hv != nil {
-		inst.State = c.domainState(ctx, rec.Name, rec.UUID)
-	}
+	inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
 	return inst, nil
 }
 
@@ -380,38 +375,14 @@ func (c *Controller) List(ctx context.Context) ([]*types.Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	var doms map[string]virt.Domain
-	var listErr error
-	if c.hv != nil && len(recs) > 0 {
-		var ds []virt.Domain
-		if ds, listErr = c.hv.List(ctx); listErr == nil {
-			doms = make(map[string]virt.Domain, len(ds))
-			for _, d := range ds {
-				doms[d.Name] = d
-			}
-		} else {
-			c.log.Warn("list instances: cannot list libvirt domains", "err", listErr)
-		}
-	}
+	stateOf := c.drv.lister(ctx, len(recs) > 0)
 	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
 		inst, err := c.fromRecord(ctx, rec, false)
 		if err != nil {
 			return nil, err
 		}
-		if c.hv != nil {
-			d, ok := doms[rec.Name]
-			switch {
-			case listErr != nil:
-				inst.State = StateUnknown
-			case !ok || d.UUID != rec.UUID:
-				inst.State = StateMissing
-			case d.ID >= 0:
-				inst.State = string(virt.StateRunning)
-			default:
-				inst.State = string(virt.StateShutoff)
-			}
-		}
+		inst.State = stateOf(rec.Name, rec.UUID)
 		out = append(out, inst)
 	}
 	return out, nil
@@ -453,19 +424,8 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r := revert.New(c.log, "delete "+name)
 	defer r.Fail(&err)
-	if c.hv != nil {
-		in, err := decodeSpec(rec)
-		if err != nil {
-			return err
-		}
-		if err := c.removeDomain(ctx, r, in); err != nil {
-			return fmt.Errorf("delete %s: %w", name, err)
-		}
-		for _, l := range c.leases(in) {
-			if err := c.removeLease(ctx, r, l); err != nil {
-				return fmt.Errorf("delete %s: %w", name, err)
-			}
-		}
+	if err := c.drv.remove(ctx, r, rec); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	if err := c.store.Delete(ctx, name); err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)

@@ -14,6 +14,16 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// HotPlug changes the devices of a defined domain.
+type HotPlug interface {
+	AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+	DetachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+	// UpdateDevice changes a device in place; the controller swaps the
+	// config drive cdrom's medium with it (virt.ConfigDriveMediaXML,
+	// live and forced; media.go).
+	UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+}
+
 // resolveAffect turns the request's choice into libvirt's flags for a
 // domain that runs or not.
 func resolveAffect(a types.Affect, running bool) (virt.Affect, error) {
@@ -49,8 +59,8 @@ type deviceChange struct {
 }
 
 func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a types.Affect) (*deviceChange, error) {
-	if c.hv == nil {
-		return nil, fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
+	if err := c.drv.require(op, name); err != nil {
+		return nil, err
 	}
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
@@ -68,7 +78,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	doc, err := c.hv.XML(ctx, name, true)
+	doc, err := c.domains.XML(ctx, name, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
@@ -135,11 +145,11 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err := c.createDisks(ctx, r, plans); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
-	if err := c.hv.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("attach disk %s to %s: %w", disk.Name, name, err)
 	}
 	r.Add("detach disk "+disk.Name, func(ctx context.Context) error {
-		return c.hv.DetachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
 	})
 	return c.finishDeviceChange(ctx, r, dc, next, nil)
 }
@@ -173,11 +183,11 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 
 	r := revert.New(c.log, "detach disk "+disk.Name+" from "+name)
 	defer r.Fail(&err)
-	if err := c.hv.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("detach disk %s from %s: %w", disk.Name, name, err)
 	}
 	r.Add("attach disk "+disk.Name+" again", func(ctx context.Context) error {
-		return c.hv.AttachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.AttachDevice(ctx, name, devXML, dc.affect)
 	})
 	warn := c.waitRemoved(ctx, name, dc.affect, "disk "+disk.Name, func(d *virt.Devices) bool {
 		_, ok := d.Disk(disk.Name)
@@ -223,11 +233,11 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 
 	r := revert.New(c.log, "attach NIC "+mac+" to "+name)
 	defer r.Fail(&err)
-	if err := c.hv.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("attach NIC %s to %s: %w", mac, name, err)
 	}
 	r.Add("detach NIC "+mac, func(ctx context.Context) error {
-		return c.hv.DetachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
 	})
 	return c.finishDeviceChange(ctx, r, dc, next, nil)
 }
@@ -258,11 +268,11 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req types.Detac
 
 	r := revert.New(c.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)
-	if err := c.hv.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("detach NIC %s from %s: %w", nic.MAC, name, err)
 	}
 	r.Add("attach NIC "+nic.MAC+" again", func(ctx context.Context) error {
-		return c.hv.AttachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.AttachDevice(ctx, name, devXML, dc.affect)
 	})
 	warn := c.waitRemoved(ctx, name, dc.affect, "NIC "+nic.MAC, func(d *virt.Devices) bool {
 		_, ok := d.NIC(nic.MAC)
@@ -299,7 +309,7 @@ func (c *Controller) waitRemoved(ctx context.Context, name string, affect virt.A
 	}
 	deadline := time.Now().Add(c.detachTimeout)
 	for {
-		doc, err := c.hv.XML(ctx, name, true)
+		doc, err := c.domains.XML(ctx, name, true)
 		if err != nil {
 			return []string{fmt.Sprintf("%s: could not check the running domain after the detach: %v", what, err)}
 		}
