@@ -8,7 +8,7 @@
 // --virt none) device addresses come from the spec, "none" otherwise.
 //
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
-// the disks with qemu-img, defines the domain, reads the addresses, MACs
+// the disks (hostctl/images), defines the domain, reads the addresses, MACs
 // and serials libvirt chose back from its XML into the instance before
 // rendering, and gives each NIC a fixed DHCP lease, so the metadata and
 // the source-address index are right before the guest boots. Devices are
@@ -41,6 +41,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -70,9 +71,8 @@ type Controller struct {
 	dhcp          DHCP
 	events        Events
 	dom           virt.Options
-	imageDir      string
+	images        Images
 	shareRoot     string
-	qemuImg       string
 	detachTimeout time.Duration
 	resync        time.Duration
 
@@ -84,6 +84,17 @@ type Controller struct {
 	watchDone chan struct{}
 	closeOnce sync.Once
 }
+
+// Defaults of Options.
+const (
+	// DefaultDetachTimeout bounds the wait for a running guest to release
+	// a device detached live.
+	DefaultDetachTimeout = 10 * time.Second
+	// DefaultResyncInterval is how often every instance is reconciled
+	// besides the passes libvirt's events trigger (libvirt sends no event
+	// when only a persistent definition changes).
+	DefaultResyncInterval = time.Minute
+)
 
 // Options configure a Controller.
 type Options struct {
@@ -114,10 +125,11 @@ type Options struct {
 	QemuImg string
 	// DetachTimeout bounds the wait for a running guest to release a
 	// device detached live (virtio devices need the guest's consent);
-	// 10s when 0. A detach still pending then is reported as a warning.
+	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
 	// ResyncInterval is how often every instance is reconciled besides
-	// the passes events trigger; 1 minute when 0, never when negative.
+	// the passes events trigger; DefaultResyncInterval when 0, never
+	// when negative.
 	ResyncInterval time.Duration
 }
 
@@ -133,7 +145,7 @@ func New(st store.Store, opts Options) *Controller {
 // newController is New without the reconciler.
 func newController(st store.Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
-		dom: opts.Domain, imageDir: opts.ImageDir, shareRoot: opts.ShareRoot, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
+		dom: opts.Domain, shareRoot: opts.ShareRoot, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
@@ -146,20 +158,19 @@ func newController(st store.Store, opts Options) *Controller {
 	if c.driveFmt == "" {
 		c.driveFmt = configdrive.ISO9660
 	}
-	if c.imageDir == "" {
-		c.imageDir = filepath.Join(c.dataDir, "images")
+	imageDir := opts.ImageDir
+	if imageDir == "" {
+		imageDir = filepath.Join(c.dataDir, "images")
 	}
+	c.images = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
 	if c.shareRoot == "" {
 		c.shareRoot = filepath.Join(c.dataDir, "shares")
 	}
-	if c.qemuImg == "" {
-		c.qemuImg = "qemu-img"
-	}
 	if c.detachTimeout == 0 {
-		c.detachTimeout = 10 * time.Second
+		c.detachTimeout = DefaultDetachTimeout
 	}
 	if c.resync == 0 {
-		c.resync = time.Minute
+		c.resync = DefaultResyncInterval
 	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork

@@ -22,6 +22,7 @@ import (
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -52,11 +53,12 @@ func (s *failingStore) Delete(ctx context.Context, name string) error {
 }
 
 type env struct {
-	t   *testing.T
-	dir string
-	st  *failingStore
-	hv  *fakeHV
-	c   *Controller
+	t       *testing.T
+	dir     string
+	st      *failingStore
+	hv      *fakeHV
+	c       *Controller
+	qemuImg string
 }
 
 func newEnv(t *testing.T) *env {
@@ -68,7 +70,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	e := &env{t: t, dir: dir, st: &failingStore{Store: b}, hv: newFakeHV()}
+	e := &env{t: t, dir: dir, st: &failingStore{Store: b}, hv: newFakeHV(), qemuImg: qemuImg}
 	e.c = newController(e.st, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: e.hv,
 		QemuImg: qemuImg, DetachTimeout: 300 * time.Millisecond})
 	return e
@@ -357,7 +359,7 @@ func faultMatrix(t *testing.T, setup func(e *env), op func(e *env) error) {
 	e = newEnv(t)
 	setup(e)
 	before = e.snapshot()
-	e.c.qemuImg = failingQemuImg(t)
+	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(t)})
 	if err := op(e); err != nil {
 		check("failing qemu-img", e, before, err)
 	} // an operation that creates no disk succeeds
@@ -556,11 +558,11 @@ func TestImageBackedDisk(t *testing.T) {
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := execCommand(e.c.qemuImg, "create", "-q", "-f", "qcow2", filepath.Join(images, "debian.qcow2"), "32M"); err != nil {
+	if out, err := execCommand(e.qemuImg, "create", "-q", "-f", "qcow2", filepath.Join(images, "debian.qcow2"), "32M"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	e.mustApply("name: img-1\nimage: debian\ndisks: [{name: vda, tag: root}, {name: vdb, size: 4M}]\n")
-	out, err := execCommand(e.c.qemuImg, "info", "--output=json", filepath.Join(e.dir, "instances", "img-1", "disk-vda.qcow2"))
+	out, err := execCommand(e.qemuImg, "info", "--output=json", filepath.Join(e.dir, "instances", "img-1", "disk-vda.qcow2"))
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
