@@ -299,6 +299,10 @@ func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter,
 	return inst, nil
 }
 
+// detachPollInterval is how often waitRemoved reads the running domain's
+// XML while a guest has not yet released a device detached live.
+const detachPollInterval = 100 * time.Millisecond
+
 // waitRemoved waits, after a live detach, until the running domain no
 // longer has the device (present reports whether it does). A guest that
 // has not released it within the detach timeout gets a warning: libvirt
@@ -323,7 +327,7 @@ func (c *Controller) waitRemoved(ctx context.Context, name string, affect virt.A
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(detachPollInterval):
 		}
 	}
 }

@@ -18,6 +18,10 @@ import (
 // before it powers the domain off.
 const DefaultStopTimeout = 30 * time.Second
 
+// shutdownPollInterval is how often Stop asks libvirt whether a guest
+// asked to shut down is off yet.
+const shutdownPollInterval = 200 * time.Millisecond
+
 // Start boots an instance's domain (a running one is left running). A
 // config drive missing from the data directory is rebuilt from the
 // published metadata first; media swapped into the cdrom during an
@@ -93,7 +97,7 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-time.After(200 * time.Millisecond):
+			case <-time.After(shutdownPollInterval):
 			}
 		}
 	}

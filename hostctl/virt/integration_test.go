@@ -404,7 +404,7 @@ func TestDomainAddresses(t *testing.T) {
 	if err := c.Destroy(ctx, name); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
-	if err := c.Undefine(ctx, name); err != nil {
+	if err := c.undefine(ctx, name); err != nil {
 		t.Fatalf("Undefine: %v", err)
 	}
 	if _, err := c.Lookup(ctx, name); !errorsIs(err, ErrNotFound) {
