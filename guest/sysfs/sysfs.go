@@ -33,6 +33,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/vmeta/vmeta/internal/model"
 )
 
 // DefaultRoot is where sysfs is mounted.
@@ -172,7 +174,6 @@ type Scanner struct {
 }
 
 var (
-	rePCI    = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 	reHCTL   = regexp.MustCompile(`^(\d+):(\d+):(\d+):(\d+)$`)
 	reATA    = regexp.MustCompile(`^ata(\d+)$`)
 	reVirtio = regexp.MustCompile(`^virtio\d+$`)
@@ -265,7 +266,7 @@ func describeDisk(root, real, devPath string, d *Disk) {
 	ataLink := ""
 	for i, c := range comps {
 		switch {
-		case rePCI.MatchString(c):
+		case model.IsPCIAddress(c):
 			d.PCI = append(d.PCI, c)
 		case reATA.MatchString(c):
 			ataLink = c
@@ -363,7 +364,7 @@ func scanNet(root string) ([]NIC, error) {
 		n := NIC{Name: e.Name(), DevPath: devPath, MAC: strings.ToLower(readAttr(filepath.Join(real, "address")))}
 		n.Index, _ = strconv.Atoi(readAttr(filepath.Join(real, "ifindex")))
 		for _, c := range strings.Split(devPath, "/") {
-			if rePCI.MatchString(c) {
+			if model.IsPCIAddress(c) {
 				n.PCI = append(n.PCI, c)
 			}
 		}

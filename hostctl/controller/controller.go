@@ -8,7 +8,7 @@
 // --virt none) device addresses come from the spec, "none" otherwise.
 //
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
-// the disks with qemu-img, defines the domain, reads the addresses, MACs
+// the disks (hostctl/images), defines the domain, reads the addresses, MACs
 // and serials libvirt chose back from its XML into the instance before
 // rendering, and gives each NIC a fixed DHCP lease, so the metadata and
 // the source-address index are right before the guest boots. Devices are
@@ -41,6 +41,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -64,11 +65,14 @@ type Controller struct {
 	log      *slog.Logger
 	driveFmt configdrive.Format
 
-	hv            Hypervisor
+	drv           driver
+	domains       Domains
+	hotplug       HotPlug
+	dhcp          DHCP
+	events        Events
 	dom           virt.Options
-	imageDir      string
+	images        Images
 	shareRoot     string
-	qemuImg       string
 	detachTimeout time.Duration
 	resync        time.Duration
 
@@ -80,6 +84,17 @@ type Controller struct {
 	watchDone chan struct{}
 	closeOnce sync.Once
 }
+
+// Defaults of Options.
+const (
+	// DefaultDetachTimeout bounds the wait for a running guest to release
+	// a device detached live.
+	DefaultDetachTimeout = 10 * time.Second
+	// DefaultResyncInterval is how often every instance is reconciled
+	// besides the passes libvirt's events trigger (libvirt sends no event
+	// when only a persistent definition changes).
+	DefaultResyncInterval = time.Minute
+)
 
 // Options configure a Controller.
 type Options struct {
@@ -110,10 +125,11 @@ type Options struct {
 	QemuImg string
 	// DetachTimeout bounds the wait for a running guest to release a
 	// device detached live (virtio devices need the guest's consent);
-	// 10s when 0. A detach still pending then is reported as a warning.
+	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
 	// ResyncInterval is how often every instance is reconciled besides
-	// the passes events trigger; 1 minute when 0, never when negative.
+	// the passes events trigger; DefaultResyncInterval when 0, never
+	// when negative.
 	ResyncInterval time.Duration
 }
 
@@ -122,40 +138,42 @@ type Options struct {
 // Close stops it.
 func New(st store.Store, opts Options) *Controller {
 	c := newController(st, opts)
-	if c.hv != nil {
-		c.startWatch()
-	}
+	c.drv.startReconciler()
 	return c
 }
 
 // newController is New without the reconciler.
 func newController(st store.Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
-		hv: opts.Hypervisor, dom: opts.Domain, imageDir: opts.ImageDir, shareRoot: opts.ShareRoot, qemuImg: opts.QemuImg, detachTimeout: opts.DetachTimeout,
+		dom: opts.Domain, shareRoot: opts.ShareRoot, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}}
+	c.drv = noDriver{c}
+	if hv := opts.Hypervisor; hv != nil {
+		c.drv = libvirtDriver{c}
+		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+	}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
 	if c.driveFmt == "" {
 		c.driveFmt = configdrive.ISO9660
 	}
-	if c.imageDir == "" {
-		c.imageDir = filepath.Join(c.dataDir, "images")
+	imageDir := opts.ImageDir
+	if imageDir == "" {
+		imageDir = filepath.Join(c.dataDir, "images")
 	}
+	c.images = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
 	if c.shareRoot == "" {
 		c.shareRoot = filepath.Join(c.dataDir, "shares")
 	}
-	if c.qemuImg == "" {
-		c.qemuImg = "qemu-img"
-	}
 	if c.detachTimeout == 0 {
-		c.detachTimeout = 10 * time.Second
+		c.detachTimeout = DefaultDetachTimeout
 	}
 	if c.resync == 0 {
-		c.resync = time.Minute
+		c.resync = DefaultResyncInterval
 	}
 	if c.dom.DefaultNetwork == "" {
-		c.dom.DefaultNetwork = "default"
+		c.dom.DefaultNetwork = model.DefaultNetwork
 	}
 	return c
 }
@@ -180,12 +198,6 @@ func (c *Controller) Close() error {
 	})
 	return nil
 }
-
-// ConflictError is returned when a spec collides with another instance.
-type ConflictError struct{ Err error }
-
-func (e *ConflictError) Error() string { return e.Err.Error() }
-func (e *ConflictError) Unwrap() error { return e.Err }
 
 // Apply creates or updates the instance a spec describes. Re-applying an
 // unchanged spec republishes it (with a fresh random_seed). A spec naming
@@ -212,15 +224,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	if c.hv != nil {
-		return c.applyDomain(ctx, in, old, expect)
-	}
-	if err := c.checkAddresses(ctx, in); err != nil {
-		return nil, err
-	}
-	r := revert.New(c.log, "apply "+in.Name)
-	defer r.Fail(&err)
-	return c.publish(ctx, r, in, expect)
+	return c.drv.apply(ctx, in, old, expect)
 }
 
 // existing looks up the stored instance of in's name: its spec (nil for a
@@ -266,7 +270,7 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 		owner, err := c.store.LookupAddress(ctx, a)
 		switch {
 		case err == nil && owner != in.UUID:
-			return &ConflictError{Err: fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))}
+			return fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))
 		case err != nil && !errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("apply %s: %w", in.Name, err)
 		}
@@ -310,7 +314,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 	}
 	// The Put creates revision expect+1 (1 for a new instance).
-	medium, warn, err := c.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1)
+	medium, warn, err := c.drv.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -321,9 +325,6 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		InstanceUUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Tree: enc,
 	}, expect)
 	if err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w", in.Name, err)}
-		}
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	r.Success()
@@ -335,9 +336,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		// is rebuilt by the next apply or by `configdrive build`.
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
-	if c.hv != nil {
-		c.pruneMedia(in.Name, medium)
-	}
+	c.drv.pruneMedia(in.Name, medium)
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
 	return &types.Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
 }
@@ -375,9 +374,7 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
-	if c.hv != nil {
-		inst.State = c.domainState(ctx, rec.Name, rec.UUID)
-	}
+	inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
 	return inst, nil
 }
 
@@ -389,38 +386,14 @@ func (c *Controller) List(ctx context.Context) ([]*types.Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	var doms map[string]virt.Domain
-	var listErr error
-	if c.hv != nil && len(recs) > 0 {
-		var ds []virt.Domain
-		if ds, listErr = c.hv.List(ctx); listErr == nil {
-			doms = make(map[string]virt.Domain, len(ds))
-			for _, d := range ds {
-				doms[d.Name] = d
-			}
-		} else {
-			c.log.Warn("list instances: cannot list libvirt domains", "err", listErr)
-		}
-	}
+	stateOf := c.drv.lister(ctx, len(recs) > 0)
 	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
 		inst, err := c.fromRecord(ctx, rec, false)
 		if err != nil {
 			return nil, err
 		}
-		if c.hv != nil {
-			d, ok := doms[rec.Name]
-			switch {
-			case listErr != nil:
-				inst.State = StateUnknown
-			case !ok || d.UUID != rec.UUID:
-				inst.State = StateMissing
-			case d.ID >= 0:
-				inst.State = string(virt.StateRunning)
-			default:
-				inst.State = string(virt.StateShutoff)
-			}
-		}
+		inst.State = stateOf(rec.Name, rec.UUID)
 		out = append(out, inst)
 	}
 	return out, nil
@@ -462,19 +435,8 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r := revert.New(c.log, "delete "+name)
 	defer r.Fail(&err)
-	if c.hv != nil {
-		in, err := decodeSpec(rec)
-		if err != nil {
-			return err
-		}
-		if err := c.removeDomain(ctx, r, in); err != nil {
-			return fmt.Errorf("delete %s: %w", name, err)
-		}
-		for _, l := range c.leases(in) {
-			if err := c.removeLease(ctx, r, l); err != nil {
-				return fmt.Errorf("delete %s: %w", name, err)
-			}
-		}
+	if err := c.drv.remove(ctx, r, rec); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	if err := c.store.Delete(ctx, name); err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)

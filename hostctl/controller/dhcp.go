@@ -12,6 +12,13 @@ import (
 	"github.com/vmeta/vmeta/internal/revert"
 )
 
+// DHCP edits the fixed leases of libvirt networks.
+type DHCP interface {
+	DHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error)
+	AddDHCPHost(ctx context.Context, network string, h virt.DHCPHost) error
+	RemoveDHCPHost(ctx context.Context, network, mac string) error
+}
+
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
 type lease struct {
 	network, mac, ip string
@@ -27,7 +34,7 @@ func (c *Controller) network(n model.NIC) string {
 	if c.dom.DefaultNetwork != "" {
 		return c.dom.DefaultNetwork
 	}
-	return "default"
+	return model.DefaultNetwork
 }
 
 // leases are the fixed DHCP leases of an instance, so that the metadata
@@ -113,7 +120,7 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		hs, ok := hosts[l.network]
 		if !ok {
 			var err error
-			if hs, err = c.hv.DHCPHosts(ctx, l.network); err != nil {
+			if hs, err = c.dhcp.DHCPHosts(ctx, l.network); err != nil {
 				return fmt.Errorf("DHCP lease %s: %w", l, err)
 			}
 			hosts[l.network] = hs
@@ -121,11 +128,11 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		if slices.ContainsFunc(hs, func(h virt.DHCPHost) bool { return h.MAC == l.mac && h.IP == l.ip }) {
 			continue
 		}
-		if err := c.hv.AddDHCPHost(ctx, l.network, virt.DHCPHost{MAC: l.mac, IP: l.ip}); err != nil {
+		if err := c.dhcp.AddDHCPHost(ctx, l.network, virt.DHCPHost{MAC: l.mac, IP: l.ip}); err != nil {
 			return fmt.Errorf("DHCP lease %s: %w", l, err)
 		}
 		r.Add("remove DHCP lease "+l.String(), func(ctx context.Context) error {
-			return c.hv.RemoveDHCPHost(ctx, l.network, l.mac)
+			return c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac)
 		})
 	}
 	return nil
@@ -133,7 +140,7 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 
 // removeLease removes a lease the network has, registering its re-adding.
 func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l lease) error {
-	hs, err := c.hv.DHCPHosts(ctx, l.network)
+	hs, err := c.dhcp.DHCPHosts(ctx, l.network)
 	if err != nil {
 		if isNotFound(err) {
 			return nil // the network is gone, and its leases with it
@@ -145,11 +152,11 @@ func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l leas
 		return nil
 	}
 	h := hs[i]
-	if err := c.hv.RemoveDHCPHost(ctx, l.network, l.mac); err != nil {
+	if err := c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac); err != nil {
 		return fmt.Errorf("remove DHCP lease %s: %w", l, err)
 	}
 	r.Add("restore DHCP lease "+l.String(), func(ctx context.Context) error {
-		return c.hv.AddDHCPHost(ctx, l.network, h)
+		return c.dhcp.AddDHCPHost(ctx, l.network, h)
 	})
 	return nil
 }

@@ -2,15 +2,13 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -18,7 +16,7 @@ import (
 
 // Host files of an instance, under <data dir>/instances/<name>/:
 //
-//	disk-<target>.qcow2   each disk (qcow2; over the spec's image for disks[0])
+//	disk-<target>.qcow2   each disk (hostctl/images; over the spec's image for disks[0])
 //	disk.config           the config drive (ISO 9660 or vfat)
 //	console.log           the serial console (written by virtlogd)
 const (
@@ -26,7 +24,7 @@ const (
 	consoleFile = "console.log"
 )
 
-func diskFile(target string) string { return "disk-" + target + ".qcow2" }
+func diskFile(target string) string { return "disk-" + target + "." + images.DiskFormat }
 
 // host is where the instance's files live, for virt.BuildDomain.
 func (c *Controller) host(in *model.Instance) virt.Host {
@@ -38,18 +36,25 @@ func (c *Controller) host(in *model.Instance) virt.Host {
 		SerialLog:   filepath.Join(rel, consoleFile),
 	}
 	for _, d := range in.Disks {
-		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFile(d.Name)), Format: "qcow2"}
+		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFile(d.Name)), Format: images.DiskFormat}
 	}
 	return h
 }
 
+// Images makes the disk images of instances (hostctl/images).
+type Images interface {
+	// Lookup finds a base image by name, with its format.
+	Lookup(ctx context.Context, name string) (images.Base, error)
+	// Create creates a disk image; a failure may leave a partial file.
+	Create(ctx context.Context, d images.Disk) error
+}
+
+var _ Images = (*images.Dir)(nil)
+
 // diskPlan is a disk image to create.
 type diskPlan struct {
 	target string
-	path   string // absolute
-	// base and baseFormat, when set, make the disk a qcow2 overlay.
-	base, baseFormat string
-	size             string
+	images.Disk
 }
 
 // planDisks decides how each disk of in that has no image file yet is
@@ -71,20 +76,15 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		plan := diskPlan{target: d.Name, path: p, size: d.Size}
+		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}}
 		switch {
 		case i == 0 && in.Image != "":
-			base, err := c.resolveImage(in.Image)
+			base, err := c.images.Lookup(ctx, in.Image)
 			if err != nil {
 				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})
 				continue
 			}
-			format, err := c.imageFormat(ctx, base)
-			if err != nil {
-				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})
-				continue
-			}
-			plan.base, plan.baseFormat = base, format
+			plan.Base = &base
 		case d.Size == "":
 			rule := "is required to create the disk (only disks[0] is created from the spec's image)"
 			if in.Image == "" {
@@ -101,55 +101,16 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 	return plans, nil
 }
 
-// resolveImage finds a base image by name in the image directory: the
-// file itself, or name.qcow2, name.img or name.raw.
-func (c *Controller) resolveImage(name string) (string, error) {
-	if name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
-		return "", fmt.Errorf("must name a file in the image directory %s (no path)", c.imageDir)
-	}
-	for _, cand := range []string{name, name + ".qcow2", name + ".img", name + ".raw"} {
-		p := filepath.Join(c.imageDir, cand)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no such image in %s", c.imageDir)
-}
-
-// imageFormat asks qemu-img for an image's format (qcow2 needs it named
-// for a backing file).
-func (c *Controller) imageFormat(ctx context.Context, path string) (string, error) {
-	out, err := exec.CommandContext(ctx, c.qemuImg, "info", "--output=json", "-U", path).Output()
-	if err != nil {
-		return "", fmt.Errorf("qemu-img info %s: %w%s", path, err, stderrOf(err))
-	}
-	var info struct {
-		Format string `json:"format"`
-	}
-	if err := json.Unmarshal(out, &info); err != nil || info.Format == "" {
-		return "", fmt.Errorf("qemu-img info %s: no format in %q", path, out)
-	}
-	return info.Format, nil
-}
-
-// createDisks creates the planned images with qemu-img and registers
-// their removal as undo steps.
+// createDisks creates the planned images and registers their removal as
+// undo steps.
 func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, plans []diskPlan) error {
 	for _, p := range plans {
-		args := []string{"create", "-q", "-f", "qcow2"}
-		if p.base != "" {
-			args = append(args, "-b", p.base, "-F", p.baseFormat)
-		}
-		args = append(args, p.path)
-		if p.size != "" {
-			args = append(args, p.size)
-		}
 		// Registered first: a failing qemu-img may leave a partial file.
-		r.Add("remove disk image "+p.path, func(context.Context) error { return removeFile(p.path) })
-		if out, err := exec.CommandContext(ctx, c.qemuImg, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("create disk %s: qemu-img %s: %w: %s", p.target, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
+		if err := c.images.Create(ctx, p.Disk); err != nil {
+			return fmt.Errorf("create disk %s: %w", p.target, err)
 		}
-		c.log.Debug("disk created", "disk", p.path, "base", p.base, "size", p.size)
+		c.log.Debug("disk created", "disk", p.Path, "base", p.Base, "size", p.Size)
 	}
 	return nil
 }
@@ -159,12 +120,4 @@ func removeFile(p string) error {
 		return err
 	}
 	return nil
-}
-
-func stderrOf(err error) string {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
-		return ": " + strings.TrimSpace(string(ee.Stderr))
-	}
-	return ""
 }

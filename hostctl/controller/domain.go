@@ -16,6 +16,26 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// Domains is the lifecycle of libvirt domains, as the controller drives
+// it.
+type Domains interface {
+	// List returns every domain libvirt knows (ID -1 when not running).
+	List(ctx context.Context) ([]virt.Domain, error)
+	// Define defines or redefines a domain from its XML.
+	Define(ctx context.Context, domainXML []byte) (virt.Domain, error)
+	// Remove destroys and undefines a domain; a missing one is no error.
+	Remove(ctx context.Context, name string) error
+	Start(ctx context.Context, name string) error
+	// Shutdown asks the guest to power off and returns at once.
+	Shutdown(ctx context.Context, name string) error
+	// Destroy powers the domain off at once.
+	Destroy(ctx context.Context, name string) error
+	State(ctx context.Context, name string) (virt.State, error)
+	// XML is the live XML when live (the inactive one of a domain that
+	// does not run), else the persistent definition.
+	XML(ctx context.Context, name string, live bool) ([]byte, error)
+}
+
 // applyDomain is ApplyInstance with a hypervisor. Everything that can be
 // checked is checked before libvirt or a file is touched: the share
 // directories (shares.go), the domain XML (virt.Validate: buses, names,
@@ -40,7 +60,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	host := c.host(in)
 	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {
-		return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	plans, err := c.planDisks(ctx, in)
 	if err != nil {
@@ -54,8 +74,8 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	if cur != nil && cur.uuid != in.UUID {
-		return nil, &ConflictError{Err: fmt.Errorf("apply %s: %w: libvirt already has a domain %s with uuid %s, which is not this instance's (%s); hostctl does not take it over",
-			name, store.ErrConflict, name, cur.uuid, in.UUID)}
+		return nil, fmt.Errorf("apply %s: %w: libvirt already has a domain %s with uuid %s, which is not this instance's (%s); hostctl does not take it over",
+			name, store.ErrConflict, name, cur.uuid, in.UUID)
 	}
 	var changes []string
 	switch {
@@ -82,17 +102,17 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if cur == nil || len(changes) > 0 {
 		doc, err := virt.BuildDomain(in, host, c.dom)
 		if err != nil {
-			return nil, fmt.Errorf("apply %s: %w", name, specErr(err))
+			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
-		if _, err := c.hv.Define(ctx, doc); err != nil {
+		if _, err := c.domains.Define(ctx, doc); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
 		if cur == nil {
-			r.Add("remove domain "+name, func(ctx context.Context) error { return c.hv.Remove(ctx, name) })
+			r.Add("remove domain "+name, func(ctx context.Context) error { return c.domains.Remove(ctx, name) })
 		} else {
 			prev := cur.inactive
 			r.Add("restore the definition of domain "+name, func(ctx context.Context) error {
-				_, err := c.hv.Define(ctx, prev)
+				_, err := c.domains.Define(ctx, prev)
 				return err
 			})
 		}
@@ -124,7 +144,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 // runs, else the persistent one) and copies the addresses, MACs and
 // serials libvirt chose into in; every spec device must be there.
 func (c *Controller) readBack(ctx context.Context, in *model.Instance) (*virt.Devices, error) {
-	doc, err := c.hv.XML(ctx, in.Name, true)
+	doc, err := c.domains.XML(ctx, in.Name, true)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +170,7 @@ type curDomain struct {
 // currentDomain returns the domain named name, or nil when libvirt has
 // none.
 func (c *Controller) currentDomain(ctx context.Context, name string) (*curDomain, error) {
-	doc, err := c.hv.XML(ctx, name, false)
+	doc, err := c.domains.XML(ctx, name, false)
 	if isNotFound(err) {
 		return nil, nil
 	}
@@ -161,7 +181,7 @@ func (c *Controller) currentDomain(ctx context.Context, name string) (*curDomain
 	if err != nil {
 		return nil, err
 	}
-	st, err := c.hv.State(ctx, name)
+	st, err := c.domains.State(ctx, name)
 	if isNotFound(err) {
 		return nil, nil
 	}
@@ -200,16 +220,16 @@ func (c *Controller) removeDomain(ctx context.Context, r *revert.Reverter, in *m
 		c.log.Warn("libvirt's domain of this name is not the instance's; left alone", "name", in.Name, "domain_uuid", cur.uuid, "instance_uuid", in.UUID)
 		return nil
 	}
-	if err := c.hv.Remove(ctx, in.Name); err != nil {
+	if err := c.domains.Remove(ctx, in.Name); err != nil {
 		return err
 	}
 	prev, wasRunning := cur.inactive, cur.running
 	r.Add("redefine domain "+in.Name, func(ctx context.Context) error {
-		if _, err := c.hv.Define(ctx, prev); err != nil {
+		if _, err := c.domains.Define(ctx, prev); err != nil {
 			return err
 		}
 		if wasRunning {
-			return c.hv.Start(ctx, in.Name)
+			return c.domains.Start(ctx, in.Name)
 		}
 		return nil
 	})

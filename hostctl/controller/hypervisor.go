@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -9,41 +8,25 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// Hypervisor is what the controller needs from libvirt; *virt.Conn
-// provides it. Without one (hostctl serve --virt none) device addresses
-// come from the spec.
+// Hypervisor is everything the controller asks of libvirt: the roles its
+// parts declare (Domains in domain.go, HotPlug in hotplug.go, DHCP in
+// dhcp.go, Events in reconcile.go). *virt.Conn plays every role. Without
+// one (hostctl serve --virt none) device addresses come from the spec
+// (driver.go).
 type Hypervisor interface {
-	// List returns every domain libvirt knows (ID -1 when not running).
-	List(ctx context.Context) ([]virt.Domain, error)
-	// Define defines or redefines a domain from its XML.
-	Define(ctx context.Context, domainXML []byte) (virt.Domain, error)
-	// Remove destroys and undefines a domain; a missing one is no error.
-	Remove(ctx context.Context, name string) error
-	Start(ctx context.Context, name string) error
-	// Shutdown asks the guest to power off and returns at once.
-	Shutdown(ctx context.Context, name string) error
-	// Destroy powers the domain off at once.
-	Destroy(ctx context.Context, name string) error
-	State(ctx context.Context, name string) (virt.State, error)
-	// XML is the live XML when live (the inactive one of a domain that
-	// does not run), else the persistent definition.
-	XML(ctx context.Context, name string, live bool) ([]byte, error)
-	AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
-	DetachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
-	// UpdateDevice changes a device in place; the controller swaps the
-	// config drive cdrom's medium with it (virt.ConfigDriveMediaXML,
-	// live and forced).
-	UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
-	DHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error)
-	AddDHCPHost(ctx context.Context, network string, h virt.DHCPHost) error
-	RemoveDHCPHost(ctx context.Context, network, mac string) error
-	// Events delivers domain events and the connection's
-	// disconnected/reconnected events; nil when there are none. The
-	// controller keeps reading it until it is closed.
-	Events() <-chan virt.Event
+	Domains
+	HotPlug
+	DHCP
+	Events
 }
 
-var _ Hypervisor = (*virt.Conn)(nil)
+var (
+	_ Domains    = (*virt.Conn)(nil)
+	_ HotPlug    = (*virt.Conn)(nil)
+	_ DHCP       = (*virt.Conn)(nil)
+	_ Events     = (*virt.Conn)(nil)
+	_ Hypervisor = (*virt.Conn)(nil)
+)
 
 // Sentinel errors of the controller; the admin API maps each to an HTTP
 // status (with model.ErrInvalidSpec, store.ErrNotFound, store.ErrConflict
@@ -65,43 +48,6 @@ const (
 	// StateUnknown: libvirtd could not be asked.
 	StateUnknown = "unknown"
 )
-
-// specErr turns the field errors of the virt package (BuildDomain,
-// Validate, DiskDeviceXML) into a *model.SpecError, so the admin API
-// answers 400 with one entry per field as it does for schema errors.
-// Errors that are not field errors are returned unchanged.
-func specErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	var fields []model.FieldError
-	var other []error
-	var walk func(error)
-	walk = func(e error) {
-		var fe *virt.FieldError
-		switch x := e.(type) {
-		case *virt.FieldError:
-			fields = append(fields, model.FieldError{Field: x.Field, Rule: x.Reason})
-		case interface{ Unwrap() []error }:
-			for _, u := range x.Unwrap() {
-				walk(u)
-			}
-		case interface{ Unwrap() error }:
-			if errors.As(e, &fe) {
-				walk(x.Unwrap())
-			} else {
-				other = append(other, e)
-			}
-		default:
-			other = append(other, e)
-		}
-	}
-	walk(err)
-	if len(fields) == 0 || len(other) > 0 {
-		return err
-	}
-	return &model.SpecError{Errors: fields}
-}
 
 // fieldError is a one-field *model.SpecError.
 func fieldError(field string, value any, format string, args ...any) error {

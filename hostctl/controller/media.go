@@ -62,10 +62,7 @@ const noMediaChangeWarning = "config drive: attached as a virtio disk (--config-
 // and boots from disk.config, or its config drive cannot change media, in
 // which case the warnings it returns say so.
 func (c *Controller) swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error) {
-	if c.hv == nil {
-		return "", nil, nil
-	}
-	st, err := c.hv.State(ctx, name)
+	st, err := c.domains.State(ctx, name)
 	if isNotFound(err) {
 		return "", nil, nil
 	}
@@ -75,7 +72,7 @@ func (c *Controller) swapMedium(ctx context.Context, r *revert.Reverter, name, s
 	if st == virt.StateShutoff {
 		return "", nil, nil
 	}
-	doc, err := c.hv.XML(ctx, name, true)
+	doc, err := c.domains.XML(ctx, name, true)
 	if err != nil {
 		return "", nil, err
 	}
@@ -127,10 +124,10 @@ func (c *Controller) swapMedium(ctx context.Context, r *revert.Reverter, name, s
 	if err := linkOrCopy(staged, file); err != nil {
 		return "", nil, fmt.Errorf("config drive medium: %w", err)
 	}
-	if err := c.hv.UpdateDevice(ctx, name, newXML, virt.AffectLive|virt.AffectForce); err != nil {
+	if err := c.hotplug.UpdateDevice(ctx, name, newXML, virt.AffectLive|virt.AffectForce); err != nil {
 		// The guest may have powered off meanwhile: it boots from
 		// disk.config next time, which the publish replaces.
-		if st, serr := c.hv.State(ctx, name); serr == nil && st == virt.StateShutoff {
+		if st, serr := c.domains.State(ctx, name); serr == nil && st == virt.StateShutoff {
 			c.log.Info("domain stopped during the config drive medium change; it boots from the new disk.config", "name", name)
 			return "", nil, removeFile(file)
 		}
@@ -139,7 +136,7 @@ func (c *Controller) swapMedium(ctx context.Context, r *revert.Reverter, name, s
 	if oldXML != nil {
 		old := cd.Source
 		r.Add("put medium "+old+" back into the config drive", func(ctx context.Context) error {
-			return c.hv.UpdateDevice(ctx, name, oldXML, virt.AffectLive|virt.AffectForce)
+			return c.hotplug.UpdateDevice(ctx, name, oldXML, virt.AffectLive|virt.AffectForce)
 		})
 	}
 	c.log.Info("config drive medium changed", "name", name, "medium", file, "previous", cd.Source)

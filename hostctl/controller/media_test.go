@@ -253,7 +253,7 @@ func TestMediumGuestStopsMeanwhile(t *testing.T) {
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	e.c.hv = stoppingHV{e.hv}
+	e.c.hotplug = stoppingHV{e.hv}
 	if _, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Affect: types.Affect{Config: true}}); err == nil {
 		t.Fatal("--config alone on a running domain accepted")
 	}

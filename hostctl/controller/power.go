@@ -18,6 +18,10 @@ import (
 // before it powers the domain off.
 const DefaultStopTimeout = 30 * time.Second
 
+// shutdownPollInterval is how often Stop asks libvirt whether a guest
+// asked to shut down is off yet.
+const shutdownPollInterval = 200 * time.Millisecond
+
 // Start boots an instance's domain (a running one is left running). A
 // config drive missing from the data directory is rebuilt from the
 // published metadata first; media swapped into the cdrom during an
@@ -33,7 +37,7 @@ func (c *Controller) Start(ctx context.Context, name string) (*types.Instance, e
 		c.pruneMedia(name, "")
 		err = c.ensureDrive(ctx, rec)
 		if err == nil {
-			err = c.hv.Start(ctx, name)
+			err = c.domains.Start(ctx, name)
 		}
 	}
 	unlock()
@@ -78,12 +82,12 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 }
 
 func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Duration) ([]string, error) {
-	if err := c.hv.Shutdown(ctx, name); err != nil {
+	if err := c.domains.Shutdown(ctx, name); err != nil {
 		c.log.Info("graceful shutdown refused; powering off", "name", name, "err", err)
 	} else {
 		deadline := time.Now().Add(timeout)
 		for time.Now().Before(deadline) {
-			st, err := c.hv.State(ctx, name)
+			st, err := c.domains.State(ctx, name)
 			if err != nil {
 				return nil, err
 			}
@@ -93,13 +97,13 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-time.After(200 * time.Millisecond):
+			case <-time.After(shutdownPollInterval):
 			}
 		}
 	}
-	if err := c.hv.Destroy(ctx, name); err != nil {
+	if err := c.domains.Destroy(ctx, name); err != nil {
 		// It may have gone off by itself in the meantime.
-		if st, serr := c.hv.State(ctx, name); serr == nil && st == virt.StateShutoff {
+		if st, serr := c.domains.State(ctx, name); serr == nil && st == virt.StateShutoff {
 			return nil, nil
 		}
 		return nil, err
@@ -108,8 +112,8 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 }
 
 func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.Instance, *curDomain, error) {
-	if c.hv == nil {
-		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
+	if err := c.drv.require(op, name); err != nil {
+		return store.Instance{}, nil, err
 	}
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {

@@ -16,6 +16,14 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// Events is libvirt's event stream.
+type Events interface {
+	// Events delivers domain events and the connection's
+	// disconnected/reconnected events; nil when there are none. The
+	// controller keeps reading it until it is closed.
+	Events() <-chan virt.Event
+}
+
 // watch reconciles every instance once, then again after each reconnect
 // to libvirtd and every resync interval (libvirt sends no event when only
 // a domain's persistent definition changes, e.g. `virsh detach-disk
@@ -28,7 +36,7 @@ func (c *Controller) watch(ctx context.Context) {
 	all, pending := true, map[string]bool{}
 	kick := make(chan struct{}, 1)
 	kick <- struct{}{}
-	if events := c.hv.Events(); events != nil {
+	if events := c.events.Events(); events != nil {
 		go func() {
 			for ev := range events {
 				mu.Lock()
@@ -90,9 +98,11 @@ func (c *Controller) watch(ctx context.Context) {
 // never deletes an instance or a device libvirt still has, and changes
 // nothing when libvirtd cannot be asked.
 func (c *Controller) Reconcile(ctx context.Context) error {
-	if c.hv == nil {
-		return nil
-	}
+	return c.drv.reconcile(ctx)
+}
+
+// reconcileAll is Reconcile with a hypervisor.
+func (c *Controller) reconcileAll(ctx context.Context) error {
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
@@ -123,7 +133,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if err != nil {
 		return err
 	}
-	doc, err := c.hv.XML(ctx, name, true)
+	doc, err := c.domains.XML(ctx, name, true)
 	if isNotFound(err) {
 		c.setMissing(name, true)
 		return nil

@@ -62,22 +62,38 @@ type libvirtError struct {
 func (e *libvirtError) Error() string   { return e.err.Error() }
 func (e *libvirtError) Unwrap() []error { return []error{e.kind, e.err} }
 
+// Defaults of ConnOptions.
+const (
+	// DefaultDialTimeout bounds one connection attempt to libvirtd.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultMinBackoff is the first wait before reconnecting; it doubles
+	// (with jitter) up to DefaultMaxBackoff while libvirtd stays away.
+	DefaultMinBackoff = 100 * time.Millisecond
+	// DefaultMaxBackoff is the longest wait between reconnection attempts.
+	DefaultMaxBackoff = 5 * time.Second
+	// DefaultEventBuffer is the capacity of the Events channel.
+	DefaultEventBuffer = 64
+)
+
 // ConnOptions configure a Conn. The zero value connects to qemu:///system
 // over /run/libvirt/libvirt-sock.
 type ConnOptions struct {
 	// Socket overrides the unix socket path (also settable as ?socket= in
 	// the URI).
 	Socket string
-	// DialTimeout bounds one connection attempt; 5s when 0.
+	// DialTimeout bounds one connection attempt; DefaultDialTimeout
+	// when 0.
 	DialTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait between reconnection
-	// attempts (doubling, with jitter); 100ms and 5s when 0.
+	// attempts (doubling, with jitter); DefaultMinBackoff and
+	// DefaultMaxBackoff when 0.
 	MinBackoff, MaxBackoff time.Duration
 	// Events subscribes to domain lifecycle and device events (again after
 	// every reconnect) and delivers them on Events(). The caller must then
 	// keep reading Events(): delivery blocks, nothing is dropped.
 	Events bool
-	// EventBuffer is the capacity of the Events channel; 64 when 0.
+	// EventBuffer is the capacity of the Events channel;
+	// DefaultEventBuffer when 0.
 	EventBuffer int
 	// Logger receives connection state changes; slog.Default() when nil.
 	Logger *slog.Logger
@@ -119,16 +135,16 @@ func Connect(ctx context.Context, uri string, opts ConnOptions) (*Conn, error) {
 		return nil, fmt.Errorf("libvirt URI %q: %w", uri, err)
 	}
 	if opts.DialTimeout == 0 {
-		opts.DialTimeout = 5 * time.Second
+		opts.DialTimeout = DefaultDialTimeout
 	}
 	if opts.MinBackoff == 0 {
-		opts.MinBackoff = 100 * time.Millisecond
+		opts.MinBackoff = DefaultMinBackoff
 	}
 	if opts.MaxBackoff == 0 {
-		opts.MaxBackoff = 5 * time.Second
+		opts.MaxBackoff = DefaultMaxBackoff
 	}
 	if opts.EventBuffer == 0 {
-		opts.EventBuffer = 64
+		opts.EventBuffer = DefaultEventBuffer
 	}
 	c := &Conn{uri: u, opts: opts, log: opts.Logger, closing: make(chan struct{})}
 	if c.log == nil {
@@ -368,29 +384,6 @@ func (c *Conn) Close() error {
 // and closed by Close.
 func (c *Conn) Events() <-chan Event { return c.events }
 
-// Connected reports whether the connection is up right now.
-func (c *Conn) Connected() bool {
-	_, err := c.client()
-	return err == nil
-}
-
-// WaitConnected waits until the connection is up or ctx ends.
-func (c *Conn) WaitConnected(ctx context.Context) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if _, err := c.client(); err == nil || errors.Is(err, ErrClosed) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			_, err := c.client()
-			return fmt.Errorf("wait for libvirtd: %w (%w)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
-}
-
 // client returns the live go-libvirt client, or why there is none.
 func (c *Conn) client() (*libvirt.Libvirt, error) {
 	select {
@@ -463,16 +456,6 @@ func formatUUID(u libvirt.UUID) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-func parseUUID(s string) (libvirt.UUID, error) {
-	var u libvirt.UUID
-	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	if err != nil || len(b) != len(u) {
-		return u, fmt.Errorf("%q is not a UUID", s)
-	}
-	copy(u[:], b)
-	return u, nil
-}
-
 func domainWhat(name string) string { return "domain " + name }
 
 // Lookup finds a domain by name.
@@ -480,20 +463,6 @@ func (c *Conn) Lookup(ctx context.Context, name string) (Domain, error) {
 	var d libvirt.Domain
 	err := c.call(ctx, "look up", domainWhat(name), func(l *libvirt.Libvirt) (err error) {
 		d, err = l.DomainLookupByName(name)
-		return err
-	})
-	return toDomain(d), err
-}
-
-// LookupUUID finds a domain by UUID.
-func (c *Conn) LookupUUID(ctx context.Context, uuid string) (Domain, error) {
-	u, err := parseUUID(uuid)
-	if err != nil {
-		return Domain{}, fmt.Errorf("look up domain %s: %w", uuid, err)
-	}
-	var d libvirt.Domain
-	err = c.call(ctx, "look up", "domain "+uuid, func(l *libvirt.Libvirt) (err error) {
-		d, err = l.DomainLookupByUUID(u)
 		return err
 	})
 	return toDomain(d), err
@@ -571,14 +540,6 @@ func (c *Conn) Destroy(ctx context.Context, name string) error {
 // save image, snapshot and checkpoint metadata, UEFI variables.
 const undefineFlags = libvirt.DomainUndefineManagedSave | libvirt.DomainUndefineSnapshotsMetadata |
 	libvirt.DomainUndefineNvram | libvirt.DomainUndefineCheckpointsMetadata
-
-// Undefine removes a domain's definition (a running domain keeps running
-// as a transient one until destroyed).
-func (c *Conn) Undefine(ctx context.Context, name string) error {
-	return c.withDomain(ctx, "undefine", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
-		return l.DomainUndefineFlags(d, undefineFlags)
-	})
-}
 
 // Remove destroys the domain if it runs and undefines it; a domain that
 // does not exist is not an error.
@@ -716,14 +677,6 @@ func (c *Conn) DetachDevice(ctx context.Context, name string, deviceXML []byte, 
 func (c *Conn) UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect Affect) error {
 	return c.withDomain(ctx, "update device ("+affect.String()+") of", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
 		return l.DomainUpdateDeviceFlags(d, string(deviceXML), libvirt.DomainDeviceModifyFlags(affect))
-	})
-}
-
-// DetachAlias removes the device with the given alias (DiskAlias,
-// NICAlias, ShareAlias), with DetachDevice's asynchronous semantics.
-func (c *Conn) DetachAlias(ctx context.Context, name, alias string, affect Affect) error {
-	return c.withDomain(ctx, "detach device "+alias+" ("+affect.String()+") from", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
-		return l.DomainDetachDeviceAlias(d, alias, uint32(affect))
 	})
 }
 

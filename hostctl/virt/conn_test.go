@@ -94,7 +94,7 @@ func TestConnOperations(t *testing.T) {
 	for op, f := range map[string]func() error{
 		"start":      func() error { return c.Start(ctx, name) },
 		"destroy":    func() error { return c.Destroy(ctx, name) },
-		"undefine":   func() error { return c.Undefine(ctx, name) },
+		"undefine":   func() error { return c.undefine(ctx, name) },
 		"shut down":  func() error { return c.Shutdown(ctx, name) },
 		"get XML of": func() error { _, err := c.XML(ctx, name, true); return err },
 		"look up":    func() error { _, err := c.Lookup(ctx, name); return err },
@@ -113,7 +113,7 @@ func TestConnOperations(t *testing.T) {
 	if err := c.Remove(ctx, name); err != nil {
 		t.Errorf("Remove of a missing domain: %v", err)
 	}
-	if _, err := c.LookupUUID(ctx, randomUUID(t)); !errors.Is(err, ErrNotFound) {
+	if _, err := c.lookupUUID(ctx, randomUUID(t)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("LookupUUID of a missing domain: %v", err)
 	}
 	if _, err := c.Define(ctx, []byte("<domain type='qemu'><name>"+name+"</name><devices><bogus/></devices></domain>")); err == nil ||
@@ -133,7 +133,7 @@ func TestConnOperations(t *testing.T) {
 	if _, err := c.Define(ctx, doc); err != nil {
 		t.Fatal(err)
 	}
-	if dom, err := c.LookupUUID(ctx, in.UUID); err != nil || dom.Name != name {
+	if dom, err := c.lookupUUID(ctx, in.UUID); err != nil || dom.Name != name {
 		t.Errorf("LookupUUID = %+v, %v", dom, err)
 	}
 	if st, err := c.State(ctx, name); err != nil || st != StateShutoff {
@@ -281,7 +281,7 @@ func TestReconnect(t *testing.T) {
 	}
 	waitEvent(t, c, 30*time.Second, func(ev Event) bool { return ev.Kind == EventDisconnected })
 	t.Logf("disconnect noticed after %s", time.Since(killed).Round(time.Millisecond))
-	if c.Connected() {
+	if c.connected() {
 		t.Error("Connected() while libvirtd is down")
 	}
 	_, err := c.Lookup(ctx, "anything")
@@ -298,7 +298,7 @@ func TestReconnect(t *testing.T) {
 	waitEvent(t, c, time.Minute, func(ev Event) bool { return ev.Kind == EventReconnected })
 	t.Logf("reconnected %s after libvirtd was started again (down %s in all)",
 		time.Since(restarted).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-	if err := c.WaitConnected(ctx); err != nil {
+	if err := c.waitConnected(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defineUndefine(t, ctx, c, uri)
@@ -314,7 +314,7 @@ func defineUndefine(t *testing.T, ctx context.Context, c *Conn, uri string) {
 		t.Fatalf("Define: %v", err)
 	}
 	waitEvent(t, c, 30*time.Second, func(ev Event) bool { return ev.Kind == EventDefined && ev.Domain == name })
-	if err := c.Undefine(ctx, name); err != nil {
+	if err := c.undefine(ctx, name); err != nil {
 		t.Fatalf("Undefine: %v", err)
 	}
 	waitEvent(t, c, 30*time.Second, func(ev Event) bool { return ev.Kind == EventUndefined && ev.Domain == name })

@@ -54,7 +54,7 @@ type Options struct {
 	// Emulator is the QEMU binary; libvirt's default when empty.
 	Emulator string
 	// DefaultNetwork is the libvirt network of NICs whose spec names none;
-	// "default" when empty.
+	// model.DefaultNetwork when empty.
 	DefaultNetwork string
 	// SharedMemory backs guest memory with shared memfd even without
 	// shares, so virtiofs shares can be hot-plugged later (virtiofs needs
@@ -93,7 +93,7 @@ func (o Options) withDefaults() Options {
 		o.VCPUs = 1
 	}
 	if o.DefaultNetwork == "" {
-		o.DefaultNetwork = "default"
+		o.DefaultNetwork = model.DefaultNetwork
 	}
 	if o.HotplugPorts == 0 {
 		o.HotplugPorts = 4
@@ -194,7 +194,7 @@ func BuildDomain(in *model.Instance, host Host, opts Options) ([]byte, error) {
 	opts = opts.withDefaults()
 	d, err := buildDomain(in, host, opts)
 	if err != nil {
-		return nil, fmt.Errorf("build domain %q: %w", in.Name, err)
+		return nil, fmt.Errorf("build domain %q: %w", in.Name, specError(err))
 	}
 	out, err := xml.MarshalIndent(d, "", "  ")
 	if err != nil {
@@ -209,7 +209,7 @@ func BuildDomain(in *model.Instance, host Host, opts Options) ([]byte, error) {
 // address, every share's directory, and duplicate target names.
 func Validate(in *model.Instance, host Host, opts Options) error {
 	_, err := buildDomain(in, host, opts.withDefaults())
-	return err
+	return specError(err)
 }
 
 func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error) {
@@ -426,10 +426,6 @@ func configDriveDisk(host Host, opts Options, targets map[string]string) (*diskX
 	}, nil
 }
 
-// ErrNoMediaChange: the config drive is a virtio disk (Options.ConfigDriveBus
-// "virtio"), which has no removable medium to swap.
-var ErrNoMediaChange = errors.New("a virtio config drive has no removable medium: the running guest sees a rebuilt drive only after a restart")
-
 // ConfigDriveMediaXML writes the config drive cdrom's <disk> element with
 // host.ConfigDrive as its medium, for Conn.UpdateDevice on a running
 // domain (AffectLive|AffectForce: `virsh change-media --update --force`).
@@ -437,11 +433,12 @@ var ErrNoMediaChange = errors.New("a virtio config drive has no removable medium
 // it); libvirt finds the cdrom by it and changes only the medium. Give the
 // new medium a file name of its own: libvirt does nothing when the source
 // path is unchanged, and a file rewritten in place could be read half
-// written. A virtio config drive is refused with ErrNoMediaChange.
+// written. A virtio config drive, which has no removable medium, is
+// refused.
 func ConfigDriveMediaXML(host Host, opts Options) ([]byte, error) {
 	opts = opts.withDefaults()
 	if opts.ConfigDriveBus == model.DiskBusVirtio {
-		return nil, ErrNoMediaChange
+		return nil, errors.New("a virtio config drive has no removable medium: the running guest sees a rebuilt drive only after a restart")
 	}
 	if host.ConfigDriveDev == "" {
 		return nil, fieldErr("config drive", "no target: name the cdrom's target dev (ConfigDriveDev)")
@@ -489,7 +486,7 @@ func rootPortDevices(dev *devicesXML) int {
 func DiskDeviceXML(disk model.Disk, host Host, opts Options) ([]byte, error) {
 	x, err := diskDevice("disk", disk, host, opts.withDefaults())
 	if err != nil {
-		return nil, fmt.Errorf("disk %s: %w", disk.Name, err)
+		return nil, fmt.Errorf("disk %s: %w", disk.Name, specError(err))
 	}
 	return marshalDevice(x)
 }
@@ -500,7 +497,7 @@ func DiskDeviceXML(disk model.Disk, host Host, opts Options) ([]byte, error) {
 func NICDeviceXML(n model.NIC, index int, host Host, opts Options) ([]byte, error) {
 	x, err := nicDevice("nic", n, index, host, opts.withDefaults())
 	if err != nil {
-		return nil, fmt.Errorf("nic %d: %w", index, err)
+		return nil, fmt.Errorf("nic %d: %w", index, specError(err))
 	}
 	return marshalDevice(x)
 }
@@ -511,7 +508,7 @@ func NICDeviceXML(n model.NIC, index int, host Host, opts Options) ([]byte, erro
 func ShareDeviceXML(s model.Share, host Host) ([]byte, error) {
 	x, err := shareDevice("share", s, host)
 	if err != nil {
-		return nil, fmt.Errorf("share %s: %w", s.ShareID, err)
+		return nil, fmt.Errorf("share %s: %w", s.ShareID, specError(err))
 	}
 	return marshalDevice(x)
 }
@@ -587,10 +584,12 @@ func nicDevice(f string, n model.NIC, index int, host Host, opts Options) (*inte
 		errs = append(errs, fieldErr(f+".bus", "unknown bus %q (want pci)", n.Bus))
 	}
 	mac := strings.ToLower(n.MAC)
-	if mac != "" && !macRE.MatchString(mac) {
-		errs = append(errs, fieldErr(f+".mac", "%q is not a MAC address aa:bb:cc:dd:ee:ff", n.MAC))
-	} else if mac != "" && mustHexByte(mac[:2])&1 == 1 {
-		errs = append(errs, fieldErr(f+".mac", "%s is a multicast address", mac))
+	if mac != "" {
+		if hw, err := model.ParseMAC(mac); err != nil {
+			errs = append(errs, fieldErr(f+".mac", "%q is not a MAC address aa:bb:cc:dd:ee:ff", n.MAC))
+		} else if hw[0]&1 == 1 {
+			errs = append(errs, fieldErr(f+".mac", "%s is a multicast address", mac))
+		}
 	}
 	var addr *addressXML
 	if n.Address != "" && n.Address != "none" {
@@ -660,28 +659,23 @@ func shareDevice(f string, s model.Share, host Host) (*filesystemXML, error) {
 }
 
 var (
-	macRE       = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 	aliasSafeRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-	pciRE       = regexp.MustCompile(`^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
 	driveRE     = regexp.MustCompile(`^([0-9a-f]+):([0-9a-f]+):([0-9a-f]+):([0-9a-f]+)$`)
 	ideRE       = regexp.MustCompile(`^([01]):([01])$`)
 )
 
-func mustHexByte(s string) uint64 {
-	v, _ := strconv.ParseUint(s, 16, 8)
-	return v
-}
-
 // pciAddress turns the metadata form dddd:bb:ss.f into a libvirt address.
 func pciAddress(s string) (*addressXML, error) {
-	m := pciRE.FindStringSubmatch(strings.ToLower(s))
-	if m == nil {
+	a, err := model.ParsePCIAddress(strings.ToLower(s))
+	if err != nil {
 		return nil, fmt.Errorf("%q is not a PCI address dddd:bb:ss.f", s)
 	}
-	if slot, _ := strconv.ParseUint(m[3], 16, 8); slot > 0x1f {
-		return nil, fmt.Errorf("%q: slot %s is above 1f", s, m[3])
+	if a.Slot > model.MaxPCISlot {
+		return nil, fmt.Errorf("%q: slot %02x is above %x", s, a.Slot, model.MaxPCISlot)
 	}
-	return &addressXML{Type: "pci", Domain: "0x" + m[1], Bus: "0x" + m[2], Slot: "0x" + m[3], Function: "0x" + m[4]}, nil
+	return &addressXML{Type: "pci",
+		Domain: fmt.Sprintf("0x%04x", a.Domain), Bus: fmt.Sprintf("0x%02x", a.Bus),
+		Slot: fmt.Sprintf("0x%02x", a.Slot), Function: fmt.Sprintf("0x%x", a.Function)}, nil
 }
 
 // specDiskAddress turns a disk's spec address (metadata form) into a

@@ -410,7 +410,7 @@ func TestHotplug(t *testing.T) {
 	for _, p := range devices {
 		t0 := time.Now()
 		if p.kind == "nic" {
-			err = c.DetachAlias(ctx, in.Name, p.alias, both)
+			err = c.detachAlias(ctx, in.Name, p.alias, both)
 		} else {
 			err = c.DetachDevice(ctx, in.Name, p.xml, both)
 		}

@@ -248,9 +248,14 @@ func compareSeen(t *testing.T, what string, parsed, independent seen) {
 	}
 }
 
+// addressForm checks an address has the form of the metadata.
+type addressForm func(string) bool
+
+func (f addressForm) MatchString(s string) bool { return f(s) }
+
 var (
-	pciForm  = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-	scsiForm = regexp.MustCompile(`^[a-f0-9]+:[a-f0-9]+:[a-f0-9]+:[a-f0-9]+$`)
+	pciForm  = addressForm(model.IsPCIAddress)
+	scsiForm = addressForm(regexp.MustCompile(`^[a-f0-9]+:[a-f0-9]+:[a-f0-9]+:[a-f0-9]+$`).MatchString)
 )
 
 func integrationInstance(t *testing.T, name string, d *testDataDir) *model.Instance {
@@ -323,7 +328,7 @@ func TestDomainAddresses(t *testing.T) {
 		}
 	}
 	for i, n := range in.NICs {
-		if !pciForm.MatchString(n.Address) || !macRE.MatchString(n.MAC) {
+		if !pciForm.MatchString(n.Address) || !model.IsMAC(n.MAC) {
 			t.Errorf("nics[%d]: MAC %q address %q", i, n.MAC, n.Address)
 		}
 	}
@@ -399,7 +404,7 @@ func TestDomainAddresses(t *testing.T) {
 	if err := c.Destroy(ctx, name); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
-	if err := c.Undefine(ctx, name); err != nil {
+	if err := c.undefine(ctx, name); err != nil {
 		t.Fatalf("Undefine: %v", err)
 	}
 	if _, err := c.Lookup(ctx, name); !errorsIs(err, ErrNotFound) {

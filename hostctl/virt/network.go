@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/vmeta/vmeta/internal/model"
 )
 
 // DHCPHost is a fixed DHCP lease of a libvirt network (<ip><dhcp><host>):
@@ -100,7 +102,7 @@ func networkUpdateFlags(l *libvirt.Libvirt, n libvirt.Network) (libvirt.NetworkU
 func (c *Conn) AddDHCPHost(ctx context.Context, network string, h DHCPHost) error {
 	h.MAC = strings.ToLower(h.MAC)
 	what := fmt.Sprintf("DHCP host %s -> %s to network %s", h.MAC, h.IP, network)
-	if !macRE.MatchString(h.MAC) {
+	if !model.IsMAC(h.MAC) {
 		return fmt.Errorf("add %s: %q is not a MAC address", what, h.MAC)
 	}
 	if _, err := netip.ParseAddr(h.IP); err != nil {

@@ -14,18 +14,49 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// FieldError is one refused part of an instance, named by its spec field
-// ("disks[2].bus"). BuildDomain and Validate return all of them at once,
-// joined (errors.Join); errors.As finds the first.
-type FieldError struct {
-	Field  string
-	Reason string
+// fieldErr is one refused part of an instance, named by its spec field
+// ("disks[2].bus"). The checks gather them (errors.Join); specError turns
+// them into the one *model.SpecError the exported functions return.
+func fieldErr(field, format string, args ...any) error {
+	return model.FieldError{Field: field, Rule: fmt.Sprintf(format, args...)}
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+// specError returns err — field errors (fieldErr), alone or joined — as
+// one *model.SpecError listing them all, so that callers answer it as a
+// refused spec (the admin API: 400, one entry per field). An err with
+// anything else in it (a bad Options value is not the spec's fault) is
+// returned as it is.
+func specError(err error) error {
+	if err == nil {
+		return nil
+	}
+	fields, ok := fieldErrors(err)
+	if !ok {
+		return err
+	}
+	return &model.SpecError{Errors: fields}
+}
 
-func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+// fieldErrors flattens err into its field errors; false when err holds
+// anything else.
+func fieldErrors(err error) ([]model.FieldError, bool) {
+	switch x := err.(type) {
+	case model.FieldError:
+		return []model.FieldError{x}, true
+	case *model.SpecError:
+		return x.Errors, true
+	case interface{ Unwrap() []error }:
+		var out []model.FieldError
+		for _, e := range x.Unwrap() {
+			fs, ok := fieldErrors(e)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, fs...)
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 // MaxNameLength bounds an instance (domain) name. libvirt keeps

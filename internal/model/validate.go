@@ -136,11 +136,9 @@ func ValidateShareTag(tag string) error {
 
 // Address forms per bus (nova/objects/fields.py), anchored.
 var (
-	pciAddrRE  = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 	scsiAddrRE = regexp.MustCompile(`^[0-9a-f]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+$`)
 	ideAddrRE  = regexp.MustCompile(`^[0-1]:[0-1]$`)
 	usbAddrRE  = regexp.MustCompile(`^[0-9a-f]+:[0-9a-f]+$`)
-	macRE      = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 	uuidRE     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
@@ -171,7 +169,10 @@ func checkAddress(bus, addr string) error {
 	var form string
 	switch bus {
 	case "pci":
-		re, form = pciAddrRE, "a PCI address dddd:bb:ss.f (lower-case hex)"
+		if !IsPCIAddress(addr) {
+			return errors.New("must be a PCI address dddd:bb:ss.f (lower-case hex) for bus pci")
+		}
+		return nil
 	case "scsi":
 		re, form = scsiAddrRE, "a SCSI address controller:bus:target:unit (hex)"
 	case "ide":
@@ -307,7 +308,7 @@ func (in *Instance) Validate() error {
 	macs, nicTags := map[string]int{}, map[string]int{}
 	for i, n := range in.NICs {
 		f := fmt.Sprintf("nics[%d]", i)
-		if !macRE.MatchString(n.MAC) {
+		if !IsMAC(n.MAC) {
 			c.add(f+".mac", n.MAC, "must be a MAC address of six colon-separated hex octets")
 		} else {
 			uniq(f+".mac", "MAC address", n.MAC, macs, i)
@@ -356,7 +357,7 @@ func (in *Instance) Validate() error {
 	pcis := map[string]int{}
 	for i, p := range in.PCIDevices {
 		f := fmt.Sprintf("pci_devices[%d].address", i)
-		if !pciAddrRE.MatchString(p.Address) {
+		if !IsPCIAddress(p.Address) {
 			c.add(f, p.Address, "must be a PCI address dddd:bb:ss.f")
 			continue
 		}

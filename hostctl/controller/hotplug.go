@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +13,16 @@ import (
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
+
+// HotPlug changes the devices of a defined domain.
+type HotPlug interface {
+	AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+	DetachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+	// UpdateDevice changes a device in place; the controller swaps the
+	// config drive cdrom's medium with it (virt.ConfigDriveMediaXML,
+	// live and forced; media.go).
+	UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+}
 
 // resolveAffect turns the request's choice into libvirt's flags for a
 // domain that runs or not.
@@ -39,8 +48,6 @@ func resolveAffect(a types.Affect, running bool) (virt.Affect, error) {
 	return out, nil
 }
 
-var sizeRE = regexp.MustCompile(`^[0-9]+[KMGT]?$`)
-
 // deviceChange is the common part of the four device operations: the
 // instance (locked), its stored record and its domain.
 type deviceChange struct {
@@ -52,8 +59,8 @@ type deviceChange struct {
 }
 
 func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a types.Affect) (*deviceChange, error) {
-	if c.hv == nil {
-		return nil, fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
+	if err := c.drv.require(op, name); err != nil {
+		return nil, err
 	}
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
@@ -71,7 +78,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	doc, err := c.hv.XML(ctx, name, true)
+	doc, err := c.domains.XML(ctx, name, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
@@ -102,8 +109,8 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err := virt.CheckDiskBus(c.machine(), disk.Bus); err != nil {
 		return nil, fieldError("bus", disk.Bus, "%v", err)
 	}
-	if !sizeRE.MatchString(disk.Size) {
-		return nil, fieldError("size", disk.Size, "must be a byte count with an optional K, M, G or T suffix")
+	if err := model.CheckDiskSize(disk.Size); err != nil {
+		return nil, fieldError("size", disk.Size, "%v", err)
 	}
 	if disk.Name == "" {
 		if disk.Name = dc.live.FreeTarget(disk.Bus); disk.Name == "" {
@@ -123,7 +130,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	}
 	devXML, err := virt.DiskDeviceXML(disk, c.host(next), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("attach disk to %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 	plans, err := c.planDisks(ctx, &model.Instance{Name: name, Disks: []model.Disk{disk}})
 	if err != nil {
@@ -138,11 +145,11 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err := c.createDisks(ctx, r, plans); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
-	if err := c.hv.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("attach disk %s to %s: %w", disk.Name, name, err)
 	}
 	r.Add("detach disk "+disk.Name, func(ctx context.Context) error {
-		return c.hv.DetachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
 	})
 	return c.finishDeviceChange(ctx, r, dc, next, nil)
 }
@@ -169,18 +176,18 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 	disk := dc.in.Disks[i]
 	devXML, err := virt.DiskDeviceXML(disk, c.host(dc.in), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("detach disk from %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("detach disk from %s: %w", name, err)
 	}
 	next := clone(dc.in)
 	next.Disks = slices.Delete(next.Disks, i, i+1)
 
 	r := revert.New(c.log, "detach disk "+disk.Name+" from "+name)
 	defer r.Fail(&err)
-	if err := c.hv.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("detach disk %s from %s: %w", disk.Name, name, err)
 	}
 	r.Add("attach disk "+disk.Name+" again", func(ctx context.Context) error {
-		return c.hv.AttachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.AttachDevice(ctx, name, devXML, dc.affect)
 	})
 	warn := c.waitRemoved(ctx, name, dc.affect, "disk "+disk.Name, func(d *virt.Devices) bool {
 		_, ok := d.Disk(disk.Name)
@@ -221,16 +228,16 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 	}
 	devXML, err := virt.NICDeviceXML(nic, len(dc.in.NICs), c.host(next), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("attach NIC to %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
 
 	r := revert.New(c.log, "attach NIC "+mac+" to "+name)
 	defer r.Fail(&err)
-	if err := c.hv.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("attach NIC %s to %s: %w", mac, name, err)
 	}
 	r.Add("detach NIC "+mac, func(ctx context.Context) error {
-		return c.hv.DetachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
 	})
 	return c.finishDeviceChange(ctx, r, dc, next, nil)
 }
@@ -254,18 +261,18 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req types.Detac
 	nic := dc.in.NICs[i]
 	devXML, err := virt.NICDeviceXML(nic, i, c.host(dc.in), c.dom)
 	if err != nil {
-		return nil, fmt.Errorf("detach NIC from %s: %w", name, specErr(err))
+		return nil, fmt.Errorf("detach NIC from %s: %w", name, err)
 	}
 	next := clone(dc.in)
 	next.NICs = slices.Delete(next.NICs, i, i+1)
 
 	r := revert.New(c.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)
-	if err := c.hv.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
+	if err := c.hotplug.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("detach NIC %s from %s: %w", nic.MAC, name, err)
 	}
 	r.Add("attach NIC "+nic.MAC+" again", func(ctx context.Context) error {
-		return c.hv.AttachDevice(ctx, name, devXML, dc.affect)
+		return c.hotplug.AttachDevice(ctx, name, devXML, dc.affect)
 	})
 	warn := c.waitRemoved(ctx, name, dc.affect, "NIC "+nic.MAC, func(d *virt.Devices) bool {
 		_, ok := d.NIC(nic.MAC)
@@ -292,6 +299,10 @@ func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter,
 	return inst, nil
 }
 
+// detachPollInterval is how often waitRemoved reads the running domain's
+// XML while a guest has not yet released a device detached live.
+const detachPollInterval = 100 * time.Millisecond
+
 // waitRemoved waits, after a live detach, until the running domain no
 // longer has the device (present reports whether it does). A guest that
 // has not released it within the detach timeout gets a warning: libvirt
@@ -302,7 +313,7 @@ func (c *Controller) waitRemoved(ctx context.Context, name string, affect virt.A
 	}
 	deadline := time.Now().Add(c.detachTimeout)
 	for {
-		doc, err := c.hv.XML(ctx, name, true)
+		doc, err := c.domains.XML(ctx, name, true)
 		if err != nil {
 			return []string{fmt.Sprintf("%s: could not check the running domain after the detach: %v", what, err)}
 		}
@@ -316,7 +327,7 @@ func (c *Controller) waitRemoved(ctx context.Context, name string, affect virt.A
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(detachPollInterval):
 		}
 	}
 }

@@ -1,0 +1,139 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// driver is everything the controller does differently with a hypervisor
+// (libvirtDriver) and without one (noDriver, hostctl serve --virt none).
+// New picks one; no other code asks which mode the controller runs in.
+type driver interface {
+	// apply creates or updates the instance in (old is its stored spec,
+	// nil for a new one) and publishes it, expecting revision expect.
+	apply(ctx context.Context, in, old *model.Instance, expect int64) (*types.Instance, error)
+	// remove takes down what an instance has besides its record and files
+	// (its domain, its DHCP leases), registering the undo steps on r.
+	remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error
+	// state is the state shown for an instance ("" when there is none).
+	state(ctx context.Context, name, uuid string) string
+	// lister returns the state of each of many instances, from one
+	// listing (some says whether there are any to ask about).
+	lister(ctx context.Context, some bool) func(name, uuid string) string
+	// swapMedium puts a new config drive into the cdrom of the running
+	// domain (media.go).
+	swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error)
+	// pruneMedia deletes the media swapped out of the cdrom but keep.
+	pruneMedia(name, keep string)
+	// require refuses a request (op on instance name) the mode cannot do.
+	require(op, name string) error
+	// reconcile brings every instance in line with the hypervisor.
+	reconcile(ctx context.Context) error
+	// startReconciler starts following the hypervisor's events.
+	startReconciler()
+}
+
+// noDriver: no hypervisor. Addresses come from the spec; power,
+// hot-plug and reconciling are refused or have nothing to do.
+type noDriver struct{ c *Controller }
+
+func (d noDriver) apply(ctx context.Context, in, _ *model.Instance, expect int64) (_ *types.Instance, err error) {
+	if err := d.c.checkAddresses(ctx, in); err != nil {
+		return nil, err
+	}
+	r := revert.New(d.c.log, "apply "+in.Name)
+	defer r.Fail(&err)
+	return d.c.publish(ctx, r, in, expect)
+}
+
+func (noDriver) remove(context.Context, *revert.Reverter, store.Instance) error { return nil }
+func (noDriver) state(context.Context, string, string) string                   { return "" }
+func (noDriver) lister(context.Context, bool) func(string, string) string {
+	return func(string, string) string { return "" }
+}
+func (noDriver) swapMedium(context.Context, *revert.Reverter, string, string, int64) (string, []string, error) {
+	return "", nil, nil
+}
+func (noDriver) pruneMedia(string, string) {}
+func (noDriver) require(op, name string) error {
+	return fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
+}
+func (noDriver) reconcile(context.Context) error { return nil }
+func (noDriver) startReconciler()                {}
+
+// libvirtDriver: instances are libvirt domains (domain.go, media.go,
+// dhcp.go, reconcile.go).
+type libvirtDriver struct{ c *Controller }
+
+func (d libvirtDriver) apply(ctx context.Context, in, old *model.Instance, expect int64) (*types.Instance, error) {
+	return d.c.applyDomain(ctx, in, old, expect)
+}
+
+func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error {
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return err
+	}
+	if err := d.c.removeDomain(ctx, r, in); err != nil {
+		return err
+	}
+	for _, l := range d.c.leases(in) {
+		if err := d.c.removeLease(ctx, r, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d libvirtDriver) state(ctx context.Context, name, uuid string) string {
+	return d.c.domainState(ctx, name, uuid)
+}
+
+// lister lists libvirt's domains once: an instance is running or shutoff
+// (Get tells paused and the other states apart), missing, or unknown when
+// libvirtd cannot be asked.
+func (d libvirtDriver) lister(ctx context.Context, some bool) func(name, uuid string) string {
+	var doms map[string]virt.Domain
+	var listErr error
+	if some {
+		var ds []virt.Domain
+		if ds, listErr = d.c.domains.List(ctx); listErr == nil {
+			doms = make(map[string]virt.Domain, len(ds))
+			for _, dom := range ds {
+				doms[dom.Name] = dom
+			}
+		} else {
+			d.c.log.Warn("list instances: cannot list libvirt domains", "err", listErr)
+		}
+	}
+	return func(name, uuid string) string {
+		dom, ok := doms[name]
+		switch {
+		case listErr != nil:
+			return StateUnknown
+		case !ok || dom.UUID != uuid:
+			return StateMissing
+		case dom.ID >= 0:
+			return string(virt.StateRunning)
+		default:
+			return string(virt.StateShutoff)
+		}
+	}
+}
+
+func (d libvirtDriver) swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error) {
+	return d.c.swapMedium(ctx, r, name, staged, rev)
+}
+
+func (d libvirtDriver) pruneMedia(name, keep string) { d.c.pruneMedia(name, keep) }
+
+func (libvirtDriver) require(string, string) error { return nil }
+
+func (d libvirtDriver) reconcile(ctx context.Context) error { return d.c.reconcileAll(ctx) }
+func (d libvirtDriver) startReconciler()                    { d.c.startWatch() }
