@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/images"
@@ -72,7 +73,7 @@ type Controller struct {
 	events        Events
 	dom           virt.Options
 	images        Images
-	shareRoot     string
+	shareRoot     hostdir.Root
 	detachTimeout time.Duration
 	resync        time.Duration
 
@@ -145,7 +146,7 @@ func New(st store.Store, opts Options) *Controller {
 // newController is New without the reconciler.
 func newController(st store.Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
-		dom: opts.Domain, shareRoot: opts.ShareRoot, detachTimeout: opts.DetachTimeout,
+		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
@@ -163,8 +164,8 @@ func newController(st store.Store, opts Options) *Controller {
 		imageDir = filepath.Join(c.dataDir, "images")
 	}
 	c.images = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
-	if c.shareRoot == "" {
-		c.shareRoot = filepath.Join(c.dataDir, "shares")
+	if c.shareRoot.Dir == "" {
+		c.shareRoot.Dir = filepath.Join(c.dataDir, "shares")
 	}
 	if c.detachTimeout == 0 {
 		c.detachTimeout = DefaultDetachTimeout

@@ -53,7 +53,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		}
 	}
 	addStaticAddresses(in)
-	dirs, err := c.shareDirs(in)
+	dirs, err := c.shareRoot.Dirs(in.Shares)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}

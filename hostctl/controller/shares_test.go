@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -57,7 +58,7 @@ func TestShares(t *testing.T) {
 	}
 
 	// Another share root: the same directory is now outside it.
-	e.c.shareRoot = t.TempDir()
+	e.c.shareRoot = hostdir.Root{Dir: t.TempDir()}
 	if _, err := e.apply(shareSpec(data)); err == nil || !strings.Contains(err.Error(), "outside the share root") {
 		t.Errorf("share outside the configured root: %v", err)
 	}

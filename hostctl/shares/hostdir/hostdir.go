@@ -1,4 +1,10 @@
-package controller
+// Package hostdir confines the host directories that virtiofs shares
+// export to a share root: virtiofsd runs as root and gives the guest the
+// directory read-write, so a share's source must be a directory inside the
+// root (hostctl serve --share-root, default DATA-DIR/shares), as disks must
+// be inside the data directory — a spec, which a project member may write,
+// cannot export the host's /.
+package hostdir
 
 import (
 	"errors"
@@ -12,16 +18,13 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// Shares on libvirt: each spec share is a virtiofs <filesystem> whose
-// source is a host directory (virt.Host.ShareDirs, here resolved), which
-// libvirt's virtiofsd exports under the share's tag; the domain gets
-// shared memory (memfd), which virtiofs needs from boot (virt.BuildDomain
-// adds it whenever there is a share). virtiofsd runs as root and gives
-// the guest the directory read-write, so a share source must be a
-// directory inside the share root (hostctl serve --share-root, default
-// DATA-DIR/shares), as disks must be inside the data directory: a spec —
-// which a project member may write — cannot export the host's /.
-//
+// Root is a share root: the directory every share source must be in.
+type Root struct {
+	// Dir is the share root as configured (symbolic links are resolved
+	// at each check).
+	Dir string
+}
+
 // NFS exports (host:/path, the other form Nova's shares take) are not
 // supported yet: mount the export on the host, under the share root, and
 // give that directory.
@@ -29,30 +32,30 @@ import (
 // nfsSourceRE matches an NFS export: host:/path or [v6 address]:/path.
 var nfsSourceRE = regexp.MustCompile(`^(\[[^\]]*\]|[^/\s\[\]]+):/`)
 
-// shareDirs checks the sources of in's shares and returns the host
-// directory of each by share ID, symbolic links resolved, for
-// virt.Host.ShareDirs. Every refused source is a field error of one
-// *model.SpecError; nothing is changed.
-func (c *Controller) shareDirs(in *model.Instance) (map[string]string, error) {
-	if len(in.Shares) == 0 {
+// Dirs checks the sources of shares (an instance's, whose field errors
+// are named shares[i].source) and returns the host directory of each by
+// share ID, symbolic links resolved, for virt.Host.ShareDirs. Every
+// refused source is a field error of one *model.SpecError.
+func (r Root) Dirs(shares []model.Share) (map[string]string, error) {
+	if len(shares) == 0 {
 		return nil, nil
 	}
-	root, rootErr := resolveDir(c.shareRoot)
+	root, rootErr := resolveDir(r.Dir)
 	var errs []model.FieldError
-	dirs := make(map[string]string, len(in.Shares))
-	for i, s := range in.Shares {
+	dirs := make(map[string]string, len(shares))
+	for i, s := range shares {
 		bad := func(format string, args ...any) {
 			errs = append(errs, model.FieldError{Field: fmt.Sprintf("shares[%d].source", i), Value: s.Source, Rule: fmt.Sprintf(format, args...)})
 		}
 		switch {
 		case s.Source == "":
-			bad("is required with a hypervisor: the host directory (under the share root %s) that virtiofs exports as tag %s", c.shareRoot, s.EffectiveTag())
+			bad("is required with a hypervisor: the host directory (under the share root %s) that virtiofs exports as tag %s", r.Dir, s.EffectiveTag())
 			continue
 		case nfsSourceRE.MatchString(s.Source):
-			bad("is an NFS export (host:/path), which is not supported yet: mount it on the host under the share root %s and give that directory", c.shareRoot)
+			bad("is an NFS export (host:/path), which is not supported yet: mount it on the host under the share root %s and give that directory", r.Dir)
 			continue
 		case !filepath.IsAbs(s.Source):
-			bad("must be an absolute host directory (under the share root %s)", c.shareRoot)
+			bad("must be an absolute host directory (under the share root %s)", r.Dir)
 			continue
 		case rootErr != nil:
 			bad("the share root is not usable: %v (hostctl serve --share-root)", rootErr)
@@ -65,7 +68,7 @@ func (c *Controller) shareDirs(in *model.Instance) (map[string]string, error) {
 		}
 		switch {
 		case dir == root:
-			bad("is the share root %s itself; give a directory in it", c.shareRoot)
+			bad("is the share root %s itself; give a directory in it", r.Dir)
 		case !strings.HasPrefix(dir, root+string(filepath.Separator)) && root != string(filepath.Separator):
 			if dir != filepath.Clean(s.Source) {
 				bad("resolves to %s, outside the share root %s (hostctl serve --share-root)", dir, root)
