@@ -57,9 +57,16 @@ type Publisher interface {
 	Invalidate(uuid string)
 }
 
+// Store is what the controller needs from the store: instance records
+// and their published documents (store.Store has both).
+type Store interface {
+	store.Instances
+	store.Documents
+}
+
 // Controller applies and deletes instances.
 type Controller struct {
-	store    store.Store
+	store    Store
 	dataDir  string
 	render   metadata.Options
 	notify   Publisher
@@ -137,14 +144,14 @@ type Options struct {
 // New returns a controller over st. With a Hypervisor it also starts the
 // reconciler (a pass over every instance, then one per libvirt event);
 // Close stops it.
-func New(st store.Store, opts Options) *Controller {
+func New(st Store, opts Options) *Controller {
 	c := newController(st, opts)
 	c.drv.startReconciler()
 	return c
 }
 
 // newController is New without the reconciler.
-func newController(st store.Store, opts Options) *Controller {
+func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}}
