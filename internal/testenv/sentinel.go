@@ -64,14 +64,21 @@ func StartRedisSentinels(t testing.TB) *RedisSentinel {
 
 func startSentinels(t testing.TB, n, quorum int) *RedisSentinel {
 	t.Helper()
-	master := StartRedisServer(t)
-	replica := StartRedisServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	// No delay before a full sync (Redis waits 5s by default, for more
+	// replicas to share it), on both: after a failover the replica is the
+	// primary.
+	noDelay := []string{"--repl-diskless-sync-delay", "0"}
+	master := StartRedisServer(t, noDelay...)
+	replica := StartRedisServer(t, append(noDelay, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))...)
 	s := &RedisSentinel{Master: master, Replica: replica}
 	for range n {
 		s.Sentinels = append(s.Sentinels, startSentinel(t, master, quorum))
 	}
 	s.Sentinel = s.Sentinels[0]
 	deadline := time.Now().Add(sentinelReadyTimeout)
+	if err := WaitReplicaSynced(replica, deadline); err != nil {
+		t.Fatal(err)
+	}
 	want := "127.0.0.1\n" + strconv.Itoa(master.port)
 	for _, sen := range s.Sentinels {
 		for {
@@ -140,4 +147,20 @@ func sentinelMasterInfo(addr string) (map[string]string, error) {
 		fields[lines[i]] = lines[i+1]
 	}
 	return fields, nil
+}
+
+// WaitReplicaSynced waits until the replica r has finished its sync with
+// its primary (INFO replication says master_link_status:up), polling until
+// deadline.
+func WaitReplicaSynced(r *RedisServer, deadline time.Time) error {
+	for {
+		info, err := redisCommand(r.Addr(), "INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %s has not synced with its primary: %q, %v", r.Addr(), info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
