@@ -106,9 +106,10 @@
 // refused (the script checks the lock), and it skips releasing addresses
 // once half the lease has passed, so a stall can leave claims behind but
 // not take away another writer's. A Redis failover that loses the last
-// writes (replication is asynchronous) can leave a record without a claim
-// or a claim without a record; reads stay correct (they verify), and the
-// next Put of the instance claims again.
+// writes (replication is asynchronous; see Durability for what the store
+// waits for) can leave a record without a claim or a claim without a
+// record; reads stay correct (they verify), and the next Put of the
+// instance claims again.
 //
 // # Durability
 //
