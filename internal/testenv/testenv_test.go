@@ -140,6 +140,25 @@ func TestStartRedisSentinel(t *testing.T) {
 	}
 }
 
+func TestStartRedisSentinels(t *testing.T) {
+	s := StartRedisSentinels(t)
+	if len(s.Sentinels) != 3 || s.Sentinel != s.Sentinels[0] {
+		t.Fatalf("%d sentinels, want 3 with Sentinel first", len(s.Sentinels))
+	}
+	for _, sen := range s.Sentinels {
+		fields, err := sentinelMasterInfo(sen.Addr())
+		if err != nil || fields["quorum"] != "2" || fields["num-slaves"] != "1" || fields["num-other-sentinels"] != "2" {
+			t.Errorf("SENTINEL MASTER on %s = %v, %v; want quorum 2, 1 replica, 2 other sentinels", sen.Addr(), fields, err)
+		}
+	}
+	if role, err := redisCommand(s.Replica.Addr(), "ROLE"); err != nil || !strings.HasPrefix(role, "slave") {
+		t.Errorf("ROLE of the replica = %q, %v", role, err)
+	}
+	if n := strings.Count(s.URL(), ","); n != 2 {
+		t.Errorf("URL() = %q, want three sentinels", s.URL())
+	}
+}
+
 func TestRedisServerPauseResume(t *testing.T) {
 	srv := StartRedisServer(t)
 	srv.Pause()

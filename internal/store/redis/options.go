@@ -17,6 +17,14 @@ const (
 	// DefaultSubscribeTimeout bounds the wait for a subscription's
 	// confirmation.
 	DefaultSubscribeTimeout = 10 * time.Second
+	// DefaultReplicaTimeout is how long a write waits for its replicas'
+	// acknowledgement (see WithReplicas) when no timeout is given.
+	DefaultReplicaTimeout = 2 * time.Second
+	// DefaultSentinelReplicas is the number of replicas that must
+	// acknowledge a write on a primary found through Sentinel, unless the
+	// URL's min_replicas or WithReplicas says otherwise. One server and a
+	// cluster default to 0 (no waiting).
+	DefaultSentinelReplicas = 1
 )
 
 // Option adjusts Open.
@@ -27,6 +35,28 @@ type options struct {
 	healthInterval   time.Duration
 	subscribeTimeout time.Duration
 	hooks            *hooks
+
+	// replicas is the durability setting: minReplicas (-1: the URL
+	// scheme's default) and its timeout (0: DefaultReplicaTimeout).
+	replicas durability
+}
+
+// durability is how many replicas must acknowledge a write, and how long a
+// write waits for them.
+type durability struct {
+	minReplicas int // <0: not set
+	timeout     time.Duration
+}
+
+// over returns d with the fields that o sets replaced.
+func (d durability) over(o durability) durability {
+	if o.minReplicas >= 0 {
+		d.minReplicas = o.minReplicas
+	}
+	if o.timeout > 0 {
+		d.timeout = o.timeout
+	}
+	return d
 }
 
 func defaultOptions() options {
@@ -34,6 +64,20 @@ func defaultOptions() options {
 		lockLease:        DefaultLockLease,
 		healthInterval:   DefaultHealthInterval,
 		subscribeTimeout: DefaultSubscribeTimeout,
+		replicas:         durability{minReplicas: -1},
+	}
+}
+
+// WithReplicas makes every write that the store reports as done first
+// wait until n replicas have acknowledged it, for at most timeout (WAIT n
+// timeout on the connection that wrote; see "Durability" in the package
+// comment). A write that is not acknowledged in time fails with an error
+// that wraps ErrNotDurable. n = 0 turns waiting off; a non-positive
+// timeout means DefaultReplicaTimeout. The URL's min_replicas and
+// replica_timeout options, when present, override this.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		o.replicas = durability{minReplicas: max(n, 0), timeout: max(timeout, 0)}
 	}
 }
 

@@ -110,7 +110,15 @@ func (s *Store) putRecord(ctx context.Context, key string, value []byte, expectV
 	if value == nil {
 		value = []byte{} // go-redis sends nil as an empty string too; be explicit
 	}
-	res, err := putRecordScript.Run(ctx, s.rdb, []string{recordKey(key)}, expectVersion, value).Slice()
+	var res []any
+	err := s.commit(ctx, recordKey(key), func(c writeConn) (bool, error) {
+		var err error
+		res, err = putRecordScript.Run(ctx, c, []string{recordKey(key)}, expectVersion, value).Slice()
+		return err == nil && str(res, 0) == "ok", err
+	})
+	if errors.Is(err, ErrNotDurable) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, fmt.Errorf("run put record script: %w", err)
 	}
@@ -141,7 +149,15 @@ func (s *Store) deleteRecord(ctx context.Context, key string, expectVersion int6
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	res, err := deleteRecordScript.Run(ctx, s.rdb, []string{recordKey(key)}, expectVersion).Slice()
+	var res []any
+	err := s.commit(ctx, recordKey(key), func(c writeConn) (bool, error) {
+		var err error
+		res, err = deleteRecordScript.Run(ctx, c, []string{recordKey(key)}, expectVersion).Slice()
+		return err == nil && str(res, 0) == "ok", err
+	})
+	if errors.Is(err, ErrNotDurable) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("run delete record script: %w", err)
 	}

@@ -16,9 +16,10 @@
 // rediss+cluster:// and rediss+sentinel:// use TLS. A host without a port
 // gets 6379 (26379 for a sentinel). user and password are those of the
 // Redis servers that hold the data; sentinels that require their own go in
-// the sentinel_username and sentinel_password options. The other options
-// are go-redis's (dial_timeout, read_timeout, pool_size, …). Errors and
-// Addr never contain a password.
+// the sentinel_username and sentinel_password options. min_replicas and
+// replica_timeout set the durability of writes (see below). The other
+// options are go-redis's (dial_timeout, read_timeout, pool_size, …).
+// Errors and Addr never contain a password.
 //
 // # Keys
 //
@@ -105,9 +106,57 @@
 // refused (the script checks the lock), and it skips releasing addresses
 // once half the lease has passed, so a stall can leave claims behind but
 // not take away another writer's. A Redis failover that loses the last
-// writes (replication is asynchronous) can leave a record without a claim
-// or a claim without a record; reads stay correct (they verify), and the
-// next Put of the instance claims again.
+// writes (replication is asynchronous; see Durability for what the store
+// waits for) can leave a record without a claim or a claim without a
+// record; reads stay correct (they verify), and the next Put of the
+// instance claims again.
+//
+// # Durability
+//
+// Redis replicates asynchronously: a write the primary has applied can be
+// lost when a replica that has not received it yet is promoted (Sentinel
+// failover, or a cluster shard's failover). So every write that the store
+// reports as done — Put, Delete, PutRecord, DeleteRecord, PutSecret,
+// DeleteSecret and SetPassword — can first wait until min_replicas
+// replicas have acknowledged it: the store sends WAIT min_replicas
+// replica_timeout on the connection that wrote, right after the script or
+// command that changed something (WAIT cannot run inside a script, and it
+// counts the replicas that have every write of its own connection, so it
+// must be that connection). A write not acknowledged in time fails with an
+// error wrapping ErrNotDurable, such as "not durable: written on the
+// primary but acknowledged by 0 of 1 replicas within 2s; it may be lost
+// on failover": it was applied and is visible, and is lost only if the
+// primary fails before a replica catches up. Its caller should treat it as
+// not done (and may read back or write again). A write refused for a
+// conflict changed nothing and does not wait.
+//
+//	min_replicas=N       replicas that must acknowledge each write; 0: do not wait.
+//	                     Default 1 for redis+sentinel:// (DefaultSentinelReplicas),
+//	                     0 for one server and for a cluster.
+//	replica_timeout=D    how long a write waits, a Go duration (500ms, 2s); default 2s
+//	                     (DefaultReplicaTimeout).
+//
+// The URL's options override WithReplicas, which overrides the scheme's
+// default. With Sentinel and min_replicas=1, a write the store reported as
+// done is on the primary and on at least one replica; with one replica
+// (which Sentinel then promotes) it survives the primary's failover; with
+// more, Sentinel prefers the replica with the most data but a promoted
+// replica could still lack it (Redis does not promise more). While fewer
+// than min_replicas replicas are connected (after a failover, until the old
+// primary comes back as a replica), every write waits replica_timeout and
+// fails: run a primary and two replicas, or set min_replicas=0 to trade
+// durability for availability. Without waiting, a failover loses the
+// writes of roughly the last replication round trip (milliseconds on a
+// LAN; more under load) that the store had reported as done.
+//
+// One write of the store is several steps (see Writes). With one primary,
+// WAIT after the step that commits (the write script) also covers the
+// earlier steps (claims), since a primary replicates its writes in order;
+// the later steps (releasing old addresses, the lock) are not waited for:
+// losing them leaves a claim that reads ignore, or a lock that expires. On
+// a cluster each shard replicates on its own, so each claim also waits on
+// its own shard (the connection goes to the key's primary); a claim not
+// acknowledged in time aborts the Put, which gives back its claims.
 //
 // # Change feed
 //
@@ -127,6 +176,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -164,9 +214,14 @@ func newToken() string {
 
 // Store is a store.Store kept in Redis.
 type Store struct {
-	rdb  goredis.UniversalClient
-	addr string
-	opts options
+	rdb     goredis.UniversalClient
+	addr    string
+	opts    options
+	cluster bool // rdb is a *goredis.ClusterClient
+
+	// minReplicas and replicaTimeout: see WithReplicas.
+	minReplicas    int
+	replicaTimeout time.Duration
 
 	closing   context.Context // done when Close is called; ends every Watch
 	close     context.CancelFunc
@@ -186,9 +241,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	d := durability{minReplicas: t.defaultReplicas, timeout: DefaultReplicaTimeout}.over(o.replicas).over(t.replicas)
 	rdb := t.newClient()
+	_, cluster := rdb.(*goredis.ClusterClient)
 	closing, cancel := context.WithCancel(context.Background())
-	s := &Store{rdb: rdb, addr: t.desc, opts: o, closing: closing, close: cancel}
+	s := &Store{rdb: rdb, addr: t.desc, opts: o, cluster: cluster,
+		minReplicas: d.minReplicas, replicaTimeout: d.timeout,
+		closing: closing, close: cancel}
 	if err := s.ping(ctx); err != nil {
 		s.Close()
 		for _, secret := range t.secrets {
@@ -484,7 +543,10 @@ func (s *Store) PutSecret(ctx context.Context, instanceUUID, id string, sec stor
 	if err == nil {
 		var data []byte
 		if data, err = json.Marshal(sec); err == nil {
-			err = s.rdb.HSet(ctx, secretKey(instanceUUID), id, data).Err()
+			err = s.commit(ctx, secretKey(instanceUUID), func(c writeConn) (bool, error) {
+				err := c.HSet(ctx, secretKey(instanceUUID), id, data).Err()
+				return err == nil, err
+			})
 		}
 	}
 	if err != nil {
@@ -518,7 +580,11 @@ func (s *Store) DeleteSecret(ctx context.Context, instanceUUID, id string) error
 	err := ctx.Err()
 	if err == nil {
 		var n int64
-		n, err = s.rdb.HDel(ctx, secretKey(instanceUUID), id).Result()
+		err = s.commit(ctx, secretKey(instanceUUID), func(c writeConn) (bool, error) {
+			var err error
+			n, err = c.HDel(ctx, secretKey(instanceUUID), id).Result()
+			return n > 0, err
+		})
 		if err == nil && n == 0 {
 			err = store.ErrNotFound
 		}
@@ -551,7 +617,11 @@ func (s *Store) SetPassword(ctx context.Context, instanceUUID string, password [
 	}
 	if err == nil {
 		var res string
-		res, err = setPasswordScript.Run(ctx, s.rdb, []string{instKey(instanceUUID)}, password).Text()
+		err = s.commit(ctx, instKey(instanceUUID), func(c writeConn) (bool, error) {
+			var err error
+			res, err = setPasswordScript.Run(ctx, c, []string{instKey(instanceUUID)}, password).Text()
+			return res == "ok", err
+		})
 		switch {
 		case err != nil:
 		case res == "notfound":

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -24,11 +26,68 @@ type target struct {
 	newClient func() goredis.UniversalClient
 	desc      string
 	secrets   []string
+	// defaultReplicas is the scheme's default of min_replicas; replicas
+	// what the URL's options set.
+	defaultReplicas int
+	replicas        durability
 }
 
 // parseTarget parses the URL forms the package comment lists.
 func parseTarget(rawURL string) (target, error) {
 	safe := redactURL(rawURL)
+	rawURL, d, err := takeDurability(rawURL, safe)
+	if err != nil {
+		return target{}, err
+	}
+	t, err := parseClient(rawURL, safe)
+	t.replicas = d
+	return t, err
+}
+
+// takeDurability removes the options min_replicas and replica_timeout
+// from the query of rawURL and returns what they say (minReplicas -1 and
+// timeout 0 when absent).
+func takeDurability(rawURL, safe string) (string, durability, error) {
+	d := durability{minReplicas: -1}
+	base, query, ok := strings.Cut(rawURL, "?")
+	if !ok {
+		return rawURL, d, nil
+	}
+	query, frag, hasFrag := strings.Cut(query, "#")
+	var kept []string
+	for part := range strings.SplitSeq(query, "&") {
+		k, v, _ := strings.Cut(part, "=")
+		if u, err := url.QueryUnescape(v); err == nil {
+			v = u
+		}
+		switch k {
+		case "min_replicas":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return "", d, fmt.Errorf("invalid URL %s: min_replicas=%q is not a number of replicas (0 or more)", safe, v)
+			}
+			d.minReplicas = n
+		case "replica_timeout":
+			t, err := time.ParseDuration(v)
+			if err != nil || t <= 0 {
+				return "", d, fmt.Errorf("invalid URL %s: replica_timeout=%q is not a positive duration (such as 500ms or 2s)", safe, v)
+			}
+			d.timeout = t
+		default:
+			kept = append(kept, part)
+		}
+	}
+	if len(kept) > 0 {
+		base += "?" + strings.Join(kept, "&")
+	}
+	if hasFrag {
+		base += "#" + frag
+	}
+	return base, d, nil
+}
+
+// parseClient parses a URL without the durability options.
+func parseClient(rawURL, safe string) (target, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return target{}, fmt.Errorf("invalid URL %s: no scheme (want redis://[user:password@]host:port/db, redis+cluster://host:port,… or redis+sentinel://master@host:port,…/db)", safe)
@@ -220,9 +279,10 @@ func parseSentinel(base, rest, safe string) (target, error) {
 	opts.Username, opts.Password = user, password
 	opts.SentinelUsername, opts.SentinelPassword = sentinelUser, sentinelPassword
 	return target{
-		newClient: func() goredis.UniversalClient { return goredis.NewFailoverClient(opts) },
-		desc:      fmt.Sprintf("sentinel %s@%s (db %d)", master, strings.Join(hosts, ","), opts.DB),
-		secrets:   []string{password, sentinelPassword},
+		newClient:       func() goredis.UniversalClient { return goredis.NewFailoverClient(opts) },
+		desc:            fmt.Sprintf("sentinel %s@%s (db %d)", master, strings.Join(hosts, ","), opts.DB),
+		secrets:         []string{password, sentinelPassword},
+		defaultReplicas: DefaultSentinelReplicas,
 	}, nil
 }
 

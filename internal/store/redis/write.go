@@ -273,7 +273,17 @@ func (w *writer) abort(ctx context.Context) {
 // as conflict(holder name).
 func (w *writer) claim(ctx context.Context, key, what, value string, conflict func(holder string) error) error {
 	for attempt := range 8 {
-		res, err := claimScript.Run(ctx, w.s.rdb, []string{key}, w.uuid, w.token).Slice()
+		var res []any
+		err := w.s.commitShard(ctx, key, func(c writeConn) (bool, error) {
+			var err error
+			res, err = claimScript.Run(ctx, c, []string{key}, w.uuid, w.token).Slice()
+			return err == nil && str(res, 0) != "held", err
+		})
+		if errors.Is(err, ErrNotDurable) {
+			// Claimed, perhaps not for long: give it back.
+			w.claims = append(w.claims, claim{key: key, prev: str(res, 1)})
+			return fmt.Errorf("claim %s %s: %w", what, value, err)
+		}
 		if err != nil {
 			return fmt.Errorf("claim %s %s: %w", what, value, err)
 		}
@@ -299,7 +309,16 @@ func (w *writer) claim(ctx context.Context, key, what, value string, conflict fu
 		}
 		// Left over by a writer that died: take it over, unless it changed
 		// since it was read (then look again).
-		swapped, err := casScript.Run(ctx, w.s.rdb, []string{key}, held, claimValue(w.uuid, w.token)).Int()
+		var swapped int
+		err = w.s.commitShard(ctx, key, func(c writeConn) (bool, error) {
+			var err error
+			swapped, err = casScript.Run(ctx, c, []string{key}, held, claimValue(w.uuid, w.token)).Int()
+			return swapped == 1, err
+		})
+		if errors.Is(err, ErrNotDurable) {
+			w.claims = append(w.claims, claim{key: key})
+			return fmt.Errorf("take over %s %s: %w", what, value, err)
+		}
 		if err != nil {
 			return fmt.Errorf("take over %s %s: %w", what, value, err)
 		}
@@ -408,9 +427,20 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 	if len(gone) == 0 {
 		unlock = "1" // nothing to release after the write: unlock in the script
 	}
-	res, err := writeScript.Run(ctx, s.rdb, []string{lockKey(inst.UUID), instKey(inst.UUID), docKey(inst.UUID)},
-		w.token, inst.Name, inst.UUID, expectRevision, instJSON, docJSON, encodeAddrs(inst.Addresses),
-		changesChannel, unlock).Slice()
+	var res []any
+	err = s.commit(ctx, instKey(inst.UUID), func(c writeConn) (bool, error) {
+		var err error
+		res, err = writeScript.Run(ctx, c, []string{lockKey(inst.UUID), instKey(inst.UUID), docKey(inst.UUID)},
+			w.token, inst.Name, inst.UUID, expectRevision, instJSON, docJSON, encodeAddrs(inst.Addresses),
+			changesChannel, unlock).Slice()
+		return err == nil && str(res, 0) == "ok", err
+	})
+	// Written, but perhaps not yet on enough replicas: finish the steps,
+	// then report it.
+	var notDurable error
+	if errors.Is(err, ErrNotDurable) {
+		notDurable, err = err, nil
+	}
 	if err != nil {
 		// The script may or may not have run: leave the claims (a retry
 		// or a later writer sorts them out) but free the lock.
@@ -441,7 +471,7 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 		}
 	}
 	if len(gone) == 0 {
-		return inst, doc, nil // unlocked by the script
+		return inst, doc, notDurable // unlocked by the script
 	}
 	// Committed: from here on errors leave claims the record does not
 	// list, which lookups ignore; they do not fail the Put.
@@ -449,7 +479,7 @@ func (s *Store) put(ctx context.Context, inst store.Instance, doc store.Document
 	defer cancel()
 	_ = w.release(ctx2, gone)
 	w.unlock(ctx)
-	return inst, doc, nil
+	return inst, doc, notDurable
 }
 
 // claimAll claims the instance's name and then its addresses in sorted
@@ -531,8 +561,17 @@ func (s *Store) delete(ctx context.Context, name string) error {
 		_ = casScript.Run(ctx2, s.rdb, []string{nameKey(name)}, held, "").Err()
 		return store.ErrNotFound
 	}
-	res, err := deleteScript.Run(ctx, s.rdb, []string{lockKey(uuid), instKey(uuid), docKey(uuid), secretKey(uuid)},
-		w.token, name, uuid, changesChannel).Slice()
+	var res []any
+	err = s.commit(ctx, instKey(uuid), func(c writeConn) (bool, error) {
+		var err error
+		res, err = deleteScript.Run(ctx, c, []string{lockKey(uuid), instKey(uuid), docKey(uuid), secretKey(uuid)},
+			w.token, name, uuid, changesChannel).Slice()
+		return err == nil && str(res, 0) == "ok", err
+	})
+	var notDurable error
+	if errors.Is(err, ErrNotDurable) {
+		notDurable, err = err, nil
+	}
 	if err != nil {
 		return fmt.Errorf("run delete script: %w", err)
 	}
@@ -555,7 +594,7 @@ func (s *Store) delete(ctx context.Context, name string) error {
 	// Deleted: claims that cannot be released now are ignored by lookups
 	// and taken over by whoever wants them.
 	_ = w.release(ctx2, keys)
-	return nil
+	return notDurable
 }
 
 func str(res []any, i int) string {

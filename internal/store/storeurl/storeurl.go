@@ -12,7 +12,9 @@
 //
 // and rediss+cluster://, rediss+sentinel:// with TLS. The Redis forms are
 // those of package redis (see its documentation for hosts, databases,
-// credentials and options). Schemes are case-insensitive.
+// credentials and options, among them min_replicas and replica_timeout:
+// how many replicas must acknowledge a write before it is reported done,
+// 1 by default through Sentinel). Schemes are case-insensitive.
 package storeurl
 
 import (
