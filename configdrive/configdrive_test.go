@@ -439,7 +439,8 @@ func run(t testing.TB, name string, args ...string) []byte {
 	out, err := exec.Command(name, args...).Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)

@@ -268,7 +268,7 @@ func readFile(fsys filesystem.FileSystem, p string, size int64) ([]byte, error) 
 		n += m
 		switch {
 		case n == len(b):
-		case err == io.EOF, m == 0 && err == nil:
+		case errors.Is(err, io.EOF), m == 0 && err == nil:
 			return nil, fmt.Errorf("read %d bytes: only %d there (cluster chain or extent shorter than the file)", size, n)
 		case err != nil:
 			return nil, fmt.Errorf("read %d bytes: %w", size, err)

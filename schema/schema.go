@@ -144,7 +144,7 @@ func ValidateJSON(kind Kind, data []byte) error {
 	if err := dec.Decode(&doc); err != nil {
 		return fmt.Errorf("schema: decode %s document: %w", kind, err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err == nil {
 			err = errors.New("trailing data after the JSON value")
 		}

@@ -2,6 +2,7 @@ package uevent_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestMonitor(t *testing.T) {
 		case e := <-events:
 			if e.DevPath == "/devices/virtual/net/lo" && e.Action == "change" && e.Subsystem == "net" {
 				cancel()
-				if err := <-errc; err != context.Canceled {
+				if err := <-errc; !errors.Is(err, context.Canceled) {
 					t.Errorf("Monitor returned %v after cancel", err)
 				}
 				return

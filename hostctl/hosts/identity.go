@@ -41,7 +41,7 @@ func CheckName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
-			return fmt.Errorf("host name %q: character %q at byte %d is not one of a-z 0-9 - .", name, name[i:i+1], i)
+			return fmt.Errorf("host name %q: character %q at byte %d is not a lower-case letter, a digit, \"-\" or \".\"", name, name[i:i+1], i)
 		}
 	}
 	if !alnum(name[0]) || !alnum(name[len(name)-1]) {

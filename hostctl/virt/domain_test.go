@@ -246,14 +246,14 @@ func hasFieldError(err error, field string) bool {
 		if errors.As(err, &se) && slices.ContainsFunc(se.Errors, func(fe model.FieldError) bool { return fe.Field == field }) {
 			return true
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() []error }:
+		if u, ok := err.(interface{ Unwrap() []error }); ok {
 			for _, e := range u.Unwrap() {
 				if walk(e) {
 					return true
 				}
 			}
-		case interface{ Unwrap() error }:
+		}
+		if u, ok := err.(interface{ Unwrap() error }); ok {
 			if e := u.Unwrap(); e != nil {
 				return walk(e)
 			}

@@ -133,10 +133,6 @@ func TestGuestSeesAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type block struct {
-		pci, hctl, serial string
-		ata               int
-	}
 	blocks := map[string]guestBlock{} // guest block name -> where
 	scsiBlock := map[string]string{}  // H:C:T:L -> block name
 	nets := map[string]string{}       // MAC -> PCI

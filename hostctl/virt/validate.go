@@ -40,12 +40,12 @@ func specError(err error) error {
 // fieldErrors flattens err into its field errors; false when err holds
 // anything else.
 func fieldErrors(err error) ([]model.FieldError, bool) {
-	switch x := err.(type) {
-	case model.FieldError:
-		return []model.FieldError{x}, true
-	case *model.SpecError:
-		return x.Errors, true
-	case interface{ Unwrap() []error }:
+	// Only err itself counts, not what it wraps (a wrapped field error
+	// carries context that must stay): interface assertions, not errors.As.
+	if x, ok := err.(interface{ FieldErrors() []model.FieldError }); ok {
+		return x.FieldErrors(), true
+	}
+	if x, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []model.FieldError
 		for _, e := range x.Unwrap() {
 			fs, ok := fieldErrors(e)

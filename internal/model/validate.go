@@ -23,6 +23,13 @@ type FieldError struct {
 	Rule string
 }
 
+// FieldErrors is e alone; *SpecError has the same method, so code that
+// collects field errors asks for the method rather than the types.
+func (e FieldError) FieldErrors() []FieldError { return []FieldError{e} }
+
+// FieldErrors are the spec's invalid fields.
+func (e *SpecError) FieldErrors() []FieldError { return e.Errors }
+
 func (e FieldError) Error() string {
 	if e.Value == nil {
 		return fmt.Sprintf("%s: %s", e.Field, e.Rule)
