@@ -12,7 +12,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/hostctl/api/client"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // Defaults shared by the daemon and the clients.
@@ -127,7 +129,7 @@ func run(ctx context.Context, args []string, env Env) error {
 
 // printError prints an error; a spec error lists one field per line.
 func printError(w io.Writer, err error) {
-	var ae *api.Error
+	var ae *types.Error
 	if errors.As(err, &ae) && len(ae.Fields) > 0 {
 		fmt.Fprintln(w, "hostctl: invalid instance spec:")
 		for _, f := range ae.Fields {
@@ -166,7 +168,7 @@ func newClientFlags(name string, env Env) (*flag.FlagSet, *clientFlags) {
 	return fs, cf
 }
 
-func (cf *clientFlags) client() (*api.Client, error) {
+func (cf *clientFlags) client() (*client.Client, error) {
 	switch cf.output {
 	case "table", "json":
 	default:
@@ -177,9 +179,9 @@ func (cf *clientFlags) client() (*api.Client, error) {
 		if tok == "" {
 			return nil, fmt.Errorf("%w: --api needs a bearer token in $VMETA_TOKEN", errUsage)
 		}
-		return api.NewTCPClient(cf.api, tok), nil
+		return client.NewTCP(cf.api, tok), nil
 	}
-	return api.NewUnixClient(cf.socket), nil
+	return client.NewUnix(cf.socket), nil
 }
 
 // tokenNew prints a fresh admin API token and the line to add to the
@@ -188,12 +190,12 @@ func tokenNew(args []string, env Env) error {
 	fs := flag.NewFlagSet("token new", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	name := fs.String("name", "", "who the token is for")
-	role := fs.String("role", api.RoleMember, "admin or member")
+	role := fs.String("role", types.RoleMember, "admin or member")
 	project := fs.String("project", "", "the project a member token is scoped to")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tok, entry, err := api.NewToken(*name, *role, *project)
+	tok, entry, err := auth.NewToken(*name, *role, *project)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
@@ -123,7 +124,7 @@ func serve(ctx context.Context, args []string, env Env) error {
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 
-	var tokenAuth *api.TokenAuth
+	var tokenAuth *auth.TokenAuth
 	switch {
 	case cfg.adminListen == "" && cfg.adminTokensFile != "":
 		return fmt.Errorf("%w: --admin-tokens-file needs --admin-listen", errUsage)
@@ -132,7 +133,7 @@ func serve(ctx context.Context, args []string, env Env) error {
 	case (cfg.adminTLSCert == "") != (cfg.adminTLSKey == ""):
 		return fmt.Errorf("%w: --admin-tls-cert and --admin-tls-key go together", errUsage)
 	case cfg.adminListen != "":
-		if tokenAuth, err = api.LoadTokens(cfg.adminTokensFile); err != nil {
+		if tokenAuth, err = auth.LoadTokens(cfg.adminTokensFile); err != nil {
 			return fmt.Errorf("--admin-tokens-file: %w", err)
 		}
 	}

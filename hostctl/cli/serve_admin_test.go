@@ -14,7 +14,9 @@ import (
 
 	"github.com/vmeta/vmeta/internal/testenv"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/hostctl/api/client"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // TestServeAdminTCP runs `hostctl serve` with the TCP admin listener: a
@@ -22,15 +24,15 @@ import (
 // and the tokens file holds no usable secret.
 func TestServeAdminTCP(t *testing.T) {
 	dir := t.TempDir()
-	adminTok, adminEntry, err := api.NewToken("ops", api.RoleAdmin, "")
+	adminTok, adminEntry, err := auth.NewToken("ops", types.RoleAdmin, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	memberTok, memberEntry, err := api.NewToken("alice", api.RoleMember, "a")
+	memberTok, memberEntry, err := auth.NewToken("alice", types.RoleMember, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal([]api.TokenEntry{adminEntry, memberEntry})
+	b, _ := json.Marshal([]auth.TokenEntry{adminEntry, memberEntry})
 	tokens := filepath.Join(dir, "tokens.json")
 	if err := os.WriteFile(tokens, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func TestServeAdminTCP(t *testing.T) {
 		}
 	}
 	base := "http://" + addr
-	admin, member := api.NewTCPClient(base, adminTok), api.NewTCPClient(base, memberTok)
+	admin, member := client.NewTCP(base, adminTok), client.NewTCP(base, memberTok)
 	if _, err := admin.Apply(ctx, []byte("name: b-1\nproject_id: b\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestServeAdminTCP(t *testing.T) {
 	if _, err := member.Get(ctx, "b-1"); status(err) != 404 {
 		t.Errorf("member reads b-1: %v", err)
 	}
-	if _, err := api.NewTCPClient(base, "").List(ctx); status(err) != 401 {
+	if _, err := client.NewTCP(base, "").List(ctx); status(err) != 401 {
 		t.Errorf("no token: %v", err)
 	}
 	for _, tok := range []string{adminTok, memberTok} {
@@ -92,7 +94,7 @@ func TestServeAdminTCP(t *testing.T) {
 }
 
 func status(err error) int {
-	var ae *api.Error
+	var ae *types.Error
 	if errors.As(err, &ae) {
 		return ae.StatusCode()
 	}

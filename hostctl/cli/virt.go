@@ -5,9 +5,8 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // virtCommands are the `hostctl instance` subcommands that drive libvirt
@@ -44,7 +43,7 @@ func affectFlags(fs *flag.FlagSet, a *types.Affect) {
 
 func instanceStart(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance start", env)
-	return withInstance(ctx, fs, cf, args, env, "instance start", func(c *api.Client, name string) (*types.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance start", func(c *client.Client, name string) (*types.Instance, string, error) {
 		inst, err := c.Start(ctx, name)
 		return inst, fmt.Sprintf("instance %s started", name), err
 	})
@@ -52,8 +51,8 @@ func instanceStart(ctx context.Context, args []string, env Env) error {
 
 func instanceStop(ctx context.Context, args []string, env Env) error {
 	fs, cf := newClientFlags("instance stop", env)
-	timeout := fs.Duration("timeout", controller.DefaultStopTimeout, "how long to wait for the guest to shut down before powering it off")
-	return withInstance(ctx, fs, cf, args, env, "instance stop", func(c *api.Client, name string) (*types.Instance, string, error) {
+	timeout := fs.Duration("timeout", types.DefaultStopTimeout, "how long to wait for the guest to shut down before powering it off")
+	return withInstance(ctx, fs, cf, args, env, "instance stop", func(c *client.Client, name string) (*types.Instance, string, error) {
 		if *timeout <= 0 {
 			return nil, "", fmt.Errorf("%w: --timeout must be positive", errUsage)
 		}
@@ -71,7 +70,7 @@ func instanceAttachDisk(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&req.Serial, "serial", "", "disk serial")
 	fs.StringVar(&req.Target, "target", "", "target name (vdX, sdX); the first free one on the bus by default")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance attach-disk", func(c *api.Client, name string) (*types.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance attach-disk", func(c *client.Client, name string) (*types.Instance, string, error) {
 		inst, err := c.AttachDisk(ctx, name, req)
 		return inst, fmt.Sprintf("disk attached to %s", name), err
 	})
@@ -83,7 +82,7 @@ func instanceDetachDisk(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&req.Tag, "tag", "", "the disk's tag")
 	fs.StringVar(&req.Target, "target", "", "the disk's target name (instead of --tag)")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance detach-disk", func(c *api.Client, name string) (*types.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance detach-disk", func(c *client.Client, name string) (*types.Instance, string, error) {
 		if (req.Tag == "") == (req.Target == "") {
 			return nil, "", fmt.Errorf("%w: instance detach-disk needs exactly one of --tag or --target", errUsage)
 		}
@@ -99,7 +98,7 @@ func instanceAttachNIC(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&req.MAC, "mac", "", "MAC address (generated when empty)")
 	fs.StringVar(&req.Network, "network", "", "libvirt network (the daemon's default network when empty)")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance attach-nic", func(c *api.Client, name string) (*types.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance attach-nic", func(c *client.Client, name string) (*types.Instance, string, error) {
 		inst, err := c.AttachNIC(ctx, name, req)
 		return inst, fmt.Sprintf("NIC attached to %s", name), err
 	})
@@ -111,7 +110,7 @@ func instanceDetachNIC(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&req.Tag, "tag", "", "the NIC's tag")
 	fs.StringVar(&req.MAC, "mac", "", "the NIC's MAC (instead of --tag)")
 	affectFlags(fs, &req.Affect)
-	return withInstance(ctx, fs, cf, args, env, "instance detach-nic", func(c *api.Client, name string) (*types.Instance, string, error) {
+	return withInstance(ctx, fs, cf, args, env, "instance detach-nic", func(c *client.Client, name string) (*types.Instance, string, error) {
 		if (req.Tag == "") == (req.MAC == "") {
 			return nil, "", fmt.Errorf("%w: instance detach-nic needs exactly one of --tag or --mac", errUsage)
 		}
@@ -124,7 +123,7 @@ func instanceDetachNIC(ctx context.Context, args []string, env Env) error {
 // and prints the instance it returns (JSON, or a summary line, the
 // warnings and the device table).
 func withInstance(ctx context.Context, fs *flag.FlagSet, cf *clientFlags, args []string, env Env, cmd string,
-	op func(c *api.Client, name string) (*types.Instance, string, error)) error {
+	op func(c *client.Client, name string) (*types.Instance, string, error)) error {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
