@@ -135,4 +135,3 @@ func TestRolesAndProjects(t *testing.T) {
 		t.Errorf("whoami = %+v, %v", who, err)
 	}
 }
-
