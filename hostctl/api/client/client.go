@@ -13,11 +13,25 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
+
+// SocketEnv, when set, names the admin socket of both the daemon and its
+// clients.
+const SocketEnv = "VMETA_SOCKET"
+
+// DefaultSocket is the admin socket path: $VMETA_SOCKET, or
+// /run/vmeta/hostctl.sock.
+func DefaultSocket() string {
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return "/run/vmeta/hostctl.sock"
+}
 
 // Client talks to a hostctl daemon's admin API.
 type Client struct {

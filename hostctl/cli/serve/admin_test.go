@@ -1,4 +1,4 @@
-package cli
+package serve
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/cli"
 	"github.com/vmeta/vmeta/internal/testenv"
 
 	"github.com/vmeta/vmeta/hostctl/api/auth"
@@ -47,9 +48,9 @@ func TestServeAdminTCP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
-		done <- Run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", filepath.Join(dir, "s.sock"),
+		done <- run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", filepath.Join(dir, "s.sock"),
 			"--metadata-listen", "127.0.0.1:0", "--virt", "none", "--admin-listen", "127.0.0.1:0", "--admin-tokens-file", tokens,
-		}, Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
+		}, cli.Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -111,7 +112,7 @@ func TestServeAdminFlagErrors(t *testing.T) {
 	} {
 		var stderr testenv.SyncBuffer
 		full := append([]string{"serve", "--data-dir", dir, "--socket", filepath.Join(dir, "s.sock"), "--metadata-listen", "127.0.0.1:0", "--virt", "none"}, args...)
-		if code := Run(t.Context(), full, Env{Stdout: io.Discard, Stderr: &stderr}); code == 0 {
+		if code := run(t.Context(), full, cli.Env{Stdout: io.Discard, Stderr: &stderr}); code == 0 {
 			t.Errorf("%v: exit 0", args)
 		}
 		if !strings.Contains(stderr.String(), "admin") {
