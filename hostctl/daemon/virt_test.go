@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
 	"os"
@@ -58,5 +59,34 @@ func TestVirtConfig(t *testing.T) {
 	}
 	if sock, unix := socketOf("qemu+unix:///system?socket=/x"); !unix || sock != "/x" {
 		t.Errorf("qemu+unix: %q %t", sock, unix)
+	}
+}
+
+// TestRunConfigErrors: a bad value stops Run before it opens anything,
+// with an ErrConfig naming the flag.
+func TestRunConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		change func(*Config)
+		says   string
+	}{
+		{func(c *Config) { c.LogLevel = "loud" }, "--log-level"},
+		{func(c *Config) { c.ConfigDriveFormat = "udf" }, "--config-drive-format"},
+		{func(c *Config) { c.AdminListen = "127.0.0.1:0" }, "--admin-listen needs --admin-tokens-file"},
+		{func(c *Config) { c.Virt.Mode = "xen" }, "--virt"},
+	} {
+		var cfg Config
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		cfg.AddFlags(fs)
+		cfg.DataDir, cfg.Socket, cfg.MetadataListen = dir, filepath.Join(dir, "s.sock"), "127.0.0.1:0"
+		cfg.Metadata.TokenKeyFile = ""
+		tc.change(&cfg)
+		err := Run(context.Background(), cfg)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want an ErrConfig naming it", tc.says, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s.sock")); err == nil {
+		t.Error("a refused configuration left an admin socket")
 	}
 }
