@@ -80,13 +80,14 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	root := mux.NewRouter()
 	v1 := root.PathPrefix("/v1").Subrouter()
 
+	insts := instances{svc: c, errorWriter: e}
 	inst := v1.PathPrefix("/instances").Subrouter()
-	instances{svc: c, errorWriter: e}.routes(inst)
+	insts.routes(inst)
 	// One instance: the project scoping middleware resolves {name} once,
 	// for every sub-resource below.
 	one := inst.PathPrefix("/{name}").Subrouter()
 	one.Use(scopeInstance(c, e))
-	instances{svc: c, errorWriter: e}.instanceRoutes(one)
+	insts.instanceRoutes(one)
 	configDrives{svc: c, errorWriter: e}.routes(one)
 	power{svc: c, errorWriter: e}.routes(one)
 	hotplug{svc: c, errorWriter: e}.routes(one)

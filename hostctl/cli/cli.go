@@ -247,14 +247,12 @@ func (a *app) printUsage(w io.Writer, group string) {
 	fmt.Fprintln(w, "hostctl — the vmeta host controller")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage:")
-	width := 0
 	var lines [][2]string
 	for _, c := range a.cmds {
 		if group != "" && c.Name != group && !strings.HasPrefix(c.Name, group+" ") {
 			continue
 		}
 		l := strings.TrimSpace("hostctl " + c.Name + " " + c.Args)
-		width = max(width, len(l))
 		lines = append(lines, [2]string{l, c.Summary})
 	}
 	for _, l := range lines {
