@@ -11,13 +11,15 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // serve runs the admin API over a real controller and store on a unix
 // socket, and returns a client for it.
-func serve(t *testing.T) *api.Client {
+func serve(t *testing.T) *client.Client {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
@@ -35,7 +37,7 @@ func serve(t *testing.T) *api.Client {
 	srv := &http.Server{Handler: api.Handler(ctl, log)}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return api.NewUnixClient(sock)
+	return client.NewUnix(sock)
 }
 
 func TestStatusMapping(t *testing.T) {
@@ -69,9 +71,9 @@ func TestStatusMapping(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
-			var ae *api.Error
+			var ae *types.Error
 			if !errors.As(err, &ae) {
-				t.Fatalf("err = %v (%T), want *api.Error", err, err)
+				t.Fatalf("err = %v (%T), want *types.Error", err, err)
 			}
 			if ae.StatusCode() != tt.status || !strings.Contains(ae.Error(), tt.text) {
 				t.Fatalf("status %d %q, want %d containing %q", ae.StatusCode(), ae.Error(), tt.status, tt.text)
@@ -80,7 +82,7 @@ func TestStatusMapping(t *testing.T) {
 	}
 	// The invalid spec's error lists the field, value and rule.
 	_, err := c.Apply(ctx, []byte("name: b\nnics: [{mac: nope}]\n"))
-	var ae *api.Error
+	var ae *types.Error
 	if !errors.As(err, &ae) || len(ae.Fields) == 0 || ae.Fields[0].Field != "nics[0].mac" || ae.Fields[0].Value != "nope" || ae.Fields[0].Rule == "" {
 		t.Fatalf("fields = %+v", ae)
 	}
@@ -91,7 +93,7 @@ func TestStatusMapping(t *testing.T) {
 }
 
 func TestDaemonDown(t *testing.T) {
-	c := api.NewUnixClient(filepath.Join(t.TempDir(), "absent.sock"))
+	c := client.NewUnix(filepath.Join(t.TempDir(), "absent.sock"))
 	_, err := c.List(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "hostctl serve") {
 		t.Fatalf("err = %v, want a hint to start the daemon", err)

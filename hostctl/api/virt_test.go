@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -84,44 +86,44 @@ func TestDeviceEndpoints(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
 	ctl := &recordingCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log})}
-	var entries []api.TokenEntry
+	var entries []auth.TokenEntry
 	var toks []string
-	for _, p := range []struct{ name, role, project string }{{"alice", api.RoleMember, "a"}, {"bob", api.RoleMember, "b"}} {
-		tok, e, err := api.NewToken(p.name, p.role, p.project)
+	for _, p := range []struct{ name, role, project string }{{"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {
+		tok, e, err := auth.NewToken(p.name, p.role, p.project)
 		if err != nil {
 			t.Fatal(err)
 		}
 		entries, toks = append(entries, e), append(toks, tok)
 	}
-	auth, err := api.NewTokenAuth(entries)
+	auth, err := auth.NewTokenAuth(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := newTestServer(t, api.NewHandler(ctl, log, auth))
-	alice, bob := api.NewTCPClient(srv, toks[0]), api.NewTCPClient(srv, toks[1])
+	alice, bob := client.NewTCP(srv, toks[0]), client.NewTCP(srv, toks[1])
 	if _, err := alice.Apply(ctx, []byte("name: a-1\n")); err != nil {
 		t.Fatal(err)
 	}
 
 	ops := []struct {
 		call string
-		do   func(c *api.Client) error
+		do   func(c *client.Client) error
 	}{
-		{"a-1 start", func(c *api.Client) error { _, err := c.Start(ctx, "a-1"); return err }},
-		{"a-1 stop 2.5s", func(c *api.Client) error { _, err := c.Stop(ctx, "a-1", 2500*time.Millisecond); return err }},
-		{`a-1 attach-disk {"tag":"data","bus":"scsi","size":"2G","serial":"s1","live":true}`, func(c *api.Client) error {
+		{"a-1 start", func(c *client.Client) error { _, err := c.Start(ctx, "a-1"); return err }},
+		{"a-1 stop 2.5s", func(c *client.Client) error { _, err := c.Stop(ctx, "a-1", 2500*time.Millisecond); return err }},
+		{`a-1 attach-disk {"tag":"data","bus":"scsi","size":"2G","serial":"s1","live":true}`, func(c *client.Client) error {
 			_, err := c.AttachDisk(ctx, "a-1", types.DiskRequest{Tag: "data", Bus: "scsi", Size: "2G", Serial: "s1", Affect: types.Affect{Live: true}})
 			return err
 		}},
-		{`a-1 detach-disk {"tag":"data w/ space","config":true}`, func(c *api.Client) error {
+		{`a-1 detach-disk {"tag":"data w/ space","config":true}`, func(c *client.Client) error {
 			_, err := c.DetachDisk(ctx, "a-1", types.DetachRequest{Tag: "data w/ space", Affect: types.Affect{Config: true}})
 			return err
 		}},
-		{`a-1 attach-nic {"tag":"front","mac":"52:54:00:00:00:01","network":"n1"}`, func(c *api.Client) error {
+		{`a-1 attach-nic {"tag":"front","mac":"52:54:00:00:00:01","network":"n1"}`, func(c *client.Client) error {
 			_, err := c.AttachNIC(ctx, "a-1", types.NICRequest{Tag: "front", MAC: "52:54:00:00:00:01", Network: "n1"})
 			return err
 		}},
-		{`a-1 detach-nic {"mac":"52:54:00:00:00:01","live":true,"config":true}`, func(c *api.Client) error {
+		{`a-1 detach-nic {"mac":"52:54:00:00:00:01","live":true,"config":true}`, func(c *client.Client) error {
 			_, err := c.DetachNIC(ctx, "a-1", types.DetachRequest{MAC: "52:54:00:00:00:01", Affect: types.Affect{Live: true, Config: true}})
 			return err
 		}},

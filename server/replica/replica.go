@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
 	"github.com/vmeta/vmeta/server"
 )
@@ -163,18 +162,3 @@ func Serve(ctx context.Context, s *server.Server, ln, mln net.Listener, log *slo
 	wg.Wait()
 	return err
 }
-
-// OpenStore opens a replica's store: Redis (redis://, rediss://,
-// redis+cluster://, redis+sentinel://, unix://) or a bolt file
-// (bolt:///path; bolt allows one process per file, so only one no hostctl
-// has open).
-//
-// Deprecated: use storeurl.Open.
-func OpenStore(ctx context.Context, url string) (store.Store, error) {
-	return storeurl.Open(ctx, url)
-}
-
-// StoreName is a store URL fit for logs: without user or password.
-//
-// Deprecated: use storeurl.Redact.
-func StoreName(url string) string { return storeurl.Redact(url) }

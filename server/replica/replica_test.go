@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"github.com/vmeta/vmeta/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -167,19 +168,5 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("exit %d, want %d; output:\n%s", code, tc.code, out.String())
 			}
 		})
-	}
-}
-
-func TestStoreName(t *testing.T) {
-	for in, want := range map[string]string{
-		"redis://user:pw@host:6379/0":             "redis://…@host:6379/0",
-		"redis://:p%40ss@host:6379/0?password=pw": "redis://…@host:6379/0",
-		"redis+cluster://a:1,b:2":                 "redis+cluster://a:1,b:2",
-		"bolt:///var/lib/vmeta/x.db":              "bolt:///var/lib/vmeta/x.db",
-		"nonsense":                                "(invalid store URL)",
-	} {
-		if got := StoreName(in); got != want {
-			t.Errorf("StoreName(%q) = %q, want %q", in, got, want)
-		}
 	}
 }

@@ -45,8 +45,8 @@ var virtFlag struct {
 }
 
 // requireVirtServe fails the test when the hostctl binary's serve has no
-// --virt flag (hostctl/cli/serve.go must call addVirtFlags, connect,
-// options; see hostctl/cli/serve_virt.go).
+// --virt flag (daemon.Config.AddFlags registers VirtConfig's flags; see
+// hostctl/daemon/virt.go).
 func requireVirtServe(t *testing.T) {
 	t.Helper()
 	virtFlag.once.Do(func() {
@@ -54,7 +54,7 @@ func requireVirtServe(t *testing.T) {
 		virtFlag.ok = bytes.Contains(out, []byte("-libvirt-uri"))
 	})
 	if !virtFlag.ok {
-		t.Fatal("hostctl serve has no --virt/--libvirt-uri flags: hostctl/cli/serve.go does not wire serve_virt.go yet")
+		t.Fatal("hostctl serve has no --virt/--libvirt-uri flags: hostctl/daemon does not register VirtConfig's flags")
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -36,7 +36,7 @@ type faultEnv struct {
 	d     *daemon
 	rep   *replicaProc
 	insts []isoInstance
-	api   *api.Client
+	api   *client.Client
 	admin *goredis.Client
 }
 
@@ -52,7 +52,7 @@ func startFaultEnv(t *testing.T, n int, replicaArgs ...string) *faultEnv {
 		"--appendonly", "yes", "--appendfsync", "always",
 		"--user", faultReplicaUser, "on", ">"+faultReplicaPass, "~*", "&*", "+@all")
 	e.d = startDaemon(t, daemonOptions{Store: e.redis.URL()})
-	e.api = api.NewUnixClient(e.d.Socket)
+	e.api = client.NewUnix(e.d.Socket)
 	e.admin = goredis.NewClient(&goredis.Options{Addr: e.redis.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { e.admin.Close() })
 

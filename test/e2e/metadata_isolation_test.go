@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -135,12 +135,12 @@ func TestMetadataIsolation(t *testing.T) {
 
 	// Publish the instances through the admin API, 8 at a time.
 	insts := isolationInstances(n)
-	client := api.NewUnixClient(d.Socket)
+	admin := client.NewUnix(d.Socket)
 	pubStart := time.Now()
 	parallel(t, n, 8, func(i int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		inst, err := client.Apply(ctx, []byte(insts[i].spec()))
+		inst, err := admin.Apply(ctx, []byte(insts[i].spec()))
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", insts[i].name, err)
 		}

@@ -4,6 +4,8 @@
 package types
 
 import (
+	"time"
+
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -74,6 +76,10 @@ type Affect struct {
 	Config bool `json:"config,omitempty"`
 }
 
+// DefaultStopTimeout is how long a stop waits for the guest to shut down
+// before the domain is powered off, when the request names no timeout.
+const DefaultStopTimeout = 30 * time.Second
+
 // StopRequest is the body of POST /v1/instances/{name}/stop.
 type StopRequest struct {
 	// TimeoutSeconds bounds the graceful shutdown before the domain is
@@ -101,3 +107,19 @@ func (e *Error) Error() string { return e.Message }
 
 // StatusCode is the HTTP status the error came with (client side).
 func (e *Error) StatusCode() int { return e.Status }
+
+// Roles of the admin API.
+const (
+	// RoleAdmin sees and changes every instance.
+	RoleAdmin = "admin"
+	// RoleMember sees and changes only the instances of its project; to a
+	// member, another project's instance does not exist (404).
+	RoleMember = "member"
+)
+
+// Principal is who is calling the admin API (the body of GET /v1/whoami).
+type Principal struct {
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	Project string `json:"project,omitempty"`
+}

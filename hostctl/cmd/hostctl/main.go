@@ -9,11 +9,12 @@ import (
 	"syscall"
 
 	"github.com/vmeta/vmeta/hostctl/cli"
+	"github.com/vmeta/vmeta/hostctl/cli/serve"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin})
+	code := cli.Run(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin}, serve.Command())
 	stop()
 	os.Exit(code)
 }

@@ -43,7 +43,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
@@ -74,7 +74,7 @@ func (r *row) stats() (median, lo, hi time.Duration) {
 }
 
 type bench struct {
-	c      *api.Client
+	c      *client.Client
 	uri    string
 	prefix string
 	names  []string // every instance applied, for cleanup
@@ -127,7 +127,7 @@ func run(ctx context.Context, n, instances int, uri string) (err error) {
 		return err
 	}
 
-	b := &bench{c: api.NewUnixClient(sock), uri: uri, prefix: "vmeta-bench-" + randHex(4)}
+	b := &bench{c: client.NewUnix(sock), uri: uri, prefix: "vmeta-bench-" + randHex(4)}
 	defer b.cleanup()
 	v, _ := exec.Command("virsh", "-c", uri, "version", "--daemon").CombinedOutput()
 	fmt.Printf("hostctl serve --virt libvirt (%s, TCG), %d runs per row\n%s\n", uri, n, firstLines(string(v), 3))

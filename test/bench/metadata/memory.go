@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 )
 
 // Parallelism of the memory phase: applies in flight on the admin socket,
@@ -83,7 +83,7 @@ func (e *env) memoryPhase(ctx context.Context, n int, limit time.Duration, redis
 // memory of p before publishing, after publishing and after reading.
 // Publishing and reading are each bounded by limit; what did not finish
 // in time is noted, not an error.
-func measureMemory(ctx context.Context, name string, p *proc, publisher *api.Client, base string, n int, limit time.Duration) (*memResult, error) {
+func measureMemory(ctx context.Context, name string, p *proc, publisher *client.Client, base string, n int, limit time.Duration) (*memResult, error) {
 	r := &memResult{name: name}
 	var err error
 	if r.rssIdle, err = rss(p.pid()); err != nil {
@@ -129,7 +129,7 @@ func measureMemory(ctx context.Context, name string, p *proc, publisher *api.Cli
 
 // publish applies the memory phase's instances 0..n-1 with
 // publishWorkers applies in flight and returns how many were published.
-func publish(ctx context.Context, c *api.Client, n int) (int, error) {
+func publish(ctx context.Context, c *client.Client, n int) (int, error) {
 	return parallel(ctx, n, publishWorkers, "published", func(ctx context.Context, i int) error {
 		name, _, _, spec := memInstance(i)
 		if _, err := c.Apply(ctx, spec); err != nil {

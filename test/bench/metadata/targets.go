@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/client"
 )
 
 // The request paths the benchmark loads.
@@ -98,7 +98,7 @@ func serverFlags(prefix string, connections int, extra []string) []string {
 type host struct {
 	proc *proc
 	base string // its metadata service
-	api  *api.Client
+	api  *client.Client
 }
 
 // startHostctl starts `hostctl serve` on a fresh data directory; store is
@@ -128,7 +128,7 @@ func (e *env) startHostctl(ctx context.Context, name, store string) (*host, erro
 	if err := p.waitDial(ctx, "tcp", addr); err != nil {
 		return nil, err
 	}
-	return &host{proc: p, base: "http://" + addr, api: api.NewUnixClient(sock)}, nil
+	return &host{proc: p, base: "http://" + addr, api: client.NewUnix(sock)}, nil
 }
 
 // startEmbedded starts target (b): hostctl on its embedded store with the

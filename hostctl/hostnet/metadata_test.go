@@ -1,25 +1,19 @@
-package cli
+package hostnet_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
-	"log/slog"
+	"io"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-)
 
-// The daemons this package's tests run in-process must not reach the
-// host's libvirtd: `hostctl serve` defaults to --virt auto, which picks
-// libvirt wherever its socket exists.
-func init() { os.Setenv(VirtEnv, "none") }
+	"github.com/vmeta/vmeta/hostctl/hostnet"
+)
 
 // fakeHost is the host state `network setup-metadata` changes: the set of
 // iptables rules and bridge addresses in place. It answers the check
@@ -81,9 +75,9 @@ func TestSetupMetadata(t *testing.T) {
 			setup := func(dryRun, remove bool) string {
 				t.Helper()
 				var out, errOut bytes.Buffer
-				s := &metadataSetup{mode: mode, bridge: "virbr0", dryRun: dryRun, remove: remove, run: h.run,
-					bridgeAddr: func(string) (netip.Addr, error) { return netip.MustParseAddr("192.168.122.1"), nil }}
-				if err := s.apply(context.Background(), Env{Stdout: &out, Stderr: &errOut}); err != nil {
+				s := &hostnet.MetadataSetup{Mode: mode, Bridge: "virbr0", DryRun: dryRun, Remove: remove, Run: h.run,
+					BridgeAddr: func(string) (netip.Addr, error) { return netip.MustParseAddr("192.168.122.1"), nil }}
+				if err := s.Apply(context.Background(), &out, &errOut); err != nil {
 					t.Fatal(err)
 				}
 				return out.String()
@@ -126,53 +120,12 @@ func TestSetupMetadata(t *testing.T) {
 			}
 		})
 	}
-	for _, s := range []*metadataSetup{{mode: "bogus"}, {mode: "dnat", to: "nope"}, {mode: "dnat", to: "[::1]:80"}} {
-		if _, _, err := s.steps(); !errors.Is(err, errUsage) {
-			t.Errorf("%+v: %v, want a usage error", s, err)
+	bridge := func(string) (netip.Addr, error) { return netip.MustParseAddr("192.168.122.1"), nil }
+	for _, s := range []*hostnet.MetadataSetup{{Mode: "bogus"}, {Mode: "dnat", To: "nope"}, {Mode: "dnat", To: "[::1]:80"}} {
+		h := &fakeHost{present: map[string]bool{}}
+		s.Run, s.BridgeAddr = h.run, bridge
+		if err := s.Apply(context.Background(), io.Discard, io.Discard); !errors.Is(err, hostnet.ErrInvalid) || len(h.ran) != 0 {
+			t.Errorf("%+v: %v (ran %v), want an invalid-setting error and nothing run", s, err, h.ran)
 		}
-	}
-}
-
-func TestVirtConfig(t *testing.T) {
-	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
-	missing := filepath.Join(t.TempDir(), "no-sock")
-	parse := func(args ...string) *virtConfig {
-		t.Helper()
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		c := addVirtFlags(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	for _, tc := range []struct {
-		args []string
-		err  string // "" = connects to nothing, no error
-	}{
-		{[]string{"--virt", "none"}, ""},
-		{[]string{}, ""}, // $VMETA_VIRT=none in this package
-		{[]string{"--virt", "auto", "--libvirt-uri", "qemu:///system?socket=" + missing}, ""},
-		{[]string{"--virt", "libvirt", "--libvirt-uri", "qemu:///system?socket=" + missing}, "libvirtd at " + missing + " is unreachable"},
-		{[]string{"--virt", "xen"}, "--virt"},
-		{[]string{"--virt", "none", "--domain-type", "hyperv"}, "--domain-type"},
-		{[]string{"--virt", "none", "--config-drive-bus", "ide"}, "--config-drive-bus"},
-		{[]string{"--virt", "none", "--domain-initrd", "/x"}, "--domain-kernel"},
-	} {
-		c := parse(tc.args...)
-		err := c.connect(ctx, log)
-		switch {
-		case tc.err == "" && (err != nil || c.conn != nil):
-			t.Errorf("%v: %v (connected %t)", tc.args, err, c.conn != nil)
-		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("%v: %v, want an error mentioning %q", tc.args, err, tc.err)
-		}
-		c.close()
-	}
-	if sock, unix := socketOf("qemu+tcp://host/system"); unix || sock != "" {
-		t.Errorf("qemu+tcp: %q %t", sock, unix)
-	}
-	if sock, unix := socketOf("qemu+unix:///system?socket=/x"); !unix || sock != "/x" {
-		t.Errorf("qemu+unix: %q %t", sock, unix)
 	}
 }

@@ -1,7 +1,10 @@
-package api
+// Package auth holds who may call hostctl's admin API: bearer tokens
+// (only their SHA-256 is kept, in a tokens file), the roles they carry,
+// and the unix socket's local administrator. It links neither the
+// controller nor libvirt, so `hostctl token new` does not either.
+package auth
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -13,58 +16,27 @@ import (
 	"os"
 	"regexp"
 	"strings"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
-// Roles of the admin API.
-const (
-	// RoleAdmin sees and changes every instance.
-	RoleAdmin = "admin"
-	// RoleMember sees and changes only the instances of its project; to a
-	// member, another project's instance does not exist (404).
-	RoleMember = "member"
-)
-
-// Principal is who is calling the admin API.
-type Principal struct {
-	Name    string `json:"name"`
-	Role    string `json:"role"`
-	Project string `json:"project,omitempty"`
-}
-
-// LocalAdmin is the principal of the unix socket: whoever can open it (it
-// is 0600, owned by the daemon's user) is an administrator.
-var LocalAdmin = Principal{Name: "local", Role: RoleAdmin}
-
-// sees reports whether p may see an instance of project.
-func (p Principal) sees(project string) bool {
-	return p.Role == RoleAdmin || (p.Role == RoleMember && p.Project != "" && p.Project == project)
-}
-
-type principalKey struct{}
-
-func withPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
-}
-
-func principalFrom(ctx context.Context) Principal {
-	if p, ok := ctx.Value(principalKey{}).(Principal); ok {
-		return p
-	}
-	return Principal{} // no role: sees nothing
-}
+// Local is the principal of the unix socket: whoever can open it (it is
+// 0600, owned by the daemon's user) is an administrator.
+var Local = types.Principal{Name: "local", Role: types.RoleAdmin}
 
 // Authenticator decides who a request comes from.
 type Authenticator interface {
-	Authenticate(r *http.Request) (Principal, error)
+	Authenticate(r *http.Request) (types.Principal, error)
 }
 
-// errUnauthenticated is answered with 401.
-var errUnauthenticated = errors.New("missing or invalid bearer token")
+// ErrUnauthenticated is answered with 401.
+var ErrUnauthenticated = errors.New("missing or invalid bearer token")
 
-// localAuth authenticates every request as LocalAdmin (the unix socket).
-type localAuth struct{}
+// LocalAuth authenticates every request as Local (the unix socket).
+type LocalAuth struct{}
 
-func (localAuth) Authenticate(*http.Request) (Principal, error) { return LocalAdmin, nil }
+// Authenticate implements Authenticator.
+func (LocalAuth) Authenticate(*http.Request) (types.Principal, error) { return Local, nil }
 
 // TokenEntry is one API token as the tokens file lists it. Only the token's
 // SHA-256 is stored, so the file does not hold usable secrets.
@@ -96,11 +68,11 @@ func NewTokenAuth(entries []TokenEntry) (*TokenAuth, error) {
 		switch {
 		case e.Name == "":
 			return nil, fmt.Errorf("tokens[%d].name: is required", i)
-		case e.Role != RoleAdmin && e.Role != RoleMember:
+		case e.Role != types.RoleAdmin && e.Role != types.RoleMember:
 			return nil, fmt.Errorf("tokens[%d].role: %q: must be admin or member", i, e.Role)
-		case e.Role == RoleMember && !projectRE.MatchString(e.Project):
+		case e.Role == types.RoleMember && !projectRE.MatchString(e.Project):
 			return nil, fmt.Errorf("tokens[%d].project: %q: a member token needs a project id", i, e.Project)
-		case e.Role == RoleAdmin && e.Project != "":
+		case e.Role == types.RoleAdmin && e.Project != "":
 			return nil, fmt.Errorf("tokens[%d].project: an admin token is not scoped to a project", i)
 		case !sha256HexRE.MatchString(e.SHA256):
 			return nil, fmt.Errorf("tokens[%d].sha256: must be 64 lower-case hex digits (the token's SHA-256)", i)
@@ -136,14 +108,14 @@ func LoadTokens(path string) (*TokenAuth, error) {
 
 // Authenticate implements Authenticator. Every entry is compared, in
 // constant time, so timing tells nothing about which hash nearly matched.
-func (a *TokenAuth) Authenticate(r *http.Request) (Principal, error) {
+func (a *TokenAuth) Authenticate(r *http.Request) (types.Principal, error) {
 	h := r.Header.Values("Authorization")
 	if len(h) != 1 {
-		return Principal{}, errUnauthenticated
+		return types.Principal{}, ErrUnauthenticated
 	}
 	tok, ok := strings.CutPrefix(h[0], "Bearer ")
 	if !ok || tok == "" {
-		return Principal{}, errUnauthenticated
+		return types.Principal{}, ErrUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(tok))
 	match := -1
@@ -153,10 +125,10 @@ func (a *TokenAuth) Authenticate(r *http.Request) (Principal, error) {
 		}
 	}
 	if match < 0 {
-		return Principal{}, errUnauthenticated
+		return types.Principal{}, ErrUnauthenticated
 	}
 	e := a.entries[match]
-	return Principal{Name: e.Name, Role: e.Role, Project: e.Project}, nil
+	return types.Principal{Name: e.Name, Role: e.Role, Project: e.Project}, nil
 }
 
 // NewToken returns a fresh random bearer token and its tokens-file entry.

@@ -1,4 +1,4 @@
-package cli
+package serve
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/cli"
+	"github.com/vmeta/vmeta/hostctl/daemon"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -31,11 +33,11 @@ func TestServeMetadataWiring(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
-		done <- Run(ctx, []string{"serve", "--data-dir", dataDir, "--socket", filepath.Join(dir, "hostctl.sock"),
+		done <- run(ctx, []string{"serve", "--data-dir", dataDir, "--socket", filepath.Join(dir, "hostctl.sock"),
 			"--metadata-listen", "127.0.0.1:0", "--metadata-metrics-listen", "127.0.0.1:0",
 			"--metadata-trusted-proxies", "192.0.2.0/24", "--metadata-proxy-secret-file", secret,
 			"--metadata-token-policy", "required", "--metadata-access-log=true", "--apply", spec,
-		}, Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
+		}, cli.Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -56,7 +58,7 @@ func TestServeMetadataWiring(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	key, err := os.Stat(filepath.Join(dataDir, tokenKeyFile))
+	key, err := os.Stat(daemon.TokenKeyFilePath(dataDir))
 	if err != nil || key.Mode().Perm() != 0o600 {
 		t.Fatalf("token key file in the data directory: %v %v", key, err)
 	}
@@ -104,9 +106,19 @@ func TestServeMetadataWiring(t *testing.T) {
 func TestServeMetadataFlagErrors(t *testing.T) {
 	dir := t.TempDir()
 	var stderr testenv.SyncBuffer
-	code := Run(t.Context(), []string{"serve", "--data-dir", dir, "--socket", filepath.Join(dir, "s.sock"),
-		"--metadata-listen", "127.0.0.1:0", "--metadata-token-policy", "maybe"}, Env{Stdout: io.Discard, Stderr: &stderr})
+	code := run(t.Context(), []string{"serve", "--data-dir", dir, "--socket", filepath.Join(dir, "s.sock"),
+		"--metadata-listen", "127.0.0.1:0", "--metadata-token-policy", "maybe"}, cli.Env{Stdout: io.Discard, Stderr: &stderr})
 	if code == 0 || !strings.Contains(stderr.String(), "optional or required") {
 		t.Errorf("bad token policy: exit %d\n%s", code, stderr.String())
 	}
+}
+
+// The daemons this package's tests run in-process must not reach the
+// host's libvirtd: `hostctl serve` defaults to --virt auto, which picks
+// libvirt wherever its socket exists.
+func init() { os.Setenv(daemon.VirtEnv, "none") }
+
+// run is hostctl with the serve command, as the binary has it.
+func run(ctx context.Context, args []string, env cli.Env) int {
+	return cli.Run(ctx, args, env, Command())
 }

@@ -1,4 +1,4 @@
-package cli
+package serve
 
 import (
 	"context"
@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/cli"
 	"github.com/vmeta/vmeta/internal/testenv"
 
-	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/hostctl/api/client"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // TestServeAdminTCP runs `hostctl serve` with the TCP admin listener: a
@@ -22,15 +25,15 @@ import (
 // and the tokens file holds no usable secret.
 func TestServeAdminTCP(t *testing.T) {
 	dir := t.TempDir()
-	adminTok, adminEntry, err := api.NewToken("ops", api.RoleAdmin, "")
+	adminTok, adminEntry, err := auth.NewToken("ops", types.RoleAdmin, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	memberTok, memberEntry, err := api.NewToken("alice", api.RoleMember, "a")
+	memberTok, memberEntry, err := auth.NewToken("alice", types.RoleMember, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal([]api.TokenEntry{adminEntry, memberEntry})
+	b, _ := json.Marshal([]auth.TokenEntry{adminEntry, memberEntry})
 	tokens := filepath.Join(dir, "tokens.json")
 	if err := os.WriteFile(tokens, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -45,9 +48,9 @@ func TestServeAdminTCP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
-		done <- Run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", filepath.Join(dir, "s.sock"),
+		done <- run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", filepath.Join(dir, "s.sock"),
 			"--metadata-listen", "127.0.0.1:0", "--virt", "none", "--admin-listen", "127.0.0.1:0", "--admin-tokens-file", tokens,
-		}, Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
+		}, cli.Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -67,7 +70,7 @@ func TestServeAdminTCP(t *testing.T) {
 		}
 	}
 	base := "http://" + addr
-	admin, member := api.NewTCPClient(base, adminTok), api.NewTCPClient(base, memberTok)
+	admin, member := client.NewTCP(base, adminTok), client.NewTCP(base, memberTok)
 	if _, err := admin.Apply(ctx, []byte("name: b-1\nproject_id: b\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +84,7 @@ func TestServeAdminTCP(t *testing.T) {
 	if _, err := member.Get(ctx, "b-1"); status(err) != 404 {
 		t.Errorf("member reads b-1: %v", err)
 	}
-	if _, err := api.NewTCPClient(base, "").List(ctx); status(err) != 401 {
+	if _, err := client.NewTCP(base, "").List(ctx); status(err) != 401 {
 		t.Errorf("no token: %v", err)
 	}
 	for _, tok := range []string{adminTok, memberTok} {
@@ -92,7 +95,7 @@ func TestServeAdminTCP(t *testing.T) {
 }
 
 func status(err error) int {
-	var ae *api.Error
+	var ae *types.Error
 	if errors.As(err, &ae) {
 		return ae.StatusCode()
 	}
@@ -109,7 +112,7 @@ func TestServeAdminFlagErrors(t *testing.T) {
 	} {
 		var stderr testenv.SyncBuffer
 		full := append([]string{"serve", "--data-dir", dir, "--socket", filepath.Join(dir, "s.sock"), "--metadata-listen", "127.0.0.1:0", "--virt", "none"}, args...)
-		if code := Run(t.Context(), full, Env{Stdout: io.Discard, Stderr: &stderr}); code == 0 {
+		if code := run(t.Context(), full, cli.Env{Stdout: io.Discard, Stderr: &stderr}); code == 0 {
 			t.Errorf("%v: exit 0", args)
 		}
 		if !strings.Contains(stderr.String(), "admin") {

@@ -1,4 +1,8 @@
-package api
+// Package client is a Go client of hostctl's admin API, used by the
+// hostctl client commands, tests and other tools. It speaks only the wire
+// types of hostctl/api/types, so it links neither the controller nor
+// libvirt (deps_test.go keeps it that way).
+package client
 
 import (
 	"bytes"
@@ -9,11 +13,25 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
+
+// SocketEnv, when set, names the admin socket of both the daemon and its
+// clients.
+const SocketEnv = "VMETA_SOCKET"
+
+// DefaultSocket is the admin socket path: $VMETA_SOCKET, or
+// /run/vmeta/hostctl.sock.
+func DefaultSocket() string {
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return "/run/vmeta/hostctl.sock"
+}
 
 // Client talks to a hostctl daemon's admin API.
 type Client struct {
@@ -22,14 +40,14 @@ type Client struct {
 	token string
 }
 
-// NewTCPClient returns a client for the admin API's TCP listener at base
+// NewTCP returns a client for the admin API's TCP listener at base
 // (e.g. "http://10.0.0.2:8700"), authenticating with a bearer token.
-func NewTCPClient(base, token string) *Client {
+func NewTCP(base, token string) *Client {
 	return &Client{http: &http.Client{}, base: strings.TrimRight(base, "/"), token: token}
 }
 
-// NewUnixClient returns a client for the admin API on a unix socket.
-func NewUnixClient(socket string) *Client {
+// NewUnix returns a client for the admin API on a unix socket.
+func NewUnix(socket string) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -72,7 +90,7 @@ func (c *Client) Start(ctx context.Context, name string) (*types.Instance, error
 // (the daemon's default when 0).
 func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
 	var out types.Instance
-	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "stop"), StopRequest{TimeoutSeconds: timeout.Seconds()}, &out)
+	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "stop"), types.StopRequest{TimeoutSeconds: timeout.Seconds()}, &out)
 }
 
 // AttachDisk creates and attaches a disk.
@@ -128,8 +146,8 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) e
 }
 
 // WhoAmI returns the principal the daemon sees for this client.
-func (c *Client) WhoAmI(ctx context.Context) (Principal, error) {
-	var out Principal
+func (c *Client) WhoAmI(ctx context.Context) (types.Principal, error) {
+	var out types.Principal
 	return out, c.do(ctx, http.MethodGet, "/v1/whoami", nil, &out)
 }
 
@@ -158,7 +176,8 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ou
 		return fmt.Errorf("hostctl daemon: read response: %w", err)
 	}
 	if resp.StatusCode >= 300 {
-		e := &Error{status: resp.StatusCode}
+		// The body is a types.Error; its status travels with it.
+		e := &types.Error{Status: resp.StatusCode}
 		if json.Unmarshal(b, e) != nil || e.Message == "" {
 			e.Message = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
 		}

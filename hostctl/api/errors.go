@@ -1,0 +1,126 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// httpError is an error the API itself answers with a given status (a bad
+// query parameter, a body too large, a refused role).
+func httpError(status int, format string, args ...any) error {
+	return &types.Error{Message: fmt.Sprintf(format, args...), Status: status}
+}
+
+// statusOf maps errors to HTTP status codes, in one place.
+func statusOf(err error) int {
+	var ae *types.Error
+	switch {
+	case errors.As(err, &ae) && ae.Status != 0:
+		return ae.Status
+	case errors.Is(err, model.ErrInvalidSpec):
+		return http.StatusBadRequest
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState):
+		return http.StatusConflict
+	case errors.Is(err, virt.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, controller.ErrNoHypervisor):
+		return http.StatusNotImplemented
+	case errors.Is(err, virt.ErrUnreachable):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorWriter answers failed requests: the status from statusOf, the body
+// a types.Error listing an invalid spec's fields, and one log line.
+type errorWriter struct {
+	log *slog.Logger
+}
+
+func (e errorWriter) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	body := &types.Error{Message: err.Error()}
+	var se *model.SpecError
+	if errors.As(err, &se) {
+		for _, fe := range se.Errors {
+			body.Fields = append(body.Fields, types.FieldError{Field: fe.Field, Value: fe.Value, Rule: fe.Rule})
+		}
+	}
+	if status == http.StatusInternalServerError {
+		e.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else {
+		e.log.Info("admin request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	writeJSON(w, status, body)
+}
+
+// unmatched answers a request no route takes: 405 with the Allow header
+// listing the methods the path does take, or a JSON 404 when it takes
+// none. mux's own handlers send no Allow header, and its method-mismatch
+// tracking is lost across nested subrouters (a later route whose prefix
+// matches clears it), so both cases come here and the methods are found
+// by asking the router itself for each method its routes use: they cannot
+// drift from the routes.
+func unmatched(root *mux.Router, e errorWriter) http.Handler {
+	var known []string
+	_ = root.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		ms, err := route.GetMethods()
+		if err == nil {
+			for _, m := range ms {
+				if !slices.Contains(known, m) {
+					known = append(known, m)
+				}
+			}
+		}
+		return nil
+	})
+	slices.Sort(known)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allow := allowed(root, r, known)
+		if len(allow) == 0 {
+			e.fail(w, r, httpError(http.StatusNotFound, "%s: no such endpoint of the admin API", r.URL.Path))
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		e.fail(w, r, httpError(http.StatusMethodNotAllowed, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+	})
+}
+
+// allowed returns the methods among known that some route takes for r's
+// path.
+func allowed(root *mux.Router, r *http.Request, known []string) []string {
+	var out []string
+	for _, m := range known {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if root.Match(probe, &match) && match.MatchErr == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,91 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/gorilla/mux"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+)
+
+// hotplugService attaches and detaches disks and NICs.
+type hotplugService interface {
+	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error)
+	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
+	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error)
+	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
+}
+
+// hotplug is /v1/instances/{name}/disks and /nics.
+type hotplug struct {
+	svc hotplugService
+	errorWriter
+}
+
+func (h hotplug) routes(r *mux.Router) {
+	r.HandleFunc("/disks", h.attachDisk).Methods(http.MethodPost)
+	r.HandleFunc("/disks", h.detachDisk).Methods(http.MethodDelete)
+	r.HandleFunc("/nics", h.attachNIC).Methods(http.MethodPost)
+	r.HandleFunc("/nics", h.detachNIC).Methods(http.MethodDelete)
+}
+
+func (h hotplug) attachDisk(w http.ResponseWriter, r *http.Request) {
+	var req types.DiskRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		return h.svc.AttachDisk(ctx, name, req)
+	})
+}
+
+func (h hotplug) detachDisk(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		req, err := detachRequest(r)
+		if err != nil {
+			return nil, err
+		}
+		return h.svc.DetachDisk(ctx, name, req)
+	})
+}
+
+func (h hotplug) attachNIC(w http.ResponseWriter, r *http.Request) {
+	var req types.NICRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		return h.svc.AttachNIC(ctx, name, req)
+	})
+}
+
+func (h hotplug) detachNIC(w http.ResponseWriter, r *http.Request) {
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		req, err := detachRequest(r)
+		if err != nil {
+			return nil, err
+		}
+		return h.svc.DetachNIC(ctx, name, req)
+	})
+}
+
+// detachRequest reads ?tag= | ?target= | ?mac= and ?live= ?config=.
+func detachRequest(r *http.Request) (types.DetachRequest, error) {
+	q := r.URL.Query()
+	req := types.DetachRequest{Tag: q.Get("tag"), Target: q.Get("target"), MAC: q.Get("mac")}
+	for _, f := range []struct {
+		key string
+		dst *bool
+	}{{"live", &req.Live}, {"config", &req.Config}} {
+		if v := q.Get(f.key); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return req, httpError(http.StatusBadRequest, "%s=%q: must be true or false", f.key, v)
+			}
+			*f.dst = b
+		}
+	}
+	return req, nil
+}

@@ -1,0 +1,220 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/atomicfile"
+)
+
+// instanceCommands are `hostctl instance apply|list|show|delete`.
+func instanceCommands() []*Command {
+	return []*Command{
+		{Name: "instance apply", Args: "-f SPEC.yaml", Summary: "create or update an instance", Client: true, Setup: instanceApply},
+		{Name: "instance list", Summary: "list instances", Client: true, Setup: noFlags(instanceList)},
+		{Name: "instance show", Args: "NAME", Summary: "show one instance", Client: true, Setup: noFlags(instanceShow)},
+		{Name: "instance delete", Args: "NAME", Summary: "delete an instance", Client: true, Setup: noFlags(instanceDelete)},
+	}
+}
+
+// noFlags is the Setup of a command without flags of its own.
+func noFlags(run func(ctx context.Context, c *Call) error) func(*flag.FlagSet) func(context.Context, *Call) error {
+	return func(*flag.FlagSet) func(context.Context, *Call) error { return run }
+}
+
+func instanceApply(fs *flag.FlagSet) func(context.Context, *Call) error {
+	file := fs.String("f", "", "instance spec file (YAML or JSON); - reads standard input")
+	return func(ctx context.Context, c *Call) error {
+		if err := c.NoArgs(); err != nil {
+			return err
+		}
+		if *file == "" {
+			return Usagef("instance apply needs -f SPEC")
+		}
+		var spec []byte
+		var err error
+		if *file == "-" {
+			spec, err = io.ReadAll(c.Stdin)
+		} else {
+			spec, err = os.ReadFile(*file)
+		}
+		if err != nil {
+			return fmt.Errorf("read spec: %w", err)
+		}
+		inst, err := c.Client().Apply(ctx, spec)
+		if err != nil {
+			return err
+		}
+		return printApplied(c, inst)
+	}
+}
+
+func printApplied(c *Call, inst *types.Instance) error {
+	env := c.Env
+	if c.JSON() {
+		return c.PrintJSON(inst)
+	}
+	fmt.Fprintf(env.Stdout, "instance %s applied (uuid %s, revision %d, metadata version %d)\n",
+		inst.Spec.Name, inst.Spec.UUID, inst.Revision, inst.DocumentVersion)
+	if inst.State != "" {
+		fmt.Fprintf(env.Stdout, "domain: %s\n", inst.State)
+	}
+	if inst.ConfigDrive != "" {
+		fmt.Fprintf(env.Stdout, "config drive: %s\n", inst.ConfigDrive)
+	}
+	return nil
+}
+
+func instanceList(ctx context.Context, c *Call) error {
+	if err := c.NoArgs(); err != nil {
+		return err
+	}
+	insts, err := c.Client().List(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON() {
+		if insts == nil {
+			insts = []*types.Instance{}
+		}
+		return c.PrintJSON(insts)
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	// The STATE column only when the daemon runs domains (states are
+	// empty with --virt none).
+	withState := slices.ContainsFunc(insts, func(in *types.Instance) bool { return in.State != "" })
+	if withState {
+		fmt.Fprintln(tw, "NAME\tUUID\tSTATE\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
+	} else {
+		fmt.Fprintln(tw, "NAME\tUUID\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
+	}
+	for _, in := range insts {
+		s := in.Spec
+		state := ""
+		if withState {
+			state = orDash(in.State) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%d\t%d\t%d\n", s.Name, s.UUID, state, orDash(strings.Join(s.Addresses, ",")),
+			len(s.Disks), len(s.NICs), len(s.Shares), in.Revision)
+	}
+	return tw.Flush()
+}
+
+func instanceShow(ctx context.Context, c *Call) error {
+	name, err := c.OneName()
+	if err != nil {
+		return err
+	}
+	inst, err := c.Client().Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if c.JSON() {
+		return c.PrintJSON(inst)
+	}
+	env := c.Env
+	s := inst.Spec
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	rows := [][2]string{{"Name", s.Name}, {"UUID", s.UUID}}
+	if inst.State != "" {
+		rows = append(rows, [2]string{"State", inst.State})
+	}
+	for _, kv := range append(rows, [][2]string{
+		{"Hostname", s.Hostname}, {"Project", orDash(s.ProjectID)},
+		{"Addresses", orDash(strings.Join(s.Addresses, ", "))},
+		{"Revision", fmt.Sprint(inst.Revision)}, {"Metadata version", fmt.Sprint(inst.DocumentVersion)},
+		{"Config drive", orDash(inst.ConfigDrive)},
+	}...) {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout)
+	return printDevices(env, inst)
+}
+
+// printDevices prints the devices list the guest sees at latest.
+func printDevices(env Env, inst *types.Instance) error {
+	fmt.Fprintln(env.Stdout, "Devices (as the guest sees them at latest):")
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tBUS\tADDRESS\tMAC/SERIAL/SHARE\tTAGS\tENCRYPTED")
+	for _, d := range inst.Devices {
+		id := d.MAC
+		switch d.Type {
+		case "disk":
+			id = d.Serial
+		case "share":
+			id = d.ShareID
+		}
+		tags := strings.Join(d.Tags, ",")
+		if d.Type == "share" {
+			tags = d.Tag
+		}
+		enc := "-"
+		if d.Encrypted != nil {
+			enc = fmt.Sprint(*d.Encrypted)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Type, d.Bus, d.Address, orDash(id), orDash(tags), enc)
+	}
+	return tw.Flush()
+}
+
+func instanceDelete(ctx context.Context, c *Call) error {
+	name, err := c.OneName()
+	if err != nil {
+		return err
+	}
+	if err := c.Client().Delete(ctx, name); err != nil {
+		return err
+	}
+	if c.JSON() {
+		return c.PrintJSON(map[string]string{"deleted": name})
+	}
+	fmt.Fprintf(c.Stdout, "instance %s deleted\n", name)
+	return nil
+}
+
+// configDriveCommand is `hostctl configdrive build`.
+func configDriveCommand() *Command {
+	return &Command{Name: "configdrive build", Args: "NAME -o FILE", Summary: "write an instance's config drive", Client: true,
+		Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
+			out := fs.String("o", "", "output file")
+			format := fs.String("format", "iso9660", "drive format: iso9660 or vfat")
+			return func(ctx context.Context, c *Call) error {
+				name, err := c.OneName()
+				if err != nil {
+					return err
+				}
+				if *out == "" {
+					return Usagef("configdrive build needs -o FILE")
+				}
+				img, err := c.Client().ConfigDrive(ctx, name, *format)
+				if err != nil {
+					return err
+				}
+				if err := atomicfile.WriteFile(*out, img, 0o644); err != nil {
+					return err
+				}
+				if c.JSON() {
+					return c.PrintJSON(map[string]any{"file": *out, "bytes": len(img), "format": *format})
+				}
+				fmt.Fprintf(c.Stdout, "config drive of %s written to %s (%d bytes, %s)\n", name, *out, len(img), *format)
+				return nil
+			}
+		}}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

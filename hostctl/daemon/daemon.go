@@ -1,0 +1,352 @@
+// Package daemon is `hostctl serve`: it opens the store, connects to
+// libvirt, and runs the controller, the admin API (unix socket and an
+// optional TCP listener with tokens) and the guest-facing metadata service
+// in one process. The command line only fills in a Config; Run does the
+// rest.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/hostctl/api/client"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/storeurl"
+	"github.com/vmeta/vmeta/server"
+)
+
+// Defaults of the daemon's configuration.
+const (
+	DefaultDataDir = "/var/lib/vmeta"
+	// DefaultMetadataListen is Nova's metadata port on loopback; a real
+	// host puts the service behind 169.254.169.254 (see the README).
+	DefaultMetadataListen = "127.0.0.1:8775"
+)
+
+// TokenKeyFile is the session-token key file's name in the data
+// directory, its place unless the configuration names another file.
+const TokenKeyFile = "metadata-token.key"
+
+// adminReadHeaderTimeout bounds how long an admin client may take to send
+// its request headers.
+const adminReadHeaderTimeout = 10 * time.Second
+
+// shutdownTimeout bounds how long the servers may take to finish their
+// requests at shutdown.
+const shutdownTimeout = 5 * time.Second
+
+// Config is the daemon's configuration: one field per `hostctl serve`
+// flag (AddFlags), and where the daemon writes.
+type Config struct {
+	DataDir           string
+	Socket            string
+	MetadataListen    string
+	Store             string
+	DHCPDomain        string
+	ConfigDriveFormat string
+	LogLevel          string
+	// Apply lists instance spec files applied at start-up.
+	Apply    []string
+	Metadata server.Config
+
+	// The optional TCP admin listener (bearer tokens, roles).
+	AdminListen     string
+	AdminTokensFile string
+	AdminTLSCert    string
+	AdminTLSKey     string
+
+	Virt VirtConfig
+
+	// Stdout receives what --apply reports; Stderr the log. Not flags;
+	// os.Stdout and os.Stderr when nil.
+	Stdout, Stderr io.Writer
+}
+
+// AddFlags registers the configuration's flags on fs, with their defaults.
+// The token key file defaults to DATA-DIR/metadata-token.key: a caller
+// that lets the data directory change and the key file not should set
+// Metadata.TokenKeyFile to TokenKeyFilePath(DataDir) after parsing.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.DataDir, "data-dir", DefaultDataDir, "data directory (embedded store, config drives)")
+	fs.StringVar(&c.Socket, "socket", client.DefaultSocket(), "admin API unix socket")
+	fs.StringVar(&c.MetadataListen, "metadata-listen", DefaultMetadataListen, "address of the guest-facing metadata service")
+	fs.StringVar(&c.Store, "store", "bolt", "store: bolt (embedded, in the data directory), bolt:///path/file.db, redis://host:port/db, redis+cluster://h1:p1,h2:p2 or redis+sentinel://master@h1:p1/db")
+	fs.StringVar(&c.DHCPDomain, "dhcp-domain", "novalocal", "domain appended to short hostnames in metadata (Nova's dhcp_domain)")
+	fs.StringVar(&c.ConfigDriveFormat, "config-drive-format", "iso9660", "format of the config drives kept in the data directory: iso9660 or vfat")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.AdminListen, "admin-listen", "", "TCP address of the admin API for remote clients (needs --admin-tokens-file)")
+	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", "", "JSON list of admin API tokens (name, role admin|member, project, sha256); see `hostctl token new`")
+	fs.StringVar(&c.AdminTLSCert, "admin-tls-cert", "", "TLS certificate for --admin-listen (with --admin-tls-key; without them the listener is plain HTTP: bind it to a management network)")
+	fs.StringVar(&c.AdminTLSKey, "admin-tls-key", "", "TLS key for --admin-listen")
+	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
+		c.Apply = append(c.Apply, s)
+		return nil
+	})
+	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
+	c.Virt.AddFlags(fs)
+}
+
+// TokenKeyFilePath is the session-token key file in a data directory.
+func TokenKeyFilePath(dataDir string) string {
+	return filepath.Join(dataDir, TokenKeyFile)
+}
+
+// ErrConfig marks an invalid configuration value (errors.Is); the
+// message names the flag.
+var ErrConfig = errors.New("invalid configuration")
+
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrConfig }
+
+func configErrorf(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
+// OpenStore opens the store a --store value names: "" or "bolt" for the
+// embedded store in dataDir; otherwise what the metadata replica accepts
+// (bolt:///path, redis://, rediss://, redis+cluster://, redis+sentinel://).
+func OpenStore(ctx context.Context, url, dataDir string) (store.Store, error) {
+	return storeurl.Open(ctx, url, storeurl.WithDataDir(dataDir))
+}
+
+// Run runs the daemon until ctx is done or a server fails.
+func Run(ctx context.Context, cfg Config) error {
+	stdout, stderr := cfg.Stdout, cfg.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return configErrorf("--log-level %q: must be debug, info, warn or error", cfg.LogLevel)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	format := configdrive.Format(cfg.ConfigDriveFormat)
+	if format != configdrive.ISO9660 && format != configdrive.VFAT {
+		return configErrorf("--config-drive-format %q: must be iso9660 or vfat", cfg.ConfigDriveFormat)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+
+	st, err := OpenStore(ctx, cfg.Store, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+
+	mdOpts, err := cfg.Metadata.Options(log)
+	if err != nil {
+		return fmt.Errorf("metadata service: %w", err)
+	}
+	md := server.New(st, mdOpts)
+	hv, err := cfg.Virt.connect(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer hv.close()
+	ctl := controller.New(st, hv.options(controller.Options{
+		DataDir:     cfg.DataDir,
+		Render:      metadata.Options{DHCPDomain: cfg.DHCPDomain},
+		Notify:      md,
+		Logger:      log,
+		DriveFormat: format,
+	}))
+	defer ctl.Close() // stops the reconciler before the store closes
+
+	var tokenAuth *auth.TokenAuth
+	switch {
+	case cfg.AdminListen == "" && cfg.AdminTokensFile != "":
+		return configErrorf("--admin-tokens-file needs --admin-listen")
+	case cfg.AdminListen != "" && cfg.AdminTokensFile == "":
+		return configErrorf("--admin-listen needs --admin-tokens-file (the TCP admin API always requires tokens)")
+	case (cfg.AdminTLSCert == "") != (cfg.AdminTLSKey == ""):
+		return configErrorf("--admin-tls-cert and --admin-tls-key go together")
+	case cfg.AdminListen != "":
+		if tokenAuth, err = auth.LoadTokens(cfg.AdminTokensFile); err != nil {
+			return fmt.Errorf("--admin-tokens-file: %w", err)
+		}
+	}
+
+	adminLn, err := listenUnix(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	mdLn, err := net.Listen("tcp", cfg.MetadataListen)
+	if err != nil {
+		adminLn.Close()
+		return fmt.Errorf("metadata listener: %w", err)
+	}
+	var metricsLn net.Listener
+	if cfg.Metadata.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.Metadata.MetricsListen); err != nil {
+			adminLn.Close()
+			mdLn.Close()
+			return fmt.Errorf("metadata metrics listener: %w", err)
+		}
+	}
+
+	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: adminReadHeaderTimeout}
+	// The guest-facing server carries the metadata service's timeouts,
+	// header limit and per-address connection limit.
+	mdSrv := md.HTTPServer()
+	srvs := []*http.Server{adminSrv, mdSrv}
+
+	errc := make(chan error, 4)
+	go func() { errc <- adminSrv.Serve(adminLn) }()
+	go func() { errc <- mdSrv.Serve(md.Listener(mdLn)) }()
+	logArgs := []any{"admin_socket", cfg.Socket, "metadata", mdLn.Addr().String(), "store", storeName(cfg.Store, cfg.DataDir)}
+	if metricsLn != nil {
+		metricsSrv := &http.Server{Handler: md.MetricsHandler(), ReadHeaderTimeout: server.ReadHeaderTimeout}
+		srvs = append(srvs, metricsSrv)
+		go func() { errc <- metricsSrv.Serve(metricsLn) }()
+		logArgs = append(logArgs, "metadata_metrics", metricsLn.Addr().String())
+	}
+	if tokenAuth != nil {
+		tcpLn, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			shutdown(srvs...)
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		srvs = append(srvs, tcpSrv)
+		if cfg.AdminTLSCert != "" {
+			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()
+		} else {
+			go func() { errc <- tcpSrv.Serve(tcpLn) }()
+		}
+		logArgs = append(logArgs, "admin_tcp", tcpLn.Addr().String(), "admin_tls", cfg.AdminTLSCert != "")
+	}
+	// Follow the store's change feed (other hosts and processes publish
+	// too) and sweep the cache; this process's own publishes also reach
+	// the cache at once through Invalidate.
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = md.Run(runCtx)
+	}()
+	stop := func() {
+		shutdown(srvs...)
+		stopRun()
+		<-runDone
+	}
+	log.Info("hostctl serving", logArgs...)
+
+	for _, f := range cfg.Apply {
+		if err := applyAtStart(ctx, ctl, f, mdLn.Addr().String(), cfg.Socket, stdout); err != nil {
+			stop()
+			return err
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			stop()
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	stop()
+	return nil
+}
+
+// storeName names the store for logs, never with credentials.
+func storeName(url, dataDir string) string {
+	if storeurl.IsEmbedded(url) {
+		return storeurl.EmbeddedPath(dataDir)
+	}
+	return storeurl.Redact(url)
+}
+
+func shutdown(srvs ...*http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	for _, s := range srvs {
+		_ = s.Shutdown(ctx)
+	}
+}
+
+// staleSocketProbe bounds the dial that tells a running daemon's socket
+// from a stale one.
+const staleSocketProbe = time.Second
+
+// listenUnix listens on a unix socket readable by its owner only,
+// replacing a stale socket file left by a crashed daemon but refusing to
+// steal the socket of a running one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, staleSocketProbe); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("admin socket %s: another hostctl daemon is listening", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("admin socket: remove stale %s: %w", path, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	return ln, nil
+}
+
+func applyAtStart(ctx context.Context, ctl *controller.Controller, file, mdAddr, socket string, stdout io.Writer) error {
+	spec, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--apply: %w", err)
+	}
+	inst, err := ctl.Apply(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("--apply %s: %w", file, err)
+	}
+	s := inst.Spec
+	fmt.Fprintf(stdout, "instance %s applied (uuid %s) from %s\n", s.Name, s.UUID, file)
+	fmt.Fprintf(stdout, "  config drive: %s\n", inst.ConfigDrive)
+	host, port, _ := net.SplitHostPort(mdAddr)
+	// A guest is whoever connects from one of its addresses; on this
+	// host that works for loopback addresses the listener can be reached on.
+	for _, a := range s.Addresses {
+		var url string
+		switch {
+		case host == a:
+			url = "http://" + mdAddr
+		case net.ParseIP(host).IsUnspecified() && net.ParseIP(a).IsLoopback():
+			url = "http://" + net.JoinHostPort(a, port)
+		default:
+			continue
+		}
+		fmt.Fprintf(stdout, "  its metadata, fetched from its address %s:\n", a)
+		fmt.Fprintf(stdout, "    curl -s %s/openstack/latest/meta_data.json\n", url)
+		fmt.Fprintf(stdout, "    curl -s %s/latest/meta-data/hostname\n", url)
+	}
+	fmt.Fprintf(stdout, "  manage it: VMETA_SOCKET=%s hostctl instance show %s\n", socket, s.Name)
+	return nil
+}

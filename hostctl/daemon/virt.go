@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/virt"
+)
+
+// Virt modes of `hostctl serve --virt`.
+const (
+	virtAuto    = "auto"
+	virtLibvirt = "libvirt"
+	virtNone    = "none"
+)
+
+// VirtEnv, when set, is the default of --virt (tests set it to none so
+// that a daemon they start never reaches the host's libvirtd unless asked).
+const VirtEnv = "VMETA_VIRT"
+
+// DomainTypeEnv, when set, is the default of --domain-type (qemu or kvm):
+// decide KVM by booting a guest, not by the presence of /dev/kvm.
+const DomainTypeEnv = "VMETA_DOMAIN_TYPE"
+
+// VirtConfig is the daemon's hypervisor configuration (AddFlags).
+type VirtConfig struct {
+	Mode          string
+	URI           string
+	DomainType    string
+	Network       string
+	ImageDir      string
+	ShareRoot     string
+	MemoryMiB     int
+	VCPUs         int
+	DriveBus      string
+	Kernel        string
+	Initrd        string
+	Cmdline       string
+	DetachTimeout time.Duration
+	Resync        time.Duration
+}
+
+// Defaults of the hypervisor flags that are not spelled out in AddFlags'
+// calls.
+const (
+	// DefaultDetachTimeout is how long a live detach waits for the guest.
+	DefaultDetachTimeout = 10 * time.Second
+	// DefaultReconcileInterval is how often every instance is checked
+	// against libvirt besides on its events.
+	DefaultReconcileInterval = time.Minute
+	// connectTimeout bounds connecting to libvirtd at start-up.
+	connectTimeout = 15 * time.Second
+)
+
+// AddFlags adds the hypervisor flags of `hostctl serve` to fs.
+func (c *VirtConfig) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Mode, "virt", envOr(VirtEnv, virtAuto), "hypervisor: libvirt, none (addresses come from the spec), or auto (libvirt when its socket exists); default $"+VirtEnv+" or auto")
+	fs.StringVar(&c.URI, "libvirt-uri", virt.DefaultURI, "libvirt URI (?socket=PATH selects another libvirtd socket)")
+	fs.StringVar(&c.DomainType, "domain-type", envOr(DomainTypeEnv, string(virt.TypeQEMU)), "domain type: qemu (TCG emulation, works everywhere) or kvm (only where a guest was seen to boot under KVM); default $"+DomainTypeEnv+" or qemu")
+	fs.StringVar(&c.Network, "libvirt-network", "default", "libvirt network of NICs whose spec names none")
+	fs.StringVar(&c.ImageDir, "image-dir", "", "directory of the base images a spec's image names (default DATA-DIR/images)")
+	fs.StringVar(&c.ShareRoot, "share-root", "", "directory the host directories of virtiofs shares must be in: a share's source is exported read-write to the guest (default DATA-DIR/shares)")
+	fs.IntVar(&c.MemoryMiB, "domain-memory", 512, "guest memory of each domain, MiB")
+	fs.IntVar(&c.VCPUs, "domain-vcpus", 1, "virtual CPUs of each domain")
+	fs.StringVar(&c.DriveBus, "config-drive-bus", "sata", "how the config drive is attached: sata (a cdrom, whose medium hostctl swaps when a running instance's metadata changes) or virtio (a read-only disk, for kernels without AHCI; a running guest sees a rebuilt drive only after a restart)")
+	fs.StringVar(&c.Kernel, "domain-kernel", "", "boot every domain from this kernel instead of its first disk (appliances, tests)")
+	fs.StringVar(&c.Initrd, "domain-initrd", "", "initrd for --domain-kernel")
+	fs.StringVar(&c.Cmdline, "domain-cmdline", "", "kernel command line for --domain-kernel")
+	fs.DurationVar(&c.DetachTimeout, "detach-timeout", DefaultDetachTimeout, "how long a live detach waits for the guest to release the device")
+	fs.DurationVar(&c.Resync, "reconcile-interval", DefaultReconcileInterval, "how often every instance is checked against libvirt besides on libvirt's events (0: only on events)")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// hypervisor is the daemon's libvirt connection (nil without one) and the
+// domain options of its configuration.
+type hypervisor struct {
+	cfg  VirtConfig
+	dom  virt.Options
+	conn *virt.Conn
+}
+
+// connect checks the configuration and, unless the mode resolves to none,
+// connects to libvirtd (subscribed to domain events, reconnecting when
+// libvirtd restarts). An unreachable libvirtd is an error for both
+// --virt libvirt and --virt auto with the socket present: a daemon that
+// silently ran without its hypervisor would publish the wrong addresses.
+func (c VirtConfig) connect(ctx context.Context, log *slog.Logger) (*hypervisor, error) {
+	typ, err := virt.ParseDomainType(c.DomainType)
+	if err != nil {
+		return nil, configErrorf("--domain-type: %v", err)
+	}
+	switch c.DriveBus {
+	case "sata", "virtio":
+	default:
+		return nil, configErrorf("--config-drive-bus %q: must be sata or virtio", c.DriveBus)
+	}
+	if c.MemoryMiB <= 0 || c.VCPUs <= 0 {
+		return nil, configErrorf("--domain-memory and --domain-vcpus must be positive")
+	}
+	if (c.Initrd != "" || c.Cmdline != "") && c.Kernel == "" {
+		return nil, configErrorf("--domain-initrd and --domain-cmdline need --domain-kernel")
+	}
+	h := &hypervisor{cfg: c, dom: virt.Options{
+		Type: typ, MemoryMiB: c.MemoryMiB, VCPUs: c.VCPUs, DefaultNetwork: c.Network,
+		ConfigDriveBus: c.DriveBus, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline,
+	}}
+	switch c.Mode {
+	case virtNone:
+		log.Info("no hypervisor (--virt none): device addresses come from the spec")
+		return h, nil
+	case virtLibvirt:
+	case virtAuto:
+		sock, unix := socketOf(c.URI)
+		if unix {
+			if _, err := os.Stat(sock); err != nil {
+				log.Info("no libvirtd socket; running without a hypervisor (--virt auto)", "socket", sock)
+				return h, nil
+			}
+		}
+	default:
+		return nil, configErrorf("--virt %q: must be auto, libvirt or none", c.Mode)
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := virt.Connect(cctx, c.URI, virt.ConnOptions{Events: true, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--virt %s: %w", c.Mode, err)
+	}
+	v, err := conn.Version(cctx)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("--virt %s: %w", c.Mode, err)
+	}
+	h.conn = conn
+	log.Info("hypervisor: libvirt", "uri", c.URI, "libvirt", v, "domain_type", typ, "network", c.Network)
+	return h, nil
+}
+
+// options adds the hypervisor to the controller's options (none for
+// --virt none).
+func (h *hypervisor) options(o controller.Options) controller.Options {
+	if h.conn == nil {
+		return o
+	}
+	o.Hypervisor = h.conn
+	o.Domain = h.dom
+	o.ImageDir = h.cfg.ImageDir
+	o.ShareRoot = h.cfg.ShareRoot
+	o.DetachTimeout = h.cfg.DetachTimeout
+	o.ResyncInterval = h.cfg.Resync
+	if h.cfg.Resync == 0 {
+		o.ResyncInterval = -1
+	}
+	return o
+}
+
+// close disconnects from libvirtd.
+func (h *hypervisor) close() {
+	if h.conn != nil {
+		_ = h.conn.Close()
+	}
+}
+
+// socketOf returns the unix socket a libvirt URI uses, and whether it
+// uses one at all (qemu+tcp, qemu+ssh, ... do not).
+func socketOf(uri string) (string, bool) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", false
+	}
+	scheme := strings.SplitN(u.Scheme, "+", 2)
+	if !(len(scheme) == 1 && u.Host == "") && !(len(scheme) == 2 && scheme[1] == "unix") {
+		return "", false
+	}
+	if s := u.Query().Get("socket"); s != "" {
+		return s, true
+	}
+	return virt.DefaultSocket, true
+}
