@@ -73,6 +73,9 @@ type Controller struct {
 	log      *slog.Logger
 	driveFmt configdrive.Format
 
+	hostName string
+	liveness Liveness
+
 	drv           driver
 	domains       Domains
 	hotplug       HotPlug
@@ -116,6 +119,15 @@ type Options struct {
 	// DriveFormat of the config drive kept in the data directory.
 	DriveFormat configdrive.Format
 
+	// Host names this host among the hosts sharing the store; it is
+	// written into every record this controller creates, and the
+	// controller acts only on records that name it. Empty: hosts are not
+	// tracked (every record is this controller's).
+	Host string
+	// Liveness tells whether another host is down, for Adopt and
+	// ForceDeleteFromStore (nil: both are refused).
+	Liveness Liveness
+
 	// Hypervisor runs the instances as libvirt domains; nil keeps the
 	// hypervisor-less mode (addresses from the spec, no domains).
 	Hypervisor Hypervisor
@@ -154,7 +166,8 @@ func New(st Store, opts Options) *Controller {
 func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
-		resync: opts.ResyncInterval, missing: map[string]bool{}}
+		resync: opts.ResyncInterval, missing: map[string]bool{},
+		hostName: opts.Host, liveness: opts.Liveness}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -243,6 +256,9 @@ func (c *Controller) existing(ctx context.Context, in *model.Instance) (*model.I
 	rec, err := c.store.Instance(ctx, in.Name)
 	switch {
 	case err == nil:
+		if !c.owns(rec) {
+			return nil, 0, c.otherHost("apply", rec)
+		}
 		if in.UUID != "" && in.UUID != rec.UUID {
 			return nil, 0, fmt.Errorf("apply %s: %w: uuid %s differs from the existing instance's %s (delete it first)", in.Name, store.ErrConflict, in.UUID, rec.UUID)
 		}
@@ -328,7 +344,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
-		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Spec: specJSON,
+		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Host: c.hostName, Addresses: in.Addresses, Spec: specJSON,
 	}, store.Document{
 		InstanceUUID: in.UUID, ProjectID: in.ProjectID, Addresses: in.Addresses, Tree: enc,
 	}, expect)
@@ -346,7 +362,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	c.drv.pruneMedia(in.Name, medium)
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
-	return &types.Instance{Spec: in, Revision: rec.Revision, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
+	return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
@@ -382,7 +398,9 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
-	inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
+	if c.owns(rec) { // another host's domain is not in this host's libvirt
+		inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
+	}
 	return inst, nil
 }
 
@@ -390,6 +408,16 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 // listing of libvirt's domains: running or shutoff (Get tells paused and
 // the other states apart).
 func (c *Controller) List(ctx context.Context) ([]*types.Instance, error) {
+	return c.list(ctx, false)
+}
+
+// ListAll is List over every host's instances; another host's have no
+// state here (their domains are in that host's libvirt).
+func (c *Controller) ListAll(ctx context.Context) ([]*types.Instance, error) {
+	return c.list(ctx, true)
+}
+
+func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, error) {
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
@@ -397,11 +425,17 @@ func (c *Controller) List(ctx context.Context) ([]*types.Instance, error) {
 	stateOf := c.drv.lister(ctx, len(recs) > 0)
 	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
+		own := c.owns(rec)
+		if !own && !all {
+			continue
+		}
 		inst, err := c.fromRecord(ctx, rec, false)
 		if err != nil {
 			return nil, err
 		}
-		inst.State = stateOf(rec.Name, rec.UUID)
+		if own {
+			inst.State = stateOf(rec.Name, rec.UUID)
+		}
 		out = append(out, inst)
 	}
 	return out, nil
@@ -412,7 +446,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	if err != nil {
 		return nil, err
 	}
-	inst := &types.Instance{Spec: in, Revision: rec.Revision}
+	inst := &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host}
 	if withVersion {
 		v, err := c.store.DocumentVersion(ctx, rec.UUID)
 		if err != nil {
@@ -437,9 +471,9 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 // undoes the steps before it.
 func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	defer c.locks.Lock(name)()
-	rec, err := c.store.Instance(ctx, name)
+	rec, err := c.ownRecord(ctx, "delete", name)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", name, err)
+		return err
 	}
 	r := revert.New(c.log, "delete "+name)
 	defer r.Fail(&err)
@@ -464,9 +498,9 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 // WriteConfigDrive streams a freshly built config drive of the instance's
 // published tree to w.
 func (c *Controller) WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error) {
-	rec, err := c.store.Instance(ctx, name)
+	rec, err := c.ownRecord(ctx, "config drive", name)
 	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
+		return 0, err
 	}
 	doc, err := c.store.Document(ctx, rec.UUID)
 	if err != nil {

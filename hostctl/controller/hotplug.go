@@ -62,9 +62,9 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 	if err := c.drv.require(op, name); err != nil {
 		return nil, err
 	}
-	rec, err := c.store.Instance(ctx, name)
+	rec, err := c.ownRecord(ctx, op, name)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", op, name, err)
+		return nil, err
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {

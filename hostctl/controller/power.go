@@ -115,9 +115,9 @@ func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.In
 	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
-	rec, err := c.store.Instance(ctx, name)
+	rec, err := c.ownRecord(ctx, op, name)
 	if err != nil {
-		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+		return store.Instance{}, nil, err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)
 	if err != nil {

@@ -109,6 +109,9 @@ func (c *Controller) reconcileAll(ctx context.Context) error {
 	}
 	var errs []error
 	for _, rec := range recs {
+		if !c.owns(rec) {
+			continue // another host's: its domain is not in this libvirt
+		}
 		if err := c.reconcileOne(ctx, rec.Name); err != nil {
 			errs = append(errs, err)
 			if errors.Is(err, virt.ErrUnreachable) {
@@ -128,6 +131,9 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	}
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
+	}
+	if !c.owns(rec) {
+		return nil
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {

@@ -28,6 +28,10 @@ type Instance struct {
 	Name      string   `json:"name"`
 	UUID      string   `json:"uuid"`
 	ProjectID string   `json:"project_id,omitempty"`
+	// Host names the host controller that owns the instance (its domain,
+	// disks and files); empty in records written before hosts were
+	// tracked.
+	Host      string   `json:"host,omitempty"`
 	Addresses []string `json:"addresses,omitempty"`
 	// Spec is the instance spec as canonical JSON (model.Instance).
 	Spec []byte `json:"spec"`

@@ -19,6 +19,8 @@ type Instance struct {
 	Revision        int64           `json:"revision"`
 	DocumentVersion int64           `json:"document_version,omitempty"`
 	ConfigDrive     string          `json:"config_drive,omitempty"`
+	// Host is the host controller that owns the instance.
+	Host string `json:"host,omitempty"`
 	// State is the domain's state (running, shutoff, paused, ...),
 	// "missing" when libvirt has no domain of this name and UUID
 	// (deleted behind hostctl's back), "unknown" when libvirtd does not

@@ -1,0 +1,190 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
+)
+
+// liveness is a hand-written Liveness: the hosts named down are down.
+type liveness struct {
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+func (l *liveness) set(host string, down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down[host] = down
+}
+
+func (l *liveness) HostDown(_ context.Context, host string) (bool, string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down[host] {
+		return true, "silent", nil
+	}
+	return false, "last seen just now", nil
+}
+
+// hostControllers returns one controller per host name on one store, each
+// with its own data directory, as hostctl serve --host on several machines.
+func hostControllers(t *testing.T, names ...string) (map[string]*controller.Controller, store.Store, *liveness) {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	live := &liveness{down: map[string]bool{}}
+	out := map[string]*controller.Controller{}
+	for _, n := range names {
+		out[n] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: n, Liveness: live,
+			Logger: slog.New(slog.DiscardHandler)})
+	}
+	return out, st, live
+}
+
+func TestHostsActOnlyOnTheirOwn(t *testing.T) {
+	ctx := context.Background()
+	cs, st, _ := hostControllers(t, "host-a", "host-b")
+	a, b := cs["host-a"], cs["host-b"]
+	inst, err := a.Apply(ctx, []byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != "host-a" {
+		t.Fatalf("host = %q", inst.Host)
+	}
+	before, err := st.Instance(ctx, "app-1")
+	if err != nil || before.Host != "host-a" {
+		t.Fatalf("record: %+v %v", before, err)
+	}
+
+	refused := 0
+	for _, tc := range []struct {
+		name string
+		op   func() error
+	}{
+		{"apply", func() error { _, err := b.Apply(ctx, []byte(spec)); return err }},
+		{"delete", func() error { return b.Delete(ctx, "app-1") }},
+		{"config drive", func() error { _, err := b.WriteConfigDrive(ctx, "app-1", configdrive.ISO9660, &strings.Builder{}); return err }},
+		{"adopt while alive", func() error { _, err := b.Adopt(ctx, "app-1"); return err }},
+		{"force delete while alive", func() error { _, err := b.ForceDeleteFromStore(ctx, "app-1"); return err }},
+	} {
+		err := tc.op()
+		want := controller.ErrOtherHost
+		if strings.Contains(tc.name, "alive") {
+			want = controller.ErrOwnerAlive
+		}
+		if !errors.Is(err, want) || !strings.Contains(err.Error(), "app-1 lives on host-a") {
+			t.Errorf("%s from host-b: err = %v, want %v naming host-a", tc.name, err, want)
+			continue
+		}
+		refused++
+	}
+	if after, err := st.Instance(ctx, "app-1"); err != nil || after.Revision != before.Revision || after.Host != "host-a" {
+		t.Fatalf("a refused command changed the record: %+v %v", after, err)
+	}
+	t.Logf("cross-host commands refused: %d", refused)
+
+	// Lists: each host its own; all hosts on request.
+	if l, _ := b.List(ctx); len(l) != 0 {
+		t.Errorf("host-b lists %d instances, want 0", len(l))
+	}
+	if l, _ := b.ListAll(ctx); len(l) != 1 || l[0].Host != "host-a" {
+		t.Errorf("host-b ListAll = %+v", l)
+	}
+	if l, _ := a.List(ctx); len(l) != 1 {
+		t.Errorf("host-a lists %d instances, want 1", len(l))
+	}
+	// Showing another host's instance is allowed.
+	if got, err := b.Get(ctx, "app-1"); err != nil || got.Host != "host-a" {
+		t.Errorf("host-b Get: %+v %v", got, err)
+	}
+}
+
+func TestAdoptOnlyWhenOwnerDownAndOneWinner(t *testing.T) {
+	ctx := context.Background()
+	cs, st, live := hostControllers(t, "host-a", "host-b", "host-c")
+	if _, err := cs["host-a"].Apply(ctx, []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs["host-b"].Adopt(ctx, "app-1"); !errors.Is(err, controller.ErrOwnerAlive) {
+		t.Fatalf("adopt while alive: %v", err)
+	}
+	live.set("host-a", true)
+	var wg sync.WaitGroup
+	errs := map[string]error{}
+	var mu sync.Mutex
+	for _, h := range []string{"host-b", "host-c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cs[h].Adopt(ctx, "app-1")
+			mu.Lock()
+			errs[h] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	rec, err := st.Instance(ctx, "app-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	winner := rec.Host
+	if winner != "host-b" && winner != "host-c" {
+		t.Fatalf("owner after adopt = %q", winner)
+	}
+	for h, err := range errs {
+		if h == winner && err != nil {
+			t.Errorf("winner %s: %v", h, err)
+		}
+		if h != winner && err == nil {
+			t.Errorf("both %s and %s adopted app-1", h, winner)
+		}
+	}
+	// The old owner, back, may no longer touch it.
+	live.set("host-a", false)
+	if err := cs["host-a"].Delete(ctx, "app-1"); !errors.Is(err, controller.ErrOtherHost) {
+		t.Fatalf("old owner delete: %v", err)
+	}
+	// The new owner manages it.
+	if _, err := cs[winner].Apply(ctx, []byte(spec)); err != nil {
+		t.Fatalf("new owner re-apply: %v", err)
+	}
+}
+
+func TestForceDeleteFromStore(t *testing.T) {
+	ctx := context.Background()
+	cs, st, live := hostControllers(t, "host-a", "host-b")
+	if _, err := cs["host-a"].Apply(ctx, []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs["host-a"].ForceDeleteFromStore(ctx, "app-1"); !errors.Is(err, controller.ErrState) {
+		t.Fatalf("force delete of an own instance: %v", err)
+	}
+	live.set("host-a", true)
+	left, err := cs["host-b"].ForceDeleteFromStore(ctx, "app-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) == 0 || !strings.Contains(strings.Join(left, "\n"), "host-a") {
+		t.Errorf("left = %q", left)
+	}
+	if _, err := st.Instance(ctx, "app-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("record still there: %v", err)
+	}
+	if _, err := st.LookupAddress(ctx, "10.1.0.7"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("address still claimed: %v", err)
+	}
+}
