@@ -74,7 +74,7 @@ type Controller struct {
 	driveFmt configdrive.Format
 
 	hostName string
-	liveness Liveness
+	hosts    Hosts
 
 	drv           driver
 	domains       Domains
@@ -124,9 +124,9 @@ type Options struct {
 	// controller acts only on records that name it. Empty: hosts are not
 	// tracked (every record is this controller's).
 	Host string
-	// Liveness tells whether another host is down, for Adopt and
-	// ForceDeleteFromStore (nil: both are refused).
-	Liveness Liveness
+	// Hosts tells whether another host is down, for Adopt and
+	// ForceDeleteFromStore (nil: both are refused), and lists the hosts.
+	Hosts Hosts
 
 	// Hypervisor runs the instances as libvirt domains; nil keeps the
 	// hypervisor-less mode (addresses from the spec, no domains).
@@ -167,7 +167,7 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
-		hostName: opts.Host, liveness: opts.Liveness}
+		hostName: opts.Host, hosts: opts.Hosts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}

@@ -26,11 +26,23 @@ var ErrOtherHost = errors.New("another host's instance")
 // while that host's heartbeat is fresh. The admin API answers 409.
 var ErrOwnerAlive = errors.New("the owning host is alive")
 
-// Liveness tells whether a host is down (its heartbeat silent for longer
-// than the configured time, or stopped); why describes the heartbeat for
-// error messages ("last seen 3m0s ago").
-type Liveness interface {
+// Hosts knows the hosts sharing the store (their heartbeats).
+type Hosts interface {
+	// HostDown tells whether a host is down (its heartbeat silent for
+	// longer than the configured time, or stopped); why describes the
+	// heartbeat for error messages ("last seen 3m0s ago").
 	HostDown(ctx context.Context, host string) (down bool, why string, err error)
+	// List returns every host's status, sorted by name.
+	List(ctx context.Context) ([]types.HostStatus, error)
+}
+
+// Hosts returns the status of every host sharing the store (none when
+// hosts are not tracked).
+func (c *Controller) Hosts(ctx context.Context) ([]types.HostStatus, error) {
+	if c.hosts == nil {
+		return []types.HostStatus{}, nil
+	}
+	return c.hosts.List(ctx)
 }
 
 // owns reports whether rec is this host's to manage.
@@ -134,10 +146,10 @@ func (c *Controller) ownerDown(ctx context.Context, op string, rec store.Instanc
 	if rec.Host == "" {
 		return nil
 	}
-	if c.liveness == nil {
+	if c.hosts == nil {
 		return fmt.Errorf("%s %s: %w: this hostctl does not track hosts, so it cannot tell whether %s is down", op, rec.Name, ErrOwnerAlive, rec.Host)
 	}
-	down, why, err := c.liveness.HostDown(ctx, rec.Host)
+	down, why, err := c.hosts.HostDown(ctx, rec.Host)
 	if err != nil {
 		return fmt.Errorf("%s %s: owner %s: %w", op, rec.Name, rec.Host, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -26,6 +27,8 @@ func (l *liveness) set(host string, down bool) {
 	defer l.mu.Unlock()
 	l.down[host] = down
 }
+
+func (l *liveness) List(context.Context) ([]types.HostStatus, error) { return nil, nil }
 
 func (l *liveness) HostDown(_ context.Context, host string) (bool, string, error) {
 	l.mu.Lock()
@@ -48,7 +51,7 @@ func hostControllers(t *testing.T, names ...string) (map[string]*controller.Cont
 	live := &liveness{down: map[string]bool{}}
 	out := map[string]*controller.Controller{}
 	for _, n := range names {
-		out[n] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: n, Liveness: live,
+		out[n] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: n, Hosts: live,
 			Logger: slog.New(slog.DiscardHandler)})
 	}
 	return out, st, live
@@ -77,7 +80,10 @@ func TestHostsActOnlyOnTheirOwn(t *testing.T) {
 	}{
 		{"apply", func() error { _, err := b.Apply(ctx, []byte(spec)); return err }},
 		{"delete", func() error { return b.Delete(ctx, "app-1") }},
-		{"config drive", func() error { _, err := b.WriteConfigDrive(ctx, "app-1", configdrive.ISO9660, &strings.Builder{}); return err }},
+		{"config drive", func() error {
+			_, err := b.WriteConfigDrive(ctx, "app-1", configdrive.ISO9660, &strings.Builder{})
+			return err
+		}},
 		{"adopt while alive", func() error { _, err := b.Adopt(ctx, "app-1"); return err }},
 		{"force delete while alive", func() error { _, err := b.ForceDeleteFromStore(ctx, "app-1"); return err }},
 	} {

@@ -34,6 +34,27 @@ type Instance struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// HostStatus is one host controller sharing the store, as its heartbeat
+// shows it.
+type HostStatus struct {
+	Host      string    `json:"host"`
+	Version   string    `json:"version"`
+	Started   time.Time `json:"started"`
+	LastSeen  time.Time `json:"last_seen"`
+	Instances int       `json:"instances"`
+	// AgeSeconds is the time since LastSeen, by the answering host's clock.
+	AgeSeconds float64 `json:"age_seconds"`
+	// Down: silent for longer than the configured time, or Stopped.
+	Down    bool `json:"down"`
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// ForceDeleteResult answers DELETE /v1/instances/{name}?force_from_store=1:
+// what the record's host still holds, which this host could not clean.
+type ForceDeleteResult struct {
+	Left []string `json:"left"`
+}
+
 // DiskRequest asks for a new, blank disk to be created and attached.
 type DiskRequest struct {
 	// Tag is the device role tag the guest sees (unique among the disks).
