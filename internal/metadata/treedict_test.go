@@ -99,3 +99,26 @@ func TestTreeDict(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeTreeV2: trees stored in the previous form ("VMT2": the same
+// stream deflated without a dictionary) still decode.
+func TestDecodeTreeV2(t *testing.T) {
+	tr := goldenTree(t)
+	var v2 bytes.Buffer
+	v2.WriteString(treeMagicV2)
+	w, _ := flate.NewWriter(&v2, flate.DefaultCompression)
+	w.Write(tr.stream())
+	w.Close()
+	got, err := DecodeTree(v2.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Files) != len(tr.Files) {
+		t.Fatalf("decoded %d files, want %d", len(got.Files), len(tr.Files))
+	}
+	for p, b := range tr.Files {
+		if !bytes.Equal(got.Files[p], b) {
+			t.Errorf("%s differs", p)
+		}
+	}
+}
