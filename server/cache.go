@@ -28,6 +28,10 @@ type cache struct {
 	addrs     map[netip.Addr]*view // source address -> view
 	uuidFills map[string]*fill
 	addrFills map[netip.Addr]*fill
+	// shapes are the directory shapes of the cached views (see
+	// shapeTable): a view takes its shapes from here from when it is
+	// cached until it is dropped.
+	shapes shapeTable
 }
 
 // fill is one store read in flight; requests for the same key wait on it.
@@ -75,10 +79,21 @@ func (c *cache) byAddr(a netip.Addr) *view {
 	return v
 }
 
-// dropLocked removes a view and the addresses that point at it.
+// putLocked caches a view (in place of the instance's previous one).
+func (c *cache) putLocked(v *view) {
+	if old := c.views[v.uuid]; old != nil && old != v {
+		c.dropLocked(old)
+	}
+	c.views[v.uuid] = v
+	v.adopt(&c.shapes)
+}
+
+// dropLocked removes a view and the addresses that point at it, and gives
+// back its shapes.
 func (c *cache) dropLocked(v *view) {
 	if c.views[v.uuid] == v {
 		delete(c.views, v.uuid)
+		v.release()
 	}
 	for _, a := range v.addrs {
 		if c.addrs[a] == v {
@@ -215,7 +230,7 @@ func (s *Server) fillUUID(ctx context.Context, uuid string) (*view, error) {
 	c.mu.Lock()
 	delete(c.uuidFills, uuid)
 	if err == nil && !f.stale {
-		c.views[uuid] = v
+		c.putLocked(v)
 	}
 	c.mu.Unlock()
 	f.view, f.err = v, err

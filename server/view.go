@@ -102,7 +102,8 @@ func versionName(i int) (top, ver string) {
 // server keeps in memory per instance, so they keep little (see
 // BenchmarkViewMemory):
 //
-//   - the instance's files, deduplicated and deflated (source);
+//   - the instance's tree in its stored form (metadata.Tree.Encode: each
+//     distinct file once, deflated), until every directory is built;
 //   - the directory (vdir) of each version asked for so far, built on
 //     the first request for the version, and from then on found with one
 //     atomic load. Most guests read one OpenStack and one EC2 version.
@@ -110,7 +111,8 @@ func versionName(i int) (top, ver string) {
 //     version) share a directory;
 //   - the bodies of those directories, each distinct body once, in one
 //     array. The paths, content types, classes, and listings that follow
-//     from the paths, are a dirShape, which views alike share.
+//     from the paths, are a dirShape, which views alike share through
+//     the cache's shapeTable.
 //
 // Below a version, paths are the rest of the normalized path
 // (NormalizePath): "meta_data.json" for /openstack/latest/meta_data.json,
@@ -122,15 +124,27 @@ type view struct {
 	projectID string
 	version   int64
 	policy    TokenPolicy
+	// reps gives, per version index, the version index whose directory
+	// it shares (see checkTree).
+	reps []uint8
 
 	// dirs holds each version's directory once built, by version index
 	// (see osVersions).
 	dirs []atomic.Pointer[vdir]
-	// mu serializes building directories, and guards src and bodies.
-	mu  sync.Mutex
-	src source
+	// mu serializes building directories, and guards tree, bodies,
+	// shapes and interned.
+	mu sync.Mutex
+	// tree is the stored form of the instance's tree; nil once every
+	// directory is built.
+	tree []byte
 	// bodies are the bodies of the directories built so far.
 	bodies []byte
+	// shapes is the table directories take their shapes from while the
+	// cache holds the view (nil before and after: directories then get
+	// shapes of their own); interned are the shapes taken from it, one
+	// reference each, given back when the cache drops the view.
+	shapes   *shapeTable
+	interned []*dirShape
 
 	// addrs are the source addresses the cache maps to this view (kept so
 	// that invalidating the view drops them); guarded by cache.mu.
@@ -164,14 +178,33 @@ func buildView(doc store.Document, policy TokenPolicy) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := newSource(t)
+	reps, err := checkTree(t)
 	if err != nil {
 		return nil, err
 	}
 	return &view{
 		uuid: doc.InstanceUUID, projectID: unique.Make(doc.ProjectID).Value(), version: doc.Version, policy: policy,
-		dirs: make([]atomic.Pointer[vdir], numVersions), src: src,
+		reps: reps, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree,
 	}, nil
+}
+
+// adopt makes the view take its directories' shapes from table (the
+// cache holds it from now on).
+func (v *view) adopt(table *shapeTable) {
+	v.mu.Lock()
+	v.shapes = table
+	v.mu.Unlock()
+}
+
+// release gives back the view's shapes (the cache no longer holds it).
+// Directories built from now on get shapes of their own.
+func (v *view) release() {
+	v.mu.Lock()
+	for _, s := range v.interned {
+		v.shapes.release(s)
+	}
+	v.shapes, v.interned = nil, nil
+	v.mu.Unlock()
 }
 
 // find returns the entry of a path split by splitPath. It builds the
@@ -220,27 +253,27 @@ func (v *view) build(i int) (*vdir, error) {
 	if d := v.dirs[i].Load(); d != nil {
 		return d, nil
 	}
-	rep := v.src.rep(i)
-	files, err := v.src.files()
+	rep := int(v.reps[i])
+	t, err := metadata.DecodeTree(v.tree)
 	if err != nil {
 		return nil, err
 	}
 	var b dirBuilder
 	if isOSVersion(rep) {
-		v.buildOS(&b, rep, files)
-	} else if err := v.buildEC2(&b, rep, files); err != nil {
+		buildOS(&b, rep, t)
+	} else if err := buildEC2(&b, rep, t); err != nil {
 		return nil, err
 	}
 	d := v.add(&b)
 	complete := true
 	for j := range numVersions {
-		if v.src.rep(j) == rep {
+		if int(v.reps[j]) == rep {
 			v.dirs[j].Store(d)
 		}
 		complete = complete && v.dirs[j].Load() != nil
 	}
 	if complete {
-		v.src = source{} // the files are no longer needed
+		v.tree = nil // no longer needed
 	}
 	return d, nil
 }
@@ -255,7 +288,7 @@ var openStackFiles = []string{"meta_data.json", "user_data", "password", "vendor
 
 // buildOS collects the paths of OpenStack version index i (Nova's lookup
 // and get_openstack_item).
-func (v *view) buildOS(b *dirBuilder, i int, files [][]byte) {
+func buildOS(b *dirBuilder, i int, t *metadata.Tree) {
 	ver := osVersions[i]
 	var listing []string
 	for _, name := range openStackFiles {
@@ -268,7 +301,7 @@ func (v *view) buildOS(b *dirBuilder, i int, files [][]byte) {
 			}
 			continue
 		}
-		body, ok := v.src.file(files, i, slices.Index(osFiles, name))
+		body, ok := fileOf(t, i, slices.Index(osFiles, name))
 		if !ok {
 			continue
 		}
@@ -284,8 +317,8 @@ func (v *view) buildOS(b *dirBuilder, i int, files [][]byte) {
 	}
 	// Nova's _network_data has no version check: network_data.json is
 	// served for every version, though listed only from 2015-10-15.
-	if _, ok := v.src.file(files, i, colNetworkData); !ok {
-		if nd, ok := v.src.file(files, len(osVersions)-1, colNetworkData); ok {
+	if _, ok := fileOf(t, i, colNetworkData); !ok {
+		if nd, ok := fileOf(t, len(osVersions)-1, colNetworkData); ok {
 			b.add("network_data.json", slot{class: classOpenStackOther}, nd)
 		}
 	}
@@ -296,15 +329,15 @@ func (v *view) buildOS(b *dirBuilder, i int, files [][]byte) {
 
 // buildEC2 collects the paths of EC2 version index i (Nova's get_ec2_item
 // and ec2_md_print).
-func (v *view) buildEC2(b *dirBuilder, i int, files [][]byte) error {
+func buildEC2(b *dirBuilder, i int, t *metadata.Tree) error {
 	ver := ec2Versions[i-len(osVersions)]
-	raw, _ := v.src.file(files, i, colMetaData)
+	raw, _ := fileOf(t, i, colMetaData)
 	var tree map[string]any
 	if err := json.Unmarshal(raw, &tree); err != nil {
 		return fmt.Errorf("decode ec2/%s/meta-data.json: %w", ver, err)
 	}
 	if pk, ok := tree["public-keys"].(map[string]any); ok {
-		md, _ := v.src.file(files, len(osVersions)-1, colMetaData)
+		md, _ := fileOf(t, len(osVersions)-1, colMetaData)
 		names, err := keyNames(md)
 		if err != nil {
 			return err
@@ -316,7 +349,7 @@ func (v *view) buildEC2(b *dirBuilder, i int, files [][]byte) error {
 		}
 	}
 	top := map[string]any{"meta-data": tree}
-	if ud, ok := v.src.file(files, i, colUserData); ok {
+	if ud, ok := fileOf(t, i, colUserData); ok {
 		top["user-data"] = string(ud)
 	}
 	b.addEC2("", top)
@@ -419,7 +452,11 @@ func (v *view) add(b *dirBuilder) *vdir {
 		it := &items[i]
 		it.slot.shared = it.slot.class == classListing && bytes.IndexByte(it.body, '=') < 0
 	}
-	d := &vdir{shape: internShape(items), spans: make([]uint32, 2*len(items))}
+	shape := v.shapes.intern(items)
+	if v.shapes != nil {
+		v.interned = append(v.interned, shape)
+	}
+	d := &vdir{shape: shape, spans: make([]uint32, 2*len(items))}
 
 	var built []*vdir // the distinct directories built so far
 	for j := range numVersions {

@@ -2,18 +2,16 @@ package server
 
 import (
 	"bytes"
-	"compress/flate"
-	"github.com/vmeta/vmeta/internal/testenv"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // newView builds the view of the i-th memory-benchmark instance.
@@ -54,7 +52,7 @@ func TestViewLazy(t *testing.T) {
 	}
 	sharing := func(i uint8) (n int) { // versions sharing the directory of version index i
 		for j := range numVersions {
-			if v.src.rep(j) == v.src.rep(int(i)) {
+			if v.reps[j] == v.reps[i] {
 				n++
 			}
 		}
@@ -94,14 +92,14 @@ func TestViewLazy(t *testing.T) {
 	if !bytes.Equal(ud.body, ec2ud.body) || &ud.body[0] != &ec2ud.body[0] {
 		t.Error("user data is kept twice")
 	}
-	if v.src.data == nil {
+	if v.tree == nil {
 		t.Error("files dropped before every directory is built")
 	}
 	v.paths()
 	if n := built(v); n != numVersions {
 		t.Errorf("after paths: %d directories built, want %d", n, numVersions)
 	}
-	if v.src.data != nil {
+	if v.tree != nil {
 		t.Error("files kept after every directory is built")
 	}
 }
@@ -139,61 +137,101 @@ func TestViewConcurrentBuild(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if v.src.data != nil {
+		if v.tree != nil {
 			t.Errorf("round %d: files kept after every directory is built", round)
 		}
 	}
 }
 
-// TestShapesShared: instances alike share their directories' shapes, and
-// a shape goes once no view uses it.
+// TestShapesShared: the views the cache holds share their directories'
+// shapes when their instances are alike, through the cache's shape table,
+// which counts the references; a shape leaves the table with the last
+// view that used it.
 func TestShapesShared(t *testing.T) {
-	shapeCount := func() int {
-		shapes.Lock()
-		defer shapes.Unlock()
-		return len(shapes.m)
+	docs := newFakeDocs()
+	s := New(docs, Options{})
+	table := &s.cache.shapes
+	publish := func(i int, edit func(*metadata.Tree)) (uuid, addr string) {
+		in, addr := memInstance(t, i)
+		tr, err := metadata.Render(in, metadata.Options{Rand: deterministicRand(byte(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(tr)
+		}
+		docs.publishTree(t, in, tr)
+		return in.UUID, addr
 	}
-	a, b := newView(t, 10), newView(t, 11)
-	for _, v := range []*view{a, b} {
-		v.lookup(true, "latest/meta_data.json")
-		v.lookup(false, "latest/meta-data/hostname")
+	read := func(addr string, paths ...string) {
+		for _, p := range paths {
+			serveOnce(t, s, p, addr)
+		}
 	}
-	for _, i := range []uint8{osIndex["latest"], ec2Index["latest"]} {
-		if a.dirs[i].Load().shape != b.dirs[i].Load().shape {
+	osLatest, ec2Latest := osIndex["latest"], ec2Index["latest"]
+	uuidA, addrA := publish(10, nil)
+	uuidB, addrB := publish(11, nil)
+	for _, addr := range []string{addrA, addrB} {
+		read(addr, "/openstack/latest/meta_data.json", "/latest/meta-data/hostname")
+	}
+	a, b := s.cache.byUUID(uuidA), s.cache.byUUID(uuidB)
+	if a == nil || b == nil {
+		t.Fatal("views not cached")
+	}
+	for _, i := range []uint8{osLatest, ec2Latest} {
+		sa, sb := a.dirs[i].Load().shape, b.dirs[i].Load().shape
+		if sa != sb {
 			t.Errorf("version index %d: instances alike have different shapes", i)
 		}
-	}
-	// A private shape: a key of its own in the EC2 tree.
-	in, _ := memInstance(t, 12)
-	tr, err := metadata.Render(in, metadata.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.Files["ec2/1.0/meta-data.json"] = []byte(`{"x-private-key-of-TestShapesShared": "1"}`)
-	enc, _ := tr.Encode()
-	c, err := buildView(store.Document{InstanceUUID: in.UUID, Tree: enc}, TokenOptional)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := shapeCount()
-	if e, ok := c.lookup(false, "1.0/meta-data/x-private-key-of-TestShapesShared"); !ok || string(e.body) != "1" {
-		t.Fatalf("private key: %q %v", e.body, ok)
-	}
-	if got := shapeCount(); got != before+1 {
-		t.Fatalf("%d shapes after a new one, want %d", got, before+1)
-	}
-	runtime.KeepAlive(c)
-	c = nil
-	deadline := time.Now().Add(10 * time.Second)
-	for shapeCount() != before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d shapes once the view is gone, want %d", shapeCount(), before)
+		if n := table.refs(sa); n != 2 {
+			t.Errorf("version index %d: shape has %d references, want 2 (one per view)", i, n)
 		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
 	}
-	runtime.KeepAlive(a)
-	runtime.KeepAlive(b)
+	if n, refs := table.stats(); n != 2 || refs != 4 {
+		t.Errorf("table: %d shapes, %d references; want 2 (OpenStack and EC2), 4", n, refs)
+	}
+
+	// A private shape: a key of its own in the EC2 tree.
+	uuidC, addrC := publish(12, func(tr *metadata.Tree) {
+		tr.Files["ec2/1.0/meta-data.json"] = []byte(`{"x-private-key-of-TestShapesShared": "1"}`)
+	})
+	if r := do(s, http.MethodGet, "/1.0/meta-data/x-private-key-of-TestShapesShared", addrC); r.status != 200 || r.body != "1" {
+		t.Fatalf("private key: %d %q", r.status, r.body)
+	}
+	c := s.cache.byUUID(uuidC)
+	private := c.dirs[ec2Index["1.0"]].Load().shape
+	if n := table.refs(private); n != 1 {
+		t.Errorf("private shape: %d references, want 1", n)
+	}
+	if n, refs := table.stats(); n != 3 || refs != 5 {
+		t.Errorf("table after a new shape: %d shapes, %d references; want 3, 5", n, refs)
+	}
+
+	// Dropping a view gives its references back: its private shape goes,
+	// the shared ones stay for the views still cached.
+	s.Invalidate(uuidC)
+	if n, refs := table.stats(); n != 2 || refs != 4 {
+		t.Errorf("table once the view is dropped: %d shapes, %d references; want 2, 4", n, refs)
+	}
+	if table.refs(private) != 0 {
+		t.Error("private shape still in the table once its view is dropped")
+	}
+	// A dropped view still answers the requests that hold it, with shapes
+	// of its own: the table does not grow.
+	if e, ok := c.lookup(false, "2009-04-04/meta-data/hostname"); !ok || len(e.body) == 0 {
+		t.Errorf("dropped view: hostname %q %v", e.body, ok)
+	}
+	if n, refs := table.stats(); n != 2 || refs != 4 {
+		t.Errorf("table after a dropped view built a directory: %d shapes, %d references; want 2, 4", n, refs)
+	}
+	s.Invalidate(uuidA)
+	if n := table.refs(b.dirs[osLatest].Load().shape); n != 1 {
+		t.Errorf("shared shape: %d references once one of its two views is dropped, want 1", n)
+	}
+	s.Invalidate(uuidB)
+	if n, refs := table.stats(); n != 0 || refs != 0 {
+		t.Errorf("table once every view is dropped: %d shapes, %d references; want 0, 0", n, refs)
+	}
 }
 
 // TestEC2DecodedLate: an EC2 meta-data.json that passes the check at
@@ -217,36 +255,5 @@ func TestEC2DecodedLate(t *testing.T) {
 		if r := get(s, p); r.status != 200 {
 			t.Errorf("%s: %d", p, r.status)
 		}
-	}
-}
-
-// TestDeflateDict: the dictionary instance renders, and the dictionary
-// pays (the rich instance's files deflate to much less without their
-// shared structure).
-func TestDeflateDict(t *testing.T) {
-	if err := dictInstance().Validate(); err != nil {
-		t.Fatalf("dictInstance: %v", err)
-	}
-	dict := deflateDict()
-	if len(dict) < 4<<10 {
-		t.Fatalf("dictionary of %d bytes", len(dict))
-	}
-	v := newView(t, 5)
-	files, err := v.src.files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw []byte
-	for _, f := range files {
-		raw = append(raw, f...)
-	}
-	with := len(deflate(nil, raw))
-	var buf bytes.Buffer
-	w, _ := flate.NewWriter(&buf, deflateLevel)
-	w.Write(raw)
-	w.Close()
-	t.Logf("%d distinct files, %d bytes: deflated %d, with the dictionary %d", len(files), len(raw), buf.Len(), with)
-	if with >= buf.Len()*3/4 {
-		t.Errorf("deflated with the dictionary: %d bytes, without: %d", with, buf.Len())
 	}
 }

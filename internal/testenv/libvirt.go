@@ -6,10 +6,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -158,29 +158,72 @@ func UniqueDomainName(t testing.TB) string {
 }
 
 // CleanupDomain registers a cleanup that destroys and undefines the domain
-// name through virsh — independent of the code under test, so it runs
-// whatever state that code left, also after a failure. A domain that does
-// not exist is fine; one that cannot be removed fails the test.
+// name over libvirt's own API (go-libvirt, not the code under test), so it
+// runs whatever state that code left, also after a failure. A domain that
+// does not exist is fine; one that cannot be removed fails the test.
 func CleanupDomain(t testing.TB, uri, name string) {
 	t.Helper()
-	virsh := LookPath(t, "virsh")
 	t.Cleanup(func() {
-		run := func(args ...string) (string, error) {
-			out, err := exec.Command(virsh, append([]string{"-q", "-c", uri}, args...)...).CombinedOutput()
-			return strings.TrimSpace(string(out)), err
-		}
-		if _, err := run("domid", name); err != nil {
-			return // not defined, not running
-		}
-		if state, _ := run("domstate", name); state != "shut off" {
-			if out, err := run("destroy", name); err != nil {
-				t.Errorf("cleanup: virsh destroy %s: %v: %s", name, err, out)
-			}
-		}
-		if out, err := run("undefine", "--managed-save", "--snapshots-metadata", "--nvram", name); err != nil && !strings.Contains(out, "failed to get domain") {
-			t.Errorf("cleanup: virsh undefine %s: %v: %s", name, err, out)
+		if err := removeDomain(uri, name); err != nil {
+			t.Errorf("cleanup: %v", err)
 		}
 	})
+}
+
+// removeDomain destroys and undefines the domain name, whatever its
+// state. It acts without looking at the state first (a guest may power
+// itself off, or a transient domain vanish, at any moment) and takes the
+// errors that say the wanted state is already there as success, by their
+// libvirt error code: destroy's "domain is not running"
+// (VIR_ERR_OPERATION_INVALID), and "domain not found" (VIR_ERR_NO_DOMAIN)
+// at any step.
+func removeDomain(uri, name string) error {
+	l, err := connectLibvirt(uri)
+	if err != nil {
+		return fmt.Errorf("remove domain %s: %w", name, err)
+	}
+	defer l.Disconnect()
+	d, err := l.DomainLookupByName(name)
+	if libvirt.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up domain %s: %w", name, err)
+	}
+	if err := l.DomainDestroy(d); err != nil && !libvirt.IsNotFound(err) && !isLibvirtError(err, libvirt.ErrOperationInvalid) {
+		return fmt.Errorf("destroy domain %s: %w", name, err)
+	}
+	// A transient domain is gone once destroyed: not found is success.
+	flags := libvirt.DomainUndefineManagedSave | libvirt.DomainUndefineSnapshotsMetadata |
+		libvirt.DomainUndefineNvram | libvirt.DomainUndefineCheckpointsMetadata
+	if err := l.DomainUndefineFlags(d, flags); err != nil && !libvirt.IsNotFound(err) {
+		return fmt.Errorf("undefine domain %s: %w", name, err)
+	}
+	return nil
+}
+
+// isLibvirtError reports whether err is a libvirt error with code.
+func isLibvirtError(err error, code libvirt.ErrorNumber) bool {
+	var e libvirt.Error
+	return errors.As(err, &e) && e.Code == uint32(code)
+}
+
+// connectLibvirt connects to uri (qemu:///system, or with ?socket= the
+// socket RequireLibvirt named) over its local socket.
+func connectLibvirt(uri string) (*libvirt.Libvirt, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("libvirt URI %q: %w", uri, err)
+	}
+	sock := u.Query().Get("socket")
+	if sock == "" {
+		sock = DefaultLibvirtSocket
+	}
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(sock), dialers.WithLocalTimeout(libvirtAnswerTimeout)))
+	if err := l.ConnectToURI(libvirt.RemoteURI(u)); err != nil {
+		return nil, fmt.Errorf("connect to %s over %s: %w", uri, sock, err)
+	}
+	return l, nil
 }
 
 // GuestKernelDir is where test/setup unpacks Debian's generic kernel for

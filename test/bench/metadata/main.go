@@ -19,8 +19,11 @@
 // instance to 127.0.0.1, where wrk connects from. Every server runs as its
 // own process on a loopback port and is checked to answer 200 with the
 // expected body before it is loaded; every load is preceded by a warm-up.
-// It prints requests/s, p50 and p99 per target, the ratios to the bare
-// handler and to Hegel, and PASS/MISS per goal of the issue (b and c at
+// It prints requests/s, p50 and p99 per target, the server's CPU time
+// per request (user + system time of the server process over the
+// measured run, from /proc/<pid>/stat: the figure other work on the
+// machine moves least), the load average as each run starts and ends,
+// the ratios to the bare handler and to Hegel, and PASS/MISS per goal of the issue (b and c at
 // least 0.9 × a and 1.1 × d in requests/s, p99 at most 1.2 × a's). A run
 // in which wrk saw errors (status >= 400, socket errors) is flagged.
 //
@@ -189,7 +192,7 @@ func load(ctx context.Context, wc wrkConfig, b *board, t *target, path string, r
 		label = fmt.Sprintf(" (round %d/%d)", round, b.rounds)
 	}
 	fmt.Printf("loading %s with GET %s%s …\n", t.label(), path, label)
-	r, err := wc.run(ctx, t.base+path)
+	r, err := wc.run(ctx, t.base+path, t.proc.pid())
 	if err != nil {
 		return fmt.Errorf("%s: %w", t.label(), err)
 	}
@@ -198,7 +201,8 @@ func load(ctx context.Context, wc wrkConfig, b *board, t *target, path string, r
 	}
 	r.target, r.path = t.key, path
 	b.add(path, r)
-	fmt.Printf("  %s req/s, p50 %s, p99 %s, %d errors\n", thousands(r.rps), dur(r.p50), dur(r.p99), r.errors())
+	fmt.Printf("  %s req/s, p50 %s, p99 %s, %d errors; server CPU %s/request (%s over %d requests); load average %s at the start, %s at the end\n",
+		thousands(r.rps), dur(r.p50), dur(r.p99), r.errors(), cpuDur(r.cpuPerReq), r.cpu.Round(10*time.Millisecond), r.requests, r.loadStart, r.loadEnd)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,4 +176,42 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat: USER_HZ, 100 on
+// every Linux architecture the benchmark runs on.
+const userHZ = 100
+
+// processCPU returns the CPU time (user + system, all threads) the
+// process pid has spent so far, from /proc/<pid>/stat: the process's own
+// rusage, as the kernel accounts it, whatever else loads the machine.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("CPU time of pid %d: %w", pid, err)
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15) from a
+// /proc/<pid>/stat line. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted after its closing parenthesis.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc stat line %q", stat)
+	}
+	f := strings.Fields(stat[i+1:]) // from field 3 (state) on
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc stat line %q", stat)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected /proc stat line %q: %w", stat, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }

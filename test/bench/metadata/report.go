@@ -57,6 +57,8 @@ func (b *board) get(path, key string) *result {
 		}
 	}
 	m.sockDetail = strings.Join(details, "; ")
+	m.cpuPerReq = time.Duration(median(rs, func(r *result) float64 { return float64(r.cpuPerReq) }))
+	m.loadStart, m.loadEnd = rs[0].loadStart, rs[len(rs)-1].loadEnd
 	m.rps = median(rs, func(r *result) float64 { return r.rps })
 	m.p50 = time.Duration(median(rs, func(r *result) float64 { return float64(r.p50) }))
 	m.p90 = time.Duration(median(rs, func(r *result) float64 { return float64(r.p90) }))
@@ -88,11 +90,12 @@ func (b *board) table(w io.Writer, path string, wc wrkConfig) {
 	withHegel := servesKey(b.targets, "d", path)
 	rps := func(x *result) float64 { return x.rps }
 	p99 := func(x *result) float64 { return x.p99.Seconds() }
+	cpu := func(x *result) float64 { return float64(x.cpuPerReq) }
 	tab := &table{head: []string{"target", "req/s", "p50", "p99", "errors", "÷ bare"}}
 	if withHegel {
 		tab.head = append(tab.head, "÷ Hegel")
 	}
-	tab.head = append(tab.head, "p99 ÷ bare p99")
+	tab.head = append(tab.head, "p99 ÷ bare p99", "server CPU/req", "CPU/req ÷ bare", "load 1m start→end")
 	for _, t := range b.targets {
 		if !serves(t, path) {
 			continue
@@ -114,7 +117,8 @@ func (b *board) table(w io.Writer, path string, wc wrkConfig) {
 		if withHegel {
 			row = append(row, ratio(r.rps, hegel, rps))
 		}
-		tab.add(append(row, ratio(r.p99.Seconds(), bare, p99))...)
+		tab.add(append(row, ratio(r.p99.Seconds(), bare, p99), cpuDur(r.cpuPerReq), ratio(cpu(r), bare, cpu),
+			firstField(r.loadStart)+"→"+firstField(r.loadEnd))...)
 	}
 	tab.print(w)
 	for _, t := range b.targets {
@@ -270,6 +274,20 @@ func dur(d time.Duration) string {
 		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
 	}
 	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+}
+
+// cpuDur renders a CPU time per request, e.g. "21.4µs".
+func cpuDur(d time.Duration) string {
+	return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
+}
+
+// firstField is the first word of s (the 1-minute figure of a load
+// average).
+func firstField(s string) string {
+	if f := strings.Fields(s); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func mib(kb int64) string { return fmt.Sprintf("%.1f MiB", float64(kb)/1024) }

@@ -31,6 +31,12 @@ type result struct {
 	non2xx       int64 // wrk: "Non-2xx or 3xx responses" (status >= 400)
 	sockErrors   int64 // connect + read + write + timeout
 	sockDetail   string
+	// cpu is the CPU time (user + system) the server process spent
+	// during the measured run, cpuPerReq that per request; loadStart and
+	// loadEnd the machine's load average (1, 5, 15 minutes) as it began
+	// and ended.
+	cpu, cpuPerReq     time.Duration
+	loadStart, loadEnd string
 }
 
 // errors is the number of failed requests of the run.
@@ -41,21 +47,35 @@ func wrkSeconds(d time.Duration) string {
 	return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) + "s"
 }
 
-// run loads url: a warm-up run whose figures are dropped, then the
-// measured run with --latency.
-func (c wrkConfig) run(ctx context.Context, url string) (*result, error) {
+// run loads url, served by the process pid: a warm-up run whose figures
+// are dropped, then the measured run with --latency, over which the
+// process's CPU time and the machine's load average are read.
+func (c wrkConfig) run(ctx context.Context, url string, pid int) (*result, error) {
 	if c.warmup > 0 {
 		if _, err := c.exec(ctx, url, c.warmup, false); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	loadStart := loadAverage()
+	cpuStart, err := processCPU(pid)
+	if err != nil {
+		return nil, err
+	}
 	out, err := c.exec(ctx, url, c.duration, true)
+	if err != nil {
+		return nil, err
+	}
+	cpuEnd, err := processCPU(pid)
 	if err != nil {
 		return nil, err
 	}
 	r, err := parseWrk(out)
 	if err != nil {
 		return nil, fmt.Errorf("%w; wrk printed:\n%s", err, out)
+	}
+	r.cpu, r.loadStart, r.loadEnd = cpuEnd-cpuStart, loadStart, loadAverage()
+	if r.requests > 0 {
+		r.cpuPerReq = r.cpu / time.Duration(r.requests)
 	}
 	return r, nil
 }
