@@ -62,10 +62,6 @@ func TestPackageDocs(t *testing.T) {
 	}
 }
 
-// serverModelFree turns on the rule that server/ does not import
-// internal/model; the lead flips it after merging that change.
-const serverModelFree = false // enabled when server stops importing model (issue 14 item 7)
-
 const module = "github.com/vmeta/vmeta"
 
 // importRule forbids the packages under from (and from itself) to depend,
@@ -77,7 +73,6 @@ type importRule struct {
 	forbidden []string
 	allowed   []string
 	direct    bool // only the packages' own imports count
-	off       bool // a rule written ahead of the change that makes it hold
 }
 
 // importRules is the intended import graph (../shared DESIGN: data flows one
@@ -130,7 +125,6 @@ var importRules = []importRule{
 		from:      module + "/server",
 		forbidden: []string{module + "/internal/model"},
 		direct:    true,
-		off:       !serverModelFree,
 	},
 }
 
@@ -231,10 +225,6 @@ func TestImportGraph(t *testing.T) {
 				t.Fatalf("go list shows no package under %s", r.from)
 			}
 			paths := forbiddenPaths(graph, r)
-			if r.off {
-				t.Logf("rule off until its change lands; %d package(s) break it today", len(paths))
-				return
-			}
 			for _, p := range paths {
 				t.Errorf("%s", p)
 			}
