@@ -2,7 +2,7 @@
 // an optional TCP listener), served by `hostctl serve`; its Go client is
 // hostctl/api/client and its bodies are hostctl/api/types.
 //
-//	GET    /v1/instances                      list
+//	GET    /v1/instances                      list this host's (?all_hosts=1: every host's)
 //	POST   /v1/instances                      apply a spec (YAML or JSON body)
 //	GET    /v1/instances/{name}               show
 //	DELETE /v1/instances/{name}               delete
@@ -13,6 +13,9 @@
 //	DELETE /v1/instances/{name}/disks         detach a disk (?tag=T or ?target=vdX; &live=1 &config=1)
 //	POST   /v1/instances/{name}/nics          attach a NIC (types.NICRequest)
 //	DELETE /v1/instances/{name}/nics          detach a NIC (?tag=T or ?mac=M; &live=1 &config=1)
+//	DELETE /v1/instances/{name}?force_from_store=1  forget another (dead) host's instance (admin)
+//	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
+//	GET    /v1/hosts                          the hosts sharing the store (admin)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -55,6 +58,7 @@ type Controller interface {
 	configDriveService
 	powerService
 	hotplugService
+	hostService
 }
 
 // Handler returns the admin API handler for the unix socket, where every
@@ -87,6 +91,8 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	// for every sub-resource below.
 	one := inst.PathPrefix("/{name}").Subrouter()
 	one.Use(scopeInstance(c, e))
+	hs := hosts{svc: c, errorWriter: e}
+	hs.instanceRoutes(one) // before the plain DELETE: it matches on its query
 	insts.instanceRoutes(one)
 	configDrives{svc: c, errorWriter: e}.routes(one)
 	power{svc: c, errorWriter: e}.routes(one)
@@ -96,6 +102,7 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	// /v1/flavors, /v1/images, /v1/shares, /v1/servers/{id}/shares,
 	// /v1/devices, /v1/keys.
 
+	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	system{errorWriter: e}.routes(v1)
 
 	root.NotFoundHandler = unmatched(root, e)

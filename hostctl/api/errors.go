@@ -34,7 +34,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState),
+		errors.Is(err, controller.ErrOtherHost), errors.Is(err, controller.ErrOwnerAlive):
 		return http.StatusConflict
 	case errors.Is(err, virt.ErrNotFound):
 		return http.StatusNotFound

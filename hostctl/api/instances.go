@@ -17,6 +17,7 @@ type instanceService interface {
 	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
 	Get(ctx context.Context, name string) (*types.Instance, error)
 	List(ctx context.Context) ([]*types.Instance, error)
+	ListAll(ctx context.Context) ([]*types.Instance, error)
 	Delete(ctx context.Context, name string) error
 }
 
@@ -43,7 +44,16 @@ func (h instances) instanceRoutes(r *mux.Router) {
 }
 
 func (h instances) list(w http.ResponseWriter, r *http.Request) {
-	insts, err := h.svc.List(r.Context())
+	list := h.svc.List
+	switch v := r.URL.Query().Get("all_hosts"); v {
+	case "":
+	case "1", "true":
+		list = h.svc.ListAll
+	default:
+		h.fail(w, r, httpError(http.StatusBadRequest, "all_hosts: %q: must be 1 or true", v))
+		return
+	}
+	insts, err := list(r.Context())
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -91,6 +91,7 @@ func Commands() []*Command {
 	cmds = append(cmds, instanceCommands()...)
 	cmds = append(cmds, powerCommands()...)
 	cmds = append(cmds, hotplugCommands()...)
+	cmds = append(cmds, hostCommands()...)
 	cmds = append(cmds, configDriveCommand(), tokenNewCommand(), networkSetupMetadataCommand())
 	return cmds
 }

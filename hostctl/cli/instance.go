@@ -18,9 +18,10 @@ import (
 func instanceCommands() []*Command {
 	return []*Command{
 		{Name: "instance apply", Args: "-f SPEC.yaml", Summary: "create or update an instance", Client: true, Setup: instanceApply},
-		{Name: "instance list", Summary: "list instances", Client: true, Setup: noFlags(instanceList)},
+		{Name: "instance list", Summary: "list this host's instances (--all-hosts: every host's)", Client: true, Setup: instanceList},
 		{Name: "instance show", Args: "NAME", Summary: "show one instance", Client: true, Setup: noFlags(instanceShow)},
-		{Name: "instance delete", Args: "NAME", Summary: "delete an instance", Client: true, Setup: noFlags(instanceDelete)},
+		{Name: "instance delete", Args: "NAME", Summary: "delete an instance", Client: true, Setup: instanceDelete},
+		{Name: "instance adopt", Args: "NAME", Summary: "take over a dead host's instance (after moving its disks here)", Client: true, Setup: noFlags(instanceAdopt)},
 	}
 }
 
@@ -72,14 +73,25 @@ func printApplied(c *Call, inst *types.Instance) error {
 	return nil
 }
 
-func instanceList(ctx context.Context, c *Call) error {
-	if err := c.NoArgs(); err != nil {
-		return err
+func instanceList(fs *flag.FlagSet) func(context.Context, *Call) error {
+	all := fs.Bool("all-hosts", false, "list every host's instances, with a HOST column")
+	return func(ctx context.Context, c *Call) error {
+		if err := c.NoArgs(); err != nil {
+			return err
+		}
+		list := c.Client().List
+		if *all {
+			list = c.Client().ListAll
+		}
+		insts, err := list(ctx)
+		if err != nil {
+			return err
+		}
+		return printInstances(c, insts, *all)
 	}
-	insts, err := c.Client().List(ctx)
-	if err != nil {
-		return err
-	}
+}
+
+func printInstances(c *Call, insts []*types.Instance, withHost bool) error {
 	if c.JSON() {
 		if insts == nil {
 			insts = []*types.Instance{}
@@ -90,18 +102,24 @@ func instanceList(ctx context.Context, c *Call) error {
 	// The STATE column only when the daemon runs domains (states are
 	// empty with --virt none).
 	withState := slices.ContainsFunc(insts, func(in *types.Instance) bool { return in.State != "" })
-	if withState {
-		fmt.Fprintln(tw, "NAME\tUUID\tSTATE\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
-	} else {
-		fmt.Fprintln(tw, "NAME\tUUID\tADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
+	head := "NAME\tUUID\t"
+	if withHost {
+		head += "HOST\t"
 	}
+	if withState {
+		head += "STATE\t"
+	}
+	fmt.Fprintln(tw, head+"ADDRESSES\tDISKS\tNICS\tSHARES\tREVISION")
 	for _, in := range insts {
 		s := in.Spec
-		state := ""
-		if withState {
-			state = orDash(in.State) + "\t"
+		cols := ""
+		if withHost {
+			cols += orDash(in.Host) + "\t"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%d\t%d\t%d\n", s.Name, s.UUID, state, orDash(strings.Join(s.Addresses, ",")),
+		if withState {
+			cols += orDash(in.State) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%d\t%d\t%d\t%d\n", s.Name, s.UUID, cols, orDash(strings.Join(s.Addresses, ",")),
 			len(s.Disks), len(s.NICs), len(s.Shares), in.Revision)
 	}
 	return tw.Flush()
@@ -122,7 +140,7 @@ func instanceShow(ctx context.Context, c *Call) error {
 	env := c.Env
 	s := inst.Spec
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	rows := [][2]string{{"Name", s.Name}, {"UUID", s.UUID}}
+	rows := [][2]string{{"Name", s.Name}, {"UUID", s.UUID}, {"Host", orDash(inst.Host)}}
 	if inst.State != "" {
 		rows = append(rows, [2]string{"State", inst.State})
 	}
@@ -167,18 +185,51 @@ func printDevices(env Env, inst *types.Instance) error {
 	return tw.Flush()
 }
 
-func instanceDelete(ctx context.Context, c *Call) error {
+func instanceDelete(fs *flag.FlagSet) func(context.Context, *Call) error {
+	force := fs.Bool("force-from-store", false, "remove only the store record of an instance whose host is down (that host's domain, disks and files stay)")
+	return func(ctx context.Context, c *Call) error {
+		name, err := c.OneName()
+		if err != nil {
+			return err
+		}
+		if *force {
+			left, err := c.Client().ForceDeleteFromStore(ctx, name)
+			if err != nil {
+				return err
+			}
+			if c.JSON() {
+				return c.PrintJSON(types.ForceDeleteResult{Left: left})
+			}
+			fmt.Fprintf(c.Stdout, "instance %s removed from the store; not cleaned (out of this host's reach):\n", name)
+			for _, l := range left {
+				fmt.Fprintf(c.Stdout, "  - %s\n", l)
+			}
+			return nil
+		}
+		if err := c.Client().Delete(ctx, name); err != nil {
+			return err
+		}
+		if c.JSON() {
+			return c.PrintJSON(map[string]string{"deleted": name})
+		}
+		fmt.Fprintf(c.Stdout, "instance %s deleted\n", name)
+		return nil
+	}
+}
+
+func instanceAdopt(ctx context.Context, c *Call) error {
 	name, err := c.OneName()
 	if err != nil {
 		return err
 	}
-	if err := c.Client().Delete(ctx, name); err != nil {
+	inst, err := c.Client().Adopt(ctx, name)
+	if err != nil {
 		return err
 	}
 	if c.JSON() {
-		return c.PrintJSON(map[string]string{"deleted": name})
+		return c.PrintJSON(inst)
 	}
-	fmt.Fprintf(c.Stdout, "instance %s deleted\n", name)
+	fmt.Fprintf(c.Stdout, "instance %s now lives on %s (revision %d); apply its spec here to define its domain\n", name, inst.Host, inst.Revision)
 	return nil
 }
 

@@ -23,9 +23,11 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
+	"github.com/vmeta/vmeta/internal/version"
 	"github.com/vmeta/vmeta/server"
 )
 
@@ -52,6 +54,13 @@ const shutdownTimeout = 5 * time.Second
 // Config is the daemon's configuration: one field per `hostctl serve`
 // flag (AddFlags), and where the daemon writes.
 type Config struct {
+	// Host names this host among the hosts sharing the store (default:
+	// the machine's host name; kept in the data directory).
+	Host string
+	// HeartbeatInterval is how often the host's heartbeat is written;
+	// HostDownAfter the silence after which another host counts as down.
+	HeartbeatInterval time.Duration
+	HostDownAfter     time.Duration
 	DataDir           string
 	Socket            string
 	MetadataListen    string
@@ -81,6 +90,9 @@ type Config struct {
 // that lets the data directory change and the key file not should set
 // Metadata.TokenKeyFile to TokenKeyFilePath(DataDir) after parsing.
 func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Host, "host", "", "this host's name among the hosts sharing the store (default: the machine's host name, lower-cased); stored in the data directory on the first start")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", hosts.DefaultInterval, "how often this host writes its heartbeat to the store")
+	fs.DurationVar(&c.HostDownAfter, "host-down-after", hosts.DefaultDownAfter, "silence after which another host counts as down (hostctl host list; adopt and delete --force-from-store need it); keep it several heartbeat intervals, plus clock skew")
 	fs.StringVar(&c.DataDir, "data-dir", DefaultDataDir, "data directory (embedded store, config drives)")
 	fs.StringVar(&c.Socket, "socket", client.DefaultSocket(), "admin API unix socket")
 	fs.StringVar(&c.MetadataListen, "metadata-listen", DefaultMetadataListen, "address of the guest-facing metadata service")
@@ -146,6 +158,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	if cfg.Host != "" {
+		if err := hosts.CheckName(cfg.Host); err != nil {
+			return configErrorf("--host: %v", err)
+		}
+	}
+	if cfg.HeartbeatInterval <= 0 || cfg.HostDownAfter <= cfg.HeartbeatInterval {
+		return configErrorf("--host-down-after (%s) must be longer than --heartbeat-interval (%s), which must be positive", cfg.HostDownAfter, cfg.HeartbeatInterval)
+	}
+	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
+	if err != nil {
+		return configErrorf("--host: %v", err)
+	}
 
 	st, err := OpenStore(ctx, cfg.Store, cfg.DataDir)
 	if err != nil {
@@ -163,7 +187,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer hv.close()
+	registry := hosts.Registry{Store: st, DownAfter: cfg.HostDownAfter}
 	ctl := controller.New(st, hv.options(controller.Options{
+		Host:        hostName,
+		Hosts:       registry,
 		DataDir:     cfg.DataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.DHCPDomain},
 		Notify:      md,
@@ -171,6 +198,27 @@ func Run(ctx context.Context, cfg Config) error {
 		DriveFormat: format,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+
+	beater := &hosts.Beater{Store: st, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
+		Count: func(ctx context.Context) (int, error) {
+			l, err := ctl.List(ctx)
+			return len(l), err
+		}}
+	if err := beater.Beat(ctx); err != nil {
+		return fmt.Errorf("first heartbeat: %w", err)
+	}
+	beatCtx, stopBeat := context.WithCancel(ctx)
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); beater.Run(beatCtx) }()
+	defer func() {
+		stopBeat()
+		<-beatDone
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := beater.Stop(sctx); err != nil {
+			log.Warn("last heartbeat (stopped) not written", "err", err)
+		}
+	}()
 
 	var tokenAuth *auth.TokenAuth
 	switch {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -202,4 +203,56 @@ func decode(rec store.Record) (Heartbeat, error) {
 		return Heartbeat{}, fmt.Errorf("heartbeat record %s: %w", rec.Key, err)
 	}
 	return hb, nil
+}
+
+// Registry answers questions about the hosts sharing a store, for the
+// controller (controller.Hosts) and the admin API.
+type Registry struct {
+	Store Records
+	// DownAfter is the silence after which a host is down
+	// (DefaultDownAfter when 0).
+	DownAfter time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+func (r Registry) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// HostDown tells whether host is down; a host that never wrote a
+// heartbeat counts as down (there is nobody to protect).
+func (r Registry) HostDown(ctx context.Context, host string) (bool, string, error) {
+	st, err := Get(ctx, r.Store, host, r.now(), r.DownAfter)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, "no heartbeat on record", nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	return st.Down, describe(st), nil
+}
+
+// List returns the status of every host, sorted by name.
+func (r Registry) List(ctx context.Context) ([]types.HostStatus, error) {
+	sts, err := List(ctx, r.Store, r.now(), r.DownAfter)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.HostStatus, len(sts))
+	for i, s := range sts {
+		out[i] = types.HostStatus{Host: s.Host, Version: s.Version, Started: s.Started, LastSeen: s.LastSeen,
+			Instances: s.Instances, AgeSeconds: s.Age.Seconds(), Down: s.Down, Stopped: s.Stopped}
+	}
+	return out, nil
+}
+
+func describe(s Status) string {
+	if s.Stopped {
+		return fmt.Sprintf("stopped cleanly %s ago", s.Age.Round(time.Second))
+	}
+	return fmt.Sprintf("last seen %s ago", s.Age.Round(time.Millisecond))
 }

@@ -75,6 +75,31 @@ func (c *Client) List(ctx context.Context) ([]*types.Instance, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/instances", nil, &out)
 }
 
+// ListAll returns every host's instances.
+func (c *Client) ListAll(ctx context.Context) ([]*types.Instance, error) {
+	var out []*types.Instance
+	return out, c.do(ctx, http.MethodGet, "/v1/instances?all_hosts=1", nil, &out)
+}
+
+// Hosts returns the hosts sharing the store.
+func (c *Client) Hosts(ctx context.Context) ([]types.HostStatus, error) {
+	var out []types.HostStatus
+	return out, c.do(ctx, http.MethodGet, "/v1/hosts", nil, &out)
+}
+
+// Adopt makes the answering host the owner of a dead host's instance.
+func (c *Client) Adopt(ctx context.Context, name string) (*types.Instance, error) {
+	var out types.Instance
+	return &out, c.do(ctx, http.MethodPost, instancePath(name, "adopt"), nil, &out)
+}
+
+// ForceDeleteFromStore removes the record of a dead host's instance and
+// returns what that host still holds.
+func (c *Client) ForceDeleteFromStore(ctx context.Context, name string) ([]string, error) {
+	var out types.ForceDeleteResult
+	return out.Left, c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(name)+"?force_from_store=1", nil, &out)
+}
+
 // Delete removes an instance.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(name), nil, nil)

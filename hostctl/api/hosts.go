@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+)
+
+// hostService is what the hosts resource and the ownership calls need:
+// the hosts sharing the store, and moving or forgetting another host's
+// instance.
+type hostService interface {
+	Hosts(ctx context.Context) ([]types.HostStatus, error)
+	ListAll(ctx context.Context) ([]*types.Instance, error)
+	Adopt(ctx context.Context, name string) (*types.Instance, error)
+	ForceDeleteFromStore(ctx context.Context, name string) ([]string, error)
+}
+
+// hosts is /v1/hosts and the ownership calls on one instance
+// (POST /v1/instances/{name}/adopt, DELETE …?force_from_store=1). All of
+// them are for administrators: hosts are the operator's business.
+type hosts struct {
+	svc hostService
+	errorWriter
+}
+
+func (h hosts) routes(r *mux.Router) {
+	r.HandleFunc("", h.list).Methods(http.MethodGet)
+}
+
+func (h hosts) instanceRoutes(r *mux.Router) {
+	r.HandleFunc("/adopt", h.adopt).Methods(http.MethodPost)
+	r.HandleFunc("", h.forceDelete).Methods(http.MethodDelete).Queries("force_from_store", "{force}")
+}
+
+func (h hosts) admin(w http.ResponseWriter, r *http.Request) bool {
+	if principalFrom(r.Context()).Role != types.RoleAdmin {
+		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		return false
+	}
+	return true
+}
+
+func (h hosts) list(w http.ResponseWriter, r *http.Request) {
+	if !h.admin(w, r) {
+		return
+	}
+	hs, err := h.svc.Hosts(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, hs)
+}
+
+func (h hosts) adopt(w http.ResponseWriter, r *http.Request) {
+	if !h.admin(w, r) {
+		return
+	}
+	inst, err := h.svc.Adopt(r.Context(), mux.Vars(r)["name"])
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, inst)
+}
+
+func (h hosts) forceDelete(w http.ResponseWriter, r *http.Request) {
+	if !h.admin(w, r) {
+		return
+	}
+	if v := mux.Vars(r)["force"]; v != "1" && v != "true" {
+		h.fail(w, r, httpError(http.StatusBadRequest, "force_from_store: %q: must be 1 or true", v))
+		return
+	}
+	left, err := h.svc.ForceDeleteFromStore(r.Context(), mux.Vars(r)["name"])
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, types.ForceDeleteResult{Left: left})
+}

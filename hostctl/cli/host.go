@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+)
+
+// hostCommands are `hostctl host list|show`.
+func hostCommands() []*Command {
+	return []*Command{
+		{Name: "host list", Summary: "list the hosts sharing the store, with a down mark after their heartbeat went silent", Client: true, Setup: noFlags(hostList)},
+		{Name: "host show", Args: "NAME", Summary: "show one host's heartbeat", Client: true, Setup: noFlags(hostShow)},
+	}
+}
+
+func hostList(ctx context.Context, c *Call) error {
+	if err := c.NoArgs(); err != nil {
+		return err
+	}
+	hs, err := c.Client().Hosts(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON() {
+		return c.PrintJSON(hs)
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tSTATUS\tINSTANCES\tLAST SEEN\tSTARTED\tVERSION")
+	for _, h := range hs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\t%s\n", h.Host, hostStatus(h), h.Instances,
+			age(h.AgeSeconds), h.Started.UTC().Format(time.RFC3339), orDash(h.Version))
+	}
+	return tw.Flush()
+}
+
+func hostShow(ctx context.Context, c *Call) error {
+	name, err := c.OneName()
+	if err != nil {
+		return err
+	}
+	hs, err := c.Client().Hosts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if h.Host != name {
+			continue
+		}
+		if c.JSON() {
+			return c.PrintJSON(h)
+		}
+		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+		for _, kv := range [][2]string{
+			{"Host", h.Host}, {"Status", hostStatus(h)}, {"Instances", fmt.Sprint(h.Instances)},
+			{"Last seen", h.LastSeen.UTC().Format(time.RFC3339Nano) + " (" + age(h.AgeSeconds) + " ago)"},
+			{"Started", h.Started.UTC().Format(time.RFC3339)}, {"Version", orDash(h.Version)},
+		} {
+			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("host %s: no heartbeat on record (hosts appear once their hostctl serve has started)", name)
+}
+
+func hostStatus(h types.HostStatus) string {
+	switch {
+	case h.Stopped:
+		return "down (stopped)"
+	case h.Down:
+		return "down"
+	}
+	return "up"
+}
+
+func age(seconds float64) string {
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
