@@ -422,6 +422,13 @@ func (c *Conn) call(ctx context.Context, op, what string, f func(l *libvirt.Libv
 	return nil
 }
 
+// isOperationInvalid: libvirt refused an operation the domain's state does
+// not allow (destroying a domain that is not running).
+func isOperationInvalid(err error) bool {
+	var le libvirt.Error
+	return errors.As(err, &le) && libvirt.ErrorNumber(le.Code) == libvirt.ErrOperationInvalid
+}
+
 // classify attaches a sentinel to a go-libvirt error.
 func (c *Conn) classify(err error) error {
 	var le libvirt.Error
@@ -545,14 +552,10 @@ const undefineFlags = libvirt.DomainUndefineManagedSave | libvirt.DomainUndefine
 // does not exist is not an error.
 func (c *Conn) Remove(ctx context.Context, name string) error {
 	err := c.withDomain(ctx, "remove", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
-		active, err := l.DomainIsActive(d)
-		if err != nil {
-			return err
-		}
-		if active == 1 {
-			if err := l.DomainDestroy(d); err != nil && !libvirt.IsNotFound(err) {
-				return fmt.Errorf("destroy: %w", err)
-			}
+		// Destroy without asking first whether it runs: a guest may power
+		// itself off in between. "Not running" is what Remove wants.
+		if err := l.DomainDestroy(d); err != nil && !libvirt.IsNotFound(err) && !isOperationInvalid(err) {
+			return fmt.Errorf("destroy: %w", err)
 		}
 		if err := l.DomainUndefineFlags(d, undefineFlags); err != nil && !libvirt.IsNotFound(err) {
 			return fmt.Errorf("undefine: %w", err)
