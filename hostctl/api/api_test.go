@@ -13,22 +13,14 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // serve runs the admin API over a real controller and store on a unix
 // socket, and returns a client for it.
 func serve(t *testing.T) *client.Client {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	ctl, dir := newController(t)
 	log := slog.New(slog.DiscardHandler)
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log})
 	sock := filepath.Join(dir, "api.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {

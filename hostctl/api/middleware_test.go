@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,22 +12,14 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // tcpAPI serves the admin API with token auth over real HTTP and returns a
 // client per role: an admin, a member of project a, a member of project b.
 func tcpAPI(t *testing.T) (admin, memberA, memberB *client.Client, base string) {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	ctl, _ := newController(t)
 	log := slog.New(slog.DiscardHandler)
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log})
 	var entries []auth.TokenEntry
 	var toks []string
 	for _, p := range []struct{ name, role, project string }{{"root", types.RoleAdmin, ""}, {"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {

@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // rawAPI serves the admin API over a real controller with two member
@@ -21,14 +18,9 @@ import (
 // recording controller.
 func rawAPI(t *testing.T) (do func(tok int, method, path, body string) (*http.Response, types.Error), ctl *recordingCtl) {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	c, _ := newController(t)
+	ctl = &recordingCtl{Controller: c}
 	log := slog.New(slog.DiscardHandler)
-	ctl = &recordingCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log})}
 	var entries []auth.TokenEntry
 	toks := []string{""}
 	for _, p := range []struct{ name, project string }{{"alice", "a"}, {"bob", "b"}} {
