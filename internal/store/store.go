@@ -25,9 +25,9 @@ var (
 
 // Instance is the stored record of one instance.
 type Instance struct {
-	Name      string   `json:"name"`
-	UUID      string   `json:"uuid"`
-	ProjectID string   `json:"project_id,omitempty"`
+	Name      string `json:"name"`
+	UUID      string `json:"uuid"`
+	ProjectID string `json:"project_id,omitempty"`
 	// Host names the host controller that owns the instance (its domain,
 	// disks and files); empty in records written before hosts were
 	// tracked.
