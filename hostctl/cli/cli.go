@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/internal/version"
 )
 
 // Defaults shared by the daemon and the clients.
@@ -49,6 +50,7 @@ Usage:
 ` + virtUsage + `  hostctl configdrive build NAME -o FILE         write an instance's config drive
   hostctl token new --name N --role admin|member [--project P]
                                                  make an admin API token
+  hostctl version                                print the version (git describe of the build)
 
 Client flags: --socket PATH (default $VMETA_SOCKET or /run/vmeta/hostctl.sock),
               --api URL (the daemon's TCP admin listener; default $VMETA_API)
@@ -118,6 +120,9 @@ func run(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("%w: token needs the subcommand new", errUsage)
 		}
 		return tokenNew(args[2:], env)
+	case "version":
+		fmt.Fprintln(env.Stdout, version.String())
+		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(env.Stdout, usage)
 		return nil
