@@ -22,8 +22,9 @@ import (
 // Udev is what the agent asks of udev (udev.Udevadm; a fake in tests).
 type Udev interface {
 	Reload(ctx context.Context) error
+	// Trigger sends change events to the devices and waits until udevd
+	// has processed them (only them: see udev.Udevadm.Trigger).
 	Trigger(ctx context.Context, sysPaths []string) error
-	Settle(ctx context.Context, timeout time.Duration) error
 }
 
 // UdevDB reads udev's database (udev.DB; a fake directory in tests).
@@ -66,7 +67,8 @@ type Config struct {
 	// negative. The daemon tries once per pass and retries in later
 	// passes instead.
 	ShareWait time.Duration
-	// SettleTimeout bounds `udevadm settle`: 30s.
+	// SettleTimeout bounds the wait for udevd to process the change events
+	// the agent sends: 30s.
 	SettleTimeout time.Duration
 	// NoAltNames leaves interface names alone.
 	NoAltNames bool
@@ -294,13 +296,16 @@ func (a *Agent) applyUdev(ctx context.Context, p *plan, rep *Report) error {
 		paths[i] = filepath.Join(a.cfg.SysRoot, p.sysPath[id])
 		names[i] = p.names[id]
 	}
-	if err := a.cfg.Udev.Trigger(ctx, paths); err != nil {
+	tctx, cancel := context.WithTimeout(ctx, a.cfg.SettleTimeout)
+	err = a.cfg.Udev.Trigger(tctx, paths)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && tctx.Err() != nil {
+			return fmt.Errorf("udev did not process the change events of %s within %s: %w", strings.Join(names, ", "), a.cfg.SettleTimeout, err)
+		}
 		return err
 	}
 	rep.Changes = append(rep.Changes, "udev applied tags to "+strings.Join(names, ", "))
-	if err := a.cfg.Udev.Settle(ctx, a.cfg.SettleTimeout); err != nil {
-		return err
-	}
 	still, err := a.stale(p)
 	if err != nil {
 		return err
