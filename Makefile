@@ -40,6 +40,7 @@ package: ## build the packages into bin/dist/: vmeta-agent .deb/.rpm, vmeta-host
 	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner -cf - -C $(BIN)/src vmeta-$(VERSION) | gzip -n9 >$(DIST)/vmeta-$(VERSION)-source.tar.gz
 	rm -rf $(BIN)/src
 	@ls -l $(DIST)
+	@if command -v lintian >/dev/null 2>&1; then lintian --fail-on error --tag-display-limit 0 $(DIST)/*.deb; else echo "lintian not installed: packages not checked"; fi
 
 .PHONY: run
 run: build ## run hostctl serve on the embedded store with examples/web.yaml applied
@@ -52,7 +53,7 @@ setup: ## install and start what the tests need (Debian 12, as root; idempotent)
 	bash test/setup
 
 .PHONY: test
-test: setup ## install what the tests need, then run every test (race detector on)
+test: setup package ## install what the tests need, build the packages, then run every test (race detector on)
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS_T) -race -timeout 30m ./...
 
