@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/goreleaser/nfpm/v2"
 	"github.com/goreleaser/nfpm/v2/files"
@@ -96,7 +97,9 @@ applies the metadata in images without the unit.`)
 		// License is an RPM header (in a deb it would be an unknown
 		// control field; the copyright file says it there).
 		info.License = "GPL-3.0-only"
-		info.RPM.Summary = "vmeta guest agent: device role tags, by-tag links and virtiofs shares"
+		// The summary is its own header in an RPM: the description is
+		// the rest.
+		info.RPM.Summary, info.Description, _ = strings.Cut(info.Description, "\n")
 		info.RPM.Group = "System Environment/Daemons"
 		info.RPM.Packager = in.Maintainer
 		info.RPM.BuildHost = "vmeta"
