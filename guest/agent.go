@@ -162,11 +162,13 @@ func (a *Agent) Fetch(ctx context.Context) (*source.Document, error) {
 // read or is invalid it changes nothing, records the error in the state
 // and returns it.
 func (a *Agent) Apply(ctx context.Context) (*Report, error) {
+	start := time.Now()
 	doc, err := a.Fetch(ctx)
 	if err != nil {
 		a.recordError(err)
 		return nil, err
 	}
+	a.log.Debug("metadata read", "origin", doc.Origin, "devices", len(doc.Devices), "elapsed", time.Since(start).Round(time.Millisecond))
 	return a.ApplyDocument(ctx, doc)
 }
 
@@ -213,13 +215,19 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 	st.Problems = append(st.Problems, doc.Ignored...)
 	st.Problems = append(st.Problems, p.problems...)
 
+	// Debug timings of the steps: how long the agent's unit holds the
+	// boot, and where that time goes.
+	step := time.Now()
 	if err := a.applyUdev(ctx, p, rep); err != nil {
 		st.Problems = append(st.Problems, err.Error())
 	}
+	a.log.Debug("udev applied", "elapsed", time.Since(step).Round(time.Millisecond))
 	if !a.cfg.NoAltNames {
 		a.applyAltNames(p, prev, rep)
 	}
+	step = time.Now()
 	mounts := a.applyShares(ctx, p, prev, rep)
+	a.log.Debug("shares applied", "elapsed", time.Since(step).Round(time.Millisecond))
 
 	for _, r := range results {
 		st.Devices = append(st.Devices, deviceState(&r, mounts))
