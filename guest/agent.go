@@ -155,20 +155,23 @@ func (r *Report) Problems() []string { return r.State.Problems }
 
 // Fetch reads the metadata from the configured source.
 func (a *Agent) Fetch(ctx context.Context) (*source.Document, error) {
-	return a.cfg.Source.Fetch(ctx)
+	start := time.Now()
+	doc, err := a.cfg.Source.Fetch(ctx)
+	if err == nil {
+		a.log.Debug("metadata read", "origin", doc.Origin, "devices", len(doc.Devices), "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	return doc, err
 }
 
 // Apply reads the metadata and applies it. When the metadata cannot be
 // read or is invalid it changes nothing, records the error in the state
 // and returns it.
 func (a *Agent) Apply(ctx context.Context) (*Report, error) {
-	start := time.Now()
 	doc, err := a.Fetch(ctx)
 	if err != nil {
 		a.recordError(err)
 		return nil, err
 	}
-	a.log.Debug("metadata read", "origin", doc.Origin, "devices", len(doc.Devices), "elapsed", time.Since(start).Round(time.Millisecond))
 	return a.ApplyDocument(ctx, doc)
 }
 
