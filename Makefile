@@ -5,6 +5,12 @@ GO        ?= go
 BIN       := bin
 RUN_DIR   := $(CURDIR)/.run
 GOFLAGS_T ?= -count=1
+# The version the binaries print (hostctl version, vmeta-agent version) and
+# the packages carry, and the commit time every packaged file gets.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+LDFLAGS   := -X github.com/vmeta/vmeta/internal/version.Version=$(VERSION)
+DIST      := $(BIN)/dist
 
 .DEFAULT_GOAL := help
 
@@ -14,12 +20,27 @@ help: ## list the targets
 
 .PHONY: build
 build: ## build the binaries into bin/
-	$(GO) build -o $(BIN)/ ./hostctl/cmd/hostctl ./server/cmd/vmeta-metadata
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/ ./hostctl/cmd/hostctl ./server/cmd/vmeta-metadata
 
 .PHONY: agent
 agent: ## build the static guest agent bin/vmeta-agent (no cgo; a GPL-3.0 binary, see guest/README.md)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/vmeta-agent ./guest/cmd/vmeta-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(BIN)/vmeta-agent ./guest/cmd/vmeta-agent
 	@ls -l $(BIN)/vmeta-agent
+
+.PHONY: package
+package: ## build the packages into bin/dist/: vmeta-agent .deb/.rpm, vmeta-host .deb, and the agent's GPL source archive
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(BIN)/pkg/ ./guest/cmd/vmeta-agent ./hostctl/cmd/hostctl ./server/cmd/vmeta-metadata
+	rm -f $(DIST)/*.deb $(DIST)/*.rpm
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./internal/pkgbuild/cmd/pkgbuild -bin $(BIN)/pkg -out $(DIST) -describe $(VERSION)
+	@# The complete corresponding source of the GPL-3.0 agent binary: the
+	@# commit (with uncommitted changes when -dirty) and its modules, vendored.
+	rm -rf $(BIN)/src && mkdir -p $(BIN)/src/vmeta-$(VERSION)
+	git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C $(BIN)/src/vmeta-$(VERSION)
+	cd $(BIN)/src/vmeta-$(VERSION) && $(GO) mod vendor
+	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner -cf - -C $(BIN)/src vmeta-$(VERSION) | gzip -n9 >$(DIST)/vmeta-$(VERSION)-source.tar.gz
+	rm -rf $(BIN)/src
+	@ls -l $(DIST)
+	@if command -v lintian >/dev/null 2>&1; then lintian --fail-on error --tag-display-limit 0 $(DIST)/*.deb; else echo "lintian not installed: packages not checked"; fi
 
 .PHONY: run
 run: build ## run hostctl serve on the embedded store with examples/web.yaml applied
@@ -32,7 +53,7 @@ setup: ## install and start what the tests need (Debian 12, as root; idempotent)
 	bash test/setup
 
 .PHONY: test
-test: setup ## install what the tests need, then run every test (race detector on)
+test: setup package ## install what the tests need, build the packages, then run every test (race detector on)
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS_T) -race -timeout 30m ./...
 

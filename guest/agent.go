@@ -23,8 +23,9 @@ import (
 // Udev is what the agent asks of udev (udev.Udevadm; a fake in tests).
 type Udev interface {
 	Reload(ctx context.Context) error
+	// Trigger sends change events to the devices and waits until udevd
+	// has processed them (only them: see udev.Udevadm.Trigger).
 	Trigger(ctx context.Context, sysPaths []string) error
-	Settle(ctx context.Context, timeout time.Duration) error
 }
 
 // UdevDB reads udev's database (udev.DB; a fake directory in tests).
@@ -67,7 +68,8 @@ type Config struct {
 	// negative. The daemon tries once per pass and retries in later
 	// passes instead.
 	ShareWait time.Duration
-	// SettleTimeout bounds `udevadm settle`: 30s.
+	// SettleTimeout bounds the wait for udevd to process the change events
+	// the agent sends: 30s.
 	SettleTimeout time.Duration
 	// NoAltNames leaves interface names alone.
 	NoAltNames bool
@@ -154,7 +156,12 @@ func (r *Report) Problems() []string { return r.State.Problems }
 
 // Fetch reads the metadata from the configured source.
 func (a *Agent) Fetch(ctx context.Context) (*source.Document, error) {
-	return a.cfg.Source.Fetch(ctx)
+	start := time.Now()
+	doc, err := a.cfg.Source.Fetch(ctx)
+	if err == nil {
+		a.log.Debug("metadata read", "origin", doc.Origin, "devices", len(doc.Devices), "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	return doc, err
 }
 
 // Apply reads the metadata and applies it. When the metadata cannot be
@@ -215,13 +222,19 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 	st.Problems = append(st.Problems, doc.Ignored...)
 	st.Problems = append(st.Problems, p.problems...)
 
+	// Debug timings of the steps: how long the agent's unit holds the
+	// boot, and where that time goes.
+	step := time.Now()
 	if err := a.applyUdev(ctx, p, rep); err != nil {
 		st.Problems = append(st.Problems, err.Error())
 	}
+	a.log.Debug("udev applied", "elapsed", time.Since(step).Round(time.Millisecond))
 	if !a.cfg.NoAltNames {
 		a.applyAltNames(p, prev, rep)
 	}
+	step = time.Now()
 	mounts := a.applyShares(ctx, p, prev, rep)
+	a.log.Debug("shares applied", "elapsed", time.Since(step).Round(time.Millisecond))
 
 	for _, r := range results {
 		st.Devices = append(st.Devices, deviceState(&r, mounts))
@@ -301,13 +314,16 @@ func (a *Agent) applyUdev(ctx context.Context, p *plan, rep *Report) error {
 		paths[i] = filepath.Join(a.cfg.SysRoot, p.sysPath[id])
 		names[i] = p.names[id]
 	}
-	if err := a.cfg.Udev.Trigger(ctx, paths); err != nil {
+	tctx, cancel := context.WithTimeout(ctx, a.cfg.SettleTimeout)
+	err = a.cfg.Udev.Trigger(tctx, paths)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && tctx.Err() != nil {
+			return fmt.Errorf("udev did not process the change events of %s within %s: %w", strings.Join(names, ", "), a.cfg.SettleTimeout, err)
+		}
 		return err
 	}
 	rep.Changes = append(rep.Changes, "udev applied tags to "+strings.Join(names, ", "))
-	if err := a.cfg.Udev.Settle(ctx, a.cfg.SettleTimeout); err != nil {
-		return err
-	}
 	still, err := a.stale(p)
 	if err != nil {
 		return err

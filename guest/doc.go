@@ -17,7 +17,8 @@
 //     (package match);
 //  3. write one rules file to /run/udev/rules.d/ atomically, reload udev
 //     if it changed, trigger only the devices whose udev record differs
-//     from what the rules say, settle, and check udev's records again
+//     from what the rules say, wait for those events only (not a global
+//     settle), and check udev's records again
 //     (package udev);
 //  4. add one alternative name per tag to each tagged NIC (package
 //     altname), and remove the ones it added that are no longer wanted;

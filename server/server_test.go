@@ -190,7 +190,7 @@ func TestRouting(t *testing.T) {
 		{name: "latest hostname//", target: "/latest/meta-data/hostname//", status: 200, body: ptr("web-1.novalocal")},
 		{name: "placement listing", target: "/latest/meta-data/placement", status: 200, body: ptr("availability-zone")},
 		{name: "placement az", target: "/latest/meta-data/placement/availability-zone", status: 200, body: ptr("nova")},
-		{name: "block-device-mapping", target: "/latest/meta-data/block-device-mapping", status: 200, body: ptr("ami\nephemeral0\nroot")},
+		{name: "block-device-mapping", target: "/latest/meta-data/block-device-mapping", status: 200, body: ptr("ami\nebs0\nroot")},
 		{name: "block-device-mapping root", target: "/latest/meta-data/block-device-mapping/root", status: 200, body: ptr("/dev/vda")},
 		{name: "ami-launch-index", target: "/latest/meta-data/ami-launch-index", status: 200, body: ptr("0")},
 		{name: "security-groups", target: "/latest/meta-data/security-groups", status: 200, body: ptr("default")},

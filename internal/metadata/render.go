@@ -468,18 +468,22 @@ func (r *renderer) ec2MetaData(v string) map[string]any {
 }
 
 // blockDeviceMapping follows Nova's EC2 mappings: the root disk as "ami"
-// and "root", other disks as ephemeralN.
+// and "root", every other disk as ebsN (a volume). Nova names only a
+// flavor's blank ephemeral disks ephemeralN (and its swap disk "swap"):
+// cloud-init's cc_mounts mounts every ephemeralN at /mnt and writes it into
+// /etc/fstab, which would put a tagged data disk under /mnt behind the
+// application's back. Spec disks are volumes, so they are ebsN.
 func blockDeviceMapping(in *model.Instance) map[string]any {
 	m := map[string]any{}
-	eph := 0
+	ebs := 0
 	for i, d := range in.Disks {
 		if i == 0 {
 			m["ami"] = d.Name
 			m["root"] = "/dev/" + d.Name
 			continue
 		}
-		m[fmt.Sprintf("ephemeral%d", eph)] = "/dev/" + d.Name
-		eph++
+		m[fmt.Sprintf("ebs%d", ebs)] = "/dev/" + d.Name
+		ebs++
 	}
 	return m
 }

@@ -811,7 +811,7 @@ func TestEC2KeysPerVersion(t *testing.T) {
 				"placement":            `{"availability-zone":"az1"}`,
 				"instance-action":      `"none"`,
 				"public-keys":          `{"0":{"openssh-key":"ssh-ed25519 AAAA k1@host"}}`,
-				"block-device-mapping": `{"ami":"vda","ephemeral0":"/dev/vdb","ephemeral1":"/dev/vdc","root":"/dev/vda"}`,
+				"block-device-mapping": `{"ami":"vda","ebs0":"/dev/vdb","ebs1":"/dev/vdc","root":"/dev/vda"}`,
 			} {
 				if raw, ok := md[k]; ok && string(raw) != want {
 					t.Errorf("%s = %s, want %s", k, raw, want)

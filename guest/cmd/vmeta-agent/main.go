@@ -6,6 +6,7 @@
 //	vmeta-agent run [flags]              apply, then follow device events and metadata changes
 //	vmeta-agent status [--output json]   what the last pass did
 //	vmeta-agent find --tag T [--type disk|nic|share]
+//	vmeta-agent version                  the version it was built as
 //
 // Exit status: 0 success; 1 the metadata could not be read or is
 // invalid, or another error (nothing was changed by a failed read); 2
@@ -30,6 +31,7 @@ import (
 	"github.com/vmeta/vmeta/guest/shares"
 	"github.com/vmeta/vmeta/guest/source"
 	"github.com/vmeta/vmeta/guest/udev"
+	"github.com/vmeta/vmeta/internal/version"
 )
 
 const usage = `usage: vmeta-agent <command> [flags]
@@ -39,6 +41,7 @@ commands:
   run       apply, then follow device events and metadata changes (daemon)
   status    show what the last pass applied (--output table|json)
   find      print what carries a tag: find --tag T [--type disk|nic|share]
+  version   print the version (git describe of the build)
 
 Run "vmeta-agent <command> -h" for the flags of a command.
 `
@@ -135,6 +138,10 @@ func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 		return 0
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "version" {
+		fmt.Fprintln(stdout, version.String())
+		return 0
+	}
 	fs := flag.NewFlagSet("vmeta-agent "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

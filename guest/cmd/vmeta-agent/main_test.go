@@ -100,3 +100,10 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runCLI("version")
+	if code != 0 || !strings.HasPrefix(stdout, "devel") || !strings.HasSuffix(stdout, "\n") {
+		t.Errorf("version: exit %d, output %q; want 0 and a devel version (no -ldflags -X in go test)", code, stdout)
+	}
+}

@@ -1,0 +1,419 @@
+package debianvm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/pkgbuild"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// Timeouts under TCG: Debian with cloud-init reaches "done" in about two
+// minutes here; the base image, when test/setup has not built it, takes
+// 4 to 15 minutes of debootstrap.
+const (
+	imageTimeout = 25 * time.Minute
+	bootTimeout  = 12 * time.Minute
+	lateTimeout  = 5 * time.Minute
+)
+
+const (
+	shareTag  = "shared-data"
+	shareText = "hello-from-the-host"
+	sshKey    = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGj8cJb0mJm3nWq0ZkKqJbq6Gf0x2Z1Zs8c6s6j8c9Xx vmeta-test@host"
+	hostname  = "debian-guest"
+	// userData is run by the guest's cloud-init (write_files).
+	userData = "#cloud-config\nwrite_files:\n  - path: /var/lib/vmeta-test/userdata\n    content: user-data-applied\n"
+)
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+func goEnv(t *testing.T, key string) string {
+	t.Helper()
+	b, err := exec.Command("go", "env", key).Output()
+	if err != nil {
+		t.Fatalf("go env %s: %v", key, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// agentPackage builds the static agent and its .deb. The inputs are fixed
+// (version "test", a fixed time), so an unchanged agent gives the same
+// bytes and build-image reuses its cached image.
+func agentPackage(t *testing.T, root, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/vmeta/vmeta/internal/version.Version=test",
+		"-o", bin+"/", "./guest/cmd/vmeta-agent")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build vmeta-agent: %v\n%s", err, out)
+	}
+	in := pkgbuild.Inputs{Root: root, Bin: bin, Describe: "v0.0.0", MTime: time.Unix(1700000000, 0).UTC(),
+		Maintainer: "vmeta tests <vmeta@users.noreply.github.com>", ModCache: goEnv(t, "GOMODCACHE"), GoRoot: goEnv(t, "GOROOT")}
+	p, err := pkgbuild.Build(in, pkgbuild.Target{Name: "vmeta-agent", Format: "deb"}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// image runs build-image with the agent package and returns the image
+// directory (disk.img, vmlinuz, initrd.img, build.txt).
+func image(t *testing.T, root, deb string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Require(t, "root", "build-image needs root (debootstrap, chroot)")
+	}
+	testenv.LookPath(t, "debootstrap")
+	testenv.LookPath(t, "mkfs.ext4")
+	ctx, cancel := context.WithTimeout(context.Background(), imageTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "test", "debianvm", "build-image"), deb)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build-image: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	dir := lines[len(lines)-1]
+	info, _ := os.ReadFile(filepath.Join(dir, "build.txt"))
+	t.Logf("image %s in %s:\n%s%s", dir, time.Since(start).Round(time.Millisecond), stderr.String(), info)
+	return dir
+}
+
+func buildHostctl(t *testing.T, root, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "hostctl")
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./hostctl/cmd/hostctl")...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build hostctl: %v\n%s", err, b)
+	}
+	return out
+}
+
+// hostd is a running `hostctl serve --virt libvirt`.
+type hostd struct {
+	t       *testing.T
+	bin     string
+	DataDir string
+	Socket  string
+	proc    *testenv.Process
+}
+
+// startHostd starts hostctl serve booting every domain from the image's
+// kernel and initrd (root on the first virtio disk), with the image's
+// directory as the image directory.
+func startHostd(t *testing.T, bin, uri, img string) *hostd {
+	t.Helper()
+	sockDir, err := os.MkdirTemp("", "vmeta-deb-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	d := &hostd{t: t, bin: bin, DataDir: t.TempDir(), Socket: filepath.Join(sockDir, "hostctl.sock")}
+	t.Cleanup(func() {
+		d.proc.Stop()
+		if t.Failed() {
+			t.Logf("hostctl serve logged:\n%s", tail(d.proc.Output(), 60))
+		}
+	})
+	for attempt := 1; ; attempt++ {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "serve", "--virt", "libvirt", "--libvirt-uri", uri,
+			"--domain-type", "qemu", "--domain-memory", "1024",
+			"--domain-kernel", filepath.Join(img, "vmlinuz"), "--domain-initrd", filepath.Join(img, "initrd.img"),
+			"--domain-cmdline", "root=/dev/vda rw console=ttyS0",
+			"--image-dir", img, "--data-dir", d.DataDir, "--socket", d.Socket,
+			"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			"--reconcile-interval", "0", "--log-level", "debug")
+		cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
+		if d.proc, err = testenv.StartProcess(t, "hostctl serve", cmd); err != nil {
+			t.Fatal(err)
+		}
+		d.proc.StopTimeout = 30 * time.Second
+		err = d.proc.WaitReady(30*time.Second, 50*time.Millisecond, func() error {
+			_, err := d.run("instance", "list")
+			return err
+		})
+		if err == nil {
+			return d
+		}
+		if attempt == 5 || !strings.Contains(d.proc.Output(), "address already in use") {
+			t.Fatalf("start hostctl serve: %v\n%s", err, d.proc.Output())
+		}
+	}
+}
+
+func (d *hostd) run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bin, append(args, "--socket", d.Socket)...)
+	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("hostctl %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+func (d *hostd) ctlJSON(v any, args ...string) {
+	d.t.Helper()
+	out, err := d.run(append(args, "--output", "json")...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		d.t.Fatalf("hostctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitConsole waits until the serial console log holds marker and returns
+// the log; on timeout it fails with the log's tail.
+func waitConsole(t *testing.T, path, marker string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		b, _ := os.ReadFile(path)
+		if bytes.Contains(b, []byte(marker)) {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q on the guest console within %s; its last lines (%s):\n%s", marker, timeout, path, tail(string(b), 120))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// report is what vmeta-report printed: the text after "vmeta-debian: <what> ",
+// by what.
+type report map[string][]string
+
+func parseReport(console string) report {
+	r := report{}
+	for _, l := range strings.Split(console, "\n") {
+		l = strings.TrimRight(l, "\r")
+		i := strings.Index(l, "vmeta-debian: ")
+		if i < 0 {
+			continue
+		}
+		what, rest, _ := strings.Cut(l[i+len("vmeta-debian: "):], " ")
+		r[what] = append(r[what], rest)
+	}
+	return r
+}
+
+func (r report) text(what string) string { return strings.Join(r[what], "\n") }
+
+// staticAddress picks an address on libvirt's default network that the
+// DHCP range hands out last.
+func staticAddress(t *testing.T) string {
+	m, err := virt.GenerateMAC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := strconv.ParseUint(m[len(m)-2:], 16, 8)
+	return fmt.Sprintf("192.168.122.%d", 200+last%50)
+}
+
+// TestDebianGuest boots the Debian image with a config drive and checks
+// what stock cloud-init and the packaged agent made of vmeta's metadata,
+// then hot-plugs a disk tagged "late" and waits for the unit bound to it.
+func TestDebianGuest(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	testenv.LookPath(t, "qemu-img")
+	root := moduleRoot(t)
+	work := t.TempDir()
+
+	start := time.Now()
+	deb := agentPackage(t, root, work)
+	if fi, err := os.Stat(deb); err == nil {
+		t.Logf("agent package %s: %.1f MiB, built in %s", filepath.Base(deb), float64(fi.Size())/(1<<20), time.Since(start).Round(time.Millisecond))
+	}
+	img := image(t, root, deb)
+	d := startHostd(t, buildHostctl(t, root, work), uri, img)
+
+	share := filepath.Join(d.DataDir, "shares", "data")
+	if err := os.MkdirAll(share, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(share, "hello.txt"), []byte(shareText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.UniqueDomainName(t)
+	testenv.CleanupDomain(t, uri, name)
+	mac, err := virt.GenerateMAC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := staticAddress(t)
+	ud, _ := json.Marshal(userData)
+	key, _ := json.Marshal(sshKey)
+	spec := fmt.Sprintf(`name: %s
+hostname: %s
+image: disk.img
+public_keys:
+  - {name: test, data: %s}
+user_data: %s
+disks:
+  - {name: vda}
+  - {name: vdb, size: 16M, serial: vol-data, tag: appdata}
+nics:
+  - {mac: "%s", tag: nfvfunc1, ips: [{address: %s/24, gateway: 192.168.122.1, dns: [192.168.122.1]}]}
+shares:
+  - {share_id: 6c1e4f0a-8d7b-4c2e-9a3f-5b6d7e8f9a0b, tag: %s, source: %s}
+`, name, hostname, key, ud, mac, addr, shareTag, share)
+	specFile := filepath.Join(work, "spec.yaml")
+	if err := os.WriteFile(specFile, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var inst controller.Instance
+	d.ctlJSON(&inst, "instance", "apply", "-f", specFile)
+	bootStart := time.Now()
+	var started controller.Instance
+	d.ctlJSON(&started, "instance", "start", name)
+	if started.State != "running" {
+		t.Fatalf("state after start %q", started.State)
+	}
+	console := filepath.Join(d.DataDir, "instances", name, "console.log")
+	out := waitConsole(t, console, "vmeta-debian: phase1-done", bootTimeout)
+	t.Logf("boot to the report under TCG (KVM would be faster; these machines cannot run it): %s", time.Since(bootStart).Round(time.Second))
+	r := parseReport(out)
+	checkCloudInit(t, r, addr)
+	checkAgent(t, r)
+	logTimings(t, r)
+	if t.Failed() {
+		t.Logf("console tail:\n%s", tail(out, 80))
+		t.FailNow()
+	}
+
+	// A disk tagged "late" attached to the running guest: its link appears
+	// and the unit bound to its device unit starts.
+	lateStart := time.Now()
+	var hot controller.Instance
+	d.ctlJSON(&hot, "instance", "attach-disk", name, "--tag", "late", "--serial", "vol-late", "--size", "16M")
+	out = waitConsole(t, console, "vmeta-debian: late-started", lateTimeout)
+	t.Logf("attach-disk --tag late to the bound unit started: %s", time.Since(lateStart).Round(time.Second))
+	for _, l := range parseReport(out)["late-started"] {
+		t.Logf("console: vmeta-debian: late-started %s", l)
+		if !strings.Contains(l, "dev=/dev/vd") {
+			t.Errorf("late unit started without the tagged disk: %q", l)
+		}
+	}
+	if _, err := d.run("instance", "delete", name); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkCloudInit checks stock cloud-init's view: the platform, the config
+// drive, the hostname, the keys, the user data, the static address on the
+// NIC, no warning from cc_mounts, no data disk in fstab, no errors.
+func checkCloudInit(t *testing.T, r report, addr string) {
+	t.Helper()
+	for _, c := range []struct{ what, want string }{
+		{"status", "status: done"},
+		// ds-identify finds the config-2 label; ConfigDrive is chosen.
+		{"cloud-id", "configdrive"},
+		{"instance-data", "platform=configdrive"},
+		{"instance-data", "subplatform=config-disk (/dev/sr"},
+		{"hostname", hostname},
+		{"keys", sshKey},
+		{"userdata", "user-data-applied"},
+		{"ipaddr", "inet " + addr + "/24"},
+		{"result", `"errors": []`},
+	} {
+		if !strings.Contains(r.text(c.what), c.want) {
+			t.Errorf("%s: want %q, got:\n%s", c.what, c.want, r.text(c.what))
+		} else {
+			t.Logf("console: vmeta-debian: %s ... %s", c.what, c.want)
+		}
+	}
+	if w := r.text("mounts-warn"); w != "" {
+		t.Errorf("cloud-init's cc_mounts warned:\n%s", w)
+	}
+	for _, l := range r["fstab"] {
+		if f := strings.Fields(l); len(f) > 0 && (strings.HasPrefix(f[0], "/dev/vdb") || strings.Contains(l, "/mnt")) {
+			t.Errorf("/etc/fstab names a data disk: %q", l)
+		}
+	}
+	t.Logf("cloud-init warnings (informational):\n%s", r.text("warnings"))
+}
+
+// checkAgent checks what the agent, started by systemd, applied.
+func checkAgent(t *testing.T, r report) {
+	t.Helper()
+	links := r.text("link")
+	for _, want := range []string{"appdata /dev/vd", "VMETA_TAGS=appdata"} {
+		if !strings.Contains(links, want) {
+			t.Errorf("by-tag links: want %q, got:\n%s", want, links)
+		}
+	}
+	if !strings.Contains(r.text("net"), "VMETA_TAGS=nfvfunc1") || !strings.Contains(r.text("net"), "altname nfvfunc1") {
+		t.Errorf("NIC: want VMETA_TAGS=nfvfunc1 and altname nfvfunc1, got:\n%s", r.text("net"))
+	}
+	if !strings.Contains(r.text("share"), shareTag+" /mnt/shares/"+shareTag+" virtiofs") || r.text("sharefile") != shareText {
+		t.Errorf("share: findmnt %q, file %q", r.text("share"), r.text("sharefile"))
+	}
+	if !strings.Contains(r.text("agent-unit"), "ActiveState=active") {
+		t.Errorf("agent unit: %s", r.text("agent-unit"))
+	}
+	if r.text("agent-version") != "test" {
+		t.Errorf("vmeta-agent version = %q, want test", r.text("agent-version"))
+	}
+	if f := r.text("failed"); f != "" {
+		t.Errorf("failed units:\n%s", f)
+	}
+	t.Logf("console: vmeta-debian: link %s", links)
+	t.Logf("console: vmeta-debian: net %s", r.text("net"))
+	t.Logf("console: vmeta-debian: share %s", r.text("share"))
+}
+
+// logTimings prints the figures of the issue's Measure section.
+func logTimings(t *testing.T, r report) {
+	t.Helper()
+	t.Logf("cloud-init done at guest uptime: %s", r.text("cloud-init-done"))
+	t.Logf("agent unit: %s", r.text("agent-unit"))
+	t.Logf("userspace start and boot finished (µs, monotonic): %s", r.text("times"))
+	t.Logf("agent journal:\n%s", r.text("agent-journal"))
+	t.Logf("critical chain of local-fs-pre.target:\n%s", r.text("chain"))
+	t.Logf("systemd-analyze blame (top):\n%s", r.text("blame"))
+}

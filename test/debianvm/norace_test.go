@@ -1,0 +1,5 @@
+//go:build !race
+
+package debianvm
+
+const raceEnabled = false
