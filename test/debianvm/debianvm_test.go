@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/pkgbuild"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -306,10 +306,10 @@ shares:
 	if err := os.WriteFile(specFile, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var inst controller.Instance
+	var inst types.Instance
 	d.ctlJSON(&inst, "instance", "apply", "-f", specFile)
 	bootStart := time.Now()
-	var started controller.Instance
+	var started types.Instance
 	d.ctlJSON(&started, "instance", "start", name)
 	if started.State != "running" {
 		t.Fatalf("state after start %q", started.State)
@@ -329,7 +329,7 @@ shares:
 	// A disk tagged "late" attached to the running guest: its link appears
 	// and the unit bound to its device unit starts.
 	lateStart := time.Now()
-	var hot controller.Instance
+	var hot types.Instance
 	d.ctlJSON(&hot, "instance", "attach-disk", name, "--tag", "late", "--serial", "vol-late", "--size", "16M")
 	out = waitConsole(t, console, "vmeta-debian: late-started", lateTimeout)
 	t.Logf("attach-disk --tag late to the bound unit started: %s", time.Since(lateStart).Round(time.Second))
