@@ -165,6 +165,11 @@ func TestAdoptOnlyWhenOwnerDownAndOneWinner(t *testing.T) {
 		if h != winner && err == nil {
 			t.Errorf("both %s and %s adopted app-1", h, winner)
 		}
+		// The loser lost the compare-and-swap (the error names the
+		// winner) or read the record after it (the winner is alive).
+		if h != winner && err != nil && !strings.Contains(err.Error(), "app-1 lives on "+winner) {
+			t.Errorf("loser %s: %v, want it to name the winner %s", h, err, winner)
+		}
 	}
 	// The old owner, back, may no longer touch it.
 	live.set("host-a", false)
