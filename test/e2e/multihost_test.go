@@ -354,13 +354,14 @@ func testMultiHost(t *testing.T, storeURL string, k int) {
 	if want := filepath.Join(hosts[winner].DataDir, "instances", "web-a1", "disk.config"); adopted.ConfigDrive != want {
 		t.Errorf("web-a1's config drive on %s after adopt: %q, want %s", winner, adopted.ConfigDrive, want)
 	}
-	byName["web-a1"] = mhInstance{name: "web-a1", uuid: byName["web-a1"].uuid, addr: byName["web-a1"].addr, owner: winner, spec: byName["web-a1"].spec}
+	a1 := byName["web-a1"]
+	a1.owner = winner
 	// Now the loser is refused naming the winner; the winner manages it.
 	refused.expectRefused(t, hosts[loser], "web-a1", winner, "instance", "delete", "web-a1")
 	refused.expectRefused(t, hosts[loser], "web-a1", winner, "instance", "adopt", "web-a1")
-	hosts[winner].Apply(byName["web-a1"].spec)
+	hosts[winner].Apply(a1.spec)
 	for j, rp := range replicas {
-		readAsGuest(t, byName["web-a1"], fmt.Sprintf("replica %d after the adopt", j+1), rp.URL())
+		readAsGuest(t, a1, fmt.Sprintf("replica %d after the adopt", j+1), rp.URL())
 	}
 
 	// --all-hosts lists every instance with its host.
