@@ -86,7 +86,7 @@ func (c *Controller) Adopt(ctx context.Context, name string) (*types.Instance, e
 	if rec.Host == c.hostName {
 		return nil, fmt.Errorf("adopt %s: %w: it already lives on %s", name, ErrState, c.hostName)
 	}
-	if err := c.ownerDown(ctx, "adopt", rec); err != nil {
+	if err := c.ownerDown(ctx, "adopt "+name, rec); err != nil {
 		return nil, err
 	}
 	doc, err := c.store.Document(ctx, rec.UUID)
@@ -97,7 +97,7 @@ func (c *Controller) Adopt(ctx context.Context, name string) (*types.Instance, e
 	rec.Host = c.hostName
 	if _, _, err := c.store.Put(ctx, rec, doc, rec.Revision); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, fmt.Errorf("adopt %s: %w: the record changed while adopting it (another host adopted it, or its owner wrote it)", name, err)
+			return nil, c.adoptConflict(ctx, name, prev, err)
 		}
 		return nil, fmt.Errorf("adopt %s: %w", name, err)
 	}
@@ -142,19 +142,35 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) ([]s
 	return left, nil
 }
 
-func (c *Controller) ownerDown(ctx context.Context, op string, rec store.Instance) error {
+// adoptConflict explains a lost compare-and-swap of Adopt: the record
+// changed since it was read, most often because another host adopted it
+// at the same moment (then the error names that host).
+func (c *Controller) adoptConflict(ctx context.Context, name, prev string, err error) error {
+	now, rerr := c.store.Instance(ctx, name)
+	switch {
+	case rerr == nil && now.Host != prev && now.Host != c.hostName:
+		return fmt.Errorf("adopt %s: %w: %s lives on %s now: that host adopted it at the same time", name, err, name, now.Host)
+	case errors.Is(rerr, store.ErrNotFound):
+		return fmt.Errorf("adopt %s: %w: the record was deleted while adopting it", name, err)
+	}
+	return fmt.Errorf("adopt %s: %w: the record changed while adopting it (its owner wrote it)", name, err)
+}
+
+// ownerDown returns nil when rec's host is down, else ErrOwnerAlive; what
+// names the refused operation ("adopt web-1").
+func (c *Controller) ownerDown(ctx context.Context, what string, rec store.Instance) error {
 	if rec.Host == "" {
 		return nil
 	}
 	if c.hosts == nil {
-		return fmt.Errorf("%s %s: %w: this hostctl does not track hosts, so it cannot tell whether %s is down", op, rec.Name, ErrOwnerAlive, rec.Host)
+		return fmt.Errorf("%s: %w: this hostctl does not track hosts, so it cannot tell whether %s is down", what, ErrOwnerAlive, rec.Host)
 	}
 	down, why, err := c.hosts.HostDown(ctx, rec.Host)
 	if err != nil {
-		return fmt.Errorf("%s %s: owner %s: %w", op, rec.Name, rec.Host, err)
+		return fmt.Errorf("%s: owner %s: %w", what, rec.Host, err)
 	}
 	if !down {
-		return fmt.Errorf("%s %s: %w: %s lives on %s, whose heartbeat is fresh (%s)", op, rec.Name, ErrOwnerAlive, rec.Name, rec.Host, why)
+		return fmt.Errorf("%s: %w: %s lives on %s, whose heartbeat is fresh (%s)", what, ErrOwnerAlive, rec.Name, rec.Host, why)
 	}
 	return nil
 }

@@ -80,6 +80,13 @@ func TestHostsActOnlyOnTheirOwn(t *testing.T) {
 	}{
 		{"apply", func() error { _, err := b.Apply(ctx, []byte(spec)); return err }},
 		{"delete", func() error { return b.Delete(ctx, "app-1") }},
+		// The controllers here run without a hypervisor: ownership is
+		// checked first, so these are refused naming the host, not with
+		// ErrNoHypervisor.
+		{"start", func() error { _, err := b.Start(ctx, "app-1"); return err }},
+		{"stop", func() error { _, err := b.Stop(ctx, "app-1", 0); return err }},
+		{"attach disk", func() error { _, err := b.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "x"}); return err }},
+		{"detach nic", func() error { _, err := b.DetachNIC(ctx, "app-1", types.DetachRequest{Tag: "x"}); return err }},
 		{"config drive", func() error {
 			_, err := b.WriteConfigDrive(ctx, "app-1", configdrive.ISO9660, &strings.Builder{})
 			return err
@@ -157,6 +164,11 @@ func TestAdoptOnlyWhenOwnerDownAndOneWinner(t *testing.T) {
 		}
 		if h != winner && err == nil {
 			t.Errorf("both %s and %s adopted app-1", h, winner)
+		}
+		// The loser lost the compare-and-swap (the error names the
+		// winner) or read the record after it (the winner is alive).
+		if h != winner && err != nil && !strings.Contains(err.Error(), "app-1 lives on "+winner) {
+			t.Errorf("loser %s: %v, want it to name the winner %s", h, err, winner)
 		}
 	}
 	// The old owner, back, may no longer touch it.

@@ -59,11 +59,12 @@ type deviceChange struct {
 }
 
 func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a types.Affect) (*deviceChange, error) {
-	if err := c.drv.require(op, name); err != nil {
-		return nil, err
-	}
+	// Ownership first, as in powerTarget.
 	rec, err := c.ownRecord(ctx, op, name)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.drv.require(op, name); err != nil {
 		return nil, err
 	}
 	in, err := decodeSpec(rec)

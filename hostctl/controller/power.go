@@ -112,11 +112,13 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 }
 
 func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.Instance, *curDomain, error) {
-	if err := c.drv.require(op, name); err != nil {
-		return store.Instance{}, nil, err
-	}
+	// Ownership first: another host's instance is refused naming its
+	// host, whatever this host's hypervisor mode.
 	rec, err := c.ownRecord(ctx, op, name)
 	if err != nil {
+		return store.Instance{}, nil, err
+	}
+	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)

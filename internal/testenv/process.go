@@ -118,3 +118,15 @@ func (p *Process) Stop() {
 		p.t.Errorf("%s exited with %v after SIGTERM, want a clean exit", p.name, p.waitErr)
 	}
 }
+
+// Kill sends SIGKILL (no cleanup in the process: a crash) and waits for
+// the process to exit; the exit status is not checked. Stop does nothing
+// afterwards.
+func (p *Process) Kill() {
+	if p == nil || p.stopped {
+		return
+	}
+	p.stopped = true
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
