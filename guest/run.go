@@ -33,6 +33,11 @@ type RunOptions struct {
 	Ready func()
 }
 
+// firstReadBackoff caps the pause between failed reads until a first
+// document was read (a guest without a config drive whose network comes up
+// after the agent started).
+const firstReadBackoff = 4 * time.Second
+
 // fastPolls are the pauses of the quick re-reads after a device came or
 // went: the host updates the metadata around a hot-plug, and which comes
 // first is not fixed.
@@ -115,10 +120,13 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 				signalReady()
 				wait := backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))
 				poll.Reset(wait)
-				backoff = min(backoff*2, opts.MaxBackoff)
 				if doc == nil {
+					// Nothing read yet: the service may answer as soon as
+					// the network is up, so keep asking every few seconds.
+					backoff = min(backoff*2, opts.MaxBackoff, firstReadBackoff)
 					return
 				}
+				backoff = min(backoff*2, opts.MaxBackoff)
 			} else {
 				lastErr, backoff = "", time.Second
 				if doc == nil || d.Digest != doc.Digest || d.Origin != doc.Origin {

@@ -11,9 +11,9 @@
 //   - InstanceSpec: the instance spec an operator writes (model.Instance as
 //     JSON).
 //
-// The schemas are JSON Schema draft 2020-12 with format assertions on. They
-// are compiled once, on first use; the compiled schemas are read-only, so
-// Validate and ValidateJSON are safe for concurrent use. An invalid document
+// The schemas are JSON Schema draft 2020-12 with format assertions on. Each
+// is compiled once, on its first use; the compiled schemas are read-only,
+// so Validate and ValidateJSON are safe for concurrent use. An invalid document
 // yields an *Error listing every violation with a JSON pointer into the
 // document.
 package schema
@@ -56,17 +56,28 @@ var fileOf = map[Kind]string{
 	InstanceSpec: "instance-spec-1.json",
 }
 
-// compiled returns the compiled schemas, compiling them on first use. The
+// compiled holds one compiler run per kind, made on the first Validate
+// of that kind: a program that validates one kind (the guest agent reads
+// only device metadata) never pays for compiling the others, which under
+// emulation (TCG) costs a noticeable part of the agent's start-up. The
 // schemas are part of the program, so a failure is a programming error.
-var compiled = sync.OnceValue(func() map[Kind]*jsonschema.Schema {
-	out, err := compileAll()
-	if err != nil {
-		panic(fmt.Sprintf("schema: embedded schemas do not compile: %v", err))
+var compiled = func() map[Kind]func() *jsonschema.Schema {
+	out := make(map[Kind]func() *jsonschema.Schema, len(fileOf))
+	for kind := range fileOf {
+		out[kind] = sync.OnceValue(func() *jsonschema.Schema {
+			s, err := compile(kind)
+			if err != nil {
+				panic(fmt.Sprintf("schema: embedded schema %s does not compile: %v", fileOf[kind], err))
+			}
+			return s
+		})
 	}
 	return out
-})
+}()
 
-func compileAll() (map[Kind]*jsonschema.Schema, error) {
+// compile compiles the schema of kind. Every schema is self-contained, so
+// only its own file is added to the compiler.
+func compile(kind Kind) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.AssertFormat = true
@@ -74,35 +85,28 @@ func compileAll() (map[Kind]*jsonschema.Schema, error) {
 	c.LoadURL = func(u string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("schema: refusing to load %s: only embedded schemas are used", u)
 	}
-	urls := make(map[Kind]string, len(fileOf))
-	for kind, name := range fileOf {
-		raw, err := files.ReadFile(name)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		var head struct {
-			ID string `json:"$id"`
-		}
-		if err := json.Unmarshal(raw, &head); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		if head.ID == "" {
-			return nil, fmt.Errorf("%s: no $id", name)
-		}
-		if err := c.AddResource(head.ID, bytes.NewReader(raw)); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		urls[kind] = head.ID
+	name := fileOf[kind]
+	raw, err := files.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	out := make(map[Kind]*jsonschema.Schema, len(urls))
-	for kind, u := range urls {
-		s, err := c.Compile(u)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", fileOf[kind], err)
-		}
-		out[kind] = s
+	var head struct {
+		ID string `json:"$id"`
 	}
-	return out, nil
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if head.ID == "" {
+		return nil, fmt.Errorf("%s: no $id", name)
+	}
+	if err := c.AddResource(head.ID, bytes.NewReader(raw)); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s, err := c.Compile(head.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return s, nil
 }
 
 func unknownKind(kind Kind) error {
@@ -120,7 +124,7 @@ func Validate(kind Kind, doc any) error {
 	if _, ok := fileOf[kind]; !ok {
 		return unknownKind(kind)
 	}
-	err := compiled()[kind].Validate(doc)
+	err := compiled[kind]().Validate(doc)
 	if err == nil {
 		return nil
 	}

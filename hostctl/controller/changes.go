@@ -85,6 +85,9 @@ func hardwareChanges(old, in *model.Instance) []string {
 	if !slices.Equal(mapSlice(old.Shares, shareKey), mapSlice(in.Shares, shareKey)) {
 		add("shares changed")
 	}
+	if o, n := old.WantsConfigDrive(), in.WantsConfigDrive(); o != n {
+		add("config_drive %t -> %t", o, n)
+	}
 	pciKey := func(p model.PCIDevice) string { return p.Address }
 	if !slices.Equal(mapSlice(old.PCIDevices, pciKey), mapSlice(in.PCIDevices, pciKey)) {
 		add("pci_devices changed")

@@ -302,8 +302,10 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 	return nil
 }
 
-// publish renders in, builds its config drive next to the final one,
-// and stores record and document in one Put expecting revision expect.
+// publish renders in, builds its config drive next to the final one
+// (none with config_drive: false, which removes an earlier one after the
+// Put), and stores record and document in one Put expecting revision
+// expect.
 // The Put is the commit point: r.Success is called right after it, and
 // only then is the drive renamed into place (a refused or failed publish
 // leaves the old drive, or none). With a hypervisor, the cdrom of a
@@ -333,14 +335,17 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	drive := filepath.Join(dir, driveFile)
 	staged := drive + ".staged"
-	defer os.Remove(staged)
-	if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
-		return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
-	}
-	// The Put creates revision expect+1 (1 for a new instance).
-	medium, warn, err := c.drv.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1)
-	if err != nil {
-		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	var medium string
+	var warn []string
+	if in.WantsConfigDrive() {
+		defer os.Remove(staged)
+		if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
+			return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
+		}
+		// The Put creates revision expect+1 (1 for a new instance).
+		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+		}
 	}
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
@@ -354,6 +359,16 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)
+	}
+	if !in.WantsConfigDrive() {
+		// config_drive: false (the domain, if any, has no cdrom): a drive
+		// of an earlier spec goes.
+		c.drv.pruneMedia(in.Name, "")
+		if rerr := removeFile(drive); rerr != nil {
+			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
+		}
+		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
+		return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs}, nil
 	}
 	if rerr := os.Rename(staged, drive); rerr != nil {
 		// The publish stands (the store is the source of truth); the drive

@@ -91,6 +91,34 @@ func TestApplyPublishesAndRepublishes(t *testing.T) {
 	}
 }
 
+// Without a hypervisor, config_drive: false publishes the metadata and
+// writes no disk.config.
+func TestApplyWithoutConfigDrive(t *testing.T) {
+	ctx := context.Background()
+	c, st, _, dir := newController(t)
+	inst, err := c.Apply(ctx, []byte(spec+"config_drive: false\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "instances", "app-1", "disk.config")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("disk.config: %v, want none", err)
+	}
+	if inst.ConfigDrive != "" {
+		t.Errorf("instance names a config drive %q", inst.ConfigDrive)
+	}
+	doc, err := st.Document(ctx, inst.Spec.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := metadata.DecodeTree(doc.Tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := tr.Get("openstack/latest/meta_data.json"); !ok || !bytes.Contains(md, []byte(`"tags":["data"]`)) {
+		t.Errorf("published meta_data.json lacks the tagged disk: %s", md)
+	}
+}
+
 // A refused apply changes nothing: not the store, not the files.
 func TestApplyRefusedChangesNothing(t *testing.T) {
 	ctx := context.Background()

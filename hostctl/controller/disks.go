@@ -30,10 +30,12 @@ func diskFile(target string) string { return "disk-" + target + "." + images.Dis
 func (c *Controller) host(in *model.Instance) virt.Host {
 	rel := filepath.Join("instances", in.Name)
 	h := virt.Host{
-		DataDir:     c.dataDir,
-		Disks:       make(map[string]virt.DiskSource, len(in.Disks)),
-		ConfigDrive: filepath.Join(rel, driveFile),
-		SerialLog:   filepath.Join(rel, consoleFile),
+		DataDir:   c.dataDir,
+		Disks:     make(map[string]virt.DiskSource, len(in.Disks)),
+		SerialLog: filepath.Join(rel, consoleFile),
+	}
+	if in.WantsConfigDrive() { // config_drive: false: no cdrom
+		h.ConfigDrive = filepath.Join(rel, driveFile)
 	}
 	for _, d := range in.Disks {
 		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFile(d.Name)), Format: images.DiskFormat}

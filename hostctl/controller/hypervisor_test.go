@@ -744,3 +744,71 @@ func TestRevert(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// config_drive: false defines the domain without a cdrom and writes no
+// drive, while the metadata is published as always; changing it is a
+// hardware change, refused while the domain runs.
+func TestNoConfigDrive(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	drive := filepath.Join(e.dir, "instances", "app-1", "disk.config")
+	hasCdrom := func() bool {
+		t.Helper()
+		doc, err := e.hv.XML(ctx, "app-1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(doc), `device="cdrom"`) || strings.Contains(string(doc), virt.ConfigDriveAlias)
+	}
+	noDrive := hvSpec + "config_drive: false\n"
+	inst := e.mustApply(noDrive)
+	if hasCdrom() {
+		t.Error("config_drive: false, but the domain has a cdrom")
+	}
+	if _, err := os.Stat(drive); !os.IsNotExist(err) {
+		t.Errorf("config_drive: false, but %s: %v", drive, err)
+	}
+	if inst.ConfigDrive != "" {
+		t.Errorf("instance names a config drive %q", inst.ConfigDrive)
+	}
+	if findDevice(devicesOf(t, e.st, inst.Spec.UUID), "data") == nil {
+		t.Error("published metadata lacks the tagged disk")
+	}
+	// Start does not rebuild a drive the instance does not have.
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(drive); !os.IsNotExist(err) {
+		t.Errorf("start wrote %s: %v", drive, err)
+	}
+	// A metadata change of the running domain needs no medium.
+	if _, err := e.apply(strings.Replace(noDrive, "tag: data", "tag: data2", 1)); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	_, err := e.apply(hvSpec)
+	if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "config_drive false -> true") {
+		t.Fatalf("err = %v, want ErrState naming config_drive", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("refused apply changed something:\n%s", diffLines(before, after))
+	}
+	if _, err := e.c.Stop(ctx, "app-1", 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Off: the drive comes, and goes again.
+	e.mustApply(hvSpec)
+	if !hasCdrom() {
+		t.Error("config_drive back to true, but the domain has no cdrom")
+	}
+	if _, _, err := configdrive.Read(drive); err != nil {
+		t.Errorf("config drive: %v", err)
+	}
+	e.mustApply(noDrive)
+	if hasCdrom() {
+		t.Error("config_drive: false again, but the domain kept its cdrom")
+	}
+	if _, err := os.Stat(drive); !os.IsNotExist(err) {
+		t.Errorf("config_drive: false again, but %s: %v", drive, err)
+	}
+}

@@ -129,10 +129,14 @@ func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.In
 }
 
 // ensureDrive rebuilds the config drive from the published document when
-// its file is missing (the domain's cdrom points at it).
+// its file is missing (the domain's cdrom points at it); an instance with
+// config_drive: false has none.
 func (c *Controller) ensureDrive(ctx context.Context, rec store.Instance) error {
 	drive := filepath.Join(c.instanceDir(rec.Name), driveFile)
 	if fileExists(drive) {
+		return nil
+	}
+	if in, err := decodeSpec(rec); err == nil && !in.WantsConfigDrive() {
 		return nil
 	}
 	c.log.Warn("config drive missing; rebuilding it from the published metadata", "name", rec.Name)

@@ -152,6 +152,38 @@ func TestBuildDomainContent(t *testing.T) {
 	}
 }
 
+// Without a config drive (spec config_drive: false) the domain has no
+// cdrom, and keeps the SMBIOS identity cloud-init's OpenStack datasource
+// needs to look for the metadata service instead.
+func TestBuildDomainWithoutConfigDrive(t *testing.T) {
+	host := fixtureHost()
+	host.ConfigDrive = ""
+	out, err := BuildDomain(fixtureInstance(), host, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, gone := range []string{`device="cdrom"`, ConfigDriveAlias, "disk.config"} {
+		if strings.Contains(s, gone) {
+			t.Errorf("domain XML without a config drive has %s:\n%s", gone, s)
+		}
+	}
+	for _, want := range []string{`<entry name="product">OpenStack Nova</entry>`, `<target dev="sdb" bus="sata"></target>`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("domain XML lacks %s", want)
+		}
+	}
+	devs, err := ParseDevices(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs.Disks {
+		if d.Device == "cdrom" {
+			t.Errorf("parsed a cdrom: %+v", d)
+		}
+	}
+}
+
 func TestBuildDomainRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

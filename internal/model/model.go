@@ -40,12 +40,21 @@ type Instance struct {
 	Files []File `json:"files,omitempty"`
 	// DedicatedCPUs are host CPU ids pinned to the guest (dedicated_cpus).
 	DedicatedCPUs []int `json:"dedicated_cpus,omitempty"`
+	// ConfigDrive says whether the guest gets a config drive (a cdrom with
+	// the metadata); nil means yes. Like Nova's --config-drive it is per
+	// instance; without one the guest reads the metadata service only.
+	// WantsConfigDrive reads it.
+	ConfigDrive *bool `json:"config_drive,omitempty"`
 
 	Disks      []Disk      `json:"disks,omitempty"`
 	NICs       []NIC       `json:"nics,omitempty"`
 	Shares     []Share     `json:"shares,omitempty"`
 	PCIDevices []PCIDevice `json:"pci_devices,omitempty"`
 }
+
+// WantsConfigDrive reports whether the instance gets a config drive
+// (config_drive is true or absent).
+func (in *Instance) WantsConfigDrive() bool { return in.ConfigDrive == nil || *in.ConfigDrive }
 
 // PublicKey is an SSH key pair's public half.
 type PublicKey struct {

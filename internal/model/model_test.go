@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -44,6 +45,38 @@ func TestParseSpecNormalizes(t *testing.T) {
 	// The same tag on a disk and a NIC is allowed by the specification.
 	if in.Disks[1].Tag != in.NICs[0].Tag {
 		t.Fatal("fixture should share a tag between a disk and a NIC")
+	}
+}
+
+// config_drive defaults to true and survives the JSON round trip the
+// store makes (false is not dropped as an empty value).
+func TestParseSpecConfigDrive(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want bool
+	}{
+		{"name: a\n", true},
+		{"name: a\nconfig_drive: true\n", true},
+		{"name: a\nconfig_drive: false\n", false},
+	} {
+		in, err := model.ParseSpec([]byte(c.doc))
+		if err != nil {
+			t.Fatalf("%q: %v", c.doc, err)
+		}
+		if got := in.WantsConfigDrive(); got != c.want {
+			t.Errorf("%q: WantsConfigDrive = %v, want %v", c.doc, got, c.want)
+		}
+		js, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := model.ParseSpec(js)
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		if got := back.WantsConfigDrive(); got != c.want {
+			t.Errorf("%s: after a round trip WantsConfigDrive = %v, want %v", js, got, c.want)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/hostnet"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/pkgbuild"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -124,13 +125,17 @@ type hostd struct {
 	bin     string
 	DataDir string
 	Socket  string
-	proc    *testenv.Process
+	// Metadata is the metadata listener, ADDR:PORT.
+	Metadata string
+	proc     *testenv.Process
 }
 
 // startHostd starts hostctl serve booting every domain from the image's
 // kernel and initrd (root on the first virtio disk), with the image's
-// directory as the image directory.
-func startHostd(t *testing.T, bin, uri, img string) *hostd {
+// directory as the image directory, its metadata service listening on
+// listenIP (the bridge's address, where `network setup-metadata` sends
+// the guests).
+func startHostd(t *testing.T, bin, uri, img, listenIP string) *hostd {
 	t.Helper()
 	sockDir, err := os.MkdirTemp("", "vmeta-deb-")
 	if err != nil {
@@ -154,7 +159,7 @@ func startHostd(t *testing.T, bin, uri, img string) *hostd {
 			"--domain-kernel", filepath.Join(img, "vmlinuz"), "--domain-initrd", filepath.Join(img, "initrd.img"),
 			"--domain-cmdline", "root=/dev/vda rw console=ttyS0",
 			"--image-dir", img, "--data-dir", d.DataDir, "--socket", d.Socket,
-			"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			"--metadata-listen", net.JoinHostPort(listenIP, strconv.Itoa(port)),
 			"--reconcile-interval", "0", "--log-level", "debug")
 		cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 		if d.proc, err = testenv.StartProcess(t, "hostctl serve", cmd); err != nil {
@@ -166,6 +171,7 @@ func startHostd(t *testing.T, bin, uri, img string) *hostd {
 			return err
 		})
 		if err == nil {
+			d.Metadata = net.JoinHostPort(listenIP, strconv.Itoa(port))
 			return d
 		}
 		if attempt == 5 || !strings.Contains(d.proc.Output(), "address already in use") {
@@ -255,12 +261,21 @@ func staticAddress(t *testing.T) string {
 	return fmt.Sprintf("192.168.122.%d", 200+last%50)
 }
 
-// TestDebianGuest boots the Debian image with a config drive and checks
-// what stock cloud-init and the packaged agent made of vmeta's metadata,
-// then hot-plugs a disk tagged "late" and waits for the unit bound to it.
+// TestDebianGuest boots the Debian image twice. First with a config
+// drive: it checks what stock cloud-init and the packaged agent made of
+// vmeta's metadata, then hot-plugs a disk tagged "late" and waits for the
+// unit bound to it. Then, after `hostctl network setup-metadata`, without
+// a config drive (config_drive: false): cloud-init's OpenStack datasource
+// and the agent's HTTP source find the metadata service at
+// 169.254.169.254 and give the same hostname, keys and devices.
 func TestDebianGuest(t *testing.T) {
 	uri := testenv.RequireLibvirt(t)
 	testenv.LookPath(t, "qemu-img")
+	testenv.LookPath(t, "iptables")
+	bridge, err := hostnet.BridgeIPv4("virbr0")
+	if err != nil {
+		testenv.Require(t, "libvirt's default network", err.Error())
+	}
 	root := moduleRoot(t)
 	work := t.TempDir()
 
@@ -270,7 +285,8 @@ func TestDebianGuest(t *testing.T) {
 		t.Logf("agent package %s: %.1f MiB, built in %s", filepath.Base(deb), float64(fi.Size())/(1<<20), time.Since(start).Round(time.Millisecond))
 	}
 	img := image(t, root, deb)
-	d := startHostd(t, buildHostctl(t, root, work), uri, img)
+	bin := buildHostctl(t, root, work)
+	d := startHostd(t, bin, uri, img, bridge.String())
 
 	share := filepath.Join(d.DataDir, "shares", "data")
 	if err := os.MkdirAll(share, 0o755); err != nil {
@@ -279,18 +295,95 @@ func TestDebianGuest(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(share, "hello.txt"), []byte(shareText), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	name := testenv.UniqueDomainName(t)
+
+	t.Run("config drive", func(t *testing.T) {
+		name, console, addr, bootStart := bootGuest(t, d, uri, work, share, true)
+		out := waitConsole(t, console, "vmeta-debian: phase1-done", bootTimeout)
+		t.Logf("boot to the report under TCG (KVM would be faster; these machines cannot run it): %s", time.Since(bootStart).Round(time.Second))
+		r := parseReport(out)
+		checkCloudInit(t, r, addr, []want{
+			// ds-identify finds the config-2 label; ConfigDrive is chosen.
+			{"cloud-id", "configdrive"},
+			{"instance-data", "platform=configdrive"},
+			{"instance-data", "subplatform=config-disk (/dev/sr"},
+		})
+		checkAgent(t, r)
+		logTimings(t, r)
+		if t.Failed() {
+			t.Logf("console tail:\n%s", tail(out, 80))
+			t.FailNow()
+		}
+
+		// A disk tagged "late" attached to the running guest: its link
+		// appears and the unit bound to its device unit starts.
+		lateStart := time.Now()
+		var hot types.Instance
+		d.ctlJSON(&hot, "instance", "attach-disk", name, "--tag", "late", "--serial", "vol-late", "--size", "16M")
+		out = waitConsole(t, console, "vmeta-debian: late-started", lateTimeout)
+		t.Logf("attach-disk --tag late to the bound unit started: %s", time.Since(lateStart).Round(time.Second))
+		for _, l := range parseReport(out)["late-started"] {
+			t.Logf("console: vmeta-debian: late-started %s", l)
+			if !strings.Contains(l, "dev=/dev/vd") {
+				t.Errorf("late unit started without the tagged disk: %q", l)
+			}
+		}
+		if _, err := d.run("instance", "delete", name); err != nil {
+			t.Error(err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("metadata service", func(t *testing.T) {
+		setupMetadata(t, bin, d.Metadata)
+		name, console, addr, bootStart := bootGuest(t, d, uri, work, share, false)
+		out := waitConsole(t, console, "vmeta-debian: phase1-done", bootTimeout)
+		t.Logf("boot to the report under TCG (KVM would be faster; these machines cannot run it): %s", time.Since(bootStart).Round(time.Second))
+		r := parseReport(out)
+		checkCloudInit(t, r, addr, []want{
+			// ds-identify finds no drive but SMBIOS "OpenStack Nova";
+			// the OpenStack datasource reads 169.254.169.254.
+			{"cloud-id", "openstack"},
+			{"instance-data", "platform=openstack"},
+			{"instance-data", "subplatform=metadata (http://169.254.169.254)"},
+		})
+		if dr := r.text("drives"); dr != "" {
+			t.Errorf("config_drive: false, but the guest has a config-2 drive: %s", dr)
+		}
+		checkAgent(t, r)
+		if !strings.Contains(r.text("agent-journal"), `origin=http://169.254.169.254`) {
+			t.Errorf("the agent did not read the metadata service:\n%s", r.text("agent-journal"))
+		}
+		logTimings(t, r)
+		if t.Failed() {
+			t.Logf("console tail:\n%s", tail(out, 80))
+		}
+		if _, err := d.run("instance", "delete", name); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// bootGuest applies an instance of the image (a tagged data disk, a
+// tagged NIC with a static address, a virtiofs share, keys, user data;
+// a config drive or not) and starts it; it returns the instance name, its
+// console log and the NIC's address.
+func bootGuest(t *testing.T, d *hostd, uri, work, share string, configDrive bool) (name, console, addr string, bootStart time.Time) {
+	t.Helper()
+	name = testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
 	mac, err := virt.GenerateMAC()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := staticAddress(t)
+	addr = staticAddress(t)
 	ud, _ := json.Marshal(userData)
 	key, _ := json.Marshal(sshKey)
 	spec := fmt.Sprintf(`name: %s
 hostname: %s
 image: disk.img
+config_drive: %t
 public_keys:
   - {name: test, data: %s}
 user_data: %s
@@ -301,70 +394,62 @@ nics:
   - {mac: "%s", tag: nfvfunc1, ips: [{address: %s/24, gateway: 192.168.122.1, dns: [192.168.122.1]}]}
 shares:
   - {share_id: 6c1e4f0a-8d7b-4c2e-9a3f-5b6d7e8f9a0b, tag: %s, source: %s}
-`, name, hostname, key, ud, mac, addr, shareTag, share)
-	specFile := filepath.Join(work, "spec.yaml")
+`, name, hostname, configDrive, key, ud, mac, addr, shareTag, share)
+	specFile := filepath.Join(work, name+".yaml")
 	if err := os.WriteFile(specFile, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var inst types.Instance
 	d.ctlJSON(&inst, "instance", "apply", "-f", specFile)
-	bootStart := time.Now()
+	if (inst.ConfigDrive != "") != configDrive {
+		t.Errorf("config_drive: %t, but the instance's config drive is %q", configDrive, inst.ConfigDrive)
+	}
+	bootStart = time.Now()
 	var started types.Instance
 	d.ctlJSON(&started, "instance", "start", name)
 	if started.State != "running" {
 		t.Fatalf("state after start %q", started.State)
 	}
-	console := filepath.Join(d.DataDir, "instances", name, "console.log")
-	out := waitConsole(t, console, "vmeta-debian: phase1-done", bootTimeout)
-	t.Logf("boot to the report under TCG (KVM would be faster; these machines cannot run it): %s", time.Since(bootStart).Round(time.Second))
-	r := parseReport(out)
-	checkCloudInit(t, r, addr)
-	checkAgent(t, r)
-	logTimings(t, r)
-	if t.Failed() {
-		t.Logf("console tail:\n%s", tail(out, 80))
-		t.FailNow()
-	}
-
-	// A disk tagged "late" attached to the running guest: its link appears
-	// and the unit bound to its device unit starts.
-	lateStart := time.Now()
-	var hot types.Instance
-	d.ctlJSON(&hot, "instance", "attach-disk", name, "--tag", "late", "--serial", "vol-late", "--size", "16M")
-	out = waitConsole(t, console, "vmeta-debian: late-started", lateTimeout)
-	t.Logf("attach-disk --tag late to the bound unit started: %s", time.Since(lateStart).Round(time.Second))
-	for _, l := range parseReport(out)["late-started"] {
-		t.Logf("console: vmeta-debian: late-started %s", l)
-		if !strings.Contains(l, "dev=/dev/vd") {
-			t.Errorf("late unit started without the tagged disk: %q", l)
-		}
-	}
-	if _, err := d.run("instance", "delete", name); err != nil {
-		t.Error(err)
-	}
+	console = filepath.Join(d.DataDir, "instances", name, "console.log")
+	return name, console, addr, bootStart
 }
+
+// setupMetadata runs `hostctl network setup-metadata` (dnat mode) sending
+// guests' 169.254.169.254:80 on virbr0 to listen, and removes it when the
+// test ends.
+func setupMetadata(t *testing.T, bin, listen string) {
+	t.Helper()
+	run := func(args ...string) string {
+		out, err := exec.Command(bin, append([]string{"network", "setup-metadata", "--to", listen}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("hostctl network setup-metadata --to %s %s: %v\n%s", listen, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() { run("--remove") })
+	t.Logf("hostctl network setup-metadata --to %s:\n%s", listen, run())
+}
+
+// want is a text a report line must contain.
+type want struct{ what, text string }
 
 // checkCloudInit checks stock cloud-init's view: the platform, the config
 // drive, the hostname, the keys, the user data, the static address on the
 // NIC, no warning from cc_mounts, no data disk in fstab, no errors.
-func checkCloudInit(t *testing.T, r report, addr string) {
+func checkCloudInit(t *testing.T, r report, addr string, datasource []want) {
 	t.Helper()
-	for _, c := range []struct{ what, want string }{
+	for _, c := range append(datasource, []want{
 		{"status", "status: done"},
-		// ds-identify finds the config-2 label; ConfigDrive is chosen.
-		{"cloud-id", "configdrive"},
-		{"instance-data", "platform=configdrive"},
-		{"instance-data", "subplatform=config-disk (/dev/sr"},
 		{"hostname", hostname},
 		{"keys", sshKey},
 		{"userdata", "user-data-applied"},
 		{"ipaddr", "inet " + addr + "/24"},
 		{"result", `"errors": []`},
-	} {
-		if !strings.Contains(r.text(c.what), c.want) {
-			t.Errorf("%s: want %q, got:\n%s", c.what, c.want, r.text(c.what))
+	}...) {
+		if !strings.Contains(r.text(c.what), c.text) {
+			t.Errorf("%s: want %q, got:\n%s", c.what, c.text, r.text(c.what))
 		} else {
-			t.Logf("console: vmeta-debian: %s ... %s", c.what, c.want)
+			t.Logf("console: vmeta-debian: %s ... %s", c.what, c.text)
 		}
 	}
 	if w := r.text("mounts-warn"); w != "" {
@@ -411,6 +496,7 @@ func checkAgent(t *testing.T, r report) {
 func logTimings(t *testing.T, r report) {
 	t.Helper()
 	t.Logf("cloud-init done at guest uptime: %s", r.text("cloud-init-done"))
+	t.Logf("the report saw the agent's link and share at guest uptime: %s", r.text("agent-applied"))
 	t.Logf("agent unit: %s", r.text("agent-unit"))
 	t.Logf("userspace start and boot finished (µs, monotonic): %s", r.text("times"))
 	t.Logf("agent journal:\n%s", r.text("agent-journal"))

@@ -11,7 +11,12 @@
 // user data, and reads back from the serial console what the guest's
 // cloud-init and vmeta-agent did (test/debianvm/image/vmeta-report). Then
 // `hostctl instance attach-disk --tag late` makes /dev/disk/by-tag/late
-// appear, and a unit bound to its device unit starts.
+// appear, and a unit bound to its device unit starts. A second boot of the
+// same image has no config drive (config_drive: false): after `hostctl
+// network setup-metadata` (DNAT on virbr0 to the daemon's metadata
+// listener on the bridge address), cloud-init's OpenStack datasource and
+// the agent's HTTP source read http://169.254.169.254 and the guest gets
+// the same hostname, keys, network and devices.
 //
 // Prerequisites come from test/setup (libvirtd, debootstrap, the base
 // tree); a missing one skips the test with the reason, or fails it under

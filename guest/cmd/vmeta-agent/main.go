@@ -95,7 +95,11 @@ func (a *applyFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&a.noAltNames, "no-altnames", false, "do not add alternative interface names")
 }
 
-func (a *applyFlags) agent(log *slog.Logger, started time.Time) (*guest.Agent, error) {
+// agent builds the agent. The daemon (daemon true) asks the metadata
+// service once per read: its own loop retries, and its first read, which
+// holds the boot until it ends, must not wait for a network that comes up
+// only later.
+func (a *applyFlags) agent(log *slog.Logger, started time.Time, daemon bool) (*guest.Agent, error) {
 	shareWait := a.shareWait
 	if shareWait <= 0 {
 		shareWait = -1 // no retry (0 would mean the default)
@@ -108,6 +112,9 @@ func (a *applyFlags) agent(log *slog.Logger, started time.Time) (*guest.Agent, e
 		}
 	}
 	httpSrc := &source.HTTP{URLs: urls}
+	if daemon {
+		httpSrc.Attempts = 1
+	}
 	var src source.Source
 	switch a.source {
 	case "auto":
@@ -190,7 +197,7 @@ func cmdApply(ctx context.Context, f *applyFlags, stderr io.Writer, started time
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
 	}
-	a, err := f.agent(log, started)
+	a, err := f.agent(log, started, false)
 	if err != nil {
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
@@ -223,7 +230,7 @@ func cmdRun(ctx context.Context, f *applyFlags, poll time.Duration, stderr io.Wr
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
 	}
-	a, err := f.agent(log, started)
+	a, err := f.agent(log, started, true)
 	if err != nil {
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
