@@ -95,20 +95,41 @@ func requireLibvirt(t testing.TB, how int) (uri string) {
 // test ends.
 func lockLibvirt(t testing.TB, how int) {
 	t.Helper()
-	p := filepath.Join(os.TempDir(), "vmeta-test-libvirtd.lock")
+	lockFile(t, "vmeta-test-libvirtd.lock", how, libvirtLockWait)
+}
+
+// metadataRouteLockWait bounds the wait for the metadata-route lock: a
+// holder boots a guest or two under TCG.
+const metadataRouteLockWait = 30 * time.Minute
+
+// LockMetadataRoute takes the machine-wide lock of the guests' route to
+// 169.254.169.254 (exclusive, until the test ends). Tests that point it
+// somewhere (`hostctl network setup-metadata`: a DNAT rule at the top of
+// PREROUTING, or the address on virbr0) take it, so that two test
+// packages running at once never catch each other's guests.
+func LockMetadataRoute(t testing.TB) {
+	t.Helper()
+	lockFile(t, "vmeta-test-metadata-route.lock", syscall.LOCK_EX, metadataRouteLockWait)
+}
+
+// lockFile takes a flock on a file in the temporary directory (shared or
+// exclusive), polling up to wait, and releases it when the test ends.
+func lockFile(t testing.TB, name string, how int, wait time.Duration) {
+	t.Helper()
+	p := filepath.Join(os.TempDir(), name)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
-		t.Fatalf("libvirt test lock: %v", err)
+		t.Fatalf("test lock %s: %v", p, err)
 	}
-	deadline := time.Now().Add(libvirtLockWait)
+	deadline := time.Now().Add(wait)
 	for {
 		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			break
 		}
-		if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()
-			t.Fatalf("libvirt test lock %s: %v (waited %s)", p, err, libvirtLockWait)
+			t.Fatalf("test lock %s: %v (waited %s)", p, err, wait)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

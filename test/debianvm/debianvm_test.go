@@ -336,6 +336,7 @@ func TestDebianGuest(t *testing.T) {
 	}
 
 	t.Run("metadata service", func(t *testing.T) {
+		testenv.LockMetadataRoute(t)
 		setupMetadata(t, bin, d.Metadata)
 		name, console, addr, bootStart := bootGuest(t, d, uri, work, share, false)
 		out := waitConsole(t, console, "vmeta-debian: phase1-done", bootTimeout)

@@ -769,6 +769,7 @@ func TestLibvirtReconcile(t *testing.T) {
 // http://169.254.169.254/ and finds its config drive on the cdrom.
 func TestGuestReachesMetadata(t *testing.T) {
 	uri := testenv.RequireLibvirt(t)
+	testenv.LockMetadataRoute(t)
 	testenv.LookPath(t, "iptables")
 	testenv.LookPath(t, "ip")
 	if _, err := net.InterfaceByName("virbr0"); err != nil {
