@@ -23,6 +23,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/hosts"
+	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
@@ -157,20 +159,34 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("metadata service: %w", err)
 	}
+	// One registry for the metadata service's metrics and hostctl's own:
+	// the operator listener serves both.
+	mdOpts.Registry = server.NewRegistry()
 	md := server.New(st, mdOpts)
 	hv, err := cfg.Virt.connect(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer hv.close()
-	ctl := controller.New(st, hv.options(controller.Options{
+	hm := hostmetrics.New()
+	ctlStore := hm.Store(st) // the controller's store errors are counted
+	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		DataDir:     cfg.DataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.DHCPDomain},
 		Notify:      md,
 		Logger:      log,
 		DriveFormat: format,
+		Observe:     hm.Observe,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
+		Instances: ctl,
+		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
+			return hosts.List(ctx, ctlStore, time.Now(), hosts.DefaultDownAfter)
+		},
+	})); err != nil {
+		return err
+	}
 
 	var tokenAuth *auth.TokenAuth
 	switch {
