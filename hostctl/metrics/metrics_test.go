@@ -190,7 +190,7 @@ func TestScrape(t *testing.T) {
 	if _, err := a.Get(ctx, "web-1"); err == nil {
 		t.Fatal("read from a closed store succeeded")
 	}
-	fams = scrape(t, md.MetricsHandler()) // the failed reads cost their metrics only
+	fams = scrape(t, md.MetricsHandler())                                   // the failed reads cost their metrics only
 	if got, _ := value(fams, "vmeta_hostctl_store_errors_total"); got < 2 { // Get, and the scrape's own reads
 		t.Errorf("store errors = %v, want >= 2", got)
 	}
