@@ -190,8 +190,10 @@ func TestScrape(t *testing.T) {
 	if _, err := a.Get(ctx, "web-1"); err == nil {
 		t.Fatal("read from a closed store succeeded")
 	}
-	fams = scrape(t, md.MetricsHandler())                                   // the failed reads cost their metrics only
-	if got, _ := value(fams, "vmeta_hostctl_store_errors_total"); got < 2 { // Get, and the scrape's own reads
+	// The failed reads cost their own metrics only. Counted: Get's read,
+	// and the scrape's own.
+	fams = scrape(t, md.MetricsHandler())
+	if got, _ := value(fams, "vmeta_hostctl_store_errors_total"); got < 2 {
 		t.Errorf("store errors = %v, want >= 2", got)
 	}
 	if _, ok := value(fams, "vmeta_host_instances", "host=host-a", "state="+metrics.StateUnobserved); ok {
