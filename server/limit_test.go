@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func rateSetup(t *testing.T, rate float64, burst int) (*Server, *fakeDocs, *clock) {
@@ -327,7 +329,7 @@ func TestServerLimitsEndToEnd(t *testing.T) {
 	if !strings.Contains(string(buf[:n]), "431") {
 		t.Errorf("oversized headers: %q", buf[:n])
 	}
-	if m := s.metrics.connsRejected.Load(); m != 1 {
-		t.Errorf("connections rejected metric %d, want 1", m)
+	if m := testutil.ToFloat64(s.metrics.connsRejected); m != 1 {
+		t.Errorf("connections rejected metric %v, want 1", m)
 	}
 }

@@ -1,33 +1,29 @@
 package server
 
 import (
-	"bufio"
-	"fmt"
-	"io"
-	"math"
+	"log/slog"
 	"net/http"
-	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the server's counters, kept with atomics in fixed arrays so
-// that counting a request costs no allocation and no lock; they are
-// rendered in the Prometheus text exposition format (version 0.0.4) by
-// MetricsHandler.
+// metrics are the server's Prometheus metrics. The request counters and
+// histograms are resolved once, in New, into fixed arrays indexed by
+// path class and status code, so that counting a request is a few atomic
+// adds: no allocation, no lock, no label lookup.
 type metrics struct {
-	requests [numClasses][len(statusCodes)]atomic.Uint64
-	// otherCodes counts requests with a status outside statusCodes.
-	otherMu    sync.Mutex
-	otherCodes map[[2]int]uint64
+	// requests and durations are nil unless Options.Metrics.
+	requestsVec *prometheus.CounterVec
+	requests    [numClasses][len(statusCodes)]prometheus.Counter
+	durations   [numClasses]prometheus.Observer
 
-	durations [numClasses]histogram
-
-	cacheHits, cacheMisses atomic.Uint64
-	storeErrors            atomic.Uint64
-	connsRejected          atomic.Uint64
+	cacheHits, cacheMisses prometheus.Counter
+	storeErrors            prometheus.Counter
+	connsRejected          prometheus.Counter
 }
 
 // statusCodes are the status codes the server sends.
@@ -59,140 +55,88 @@ func codeIndex(code int) int {
 	return -1
 }
 
-// durationBuckets are the upper bounds of the latency histogram, from
-// 100µs to 1s.
-var durationBuckets = [...]time.Duration{
-	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
-	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
-	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
-	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
-	time.Second,
+// durationBuckets are the upper bounds of the latency histogram, in
+// seconds, from 100µs to 1s.
+var durationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 }
 
-type histogram struct {
-	counts [len(durationBuckets) + 1]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
-	sumNs  atomic.Uint64
+// NewRegistry returns a Prometheus registry holding the Go runtime and
+// process collectors, for Options.Registry: a process that serves other
+// metrics next to the server's (hostctl) registers them on it too.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
-func (h *histogram) observe(d time.Duration) {
-	i := 0
-	for i < len(durationBuckets) && d > durationBuckets[i] {
-		i++
+// newMetrics creates the server's metrics and registers them on reg;
+// the per-request ones only if perRequest.
+func (s *Server) newMetrics(reg prometheus.Registerer, perRequest bool) *metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	h.counts[i].Add(1)
-	if d > 0 {
-		h.sumNs.Add(uint64(d))
+	m := &metrics{
+		cacheHits:     counter("vmeta_metadata_cache_hits_total", "Requests answered from the in-memory cache."),
+		cacheMisses:   counter("vmeta_metadata_cache_misses_total", "Requests that had to read the store (address or instance not cached)."),
+		storeErrors:   counter("vmeta_metadata_store_errors_total", "Failed store operations (other than not found)."),
+		connsRejected: counter("vmeta_metadata_connections_rejected_total", "Connections closed because their source address had too many open."),
 	}
-}
-
-func (m *metrics) observe(class pathClass, code int, d time.Duration) {
-	if i := codeIndex(code); i >= 0 {
-		m.requests[class][i].Add(1)
-	} else {
-		m.otherMu.Lock()
-		if m.otherCodes == nil {
-			m.otherCodes = map[[2]int]uint64{}
-		}
-		m.otherCodes[[2]int{int(class), code}]++
-		m.otherMu.Unlock()
+	reg.MustRegister(m.cacheHits, m.cacheMisses, m.storeErrors, m.connsRejected,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "vmeta_metadata_cached_instances", Help: "Instances whose views are cached.",
+		}, func() float64 { return float64(s.cache.size()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "vmeta_metadata_store_up", Help: "1 if the last store operation succeeded, 0 if the store is unreachable.",
+		}, func() float64 {
+			if s.health.err.Load() != nil {
+				return 0
+			}
+			return 1
+		}),
+	)
+	if !perRequest {
+		return m
 	}
-	m.durations[class].observe(d)
-}
-
-// writeMetrics renders every metric in the text exposition format.
-func (s *Server) writeMetrics(w io.Writer) error {
-	m := s.metrics
-	b := bufio.NewWriter(w)
-	family := func(name, typ, help string) {
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-
-	family("vmeta_metadata_requests_total", "counter", "Guest requests by path class and status code.")
-	type series struct {
-		class pathClass
-		code  int
-		n     uint64
-	}
-	var rows []series
+	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vmeta_metadata_requests_total", Help: "Guest requests by path class and status code.",
+	}, []string{"path_class", "code"})
+	durations := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "vmeta_metadata_request_duration_seconds", Help: "Time to answer a guest request, by path class.",
+		Buckets: durationBuckets,
+	}, []string{"path_class"})
 	for c := range numClasses {
 		for i, code := range statusCodes {
-			if n := m.requests[c][i].Load(); n > 0 {
-				rows = append(rows, series{c, code, n})
-			}
+			m.requests[c][i] = m.requestsVec.WithLabelValues(c.String(), strconv.Itoa(code))
 		}
+		m.durations[c] = durations.WithLabelValues(c.String())
 	}
-	m.otherMu.Lock()
-	for k, n := range m.otherCodes {
-		rows = append(rows, series{pathClass(k[0]), k[1], n})
-	}
-	m.otherMu.Unlock()
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].class != rows[j].class {
-			return rows[i].class < rows[j].class
-		}
-		return rows[i].code < rows[j].code
-	})
-	for _, r := range rows {
-		fmt.Fprintf(b, "vmeta_metadata_requests_total{path_class=%q,code=\"%d\"} %d\n", r.class.String(), r.code, r.n)
-	}
-
-	family("vmeta_metadata_request_duration_seconds", "histogram", "Time to answer a guest request, by path class.")
-	for c := range numClasses {
-		h := &m.durations[c]
-		var counts [len(durationBuckets) + 1]uint64
-		var total uint64
-		for i := range counts {
-			counts[i] = h.counts[i].Load()
-			total += counts[i]
-		}
-		if total == 0 {
-			continue
-		}
-		var cum uint64
-		for i, ub := range durationBuckets {
-			cum += counts[i]
-			fmt.Fprintf(b, "vmeta_metadata_request_duration_seconds_bucket{path_class=%q,le=%q} %d\n", c.String(), formatFloat(ub.Seconds()), cum)
-		}
-		fmt.Fprintf(b, "vmeta_metadata_request_duration_seconds_bucket{path_class=%q,le=\"+Inf\"} %d\n", c.String(), total)
-		fmt.Fprintf(b, "vmeta_metadata_request_duration_seconds_sum{path_class=%q} %s\n", c.String(), formatFloat(time.Duration(h.sumNs.Load()).Seconds()))
-		fmt.Fprintf(b, "vmeta_metadata_request_duration_seconds_count{path_class=%q} %d\n", c.String(), total)
-	}
-
-	family("vmeta_metadata_cache_hits_total", "counter", "Requests answered from the in-memory cache.")
-	fmt.Fprintf(b, "vmeta_metadata_cache_hits_total %d\n", m.cacheHits.Load())
-	family("vmeta_metadata_cache_misses_total", "counter", "Requests that had to read the store (address or instance not cached).")
-	fmt.Fprintf(b, "vmeta_metadata_cache_misses_total %d\n", m.cacheMisses.Load())
-	family("vmeta_metadata_store_errors_total", "counter", "Failed store operations (other than not found).")
-	fmt.Fprintf(b, "vmeta_metadata_store_errors_total %d\n", m.storeErrors.Load())
-	family("vmeta_metadata_cached_instances", "gauge", "Instances whose views are cached.")
-	fmt.Fprintf(b, "vmeta_metadata_cached_instances %d\n", s.cache.size())
-	family("vmeta_metadata_store_up", "gauge", "1 if the last store operation succeeded, 0 if the store is unreachable.")
-	up := 1
-	if s.health.err.Load() != nil {
-		up = 0
-	}
-	fmt.Fprintf(b, "vmeta_metadata_store_up %d\n", up)
-	family("vmeta_metadata_connections_rejected_total", "counter", "Connections closed because their source address had too many open.")
-	fmt.Fprintf(b, "vmeta_metadata_connections_rejected_total %d\n", m.connsRejected.Load())
-	return b.Flush()
+	reg.MustRegister(m.requestsVec, durations)
+	return m
 }
 
-func formatFloat(f float64) string {
-	if math.IsInf(f, 1) {
-		return "+Inf"
+// observe counts a request; only with per-request metrics on.
+func (m *metrics) observe(class pathClass, code int, d time.Duration) {
+	if i := codeIndex(code); i >= 0 {
+		m.requests[class][i].Inc()
+	} else {
+		m.requestsVec.WithLabelValues(class.String(), strconv.Itoa(code)).Inc()
 	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
+	m.durations[class].Observe(d.Seconds())
 }
 
 // MetricsHandler serves the operator endpoints, meant for a listener of
-// their own that guests cannot reach: GET /metrics (Prometheus text
-// format) and GET /healthz (with the store error in full).
+// their own that guests cannot reach: GET /metrics (Prometheus exposition
+// of everything on the server's registry, see Options.Registry) and GET
+// /healthz (with the store error in full).
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = s.writeMetrics(w)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+		// A collector that fails (a store read at scrape time) costs its
+		// own metrics, not the whole scrape.
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		s.serveHealth(w, r, true)
 	})

@@ -2,13 +2,19 @@ package server
 
 import (
 	"bytes"
-	"github.com/vmeta/vmeta/internal/testenv"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // scrape returns what GET /metrics answers on the operator handler.
@@ -26,6 +32,21 @@ var (
 	helpLine   = regexp.MustCompile(`^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+$`)
 	typeLine   = regexp.MustCompile(`^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$`)
 )
+
+var labelPair = regexp.MustCompile(`[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"`)
+
+// canonicalKey writes a sample's labels in name order (the exposition
+// format leaves their order free), so that a key can be looked up
+// whatever order a test writes it in.
+func canonicalKey(key string) string {
+	name, labels, ok := strings.Cut(key, "{")
+	if !ok {
+		return key
+	}
+	pairs := labelPair.FindAllString(strings.TrimSuffix(labels, "}"), -1)
+	sort.Strings(pairs)
+	return name + "{" + strings.Join(pairs, ",") + "}"
+}
 
 // parseExposition checks the Prometheus text format line by line (every
 // sample belongs to a family declared by TYPE before it, values are
@@ -49,7 +70,7 @@ func parseExposition(t *testing.T, text string) map[string]float64 {
 			family := name
 			if types[family] == "" {
 				for _, suf := range []string{"_bucket", "_sum", "_count"} {
-					if f, ok := strings.CutSuffix(name, suf); ok && types[f] == "histogram" {
+					if f, ok := strings.CutSuffix(name, suf); ok && (types[f] == "histogram" || types[f] == "summary" && suf != "_bucket") {
 						family = f
 					}
 				}
@@ -61,7 +82,7 @@ func parseExposition(t *testing.T, text string) map[string]float64 {
 			if err != nil && m[4] != "+Inf" {
 				t.Errorf("line %d: value %q", i+1, m[4])
 			}
-			key := name + m[2]
+			key := canonicalKey(name + m[2])
 			if _, dup := samples[key]; dup {
 				t.Errorf("line %d: sample %s twice", i+1, key)
 			}
@@ -125,7 +146,7 @@ func TestMetricsExposition(t *testing.T) {
 		`vmeta_metadata_connections_rejected_total`:                                                  0,
 	}
 	for k, v := range want {
-		if got, ok := samples[k]; !ok || got != v {
+		if got, ok := samples[canonicalKey(k)]; !ok || got != v {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
 		}
 	}
@@ -135,7 +156,7 @@ func TestMetricsExposition(t *testing.T) {
 	// Buckets are cumulative and end at the count.
 	prev := -1.0
 	for _, le := range []string{"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "+Inf"} {
-		v, ok := samples[`vmeta_metadata_request_duration_seconds_bucket{path_class="listing",le="`+le+`"}`]
+		v, ok := samples[canonicalKey(`vmeta_metadata_request_duration_seconds_bucket{path_class="listing",le="`+le+`"}`)]
 		if !ok || v < prev {
 			t.Errorf("bucket le=%s: %v (present %v) after %v", le, v, ok, prev)
 		}
@@ -227,4 +248,66 @@ type syncWriter struct {
 func (s *syncWriter) Write(p []byte) (int, error) {
 	s.also.Write(p)
 	return s.w.Write(p)
+}
+
+// TestMetricsRuntimeCollectors: the default registry carries the Go and
+// process collectors; a registry given in Options is served whole (what
+// else the caller put on it too).
+func TestMetricsRuntimeCollectors(t *testing.T) {
+	s := New(newFakeDocs(), testOptions(at("2026-01-01")))
+	samples := parseExposition(t, scrape(t, s))
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "vmeta_metadata_store_up"} {
+		if _, ok := samples[name]; !ok {
+			t.Errorf("default registry: no %s", name)
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	extra := prometheus.NewCounter(prometheus.CounterOpts{Name: "vmeta_test_extra_total", Help: "A metric of the caller."})
+	extra.Add(3)
+	reg.MustRegister(extra)
+	o := testOptions(at("2026-01-01"))
+	o.Registry = reg
+	s = New(newFakeDocs(), o)
+	get(s, "/latest/meta-data/hostname")
+	samples = parseExposition(t, scrape(t, s))
+	if samples["vmeta_test_extra_total"] != 3 {
+		t.Errorf("caller's metric: %v", samples["vmeta_test_extra_total"])
+	}
+	if samples[canonicalKey(`vmeta_metadata_requests_total{path_class="ec2",code="404"}`)] != 1 {
+		t.Errorf("server's metrics missing from the caller's registry")
+	}
+	if _, ok := samples["go_goroutines"]; ok {
+		t.Errorf("the server added the Go collector to the caller's registry")
+	}
+}
+
+// TestMetricsNoAllocs: counting a request allocates nothing, and a whole
+// cached request costs no more allocations with metrics on than off.
+func TestMetricsNoAllocs(t *testing.T) {
+	serve := func(mode string) float64 {
+		docs := newFakeDocs()
+		docs.publish(t, richInstance(t))
+		s := New(docs, benchOptions(mode))
+		r := httptest.NewRequest(http.MethodGet, "/openstack/latest/meta_data.json", nil)
+		r.RemoteAddr = richAddr
+		w := &discard{h: http.Header{}}
+		s.ServeHTTP(w, r) // fill the cache
+		if w.status != 0 && w.status != 200 {
+			t.Fatalf("%s: status %d", mode, w.status)
+		}
+		if mode == "metrics" {
+			if n := testing.AllocsPerRun(100, func() { s.metrics.observe(classEC2, 200, time.Millisecond) }); n != 0 {
+				t.Errorf("observe: %v allocations", n)
+			}
+		}
+		return testing.AllocsPerRun(100, func() {
+			clear(w.h)
+			s.ServeHTTP(w, r)
+		})
+	}
+	bare, withMetrics := serve("bare"), serve("metrics")
+	if withMetrics > bare {
+		t.Errorf("a request allocates %v times with metrics, %v without", withMetrics, bare)
+	}
 }

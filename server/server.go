@@ -54,6 +54,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -148,6 +150,11 @@ type Options struct {
 	// Metrics turns on per-request metrics (count by path class and
 	// status, latency); cache and store counters are always kept.
 	Metrics bool
+	// Registry receives the server's metrics and is what MetricsHandler
+	// serves, with whatever else the caller registers on it (hostctl's
+	// own metrics); nil: a registry of the server's own, from
+	// NewRegistry. A registry serves one Server.
+	Registry *prometheus.Registry
 	// AccessLog logs one line per request at level Info.
 	AccessLog bool
 }
@@ -177,6 +184,7 @@ type Server struct {
 
 	observe, accessLog bool
 	metrics            *metrics
+	registry           *prometheus.Registry
 	health             health
 
 	cache cache
@@ -192,8 +200,12 @@ func New(docs Documents, opts Options) *Server {
 		trustedProxies: opts.TrustedProxies, proxySecrets: opts.ProxySecrets,
 		policy: opts.TokenPolicy, instancePolicy: opts.InstanceTokenPolicy,
 		observe: opts.Metrics, accessLog: opts.AccessLog,
-		metrics: &metrics{}, cache: newCache(),
+		registry: opts.Registry, cache: newCache(),
 	}
+	if s.registry == nil {
+		s.registry = NewRegistry()
+	}
+	s.metrics = s.newMetrics(s.registry, s.observe)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -261,7 +273,7 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 	if s.maxConns < 0 {
 		return ln
 	}
-	return LimitListener(ln, s.maxConns, s.trusted, func() { s.metrics.connsRejected.Add(1) })
+	return LimitListener(ln, s.maxConns, s.trusted, func() { s.metrics.connsRejected.Inc() })
 }
 
 // result is what serving a request came to, for metrics and the access
@@ -409,10 +421,10 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, c caller, res re
 	case c.instanceID != "":
 		res.via = "proxy"
 		if v = s.cache.byUUID(c.instanceID); v != nil {
-			s.metrics.cacheHits.Add(1)
+			s.metrics.cacheHits.Inc()
 			break
 		}
-		s.metrics.cacheMisses.Add(1)
+		s.metrics.cacheMisses.Inc()
 		if !s.allowMiss("i/"+c.instanceID, now) {
 			return nil, s.tooMany(w, res), false
 		}
@@ -423,10 +435,10 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, c caller, res re
 			res.via = "forwarded"
 		}
 		if v = s.cache.byAddr(c.addr); v != nil {
-			s.metrics.cacheHits.Add(1)
+			s.metrics.cacheHits.Inc()
 			break
 		}
-		s.metrics.cacheMisses.Add(1)
+		s.metrics.cacheMisses.Inc()
 		if !s.allowMiss("a/"+c.addr.String(), now) {
 			return nil, s.tooMany(w, res), false
 		}
@@ -628,7 +640,7 @@ func (s *Server) storeResult(err error) {
 		}
 		return
 	}
-	s.metrics.storeErrors.Add(1)
+	s.metrics.storeErrors.Inc()
 	if prev := s.health.err.Swap(&err); prev == nil {
 		s.log.Warn("metadata store unreachable; serving cached documents only", "err", err)
 	} else {

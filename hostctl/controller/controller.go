@@ -94,6 +94,18 @@ type Controller struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	closeOnce sync.Once
+
+	observer func(op string, took time.Duration, err error)
+}
+
+// observe tells Options.Observe that op, begun at start, ended with
+// *err; exported operations defer it first thing:
+//
+//	defer c.observe("start", time.Now(), &err)
+func (c *Controller) observe(op string, start time.Time, err *error) {
+	if c.observer != nil {
+		c.observer(op, time.Since(start), *err)
+	}
 }
 
 // Defaults of Options.
@@ -151,6 +163,13 @@ type Options struct {
 	// the passes events trigger; DefaultResyncInterval when 0, never
 	// when negative.
 	ResyncInterval time.Duration
+
+	// Observe, when set, is told of every instance operation as it ends
+	// (op: apply, start, stop, delete, attach_disk, detach_disk,
+	// attach_nic, detach_nic): how long it took, waiting for the
+	// instance's lock included, and its error (nil on success). It must
+	// be quick and safe for concurrent use (metrics).
+	Observe func(op string, took time.Duration, err error)
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -167,7 +186,7 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
-		hostName: opts.Host, hosts: opts.Hosts}
+		hostName: opts.Host, hosts: opts.Hosts, observer: opts.Observe}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -240,6 +259,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*types.Instance, e
 // or removing devices of a running domain is refused (attach and detach
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *types.Instance, err error) {
+	defer c.observe("apply", time.Now(), &err)
 	defer c.locks.Lock(in.Name)()
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
@@ -485,6 +505,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 // (disks, config drive, console log). A failure before the store delete
 // undoes the steps before it.
 func (c *Controller) Delete(ctx context.Context, name string) (err error) {
+	defer c.observe("delete", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, err := c.ownRecord(ctx, "delete", name)
 	if err != nil {

@@ -95,6 +95,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 // before anything is touched; afterwards the addresses are read back and
 // the metadata and config drive republished. A failure undoes every step.
 func (c *Controller) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (_ *types.Instance, err error) {
+	defer c.observe("attach_disk", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach disk to", name, req.Affect)
 	if err != nil {
@@ -160,6 +161,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 // virtio disk needs the guest to release it; if it has not within the
 // detach timeout the change is published anyway, with a warning.
 func (c *Controller) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (_ *types.Instance, err error) {
+	defer c.observe("detach_disk", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.Target == "") || req.MAC != "" {
 		return nil, fieldError("tag", nil, "name the disk to detach by exactly one of tag or target")
@@ -207,6 +209,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 // AttachNIC attaches a NIC (virtio, on a libvirt network) and gives it a
 // fixed DHCP lease when the instance's addresses have one for it.
 func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRequest) (_ *types.Instance, err error) {
+	defer c.observe("attach_nic", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach NIC to", name, req.Affect)
 	if err != nil {
@@ -245,6 +248,7 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 
 // DetachNIC detaches a NIC (by tag or MAC) and removes its DHCP lease.
 func (c *Controller) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (_ *types.Instance, err error) {
+	defer c.observe("detach_nic", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.MAC == "") || req.Target != "" {
 		return nil, fieldError("tag", nil, "name the NIC to detach by exactly one of tag or mac")

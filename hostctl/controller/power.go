@@ -26,7 +26,8 @@ const shutdownPollInterval = 200 * time.Millisecond
 // config drive missing from the data directory is rebuilt from the
 // published metadata first; media swapped into the cdrom during an
 // earlier run are deleted (the domain boots from disk.config).
-func (c *Controller) Start(ctx context.Context, name string) (*types.Instance, error) {
+func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance, err error) {
+	defer c.observe("start", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	rec, cur, err := c.powerTarget(ctx, "start", name)
 	if err != nil {
@@ -51,7 +52,8 @@ func (c *Controller) Start(ctx context.Context, name string) (*types.Instance, e
 // Stop asks the guest to shut down (ACPI) and waits up to timeout
 // (DefaultStopTimeout when 0) for the domain to be off; then it powers the
 // domain off. A domain already off is left so.
-func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
+func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (_ *types.Instance, err error) {
+	defer c.observe("stop", time.Now(), &err)
 	if timeout <= 0 {
 		timeout = DefaultStopTimeout
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/hosts"
+	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
@@ -181,14 +182,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("metadata service: %w", err)
 	}
+	// One registry for the metadata service's metrics and hostctl's own:
+	// the operator listener serves both.
+	mdOpts.Registry = server.NewRegistry()
 	md := server.New(st, mdOpts)
 	hv, err := cfg.Virt.connect(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer hv.close()
-	registry := hosts.Registry{Store: st, DownAfter: cfg.HostDownAfter}
-	ctl := controller.New(st, hv.options(controller.Options{
+	hm := hostmetrics.New()
+	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
+	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
+	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
 		DataDir:     cfg.DataDir,
@@ -196,10 +202,19 @@ func Run(ctx context.Context, cfg Config) error {
 		Notify:      md,
 		Logger:      log,
 		DriveFormat: format,
+		Observe:     hm.Observe,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
+		Instances: ctl,
+		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
+			return hosts.List(ctx, ctlStore, time.Now(), cfg.HostDownAfter)
+		},
+	})); err != nil {
+		return err
+	}
 
-	beater := &hosts.Beater{Store: st, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
+	beater := &hosts.Beater{Store: ctlStore, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
 		Count: func(ctx context.Context) (int, error) {
 			l, err := ctl.List(ctx)
 			return len(l), err

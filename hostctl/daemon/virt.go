@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/hostctl/virt"
 )
 
@@ -165,6 +166,15 @@ func (h *hypervisor) options(o controller.Options) controller.Options {
 		o.ResyncInterval = -1
 	}
 	return o
+}
+
+// metricSources adds the libvirt connection state to hostctl's metrics
+// (none for --virt none).
+func (h *hypervisor) metricSources(s hostmetrics.Sources) hostmetrics.Sources {
+	if h.conn != nil {
+		s.LibvirtConnected = h.conn.Connected
+	}
+	return s
 }
 
 // close disconnects from libvirtd.

@@ -384,6 +384,13 @@ func (c *Conn) Close() error {
 // and closed by Close.
 func (c *Conn) Events() <-chan Event { return c.events }
 
+// Connected reports whether the connection to libvirtd is up now (false
+// while it reconnects and after Close).
+func (c *Conn) Connected() bool {
+	_, err := c.client()
+	return err == nil
+}
+
 // client returns the live go-libvirt client, or why there is none.
 func (c *Conn) client() (*libvirt.Libvirt, error) {
 	select {

@@ -120,7 +120,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("token key file: %v %v", fi, err)
 	}
 	key, _ := os.ReadFile(keyFile)
-	if code, body := get("http://"+metrics+"/metrics", nil); code != 200 || !strings.Contains(body, `vmeta_metadata_requests_total{path_class="ec2",code="200"} 2`) {
+	if code, body := get("http://"+metrics+"/metrics", nil); code != 200 || !strings.Contains(body, `vmeta_metadata_requests_total{code="200",path_class="ec2"} 2`) {
 		t.Errorf("metrics: %d\n%s", code, body)
 	}
 	if code, body := get("http://"+metrics+"/healthz", nil); code != 200 || !strings.Contains(body, `"ok"`) {

@@ -87,7 +87,7 @@ func TestServeMetadataWiring(t *testing.T) {
 	if code, body := do("GET", "http://"+md+"/latest/meta-data/hostname", http.Header{"X-Aws-Ec2-Metadata-Token": {tok}}); code != 200 || body != "web-1.novalocal" {
 		t.Errorf("with token: %d %q", code, body)
 	}
-	if code, body := do("GET", "http://"+metrics+"/metrics", nil); code != 200 || !strings.Contains(body, `vmeta_metadata_requests_total{path_class="token",code="200"} 1`) {
+	if code, body := do("GET", "http://"+metrics+"/metrics", nil); code != 200 || !strings.Contains(body, `vmeta_metadata_requests_total{code="200",path_class="token"} 1`) {
 		t.Errorf("metrics: %d\n%s", code, body)
 	}
 	if code, _ := do("GET", "http://"+metrics+"/healthz", nil); code != 200 {
