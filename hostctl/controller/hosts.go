@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/store"
@@ -77,7 +78,8 @@ func (c *Controller) Host() string { return c.hostName }
 // compare-and-swap, so of two hosts adopting at once exactly one wins.
 // The domain is not defined here: `instance apply` (or start, which
 // reconciles) does that with this host's disks.
-func (c *Controller) Adopt(ctx context.Context, name string) (*types.Instance, error) {
+func (c *Controller) Adopt(ctx context.Context, name string) (_ *types.Instance, err error) {
+	defer c.observe("adopt", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
@@ -116,7 +118,8 @@ func (c *Controller) Adopt(ctx context.Context, name string) (*types.Instance, e
 // disks, files and DHCP entries are out of this host's reach. It is
 // refused while the owner's heartbeat is fresh, and for this host's own
 // instances (use Delete). It returns what it could not clean.
-func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) ([]string, error) {
+func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ []string, err error) {
+	defer c.observe("force_delete", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {

@@ -37,7 +37,7 @@ const DefaultScrapeTimeout = 5 * time.Second
 
 // Operations are the controller's operations, resolved up front so
 // that their series exist (at zero) before the first one runs.
-var Operations = [...]string{"apply", "start", "stop", "delete", "attach_disk", "detach_disk", "attach_nic", "detach_nic"}
+var Operations = [...]string{"apply", "start", "stop", "delete", "attach_disk", "detach_disk", "attach_nic", "detach_nic", "adopt", "force_delete"}
 
 // StateUnobserved is the state label of instances whose domain state this
 // host cannot see: another host's, and every instance without a
