@@ -96,6 +96,8 @@ type Controller struct {
 	closeOnce sync.Once
 
 	observer func(op string, took time.Duration, err error)
+
+	shareHooks shareHooksPtr // sharehooks.go
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -264,6 +266,11 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
 		return nil, err
+	}
+	if h := c.sharesHook(); h != nil {
+		if in.Shares, err = h.SpecShares(ctx, in.UUID, in.Shares); err != nil {
+			return nil, fmt.Errorf("apply %s: shares: %w", in.Name, err)
+		}
 	}
 	return c.drv.apply(ctx, in, old, expect)
 }
@@ -520,6 +527,9 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
+	if h := c.sharesHook(); h != nil {
+		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
+	}
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
