@@ -16,6 +16,7 @@
 //	DELETE /v1/instances/{name}?force_from_store=1  forget another (dead) host's instance (admin)
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
+//	…      /v1/shares, /v1/servers/{id}/shares the share registry and Nova's server shares API (shares.go)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -63,24 +64,28 @@ type Controller interface {
 
 // Handler returns the admin API handler for the unix socket, where every
 // caller is auth.Local.
-func Handler(c Controller, log *slog.Logger) http.Handler {
-	return NewHandler(c, log, auth.LocalAuth{})
+func Handler(c Controller, log *slog.Logger, opts ...Option) http.Handler {
+	return NewHandler(c, log, auth.LocalAuth{}, opts...)
 }
 
 // NewHandler returns the admin API handler, authenticating every request
 // with a (an *auth.TokenAuth on a TCP listener). Authentication wraps the
 // router, so that an unauthenticated caller learns nothing of the routes
 // (not even a 405).
-func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator) http.Handler {
+func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Option) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	e := errorWriter{log: log}
-	return authenticate(a, e, routes(c, e))
+	return authenticate(a, e, routes(c, e, o))
 }
 
 // routes builds the router: a subrouter per resource under /v1.
-func routes(c Controller, e errorWriter) *mux.Router {
+func routes(c Controller, e errorWriter, o options) *mux.Router {
 	root := mux.NewRouter()
 	v1 := root.PathPrefix("/v1").Subrouter()
 
@@ -99,8 +104,12 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	hotplug{svc: c, errorWriter: e}.routes(one)
 
 	// Resources still to come each take their own subrouter here:
-	// /v1/flavors, /v1/images, /v1/shares, /v1/servers/{id}/shares,
-	// /v1/devices, /v1/keys.
+	// /v1/flavors, /v1/images, /v1/devices, /v1/keys.
+	if o.shares != nil {
+		sharesAPI{svc: o.shares, errorWriter: e}.routes(v1) // shares.go
+	} else {
+		noShares{e}.routes(v1)
+	}
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	system{errorWriter: e}.routes(v1)

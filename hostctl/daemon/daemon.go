@@ -205,6 +205,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Observe:     hm.Observe,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
+	defer shareSvc.Close() // before the controller's reconciler stops
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
 		Instances: ctl,
 		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
@@ -267,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.Handler(ctl, log, api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -289,7 +291,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()
