@@ -1,6 +1,7 @@
 package shares
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -23,10 +24,26 @@ var (
 	projectRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,255}$`)
 )
 
-// field returns a one-field *model.SpecError (400).
+// field returns a one-field request error (400).
 func field(name string, value any, format string, args ...any) error {
-	return &model.SpecError{Errors: []model.FieldError{{Field: name, Value: value, Rule: fmt.Sprintf(format, args...)}}}
+	return invalid(&model.SpecError{Errors: []model.FieldError{{Field: name, Value: value, Rule: fmt.Sprintf(format, args...)}}})
 }
+
+// requestError is an invalid share request: a *model.SpecError (the API
+// lists its fields, 400) that does not call itself an instance spec.
+type requestError struct{ se *model.SpecError }
+
+func invalid(se *model.SpecError) error { return &requestError{se} }
+
+func (e *requestError) Error() string {
+	parts := make([]string, len(e.se.Errors))
+	for i, fe := range e.se.Errors {
+		parts[i] = fe.Error()
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+func (e *requestError) Unwrap() error { return e.se }
 
 // CheckUUID checks that v, the value of field name, is a UUID, and
 // returns it lower-cased.
@@ -90,6 +107,9 @@ func ParseNFSExport(export string) (string, error) {
 		}
 		host, path = "["+a.String()+"]", rest
 	} else {
+		if i := strings.Index(export, ":/"); i > 0 && strings.Contains(export[:i], ":") {
+			return bad("an IPv6 address must be in brackets")
+		}
 		h, p, ok := strings.Cut(export, ":")
 		if !ok {
 			return bad("no ':' between host and path")
@@ -130,10 +150,12 @@ func isPrintableASCII(s string) bool {
 func checkLocalExport(root hostdir.Root, mountDir, export string) (string, error) {
 	dirs, err := root.Dirs([]model.Share{{ShareID: "x", Source: export}})
 	if err != nil {
-		if se, ok := err.(*model.SpecError); ok {
+		var se *model.SpecError
+		if errors.As(err, &se) {
 			for i := range se.Errors {
 				se.Errors[i].Field = "export_location"
 			}
+			return "", invalid(se)
 		}
 		return "", err
 	}
@@ -149,7 +171,8 @@ func checkLocalExport(root hostdir.Root, mountDir, export string) (string, error
 func (s *Service) checkCreate(req types.ShareCreateRequest) (Share, error) {
 	var errs []model.FieldError
 	add := func(err error) {
-		if se, ok := err.(*model.SpecError); ok {
+		var se *model.SpecError
+		if errors.As(err, &se) {
 			errs = append(errs, se.Errors...)
 		}
 	}
@@ -178,7 +201,7 @@ func (s *Service) checkCreate(req types.ShareCreateRequest) (Share, error) {
 		add(field("share_proto", req.Proto, "must be %s or %s", types.ShareProtoLocal, types.ShareProtoNFS))
 	}
 	if len(errs) > 0 {
-		return Share{}, &model.SpecError{Errors: errs}
+		return Share{}, invalid(&model.SpecError{Errors: errs})
 	}
 	return sh, nil
 }
