@@ -2,6 +2,7 @@ package shares
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The controller calls the methods of this file (controller.ShareHooks)
@@ -18,8 +20,9 @@ var _ controller.ShareHooks = (*Service)(nil)
 
 // SpecShares merges an instance's mappings into the shares of its spec
 // on every apply: a mapped share (attaching, inactive, active, error) is
-// in it with its tag and host directory, one detaching is not. Shares the
-// spec lists that are not mapped (a share line written in the spec) stay.
+// in it with its tag and host directory, one detaching is not. A share of
+// the registry without a mapping is not; shares the spec lists that are
+// not in the registry (a share line written in the spec) stay.
 func (s *Service) SpecShares(ctx context.Context, uuid string, specShares []model.Share) ([]model.Share, error) {
 	if uuid == "" {
 		return specShares, nil
@@ -28,7 +31,22 @@ func (s *Service) SpecShares(ctx context.Context, uuid string, specShares []mode
 	if err != nil {
 		return nil, err
 	}
-	out := slices.Clone(specShares)
+	var out []model.Share
+	for _, x := range specShares {
+		if slices.ContainsFunc(ms, func(m Mapping) bool { return strings.EqualFold(x.ShareID, m.ShareID) }) {
+			continue // the mapping decides, below
+		}
+		// A share of the registry reaches an instance only through a
+		// mapping: one left in the stored spec (an undone attach) goes.
+		_, err := loadShare(ctx, s.st, strings.ToLower(x.ShareID))
+		switch {
+		case err == nil:
+			continue
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, err
+		}
+		out = append(out, x)
+	}
 	for _, m := range ms {
 		out = slices.DeleteFunc(out, func(x model.Share) bool { return strings.EqualFold(x.ShareID, m.ShareID) })
 		if m.Status != types.ShareDetaching {
