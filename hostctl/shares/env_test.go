@@ -132,6 +132,13 @@ func (b *syncBuffer) String() string {
 
 func newEnv(t *testing.T, st store.Store) *env {
 	t.Helper()
+	return newEnvWith(t, st, nil)
+}
+
+// newEnvWith is newEnv with the controller's options adjusted by opts
+// (a hypervisor).
+func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controller.Options)) *env {
+	t.Helper()
 	dir := t.TempDir()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
@@ -143,7 +150,11 @@ func newEnv(t *testing.T, st store.Store) *env {
 	if err := os.WriteFile(e.run.mountinfo, []byte("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.ctl = controller.New(st, controller.Options{DataDir: dir, Logger: log, Host: "host-a"})
+	o := controller.Options{DataDir: dir, Logger: log, Host: "host-a"}
+	if opts != nil {
+		opts(dir, &o)
+	}
+	e.ctl = controller.New(st, o)
 	t.Cleanup(func() { e.ctl.Close() })
 	streams, err := events.For(st, filepath.Join(dir, "events"))
 	if err != nil {
