@@ -41,7 +41,7 @@ func shareCommands() []*Command {
 						return err
 					}
 					if c.JSON() {
-						return c.PrintJSON(sh)
+						return c.PrintJSON(types.ShareBody{Share: sh})
 					}
 					fmt.Fprintf(c.Stdout, "share %s created\n", sh.ID)
 					return nil

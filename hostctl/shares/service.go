@@ -557,11 +557,23 @@ func (s *Service) emit(ctx context.Context, typ string, m Mapping) {
 // detach; an error stops the operation there as a crash would.
 var stepHook func(step string) error
 
+// PauseEnv names a step of attach or detach (lock, apply, inactive,
+// detach-apply, unlock, delete-mapping) at which the service stops for
+// good, after a log line: test/e2e kills hostctl there (SIGKILL) to check
+// that the reconciler converges. Never set it on a real host.
+const PauseEnv = "VMETA_TEST_SHARES_PAUSE_AT"
+
+var pauseAt = os.Getenv(PauseEnv)
+
 func (s *Service) step(ctx context.Context, name string) error {
 	if stepHook != nil {
 		if err := stepHook(name); err != nil {
 			return err
 		}
+	}
+	if pauseAt != "" && pauseAt == name {
+		s.log.Warn("share operation paused for a test", "env", PauseEnv, "step", name)
+		select {} // until the test kills the process
 	}
 	return ctx.Err()
 }
