@@ -315,4 +315,3 @@ func TestSharesNotServed(t *testing.T) {
 		t.Errorf("status %d, want 501", resp.StatusCode)
 	}
 }
-

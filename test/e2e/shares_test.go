@@ -218,7 +218,11 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 		var attachErr, deleteErr error
 		start := make(chan struct{})
 		wg.Add(2)
-		go func() { defer wg.Done(); <-start; _, attachErr = ca.AttachShare(ctx, "race-1", types.ServerShareAttach{ShareID: sh.ID}) }()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, attachErr = ca.AttachShare(ctx, "race-1", types.ServerShareAttach{ShareID: sh.ID})
+		}()
 		// The delete starts 0-9 ms after the attach, so that both orders
 		// happen; what is checked holds for any timing.
 		delay := time.Duration(i%10) * time.Millisecond
