@@ -16,7 +16,7 @@ func newShares(cfg Config, st store.Store, ctl *controller.Controller, host stri
 	if root == "" {
 		root = filepath.Join(cfg.DataDir, "shares")
 	}
-	svc := shares.New(st, ctl, shares.Options{Host: host, ShareRoot: root, Logger: log})
+	svc := shares.New(st, ctl, shares.Options{Host: host, ShareRoot: root, Logger: log, Events: ctl.Audit()})
 	ctl.SetShareHooks(svc)
 	svc.Start()
 	return svc

@@ -156,10 +156,7 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	}
 	e.ctl = controller.New(st, o)
 	t.Cleanup(func() { e.ctl.Close() })
-	streams, err := events.For(st, filepath.Join(dir, "events"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	streams := events.For(st, filepath.Join(dir, "events"))
 	e.events = streams
 	e.inst = e.ctl
 	e.svc = New(st, instancesFunc{e}, Options{Host: "host-a", ShareRoot: e.root, Runner: e.run, Logger: log,
