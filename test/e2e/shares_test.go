@@ -107,6 +107,15 @@ func TestSharesCLI(t *testing.T) {
 	if r := d.Ctl("share", "show", id); r.code != 1 || !strings.Contains(r.stderr, "not found") {
 		t.Errorf("show after delete: %s", r)
 	}
+	// The audit stream: attached, then detached, without the export.
+	evs := d.MustCtl("events", "list", "shares", "--output", "json").stdout
+	if a, dt := strings.Index(evs, "share.attached"), strings.Index(evs, "share.detached"); a < 0 || dt < a || strings.Contains(evs, dir) ||
+		!strings.Contains(evs, `\"tag\":\"data\"`) && !strings.Contains(evs, `"tag": "data"`) && !strings.Contains(evs, `"tag":"data"`) {
+		t.Errorf("events list shares:\n%s", evs)
+	}
+	if strings.Contains(d.Log(), dir) {
+		t.Errorf("the daemon's log carries the export location %s", dir)
+	}
 }
 
 // TestSharesKilledBetweenSteps kills `hostctl serve` (SIGKILL) between
