@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gorilla/mux"
 
@@ -22,7 +23,7 @@ type ShareService interface {
 	ServerShares(ctx context.Context, p types.Principal, server string) ([]types.ShareMapping, error)
 	ServerShare(ctx context.Context, p types.Principal, server, shareID string) (types.ShareMapping, error)
 	AttachShare(ctx context.Context, p types.Principal, server string, req types.ServerShareAttach) (types.ShareMapping, error)
-	DetachShare(ctx context.Context, p types.Principal, server, shareID string) (types.ShareMapping, error)
+	DetachShare(ctx context.Context, p types.Principal, server, shareID string, live bool) (types.ShareMapping, error)
 }
 
 // Option adds an optional resource to the handler.
@@ -44,9 +45,9 @@ func WithShares(svc ShareService) Option { return func(o *options) { o.shares = 
 //	GET    /v1/shares/{share_id}                  show
 //	DELETE /v1/shares/{share_id}                  delete (admin; 409 while mapped)
 //	GET    /v1/servers/{id}/shares                {"shares": [...]}
-//	POST   /v1/servers/{id}/shares                attach, 202 ({"share": {"share_id", "tag"}})
+//	POST   /v1/servers/{id}/shares                attach, 202 ({"share": {"share_id", "tag"}}; ?live=1 to a running server)
 //	GET    /v1/servers/{id}/shares/{share_id}     {"share": {...}}
-//	DELETE /v1/servers/{id}/shares/{share_id}     detach, 202
+//	DELETE /v1/servers/{id}/shares/{share_id}     detach, 202 (?live=1 from a running server)
 //
 // {id} is the server's UUID or its name. export_location is in the
 // answers to administrators only, and never in a log line.
@@ -163,6 +164,12 @@ func (h sharesAPI) attach(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
+	live, err := liveQuery(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req.Share.Live = live
 	m, err := h.svc.AttachShare(r.Context(), principalFrom(r.Context()), mux.Vars(r)["id"], req.Share)
 	if err != nil {
 		h.fail(w, r, err)
@@ -172,12 +179,30 @@ func (h sharesAPI) attach(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h sharesAPI) detach(w http.ResponseWriter, r *http.Request) {
-	m, err := h.svc.DetachShare(r.Context(), principalFrom(r.Context()), mux.Vars(r)["id"], mux.Vars(r)["share_id"])
+	live, err := liveQuery(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	m, err := h.svc.DetachShare(r.Context(), principalFrom(r.Context()), mux.Vars(r)["id"], mux.Vars(r)["share_id"], live)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, types.ServerShareBody{Share: m})
+}
+
+// liveQuery reads ?live= (a boolean).
+func liveQuery(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("live")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, httpError(http.StatusBadRequest, "query parameter live=%q: must be true or false", v)
+	}
+	return b, nil
 }
 
 // noShares answers the share paths of a daemon without the share service.

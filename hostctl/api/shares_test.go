@@ -262,7 +262,7 @@ func TestServerSharesRefused(t *testing.T) {
 			before := s.snapshot(t)
 			var err error
 			if tc.detach != "" {
-				_, err = tc.as.DetachShare(ctx, tc.server, tc.detach)
+				_, err = tc.as.DetachShare(ctx, tc.server, tc.detach, false)
 			} else {
 				_, err = tc.as.AttachShare(ctx, tc.server, tc.req)
 			}

@@ -50,15 +50,16 @@ func shareCommands() []*Command {
 		{Name: "share list", Summary: "list the shares", Client: true, Setup: noFlags(shareList)},
 		{Name: "share show", Args: "SHARE", Summary: "show one share, with the instances that lock it", Client: true, Setup: noFlags(shareShow)},
 		{Name: "share delete", Args: "SHARE", Summary: "remove a share from the registry (refused while it is attached)", Client: true, Setup: noFlags(shareDelete)},
-		{Name: "share attach", Args: "INSTANCE SHARE [--tag T]", Summary: "attach a share to a SHUTOFF instance", Help: shareHelp, Client: true,
+		{Name: "share attach", Args: "INSTANCE SHARE [--tag T] [--live]", Summary: "attach a share to a SHUTOFF instance", Help: shareHelp, Client: true,
 			Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
 				tag := fs.String("tag", "", "the virtiofs mount tag (the share's UUID when empty)")
+				live := fs.Bool("live", false, "hot-plug into a running instance (one that booted with shared memory; beyond the specification)")
 				return func(ctx context.Context, c *Call) error {
 					inst, id, err := twoArgs(c, "INSTANCE SHARE")
 					if err != nil {
 						return err
 					}
-					m, err := c.Client().AttachShare(ctx, inst, types.ServerShareAttach{ShareID: id, Tag: *tag})
+					m, err := c.Client().AttachShare(ctx, inst, types.ServerShareAttach{ShareID: id, Tag: *tag, Live: *live})
 					if err != nil {
 						return err
 					}
@@ -69,22 +70,25 @@ func shareCommands() []*Command {
 					return nil
 				}
 			}},
-		{Name: "share detach", Args: "INSTANCE SHARE", Summary: "detach a share from a SHUTOFF (or ERROR) instance", Client: true,
-			Setup: noFlags(func(ctx context.Context, c *Call) error {
-				inst, id, err := twoArgs(c, "INSTANCE SHARE")
-				if err != nil {
-					return err
+		{Name: "share detach", Args: "INSTANCE SHARE [--live]", Summary: "detach a share from a SHUTOFF (or ERROR) instance", Client: true,
+			Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
+				live := fs.Bool("live", false, "hot-unplug from a running instance (the guest must release it; beyond the specification)")
+				return func(ctx context.Context, c *Call) error {
+					inst, id, err := twoArgs(c, "INSTANCE SHARE")
+					if err != nil {
+						return err
+					}
+					m, err := c.Client().DetachShare(ctx, inst, id, *live)
+					if err != nil {
+						return err
+					}
+					if c.JSON() {
+						return c.PrintJSON(types.ServerShareBody{Share: m})
+					}
+					fmt.Fprintf(c.Stdout, "share %s detached from %s\n", m.ShareID, inst)
+					return nil
 				}
-				m, err := c.Client().DetachShare(ctx, inst, id)
-				if err != nil {
-					return err
-				}
-				if c.JSON() {
-					return c.PrintJSON(types.ServerShareBody{Share: m})
-				}
-				fmt.Fprintf(c.Stdout, "share %s detached from %s\n", m.ShareID, inst)
-				return nil
-			})},
+			}},
 		{Name: "share mappings", Args: "INSTANCE", Summary: "list the shares attached to an instance, with their status", Client: true,
 			Setup: noFlags(func(ctx context.Context, c *Call) error {
 				name, err := c.OneName()

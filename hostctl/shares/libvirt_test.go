@@ -120,7 +120,7 @@ func TestLibvirtShareLifecycle(t *testing.T) {
 	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "is running") {
 		t.Errorf("attach while running: %v", err)
 	}
-	if _, err := e.svc.DetachShare(ctx, admin, name, id); !errors.Is(err, controller.ErrState) {
+	if _, err := e.svc.DetachShare(ctx, admin, name, id, false); !errors.Is(err, controller.ErrState) {
 		t.Errorf("detach while running: %v", err)
 	}
 
@@ -132,7 +132,7 @@ func TestLibvirtShareLifecycle(t *testing.T) {
 	}
 	waitFor(t, "virtiofsd to exit", func() bool { return !virtiofsdFor(dir) })
 
-	if _, err := e.svc.DetachShare(ctx, admin, name, id); err != nil {
+	if _, err := e.svc.DetachShare(ctx, admin, name, id, false); err != nil {
 		t.Fatal(err)
 	}
 	if xml := virsh(t, uri, "dumpxml", "--inactive", name); strings.Contains(xml, "<filesystem") {

@@ -98,7 +98,7 @@ func TestDetachFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			injectAt(t, step)
-			if _, err := e.svc.DetachShare(ctx, admin, "a", id); !errors.Is(err, errInjected) {
+			if _, err := e.svc.DetachShare(ctx, admin, "a", id, false); !errors.Is(err, errInjected) {
 				t.Fatalf("detach: %v", err)
 			}
 			if m, _ := e.mapping(u, id); m.Status != types.ShareDetaching {

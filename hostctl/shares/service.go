@@ -57,6 +57,14 @@ type Instances interface {
 	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
 }
 
+// LiveInstances is the controller's hot-plug of shares into running
+// instances (controller.AttachShareLive/DetachShareLive), for attach and
+// detach with live set; an Instances without it refuses them.
+type LiveInstances interface {
+	AttachShareLive(ctx context.Context, name string, s model.Share) (*types.Instance, error)
+	DetachShareLive(ctx context.Context, name, shareID string) (*types.Instance, error)
+}
+
 // Options configure a Service.
 type Options struct {
 	// Host is this host's name (the owner of the mappings of its
@@ -361,8 +369,16 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if err != nil {
 		return types.ShareMapping{}, err
 	}
-	if !shutOff(state) {
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; shares are attached to SHUTOFF instances (stop it first)", id, rec.Name, controller.ErrState, state)
+	live := req.Live && !shutOff(state)
+	switch {
+	case live && state != "running":
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, state)
+	case !shutOff(state) && !live:
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", id, rec.Name, controller.ErrState, state)
+	}
+	li, _ := s.inst.(LiveInstances)
+	if live && li == nil {
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, controller.ErrState)
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
@@ -414,6 +430,9 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if err := s.step(ctx, "apply"); err != nil {
 		return types.ShareMapping{}, err
 	}
+	if live {
+		return s.attachLive(ctx, r, li, m, p)
+	}
 	if _, err := s.inst.ApplyInstance(ctx, in); err != nil {
 		return types.ShareMapping{}, err
 	}
@@ -433,6 +452,35 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	}
 	r.Success()
 	s.log.Info("share attached", "share", id, "instance", rec.Name, "tag", tag, "status", m.Status)
+	s.emit(ctx, EventAttached, m)
+	return m.View(isAdmin(p)), nil
+}
+
+// attachLive finishes an attach to a running instance: the NFS export
+// mounted on the host, the share hot-plugged (the mapping is attaching
+// and locked; r undoes both), the mapping active.
+func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, li LiveInstances, m Mapping, p types.Principal) (types.ShareMapping, error) {
+	if m.Proto == types.ShareProtoNFS {
+		if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+			return types.ShareMapping{}, err
+		}
+		r.Add("release the host mount", func(ctx context.Context) error { return s.mounts.Release(ctx, m.ShareID, m.Instance) })
+	}
+	if _, err := li.AttachShareLive(ctx, m.InstanceName, model.Share{ShareID: m.ShareID, Tag: m.Tag, Source: s.sourceOf(m)}); err != nil {
+		return types.ShareMapping{}, err
+	}
+	r.Add("hot-unplug the share", func(ctx context.Context) error {
+		_, err := li.DetachShareLive(ctx, m.InstanceName, m.ShareID)
+		return err
+	})
+	if err := s.step(ctx, "inactive"); err != nil {
+		return types.ShareMapping{}, err
+	}
+	if err := transition(ctx, s.st, &m, types.ShareActive, "", types.ShareAttaching); err != nil {
+		return types.ShareMapping{}, err
+	}
+	r.Success()
+	s.log.Info("share attached live", "share", m.ShareID, "instance", m.InstanceName, "tag", m.Tag, "status", m.Status)
 	s.emit(ctx, EventAttached, m)
 	return m.View(isAdmin(p)), nil
 }
@@ -466,7 +514,10 @@ func (s *Service) reapply(ctx context.Context, name string) (*types.Instance, er
 // mount (if any) released, the share unlocked for the instance (its
 // access revoked when no instance on any host holds it), and the mapping
 // removed.
-func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, shareID string) (types.ShareMapping, error) {
+//
+// With live, the share is hot-unplugged from a running instance instead
+// (vmeta's extension of the specification, see AttachShare).
+func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, shareID string, live bool) (types.ShareMapping, error) {
 	rec, err := s.server(ctx, p, server)
 	if err != nil {
 		return types.ShareMapping{}, err
@@ -490,15 +541,36 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 	if err != nil {
 		return types.ShareMapping{}, err
 	}
-	if !shutOff(state) && state != controller.StateMissing {
-		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first)", id, rec.Name, controller.ErrState, state)
+	live = live && state == "running"
+	li, _ := s.inst.(LiveInstances)
+	switch {
+	case live && li == nil:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, controller.ErrState)
+	case !live && !shutOff(state) && state != controller.StateMissing:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, controller.ErrState, state)
 	}
+	prev := m.Status
 	if m.Status != types.ShareDetaching {
 		if err := transition(ctx, s.st, &m, types.ShareDetaching, "", types.ShareInactive, types.ShareError, types.ShareActive, types.ShareAttaching); err != nil {
 			return types.ShareMapping{}, err
 		}
 	}
 	view := m.View(isAdmin(p))
+	if live {
+		inst, err := li.DetachShareLive(ctx, rec.Name, id)
+		if err != nil {
+			if prev != types.ShareDetaching {
+				if terr := transition(ctx, s.st, &m, prev, m.Error, types.ShareDetaching); terr != nil {
+					s.log.Warn("share mapping left detaching after a failed live detach", "share", id, "err", terr)
+				}
+			}
+			return types.ShareMapping{}, err
+		}
+		for _, w := range inst.Warnings {
+			s.log.Warn("live detach", "share", id, "instance", rec.Name, "warning", w)
+		}
+		return view, s.finishDetach(ctx, m, false)
+	}
 	if err := s.finishDetach(ctx, m, true); err != nil {
 		return view, err
 	}

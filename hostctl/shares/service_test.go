@@ -104,7 +104,7 @@ func TestMappingLifecycle(t *testing.T) {
 
 			// Detach both: gone, unlocked, gone from the metadata.
 			for _, id := range []string{local, nfs} {
-				m, err := e.svc.DetachShare(ctx, admin, "web-1", id)
+				m, err := e.svc.DetachShare(ctx, admin, "web-1", id, false)
 				if err != nil {
 					t.Fatal(err)
 				}

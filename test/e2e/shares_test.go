@@ -246,7 +246,7 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 				t.Fatalf("round %d: attach won, delete answered %v (want 409 naming race-1)", i, deleteErr)
 			}
 			attachWon++
-			if _, err := ca.DetachShare(ctx, "race-1", sh.ID); err != nil {
+			if _, err := ca.DetachShare(ctx, "race-1", sh.ID, false); err != nil {
 				t.Fatal(err)
 			}
 			if err := cb.DeleteShare(ctx, sh.ID); err != nil {

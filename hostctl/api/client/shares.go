@@ -46,13 +46,21 @@ func (c *Client) ServerShare(ctx context.Context, server, shareID string) (types
 // AttachShare attaches a share to a server.
 func (c *Client) AttachShare(ctx context.Context, server string, req types.ServerShareAttach) (types.ShareMapping, error) {
 	var out types.ServerShareBody
-	return out.Share, c.doJSON(ctx, http.MethodPost, serverSharesPath(server, ""), types.ServerShareRequest{Share: req}, &out)
+	p := serverSharesPath(server, "")
+	if req.Live {
+		p += "?live=true"
+	}
+	return out.Share, c.doJSON(ctx, http.MethodPost, p, types.ServerShareRequest{Share: req}, &out)
 }
 
-// DetachShare detaches a share from a server.
-func (c *Client) DetachShare(ctx context.Context, server, shareID string) (types.ShareMapping, error) {
+// DetachShare detaches a share from a server (live: from a running one).
+func (c *Client) DetachShare(ctx context.Context, server, shareID string, live bool) (types.ShareMapping, error) {
 	var out types.ServerShareBody
-	return out.Share, c.do(ctx, http.MethodDelete, serverSharesPath(server, shareID), nil, &out)
+	p := serverSharesPath(server, shareID)
+	if live {
+		p += "?live=true"
+	}
+	return out.Share, c.do(ctx, http.MethodDelete, p, nil, &out)
 }
 
 func serverSharesPath(server, shareID string) string {

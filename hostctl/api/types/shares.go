@@ -66,6 +66,9 @@ type ServerShareAttach struct {
 	ShareID string `json:"share_id"`
 	// Tag is the virtiofs mount tag; the share ID when empty.
 	Tag string `json:"tag,omitempty"`
+	// Live hot-plugs the share into a running server (?live=1, a vmeta
+	// extension: the specification attaches to SHUTOFF servers only).
+	Live bool `json:"-"`
 }
 
 // ServerShareRequest is the body of POST /v1/servers/{id}/shares.
