@@ -33,12 +33,8 @@ func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.S
 	if err != nil {
 		return nil, err
 	}
-	doc, err := c.domains.XML(ctx, name, true)
-	if err != nil {
-		return nil, fmt.Errorf("attach share to %s: %w", name, err)
-	}
-	if !sharedMemoryRE.Match(doc) {
-		return nil, fmt.Errorf("attach share to %s: %w: the running domain's memory is not shared (it booted without shares and without hostctl serve --shared-memory), and virtiofs needs shared memory from boot: stop the instance and attach the share cold", name, ErrState)
+	if err := c.checkSharedMemory(ctx, name); err != nil {
+		return nil, err
 	}
 	if _, used := dc.live.Share(s.EffectiveTag()); used {
 		return nil, fieldError("share.tag", s.EffectiveTag(), "is already the tag of a virtiofs share of the domain")
@@ -67,6 +63,30 @@ func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.S
 		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
 	})
 	return c.finishDeviceChange(ctx, r, dc, next, nil)
+}
+
+// CheckShareLive tells whether a share can be hot-plugged into the
+// running instance now: it runs, and its memory is shared. The share
+// service asks before it changes anything.
+func (c *Controller) CheckShareLive(ctx context.Context, name string) error {
+	if _, err := c.ownRecord(ctx, "attach share to", name); err != nil {
+		return err
+	}
+	if err := c.drv.require("attach share to", name); err != nil {
+		return err
+	}
+	return c.checkSharedMemory(ctx, name)
+}
+
+func (c *Controller) checkSharedMemory(ctx context.Context, name string) error {
+	doc, err := c.domains.XML(ctx, name, true)
+	if err != nil {
+		return fmt.Errorf("attach share to %s: %w", name, err)
+	}
+	if !sharedMemoryRE.Match(doc) {
+		return fmt.Errorf("attach share to %s: %w: the running domain's memory is not shared (it booted without shares), and virtiofs needs shared memory from boot: stop the instance and attach the share cold", name, ErrState)
+	}
+	return nil
 }
 
 // DetachShareLive hot-unplugs the share with share ID id from a running

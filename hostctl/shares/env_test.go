@@ -182,6 +182,30 @@ func (f instancesFunc) ApplyInstance(ctx context.Context, in *model.Instance) (*
 	return f.e.inst.ApplyInstance(ctx, in)
 }
 
+func (f instancesFunc) CheckShareLive(ctx context.Context, name string) error {
+	li, ok := f.e.inst.(LiveInstances)
+	if !ok {
+		return fmt.Errorf("no live attach in this test")
+	}
+	return li.CheckShareLive(ctx, name)
+}
+
+func (f instancesFunc) AttachShareLive(ctx context.Context, name string, s model.Share) (*types.Instance, error) {
+	li, ok := f.e.inst.(LiveInstances)
+	if !ok {
+		return nil, fmt.Errorf("no live attach in this test")
+	}
+	return li.AttachShareLive(ctx, name, s)
+}
+
+func (f instancesFunc) DetachShareLive(ctx context.Context, name, id string) (*types.Instance, error) {
+	li, ok := f.e.inst.(LiveInstances)
+	if !ok {
+		return nil, fmt.Errorf("no live detach in this test")
+	}
+	return li.DetachShareLive(ctx, name, id)
+}
+
 // stateOverride reports a fixed domain state for every instance.
 type stateOverride struct {
 	Instances

@@ -37,6 +37,7 @@ func libvirtEnv(t *testing.T) (*env, string) {
 		o.Domain = virt.Options{MemoryMiB: 128}
 		o.ShareRoot = filepath.Join(dir, "shares")
 		o.ResyncInterval = -1
+		o.DetachTimeout = 2 * time.Second
 	})
 	return e, uri
 }
@@ -158,5 +159,71 @@ func TestLibvirtShareLifecycle(t *testing.T) {
 	}
 	if _, err := loadShare(ctx, e.st, id); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("share still there: %v", err)
+	}
+}
+
+// TestLibvirtLiveAttach: beyond the specification, a share is hot-plugged
+// into a running domain that booted with shared memory (libvirt 9.0 with
+// QEMU's virtiofsd 7.2 accept it: virtiofsd starts for the directory, the
+// live and persistent XML and the metadata get it, the mapping is
+// active), and hot-unplugged again (this guest runs no OS, so it never
+// releases the device: the detach completes with the warning that the
+// running domain lets go when the guest does). A running domain without
+// shared memory is refused, naming why.
+func TestLibvirtLiveAttach(t *testing.T) {
+	e, uri := libvirtEnv(t)
+	ctx := context.Background()
+	name := domainName(t, uri)
+	u := e.instance(name, "demo")
+	first, second := e.localShare("demo"), e.localShare("demo")
+	e.attach(name, first)
+	if _, err := e.ctl.Start(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.svc.AttachShare(ctx, admin, name, types.ServerShareAttach{ShareID: second, Tag: "hot", Live: true})
+	if err != nil {
+		t.Fatalf("live attach: %v", err)
+	}
+	if m.Status != types.ShareActive {
+		t.Errorf("live attach answered %+v, want active", m)
+	}
+	dir := e.share(second).Export
+	for _, live := range []bool{true, false} {
+		args := []string{"dumpxml", name}
+		if !live {
+			args = append(args, "--inactive")
+		}
+		if xml := virsh(t, uri, args...); !strings.Contains(xml, "<target dir='hot'/>") || !strings.Contains(xml, "<source dir='"+dir+"'/>") {
+			t.Errorf("XML (live %v) lacks the hot-plugged share:\n%s", live, xml)
+		}
+	}
+	waitFor(t, "virtiofsd serving "+dir, func() bool { return virtiofsdFor(dir) })
+	e.wantAttached("after the live attach", u, name, second, types.ShareActive)
+
+	if _, err := e.svc.DetachShare(ctx, admin, name, second, true); err != nil {
+		t.Fatalf("live detach: %v", err)
+	}
+	e.wantDetached("after the live detach", u, name, second)
+	if xml := virsh(t, uri, "dumpxml", "--inactive", name); strings.Contains(xml, "<target dir='hot'/>") {
+		t.Errorf("persistent XML still has the share:\n%s", xml)
+	}
+	if !strings.Contains(e.logs.String(), "has not released it") {
+		t.Errorf("no warning about the pending live detach in the log")
+	}
+
+	// A domain that booted without shared memory.
+	other := domainName(t, uri)
+	e.instance(other, "demo")
+	if _, err := e.ctl.Start(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	third := e.localShare("demo")
+	before := e.snapshot()
+	_, err = e.svc.AttachShare(ctx, admin, other, types.ServerShareAttach{ShareID: third, Live: true})
+	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "memory is not shared") {
+		t.Errorf("live attach without shared memory: %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("the refused live attach changed something:\n%s\n---\n%s", before, after)
 	}
 }

@@ -61,6 +61,7 @@ type Instances interface {
 // instances (controller.AttachShareLive/DetachShareLive), for attach and
 // detach with live set; an Instances without it refuses them.
 type LiveInstances interface {
+	CheckShareLive(ctx context.Context, name string) error
 	AttachShareLive(ctx context.Context, name string, s model.Share) (*types.Instance, error)
 	DetachShareLive(ctx context.Context, name, shareID string) (*types.Instance, error)
 }
@@ -379,6 +380,11 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	li, _ := s.inst.(LiveInstances)
 	if live && li == nil {
 		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, controller.ErrState)
+	}
+	if live {
+		if err := li.CheckShareLive(ctx, rec.Name); err != nil {
+			return types.ShareMapping{}, err
+		}
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
