@@ -29,8 +29,20 @@ import (
 // (the share service asks for SHUTOFF); the rest is the real controller.
 type stateCtl struct {
 	*controller.Controller
-	mu    sync.Mutex
-	state map[string]string
+	mu          sync.Mutex
+	state       map[string]string
+	unsupported bool
+}
+
+// CheckShareSupport plays a host whose libvirt cannot share guest
+// memory when unsupported is set (virt.ShareSupport.Check's words).
+func (s *stateCtl) CheckShareSupport(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unsupported {
+		return fmt.Errorf("%w: this host cannot share guest memory: libvirt's domain capabilities list no memfd memory backing, which virtiofs needs", controller.ErrState)
+	}
+	return s.Controller.CheckShareSupport(ctx)
 }
 
 func (s *stateCtl) Get(ctx context.Context, name string) (*types.Instance, error) {
@@ -232,6 +244,7 @@ func TestServerSharesRefused(t *testing.T) {
 		req    types.ServerShareAttach
 		detach string // detach this share instead of attaching
 		state  string
+		nomem  bool // the host cannot share guest memory
 		status int
 		says   string
 	}{
@@ -251,10 +264,12 @@ func TestServerSharesRefused(t *testing.T) {
 		{name: "detach from a running server", as: s.a, server: "a-1", detach: shA, state: "running", status: 409, says: "SHUTOFF or ERROR"},
 		{name: "detach a share not attached", as: s.a, server: "a-2", detach: shA, status: 404, says: "not attached"},
 		{name: "detach malformed uuid", as: s.a, server: "a-1", detach: "xyz", status: 400, says: "must be a UUID"},
+		{name: "memory cannot be shared", as: s.a, server: "a-2", req: types.ServerShareAttach{ShareID: shA2}, nomem: true, status: 409, says: "cannot share guest memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.ctl.mu.Lock()
 			s.ctl.state = map[string]string{}
+			s.ctl.unsupported = tc.nomem
 			if tc.state != "" {
 				s.ctl.state[tc.server] = tc.state
 			}

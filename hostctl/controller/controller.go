@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -100,6 +101,8 @@ type Controller struct {
 	observer func(op string, took time.Duration, err error)
 
 	shareHooks shareHooksPtr // sharehooks.go
+	shareCaps  shareSupporter
+	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -200,6 +203,7 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 	}
 	if c.log == nil {
 		c.log = slog.Default()

@@ -14,6 +14,32 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// shareSupporter is a hypervisor that tells what it can do for virtiofs
+// shares (virt.Conn).
+type shareSupporter interface {
+	ShareSupport(ctx context.Context, typ virt.DomainType, machine string) (virt.ShareSupport, error)
+}
+
+// CheckShareSupport refuses, with ErrState, shares on a host whose
+// libvirt offers no virtiofs driver or cannot share guest memory (Nova's
+// COMPUTE_STORAGE_VIRTIO_FS and COMPUTE_MEM_BACKING_FILE traits): an
+// instance whose memory cannot be shared cannot have a share. Without a
+// hypervisor, or one that cannot tell, there is nothing to check.
+func (c *Controller) CheckShareSupport(ctx context.Context) error {
+	if c.shareCaps == nil || c.shareOK.Load() {
+		return nil
+	}
+	sup, err := c.shareCaps.ShareSupport(ctx, c.dom.Type, c.dom.Machine)
+	if err != nil {
+		return err
+	}
+	if err := sup.Check(); err != nil {
+		return fmt.Errorf("%w: %v", ErrState, err)
+	}
+	c.shareOK.Store(true)
+	return nil
+}
+
 // sharedMemoryRE finds shared guest memory in a domain's XML (libvirt
 // writes <access mode='shared'/> inside <memoryBacking>).
 var sharedMemoryRE = regexp.MustCompile(`(?s)<memoryBacking>.*<access mode=['"]shared['"]/>.*</memoryBacking>`)

@@ -66,6 +66,13 @@ type LiveInstances interface {
 	DetachShareLive(ctx context.Context, name, shareID string) (*types.Instance, error)
 }
 
+// SupportChecker tells whether this host can give instances shares at all
+// (controller.CheckShareSupport): asked before an attach changes
+// anything.
+type SupportChecker interface {
+	CheckShareSupport(ctx context.Context) error
+}
+
 // Options configure a Service.
 type Options struct {
 	// Host is this host's name (the owner of the mappings of its
@@ -384,6 +391,11 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if live {
 		if err := li.CheckShareLive(ctx, rec.Name); err != nil {
 			return types.ShareMapping{}, err
+		}
+	}
+	if sc, ok := s.inst.(SupportChecker); ok {
+		if err := sc.CheckShareSupport(ctx); err != nil {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
 		}
 	}
 	in, err := decodeSpec(rec)
