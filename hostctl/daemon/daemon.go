@@ -81,6 +81,8 @@ type Config struct {
 	AdminTLSKey     string
 
 	Virt VirtConfig
+	// Shares configures the share service (shares.go).
+	Shares ShareConfig
 
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
@@ -112,6 +114,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+	c.Shares.AddFlags(fs)
 }
 
 // TokenKeyFilePath is the session-token key file in a data directory.

@@ -90,6 +90,7 @@ func (s *Service) PrepareStart(ctx context.Context, uuid string) error {
 			if terr := transition(ctx, s.st, &m, types.ShareError, reason, types.ShareInactive, types.ShareActive, types.ShareError); terr != nil {
 				s.log.Warn("could not mark the share mapping error", "share", m.ShareID, "err", terr)
 			}
+			s.instanceUpdate(ctx, uuid, m.InstanceName)
 			return fmt.Errorf("instance in ERROR: %v could not be mounted on the host: %w; fix it and start the instance again (a hard reboot)", m, err)
 		}
 		acquired = append(acquired, m)
@@ -122,6 +123,9 @@ func (s *Service) StartDone(ctx context.Context, uuid string, startErr error) {
 			s.log.Warn("share mapping not marked active", "share", m.ShareID, "instance", m.InstanceName, "err", err)
 		}
 	}
+	if startErr == nil && len(ms) > 0 {
+		s.instanceUpdate(ctx, uuid, ms[0].InstanceName)
+	}
 }
 
 // Stopped is told that an instance's domain stopped: its active mappings
@@ -134,10 +138,17 @@ func (s *Service) Stopped(ctx context.Context, uuid string) {
 		s.log.Warn("share mappings after stop", "instance", uuid, "err", err)
 		return
 	}
+	changed := ""
+	defer func() {
+		if changed != "" {
+			s.instanceUpdate(ctx, uuid, changed)
+		}
+	}()
 	for _, m := range ms {
 		if m.Status != types.ShareActive {
 			continue
 		}
+		changed = m.InstanceName
 		to, reason := types.ShareInactive, ""
 		if m.Proto == types.ShareProtoNFS {
 			if err := s.mounts.Release(ctx, m.ShareID, uuid); err != nil {

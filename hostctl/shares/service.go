@@ -91,6 +91,10 @@ type Options struct {
 	ReconcileInterval time.Duration
 	// MountInfo is the mount table read; /proc/self/mountinfo when empty.
 	MountInfo string
+	// InstanceUpdateEvents emits an instance.update event (stream
+	// "instances") with the instance's mappings whenever one of them
+	// changes (the specification's include_share_mapping; off by default).
+	InstanceUpdateEvents bool
 }
 
 // Service is the share registry and the share mappings of one host.
@@ -103,6 +107,7 @@ type Service struct {
 	events   *events.Log
 	log      *slog.Logger
 	interval time.Duration
+	instEvts bool
 
 	locks keylock.Map
 
@@ -120,7 +125,8 @@ func New(st Store, inst Instances, opts Options) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{st: st, inst: inst, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval}
+	s := &Service{st: st, inst: inst, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
+		instEvts: opts.InstanceUpdateEvents}
 	s.mounts = NewMounts(filepath.Join(opts.ShareRoot, NFSMountDir), opts.Runner, log)
 	if opts.MountInfo != "" {
 		s.mounts.mountinfo = opts.MountInfo
@@ -640,6 +646,42 @@ func (s *Service) emit(ctx context.Context, typ string, m Mapping) {
 	}
 	if _, err := s.events.Emit(ctx, Stream, typ, m.event()); err != nil {
 		s.log.Warn("share event not recorded", "type", typ, "share", m.ShareID, "err", err)
+	}
+	s.instanceUpdate(ctx, m.Instance, m.InstanceName)
+}
+
+// InstanceStream and EventInstanceUpdate are the instance-update events
+// of Options.InstanceUpdateEvents.
+const (
+	InstanceStream      = "instances"
+	EventInstanceUpdate = "instance.update"
+)
+
+// InstanceUpdatePayload is an instance.update event: the instance and all
+// its share mappings (without export locations).
+type InstanceUpdatePayload struct {
+	Instance string         `json:"instance_uuid"`
+	Name     string         `json:"name"`
+	Shares   []EventPayload `json:"shares"`
+}
+
+// instanceUpdate emits an instance.update event with the instance's
+// mappings as they are now, when the option is on.
+func (s *Service) instanceUpdate(ctx context.Context, uuid, name string) {
+	if s.events == nil || !s.instEvts {
+		return
+	}
+	ms, err := mappings(ctx, s.st, uuid)
+	if err != nil {
+		s.log.Warn("instance.update event not emitted", "instance", name, "err", err)
+		return
+	}
+	p := InstanceUpdatePayload{Instance: uuid, Name: name, Shares: []EventPayload{}}
+	for _, m := range ms {
+		p.Shares = append(p.Shares, m.event())
+	}
+	if _, err := s.events.Emit(ctx, InstanceStream, EventInstanceUpdate, p); err != nil {
+		s.log.Warn("instance.update event not recorded", "instance", name, "err", err)
 	}
 }
 

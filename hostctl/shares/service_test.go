@@ -2,6 +2,7 @@ package shares
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"errors"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/metadata"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -325,5 +327,56 @@ func TestCreateRefused(t *testing.T) {
 	id := e.nfsShare("demo", "filer:/x")
 	if _, err := e.svc.CreateShare(ctx, admin, with(func(r *types.ShareCreateRequest) { r.ID = strings.ToUpper(id) })); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("duplicate id: %v", err)
+	}
+}
+
+// TestInstanceUpdateEvents: with the option on, every mapping change
+// emits an instance.update event carrying all the instance's mappings
+// (no export location); off (the default) emits none.
+func TestInstanceUpdateEvents(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("on=", on), func(t *testing.T) {
+			e := newEnv(t, stores(t)["redis"](t))
+			e.svc.instEvts = on
+			ctx := context.Background()
+			u := e.instance("a", "demo")
+			id, nfs := e.localShare("demo"), e.nfsShare("demo", "filer:/x")
+			e.attach("a", id)
+			e.attach("a", nfs)
+			if err := e.svc.PrepareStart(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+			e.svc.StartDone(ctx, u, nil)
+			e.svc.Stopped(ctx, u)
+			evs, err := events.Read(ctx, e.events, InstanceStream, "", 100, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !on {
+				if len(evs) != 0 {
+					t.Errorf("option off, %d instance.update events", len(evs))
+				}
+				return
+			}
+			var got []string
+			for _, ev := range evs {
+				var p InstanceUpdatePayload
+				if err := json.Unmarshal(ev.Payload, &p); err != nil || ev.Type != EventInstanceUpdate || p.Instance != u || p.Name != "a" {
+					t.Fatalf("event %+v: %v", ev, err)
+				}
+				if strings.Contains(string(ev.Payload), "filer") || strings.Contains(string(ev.Payload), e.root) {
+					t.Errorf("export location in %s", ev.Payload)
+				}
+				var sts []string
+				for _, m := range p.Shares {
+					sts = append(sts, m.Status)
+				}
+				got = append(got, strings.Join(sts, "+"))
+			}
+			want := "inactive|inactive+inactive|active+active|inactive+inactive"
+			if strings.Join(got, "|") != want {
+				t.Errorf("instance.update statuses %q, want %q", strings.Join(got, "|"), want)
+			}
+		})
 	}
 }
