@@ -301,6 +301,19 @@ func TestServerSharesRefused(t *testing.T) {
 	if code, body = s.raw(t, http.MethodPost, "/v1/servers/a-2/shares", `{"share": {"share_id": "`+shA2+`", "bogus": 1}}`); code != 400 {
 		t.Errorf("unknown field: %d %s", code, body)
 	}
+	// A bad share definition: 400 naming the field; its value is in the
+	// answer (to the admin who sent it) but not in the log line.
+	_, err := s.admin.CreateShare(ctx, types.ShareCreateRequest{ProjectID: "a", Proto: "nfs", ExportLocation: "secret-filer/x"})
+	if status(err) != 400 || !strings.Contains(err.Error(), `export_location: "secret-filer/x": is not an NFS export`) {
+		t.Errorf("bad export: %v", err)
+	}
+	if _, err := s.admin.CreateShare(ctx, types.ShareCreateRequest{ProjectID: "a", Proto: "local", ExportLocation: filepath.Join(s.root, "missing")}); status(err) != 400 || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing local export: %v", err)
+	}
+	if strings.Contains(s.logs.String(), "secret-filer") || !strings.Contains(s.logs.String(), "export_location: is not an NFS export") {
+		t.Errorf("the refusal's log line:\n%s", s.logs.String())
+	}
+
 	// Members neither create nor delete shares; they do not see b's.
 	if _, err := s.a.CreateShare(ctx, types.ShareCreateRequest{ProjectID: "a", Proto: "nfs", ExportLocation: "f:/x"}); status(err) != 403 {
 		t.Errorf("member create: %v", err)

@@ -22,7 +22,10 @@
 // and the persistent one of a domain that is shut off. Every publish of a
 // running domain also puts the rebuilt config drive into its cdrom, as a
 // new file, by a forced media change (media.go). Shares are virtiofs
-// filesystems of host directories under the share root (shares.go).
+// filesystems of host directories under the share root; the share
+// service (hostctl/shares) merges an instance's mapped shares into every
+// apply and follows its starts, stops and deletes (sharehooks.go), and
+// hot-plugs shares into running instances (sharehotplug.go).
 package controller
 
 import (

@@ -26,6 +26,25 @@ printf 'vmeta-shares: mount %s\n' "$(findmnt -n -o SOURCE,FSTYPE /mnt/shares/reg
 printf 'vmeta-shares: file %s\n' "$(cat /mnt/shares/regdata/hello.txt 2>/dev/null || echo none)"
 printf 'vmeta-shares: find %s\n' "$(vmeta-agent find --tag regdata --type share 2>&1)"
 sed 's/^/vmeta-shares: applylog /' /run/apply.log
+if findmnt -n /mnt/shares/regdata >/dev/null 2>&1; then
+	# With the share attached: the agent follows the metadata while the
+	# host hot-plugs a second share and hot-unplugs it again.
+	vmeta-agent run --poll-interval 1h --log-level debug >/run/agent.log 2>&1 &
+	AGENT=$!
+	echo "vmeta-shares: waiting-hot"
+	i=0
+	until [ -e /mnt/shares/hot/hot.txt ]; do
+		i=$((i+1)); if [ $i -gt 900 ]; then echo "vmeta-shares: hot-timeout"; break; fi; sleep 0.2
+	done
+	printf 'vmeta-shares: hotfile %s\n' "$(cat /mnt/shares/hot/hot.txt 2>/dev/null || echo none)"
+	i=0
+	while findmnt -n /mnt/shares/hot >/dev/null 2>&1; do
+		i=$((i+1)); if [ $i -gt 900 ]; then echo "vmeta-shares: unhot-timeout"; break; fi; sleep 0.2
+	done
+	printf 'vmeta-shares: hotgone %s\n' "$(findmnt -n /mnt/shares/hot >/dev/null 2>&1 && echo no || echo yes)"
+	kill $AGENT
+	sed 's/^/vmeta-shares: agentlog /' /run/agent.log
+fi
 echo "vmeta-shares: boot-done"
 `
 
@@ -43,7 +62,7 @@ func bootReport(t *testing.T, console string, n int, timeout time.Duration) map[
 				l = strings.TrimRight(l, "\r")
 				if i := strings.Index(l, "vmeta-shares: "); i >= 0 {
 					k, v, _ := strings.Cut(l[i+len("vmeta-shares: "):], " ")
-					if k != "applylog" {
+					if k != "applylog" && k != "agentlog" {
 						out[k] = v
 					}
 				}
@@ -65,7 +84,9 @@ func bootReport(t *testing.T, console string, n int, timeout time.Duration) map[
 // reads the file the host wrote. The guest powers off; the mapping goes
 // back to inactive (libvirt's stop event), `hostctl share detach`
 // removes it, and after the next boot the guest has neither the mount
-// nor the file.
+// nor the file. Before it powers off, the first boot also sees a second
+// share hot-plugged (`share attach --live`: mounted by the agent, its file
+// read) and hot-unplugged (`share detach --live`: unmounted).
 func TestShareInBootedGuest(t *testing.T) {
 	uri := testenv.RequireLibvirt(t)
 	for _, p := range []string{udevadmBin, findmntBin} {
@@ -111,10 +132,34 @@ func TestShareInBootedGuest(t *testing.T) {
 		t.Errorf("mappings while running: %+v", ms.Shares)
 	}
 	console := filepath.Join(d.DataDir, "instances", name, "console.log")
-	r1 := bootReport(t, console, 1, bootTimeout)
+	testenv.WaitConsole(t, console, "vmeta-shares: waiting-hot", bootTimeout)
 	t.Logf("boot with the share to its report under TCG: %s", time.Since(start).Round(time.Second))
+
+	// Beyond the specification: hot-plug a second share into the running
+	// guest (it booted with shared memory), then hot-unplug it.
+	hotDir := filepath.Join(d.DataDir, "shares", "hot-data")
+	if err := os.MkdirAll(hotDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hotDir, "hot.txt"), []byte("hot-plugged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var hot types.ShareBody
+	d.ctlJSON(&hot, "share", "create", "--proto", "local", "--export", hotDir, "--project", "demo")
+	hotStart := time.Now()
+	d.ctlJSON(&m, "share", "attach", name, hot.Share.ID, "--tag", "hot", "--live")
+	if m.Share.Status != types.ShareActive {
+		t.Errorf("live attach: %+v, want active", m.Share)
+	}
+	testenv.WaitConsole(t, console, "vmeta-shares: hotfile", hotplugTimeout)
+	t.Logf("live attach to the file read in the guest: %s", time.Since(hotStart).Round(time.Second))
+	d.ctl("share", "detach", name, hot.Share.ID, "--live")
+	r1 := bootReport(t, console, 1, hotplugTimeout)
 	if r1["file"] != text || !strings.HasPrefix(r1["mount"], "regdata virtiofs") || r1["find"] != "/mnt/shares/regdata" {
 		t.Errorf("first boot: %v; want the share mounted at /mnt/shares/regdata and the file read", r1)
+	}
+	if r1["hotfile"] != "hot-plugged" || r1["hotgone"] != "yes" {
+		t.Errorf("live attach and detach in the guest: hotfile %q hotgone %q; want the file read, then the mount gone", r1["hotfile"], r1["hotgone"])
 	}
 
 	// The guest powered itself off: the mapping follows libvirt's event.
@@ -141,4 +186,5 @@ func TestShareInBootedGuest(t *testing.T) {
 	}
 	d.ctl("instance", "delete", name)
 	d.ctl("share", "delete", sh.Share.ID)
+	d.ctl("share", "delete", hot.Share.ID)
 }
