@@ -232,7 +232,14 @@ func TestServerSharesRefused(t *testing.T) {
 		}
 		return sh.ID
 	}
-	shA, shA2, shB := mk("a"), mk("a"), mk("b")
+	shA, shA2, shB, shGone := mk("a"), mk("a"), mk("b"), mk("a")
+	gone, err := s.admin.Share(ctx, shGone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(gone.ExportLocation); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.a.AttachShare(ctx, "a-1", types.ServerShareAttach{ShareID: shA, Tag: "data"}); err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +271,7 @@ func TestServerSharesRefused(t *testing.T) {
 		{name: "detach from a running server", as: s.a, server: "a-1", detach: shA, state: "running", status: 409, says: "SHUTOFF or ERROR"},
 		{name: "detach a share not attached", as: s.a, server: "a-2", detach: shA, status: 404, says: "not attached"},
 		{name: "detach malformed uuid", as: s.a, server: "a-1", detach: "xyz", status: 400, says: "must be a UUID"},
+		{name: "the share's directory is gone", as: s.a, server: "a-2", req: types.ServerShareAttach{ShareID: shGone}, status: 409, says: "the share's directory is missing"},
 		{name: "memory cannot be shared", as: s.a, server: "a-2", req: types.ServerShareAttach{ShareID: shA2}, nomem: true, status: 409, says: "cannot share guest memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,7 +311,7 @@ func TestServerSharesRefused(t *testing.T) {
 	}
 	// A bad share definition: 400 naming the field; its value is in the
 	// answer (to the admin who sent it) but not in the log line.
-	_, err := s.admin.CreateShare(ctx, types.ShareCreateRequest{ProjectID: "a", Proto: "nfs", ExportLocation: "secret-filer/x"})
+	_, err = s.admin.CreateShare(ctx, types.ShareCreateRequest{ProjectID: "a", Proto: "nfs", ExportLocation: "secret-filer/x"})
 	if status(err) != 400 || !strings.Contains(err.Error(), `export_location: "secret-filer/x": is not an NFS export`) {
 		t.Errorf("bad export: %v", err)
 	}
@@ -324,8 +332,8 @@ func TestServerSharesRefused(t *testing.T) {
 	if _, err := s.a.Share(ctx, shB); status(err) != 403 {
 		t.Errorf("member show of b's share: %v", err)
 	}
-	if l, err := s.a.Shares(ctx); err != nil || len(l) != 2 {
-		t.Errorf("member list: %d %v, want a's two shares", len(l), err)
+	if l, err := s.a.Shares(ctx); err != nil || len(l) != 3 {
+		X
 	}
 }
 

@@ -239,7 +239,7 @@ func (s *Service) DeleteShare(ctx context.Context, p types.Principal, id string)
 		case err == nil:
 			s.log.Info("share deleted", "share", id)
 			return nil
-		case errors.Is(err, store.ErrConflict):
+		case errors.Is(err, store.ErrConflict) && ctx.Err() == nil:
 			continue // locked (or changed) meanwhile: look again
 		case errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("delete share %s: %w", id, store.ErrNotFound)
@@ -427,7 +427,9 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	}
 	if sh.Proto == types.ShareProtoLocal {
 		if _, err := checkLocalExport(s.root, s.mounts.base, sh.Export); err != nil {
-			return types.ShareMapping{}, fmt.Errorf("attach share %s: the share's directory is no longer usable: %w", id, err)
+			// Not the caller's input, and the export location is
+			// admin-only: no details here, nor in the log line.
+			return types.ShareMapping{}, fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, controller.ErrState)
 		}
 	} else if err := os.MkdirAll(s.mounts.Dir(id), 0o700); err != nil {
 		return types.ShareMapping{}, fmt.Errorf("attach share %s: %w", id, err)
