@@ -333,7 +333,7 @@ func TestServerSharesRefused(t *testing.T) {
 		t.Errorf("member show of b's share: %v", err)
 	}
 	if l, err := s.a.Shares(ctx); err != nil || len(l) != 3 {
-		X
+		t.Errorf("member list: %d %v, want a's three shares", len(l), err)
 	}
 }
 
