@@ -121,69 +121,94 @@ func TestSharesCLI(t *testing.T) {
 // TestSharesKilledBetweenSteps kills `hostctl serve` (SIGKILL) between
 // each two steps of an attach and of a detach, restarts it, and checks
 // that the start-up reconciler converges: an interrupted attach ends
-// inactive (locked, in the spec and the metadata), an interrupted detach
-// ends with no trace.
+// inactive (locked, in the spec and the metadata, and with libvirt in the
+// domain's persistent XML), an interrupted detach ends with no trace. It
+// runs without a hypervisor and with the real libvirtd.
 func TestSharesKilledBetweenSteps(t *testing.T) {
-	for _, tc := range []struct {
-		step   string
-		detach bool
-	}{
-		{step: "lock"}, {step: "apply"}, {step: "inactive"},
-		{step: "detach-apply", detach: true}, {step: "unlock", detach: true}, {step: "delete-mapping", detach: true},
-	} {
-		t.Run(tc.step, func(t *testing.T) {
-			d := startDaemon(t, daemonOptions{Env: []string{shares.PauseEnv + "=" + tc.step}})
-			d.Apply("name: web-1\nproject_id: demo\naddresses: [127.0.0.1]\n")
-			dir := shareDir(t, d, "data")
-			var sh types.ShareBody
-			decodeJSON(t, d.MustCtl("share", "create", "--proto", "local", "--export", dir, "--project", "demo", "--output", "json").stdout, &sh)
-			id := sh.Share.ID
-			op := []string{"share", "attach", "web-1", id}
-			if tc.detach {
-				d.MustCtl(op...)
-				op = []string{"share", "detach", "web-1", id}
+	for _, mode := range []string{"none", "libvirt"} {
+		t.Run(mode, func(t *testing.T) {
+			var uri string
+			var args []string
+			if mode == "libvirt" {
+				uri = testenv.RequireLibvirt(t)
+				requireVirtServe(t)
+				args = []string{"--virt", "libvirt", "--libvirt-uri", uri, "--domain-type", "qemu", "--domain-memory", "128", "--reconcile-interval", "0"}
 			}
-			done := make(chan result, 1)
-			go func() { done <- hostctl(t, nil, append(op, "--socket", d.Socket)...) }()
-			waitUntil(t, "the daemon to pause at "+tc.step, func() (bool, string) {
-				return strings.Contains(d.Log(), `msg="share operation paused for a test"`) && strings.Contains(d.Log(), "step="+tc.step), ""
-			})
-			d.proc.Kill()
-			if r := <-done; r.code == 0 {
-				t.Fatalf("%v succeeded although hostctl was killed: %s", op, r)
-			}
-
-			d2 := startDaemon(t, daemonOptions{DataDir: d.DataDir})
-			c := client.NewUnix(d2.Socket)
-			ctx := context.Background()
-			waitUntil(t, "the reconciler to converge", func() (bool, string) {
-				ms, err := c.ServerShares(ctx, "web-1")
-				if err != nil {
-					return false, err.Error()
-				}
-				s, err := c.Share(ctx, id)
-				if err != nil {
-					return false, err.Error()
-				}
-				inst, err := c.Get(ctx, "web-1")
-				if err != nil {
-					return false, err.Error()
-				}
-				inMD := false
-				for _, dev := range inst.Devices {
-					inMD = inMD || dev.ShareID == id
-				}
-				state := fmt.Sprintf("mappings %+v locked %v in metadata %v", ms, s.Locked, inMD)
-				if tc.detach {
-					return len(ms) == 0 && !s.Locked && !inMD, state
-				}
-				return len(ms) == 1 && ms[0].Status == types.ShareInactive && s.Locked && inMD, state
-			})
-			md := string(mustGet(t, d2.URL()+"/openstack/latest/meta_data.json"))
-			if strings.Contains(md, id) == tc.detach {
-				t.Errorf("published metadata and the mapping disagree:\n%s", md)
+			for _, tc := range []struct {
+				step   string
+				detach bool
+			}{
+				{step: "lock"}, {step: "apply"}, {step: "inactive"},
+				{step: "detach-apply", detach: true}, {step: "unlock", detach: true}, {step: "delete-mapping", detach: true},
+			} {
+				t.Run(tc.step, func(t *testing.T) { killBetweenSteps(t, uri, args, tc.step, tc.detach) })
 			}
 		})
+	}
+}
+
+func killBetweenSteps(t *testing.T, uri string, args []string, step string, detach bool) {
+	d := startDaemon(t, daemonOptions{Args: args, Env: []string{shares.PauseEnv + "=" + step}})
+	name := "web-1"
+	if uri != "" {
+		name = "shares-" + strings.TrimPrefix(testenv.UniqueDomainName(t), "vmeta-test-")
+		testenv.CleanupDomain(t, uri, name)
+	}
+	d.Apply("name: " + name + "\nproject_id: demo\naddresses: [127.0.0.1]\nconfig_drive: false\n")
+	dir := shareDir(t, d, "data")
+	var sh types.ShareBody
+	decodeJSON(t, d.MustCtl("share", "create", "--proto", "local", "--export", dir, "--project", "demo", "--output", "json").stdout, &sh)
+	id := sh.Share.ID
+	op := []string{"share", "attach", name, id, "--tag", "data"}
+	if detach {
+		d.MustCtl(op...)
+		op = []string{"share", "detach", name, id}
+	}
+	done := make(chan result, 1)
+	go func() { done <- hostctl(t, nil, append(op, "--socket", d.Socket)...) }()
+	waitUntil(t, "the daemon to pause at "+step, func() (bool, string) {
+		return strings.Contains(d.Log(), `msg="share operation paused for a test"`) && strings.Contains(d.Log(), "step="+step), ""
+	})
+	d.proc.Kill()
+	if r := <-done; r.code == 0 {
+		t.Fatalf("%v succeeded although hostctl was killed: %s", op, r)
+	}
+
+	d2 := startDaemon(t, daemonOptions{DataDir: d.DataDir, Args: args})
+	c := client.NewUnix(d2.Socket)
+	ctx := context.Background()
+	waitUntil(t, "the reconciler to converge", func() (bool, string) {
+		ms, err := c.ServerShares(ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		s, err := c.Share(ctx, id)
+		if err != nil {
+			return false, err.Error()
+		}
+		inst, err := c.Get(ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		inMD := false
+		for _, dev := range inst.Devices {
+			inMD = inMD || dev.ShareID == id
+		}
+		state := fmt.Sprintf("mappings %+v locked %v in metadata %v", ms, s.Locked, inMD)
+		if detach {
+			return len(ms) == 0 && !s.Locked && !inMD, state
+		}
+		return len(ms) == 1 && ms[0].Status == types.ShareInactive && s.Locked && inMD, state
+	})
+	md := string(mustGet(t, d2.URL()+"/openstack/latest/meta_data.json"))
+	if strings.Contains(md, id) == detach {
+		t.Errorf("published metadata and the mapping disagree:\n%s", md)
+	}
+	if uri != "" {
+		xml := mustVirsh(t, uri, "dumpxml", "--inactive", name)
+		if strings.Contains(xml, "<target dir='data'/>") == detach {
+			t.Errorf("the domain's persistent XML disagrees with the mapping (detach %v):\n%s", detach, xml)
+		}
 	}
 }
 
