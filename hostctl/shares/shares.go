@@ -74,11 +74,11 @@ type Share struct {
 // admins only).
 func (s Share) View(admin bool) types.Share {
 	out := types.Share{ID: s.ID, Name: s.Name, ProjectID: s.Project, Proto: s.Proto, Locked: len(s.Holders) > 0, CreatedAt: s.Created}
-	for _, h := range s.Holders {
-		out.LockedBy = append(out.LockedBy, h.Instance)
-	}
 	if admin {
 		out.ExportLocation = s.Export
+		for _, h := range s.Holders {
+			out.LockedBy = append(out.LockedBy, h.Instance)
+		}
 	}
 	return out
 }

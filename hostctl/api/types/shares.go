@@ -31,7 +31,7 @@ type Share struct {
 	ExportLocation string `json:"export_location,omitempty"`
 	// Locked is set while the share is mapped to an instance (on any
 	// host): it cannot be deleted then. LockedBy lists those instances
-	// (UUIDs).
+	// (UUIDs; administrators only).
 	Locked    bool      `json:"locked"`
 	LockedBy  []string  `json:"locked_by,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
