@@ -2,6 +2,7 @@ package devices
 
 import (
 	"fmt"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -79,3 +80,5 @@ func writeSysfs(t testing.TB, devs []fixtureDevice) string {
 	}
 	return root
 }
+
+func testenvRedisServer(t testing.TB) *testenv.RedisServer { return testenv.StartRedisServer(t) }

@@ -54,7 +54,7 @@ type Options struct {
 	Events Emitter
 	// Hook is the cleanup hook run when a burned device is released (nil:
 	// none).
-	Hook *Hook
+	Hook   *Hook
 	Logger *slog.Logger
 }
 
@@ -345,8 +345,12 @@ func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAli
 				}
 			}
 			if r.Count > pool {
+				note := ""
+				if absent > 0 {
+					note = fmt.Sprintf(" (%d more not present)", absent)
+				}
 				fe = append(fe, model.FieldError{Field: fmt.Sprintf("pci_aliases[%d].count", i), Value: r.Count,
-					Rule: fmt.Sprintf("more than the %d %s of alias %s on host %s", pool, plural(pool, "device"), r.Name, inv.host)})
+					Rule: fmt.Sprintf("more than the %d %s of alias %s on host %s%s", pool, plural(pool, "device"), r.Name, inv.host, note)})
 				continue
 			}
 			slices.SortFunc(mine, func(a, b entry) int { return strings.Compare(a.dev.Address, b.dev.Address) })
