@@ -80,6 +80,8 @@ type Config struct {
 	AdminTLSKey     string
 
 	Virt VirtConfig
+	// Devices is the passthrough device inventory (--device-spec, …).
+	Devices DevicesConfig
 
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
@@ -111,6 +113,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+	c.Devices.AddFlags(fs)
 }
 
 // TokenKeyFilePath is the session-token key file in a data directory.
@@ -191,6 +194,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer hv.close()
+	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, cfg.DataDir, log)
+	if err != nil {
+		return err
+	}
+	if hook != nil {
+		// Hooks still running are killed, and their outcome recorded
+		// before the store closes.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			hook.Stop(sctx)
+		}()
+	}
 	hm := hostmetrics.New()
 	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
 	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
@@ -203,6 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+		Devices:     inv,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
@@ -267,7 +284,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -289,7 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()

@@ -49,6 +49,8 @@ type Hook struct {
 
 	sem    chan struct{}
 	wg     sync.WaitGroup
+	base   context.Context
+	stop   context.CancelFunc
 	report func(types.Device, types.HookResult)
 	now    func() time.Time
 }
@@ -61,7 +63,21 @@ func NewHook(command string, timeout time.Duration) (*Hook, error) {
 	if timeout <= 0 {
 		timeout = DefaultHookTimeout
 	}
-	return &Hook{Command: command, Timeout: timeout, sem: make(chan struct{}, MaxRunningHooks), now: time.Now}, nil
+	base, stop := context.WithCancel(context.Background())
+	return &Hook{Command: command, Timeout: timeout, sem: make(chan struct{}, MaxRunningHooks), now: time.Now, base: base, stop: stop}, nil
+}
+
+// Stop kills the hooks still running (each is reported as stopped) and
+// waits for their reports until ctx is done. Run after Stop reports
+// every hook as stopped.
+func (h *Hook) Stop(ctx context.Context) {
+	h.stop()
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // Run starts the hook for d in the background.
@@ -112,7 +128,7 @@ func (h *Hook) run(d types.Device) types.HookResult {
 	if err != nil {
 		return res(HookError, "encode the device: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	ctx, cancel := context.WithTimeout(h.base, h.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Command)
 	cmd.Stdin = bytes.NewReader(body)
@@ -125,6 +141,8 @@ func (h *Hook) run(d types.Device) types.HookResult {
 	err = cmd.Run()
 	tail := strings.TrimSpace(stderr.String())
 	switch {
+	case h.base.Err() != nil:
+		return res(HookError, "killed: hostctl is stopping; stderr: %q", tail)
 	case ctx.Err() != nil:
 		return res(HookTimeout, "killed after %s; stderr: %q", h.Timeout, tail)
 	case err != nil:

@@ -517,13 +517,16 @@ func (inv *Inventory) Held(ctx context.Context, consumerUUID string) ([]types.De
 }
 
 // Managed reports whether addr is a device of this host's inventory (an
-// instance may then get it only through pci_aliases).
-func (inv *Inventory) Managed(ctx context.Context, addr string) (bool, error) {
-	_, err := inv.Show(ctx, addr)
+// instance may then get it only through pci_aliases), and its alias.
+func (inv *Inventory) Managed(ctx context.Context, addr string) (string, bool, error) {
+	d, err := inv.Show(ctx, addr)
 	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
+		return "", false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return "", false, err
+	}
+	return d.Alias, true, nil
 }
 
 // Clean is the operator saying the device is clean: reserved back to 0,
@@ -677,4 +680,42 @@ func (inv *Inventory) recordHook(d types.Device, res types.HookResult) {
 		inv.log.Error("cleanup hook result not recorded", "address", d.Address, "err", err)
 	}
 	inv.emit(ctx, EventHook, d)
+}
+
+// ListDevices is List for the admin API (api.DeviceService).
+func (inv *Inventory) ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]types.Device, error) {
+	return inv.List(ctx, Filter{NeedsCleaning: needsCleaning, Trait: trait, AllHosts: allHosts})
+}
+
+// ClaimFor is Claim for the controller (controller.Devices): the devices
+// as pci_devices entries of the instance spec.
+func (inv *Inventory) ClaimFor(ctx context.Context, uuid, name string, reqs []model.PCIAlias) ([]model.PCIDevice, []string, error) {
+	held, claimed, err := inv.Claim(ctx, Consumer{UUID: uuid, Name: name}, reqs)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]model.PCIDevice, len(held))
+	for i, d := range held {
+		out[i] = model.PCIDevice{Address: d.Address, OneTimeUse: d.OneTimeUse, Alias: d.Alias}
+	}
+	return out, claimed, nil
+}
+
+// ReleaseFor is Release for the controller.
+func (inv *Inventory) ReleaseFor(ctx context.Context, uuid string, addrs []string) error {
+	_, err := inv.Release(ctx, uuid, addrs)
+	return err
+}
+
+// HeldBy lists the addresses of the devices consumer holds.
+func (inv *Inventory) HeldBy(ctx context.Context, uuid string) ([]string, error) {
+	held, err := inv.Held(ctx, uuid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(held))
+	for i, d := range held {
+		out[i] = d.Address
+	}
+	return out, nil
 }

@@ -31,7 +31,8 @@ type Device struct {
 	// or in use) but never claimed.
 	Present bool `json:"present"`
 
-	// Consumer is the UUID of the instance using it; ConsumerName its name.
+	// Consumer is the UUID of the instance using it; ConsumerName its
+	// name, kept after release (the instance that used it last).
 	Consumer     string `json:"consumer,omitempty"`
 	ConsumerName string `json:"consumer_name,omitempty"`
 

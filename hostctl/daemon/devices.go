@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// DevicesConfig is the passthrough device inventory's part of the
+// configuration.
+type DevicesConfig struct {
+	// SpecFile is the device spec (YAML or JSON); empty: no devices are
+	// offered (burned devices of an earlier spec stay listed).
+	SpecFile string
+	// SysfsRoot is where sysfs is mounted ("/sys").
+	SysfsRoot string
+	// CleanupHook is run with the device record on stdin when a burned
+	// device is released; CleanupHookTimeout bounds it.
+	CleanupHook        string
+	CleanupHookTimeout time.Duration
+}
+
+// AddFlags registers the device flags.
+func (c *DevicesConfig) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.SpecFile, "device-spec", "", "device spec file (YAML or JSON): which PCI devices instances may request by alias (pci_aliases), and which are one-time-use")
+	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "where sysfs is mounted: the PCI devices are read from SYSFS-ROOT/bus/pci/devices")
+	fs.StringVar(&c.CleanupHook, "cleanup-hook", "", "command (run by /bin/sh -c) started when a burned one-time-use device is released, with the device record as JSON on stdin; it never blocks hostctl and is never retried")
+	fs.DurationVar(&c.CleanupHookTimeout, "cleanup-hook-timeout", devices.DefaultHookTimeout, "how long a cleanup hook may run before it is killed (and reported as timeout)")
+}
+
+// openDevices builds the host's device inventory: reads the device spec
+// and sysfs, syncs the inventory (healing devices marked one-time-use
+// while allocated) and releases the devices of instances this host does
+// not have (an apply killed between its claim and its store write): they
+// stay burned and need cleaning.
+func openDevices(ctx context.Context, cfg DevicesConfig, st store.Store, host, dataDir string, log *slog.Logger) (*devices.Inventory, *devices.Hook, error) {
+	ds, ok := st.(devices.Store)
+	if !ok {
+		return nil, nil, fmt.Errorf("device inventory: the store %T has no record groups", st)
+	}
+	var spec *devices.Spec
+	if cfg.SpecFile != "" {
+		var err error
+		if spec, err = devices.LoadSpec(cfg.SpecFile); err != nil {
+			return nil, nil, configErrorf("--device-spec: %v", err)
+		}
+	}
+	var hook *devices.Hook
+	if cfg.CleanupHook != "" {
+		var err error
+		if hook, err = devices.NewHook(cfg.CleanupHook, cfg.CleanupHookTimeout); err != nil {
+			return nil, nil, configErrorf("--cleanup-hook: %v", err)
+		}
+	}
+	streams, err := events.For(st, filepath.Join(dataDir, "events"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("device events: %w", err)
+	}
+	inv, err := devices.New(ds, devices.Options{Host: host, Spec: spec, Hook: hook, Logger: log,
+		Events: events.New(streams, host, log)})
+	if err != nil {
+		return nil, nil, err
+	}
+	var found []devices.Found
+	if spec != nil && len(spec.Entries) > 0 {
+		if found, err = devices.Discover(cfg.SysfsRoot); err != nil {
+			return nil, nil, fmt.Errorf("--sysfs-root: %w", err)
+		}
+	}
+	list, err := inv.Sync(ctx, found)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := st.Instances(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("device inventory: %w", err)
+	}
+	live := map[string]bool{}
+	for _, r := range recs {
+		if r.Host == host || r.Host == "" {
+			live[r.UUID] = true
+		}
+	}
+	if _, err := inv.ReleaseOrphans(ctx, func(uuid string) bool { return live[uuid] }); err != nil {
+		return nil, nil, err
+	}
+	log.Info("device inventory", "devices", len(list), "spec", cfg.SpecFile)
+	return inv, hook, nil
+}
