@@ -23,6 +23,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -194,7 +195,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer hv.close()
-	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, cfg.DataDir, log)
+	// The audit streams: Redis streams on Redis (every host's events in
+	// one place), JSON-lines files in the data directory otherwise.
+	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
+	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, audit, log)
 	if err != nil {
 		return err
 	}
@@ -220,6 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 		DriveFormat: format,
 		Observe:     hm.Observe,
 		Devices:     inv,
+		Audit:       audit,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{

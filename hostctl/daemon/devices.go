@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/devices"
-	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -40,7 +38,7 @@ func (c *DevicesConfig) AddFlags(fs *flag.FlagSet) {
 // while allocated) and releases the devices of instances this host does
 // not have (an apply killed between its claim and its store write): they
 // stay burned and need cleaning.
-func openDevices(ctx context.Context, cfg DevicesConfig, st store.Store, host, dataDir string, log *slog.Logger) (*devices.Inventory, *devices.Hook, error) {
+func openDevices(ctx context.Context, cfg DevicesConfig, st store.Store, host string, audit devices.Emitter, log *slog.Logger) (*devices.Inventory, *devices.Hook, error) {
 	ds, ok := st.(devices.Store)
 	if !ok {
 		return nil, nil, fmt.Errorf("device inventory: the store %T has no record groups", st)
@@ -59,12 +57,7 @@ func openDevices(ctx context.Context, cfg DevicesConfig, st store.Store, host, d
 			return nil, nil, configErrorf("--cleanup-hook: %v", err)
 		}
 	}
-	streams, err := events.For(st, filepath.Join(dataDir, "events"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("device events: %w", err)
-	}
-	inv, err := devices.New(ds, devices.Options{Host: host, Spec: spec, Hook: hook, Logger: log,
-		Events: events.New(streams, host, log)})
+	inv, err := devices.New(ds, devices.Options{Host: host, Spec: spec, Hook: hook, Logger: log, Events: audit})
 	if err != nil {
 		return nil, nil, err
 	}

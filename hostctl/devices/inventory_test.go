@@ -31,11 +31,7 @@ func openBolt(t testing.TB, dir string) backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	streams, err := events.For(s, filepath.Join(dir, "events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return backend{st: s, streams: streams}
+	return backend{st: s, streams: events.For(s, filepath.Join(dir, "events"))}
 }
 
 func openRedis(t testing.TB, url string) backend {
