@@ -149,3 +149,84 @@ func TestDeviceCleanupListener(t *testing.T) {
 		t.Fatalf("needs cleaning at the end: %+v", nc)
 	}
 }
+
+// hostctl (the real binary, on real libvirtd) is SIGKILLed between the
+// claim and the domain: the apply has claimed and burned a gpu and is
+// creating the instance's disk (a qemu-img on PATH that waits until the
+// test has killed hostctl). After the restart the device is still burned
+// and needs cleaning — never silently back in the pool — and no instance
+// or domain exists.
+func TestDeviceKilledBetweenClaimAndDomain(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	requireVirtServe(t)
+	realQemuImg := testenv.LookPath(t, "qemu-img")
+	dir := t.TempDir()
+	wrap := filepath.Join(dir, "bin")
+	os.MkdirAll(wrap, 0o755)
+	blocked, release := filepath.Join(dir, "blocked"), filepath.Join(dir, "release")
+	script := "#!/bin/sh\nif [ \"$1\" = create ]; then\n  touch " + blocked + "\n  while [ ! -e " + release + " ]; do sleep 0.05; done\n  exit 1\nfi\nexec " + realQemuImg + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(wrap, "qemu-img"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) }) // the orphaned wrapper exits
+	spec := filepath.Join(dir, "devices.yaml")
+	os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600)
+	args := []string{"--virt", "libvirt", "--libvirt-uri", uri, "--domain-type", "qemu", "--domain-memory", "128",
+		"--reconcile-interval", "0", "--host", "gpu-host", "--device-spec", spec, "--sysfs-root", gpuSysfs(t)}
+	d := startDaemon(t, daemonOptions{Args: args, Env: []string{"PATH=" + wrap + ":" + os.Getenv("PATH")}})
+	name := testenv.UniqueDomainName(t)
+	testenv.CleanupDomain(t, uri, name)
+
+	apply := exec.Command(hostctlBin, "instance", "apply", "-f",
+		writeSpec(t, "name: "+name+"\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n"), "--socket", d.Socket)
+	apply.Env = testenv.ChildEnv(nil)
+	var applyOut testenv.SyncBuffer
+	apply.Stdout, apply.Stderr = &applyOut, &applyOut
+	if err := apply.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer apply.Wait()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if _, err := os.Stat(blocked); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the apply never reached the disk creation:\n%s\n%s", applyOut.String(), d.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The claim is done (and burned) while the apply is still running.
+	var held types.Device
+	for _, dev := range deviceList(t, d) {
+		if dev.Used == 1 {
+			held = dev
+		}
+	}
+	if held.Address == "" || held.Reserved != 1 || held.ConsumerName != name {
+		t.Fatalf("during the apply: %+v", deviceList(t, d))
+	}
+	d.proc.Kill()
+	if err := apply.Wait(); err == nil {
+		t.Fatalf("the apply succeeded with hostctl killed:\n%s", applyOut.String())
+	}
+	if out := mustVirsh(t, uri, "list", "--all", "--name"); strings.Contains(out, name) {
+		t.Fatalf("a domain was defined before the kill: %s", out)
+	}
+
+	d2 := startDaemon(t, daemonOptions{DataDir: d.DataDir, Args: args})
+	nc := deviceList(t, d2, "--needs-cleaning")
+	if len(nc) != 1 || nc[0].Address != held.Address || nc[0].Used != 0 || nc[0].Reserved != 1 || nc[0].ConsumerName != name {
+		t.Fatalf("after the restart, needing cleaning: %+v; want %s", nc, held.Address)
+	}
+	if r := d2.MustCtl("instance", "list"); strings.Contains(r.stdout, name) {
+		t.Fatalf("the killed apply left an instance: %s", r.stdout)
+	}
+	// The other gpu is free; then none is.
+	d2.MustCtl("instance", "apply", "-f", writeSpec(t, "name: "+name+"-b\npci_aliases: [{name: gpu}]\n"))
+	testenv.CleanupDomain(t, uri, name+"-b")
+	r := d2.Ctl("instance", "apply", "-f", writeSpec(t, "name: "+name+"-c\npci_aliases: [{name: gpu}]\n"))
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "alias gpu: 1 burned awaiting cleaning, 1 in use") {
+		t.Fatalf("third apply: %s", r)
+	}
+	d2.MustCtl("instance", "delete", name+"-b")
+}
