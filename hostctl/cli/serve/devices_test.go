@@ -252,3 +252,26 @@ func TestServeReleasesOrphanedClaim(t *testing.T) {
 		t.Errorf("no log line about the orphaned claim:\n%s", d.stderr.String())
 	}
 }
+
+// A bad device spec stops `hostctl serve` with an error naming the flag,
+// the entry and the field.
+func TestServeDeviceSpecErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ spec, want string }{
+		{"devices:\n  - address: \"3b:00.0\"\n    alias: gpu\n", `--device-spec: invalid device spec ` + dir + `/spec.yaml: devices[0].address: "3b:00.0": is not a PCI address`},
+		{"devices:\n  - address: \"0000:3b:00.0\"\n    alias: gpu\n  - address: \"0000:3b:00.0\"\n    alias: nvme\n", `devices[1].address: "0000:3b:00.0": duplicate of devices[0]`},
+		{"devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time: true\n", `unknown field "one_time"`},
+		// Both entries match the gpus sysfs has.
+		{"devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n  - address: \"0000:3b:00.0\"\n    alias: one\n", `devices[1]: "0000:3b:00.0": matches the same device as devices[0]`},
+	} {
+		spec := filepath.Join(dir, "spec.yaml")
+		os.WriteFile(spec, []byte(tc.spec), 0o600)
+		var stderr testenv.SyncBuffer
+		code := run(t.Context(), []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", filepath.Join(dir, "s.sock"),
+			"--metadata-listen", "127.0.0.1:0", "--virt", "none", "--device-spec", spec, "--sysfs-root", gpuSysfs(t)},
+			cli.Env{Stdout: &stderr, Stderr: &stderr})
+		if code == 0 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("spec %q: exit %d\n%s\nwant %q", tc.spec, code, stderr.String(), tc.want)
+		}
+	}
+}
