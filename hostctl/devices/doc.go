@@ -40,7 +40,11 @@
 //   - evacuate: the device on the failed host stays burned (its record is
 //     released when that host deletes the instance); the destination claims
 //     and burns a new device before the instance starts there, failing
-//     before it assigns anything if none is free;
+//     before it assigns anything if none is free. vmeta's nearest operation
+//     already works so: after `hostctl instance adopt`, the next apply on
+//     the adopting host drops the old host's pci_devices entries and claims
+//     from its own inventory, and the old host, when it starts again,
+//     releases its claim (the instance is no longer its own) as burned;
 //   - cold migration and resize: the destination's device is claimed and
 //     burned when the instance starts there (the verify state); on confirm
 //     the source's stays burned; on revert the destination's stays burned —
