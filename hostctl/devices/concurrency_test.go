@@ -123,9 +123,14 @@ func TestConcurrentClaimsBolt(t *testing.T) {
 	checkClaims(t, inv, claimMany(inv, "g", claims))
 }
 
-// 200 claims from two processes (100 goroutines each) on one real Redis.
+// 200 claims from two processes (100 goroutines each) on one real Redis,
+// and on a real three-node Redis Cluster.
 func TestConcurrentClaimsTwoProcessesRedis(t *testing.T) {
-	url := testenv.StartRedis(t)
+	t.Run("single", func(t *testing.T) { testClaimsTwoProcesses(t, testenv.StartRedis(t)) })
+	t.Run("cluster", func(t *testing.T) { testClaimsTwoProcesses(t, testenv.ClusterURL(testenv.StartRedisCluster(t))) })
+}
+
+func testClaimsTwoProcesses(t *testing.T, url string) {
 	inv := newInventory(t, openRedis(t, url), "h1", poolSpec, pool(poolSize), nil)
 	var results []claimResult
 	var mu sync.Mutex
@@ -178,7 +183,7 @@ func TestHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b backend
-	if strings.HasPrefix(args[1], "redis://") {
+	if strings.HasPrefix(args[1], "redis") {
 		b = openRedis(t, args[1])
 	} else {
 		b = openBolt(t, args[1])

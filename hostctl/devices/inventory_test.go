@@ -303,10 +303,15 @@ func TestSyncDeviceGone(t *testing.T) {
 	})
 }
 
-// Two hosts share one Redis: each claims only its own devices, and
-// --all-hosts lists both.
+// Two hosts share one Redis (and a Redis Cluster, where each host's group
+// is one slot): each claims only its own devices, and --all-hosts lists
+// both.
 func TestTwoHostsOneRedis(t *testing.T) {
-	url := testenv.StartRedis(t)
+	t.Run("single", func(t *testing.T) { testTwoHosts(t, testenv.StartRedis(t)) })
+	t.Run("cluster", func(t *testing.T) { testTwoHosts(t, testenv.ClusterURL(testenv.StartRedisCluster(t))) })
+}
+
+func testTwoHosts(t *testing.T, url string) {
 	ctx := t.Context()
 	a := newInventory(t, openRedis(t, url), "host-a", gpuSpec, gpuServer, nil)
 	b := newInventory(t, openRedis(t, url), "host-b", gpuSpec, gpuServer, nil)
