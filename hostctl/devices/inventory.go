@@ -180,8 +180,17 @@ func retry(ctx context.Context, what string, fn func() error) error {
 }
 
 // errRefused marks a conflict that retrying does not change (a device in
-// use cannot be cleaned).
+// use cannot be cleaned); refusal carries it.
 var errRefused = errors.New("refused")
+
+// refusal is a conflict (store.ErrConflict, so 409) that retrying does not
+// change; its message is the whole story.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Is(target error) bool {
+	return target == errRefused || target == store.ErrConflict
+}
 
 // Sync brings the inventory in line with the devices found and the spec:
 // a record per matched device (created with total 1, reserved 0, used 0),
@@ -548,8 +557,8 @@ func (inv *Inventory) Clean(ctx context.Context, addr string) (types.Device, err
 		}
 		d := cur[i].dev
 		if d.Used > 0 {
-			return fmt.Errorf("device %s is in use by instance %s (%s): delete the instance first: %w: %w",
-				addr, d.ConsumerName, d.Consumer, errRefused, store.ErrConflict)
+			return &refusal{fmt.Sprintf("device %s is in use by instance %s (%s): it can be cleaned once the instance is deleted",
+				addr, d.ConsumerName, d.Consumer)}
 		}
 		changed = d.Reserved != 0
 		if !changed {
