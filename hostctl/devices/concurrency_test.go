@@ -32,6 +32,12 @@ type claimResult struct {
 	Err      string `json:"err,omitempty"`
 }
 
+// claimRun is what one process's claimers did.
+type claimRun struct {
+	Results   []claimResult `json:"results"`
+	Conflicts int64         `json:"conflicts"`
+}
+
 // claimMany runs n concurrent claims of one gpu, consumers prefix-0..n-1.
 func claimMany(inv *Inventory, prefix string, n int) []claimResult {
 	out := make([]claimResult, n)
@@ -58,7 +64,7 @@ func claimMany(inv *Inventory, prefix string, n int) []claimResult {
 // device claimed at most once, every claimed one burned, every loser told
 // "no device available"; then releases them all and checks that every
 // claimed device ends burned and needing cleaning. It prints the counts.
-func checkClaims(t *testing.T, inv *Inventory, results []claimResult) {
+func checkClaims(t *testing.T, inv *Inventory, results []claimResult, conflicts int64) {
 	t.Helper()
 	ctx := t.Context()
 	byAddr := map[string][]string{}
@@ -110,8 +116,8 @@ func checkClaims(t *testing.T, inv *Inventory, results []claimResult) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("%s: %d claims for %d one-time-use devices: %d won, %d refused (no device available), %d distinct devices claimed, %d in use and %d burned after the claims, %d needing cleaning after release\n",
-		t.Name(), len(results), poolSize, won, unavailable, len(byAddr), inUse, burned, len(list))
+	fmt.Printf("%s: %d claims for %d one-time-use devices: %d won, %d refused (no device available), %d distinct devices claimed, %d in use and %d burned after the claims, %d needing cleaning after release; %d compare-and-swap conflicts retried\n",
+		t.Name(), len(results), poolSize, won, unavailable, len(byAddr), inUse, burned, len(list), conflicts)
 	if won != poolSize || len(byAddr) != poolSize || unavailable != len(results)-poolSize || inUse != poolSize || burned != poolSize || len(list) != poolSize {
 		t.Fatalf("want %d won, %d distinct, %d refused, %d in use, %d burned, %d needing cleaning", poolSize, poolSize, len(results)-poolSize, poolSize, poolSize, poolSize)
 	}
@@ -120,7 +126,8 @@ func checkClaims(t *testing.T, inv *Inventory, results []claimResult) {
 // 200 goroutines race for 20 one-time-use devices on bolt.
 func TestConcurrentClaimsBolt(t *testing.T) {
 	inv := newInventory(t, openBolt(t, t.TempDir()), "h1", poolSpec, pool(poolSize), nil)
-	checkClaims(t, inv, claimMany(inv, "g", claims))
+	results := claimMany(inv, "g", claims)
+	checkClaims(t, inv, results, inv.Conflicts())
 }
 
 // 200 claims from two processes (100 goroutines each) on one real Redis,
@@ -133,6 +140,7 @@ func TestConcurrentClaimsTwoProcessesRedis(t *testing.T) {
 func testClaimsTwoProcesses(t *testing.T, url string) {
 	inv := newInventory(t, openRedis(t, url), "h1", poolSpec, pool(poolSize), nil)
 	var results []claimResult
+	var conflicts int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for p := range 2 {
@@ -140,13 +148,14 @@ func testClaimsTwoProcesses(t *testing.T, url string) {
 		go func() {
 			defer wg.Done()
 			out := runHelper(t, "claim", url, fmt.Sprintf("p%d", p), strconv.Itoa(claims/2))
-			var rs []claimResult
-			if err := json.Unmarshal(out, &rs); err != nil {
+			var run claimRun
+			if err := json.Unmarshal(out, &run); err != nil {
 				t.Errorf("process %d: %v: %s", p, err, out)
 				return
 			}
 			mu.Lock()
-			results = append(results, rs...)
+			results = append(results, run.Results...)
+			conflicts += run.Conflicts
 			mu.Unlock()
 		}()
 	}
@@ -154,7 +163,7 @@ func testClaimsTwoProcesses(t *testing.T, url string) {
 	if t.Failed() {
 		return
 	}
-	checkClaims(t, inv, results)
+	checkClaims(t, inv, results, conflicts)
 }
 
 // runHelper runs this test binary as a helper process (TestHelperProcess)
@@ -195,7 +204,8 @@ func TestHelperProcess(t *testing.T) {
 	switch args[0] {
 	case "claim": // claim PREFIX N: N concurrent claims, JSON results on stdout
 		n, _ := strconv.Atoi(args[3])
-		out, _ := json.Marshal(claimMany(inv, args[2], n))
+		rs := claimMany(inv, args[2], n)
+		out, _ := json.Marshal(claimRun{Results: rs, Conflicts: inv.Conflicts()})
 		os.Stdout.Write(out)
 	case "claim-and-hang": // claim one gpu, say so, and wait to be killed
 		held, _, err := inv.Claim(context.Background(), Consumer{UUID: "crash-1", Name: "crash-vm"}, []model.PCIAlias{{Name: "gpu", Count: 1}})

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -68,7 +69,13 @@ type Inventory struct {
 	hook   *Hook
 	log    *slog.Logger
 	now    func() time.Time
+
+	conflicts atomic.Int64
 }
+
+// Conflicts is how many compare-and-swap writes of this Inventory lost to
+// another writer and were retried.
+func (inv *Inventory) Conflicts() int64 { return inv.conflicts.Load() }
 
 // keyPrefix starts the key of a device record in the host's group.
 const keyPrefix = "pci/"
@@ -166,12 +173,13 @@ func (inv *Inventory) commit(ctx context.Context, ops []store.GroupOp, devs []ty
 const maxAttempts = 1000
 
 // retry runs fn until it does not conflict.
-func retry(ctx context.Context, what string, fn func() error) error {
+func (inv *Inventory) retry(ctx context.Context, what string, fn func() error) error {
 	var err error
 	for range maxAttempts {
 		if err = fn(); !errors.Is(err, store.ErrConflict) || errors.Is(err, ErrUnavailable) || errors.Is(err, errRefused) {
 			return err
 		}
+		inv.conflicts.Add(1)
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("%s: %w (last conflict: %v)", what, cerr, err)
 		}
@@ -207,7 +215,7 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 		return nil, fmt.Errorf("device inventory: index host %s: %w", inv.host, err)
 	}
 	var healed []types.Device
-	err = retry(ctx, "sync devices", func() error {
+	err = inv.retry(ctx, "sync devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
 			return err
@@ -317,7 +325,7 @@ func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAli
 		return nil, nil, &model.SpecError{Errors: fe}
 	}
 	var burned []types.Device
-	err = retry(ctx, "claim devices", func() error {
+	err = inv.retry(ctx, "claim devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
 			return err
@@ -441,7 +449,7 @@ func plural(n int, s string) string {
 // cleaning: that emits EventReleased and runs the cleanup hook.
 func (inv *Inventory) Release(ctx context.Context, consumerUUID string, addrs []string) ([]types.Device, error) {
 	var released []types.Device
-	err := retry(ctx, "release devices", func() error {
+	err := inv.retry(ctx, "release devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
 			return err
@@ -546,7 +554,7 @@ func (inv *Inventory) Clean(ctx context.Context, addr string) (types.Device, err
 	}
 	var out types.Device
 	var changed bool
-	err := retry(ctx, "clean device", func() error {
+	err := inv.retry(ctx, "clean device", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
 			return err
@@ -670,7 +678,7 @@ func (inv *Inventory) recordHook(d types.Device, res types.HookResult) {
 		level = slog.LevelError
 	}
 	inv.log.Log(ctx, level, "cleanup hook ended", "address", d.Address, "outcome", res.Outcome, "message", res.Message)
-	err := retry(ctx, "record hook result", func() error {
+	err := inv.retry(ctx, "record hook result", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
 			return err
