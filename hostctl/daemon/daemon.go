@@ -202,6 +202,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); syncDevices(syncCtx, cfg.Devices, inv, log) }()
+	defer func() { stopSync(); <-syncDone }()
 	if hook != nil {
 		// Hooks still running are killed, and their outcome recorded
 		// before the store closes.

@@ -23,7 +23,14 @@ type DevicesConfig struct {
 	// device is released; CleanupHookTimeout bounds it.
 	CleanupHook        string
 	CleanupHookTimeout time.Duration
+	// SyncInterval is how often the spec file and sysfs are read again
+	// and the inventory synced (healing devices marked one-time-use while
+	// allocated); 0: only at start.
+	SyncInterval time.Duration
 }
+
+// DefaultDeviceSyncInterval is the default of --device-sync-interval.
+const DefaultDeviceSyncInterval = time.Minute
 
 // AddFlags registers the device flags.
 func (c *DevicesConfig) AddFlags(fs *flag.FlagSet) {
@@ -31,6 +38,39 @@ func (c *DevicesConfig) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SysfsRoot, "sysfs-root", "/sys", "where sysfs is mounted: the PCI devices are read from SYSFS-ROOT/bus/pci/devices")
 	fs.StringVar(&c.CleanupHook, "cleanup-hook", "", "command (run by /bin/sh -c) started when a burned one-time-use device is released, with the device record as JSON on stdin; it never blocks hostctl and is never retried")
 	fs.DurationVar(&c.CleanupHookTimeout, "cleanup-hook-timeout", devices.DefaultHookTimeout, "how long a cleanup hook may run before it is killed (and reported as timeout)")
+	fs.DurationVar(&c.SyncInterval, "device-sync-interval", DefaultDeviceSyncInterval, "how often the device spec and sysfs are read again and the inventory synced: a device marked one_time_use while in use is burned then (0: only at start)")
+}
+
+// syncDevices re-reads the device spec and sysfs and syncs the inventory
+// every cfg.SyncInterval until ctx is done. A spec that no longer parses
+// is logged and the one in force kept.
+func syncDevices(ctx context.Context, cfg DevicesConfig, inv *devices.Inventory, log *slog.Logger) {
+	if cfg.SyncInterval <= 0 || cfg.SpecFile == "" {
+		return
+	}
+	t := time.NewTicker(cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		spec, err := devices.LoadSpec(cfg.SpecFile)
+		if err != nil {
+			log.Error("device spec not reloaded; the one read before stays in force", "err", err)
+			continue
+		}
+		found, err := devices.Discover(cfg.SysfsRoot)
+		if err != nil {
+			log.Error("device sync: sysfs", "err", err)
+			continue
+		}
+		inv.SetSpec(spec)
+		if _, err := inv.Sync(ctx, found); err != nil && ctx.Err() == nil {
+			log.Error("device sync", "err", err)
+		}
+	}
 }
 
 // openDevices builds the host's device inventory: reads the device spec

@@ -27,7 +27,8 @@
 //     hook (Hook): in the background, with a timeout, once.
 //   - Only Clean (the operator: hostctl device clean ADDR) lowers reserved,
 //     to 0, and only while the device is not in use.
-//   - Sync heals a device marked one-time-use while allocated into
+//   - Sync (at start and every --device-sync-interval, with the spec file
+//     read again) heals a device marked one-time-use while allocated into
 //     reserved = total. Hostctl never lowers a reserved value.
 //   - A device of the inventory can reach an instance only through
 //     pci_aliases (an explicit pci_devices address of an inventory device

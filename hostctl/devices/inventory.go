@@ -64,7 +64,7 @@ type Inventory struct {
 	st     Store
 	host   string
 	group  string
-	spec   *Spec
+	spec   atomic.Pointer[Spec]
 	events Emitter
 	hook   *Hook
 	log    *slog.Logger
@@ -96,12 +96,22 @@ func New(st Store, opts Options) (*Inventory, error) {
 	if spec == nil {
 		spec = &Spec{}
 	}
-	inv := &Inventory{st: st, host: opts.Host, group: "device/" + opts.Host, spec: spec,
+	inv := &Inventory{st: st, host: opts.Host, group: "device/" + opts.Host,
 		events: opts.Events, hook: opts.Hook, log: log, now: time.Now}
+	inv.spec.Store(spec)
 	if inv.hook != nil {
 		inv.hook.report = inv.recordHook
 	}
 	return inv, nil
+}
+
+// SetSpec replaces the device spec (a re-read spec file); the next Sync
+// applies it (new aliases, one-time-use marks, devices no longer matched).
+func (inv *Inventory) SetSpec(s *Spec) {
+	if s == nil {
+		s = &Spec{}
+	}
+	inv.spec.Store(s)
 }
 
 // Host returns the host the inventory belongs to.
@@ -207,7 +217,7 @@ func (r *refusal) Is(target error) bool {
 // one-time-use device that is in use but not reserved (marked one-time-use
 // while allocated) into reserved = total. It never lowers reserved.
 func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, error) {
-	matched, err := inv.spec.Match(found)
+	matched, err := inv.spec.Load().Match(found)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +323,7 @@ func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAli
 	if len(reqs) == 0 {
 		return nil, nil, nil
 	}
-	aliases := inv.spec.Aliases()
+	aliases := inv.spec.Load().Aliases()
 	var fe []model.FieldError
 	for i, r := range reqs {
 		if !aliases[r.Name] {

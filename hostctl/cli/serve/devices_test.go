@@ -47,19 +47,21 @@ type daemonRun struct {
 // serveDevices starts `hostctl serve` in-process with a device spec of
 // two one-time-use gpus and a cleanup hook that copies its stdin to
 // dir/hook-<address>.json.
-func serveDevices(t *testing.T, dir string) *daemonRun {
+func serveDevices(t *testing.T, dir string, extra ...string) *daemonRun {
 	spec := filepath.Join(dir, "devices.yaml")
-	os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600)
+	if _, err := os.Stat(spec); err != nil {
+		os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600)
+	}
 	hook := `f=$(mktemp ` + dir + `/hook.XXXXXX); cat > $f; echo '{"message":"wipe queued"}'`
 	var stdout, stderr testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	sock := filepath.Join(dir, "s.sock")
 	go func() {
-		done <- run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", sock,
+		done <- run(ctx, append([]string{"serve", "--data-dir", filepath.Join(dir, "data"), "--socket", sock,
 			"--metadata-listen", "127.0.0.1:0", "--virt", "none", "--host", "gpu-host",
 			"--device-spec", spec, "--sysfs-root", gpuSysfs(t), "--cleanup-hook", hook,
-		}, cli.Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
+		}, extra...), cli.Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("")})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -273,5 +275,57 @@ func TestServeDeviceSpecErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("spec %q: exit %d\n%s\nwant %q", tc.spec, code, stderr.String(), tc.want)
 		}
+	}
+}
+
+// The operator marks the gpus one-time-use while one is in use: the next
+// device sync (no restart) burns it, and its release leaves it needing
+// cleaning.
+func TestServeHealsDeviceMarkedOneTimeUse(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "devices.yaml")
+	os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n"), 0o600)
+	d := serveDevices(t, dir, "--device-sync-interval", "20ms")
+	vm := filepath.Join(dir, "vm.yaml")
+	os.WriteFile(vm, []byte("name: vm1\npci_aliases: [{name: gpu}]\n"), 0o600)
+	if code, out := d.hostctl("instance", "apply", "-f", vm); code != 0 {
+		t.Fatalf("apply: %s", out)
+	}
+	var held types.Device
+	for _, dev := range d.devices() {
+		if dev.Used == 1 {
+			held = dev
+		}
+	}
+	if held.Reserved != 0 || held.OneTimeUse {
+		t.Fatalf("before the mark: %+v", held)
+	}
+	os.WriteFile(spec+".new", []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600)
+	os.Rename(spec+".new", spec)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, out := d.hostctl("device", "show", held.Address, "--output", "json")
+		var dev types.Device
+		if code != 0 || json.Unmarshal([]byte(out), &dev) != nil {
+			t.Fatalf("device show: %s", out)
+		}
+		if dev.Reserved == 1 {
+			if !dev.OneTimeUse || dev.Used != 1 || dev.Traits[0] != types.TraitOneTimeUse {
+				t.Fatalf("healed device: %+v", dev)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the in-use device was not burned after the spec marked it one-time-use: %+v\n%s", dev, d.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, out := d.hostctl("instance", "delete", "vm1"); code != 0 {
+		t.Fatalf("delete: %s", out)
+	}
+	if nc := d.devices("--needs-cleaning"); len(nc) != 1 || nc[0].Address != held.Address {
+		t.Fatalf("needs cleaning: %+v", nc)
+	}
+	if !strings.Contains(d.stderr.String(), "healed into reserved") {
+		t.Errorf("no log line about the heal")
 	}
 }
