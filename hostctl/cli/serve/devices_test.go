@@ -125,6 +125,21 @@ func TestServeOneTimeUseDevices(t *testing.T) {
 		t.Fatalf("vm1: %s", out)
 	}
 	addr := inst.Spec.PCIDevices[0].Address
+	// Nothing about the device or its burning reaches the guest: the
+	// config drive (the whole guest-visible tree) does not name it.
+	iso := filepath.Join(dir, "vm1.iso")
+	if code, out := d.hostctl("configdrive", "build", "vm1", "-o", iso); code != 0 {
+		t.Fatalf("configdrive build: %s", out)
+	}
+	drive, err := os.ReadFile(iso)
+	if err != nil || !strings.Contains(string(drive), "meta_data.json") {
+		t.Fatalf("config drive: %v", err)
+	}
+	for _, leak := range []string{addr, "one_time_use", "HW_PCI", "pci_aliases"} {
+		if strings.Contains(string(drive), leak) {
+			t.Errorf("the guest's config drive contains %q", leak)
+		}
+	}
 	// Re-applying keeps the device.
 	if code, out := d.hostctl("instance", "apply", "-f", filepath.Join(dir, "vm1.yaml")); code != 0 {
 		t.Fatalf("re-apply vm1: %s", out)
