@@ -212,3 +212,36 @@ func TestClaimRedisDown(t *testing.T) {
 	}
 	t.Logf("claim with Redis down: %v", err)
 }
+
+// hostctl stopping kills the hooks still running, and reports each.
+func TestCleanupHookStop(t *testing.T) {
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	hook, err := NewHook(`touch `+started+`; sleep 600`, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan types.HookResult, 1)
+	hook.report = func(_ types.Device, r types.HookResult) { got <- r }
+	hook.Run(types.Device{Address: "0000:3b:00.0"})
+	for {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("the hook ended before it started: %+v", r)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	hook.Stop(t.Context())
+	r := <-got
+	if r.Outcome != HookError || !strings.Contains(r.Message, "hostctl is stopping") {
+		t.Fatalf("report %+v", r)
+	}
+	// A release after Stop is reported at once, never run.
+	hook.Run(types.Device{Address: "0000:3c:00.0"})
+	if r := <-got; r.Outcome != HookError {
+		t.Fatalf("report after stop %+v", r)
+	}
+}
