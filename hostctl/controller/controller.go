@@ -281,7 +281,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	undo, trim, err := c.claimDevices(ctx, in)
+	undo, trim, err := c.claimDevices(ctx, in, old == nil)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,11 @@ type Devices interface {
 // what undoes the claims of this call, and what releases, after a
 // successful apply, the devices the instance holds but no longer asks
 // for.
-func (c *Controller) claimDevices(ctx context.Context, in *model.Instance) (undo, trim func(), err error) {
+//
+// fresh says the instance has no stored record yet: when its claim fails,
+// whatever the store did take for it (a write whose reply was lost) is
+// released at once, as burned — nothing else can hold its UUID.
+func (c *Controller) claimDevices(ctx context.Context, in *model.Instance, fresh bool) (undo, trim func(), err error) {
 	nop := func() {}
 	kept := in.PCIDevices[:0:0]
 	for _, p := range in.PCIDevices {
@@ -68,6 +72,13 @@ func (c *Controller) claimDevices(ctx context.Context, in *model.Instance) (undo
 	}
 	held, claimed, err := c.devices.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases)
 	if err != nil {
+		if fresh && len(in.PCIAliases) > 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			if rerr := c.devices.ReleaseFor(rctx, in.UUID, nil); rerr != nil {
+				c.log.Error("release what a failed claim may have taken (the next start releases it)", "instance", in.Name, "err", rerr)
+			}
+			cancel()
+		}
 		return nil, nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	in.PCIDevices = append(in.PCIDevices, held...)

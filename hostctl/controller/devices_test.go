@@ -8,16 +8,69 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
+// lostReply commits group writes but, while lose is set, reports them
+// failed: a claim whose reply the connection lost.
+type lostReply struct {
+	devices.Store
+	lose bool
+}
+
+func (l *lostReply) CommitGroup(ctx context.Context, group string, ops []store.GroupOp) ([]store.Record, error) {
+	recs, err := l.Store.CommitGroup(ctx, group, ops)
+	if err == nil && l.lose {
+		return nil, errInjected
+	}
+	return recs, err
+}
+
+// The store takes a new instance's claim but the reply is lost: the apply
+// fails clearly, nothing else is done (no domain, no record), and the
+// claimed device is released at once — burned, needing cleaning, never
+// free and never held by an instance that does not exist.
+func TestApplyClaimReplyLost(t *testing.T) {
+	e := newEnv(t)
+	lr := &lostReply{}
+	inv := withDevices(t, e, func(s devices.Store) devices.Store { lr.Store = s; return lr })
+	lr.lose = true
+	ctx := context.Background()
+	_, err := e.apply("name: vm1\npci_aliases: [{name: gpu}]\n")
+	if !errors.Is(err, errInjected) || !strings.Contains(err.Error(), "apply vm1: claim devices for vm1") {
+		t.Fatalf("apply = %v", err)
+	}
+	lr.lose = false
+	if _, err := e.st.Instance(ctx, "vm1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the failed apply left a record: %v", err)
+	}
+	if len(e.hv.domains) != 0 {
+		t.Fatalf("the failed apply defined %d domains", len(e.hv.domains))
+	}
+	list, _ := inv.List(ctx, devices.Filter{})
+	used, nc := 0, 0
+	for _, d := range list {
+		used += d.Used
+		if d.NeedsCleaning {
+			nc++
+		}
+	}
+	if used != 0 || nc != 1 {
+		t.Fatalf("after the lost reply: %+v; want nothing held and one device needing cleaning", list)
+	}
+}
+
 // withDevices gives e's controller an inventory of two one-time-use gpus
-// (the device records in e's own bolt store).
-func withDevices(t *testing.T, e *env) *devices.Inventory {
+// (the device records in e's own bolt store, through wrap when not nil).
+func withDevices(t *testing.T, e *env, wrap ...func(devices.Store) devices.Store) *devices.Inventory {
 	t.Helper()
 	ds, ok := e.st.Store.(devices.Store)
 	if !ok {
 		t.Fatalf("%T has no record groups", e.st.Store)
+	}
+	for _, w := range wrap {
+		ds = w(ds)
 	}
 	spec, err := devices.ParseSpec([]byte(`[{"vendor_id":"10de","alias":"gpu","one_time_use":true}]`))
 	if err != nil {
