@@ -340,7 +340,11 @@ func TestServeHealsDeviceMarkedOneTimeUse(t *testing.T) {
 	if nc := d.devices("--needs-cleaning"); len(nc) != 1 || nc[0].Address != held.Address {
 		t.Fatalf("needs cleaning: %+v", nc)
 	}
-	if !strings.Contains(d.stderr.String(), "healed into reserved") {
-		t.Errorf("no log line about the heal")
+	// The heal is logged after its write, so maybe after the store shows it.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), "healed into reserved"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line about the heal:\n%s", d.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
