@@ -83,7 +83,18 @@ func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Op
 		opt(&o)
 	}
 	e := errorWriter{log: log}
-	return authenticate(a, e, routes(c, e, o))
+	root := routes(c, e, o)
+	devices{svc: o.devices, errorWriter: e}.routes(root.PathPrefix("/v1/devices").Subrouter())
+	return authenticate(a, e, root)
+}
+
+// Option adds an optional resource to the handler (WithDevices,
+// WithShares).
+type Option func(*options)
+
+type options struct {
+	devices DeviceService
+	shares  ShareService
 }
 
 // routes builds the router: a subrouter per resource under /v1.

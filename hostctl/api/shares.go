@@ -26,13 +26,6 @@ type ShareService interface {
 	DetachShare(ctx context.Context, p types.Principal, server, shareID string, live bool) (types.ShareMapping, error)
 }
 
-// Option adds an optional resource to the handler.
-type Option func(*options)
-
-type options struct {
-	shares ShareService
-}
-
 // WithShares serves the share registry (/v1/shares) and Nova's server
 // shares API (/v1/servers/{id}/shares) from svc. Without it those paths
 // answer 501.

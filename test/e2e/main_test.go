@@ -134,7 +134,7 @@ type daemonOptions struct {
 	Store string
 	// Args are more `hostctl serve` flags (e.g. --metadata-token-policy).
 	Args []string
-	// Env is more environment for the daemon (KEY=VALUE).
+	// Env is more environment for the daemon (NAME=value).
 	Env []string
 }
 
