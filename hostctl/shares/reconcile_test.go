@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 var errInjected = errors.New("injected failure")
@@ -314,5 +315,38 @@ func (e *env) crashDetach(u, id string, steps int) {
 		if _, err := unlock(ctx, e.st, id, u); err != nil {
 			e.t.Fatal(err)
 		}
+	}
+}
+
+// deadHosts says every host but this one is down.
+type deadHosts struct{}
+
+func (deadHosts) HostDown(context.Context, string) (bool, string, error) { return true, "stopped", nil }
+func (deadHosts) List(context.Context) ([]types.HostStatus, error)        { return nil, nil }
+
+// TestForceDeleteFromStoreDetaches: another host's instance forgotten by
+// force (its host is dead) gives its shares back: the mappings go and the
+// shares are unlocked, so they can be deleted.
+func TestForceDeleteFromStoreDetaches(t *testing.T) {
+	st := stores(t)["redis"](t)
+	a := newEnv(t, st)
+	ctx := context.Background()
+	u := a.instance("a", "demo")
+	id := a.localShare("demo")
+	a.attach("a", id)
+	b := newEnvWith(t, st, func(_ string, o *controller.Options) { o.Host, o.Hosts = "host-b", deadHosts{} })
+	b.svc.host = "host-b"
+	left, err := b.ctl.ForceDeleteFromStore(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(left, "\n"), "NFS share mounts of a on host host-a") {
+		t.Errorf("left %q", left)
+	}
+	if _, ok := a.mapping(u, id); ok {
+		t.Error("mapping of the forgotten instance kept")
+	}
+	if err := b.svc.DeleteShare(ctx, admin, id); err != nil {
+		t.Errorf("delete of the released share: %v", err)
 	}
 }
