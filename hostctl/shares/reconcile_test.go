@@ -322,7 +322,7 @@ func (e *env) crashDetach(u, id string, steps int) {
 type deadHosts struct{}
 
 func (deadHosts) HostDown(context.Context, string) (bool, string, error) { return true, "stopped", nil }
-func (deadHosts) List(context.Context) ([]types.HostStatus, error)        { return nil, nil }
+func (deadHosts) List(context.Context) ([]types.HostStatus, error)       { return nil, nil }
 
 // TestForceDeleteFromStoreDetaches: another host's instance forgotten by
 // force (its host is dead) gives its shares back: the mappings go and the
