@@ -32,7 +32,12 @@ func (s *Service) SpecShares(ctx context.Context, uuid string, specShares []mode
 		return nil, err
 	}
 	var out []model.Share
-	for _, x := range specShares {
+	for i, x := range specShares {
+		for _, m := range ms {
+			if m.Status != types.ShareDetaching && !strings.EqualFold(x.ShareID, m.ShareID) && x.EffectiveTag() == m.Tag {
+				return nil, field(fmt.Sprintf("shares[%d].tag", i), x.EffectiveTag(), "is the tag of share %s, attached to the instance through the share registry (hostctl share mappings)", m.ShareID)
+			}
+		}
 		if slices.ContainsFunc(ms, func(m Mapping) bool { return strings.EqualFold(x.ShareID, m.ShareID) }) {
 			continue // the mapping decides, below
 		}

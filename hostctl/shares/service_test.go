@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/store"
@@ -378,5 +379,33 @@ func TestInstanceUpdateEvents(t *testing.T) {
 				t.Errorf("instance.update statuses %q, want %q", strings.Join(got, "|"), want)
 			}
 		})
+	}
+}
+
+// TestSpecLineTagClash: a share line written in the spec may not take the
+// tag of a share attached through the registry; the apply is refused
+// naming the field, and nothing changes.
+func TestSpecLineTagClash(t *testing.T) {
+	e := newEnv(t, stores(t)["bolt"](t))
+	ctx := context.Background()
+	e.instance("a", "demo")
+	id := e.localShare("demo")
+	if _, err := e.svc.AttachShare(ctx, admin, "a", types.ServerShareAttach{ShareID: id, Tag: "data"}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	_, err := e.ctl.Apply(ctx, []byte("name: a\nproject_id: demo\nshares: [{share_id: 00000000-0000-4000-8000-000000000001, tag: data, source: /x}]\n"))
+	if !errors.Is(err, model.ErrInvalidSpec) || !strings.Contains(err.Error(), "shares[0].tag") || !strings.Contains(err.Error(), id) {
+		t.Errorf("apply with a clashing share line: %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("the refused apply changed something")
+	}
+	// Re-applying the operator's own spec keeps the registry's share.
+	if _, err := e.ctl.Apply(ctx, []byte("name: a\nproject_id: demo\n")); err != nil {
+		t.Fatal(err)
+	}
+	if devs := e.devices(e.share(id).Holders[0].Instance, "latest"); len(devs) != 1 || devs[0].Tag != "data" {
+		t.Errorf("after re-applying the spec: %+v", devs)
 	}
 }
