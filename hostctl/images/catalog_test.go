@@ -111,7 +111,7 @@ func TestImportWithQemuImg(t *testing.T) {
 		{"bad boolean", "x1", map[string]string{"hw_ephemeral_encryption": "perhaps"}, qcow, nil, "properties[hw_ephemeral_encryption]"},
 		{"bad name", "../x", nil, qcow, nil, "name"},
 		{"key id on a plain file", "x2", map[string]string{"os_encrypt_key_id": "0a81f5b2-8403-7b23-c8d6-21ccc2f80d6f"}, qcow, nil, "properties[os_encrypt_key_id]"},
-		{"encrypted file without a key id", "x3", nil, makeImage(t, qemuImg, "-f", "qcow2", "-o", "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10"), nil, "properties[os_encrypt_key_id]"},
+		{"encrypted file without a key id", "x3", nil, makeImage(t, qemuImg, "-f", "qcow2", "-o", "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=100"), nil, "properties[os_encrypt_key_id]"},
 		{"backing file", "x4", nil, makeImage(t, qemuImg, "-f", "qcow2", "-b", filepath.Join(dir, "deb.qcow2"), "-F", "qcow2"), nil, "file"},
 		{"vmdk", "x5", nil, makeImage(t, qemuImg, "-f", "vmdk"), nil, "file"},
 	} {
@@ -134,7 +134,7 @@ func TestImportWithQemuImg(t *testing.T) {
 	}
 
 	// An encrypted image with its key imports.
-	luks := makeImage(t, qemuImg, "-f", "qcow2", "-o", "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10")
+	luks := makeImage(t, qemuImg, "-f", "qcow2", "-o", "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=100")
 	enc, err := d.Import(ctx, "enc", map[string]string{"os_encrypt_key_id": "0a81f5b2-8403-7b23-c8d6-21ccc2f80d6f", "os_encrypt_format": "luks"}, bytes.NewReader(luks))
 	if err != nil || !enc.Encrypted {
 		t.Fatalf("encrypted import = %+v, %v", enc, err)
