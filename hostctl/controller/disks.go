@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -16,7 +17,9 @@ import (
 
 // Host files of an instance, under <data dir>/instances/<name>/:
 //
-//	disk-<target>.qcow2   each disk (hostctl/images; over the spec's image for disks[0])
+//	disk                  a flavor's root disk, over the image (Nova's name)
+//	disk.eph0, disk.swap  a flavor's ephemeral and swap disks, over blank templates in instances/_base
+//	disk-<target>.qcow2   each other disk (hostctl/images; over the spec's image for disks[0])
 //	disk.config           the config drive (ISO 9660 or vfat)
 //	console.log           the serial console (written by virtlogd)
 const (
@@ -25,6 +28,20 @@ const (
 )
 
 func diskFile(target string) string { return "disk-" + target + "." + images.DiskFormat }
+
+// diskFileOf is the file of a disk: Nova's names for a flavor's disks
+// (every one qcow2), diskFile for the others.
+func diskFileOf(d model.Disk) string {
+	switch d.Kind {
+	case model.DiskKindRoot:
+		return "disk"
+	case model.DiskKindEphemeral:
+		return "disk.eph0"
+	case model.DiskKindSwap:
+		return "disk.swap"
+	}
+	return diskFile(d.Name)
+}
 
 // host is where the instance's files live, for virt.BuildDomain.
 func (c *Controller) host(in *model.Instance) virt.Host {
@@ -38,7 +55,7 @@ func (c *Controller) host(in *model.Instance) virt.Host {
 		h.ConfigDrive = filepath.Join(rel, driveFile)
 	}
 	for _, d := range in.Disks {
-		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFile(d.Name)), Format: images.DiskFormat}
+		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFileOf(d)), Format: images.DiskFormat}
 	}
 	return h
 }
@@ -57,6 +74,10 @@ var _ Images = (*images.Dir)(nil)
 type diskPlan struct {
 	target string
 	images.Disk
+	// template, when set, is the blank-disk template (kind and size) the
+	// disk is an overlay of (templates are made when disks are created).
+	template     string
+	templateSize int
 }
 
 // planDisks decides how each disk of in that has no image file yet is
@@ -67,8 +88,9 @@ type diskPlan struct {
 func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, error) {
 	var plans []diskPlan
 	var errs []model.FieldError
+	kinded := slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" })
 	for i, d := range in.Disks {
-		p, err := virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFile(d.Name)))
+		p, err := virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFileOf(d)))
 		if err != nil {
 			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d]", i), Value: d.Name, Rule: err.Error()})
 			continue
@@ -79,8 +101,15 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
 		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}}
+		if kind, size, ok := templateOf(d); ok {
+			plan.template, plan.templateSize, plan.Size = kind, size, ""
+			plans = append(plans, plan)
+			continue
+		}
 		switch {
-		case i == 0 && in.Image != "":
+		case d.Kind == model.DiskKindRoot && in.Image == "" && d.Size != "":
+			// A flavor's root disk without an image: blank.
+		case (d.Kind == model.DiskKindRoot || i == 0 && !kinded) && in.Image != "":
 			base, err := c.images.Lookup(ctx, in.Image)
 			if err != nil {
 				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})
@@ -109,6 +138,13 @@ func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, plans 
 	for _, p := range plans {
 		// Registered first: a failing qemu-img may leave a partial file.
 		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
+		if p.template != "" {
+			base, err := c.templates.Template(ctx, p.template, p.templateSize)
+			if err != nil {
+				return fmt.Errorf("create disk %s: %w", p.target, err)
+			}
+			p.Base = &base
+		}
 		if err := c.images.Create(ctx, p.Disk); err != nil {
 			return fmt.Errorf("create disk %s: %w", p.target, err)
 		}

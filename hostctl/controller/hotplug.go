@@ -201,7 +201,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 		return nil, err
 	}
 	if dc.affect&virt.AffectConfig != 0 {
-		c.removeDiskFile(name, disk.Name)
+		c.removeDiskFile(name, disk)
 	}
 	return inst, nil
 }
