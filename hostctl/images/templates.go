@@ -156,3 +156,13 @@ func Exists(p string) (bool, error) {
 	}
 	return false, err
 }
+
+// ShrinkBack returns a disk just grown by Resize to its earlier size (an
+// undo step: the space beyond it was never written by a guest).
+func (d *Dir) ShrinkBack(ctx context.Context, path string, size int64) error {
+	args := []string{"resize", "-q", "--shrink", "-f", DiskFormat, path, fmt.Sprint(size)}
+	if out, err := exec.CommandContext(ctx, d.qemuImg, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("qemu-img %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
