@@ -92,6 +92,9 @@ func Commands() []*Command {
 	cmds = append(cmds, powerCommands()...)
 	cmds = append(cmds, hotplugCommands()...)
 	cmds = append(cmds, hostCommands()...)
+	cmds = append(cmds, resizeCommands()...)
+	cmds = append(cmds, flavorCommands()...)
+	cmds = append(cmds, imageCommands()...)
 	cmds = append(cmds, configDriveCommand(), tokenNewCommand(), networkSetupMetadataCommand(), versionCommand())
 	return cmds
 }
