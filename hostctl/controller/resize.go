@@ -298,4 +298,3 @@ func withSizesOf(old, in *model.Instance) *model.Instance {
 	}
 	return o
 }
-

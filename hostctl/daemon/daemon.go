@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -23,6 +25,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -81,6 +84,12 @@ type Config struct {
 
 	Virt VirtConfig
 
+	// EphemeralEncryptionFormats are the encryption formats this host
+	// creates disks in (comma-separated); EphemeralEncryptionDefaultFormat
+	// the one used when neither flavor nor image names one.
+	EphemeralEncryptionFormats       string
+	EphemeralEncryptionDefaultFormat string
+
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
 	Stdout, Stderr io.Writer
@@ -109,8 +118,33 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		c.Apply = append(c.Apply, s)
 		return nil
 	})
+	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", encryption.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
+	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", encryption.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+}
+
+// encryptionHost checks the ephemeral encryption flags.
+func (c *Config) encryptionHost() (encryption.Host, error) {
+	var h encryption.Host
+	for _, f := range strings.Split(c.EphemeralEncryptionFormats, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(encryption.Formats, f) {
+			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(encryption.Formats, ", "))
+		}
+		h.Formats = append(h.Formats, f)
+	}
+	if len(h.Formats) == 0 {
+		return h, configErrorf("--ephemeral-encryption-formats: must name at least one format")
+	}
+	h.DefaultFormat = c.EphemeralEncryptionDefaultFormat
+	if !slices.Contains(h.Formats, h.DefaultFormat) {
+		return h, configErrorf("--ephemeral-encryption-default-format %q: must be one of --ephemeral-encryption-formats (%s)", h.DefaultFormat, strings.Join(h.Formats, ", "))
+	}
+	return h, nil
 }
 
 // TokenKeyFilePath is the session-token key file in a data directory.
@@ -167,6 +201,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatInterval <= 0 || cfg.HostDownAfter <= cfg.HeartbeatInterval {
 		return configErrorf("--host-down-after (%s) must be longer than --heartbeat-interval (%s), which must be positive", cfg.HostDownAfter, cfg.HeartbeatInterval)
 	}
+	encHost, err := cfg.encryptionHost()
+	if err != nil {
+		return err
+	}
 	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
 	if err != nil {
 		return configErrorf("--host: %v", err)
@@ -203,6 +241,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+		Encryption:  encHost,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
