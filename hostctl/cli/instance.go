@@ -70,6 +70,9 @@ func printApplied(c *Call, inst *types.Instance) error {
 	if inst.ConfigDrive != "" {
 		fmt.Fprintf(env.Stdout, "config drive: %s\n", inst.ConfigDrive)
 	}
+	for _, w := range inst.Warnings {
+		fmt.Fprintf(env.Stderr, "warning: %s\n", w)
+	}
 	return nil
 }
 

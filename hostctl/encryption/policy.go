@@ -170,6 +170,9 @@ func SameForResize(oldFlavor, newFlavor, image Settings, host Host) error {
 	return nil
 }
 
+// asks is whether a side asks for encryption (unset is no).
+func asks(s Settings) bool { return s.Encrypt != nil && *s.Encrypt }
+
 // SameForRebuild refuses a rebuild onto an image whose encryption
 // settings differ from the current image's (the disks' secrets and
 // formats would change under the instance), as the specification says.
@@ -183,8 +186,8 @@ func SameForRebuild(flavor, oldImage, newImage Settings, host Host) error {
 		return conflict("%s (%s: %s) and %s (%s: %s) differ in ephemeral encryption; a rebuild keeps the instance's encryption",
 			oldImage.Source, oldImage, before, newImage.Source, newImage, after)
 	}
-	if oldImage.Encrypt != nil && newImage.Encrypt != nil && *oldImage.Encrypt != *newImage.Encrypt ||
-		oldImage.Format != newImage.Format {
+	if asks(oldImage) != asks(newImage) || oldImage.Format != newImage.Format ||
+		(oldImage.KeyID != "") != (newImage.KeyID != "") || oldImage.KeyID != "" && oldImage.SourceFormat != newImage.SourceFormat {
 		return conflict("%s (%s) and %s (%s) differ in their ephemeral encryption settings", oldImage.Source, oldImage, newImage.Source, newImage)
 	}
 	return nil
