@@ -1,0 +1,118 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// flavorSetup imports an image (real qemu-img) and creates flavors, and
+// makes the blank-disk templates the operations use (a cache every
+// instance shares, not part of what an operation undoes).
+func flavorSetup(e *env) {
+	e.t.Helper()
+	ctx := context.Background()
+	// A flavor disk grown by a resize and shrunk back by its undo is the
+	// same disk (size, backing file, allocation) but not the same bytes
+	// (qcow2 keeps its larger L1 table): such files are compared by what
+	// qemu-img says of them.
+	e.fileView = func(p string) (string, bool) {
+		if filepath.Base(p) != "disk" {
+			return "", false
+		}
+		info, err := exec.Command(e.qemuImg, "info", "--output=json", "-U", p).Output()
+		if err != nil {
+			return "", false
+		}
+		var v struct {
+			VirtualSize int64  `json:"virtual-size"`
+			Backing     string `json:"backing-filename"`
+		}
+		if json.Unmarshal(info, &v) != nil {
+			return "", false
+		}
+		m, err := exec.Command(e.qemuImg, "map", "--output=json", "-U", p).Output()
+		if err != nil {
+			return "", false
+		}
+		return fmt.Sprintf("qcow2 %d over %s, map %x", v.VirtualSize, v.Backing, sha256.Sum256(m)), true
+	}
+	testenv.LookPath(e.t, "mkswap")
+	for _, name := range []string{"deb", "deb2"} {
+		p := filepath.Join(e.t.TempDir(), "src")
+		if out, err := exec.Command(e.qemuImg, "create", "-q", "-f", "qcow2", p, "16M").CombinedOutput(); err != nil {
+			e.t.Fatalf("%v: %s", err, out)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.c.ImportImage(ctx, name, nil, bytes.NewReader(b)); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for _, f := range []types.Flavor{
+		{Name: "f.small", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16},
+		{Name: "f.big", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32},
+	} {
+		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for _, mib := range []int{16, 32} {
+		if _, err := e.c.templates.Template(ctx, images.TemplateSwap, mib); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+const flavorSpec = "name: app-1\nflavor: f.small\nimage: deb\naddresses: [10.1.0.8]\n" +
+	"disks: [{name: vda, kind: root, tag: root}, {name: sda, bus: scsi, size: 8M, tag: db}]\n" +
+	"nics: [{mac: \"52:54:00:00:00:11\", tag: front}]\n"
+
+// Applying an instance from a flavor, resizing it and rebuilding it:
+// every hypervisor call, the store write and qemu-img failing in turn
+// leave the store, the data directory and libvirt as they were.
+func TestFaultsFlavorApply(t *testing.T) {
+	faultMatrix(t, flavorSetup, func(e *env) error { _, err := e.apply(flavorSpec); return err })
+}
+
+func TestFaultsResize(t *testing.T) {
+	faultMatrix(t, func(e *env) { flavorSetup(e); e.mustApply(flavorSpec) },
+		func(e *env) error { _, err := e.c.Resize(context.Background(), "app-1", "f.big"); return err })
+}
+
+func TestFaultsRebuild(t *testing.T) {
+	faultMatrix(t, func(e *env) { flavorSetup(e); e.mustApply(flavorSpec) },
+		func(e *env) error { _, err := e.c.Rebuild(context.Background(), "app-1", "deb2"); return err })
+}
+
+// A running instance is neither resized nor rebuilt, and nothing changes.
+func TestResizeRebuildNeedStopped(t *testing.T) {
+	e := newEnv(t)
+	flavorSetup(e)
+	e.mustApply(flavorSpec)
+	if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	if _, err := e.c.Resize(context.Background(), "app-1", "f.big"); err == nil {
+		t.Error("resize of a running instance")
+	}
+	if _, err := e.c.Rebuild(context.Background(), "app-1", "deb2"); err == nil {
+		t.Error("rebuild of a running instance")
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("changes:\n%s", diffLines(before, after))
+	}
+}
