@@ -195,7 +195,7 @@ func TestFlavorLibvirt(t *testing.T) {
 	}{
 		{"disk", 2 << 30, filepath.Join(e.dir, "images", "deb.qcow2")},
 		{"disk.eph0", 2 << 30, filepath.Join(base, "ephemeral_1G_ext4")}, // grown in place: the same file
-		{"disk.swap", 64 << 20, filepath.Join(base, "swap_64M")},        // made anew
+		{"disk.swap", 64 << 20, filepath.Join(base, "swap_64M")},         // made anew
 	} {
 		if size, backing := qemuInfo(t, filepath.Join(dir, tc.file)); size != tc.size || backing != tc.backing {
 			t.Errorf("resized %s: %d bytes over %q, want %d over %q", tc.file, size, backing, tc.size, tc.backing)
