@@ -20,6 +20,7 @@
 //	GET    /v1/flavors[/{flavor}]             flavors (flavors.go); POST, DELETE (admin)
 //	GET    /v1/images[/{image}]               the image directory (images.go); POST (multipart import), DELETE (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
+//	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -66,6 +67,7 @@ type Controller interface {
 	flavorService
 	imageService
 	resizeService
+	eventService
 }
 
 // Handler returns the admin API handler for the unix socket, where every
@@ -108,6 +110,7 @@ func routes(c Controller, e errorWriter) *mux.Router {
 
 	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
 	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())
+	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
 	// Resources still to come each take their own subrouter here:
 	// /v1/shares, /v1/servers/{id}/shares, /v1/devices, /v1/keys.
 
