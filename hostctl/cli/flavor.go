@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 )
 
 // flavorCommands are `hostctl flavor create|list|show|delete`.
@@ -35,7 +35,7 @@ func flavorCommands() []*Command {
 func propertyFlag(fs *flag.FlagSet, usage string) map[string]string {
 	props := map[string]string{}
 	fs.Func("property", usage, func(s string) error {
-		k, v, err := encryption.ParseProperty(s)
+		k, v, err := policy.ParseProperty(s)
 		if err != nil {
 			return err
 		}

@@ -43,7 +43,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
@@ -90,7 +90,7 @@ type Controller struct {
 	imageDir      *images.Dir       // the image catalog (flavors.go)
 	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
 	flavors       *flavors.Registry // nil when the store keeps no records
-	encHost       encryption.Host
+	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
 	resync        time.Duration
@@ -173,7 +173,7 @@ type Options struct {
 	Records store.Records
 	// Encryption is this host's ephemeral encryption formats and default
 	// format; DefaultEncryptionHost when it names no formats.
-	Encryption encryption.Host
+	Encryption policy.Host
 	// DetachTimeout bounds the wait for a running guest to release a
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -23,7 +23,7 @@ import (
 
 // DefaultEncryptionHost is the host's encryption formats and default
 // format when Options.Encryption names none.
-var DefaultEncryptionHost = encryption.Host{Formats: []string{encryption.FormatLUKS}, DefaultFormat: encryption.FormatLUKS}
+var DefaultEncryptionHost = policy.Host{Formats: []string{policy.FormatLUKS}, DefaultFormat: policy.FormatLUKS}
 
 // CreateFlavor adds a flavor.
 func (c *Controller) CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error) {
@@ -143,18 +143,18 @@ func (c *Controller) imageOf(ctx context.Context, name string) (*types.Image, er
 	return &img, nil
 }
 
-func flavorSettings(f *types.Flavor, name string) (encryption.Settings, error) {
+func flavorSettings(f *types.Flavor, name string) (policy.Settings, error) {
 	if f == nil {
-		return encryption.FlavorSettings(name, nil)
+		return policy.FlavorSettings(name, nil)
 	}
-	return encryption.FlavorSettings(f.Name, f.ExtraSpecs)
+	return policy.FlavorSettings(f.Name, f.ExtraSpecs)
 }
 
-func imageSettings(img *types.Image, name string) (encryption.Settings, error) {
+func imageSettings(img *types.Image, name string) (policy.Settings, error) {
 	if img == nil {
-		return encryption.ImageSettings(name, nil)
+		return policy.ImageSettings(name, nil)
 	}
-	return encryption.ImageSettings(img.Name, img.Properties)
+	return policy.ImageSettings(img.Name, img.Properties)
 }
 
 // layout completes an instance from its flavor and image before it is
@@ -204,7 +204,7 @@ func (c *Controller) decideEncryption(in *model.Instance, f *types.Flavor, img *
 	if err != nil {
 		return err
 	}
-	d, err := encryption.Decide(fs, is, c.encHost)
+	d, err := policy.Decide(fs, is, c.encHost)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -65,7 +65,7 @@ func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *ty
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
-	if err := encryption.SameForResize(oldS, newS, imgS, c.encHost); err != nil {
+	if err := policy.SameForResize(oldS, newS, imgS, c.encHost); err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
 
@@ -169,7 +169,7 @@ func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *ty
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
-	if err := encryption.SameForRebuild(fS, oldS, newS, c.encHost); err != nil {
+	if err := policy.SameForRebuild(fS, oldS, newS, c.encHost); err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	root := rootDisk(old)

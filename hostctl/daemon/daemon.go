@@ -25,7 +25,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
@@ -119,22 +119,22 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		c.Apply = append(c.Apply, s)
 		return nil
 	})
-	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", encryption.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
-	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", encryption.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
+	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
+	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
 }
 
 // encryptionHost checks the ephemeral encryption flags.
-func (c *Config) encryptionHost() (encryption.Host, error) {
-	var h encryption.Host
+func (c *Config) encryptionHost() (policy.Host, error) {
+	var h policy.Host
 	for _, f := range strings.Split(c.EphemeralEncryptionFormats, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
 			continue
 		}
-		if !slices.Contains(encryption.Formats, f) {
-			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(encryption.Formats, ", "))
+		if !slices.Contains(policy.Formats, f) {
+			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(policy.Formats, ", "))
 		}
 		h.Formats = append(h.Formats, f)
 	}

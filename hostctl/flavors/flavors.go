@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -83,7 +83,7 @@ func Check(f types.Flavor) error {
 	if len(f.Description) > 65535 {
 		add("description", len(f.Description), "must be at most 65535 bytes")
 	}
-	errs = append(errs, encryption.CheckFlavorSpecs("extra_specs", f.ExtraSpecs)...)
+	errs = append(errs, policy.CheckFlavorSpecs("extra_specs", f.ExtraSpecs)...)
 	if len(errs) > 0 {
 		return &model.SpecError{Errors: errs}
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -94,7 +94,7 @@ func (d *Dir) Import(ctx context.Context, name string, props map[string]string, 
 	if err := CheckName(name); err != nil {
 		return types.Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}}
 	}
-	if errs := encryption.CheckImageProperties("properties", props); len(errs) > 0 {
+	if errs := policy.CheckImageProperties("properties", props); len(errs) > 0 {
 		return types.Image{}, fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: errs})
 	}
 	defer d.locks.Lock(name)()
@@ -188,12 +188,12 @@ func checkImported(in info, props map[string]string) error {
 	case in.FormatSpecific.Data.DataFile != "":
 		errs = append(errs, model.FieldError{Field: "file", Value: in.FormatSpecific.Data.DataFile, Rule: "the image has an external data file; import a self-contained image"})
 	}
-	keyID, encrypted := props[encryption.ImageEncryptKeyID]
+	keyID, encrypted := props[policy.ImageEncryptKeyID]
 	switch {
 	case in.Encrypted && !encrypted:
-		errs = append(errs, model.FieldError{Field: "properties[" + encryption.ImageEncryptKeyID + "]", Rule: "qemu-img finds the file encrypted: an encrypted image names its secret in " + encryption.ImageEncryptKeyID})
+		errs = append(errs, model.FieldError{Field: "properties[" + policy.ImageEncryptKeyID + "]", Rule: "qemu-img finds the file encrypted: an encrypted image names its secret in " + policy.ImageEncryptKeyID})
 	case !in.Encrypted && encrypted:
-		errs = append(errs, model.FieldError{Field: "properties[" + encryption.ImageEncryptKeyID + "]", Value: keyID, Rule: "qemu-img finds the file not encrypted: only an encrypted image has a key"})
+		errs = append(errs, model.FieldError{Field: "properties[" + policy.ImageEncryptKeyID + "]", Value: keyID, Rule: "qemu-img finds the file not encrypted: only an encrypted image has a key"})
 	}
 	if len(errs) > 0 {
 		return &model.SpecError{Errors: errs}

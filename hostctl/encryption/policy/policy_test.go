@@ -1,29 +1,29 @@
-package encryption_test
+package policy_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-var host = encryption.Host{Formats: []string{"luks"}, DefaultFormat: "luks"}
+var host = policy.Host{Formats: []string{"luks"}, DefaultFormat: "luks"}
 
-func flavor(t *testing.T, specs map[string]string) encryption.Settings {
+func flavor(t *testing.T, specs map[string]string) policy.Settings {
 	t.Helper()
-	s, err := encryption.FlavorSettings("f1", specs)
+	s, err := policy.FlavorSettings("f1", specs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func image(t *testing.T, props map[string]string) encryption.Settings {
+func image(t *testing.T, props map[string]string) policy.Settings {
 	t.Helper()
-	s, err := encryption.ImageSettings("img", props)
+	s, err := policy.ImageSettings("img", props)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestDecide(t *testing.T) {
 		name    string
 		flavor  map[string]string
 		image   map[string]string
-		host    encryption.Host
+		host    policy.Host
 		encrypt bool
 		format  string
 		// conflict: every string must be in the 409's message.
@@ -54,12 +54,12 @@ func TestDecide(t *testing.T) {
 		{name: "format from the request beats the source image's",
 			flavor: map[string]string{"hw:ephemeral_encryption": "true", "hw:ephemeral_encryption_format": "luksv2"},
 			image:  map[string]string{"os_encrypt_key_id": keyID, "os_encrypt_format": "luks"},
-			host:   encryption.Host{Formats: []string{"luks", "luksv2"}, DefaultFormat: "luks"}, encrypt: true, format: "luksv2"},
+			host:   policy.Host{Formats: []string{"luks", "luksv2"}, DefaultFormat: "luks"}, encrypt: true, format: "luksv2"},
 		{name: "format from the source image beats the host default",
 			image: map[string]string{"os_encrypt_key_id": keyID, "os_encrypt_format": "luksv2"},
-			host:  encryption.Host{Formats: []string{"luks", "luksv2"}, DefaultFormat: "luks"}, encrypt: true, format: "luksv2"},
+			host:  policy.Host{Formats: []string{"luks", "luksv2"}, DefaultFormat: "luks"}, encrypt: true, format: "luksv2"},
 		{name: "host default", image: map[string]string{"hw_ephemeral_encryption": "true"},
-			host: encryption.Host{Formats: []string{"luks", "luksv2"}, DefaultFormat: "luksv2"}, encrypt: true, format: "luksv2"},
+			host: policy.Host{Formats: []string{"luks", "luksv2"}, DefaultFormat: "luksv2"}, encrypt: true, format: "luksv2"},
 		{name: "image format with flavor's request", flavor: map[string]string{"hw:ephemeral_encryption": "true"}, image: map[string]string{"hw_ephemeral_encryption_format": "luks"}, encrypt: true, format: "luks"},
 
 		{name: "flavor and image disagree on encryption",
@@ -84,7 +84,7 @@ func TestDecide(t *testing.T) {
 			image:    map[string]string{"os_encrypt_key_id": keyID, "os_encrypt_format": "luksv2"},
 			conflict: []string{`"luksv2"`, "os_encrypt_format=luksv2", "supports: luks"}},
 		{name: "host without formats",
-			flavor: map[string]string{"hw:ephemeral_encryption": "true"}, host: encryption.Host{DefaultFormat: "luks"},
+			flavor: map[string]string{"hw:ephemeral_encryption": "true"}, host: policy.Host{DefaultFormat: "luks"},
 			conflict: []string{"this host's default format", "supports: none"}},
 	}
 	for _, tc := range tests {
@@ -93,7 +93,7 @@ func TestDecide(t *testing.T) {
 			if h.DefaultFormat == "" {
 				h = host
 			}
-			d, err := encryption.Decide(flavor(t, tc.flavor), image(t, tc.image), h)
+			d, err := policy.Decide(flavor(t, tc.flavor), image(t, tc.image), h)
 			if tc.conflict != nil {
 				if !errors.Is(err, store.ErrConflict) {
 					t.Fatalf("Decide = %+v, %v; want a conflict", d, err)
@@ -116,11 +116,11 @@ func TestDecide(t *testing.T) {
 }
 
 func TestApplyToDisks(t *testing.T) {
-	on := encryption.Decision{Encrypt: true, Format: "luks", FormatFrom: "x"}
-	off := encryption.Decision{Off: `flavor "f1" (hw:ephemeral_encryption=false)`}
+	on := policy.Decision{Encrypt: true, Format: "luks", FormatFrom: "x"}
+	off := policy.Decision{Off: `flavor "f1" (hw:ephemeral_encryption=false)`}
 	tests := []struct {
 		name     string
-		d        encryption.Decision
+		d        policy.Decision
 		disks    []model.Disk
 		want     []model.Disk
 		conflict string
@@ -128,10 +128,10 @@ func TestApplyToDisks(t *testing.T) {
 		{"on: every disk", on, []model.Disk{{Name: "vda"}, {Name: "vdb", Encrypted: true}},
 			[]model.Disk{{Name: "vda", Encrypted: true, EncryptionFormat: "luks"}, {Name: "vdb", Encrypted: true, EncryptionFormat: "luks"}}, ""},
 		{"on: a disk asks for another format", on, []model.Disk{{Name: "vda", EncryptionFormat: "plain"}}, nil, `"plain"`},
-		{"nothing asked: disks keep their request", encryption.Decision{}, []model.Disk{{Name: "vda"}, {Name: "vdb", Encrypted: true}},
+		{"nothing asked: disks keep their request", policy.Decision{}, []model.Disk{{Name: "vda"}, {Name: "vdb", Encrypted: true}},
 			[]model.Disk{{Name: "vda"}, {Name: "vdb", Encrypted: true}}, ""},
 		{"explicit false refuses a disk's request", off, []model.Disk{{Name: "vda"}, {Name: "vdb", Encrypted: true}}, nil, `disks[1] (vdb) asks for encryption at rest, and flavor "f1"`},
-		{"unsupported per-disk format", encryption.Decision{}, []model.Disk{{Name: "vdb", Encrypted: true, EncryptionFormat: "luksv2"}}, nil, `"luksv2" is not supported`},
+		{"unsupported per-disk format", policy.Decision{}, []model.Disk{{Name: "vdb", Encrypted: true, EncryptionFormat: "luksv2"}}, nil, `"luksv2" is not supported`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,33 +157,33 @@ func TestApplyToDisks(t *testing.T) {
 func TestResizeAndRebuild(t *testing.T) {
 	plain := flavor(t, nil)
 	enc := flavor(t, map[string]string{"hw:ephemeral_encryption": "true"})
-	encLuks, _ := encryption.FlavorSettings("f2", map[string]string{"hw:ephemeral_encryption": "yes", "hw:ephemeral_encryption_format": "luks"})
-	off, _ := encryption.FlavorSettings("f3", map[string]string{"hw:ephemeral_encryption": "false"})
+	encLuks, _ := policy.FlavorSettings("f2", map[string]string{"hw:ephemeral_encryption": "yes", "hw:ephemeral_encryption_format": "luks"})
+	off, _ := policy.FlavorSettings("f3", map[string]string{"hw:ephemeral_encryption": "false"})
 	img := image(t, nil)
-	if err := encryption.SameForResize(plain, off, img, host); err != nil {
+	if err := policy.SameForResize(plain, off, img, host); err != nil {
 		t.Errorf("unset -> false: %v", err)
 	}
-	if err := encryption.SameForResize(enc, encLuks, img, host); err != nil {
+	if err := policy.SameForResize(enc, encLuks, img, host); err != nil {
 		t.Errorf("true -> true+luks (the host default): %v", err)
 	}
-	err := encryption.SameForResize(plain, enc, img, host)
+	err := policy.SameForResize(plain, enc, img, host)
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), `flavor "f1" (no ephemeral encryption settings: unencrypted)`) ||
 		!strings.Contains(err.Error(), `(hw:ephemeral_encryption=true: encrypted (luks))`) {
 		t.Errorf("plain -> encrypted: %v", err)
 	}
 
-	other, _ := encryption.ImageSettings("img2", map[string]string{"hw_ephemeral_encryption": "true"})
-	err = encryption.SameForRebuild(plain, img, other, host)
+	other, _ := policy.ImageSettings("img2", map[string]string{"hw_ephemeral_encryption": "true"})
+	err = policy.SameForRebuild(plain, img, other, host)
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), `image "img"`) || !strings.Contains(err.Error(), `image "img2"`) {
 		t.Errorf("rebuild onto an encrypting image: %v", err)
 	}
-	same, _ := encryption.ImageSettings("img3", map[string]string{"hw_ephemeral_encryption": "true"})
-	if err := encryption.SameForRebuild(plain, other, same, host); err != nil {
+	same, _ := policy.ImageSettings("img3", map[string]string{"hw_ephemeral_encryption": "true"})
+	if err := policy.SameForRebuild(plain, other, same, host); err != nil {
 		t.Errorf("rebuild between images with the same settings: %v", err)
 	}
 	// Both encrypt (the flavor asks), but the images' own settings differ.
-	fmtImg, _ := encryption.ImageSettings("img4", map[string]string{"hw_ephemeral_encryption_format": "luks"})
-	if err := encryption.SameForRebuild(enc, img, fmtImg, host); !errors.Is(err, store.ErrConflict) {
+	fmtImg, _ := policy.ImageSettings("img4", map[string]string{"hw_ephemeral_encryption_format": "luks"})
+	if err := policy.SameForRebuild(enc, img, fmtImg, host); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("rebuild onto an image naming a format: %v", err)
 	}
 }

@@ -1,25 +1,25 @@
-package encryption_test
+package policy_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 )
 
 func TestParseBool(t *testing.T) {
 	for _, s := range []string{"true", "True", "TRUE", "yes", "Yes", "1", "on", "t", "y", " true "} {
-		if b, err := encryption.ParseBool(s); err != nil || !b {
+		if b, err := policy.ParseBool(s); err != nil || !b {
 			t.Errorf("ParseBool(%q) = %t, %v", s, b, err)
 		}
 	}
 	for _, s := range []string{"false", "False", "no", "NO", "0", "off", "f", "n"} {
-		if b, err := encryption.ParseBool(s); err != nil || b {
+		if b, err := policy.ParseBool(s); err != nil || b {
 			t.Errorf("ParseBool(%q) = %t, %v", s, b, err)
 		}
 	}
 	for _, s := range []string{"", "maybe", "2", "truee", "yes please", "-1", "ja"} {
-		if _, err := encryption.ParseBool(s); err == nil {
+		if _, err := policy.ParseBool(s); err == nil {
 			t.Errorf("ParseBool(%q) accepted", s)
 		}
 	}
@@ -43,7 +43,7 @@ func TestImageProperties(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := encryption.CheckImageProperties("properties", tc.props)
+			errs := policy.CheckImageProperties("properties", tc.props)
 			if len(errs) != len(tc.bad) {
 				t.Fatalf("errors = %v, want on %v", errs, tc.bad)
 			}
@@ -61,14 +61,14 @@ func FuzzProperties(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, arg string) {
-		k, v, err := encryption.ParseProperty(arg)
+		k, v, err := policy.ParseProperty(arg)
 		if err != nil {
 			return
 		}
 		if k+"="+v != arg || k == "" {
 			t.Fatalf("ParseProperty(%q) = %q, %q", arg, k, v)
 		}
-		b, berr := encryption.ParseBool(v)
+		b, berr := policy.ParseBool(v)
 		norm := strings.ToLower(strings.TrimSpace(v))
 		switch norm {
 		case "1", "t", "true", "on", "y", "yes":
@@ -87,8 +87,8 @@ func FuzzProperties(f *testing.F) {
 		// A known boolean key is refused exactly when ParseBool refuses
 		// its value (or the shape is bad), with the key in the field.
 		for _, errs := range [][]string{
-			fields(encryption.CheckFlavorSpecs("extra_specs", map[string]string{"hw:ephemeral_encryption": v})),
-			fields(encryption.CheckImageProperties("properties", map[string]string{"hw_ephemeral_encryption": v})),
+			fields(policy.CheckFlavorSpecs("extra_specs", map[string]string{"hw:ephemeral_encryption": v})),
+			fields(policy.CheckImageProperties("properties", map[string]string{"hw_ephemeral_encryption": v})),
 		} {
 			if berr != nil && len(errs) == 0 {
 				t.Fatalf("value %q accepted for a boolean key", v)
@@ -100,8 +100,8 @@ func FuzzProperties(f *testing.F) {
 			}
 		}
 		// Unknown keys are never refused for their value's meaning.
-		_ = encryption.CheckFlavorSpecs("extra_specs", map[string]string{k: v})
-		_ = encryption.CheckImageProperties("properties", map[string]string{k: v})
+		_ = policy.CheckFlavorSpecs("extra_specs", map[string]string{k: v})
+		_ = policy.CheckImageProperties("properties", map[string]string{k: v})
 	})
 }
 

@@ -1,4 +1,4 @@
-package encryption
+package policy
 
 import (
 	"fmt"

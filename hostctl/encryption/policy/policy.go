@@ -1,4 +1,4 @@
-// Package encryption decides whether and how an instance's local disks
+// Package policy decides whether and how an instance's local disks
 // are encrypted at rest, as the ephemeral storage encryption
 // specification says: a flavor's extra specs (hw:ephemeral_encryption,
 // hw:ephemeral_encryption_format) and an image's properties
@@ -12,7 +12,7 @@
 // (model.Disk Encrypted and EncryptionFormat) that hostctl turns into
 // encrypted disks; what the guest is told comes only from what hostctl
 // created and verified.
-package encryption
+package policy
 
 import (
 	"fmt"
