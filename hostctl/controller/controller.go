@@ -300,7 +300,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	warn, err := c.layout(ctx, in)
+	warn, err := c.layout(ctx, in, old)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -74,21 +73,19 @@ var _ Images = (*images.Dir)(nil)
 type diskPlan struct {
 	target string
 	images.Disk
-	// template, when set, is the blank-disk template (kind and size) the
-	// disk is an overlay of (templates are made when disks are created).
-	template     string
-	templateSize int
 }
 
 // planDisks decides how each disk of in that has no image file yet is
-// created: disks[0] over the spec's image when it names one, every other
-// disk blank with its size. A disk whose file exists (an earlier apply
-// made it) is kept as it is. It only reads; the field errors say what a
-// spec lacks.
+// created: disks[0] (a flavor's root disk) over the spec's image when it
+// names one, a flavor's ephemeral and swap disks over their blank
+// templates, every other disk blank with its size. A disk whose file
+// exists (an earlier apply made it) is kept as it is. It only reads (but
+// for making a missing template); the field errors say what a spec
+// lacks.
 func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, error) {
 	var plans []diskPlan
 	var errs []model.FieldError
-	kinded := slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" })
+	kinded := hasKinds(in)
 	for i, d := range in.Disks {
 		p, err := virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFileOf(d)))
 		if err != nil {
@@ -101,12 +98,15 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
 		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}}
-		if kind, size, ok := templateOf(d); ok {
-			plan.template, plan.templateSize, plan.Size = kind, size, ""
-			plans = append(plans, plan)
-			continue
-		}
 		switch {
+		case d.Kind == model.DiskKindEphemeral || d.Kind == model.DiskKindSwap:
+			// An overlay of the blank template of its size, made now if
+			// the cache has none (a template is no instance's: it stays).
+			base, err := c.blankTemplate(ctx, d)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", d.Name, err)
+			}
+			plan.Base, plan.Size = &base, ""
 		case d.Kind == model.DiskKindRoot && in.Image == "" && d.Size != "":
 			// A flavor's root disk without an image: blank.
 		case (d.Kind == model.DiskKindRoot || i == 0 && !kinded) && in.Image != "":
@@ -138,13 +138,6 @@ func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, plans 
 	for _, p := range plans {
 		// Registered first: a failing qemu-img may leave a partial file.
 		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
-		if p.template != "" {
-			base, err := c.templates.Template(ctx, p.template, p.templateSize)
-			if err != nil {
-				return fmt.Errorf("create disk %s: %w", p.target, err)
-			}
-			p.Base = &base
-		}
 		if err := c.images.Create(ctx, p.Disk); err != nil {
 			return fmt.Errorf("create disk %s: %w", p.target, err)
 		}

@@ -100,7 +100,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	if cur == nil || len(changes) > 0 {
-		doc, err := virt.BuildDomain(in, host, c.domOptions(in))
+		doc, err := virt.BuildDomain(in, host, c.dom)
 		if err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
@@ -131,7 +131,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if old != nil {
 		for _, d := range old.Disks {
 			if !slices.ContainsFunc(in.Disks, func(n model.Disk) bool { return n.Name == d.Name }) {
-				c.removeDiskFile(name, d)
+				c.removeDiskFile(name, d.Name)
 			}
 		}
 	}
@@ -250,21 +250,8 @@ func (c *Controller) domainState(ctx context.Context, name, uuid string) string 
 	return string(cur.state)
 }
 
-// domOptions are the domain options of an instance: the host's, with
-// the instance's vCPUs and memory (its flavor's) when it has them.
-func (c *Controller) domOptions(in *model.Instance) virt.Options {
-	o := c.dom
-	if in.VCPUs > 0 {
-		o.VCPUs = in.VCPUs
-	}
-	if in.MemoryMiB > 0 {
-		o.MemoryMiB = in.MemoryMiB
-	}
-	return o
-}
-
-func (c *Controller) removeDiskFile(instance string, d model.Disk) {
-	p := filepath.Join(c.instanceDir(instance), diskFileOf(d))
+func (c *Controller) removeDiskFile(instance, target string) {
+	p := filepath.Join(c.instanceDir(instance), diskFile(target))
 	if err := removeFile(p); err != nil {
 		c.log.Warn("could not remove the image of a removed disk", "file", p, "err", err)
 	}

@@ -165,7 +165,17 @@ func imageSettings(img *types.Image, name string) (policy.Settings, error) {
 // warnings (a flavor name no flavor has). A conflict is an error wrapping
 // store.ErrConflict, bad input a *model.SpecError; nothing is changed
 // anywhere on error.
-func (c *Controller) layout(ctx context.Context, in *model.Instance) ([]string, error) {
+func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]string, error) {
+	if old != nil && hasKinds(old) {
+		// Laid out by a flavor: its flavor and image change only by
+		// resize and rebuild, which grow and remake disks.
+		switch {
+		case in.Flavor != old.Flavor:
+			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance has flavor %q; change it with `hostctl instance resize`", in.Name, ErrState, in.Flavor, old.Flavor)
+		case in.Image != old.Image:
+			return nil, fmt.Errorf("apply %s: %w: image %q: the instance has image %q; change it with `hostctl instance rebuild`", in.Name, ErrState, in.Image, old.Image)
+		}
+	}
 	f, err := c.flavorOf(ctx, in.Flavor)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -318,15 +328,21 @@ func sizeBytes(s string) (int64, bool) {
 	return n << shift, true
 }
 
-// templateOf says which blank-disk template a disk of a kind is an
-// overlay of ("" for none) and its size in the template's unit.
-func templateOf(d model.Disk) (kind string, size int, ok bool) {
-	n, valid := sizeBytes(d.Size)
-	switch d.Kind {
-	case model.DiskKindEphemeral:
-		return images.TemplateEphemeral, int(n >> 30), valid && n > 0 && n%(1<<30) == 0
-	case model.DiskKindSwap:
-		return images.TemplateSwap, int(n >> 20), valid && n > 0 && n%(1<<20) == 0
+// hasKinds reports whether an instance's disks were laid out by a
+// flavor (some disk has a kind).
+func hasKinds(in *model.Instance) bool {
+	return slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" })
+}
+
+// blankTemplate returns the blank-disk template a flavor's ephemeral or
+// swap disk is an overlay of, making it if the cache has none.
+func (c *Controller) blankTemplate(ctx context.Context, d model.Disk) (images.Base, error) {
+	n, ok := sizeBytes(d.Size)
+	switch {
+	case d.Kind == model.DiskKindEphemeral && ok && n > 0 && n%(1<<30) == 0:
+		return c.templates.Template(ctx, images.TemplateEphemeral, int(n>>30))
+	case d.Kind == model.DiskKindSwap && ok && n > 0 && n%(1<<20) == 0:
+		return c.templates.Template(ctx, images.TemplateSwap, int(n>>20))
 	}
-	return "", 0, false
+	return images.Base{}, fmt.Errorf("a %s disk of size %q has no blank template (whole GiB for ephemeral, MiB for swap)", d.Kind, d.Size)
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -114,5 +116,33 @@ func TestResizeRebuildNeedStopped(t *testing.T) {
 	}
 	if after := e.snapshot(); after != before {
 		t.Errorf("changes:\n%s", diffLines(before, after))
+	}
+}
+
+// An instance laid out by a flavor keeps its flavor and image on a
+// re-apply (resize and rebuild change them), and its flavor disks are
+// not detached like volumes; a re-apply of the same spec is fine.
+func TestFlavorInstanceGuards(t *testing.T) {
+	e := newEnv(t)
+	flavorSetup(e)
+	e.mustApply(flavorSpec)
+	before := e.snapshot()
+	for _, spec := range []string{
+		strings.Replace(flavorSpec, "flavor: f.small", "flavor: f.big", 1),
+		strings.Replace(flavorSpec, "image: deb", "image: deb2", 1),
+	} {
+		if _, err := e.apply(spec); !errors.Is(err, ErrState) {
+			t.Errorf("re-apply with another flavor or image: %v", err)
+		}
+	}
+	if _, err := e.c.DetachDisk(context.Background(), "app-1", types.DetachRequest{Tag: "root"}); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "the flavor's root disk") {
+		t.Errorf("detach the root disk: %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("changes:\n%s", diffLines(before, after))
+	}
+	inst := e.mustApply(flavorSpec)
+	if len(inst.Spec.Disks) != 3 || inst.Spec.Disks[1].Kind != "swap" || inst.Spec.Disks[2].Tag != "db" {
+		t.Errorf("re-applied = %+v", inst.Spec.Disks)
 	}
 }

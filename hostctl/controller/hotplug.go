@@ -177,6 +177,10 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 		return nil, fmt.Errorf("detach disk from %s: %w: the instance has no disk %s", name, store.ErrNotFound, describe(req))
 	}
 	disk := dc.in.Disks[i]
+	if disk.Kind != "" {
+		// A flavor's disk is the instance's, as on Nova: not a volume.
+		return nil, fmt.Errorf("detach disk from %s: %w: disk %s is the flavor's %s disk, not a volume (resize the instance to another flavor)", name, ErrState, disk.Name, disk.Kind)
+	}
 	devXML, err := virt.DiskDeviceXML(disk, c.host(dc.in), c.dom)
 	if err != nil {
 		return nil, fmt.Errorf("detach disk from %s: %w", name, err)
@@ -201,7 +205,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 		return nil, err
 	}
 	if dc.affect&virt.AffectConfig != 0 {
-		c.removeDiskFile(name, disk)
+		c.removeDiskFile(name, disk.Name)
 	}
 	return inst, nil
 }
