@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -227,4 +228,39 @@ func TestFlavorsImagesCloudInit(t *testing.T) {
 	if r := d.MustCtl("image", "list"); strings.Contains(r.stdout, "deb2") {
 		t.Errorf("image list after delete:\n%s", r.stdout)
 	}
+}
+
+// TestFlavorGuestSeesDisks boots a guest (Debian's kernel, a busybox
+// initramfs, TCG) of an instance made from a flavor on the real libvirtd,
+// and asks the guest what its disks are: its ephemeral disk carries the
+// ext4 label ephemeral0 (what cloud-init mounts at /mnt), its swap disk
+// is swap the kernel takes, and it has the flavor's vCPUs.
+func TestFlavorGuestSeesDisks(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	qemuImg := testenv.LookPath(t, "qemu-img")
+	name := testenv.UniqueDomainName(t)
+	testenv.CleanupDomain(t, uri, name)
+	script := "echo \"vmeta-guest: ephemeral0 at $(findfs LABEL=ephemeral0)\"\n" +
+		"swapon /dev/vdc && echo \"vmeta-guest: swaps $(grep -c '^/dev/vdc ' /proc/swaps)\"\n" +
+		"echo \"vmeta-guest: cpus $(grep -c ^processor /proc/cpuinfo)\"\n"
+	g := testenv.BuildGuest(t, t.TempDir(), script)
+	d := startLibvirtDaemon(t, uri, "--domain-kernel", g.Kernel, "--domain-initrd", g.Initrd, "--domain-cmdline", g.Cmdline)
+
+	src := filepath.Join(t.TempDir(), "root.qcow2")
+	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", src, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	d.MustCtl("image", "import", src, "--name", "root-img")
+	d.MustCtl("flavor", "create", "g.eph", "--vcpus", "2", "--ram", "256", "--disk", "1", "--ephemeral", "1", "--swap", "32")
+	d.Apply("name: " + name + "\nflavor: g.eph\nimage: root-img\n")
+	d.MustCtl("instance", "start", name)
+	console := filepath.Join(d.DataDir, "instances", name, "console.log")
+	log := testenv.WaitConsole(t, console, testenv.GuestDone, 4*time.Minute)
+	for _, want := range []string{"vmeta-guest: ephemeral0 at /dev/vdb", "vmeta-guest: swaps 1", "vmeta-guest: cpus 2"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the guest did not say %q; console:\n%s", want, log)
+		}
+	}
+	d.MustCtl("instance", "stop", name, "--timeout", "1s")
+	d.MustCtl("instance", "delete", name)
 }
