@@ -264,3 +264,38 @@ func TestFlavorGuestSeesDisks(t *testing.T) {
 	d.MustCtl("instance", "stop", name, "--timeout", "1s")
 	d.MustCtl("instance", "delete", name)
 }
+
+// TestFlavorsAcrossHosts: flavors live in the store, so two hosts sharing
+// a Redis see the same ones; a flavor used by one host's instance cannot
+// be deleted from the other host, and the refusal names the instance.
+// Images are each host's own.
+func TestFlavorsAcrossHosts(t *testing.T) {
+	t.Parallel()
+	url := testenv.StartRedis(t)
+	a := startDaemon(t, daemonOptions{Store: url, Args: append([]string{"--virt", "none"}, hostArgs("host-a")...)})
+	b := startDaemon(t, daemonOptions{Store: url, Args: append([]string{"--virt", "none"}, hostArgs("host-b")...)})
+
+	a.MustCtl("flavor", "create", "shared.f", "--vcpus", "1", "--ram", "128", "--disk", "0", "--swap", "16", "--property", "hw:ephemeral_encryption=false")
+	var f types.Flavor
+	if err := json.Unmarshal([]byte(b.MustCtl("flavor", "show", "shared.f", "--output", "json").stdout), &f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Swap != 16 || f.ExtraSpecs["hw:ephemeral_encryption"] != "false" {
+		t.Fatalf("host-b sees %+v", f)
+	}
+	a.Apply("name: xh-1\nflavor: shared.f\naddresses: [192.0.2.91]\n")
+	if r := b.Ctl("flavor", "delete", "shared.f"); r.code != 1 || !strings.Contains(r.stderr, "in use by instance(s) xh-1") {
+		t.Errorf("host-b deletes a flavor host-a's instance uses: %s", r)
+	}
+	if r := b.Ctl("flavor", "create", "shared.f", "--vcpus", "2", "--ram", "128", "--disk", "0"); r.code != 1 || !strings.Contains(r.stderr, "exists") {
+		t.Errorf("host-b creates the same flavor again: %s", r)
+	}
+	if r := b.MustCtl("image", "list", "--output", "json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("host-b's image directory: %s", r.stdout)
+	}
+	a.MustCtl("instance", "delete", "xh-1")
+	b.MustCtl("flavor", "delete", "shared.f")
+	if r := a.MustCtl("flavor", "list", "--output", "json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("host-a still lists flavors: %s", r.stdout)
+	}
+}
