@@ -25,12 +25,32 @@ import (
 // format when Options.Encryption names none.
 var DefaultEncryptionHost = policy.Host{Formats: []string{policy.FormatLUKS}, DefaultFormat: policy.FormatLUKS}
 
+// Audit streams and event types of flavors, images and the instance
+// changes they drive (hostctl events list flavors|images|instances).
+const (
+	StreamFlavors   = "flavors"
+	StreamImages    = "images"
+	StreamInstances = "instances"
+)
+
+// emit writes an audit event after a change committed; a failure to
+// append it is logged (by the audit log) and does not undo the change.
+func (c *Controller) emit(ctx context.Context, stream, typ string, payload any) {
+	if c.audit != nil {
+		_, _ = c.audit.Emit(ctx, stream, typ, payload)
+	}
+}
+
 // CreateFlavor adds a flavor.
 func (c *Controller) CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error) {
 	if c.flavors == nil {
 		return types.Flavor{}, errNoRecords
 	}
-	return c.flavors.Create(ctx, f)
+	out, err := c.flavors.Create(ctx, f)
+	if err == nil {
+		c.emit(ctx, StreamFlavors, "flavor.created", out)
+	}
+	return out, err
 }
 
 // Flavor returns a flavor by name.
@@ -55,16 +75,24 @@ func (c *Controller) DeleteFlavor(ctx context.Context, name string) error {
 	if c.flavors == nil {
 		return errNoRecords
 	}
-	return c.flavors.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
+	err := c.flavors.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
 		return c.instancesUsing(ctx, true, func(in *model.Instance) bool { return in.Flavor == name })
 	})
+	if err == nil {
+		c.emit(ctx, StreamFlavors, "flavor.deleted", map[string]string{"name": name})
+	}
+	return err
 }
 
 var errNoRecords = errors.New("the store of this controller keeps no records (flavors)")
 
 // ImportImage reads an image into the image directory.
 func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
-	return c.imageDir.Import(ctx, name, props, r)
+	img, err := c.imageDir.Import(ctx, name, props, r)
+	if err == nil {
+		c.emit(ctx, StreamImages, "image.imported", img)
+	}
+	return img, err
 }
 
 // Image returns an image of the image directory.
@@ -80,9 +108,13 @@ func (c *Controller) Images(ctx context.Context) ([]types.Image, error) {
 // DeleteImage deletes an image no instance of this host uses (the image
 // directory is this host's).
 func (c *Controller) DeleteImage(ctx context.Context, name string) error {
-	return c.imageDir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
+	err := c.imageDir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
 		return c.instancesUsing(ctx, false, func(in *model.Instance) bool { return in.Image == name })
 	})
+	if err == nil {
+		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": name})
+	}
+	return err
 }
 
 // instancesUsing names the instances (this host's, or every host's) for

@@ -130,6 +130,7 @@ func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *ty
 		_ = removeFile(a)
 	}
 	c.log.Info("instance resized", "name", name, "flavor", newF.Name, "from", old.Flavor)
+	c.emit(ctx, StreamInstances, "instance.resized", map[string]string{"name": name, "uuid": old.UUID, "from": old.Flavor, "to": newF.Name})
 	return inst, nil
 }
 
@@ -203,6 +204,7 @@ func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *ty
 		_ = removeFile(aside)
 	}
 	c.log.Info("instance rebuilt", "name", name, "image", newImg.Name, "from", old.Image)
+	c.emit(ctx, StreamInstances, "instance.rebuilt", map[string]string{"name": name, "uuid": old.UUID, "from": old.Image, "to": newImg.Name})
 	return inst, nil
 }
 

@@ -228,6 +228,20 @@ func TestFlavorsImagesCloudInit(t *testing.T) {
 	if r := d.MustCtl("image", "list"); strings.Contains(r.stdout, "deb2") {
 		t.Errorf("image list after delete:\n%s", r.stdout)
 	}
+
+	// The audit streams tell other tools.
+	for stream, want := range map[string][]string{
+		"flavors":   {"flavor.created", "flavor.deleted"},
+		"images":    {"image.imported", "image.deleted"},
+		"instances": {"instance.resized", "instance.rebuilt"},
+	} {
+		r := d.MustCtl("events", "list", stream, "--output", "json")
+		for _, typ := range want {
+			if !strings.Contains(r.stdout, `"`+typ+`"`) {
+				t.Errorf("stream %s has no %s event:\n%s", stream, typ, r.stdout)
+			}
+		}
+	}
 }
 
 // TestFlavorGuestSeesDisks boots a guest (Debian's kernel, a busybox
