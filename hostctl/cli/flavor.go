@@ -166,3 +166,11 @@ func flavorDelete(ctx context.Context, c *Call) error {
 	fmt.Fprintf(c.Stdout, "flavor %s deleted\n", name)
 	return nil
 }
+
+// sizeOf shows an instance's vCPUs and memory ("-": the host's defaults).
+func sizeOf(vcpus, memMiB int) string {
+	if vcpus == 0 && memMiB == 0 {
+		return "- (the host's defaults)"
+	}
+	return fmt.Sprintf("%d vCPUs, %d MiB", vcpus, memMiB)
+}
