@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -139,9 +140,5 @@ func serveUnix(t *testing.T) string {
 }
 
 func asError(err error, target **types.Error) bool {
-	e, ok := err.(*types.Error)
-	if ok {
-		*target = e
-	}
-	return ok
+	return errors.As(err, target)
 }
