@@ -253,6 +253,26 @@ func (c *Controller) decideEncryption(in *model.Instance, f *types.Flavor, img *
 	return d.Apply(in.Disks, c.encHost)
 }
 
+// encryptAttached applies the instance's ephemeral encryption decision
+// to a disk attached to it later: on an instance whose flavor or image
+// asks for encryption, every new disk is encrypted too.
+func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {
+	f, err := c.flavorOf(ctx, in.Flavor)
+	if err != nil {
+		return err
+	}
+	img, err := c.imageOf(ctx, in.Image)
+	if err != nil {
+		return err
+	}
+	one := &model.Instance{Name: in.Name, Flavor: in.Flavor, Image: in.Image, Disks: []model.Disk{*d}}
+	if err := c.decideEncryption(one, f, img); err != nil {
+		return err
+	}
+	*d = one.Disks[0]
+	return nil
+}
+
 // flavorDisks sets in's vCPUs, memory and local disks from the flavor f.
 func (c *Controller) flavorDisks(in *model.Instance, f *types.Flavor, img *types.Image) error {
 	var errs []model.FieldError

@@ -146,3 +146,24 @@ func TestFlavorInstanceGuards(t *testing.T) {
 		t.Errorf("re-applied = %+v", inst.Spec.Disks)
 	}
 }
+
+// A disk attached later to an instance whose flavor asks for encryption is
+// asked to be encrypted too.
+func TestAttachedDiskFollowsPolicy(t *testing.T) {
+	e := newEnv(t)
+	flavorSetup(e)
+	if _, err := e.c.CreateFlavor(context.Background(), types.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
+		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "on"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustApply(strings.Replace(flavorSpec, "flavor: f.small", "flavor: f.enc", 1))
+	inst, err := e.c.AttachDisk(context.Background(), "app-1", types.DiskRequest{Tag: "later", Size: "8M"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range inst.Spec.Disks {
+		if !d.Encrypted || d.EncryptionFormat != "luks" {
+			t.Errorf("disk %s (%s): encrypted %t format %q", d.Name, d.Tag, d.Encrypted, d.EncryptionFormat)
+		}
+	}
+}

@@ -125,6 +125,9 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 		}
 		return nil, fieldError("target", disk.Name, "is already used by %s of the domain", what)
 	}
+	if err := c.encryptAttached(ctx, dc.in, &disk); err != nil {
+		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+	}
 	next := clone(dc.in)
 	next.Disks = append(next.Disks, disk)
 	if err := next.Validate(); err != nil {
