@@ -104,6 +104,13 @@ func (d *Dir) Import(ctx context.Context, name string, props map[string]string, 
 	if err := os.MkdirAll(d.path, 0o750); err != nil {
 		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
+	// Under the name's lock, a temporary file of an import of this name
+	// is a crashed import's: it goes.
+	if stale, _ := filepath.Glob(filepath.Join(d.path, ".import-"+name+"-*")); len(stale) > 0 {
+		for _, p := range stale {
+			_ = os.Remove(p)
+		}
+	}
 	tmp, err := os.CreateTemp(d.path, ".import-"+name+"-*")
 	if err != nil {
 		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
