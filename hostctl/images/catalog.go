@@ -106,9 +106,14 @@ func (d *Dir) Import(ctx context.Context, name string, props map[string]string, 
 	}
 	// Under the name's lock, a temporary file of an import of this name
 	// is a crashed import's: it goes.
-	if stale, _ := filepath.Glob(filepath.Join(d.path, ".import-"+name+"-*")); len(stale) > 0 {
+	// (os.CreateTemp's random part is digits: ".import-deb-2-…" is
+	// another name's.)
+	prefix := ".import-" + name + "-"
+	if stale, _ := filepath.Glob(filepath.Join(d.path, prefix+"*")); len(stale) > 0 {
 		for _, p := range stale {
-			_ = os.Remove(p)
+			if rest := strings.TrimPrefix(filepath.Base(p), prefix); rest != "" && strings.Trim(rest, "0123456789") == "" {
+				_ = os.Remove(p)
+			}
 		}
 	}
 	tmp, err := os.CreateTemp(d.path, ".import-"+name+"-*")
