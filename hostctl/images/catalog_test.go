@@ -234,3 +234,22 @@ func BenchmarkEphemeralTemplate(b *testing.B) {
 		})
 	}
 }
+
+// An import removes the temporary file a crashed import of the same name
+// left, and not another name's.
+func TestImportRemovesStale(t *testing.T) {
+	qemuImg := testenv.LookPath(t, "qemu-img")
+	dir := t.TempDir()
+	d := New(dir, Options{QemuImg: qemuImg})
+	for _, n := range []string{".import-deb-123", ".import-deb-2-456"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Import(context.Background(), "deb", nil, bytes.NewReader(make([]byte, 1<<16))); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, dir); !slices.Equal(names, []string{".import-deb-2-456", "deb.json", "deb.raw"}) {
+		t.Fatalf("image directory = %v", names)
+	}
+}
