@@ -300,6 +300,10 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	if in.Image != "" {
+		// The image cannot be deleted while this apply uses it.
+		defer c.imageDir.Use(in.Image)()
+	}
 	warn, err := c.layout(ctx, in, old)
 	if err != nil {
 		return nil, err

@@ -146,6 +146,7 @@ func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *ty
 	if err != nil {
 		return nil, err
 	}
+	defer c.imageDir.Use(imageName)()
 	newImg, err := c.imageDir.Get(ctx, imageName)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)

@@ -306,9 +306,11 @@ func (d *Dir) List(ctx context.Context) ([]types.Image, error) {
 }
 
 // Delete removes an image (its sidecar first, then its file) unless
-// inUse names instances that use it (ErrConflict naming them).
+// inUse names instances that use it (ErrConflict naming them). It waits
+// for applies that hold the image (Use) to finish first.
 func (d *Dir) Delete(ctx context.Context, name string, inUse func(ctx context.Context) ([]string, error)) error {
 	defer d.locks.Lock(name)()
+	defer d.exclusive(name)()
 	img, err := d.Get(ctx, name)
 	if err != nil {
 		return fmt.Errorf("delete %w", err)

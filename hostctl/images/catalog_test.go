@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vmeta/vmeta/internal/model"
@@ -251,5 +252,30 @@ func TestImportRemovesStale(t *testing.T) {
 	}
 	if names := dirNames(t, dir); !slices.Equal(names, []string{".import-deb-2-456", "deb.json", "deb.raw"}) {
 		t.Fatalf("image directory = %v", names)
+	}
+}
+
+// Delete waits while an apply uses the image, and then sees its instance.
+func TestDeleteWaitsForUse(t *testing.T) {
+	qemuImg := testenv.LookPath(t, "qemu-img")
+	d := New(t.TempDir(), Options{QemuImg: qemuImg})
+	if _, err := d.Import(context.Background(), "deb", nil, bytes.NewReader(make([]byte, 1<<16))); err != nil {
+		t.Fatal(err)
+	}
+	release := d.Use("deb")
+	var released atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Delete(context.Background(), "deb", func(context.Context) ([]string, error) {
+			if !released.Load() {
+				return nil, errors.New("the in-use check ran while an apply held the image")
+			}
+			return []string{"vm-1"}, nil // the apply's committed record
+		})
+	}()
+	released.Store(true)
+	release()
+	if err := <-done; !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "vm-1") {
+		t.Fatalf("delete = %v, want a conflict naming vm-1", err)
 	}
 }

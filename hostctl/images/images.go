@@ -27,6 +27,7 @@ type Dir struct {
 	path    string
 	qemuImg string
 	locks   keylock.Map // per image name (catalog.go) and template (templates.go)
+	use     useLocks    // images in use by applies (use.go)
 }
 
 // Options configure a Dir.
