@@ -198,7 +198,7 @@ func imageSettings(img *types.Image, name string) (policy.Settings, error) {
 // store.ErrConflict, bad input a *model.SpecError; nothing is changed
 // anywhere on error.
 func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]string, error) {
-	if old != nil && hasKinds(old) {
+	if old != nil && laidOut(old) {
 		// Laid out by a flavor: its flavor and image change only by
 		// resize and rebuild, which grow and remake disks.
 		switch {
@@ -217,8 +217,18 @@ func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]str
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	var warn []string
+	if f != nil && old != nil && !laidOut(old) {
+		// The instance was made from its spec alone (its flavor was only a
+		// label then): a flavor registered since does not relayout or
+		// re-encrypt its disks.
+		if in.Flavor != old.Flavor {
+			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance was created without a registered flavor; create a new instance to use one", in.Name, ErrState, in.Flavor)
+		}
+		warn = append(warn, fmt.Sprintf("flavor %q was registered after instance %s was created: the instance keeps its spec's disks and size", in.Flavor, in.Name))
+		f = nil
+	}
 	if f == nil {
-		if in.Flavor != "" && c.flavors != nil {
+		if in.Flavor != "" && c.flavors != nil && len(warn) == 0 {
 			warn = append(warn, fmt.Sprintf("flavor %q is not a registered flavor: it is only reported as the instance type (hostctl flavor create registers one)", in.Flavor))
 		}
 		for i, d := range in.Disks {
@@ -378,6 +388,13 @@ func sizeBytes(s string) (int64, bool) {
 		return 0, false
 	}
 	return n << shift, true
+}
+
+// laidOut reports whether a stored instance was laid out by a
+// registered flavor: its disks have kinds, or the flavor set its size
+// (vcpus and memory_mib are new with flavors: older records have none).
+func laidOut(in *model.Instance) bool {
+	return hasKinds(in) || in.Flavor != "" && in.VCPUs > 0 && in.MemoryMiB > 0
 }
 
 // hasKinds reports whether an instance's disks were laid out by a

@@ -167,3 +167,24 @@ func TestAttachedDiskFollowsPolicy(t *testing.T) {
 		}
 	}
 }
+
+// An instance made while its flavor was only a label keeps its spec's
+// disks and size when a flavor of that name is registered later.
+func TestFlavorRegisteredLater(t *testing.T) {
+	e := newEnv(t)
+	flavorSetup(e)
+	const spec = "name: old-1\nflavor: f.later\nimage: deb\ndisks: [{name: vda, tag: root}, {name: vdb, size: 8M}]\n"
+	e.mustApply(spec)
+	if _, err := e.c.CreateFlavor(context.Background(), types.Flavor{Name: "f.later", VCPUs: 4, RAM: 512, Disk: 1, Ephemeral: 1,
+		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	inst := e.mustApply(spec)
+	if len(inst.Spec.Disks) != 2 || hasKinds(inst.Spec) || inst.Spec.VCPUs != 0 || inst.Spec.Disks[0].Encrypted ||
+		len(inst.Warnings) != 1 || !strings.Contains(inst.Warnings[0], "registered after") {
+		t.Errorf("re-applied = %+v, warnings %q", inst.Spec, inst.Warnings)
+	}
+	if _, err := e.apply(strings.Replace(spec, "f.later", "f.small", 1)); !errors.Is(err, ErrState) {
+		t.Errorf("moving it to a registered flavor by apply: %v", err)
+	}
+}
