@@ -187,4 +187,7 @@ func TestFlavorRegisteredLater(t *testing.T) {
 	if _, err := e.apply(strings.Replace(spec, "f.later", "f.small", 1)); !errors.Is(err, ErrState) {
 		t.Errorf("moving it to a registered flavor by apply: %v", err)
 	}
+	if _, err := e.c.Resize(context.Background(), "old-1", "f.big"); !errors.Is(err, ErrState) {
+		t.Errorf("resizing it: %v", err)
+	}
 }

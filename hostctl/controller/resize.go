@@ -44,10 +44,10 @@ func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *ty
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
-	if oldF == nil {
+	if oldF == nil || !laidOut(old) {
 		// Its disks were not laid out by a flavor: there is nothing to
 		// grow them from.
-		return nil, fmt.Errorf("resize %s: %w: the instance's flavor %q is not a registered flavor (its disks come from its spec: change them with instance apply)", name, ErrState, old.Flavor)
+		return nil, fmt.Errorf("resize %s: %w: the instance was not made from a registered flavor (flavor %q; its disks come from its spec: change them with instance apply)", name, ErrState, old.Flavor)
 	}
 	img, err := c.imageOf(ctx, old.Image)
 	if err != nil {
