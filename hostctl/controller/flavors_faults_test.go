@@ -190,4 +190,13 @@ func TestFlavorRegisteredLater(t *testing.T) {
 	if _, err := e.c.Resize(context.Background(), "old-1", "f.big"); !errors.Is(err, ErrState) {
 		t.Errorf("resizing it: %v", err)
 	}
+	// A rebuild replaces its first disk, and the flavor's encryption
+	// request does not reach its disks.
+	inst, err := e.c.Rebuild(context.Background(), "old-1", "deb2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Spec.Image != "deb2" || inst.Spec.Disks[0].Encrypted || inst.Spec.Disks[1].Encrypted {
+		t.Errorf("rebuilt = %+v", inst.Spec)
+	}
 }

@@ -155,6 +155,9 @@ func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *ty
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
+	if !laidOut(old) {
+		f = nil // its flavor is a label (registered later, if at all)
+	}
 	oldImg, err := c.imageOf(ctx, old.Image)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
