@@ -271,6 +271,9 @@ func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d 
 	if err != nil {
 		return err
 	}
+	if !laidOut(in) {
+		f = nil // its flavor is a label (registered later, if at all)
+	}
 	img, err := c.imageOf(ctx, in.Image)
 	if err != nil {
 		return err
