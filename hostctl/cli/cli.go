@@ -95,6 +95,7 @@ func Commands() []*Command {
 	cmds = append(cmds, resizeCommands()...)
 	cmds = append(cmds, flavorCommands()...)
 	cmds = append(cmds, imageCommands()...)
+	cmds = append(cmds, deviceCommands()...)
 	cmds = append(cmds, eventCommands()...)
 	cmds = append(cmds, configDriveCommand(), tokenNewCommand(), networkSetupMetadataCommand(), versionCommand())
 	return cmds

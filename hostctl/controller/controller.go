@@ -104,6 +104,8 @@ type Controller struct {
 	closeOnce sync.Once
 
 	observer func(op string, took time.Duration, err error)
+
+	devices Devices
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -183,6 +185,10 @@ type Options struct {
 	// when negative.
 	ResyncInterval time.Duration
 
+	// Devices is the host's passthrough device inventory; nil: specs
+	// with pci_aliases are refused.
+	Devices Devices
+
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
 	// attach_nic, detach_nic): how long it took, waiting for the
@@ -205,7 +211,7 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe}
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -304,14 +310,22 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		// The image cannot be deleted while this apply uses it.
 		defer c.imageDir.Use(in.Image)()
 	}
+	// The flavor's layout and the encryption decision first: they only
+	// decide, so a refusal there has nothing to undo.
 	warn, err := c.layout(ctx, in, old)
+	if err != nil {
+		return nil, err
+	}
+	undo, trim, err := c.claimDevices(ctx, in, old == nil)
 	if err != nil {
 		return nil, err
 	}
 	inst, err := c.drv.apply(ctx, in, old, expect)
 	if err != nil {
+		undo()
 		return nil, err
 	}
+	trim()
 	inst.Warnings = append(inst.Warnings, warn...)
 	return inst, nil
 }
@@ -569,6 +583,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.setMissing(name, false)
+	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -84,6 +84,8 @@ type Config struct {
 	AdminTLSKey     string
 
 	Virt VirtConfig
+	// Devices is the passthrough device inventory (--device-spec, …).
+	Devices DevicesConfig
 
 	// EphemeralEncryptionFormats are the encryption formats this host
 	// creates disks in (comma-separated); EphemeralEncryptionDefaultFormat
@@ -123,6 +125,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+	c.Devices.AddFlags(fs)
 }
 
 // encryptionHost checks the ephemeral encryption flags.
@@ -230,12 +233,29 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer hv.close()
-	hm := hostmetrics.New()
-	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
-	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	// The audit streams: Redis streams on Redis (every host's events in
 	// one place), JSON-lines files in the data directory otherwise.
 	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
+	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, audit, log)
+	if err != nil {
+		return err
+	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); syncDevices(syncCtx, cfg.Devices, inv, log) }()
+	defer func() { stopSync(); <-syncDone }()
+	if hook != nil {
+		// Hooks still running are killed, and their outcome recorded
+		// before the store closes.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			hook.Stop(sctx)
+		}()
+	}
+	hm := hostmetrics.New()
+	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
+	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
@@ -246,6 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 		DriveFormat: format,
 		Observe:     hm.Observe,
 		Encryption:  encHost,
+		Devices:     inv,
 		Audit:       audit,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
@@ -311,7 +332,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -333,7 +354,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()
