@@ -25,6 +25,9 @@ type ShareHooks interface {
 	Stopped(ctx context.Context, uuid string)
 	// Deleted is told that the instance was deleted.
 	Deleted(ctx context.Context, uuid string)
+	// Refuse returns an ErrState error when op (resize, rebuild) may not
+	// run because shares are attached to the instance.
+	Refuse(ctx context.Context, uuid, op string) error
 }
 
 type shareHooksBox struct{ h ShareHooks }

@@ -192,3 +192,21 @@ func (s *Service) cleanup(ctx context.Context, m Mapping) error {
 	}
 	return s.finishDetach(ctx, m, false)
 }
+
+// Refuse refuses op (resize, rebuild) on an instance with shares
+// attached, as the specification does (409) until moves with shares are
+// supported.
+func (s *Service) Refuse(ctx context.Context, uuid, op string) error {
+	ms, err := mappings(ctx, s.st, uuid)
+	if err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(ms))
+	for _, m := range ms {
+		ids = append(ids, m.ShareID)
+	}
+	return fmt.Errorf("%w: shares are attached (%s); %s is refused while a share is attached: detach them first", controller.ErrState, strings.Join(ids, ", "), op)
+}

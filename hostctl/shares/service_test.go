@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -407,5 +408,34 @@ func TestSpecLineTagClash(t *testing.T) {
 	}
 	if devs := e.devices(e.share(id).Holders[0].Instance, "latest"); len(devs) != 1 || devs[0].Tag != "data" {
 		t.Errorf("after re-applying the spec: %+v", devs)
+	}
+}
+
+// TestMovesRefused: resize and rebuild are refused (409) while a share is
+// attached, as the specification says, and work again once it is
+// detached (here they fail later, for want of a flavor or an image).
+func TestMovesRefused(t *testing.T) {
+	e := newEnv(t, stores(t)["bolt"](t))
+	ctx := context.Background()
+	e.instance("a", "demo")
+	id := e.localShare("demo")
+	e.attach("a", id)
+	before := e.snapshot()
+	_, err := e.ctl.Resize(ctx, "a", "m1.large")
+	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "resize is refused while a share is attached") || !strings.Contains(err.Error(), id) {
+		t.Errorf("resize: %v", err)
+	}
+	_, err = e.ctl.Rebuild(ctx, "a", "debian-12")
+	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "rebuild is refused while a share is attached") {
+		t.Errorf("rebuild: %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Error("a refused move changed something")
+	}
+	if _, err := e.svc.DetachShare(ctx, admin, "a", id, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ctl.Resize(ctx, "a", "m1.large"); err == nil || strings.Contains(err.Error(), "share") {
+		t.Errorf("resize after the detach: %v (want a refusal that is not about shares)", err)
 	}
 }
