@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 
+	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -61,7 +62,22 @@ func TestMappingLifecycle(t *testing.T) {
 				}
 			}
 			if devs := e.devices(uuid, "2020-10-14"); len(devs) != 0 {
-				t.Errorf("2024-11-11 lists shares %+v", devs)
+				t.Errorf("2020-10-14 lists shares %+v", devs)
+			}
+			// The config drive hostctl keeps for the instance says the same.
+			inst0, err := e.ctl.Get(ctx, "web-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tree, _, err := configdrive.Read(inst0.ConfigDrive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md, _ := tree.Get("openstack/latest/meta_data.json")
+			for _, want := range []string{`"type":"share","bus":"none","address":"none","share_id":"` + nfs + `","tag":"nfs-data"`, `"share_id":"` + local + `","tag":"` + local + `"`} {
+				if !strings.Contains(string(md), want) {
+					t.Errorf("config drive meta_data.json lacks %s:\n%s", want, md)
+				}
 			}
 			inst, err := e.ctl.Get(ctx, "web-1")
 			if err != nil {
