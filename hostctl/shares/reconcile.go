@@ -146,6 +146,13 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 		return err
 	}
 	m = cur
+	if rec.Host != "" && m.Host != rec.Host {
+		// The instance was adopted by this host: its mappings follow.
+		s.log.Info("share mapping follows its adopted instance", "share", m.ShareID, "instance", m.InstanceName, "from", m.Host, "to", rec.Host)
+		if err := rehost(ctx, s.st, &m, rec.Host); err != nil {
+			return err
+		}
+	}
 	switch m.Status {
 	case types.ShareAttaching:
 		s.log.Warn("share mapping left attaching; completing the attach", "share", m.ShareID, "instance", m.InstanceName)

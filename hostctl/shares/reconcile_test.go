@@ -350,3 +350,30 @@ func TestForceDeleteFromStoreDetaches(t *testing.T) {
 		t.Errorf("delete of the released share: %v", err)
 	}
 }
+
+// TestAdoptedMappingsFollow: after another host adopts an instance, that
+// host's reconciler moves the instance's mappings to it, so that it
+// cleans them up if the instance is deleted there.
+func TestAdoptedMappingsFollow(t *testing.T) {
+	st := stores(t)["redis"](t)
+	a := newEnv(t, st)
+	ctx := context.Background()
+	u := a.instance("a", "demo")
+	id := a.localShare("demo")
+	a.attach("a", id)
+	b := newEnvWith(t, st, func(_ string, o *controller.Options) { o.Host, o.Hosts = "host-b", deadHosts{} })
+	b.svc.host = "host-b"
+	b.svc.root = a.svc.root
+	if _, err := b.ctl.Adopt(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.svc.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := a.mapping(u, id); m.Host != "host-b" || m.Status != types.ShareInactive {
+		t.Errorf("mapping after the adopt: host %q status %q, want host-b, inactive", m.Host, m.Status)
+	}
+	if _, err := b.svc.DetachShare(ctx, admin, "a", id, false); err != nil {
+		t.Errorf("detach on the adopting host: %v", err)
+	}
+}

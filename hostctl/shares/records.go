@@ -212,3 +212,21 @@ func deleteMapping(ctx context.Context, st Records, m Mapping) error {
 	}
 	return nil
 }
+
+// rehost records that m's instance now lives on host (it was adopted),
+// in one write expecting m's version.
+func rehost(ctx context.Context, st Records, m *Mapping, host string) error {
+	next := *m
+	next.Host, next.Updated = host, now()
+	b, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	rec, err := st.PutRecord(ctx, mappingKey(m.Instance, m.ShareID), b, m.version)
+	if err != nil {
+		return fmt.Errorf("%v: record host %s: %w", m, host, err)
+	}
+	next.version = rec.Version
+	*m = next
+	return nil
+}
