@@ -129,7 +129,7 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 				backoff = min(backoff*2, opts.MaxBackoff)
 			} else {
 				lastErr, backoff = "", time.Second
-				if doc == nil || d.Digest != doc.Digest || d.Origin != doc.Origin {
+				if doc == nil || d.Digest != doc.Digest || d.Origin != doc.Origin || d.Revision != doc.Revision {
 					needApply = true
 					if doc != nil {
 						a.log.Info("metadata changed", "origin", d.Origin)
@@ -227,7 +227,7 @@ const maxDebounce = 3 * time.Second
 func (a *Agent) logReport(rep *Report, reported map[string]bool) {
 	st := rep.State
 	if len(rep.Changes) > 0 {
-		a.log.Info("applied", "origin", st.Origin, "devices", len(st.Devices), "changes", strings.Join(rep.Changes, "; "),
+		a.log.Info("applied", "origin", st.Origin, "source", st.Source, "revision", st.Revision, "devices", len(st.Devices), "changes", strings.Join(rep.Changes, "; "),
 			"problems", len(st.Problems), "since_start", time.Since(a.cfg.Started).Round(time.Millisecond), "peak_rss", PeakRSS())
 	} else {
 		a.log.Debug("nothing to change", "origin", st.Origin, "devices", len(st.Devices))
