@@ -42,6 +42,8 @@ func TestVirtConfig(t *testing.T) {
 		{[]string{"--virt", "none", "--domain-type", "hyperv"}, "--domain-type"},
 		{[]string{"--virt", "none", "--config-drive-bus", "ide"}, "--config-drive-bus"},
 		{[]string{"--virt", "none", "--domain-initrd", "/x"}, "--domain-kernel"},
+		{[]string{"--virt", "none", "--firmware-metadata", "yes"}, `--firmware-metadata "yes": must be auto, on or off`},
+		{[]string{"--virt", "none", "--firmware-metadata", "off"}, ""},
 	} {
 		h, err := parse(tc.args...).connect(ctx, log)
 		switch {

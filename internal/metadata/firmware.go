@@ -163,3 +163,19 @@ func ParseFirmwareRevision(b []byte) (int64, error) {
 	}
 	return n, nil
 }
+
+// TreeRevision is the metadata revision a rendered tree carries
+// (RevisionKey of openstack/latest/meta_data.json); 0 when none.
+func TreeRevision(t *Tree) int64 {
+	md, ok := t.Get("openstack/latest/meta_data.json")
+	if !ok {
+		return 0
+	}
+	var top struct {
+		Revision int64 `json:"vmeta_revision"`
+	}
+	if json.Unmarshal(md, &top) != nil {
+		return 0
+	}
+	return top.Revision
+}
