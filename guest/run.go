@@ -250,10 +250,20 @@ func (a *Agent) logReport(rep *Report, reported map[string]bool) {
 // polling a swapped config drive goes unnoticed until the next periodic
 // read.
 func (a *Agent) watchMedia(d *source.Document) {
-	dev, ok := strings.CutPrefix(d.Origin, "config drive ")
-	if !ok {
-		return
+	origins := []string{d.Origin}
+	for _, s := range d.Sources {
+		if s.Origin != d.Origin {
+			origins = append(origins, s.Origin) // a drive read but not used (the firmware had the same revision)
+		}
 	}
+	for _, o := range origins {
+		if dev, ok := strings.CutPrefix(o, "config drive "); ok {
+			a.watchMediaOf(dev)
+		}
+	}
+}
+
+func (a *Agent) watchMediaOf(dev string) {
 	name := filepath.Base(dev)
 	if !strings.HasPrefix(name, "sr") {
 		return
