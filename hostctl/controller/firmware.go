@@ -92,6 +92,25 @@ func (c *Controller) setFirmware(ctx context.Context, r *revert.Reverter, name s
 	return nil
 }
 
+// firmwareDrift reports whether the persistent definition's firmware
+// entries disagree with the firmware transport's setting: none while it is
+// on (an instance published before it was turned on) or of another
+// revision than the record's, or some while it is off.
+func (c *Controller) firmwareDrift(ctx context.Context, name string, rev int64) bool {
+	doc, err := c.domains.XML(ctx, name, false)
+	if err != nil {
+		return false
+	}
+	files, err := virt.FirmwareFiles(doc)
+	if err != nil {
+		return false
+	}
+	if !c.firmware {
+		return len(files) > 0
+	}
+	return virt.FirmwareRevision(files) != rev
+}
+
 // pruneFirmware deletes the instance's firmware entry files of other
 // revisions than keep (0: all). QEMU read a running domain's at its start;
 // the persistent definition names keep's.

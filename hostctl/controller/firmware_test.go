@@ -216,3 +216,32 @@ func TestLibvirtFirmware(t *testing.T) {
 		t.Errorf("files %v", files)
 	}
 }
+
+// TestReconcileFirmware: instances published before the firmware
+// transport was turned on get their entries from the reconciler, and lose
+// them when it is turned off; then nothing more happens.
+func TestReconcileFirmware(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.mustApply(hvSpec)
+	e.c.firmware = true
+	if err := e.c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkFirmware(t, e, e.hv, "app-1", 2)
+	before := e.snapshot()
+	if err := e.c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("a second pass changed things:\n%s", diffLines(before, after))
+	}
+	e.c.firmware = false
+	if err := e.c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := e.hv.XML(ctx, "app-1", false)
+	if files, _ := virt.FirmwareFiles(doc); len(files) != 0 || len(firmwareFilesOf(t, e, "app-1")) != 0 {
+		t.Errorf("firmware off: entries %v, files %v", files, firmwareFilesOf(t, e, "app-1"))
+	}
+}
