@@ -72,7 +72,7 @@ clear() {
 measure() {
 	clear
 	vmeta-agent apply --source $2 --log-level debug >/run/m.log 2>&1
-	echo "$1: measure $2 rc=$? $(grep -E 'msg=applied|msg="metadata read"' /run/m.log | tr '\n' ' ')"
+	echo "$1: measure $2 rc=$? $(grep -E 'msg=applied|msg="metadata read"|level=WARN' /run/m.log | tr '\n' ' ')"
 }
 
 if [ ! -b /dev/sr0 ]; then
@@ -85,9 +85,7 @@ if [ ! -b /dev/sr0 ]; then
 	report $P
 	i=0; while [ $i -lt ` + "FWROUNDS" + ` ]; do i=$((i+1)); measure $P firmware; done
 	echo "$P: done"
-	exit 0
-fi
-
+else
 P=fw2
 vmeta-agent apply --log-level debug >/run/a2.log 2>&1
 echo "$P: apply rc=$?"
@@ -133,15 +131,17 @@ done
 echo "$P: waiting-retag"
 i=0
 while [ ! -e /dev/disk/by-tag/fw-db2 ]; do
-	i=$((i+1)); [ $i -gt 1200 ] && { echo "$P: retag-timeout"; break; }
+	i=$((i+1)); [ $i -gt 600 ] && { echo "$P: retag-timeout"; break; }
 	sleep 0.2
 done
 udevadm settle --timeout=60
+echo "$P: poll sr0=$(cat /sys/block/sr0/events_poll_msecs) default=$(cat /sys/module/block/parameters/events_dfl_poll_msecs)"
 report $P
 kill $AGENT
 wait $AGENT
 sed "s/^/$P: log /" /run/run.log
 echo "$P: done"
+fi
 `
 
 func firmwareSpec(name string, drive bool, dbTag string) string {
