@@ -6,9 +6,13 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vmeta/vmeta/guest"
+	"github.com/vmeta/vmeta/guest/source"
+	"github.com/vmeta/vmeta/guest/uevent"
 )
 
 // withRevision adds vmeta_revision to a meta_data.json.
@@ -50,5 +54,76 @@ func TestOlderRevisionChangesNothing(t *testing.T) {
 	var b bytes.Buffer
 	if err := guest.WriteStatusTable(&b, rep.State); err != nil || !strings.Contains(b.String(), "metadata revision 6") {
 		t.Errorf("status: %v\n%s", err, b.String())
+	}
+}
+
+// flakyDriveSource answers first with the firmware's document and a drive
+// that failed to read (its medium was changing), then with the drive's
+// newer document.
+type flakyDriveSource struct {
+	mu    sync.Mutex
+	reads int
+}
+
+func (s *flakyDriveSource) String() string { return "firmware and a flaky drive" }
+
+func (s *flakyDriveSource) Fetch(context.Context) (*source.Document, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	if s.reads == 1 {
+		d, err := source.Parse([]byte(withRevision(doc1, "2")))
+		if err != nil {
+			return nil, err
+		}
+		d.Origin, d.Source = "firmware", source.KindFirmware
+		d.Sources = []source.SourceResult{{Source: source.KindFirmware, Origin: "firmware", Revision: 2, Used: true},
+			{Source: source.KindDrive, Error: "config drive /dev/sr0: medium changing"}}
+		return d, nil
+	}
+	d, err := source.Parse([]byte(withRevision(strings.Replace(doc1, "squidcache", "from-drive", 1), "3")))
+	if err != nil {
+		return nil, err
+	}
+	d.Origin, d.Source = "config drive /dev/sr0", source.KindDrive
+	return d, nil
+}
+
+// TestRunRereadsAfterAFailedTransport: a pass that got its document from
+// one transport while another that is there failed reads again soon (not
+// after the poll interval), and the newer document applies without any
+// device event.
+func TestRunRereadsAfterAFailedTransport(t *testing.T) {
+	e := newEnv(t)
+	src := &flakyDriveSource{}
+	e.cfg.Source = src
+	e.agent = guest.New(e.cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.agent.Run(ctx, guest.RunOptions{Events: make(chan uevent.Event), PollInterval: time.Hour})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := guest.ReadState(e.cfg.StateDir)
+		if err == nil && st.Revision == 3 {
+			if st.Source != source.KindDrive {
+				t.Errorf("revision 3 applied from %q", st.Source)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drive's newer document was not read again; log:\n%s", e.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !e.record("b252:16").HasLink("disk/by-tag/from-drive") {
+		t.Error("the drive's tag was not applied")
 	}
 }

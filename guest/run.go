@@ -128,19 +128,29 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 				}
 				backoff = min(backoff*2, opts.MaxBackoff)
 			} else {
-				lastErr, backoff = "", time.Second
+				lastErr = ""
 				if doc == nil || d.Digest != doc.Digest || d.Origin != doc.Origin || d.Revision != doc.Revision {
 					needApply = true
 					if doc != nil {
-						a.log.Info("metadata changed", "origin", d.Origin)
+						a.log.Info("metadata changed", "origin", d.Origin, "revision", d.Revision)
 					}
 				}
 				doc = d
 				a.watchMedia(d)
-				if len(fast) > 0 {
+				switch {
+				case len(d.Problems()) > 0:
+					// Another transport that is there failed: a drive read
+					// while its medium changes, a broken firmware entry.
+					// Its document may be the newest: read again soon,
+					// backing off while it keeps failing.
+					poll.Reset(backoff + time.Duration(rand.Int64N(int64(backoff/4)+1)))
+					backoff = min(backoff*2, opts.MaxBackoff)
+				case len(fast) > 0:
+					backoff = time.Second
 					poll.Reset(fast[0])
 					fast = fast[1:]
-				} else {
+				default:
+					backoff = time.Second
 					poll.Reset(opts.PollInterval)
 				}
 			}
