@@ -274,6 +274,24 @@ func TestFirmwareInBootedGuest(t *testing.T) {
 	if inst.Revision != 3 {
 		t.Fatalf("re-tag: revision %d", inst.Revision)
 	}
+	// While the guest runs (it needs seconds to notice the new medium and
+	// report), instance show names each transport's revision; should it
+	// have powered off already, the firmware is the next boot's.
+	var shown types.Instance
+	d.ctlJSON(&shown, "instance", "show", name)
+	ts := map[string]types.Transport{}
+	for _, tr := range shown.Transports {
+		ts[tr.Name] = tr
+	}
+	t.Logf("instance show (state %s): transports %+v", shown.State, shown.Transports)
+	wantFw := types.Transport{Name: types.TransportFirmware, Revision: 2, NextBoot: 3}
+	if shown.State != "running" {
+		wantFw = types.Transport{Name: types.TransportFirmware, Revision: 3, NextBoot: 3}
+	}
+	if fw := ts[types.TransportFirmware]; ts[types.TransportHTTP].Revision != 3 || ts[types.TransportDrive].Revision != 3 ||
+		fw.Revision != wantFw.Revision || fw.NextBoot != wantFw.NextBoot {
+		t.Errorf("instance show (state %s): transports %+v; want service 3, drive 3, firmware %d (next boot %d)", shown.State, shown.Transports, wantFw.Revision, wantFw.NextBoot)
+	}
 	out = testenv.WaitConsole(t, console, "fw3: done", hotplugTimeout)
 	t.Logf("re-tag to the new link (seen on the console): %s", time.Since(retagStart).Round(time.Second))
 	r3 := parseReport(t, out, "fw3")
@@ -282,18 +300,6 @@ func TestFirmwareInBootedGuest(t *testing.T) {
 		t.Errorf("after the re-tag: the old link fw-db is still there")
 	}
 	checkEntries(t, "after the re-tag (the firmware is fixed while the guest runs)", r3, hostEntries)
-	var shown types.Instance
-	d.ctlJSON(&shown, "instance", "show", name)
-	ts := map[string]types.Transport{}
-	for _, tr := range shown.Transports {
-		ts[tr.Name] = tr
-	}
-	t.Logf("instance show transports: %+v", shown.Transports)
-	if ts[types.TransportHTTP].Revision != 3 || ts[types.TransportDrive].Revision != 3 ||
-		ts[types.TransportFirmware].Revision != 2 || ts[types.TransportFirmware].NextBoot != 3 {
-		t.Errorf("instance show: transports %+v; want service 3, drive 3, firmware 2 (next boot 3)", shown.Transports)
-	}
-
 	logTimings(t, "boot 1, firmware (no drive, no network)", fw1)
 	logTimings(t, "boot 2, firmware", fw2)
 	logTimings(t, "boot 2, config drive", drive2)
