@@ -35,8 +35,8 @@
 // firmware, fixed until the next boot. It also times agent start to tags
 // applied from each transport in the same guest.
 //
-// Prerequisites come from test/setup (libvirtd, the guest kernel,
-// busybox-static, udev, the guest kernel's qemu_fw_cfg module); a missing one skips the test with the reason, or
-// fails it under VMETA_REQUIRE_INTEGRATION=1. The kernel's base
+// Prerequisites come from test/setup (libvirtd, the guest kernel and its
+// qemu_fw_cfg module, busybox-static, udev); a missing one skips the test
+// with the reason, or fails it under VMETA_REQUIRE_INTEGRATION=1. The kernel's base
 // initramfs is cached in testenv.GuestImageCacheDir between runs.
 package guestvm
