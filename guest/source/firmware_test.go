@@ -237,3 +237,33 @@ func TestAutoNewest(t *testing.T) {
 		t.Fatalf("nothing usable: %v", err)
 	}
 }
+
+// FuzzParseFirmware: any devices entry either parses into a document the
+// schema accepts, or is refused with ErrInvalid; never a panic.
+func FuzzParseFirmware(f *testing.F) {
+	in := &model.Instance{Name: "fw", UUID: fwUUID, Disks: []model.Disk{{Name: "vdb", Bus: "virtio", Address: "0000:00:07.0", Tag: "db"}}}
+	tr, err := metadata.Render(in, metadata.Options{Revision: 3})
+	if err != nil {
+		f.Fatal(err)
+	}
+	es, err := metadata.FirmwareEntries(tr)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(es[0].Data)
+	f.Add([]byte(`{"devices":[]}` + "\n"))
+	f.Add([]byte(`{"devices":[{"type":"gpu"}]}` + "\n"))
+	f.Add([]byte(`{"devices":[`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		doc, err := source.ParseFirmware(b, fwUUID, 3)
+		if err != nil {
+			if !errors.Is(err, source.ErrInvalid) {
+				t.Fatalf("error without ErrInvalid: %v", err)
+			}
+			return
+		}
+		if doc.Revision != 3 || doc.Source != source.KindFirmware || !bytes.HasSuffix(b, []byte("\n")) {
+			t.Fatalf("accepted %q as %+v", b, doc)
+		}
+	})
+}
