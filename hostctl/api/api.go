@@ -16,6 +16,7 @@
 //	DELETE /v1/instances/{name}?force_from_store=1  forget another (dead) host's instance (admin)
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
+//	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -59,6 +60,7 @@ type Controller interface {
 	powerService
 	hotplugService
 	hostService
+	eventService
 }
 
 // Handler returns the admin API handler for the unix socket, where every
@@ -101,6 +103,7 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	// Resources still to come each take their own subrouter here:
 	// /v1/flavors, /v1/images, /v1/shares, /v1/servers/{id}/shares,
 	// /v1/devices, /v1/keys.
+	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	system{errorWriter: e}.routes(v1)

@@ -23,6 +23,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -194,6 +195,9 @@ func Run(ctx context.Context, cfg Config) error {
 	hm := hostmetrics.New()
 	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
 	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
+	// The audit streams: Redis streams on Redis (every host's events in
+	// one place), JSON-lines files in the data directory otherwise.
+	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
@@ -203,6 +207,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+		Audit:       audit,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{

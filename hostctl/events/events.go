@@ -55,11 +55,17 @@ func New(streams store.Streams, host string, log *slog.Logger) *Log {
 
 // For returns the event streams for st: st's own when it has them (Redis),
 // otherwise JSON-lines files in dir.
-func For(st any, dir string) (store.Streams, error) {
+func For(st any, dir string) store.Streams {
 	if s, ok := st.(store.Streams); ok {
-		return s, nil
+		return s
 	}
-	return OpenFiles(dir)
+	return NewFiles(dir)
+}
+
+// Read returns up to limit events of stream after the event with ID
+// after, waiting up to wait for one (see the package function Read).
+func (l *Log) Read(ctx context.Context, stream, after string, limit int, wait time.Duration) ([]Event, error) {
+	return Read(ctx, l.streams, stream, after, limit, wait)
 }
 
 // Emit appends an event of type typ with payload (marshalled to JSON) to

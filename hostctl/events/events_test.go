@@ -22,10 +22,7 @@ import (
 // and a real Redis.
 func backends(t *testing.T) map[string]store.Streams {
 	t.Helper()
-	files, err := OpenFiles(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := NewFiles(t.TempDir())
 	rs, err := redis.Open(context.Background(), testenv.StartRedis(t))
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +143,7 @@ func TestBadStreamNames(t *testing.T) {
 // reported as not an event rather than skipped silently.
 func TestFilePartialLine(t *testing.T) {
 	dir := t.TempDir()
-	f, err := OpenFiles(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := NewFiles(dir)
 	ctx := context.Background()
 	l := New(f, "h", nil)
 	if _, err := l.Emit(ctx, "s", "one", 1); err != nil {
@@ -166,7 +160,7 @@ func TestFilePartialLine(t *testing.T) {
 		t.Fatalf("before the next append: %v %+v", err, evs)
 	}
 	// A new process (a new Files) appends after the crash.
-	f2, _ := OpenFiles(dir)
+	f2 := NewFiles(dir)
 	ev, err := New(f2, "h", nil).Emit(ctx, "s", "two", 2)
 	if err != nil {
 		t.Fatal(err)

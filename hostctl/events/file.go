@@ -33,12 +33,10 @@ type Files struct {
 
 var _ store.Streams = (*Files)(nil)
 
-// OpenFiles returns the streams kept in dir, creating it (0700).
-func OpenFiles(dir string) (*Files, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("event streams: %w", err)
-	}
-	return &Files{dir: dir, lines: map[string]int64{}, notify: make(chan struct{})}, nil
+// NewFiles returns the streams kept in dir (created, 0700, on the first
+// append).
+func NewFiles(dir string) *Files {
+	return &Files{dir: dir, lines: map[string]int64{}, notify: make(chan struct{})}
 }
 
 func (f *Files) path(stream string) (string, error) {
@@ -60,6 +58,9 @@ func (f *Files) Append(_ context.Context, stream string, payload []byte) (string
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return "", fmt.Errorf("append to stream %s: %w", stream, err)
+	}
 	n, ok := f.lines[stream]
 	if !ok {
 		if n, err = countLines(p); err != nil {
