@@ -93,12 +93,11 @@ func TestFirmwareEntries(t *testing.T) {
 		t.Fatalf("revision %d", inst.Revision)
 	}
 	checkFirmware(t, e, e.hv, "app-1", 2)
-	ts := transportMap(inst)
-	if got, err := e.c.Get(context.Background(), "app-1"); err != nil {
+	got, err := e.c.Get(context.Background(), "app-1")
+	if err != nil {
 		t.Fatal(err)
-	} else {
-		ts = transportMap(got)
 	}
+	ts := transportMap(got)
 	if ts[types.TransportHTTP].Revision != 2 || ts[types.TransportDrive].Revision != 2 || ts[types.TransportFirmware].Revision != 2 {
 		t.Errorf("transports of a stopped instance: %+v", ts)
 	}
@@ -109,7 +108,7 @@ func TestFirmwareEntries(t *testing.T) {
 	if files, _ := virt.FirmwareFiles(doc); len(files) != 0 || len(firmwareFilesOf(t, e, "app-1")) != 0 {
 		t.Errorf("firmware off: entries %v, files %v", files, firmwareFilesOf(t, e, "app-1"))
 	}
-	got, _ := e.c.Get(context.Background(), "app-1")
+	got, _ = e.c.Get(context.Background(), "app-1")
 	if fw := transportMap(got)[types.TransportFirmware]; fw.Revision != 0 || !strings.Contains(fw.Note, "off") {
 		t.Errorf("firmware off: transport %+v", fw)
 	}
@@ -181,8 +180,7 @@ func TestLibvirtFirmware(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = e.c.Stop(context.Background(), name, time.Second) })
 
-	inst, err = e.apply(strings.Replace(spec, "tag: db", "tag: db2", 1))
-	if err != nil {
+	if _, err := e.apply(strings.Replace(spec, "tag: db", "tag: db2", 1)); err != nil {
 		t.Fatal(err)
 	}
 	checkFirmware(t, e, e.c.domains.(Hypervisor), name, 2)
