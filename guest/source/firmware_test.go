@@ -267,3 +267,45 @@ func FuzzParseFirmware(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkFetch reads the same revision from the firmware (a sysfs-like
+// directory) and from a config drive image (ISO 9660, read without
+// mounting): what each read costs once the schema is compiled.
+func BenchmarkFetch(b *testing.B) {
+	in := &model.Instance{Name: "fw", UUID: fwUUID, Disks: []model.Disk{
+		{Name: "vdb", Bus: "virtio", Address: "0000:00:07.0", Serial: "vol-b", Tag: "db"},
+		{Name: "sda", Bus: "scsi", Address: "0:0:1:0", Serial: "vol-a", Tag: "logs"}}}
+	tr, err := metadata.Render(in, metadata.Options{Revision: 7})
+	if err != nil {
+		b.Fatal(err)
+	}
+	es, err := metadata.FirmwareEntries(tr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	for _, e := range es {
+		p := filepath.Join(dir, "fw", "by_name", filepath.FromSlash(e.Name))
+		os.MkdirAll(p, 0o755)
+		os.WriteFile(filepath.Join(p, "raw"), e.Data, 0o644)
+		os.WriteFile(filepath.Join(p, "size"), []byte(strconv.Itoa(len(e.Data))), 0o644)
+	}
+	drive := filepath.Join(dir, "drive.iso")
+	if err := configdrive.Build(drive, tr.ConfigDriveFiles(), configdrive.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		s    source.Source
+	}{{"firmware", &source.Firmware{Dir: filepath.Join(dir, "fw"), Load: noLoad}}, {"configdrive", &source.ConfigDrive{Path: drive}}} {
+		s := c.s
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Fetch(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
