@@ -238,3 +238,45 @@ func TestVersionAtLeast(t *testing.T) {
 		}
 	}
 }
+
+// TestFirmwareNameLimitAgainstQEMU: why SetFirmware checks names itself.
+// libvirt defines a domain whose fw_cfg name is over QEMU's limit without
+// a word; QEMU refuses it only when the domain starts. SetFirmware refuses
+// it before anything is defined.
+func TestFirmwareNameLimitAgainstQEMU(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	ctx := testCtx(t, 2*time.Minute)
+	c := connect(t, uri, ConnOptions{})
+	name := testenv.UniqueDomainName(t)
+	d := newTestDataDir(t)
+	in := &model.Instance{Name: name, UUID: randomUUID(t)}
+	doc, err := BuildDomain(in, d.host, Options{MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := metadata.FirmwarePrefix + strings.Repeat("x", metadata.MaxFirmwareName+1-len(metadata.FirmwarePrefix))
+	file := filepath.Join(d.dir, "instances", "long")
+	os.WriteFile(file, []byte("x\n"), 0o600)
+	if _, err := SetFirmware(doc, d.dir, []FirmwareFile{{Name: long, File: file}}); err == nil || !strings.Contains(err.Error(), "more than QEMU's limit of 55") {
+		t.Fatalf("SetFirmware with a %d-byte name: %v", len(long), err)
+	}
+	// The same entry written past the check.
+	ok, err := SetFirmware(doc, d.dir, []FirmwareFile{{Name: metadata.FirmwareUUID, File: file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Replace(ok, []byte(metadata.FirmwareUUID), []byte(long), 1)
+	testenv.CleanupDomain(t, uri, name)
+	if _, err := c.Define(ctx, bad); err != nil {
+		t.Logf("libvirt refuses the define: %v", err)
+		return
+	}
+	err = c.Start(ctx, name)
+	if err == nil {
+		t.Fatalf("QEMU started with a %d-byte fw_cfg name", len(long))
+	}
+	if !strings.Contains(err.Error(), "name too long") {
+		t.Errorf("start: %v, want QEMU's \"name too long\"", err)
+	}
+	t.Logf("libvirt defined it; QEMU refused it at start: %v", err)
+}

@@ -24,7 +24,7 @@ import (
 
 // fwMeasureRounds is how many times the guest applies the metadata from
 // each transport for the timing figures.
-const fwMeasureRounds = 5
+const fwMeasureRounds = 7
 
 // firmwareScript runs in both boots of TestFirmwareInBootedGuest. Boot 1
 // (no config drive, no NIC): the agent loads qemu_fw_cfg itself and
