@@ -142,9 +142,10 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 					// Another transport that is there failed: a drive read
 					// while its medium changes, a broken firmware entry.
 					// Its document may be the newest: read again soon,
-					// backing off while it keeps failing.
+					// backing off while it keeps failing, never less often
+					// than the poll interval.
 					poll.Reset(backoff + time.Duration(rand.Int64N(int64(backoff/4)+1)))
-					backoff = min(backoff*2, opts.MaxBackoff)
+					backoff = min(backoff*2, opts.MaxBackoff, opts.PollInterval)
 				case len(fast) > 0:
 					backoff = time.Second
 					poll.Reset(fast[0])
