@@ -73,12 +73,18 @@ func Handler(c Controller, log *slog.Logger) http.Handler {
 // with a (an *auth.TokenAuth on a TCP listener). Authentication wraps the
 // router, so that an unauthenticated caller learns nothing of the routes
 // (not even a 405).
-func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator) http.Handler {
+func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Option) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
 	e := errorWriter{log: log}
-	return authenticate(a, e, routes(c, e))
+	root := routes(c, e)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	devices{svc: o.devices, errorWriter: e}.routes(root.PathPrefix("/v1/devices").Subrouter())
+	return authenticate(a, e, root)
 }
 
 // routes builds the router: a subrouter per resource under /v1.

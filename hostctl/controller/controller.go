@@ -99,6 +99,8 @@ type Controller struct {
 	closeOnce sync.Once
 
 	observer func(op string, took time.Duration, err error)
+
+	devices Devices
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -177,6 +179,10 @@ type Options struct {
 	// when negative.
 	ResyncInterval time.Duration
 
+	// Devices is the host's passthrough device inventory; nil: specs
+	// with pci_aliases are refused.
+	Devices Devices
+
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
 	// attach_nic, detach_nic): how long it took, waiting for the
@@ -199,7 +205,7 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe}
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -281,7 +287,17 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	return c.drv.apply(ctx, in, old, expect)
+	undo, trim, err := c.claimDevices(ctx, in, old == nil)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := c.drv.apply(ctx, in, old, expect)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	trim()
+	return inst, nil
 }
 
 // existing looks up the stored instance of in's name: its spec (nil for a
@@ -559,6 +575,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.setMissing(name, false)
+	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -81,6 +81,8 @@ type Config struct {
 	AdminTLSKey     string
 
 	Virt VirtConfig
+	// Devices is the passthrough device inventory (--device-spec, …).
+	Devices DevicesConfig
 
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
@@ -112,6 +114,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+	c.Devices.AddFlags(fs)
 }
 
 // TokenKeyFilePath is the session-token key file in a data directory.
@@ -192,12 +195,29 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer hv.close()
-	hm := hostmetrics.New()
-	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
-	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	// The audit streams: Redis streams on Redis (every host's events in
 	// one place), JSON-lines files in the data directory otherwise.
 	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
+	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, audit, log)
+	if err != nil {
+		return err
+	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); syncDevices(syncCtx, cfg.Devices, inv, log) }()
+	defer func() { stopSync(); <-syncDone }()
+	if hook != nil {
+		// Hooks still running are killed, and their outcome recorded
+		// before the store closes.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			hook.Stop(sctx)
+		}()
+	}
+	hm := hostmetrics.New()
+	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
+	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
@@ -207,6 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+		Devices:     inv,
 		Audit:       audit,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
@@ -272,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -294,7 +315,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()

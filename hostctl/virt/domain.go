@@ -341,7 +341,7 @@ func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error
 			add(fieldErr(f, "%v", err))
 			continue
 		}
-		dev.Hostdevs = append(dev.Hostdevs, hostdevXML{Mode: "subsystem", Type: "pci", Managed: "yes", Source: hostdevSourceXML{Address: *a}})
+		dev.Hostdevs = append(dev.Hostdevs, hostdevXML{Mode: "subsystem", Type: "pci", Managed: "yes", Source: hostdevSourceXML{Address: hostAddressXML{Domain: a.Domain, Bus: a.Bus, Slot: a.Slot, Function: a.Function}}})
 	}
 
 	// Serial console: a pty (virsh console works) whose output virtlogd

@@ -50,6 +50,17 @@ type Instance struct {
 	NICs       []NIC       `json:"nics,omitempty"`
 	Shares     []Share     `json:"shares,omitempty"`
 	PCIDevices []PCIDevice `json:"pci_devices,omitempty"`
+	// PCIAliases request passthrough devices from the host's device
+	// inventory (hostctl/devices) by alias, Nova's pci_alias; hostctl
+	// claims them and adds them to PCIDevices (with Alias set).
+	PCIAliases []PCIAlias `json:"pci_aliases,omitempty"`
+}
+
+// PCIAlias requests Count devices of the host's device_spec alias Name.
+type PCIAlias struct {
+	Name string `json:"name"`
+	// Count is how many (default 1).
+	Count int `json:"count,omitempty"`
 }
 
 // WantsConfigDrive reports whether the instance gets a config drive
@@ -136,6 +147,10 @@ type PCIDevice struct {
 	// Address is the host PCI address (dddd:bb:ss.f).
 	Address    string `json:"address"`
 	OneTimeUse bool   `json:"one_time_use,omitempty"`
+	// Alias is set by hostctl on a device it claimed for one of the
+	// instance's pci_aliases; on apply such entries are dropped and
+	// claimed again (the inventory says which device the instance holds).
+	Alias string `json:"alias,omitempty"`
 }
 
 // EffectiveTag returns the effective virtiofs tag of a share.
