@@ -27,13 +27,13 @@ func WriteStatusTable(w io.Writer, st *State) error {
 	for _, r := range st.Sources {
 		switch {
 		case r.Used:
-			fmt.Fprintf(w, "  %-16s revision %d (used)\n", r.Source+":", r.Revision)
+			fmt.Fprintf(w, "  %-18s revision %d (used)\n", r.Source+":", r.Revision)
 		case r.Error == "":
-			fmt.Fprintf(w, "  %-16s revision %d\n", r.Source+":", r.Revision)
+			fmt.Fprintf(w, "  %-18s revision %d\n", r.Source+":", r.Revision)
 		case r.Absent:
-			fmt.Fprintf(w, "  %-16s absent\n", r.Source+":")
+			fmt.Fprintf(w, "  %-18s absent\n", r.Source+":")
 		default:
-			fmt.Fprintf(w, "  %-16s not used: %s\n", r.Source+":", r.Error)
+			fmt.Fprintf(w, "  %-18s not used: %s\n", r.Source+":", r.Error)
 		}
 	}
 	if !st.Time.IsZero() {
