@@ -94,8 +94,9 @@ func (c *Controller) setFirmware(ctx context.Context, r *revert.Reverter, name s
 
 // firmwareDrift reports whether the persistent definition's firmware
 // entries disagree with the firmware transport's setting: none while it is
-// on (an instance published before it was turned on) or of another
-// revision than the record's, or some while it is off.
+// on (an instance published before it was turned on), of another revision
+// than the record's, or naming files that are gone; or some while it is
+// off.
 func (c *Controller) firmwareDrift(ctx context.Context, name string, rev int64) bool {
 	doc, err := c.domains.XML(ctx, name, false)
 	if err != nil {
@@ -107,6 +108,11 @@ func (c *Controller) firmwareDrift(ctx context.Context, name string, rev int64) 
 	}
 	if !c.firmware {
 		return len(files) > 0
+	}
+	for _, f := range files {
+		if !fileExists(f.File) {
+			return true // QEMU would not start: write them again
+		}
 	}
 	return virt.FirmwareRevision(files) != rev
 }

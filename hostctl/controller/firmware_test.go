@@ -234,6 +234,15 @@ func TestReconcileFirmware(t *testing.T) {
 	if after := e.snapshot(); after != before {
 		t.Errorf("a second pass changed things:\n%s", diffLines(before, after))
 	}
+	// An entry file lost behind hostctl's back (QEMU would not start).
+	for _, f := range firmwareFilesOf(t, e, "app-1") {
+		os.Remove(filepath.Join(e.dir, "instances", "app-1", f))
+	}
+	if err := e.c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkFirmware(t, e, e.hv, "app-1", 3)
+
 	e.c.firmware = false
 	if err := e.c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
