@@ -155,17 +155,32 @@ func (c VirtConfig) connect(ctx context.Context, log *slog.Logger) (*hypervisor,
 		conn.Close()
 		return nil, fmt.Errorf("--virt %s: %w", c.Mode, err)
 	}
-	fwOK := virt.VersionAtLeast(v, virt.MinFirmwareLibVersion)
-	switch {
-	case c.Firmware == "on" && !fwOK:
+	if h.firmware, err = firmwareSetting(c.Firmware, v); err != nil {
 		conn.Close()
-		return nil, configErrorf("--firmware-metadata on: libvirt %s has no <sysinfo type='fwcfg'> (it needs %s or later); use auto or off", v, virt.MinFirmwareLibVersion)
-	case c.Firmware == "on", c.Firmware == "auto" && fwOK:
-		h.firmware = true
+		return nil, err
 	}
 	h.conn = conn
 	log.Info("hypervisor: libvirt", "uri", c.URI, "libvirt", v, "domain_type", typ, "network", c.Network, "firmware_metadata", h.firmware)
 	return h, nil
+}
+
+// firmwareSetting resolves --firmware-metadata against libvirtd's
+// version: auto is on where libvirt has <sysinfo type='fwcfg'>; on with
+// an older libvirt is refused.
+func firmwareSetting(mode, libvirtVersion string) (bool, error) {
+	ok := virt.VersionAtLeast(libvirtVersion, virt.MinFirmwareLibVersion)
+	switch mode {
+	case "off":
+		return false, nil
+	case "auto":
+		return ok, nil
+	case "on":
+		if !ok {
+			return false, configErrorf("--firmware-metadata on: libvirt %s has no <sysinfo type='fwcfg'> (it needs %s or later); use auto or off", libvirtVersion, virt.MinFirmwareLibVersion)
+		}
+		return true, nil
+	}
+	return false, configErrorf("--firmware-metadata %q: must be auto, on or off", mode)
 }
 
 // options adds the hypervisor to the controller's options (none for
