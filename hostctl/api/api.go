@@ -15,6 +15,10 @@
 //	DELETE /v1/instances/{name}/nics          detach a NIC (?tag=T or ?mac=M; &live=1 &config=1)
 //	DELETE /v1/instances/{name}?force_from_store=1  forget another (dead) host's instance (admin)
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
+//	POST   /v1/instances/{name}/resize        a stopped instance to another flavor (types.ResizeRequest)
+//	POST   /v1/instances/{name}/rebuild       a stopped instance's root disk anew from an image (types.RebuildRequest)
+//	GET    /v1/flavors[/{flavor}]             flavors (flavors.go); POST, DELETE (admin)
+//	GET    /v1/images[/{image}]               the image directory (images.go); POST (multipart import), DELETE (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
 //	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
 //	GET    /v1/whoami                         the caller's principal
@@ -60,6 +64,9 @@ type Controller interface {
 	powerService
 	hotplugService
 	hostService
+	flavorService
+	imageService
+	resizeService
 	eventService
 }
 
@@ -105,11 +112,13 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	configDrives{svc: c, errorWriter: e}.routes(one)
 	power{svc: c, errorWriter: e}.routes(one)
 	hotplug{svc: c, errorWriter: e}.routes(one)
+	resize{svc: c, errorWriter: e}.routes(one)
 
-	// Resources still to come each take their own subrouter here:
-	// /v1/flavors, /v1/images, /v1/shares, /v1/servers/{id}/shares,
-	// /v1/devices, /v1/keys.
+	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
+	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())
 	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
+	// Resources still to come each take their own subrouter here:
+	// /v1/shares, /v1/servers/{id}/shares, /v1/devices, /v1/keys.
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	system{errorWriter: e}.routes(v1)

@@ -43,6 +43,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -86,6 +88,10 @@ type Controller struct {
 	events        Events
 	dom           virt.Options
 	images        Images
+	imageDir      *images.Dir       // the image catalog (flavors.go)
+	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
+	flavors       *flavors.Registry // nil when the store keeps no records
+	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
 	resync        time.Duration
@@ -165,6 +171,12 @@ type Options struct {
 	ShareRoot string
 	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
 	QemuImg string
+	// Records keeps the flavors; the store itself when nil and it keeps
+	// records (store.Store does).
+	Records store.Records
+	// Encryption is this host's ephemeral encryption formats and default
+	// format; DefaultEncryptionHost when it names no formats.
+	Encryption policy.Host
 	// DetachTimeout bounds the wait for a running guest to release a
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
@@ -224,7 +236,20 @@ func newController(st Store, opts Options) *Controller {
 	if imageDir == "" {
 		imageDir = filepath.Join(c.dataDir, "images")
 	}
-	c.images = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
+	c.imageDir = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
+	c.images = c.imageDir
+	c.templates = c.imageDir.NewTemplates(filepath.Join(c.dataDir, "instances", "_base"))
+	recs := opts.Records
+	if recs == nil {
+		recs, _ = st.(store.Records)
+	}
+	if recs != nil {
+		c.flavors = &flavors.Registry{Store: recs}
+	}
+	c.encHost = opts.Encryption
+	if len(c.encHost.Formats) == 0 {
+		c.encHost = DefaultEncryptionHost
+	}
 	if c.shareRoot.Dir == "" {
 		c.shareRoot.Dir = filepath.Join(c.dataDir, "shares")
 	}
@@ -287,6 +312,16 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	if in.Image != "" {
+		// The image cannot be deleted while this apply uses it.
+		defer c.imageDir.Use(in.Image)()
+	}
+	// The flavor's layout and the encryption decision first: they only
+	// decide, so a refusal there has nothing to undo.
+	warn, err := c.layout(ctx, in, old)
+	if err != nil {
+		return nil, err
+	}
 	undo, trim, err := c.claimDevices(ctx, in, old == nil)
 	if err != nil {
 		return nil, err
@@ -297,6 +332,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	trim()
+	inst.Warnings = append(inst.Warnings, warn...)
 	return inst, nil
 }
 

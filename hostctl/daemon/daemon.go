@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -23,6 +25,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
@@ -84,6 +87,12 @@ type Config struct {
 	// Devices is the passthrough device inventory (--device-spec, …).
 	Devices DevicesConfig
 
+	// EphemeralEncryptionFormats are the encryption formats this host
+	// creates disks in (comma-separated); EphemeralEncryptionDefaultFormat
+	// the one used when neither flavor nor image names one.
+	EphemeralEncryptionFormats       string
+	EphemeralEncryptionDefaultFormat string
+
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
 	Stdout, Stderr io.Writer
@@ -112,9 +121,34 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		c.Apply = append(c.Apply, s)
 		return nil
 	})
+	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
+	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
 	c.Devices.AddFlags(fs)
+}
+
+// encryptionHost checks the ephemeral encryption flags.
+func (c *Config) encryptionHost() (policy.Host, error) {
+	var h policy.Host
+	for _, f := range strings.Split(c.EphemeralEncryptionFormats, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(policy.Formats, f) {
+			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(policy.Formats, ", "))
+		}
+		h.Formats = append(h.Formats, f)
+	}
+	if len(h.Formats) == 0 {
+		return h, configErrorf("--ephemeral-encryption-formats: must name at least one format")
+	}
+	h.DefaultFormat = c.EphemeralEncryptionDefaultFormat
+	if !slices.Contains(h.Formats, h.DefaultFormat) {
+		return h, configErrorf("--ephemeral-encryption-default-format %q: must be one of --ephemeral-encryption-formats (%s)", h.DefaultFormat, strings.Join(h.Formats, ", "))
+	}
+	return h, nil
 }
 
 // TokenKeyFilePath is the session-token key file in a data directory.
@@ -170,6 +204,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.HeartbeatInterval <= 0 || cfg.HostDownAfter <= cfg.HeartbeatInterval {
 		return configErrorf("--host-down-after (%s) must be longer than --heartbeat-interval (%s), which must be positive", cfg.HostDownAfter, cfg.HeartbeatInterval)
+	}
+	encHost, err := cfg.encryptionHost()
+	if err != nil {
+		return err
 	}
 	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
 	if err != nil {
@@ -227,6 +265,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+		Encryption:  encHost,
 		Devices:     inv,
 		Audit:       audit,
 	}))

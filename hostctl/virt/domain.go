@@ -191,6 +191,13 @@ func GenerateMAC() (string, error) {
 // instance is checked first (Validate); nothing is returned for a refused
 // one.
 func BuildDomain(in *model.Instance, host Host, opts Options) ([]byte, error) {
+	// The instance's own size (its flavor's) wins over the host's.
+	if in.VCPUs > 0 {
+		opts.VCPUs = in.VCPUs
+	}
+	if in.MemoryMiB > 0 {
+		opts.MemoryMiB = in.MemoryMiB
+	}
 	opts = opts.withDefaults()
 	d, err := buildDomain(in, host, opts)
 	if err != nil {

@@ -184,9 +184,17 @@ func (c *Client) ConfigDrive(ctx context.Context, name, format string) ([]byte, 
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, out any) error {
+	return c.doType(ctx, method, path, "", body, out)
+}
+
+// doType is do with the body's Content-Type (none when empty).
+func (c *Client) doType(ctx context.Context, method, path, contentType string, body io.Reader, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
