@@ -76,6 +76,7 @@ type Controller struct {
 	store    Store
 	dataDir  string
 	render   metadata.Options
+	firmware bool
 	notify   Publisher
 	log      *slog.Logger
 	driveFmt configdrive.Format
@@ -187,6 +188,11 @@ type Options struct {
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
+	// FirmwareMetadata also hands each instance's guest-facing facts to
+	// its domain's firmware configuration device (firmware.go); only
+	// with a Hypervisor. Off, a publish takes earlier entries out of the
+	// persistent definition.
+	FirmwareMetadata bool
 	// ResyncInterval is how often every instance is reconciled besides
 	// the passes events trigger; DefaultResyncInterval when 0, never
 	// when negative.
@@ -215,7 +221,7 @@ func New(st Store, opts Options) *Controller {
 
 // newController is New without the reconciler.
 func newController(st Store, opts Options) *Controller {
-	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
+	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
@@ -407,7 +413,12 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*types.Instance, error) {
-	tree, err := metadata.Render(in, c.render)
+	// The Put creates revision expect+1 (1 for a new instance): the
+	// revision every transport carries.
+	rev := max(expect, 0) + 1
+	ropts := c.render
+	ropts.Revision = rev
+	tree, err := metadata.Render(in, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -437,10 +448,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 			return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 		}
-		// The Put creates revision expect+1 (1 for a new instance).
-		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1); err != nil {
+		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, rev); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 		}
+	}
+	if err := c.drv.setFirmware(ctx, r, in.Name, tree, rev); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
@@ -454,6 +467,14 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)
+	}
+	if rec.Revision != rev {
+		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
+	}
+	if c.firmware {
+		c.drv.pruneFirmware(in.Name, rev)
+	} else {
+		c.drv.pruneFirmware(in.Name, 0)
 	}
 	if !in.WantsConfigDrive() {
 		// config_drive: false (the domain, if any, has no cdrom): a drive
@@ -508,8 +529,15 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
+	var tree *metadata.Tree
+	if doc, err := c.store.Document(ctx, rec.UUID); err == nil {
+		tree, _ = metadata.DecodeTree(doc.Tree)
+	}
 	if c.owns(rec) { // another host's domain is not in this host's libvirt
 		inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
+		inst.Transports = c.transports(ctx, inst, tree)
+	} else if tree != nil {
+		inst.Transports = []types.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
 	return inst, nil
 }

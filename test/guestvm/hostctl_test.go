@@ -56,7 +56,7 @@ type hostd struct {
 // libvirt's events only, logging at debug level. It is stopped (SIGTERM,
 // expecting a clean exit) when the test ends, and its log shown if the
 // test failed.
-func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
+func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extraArgs ...string) *hostd {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes; t.TempDir carries the
 	// test name.
@@ -73,7 +73,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
 		}
 	})
 	for attempt := 1; ; attempt++ {
-		err := d.start(uri, g)
+		err := d.start(uri, g, extraArgs)
 		if err == nil {
 			return d
 		}
@@ -84,7 +84,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
 	}
 }
 
-func (d *hostd) start(uri string, g testenv.Guest) error {
+func (d *hostd) start(uri string, g testenv.Guest, extraArgs []string) error {
 	port, err := testenv.FreePort()
 	if err != nil {
 		return err
@@ -95,6 +95,7 @@ func (d *hostd) start(uri string, g testenv.Guest) error {
 		"--domain-kernel", g.Kernel, "--domain-initrd", g.Initrd, "--domain-cmdline", g.Cmdline,
 		"--data-dir", d.DataDir, "--socket", d.Socket, "--metadata-listen", d.MetadataAddr,
 		"--reconcile-interval", "0", "--log-level", "debug"}
+	args = append(args, extraArgs...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
