@@ -22,7 +22,10 @@
 // and the persistent one of a domain that is shut off. Every publish of a
 // running domain also puts the rebuilt config drive into its cdrom, as a
 // new file, by a forced media change (media.go). Shares are virtiofs
-// filesystems of host directories under the share root (shares.go).
+// filesystems of host directories under the share root; the share
+// service (hostctl/shares) merges an instance's mapped shares into every
+// apply and follows its starts, stops and deletes (sharehooks.go), and
+// hot-plugs shares into running instances (sharehotplug.go).
 package controller
 
 import (
@@ -36,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -106,7 +110,10 @@ type Controller struct {
 
 	observer func(op string, took time.Duration, err error)
 
-	devices Devices
+	shareHooks shareHooksPtr // sharehooks.go
+	shareCaps  shareSupporter
+	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
+	devices    Devices
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -222,6 +229,7 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -311,6 +319,11 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
 		return nil, err
+	}
+	if h := c.sharesHook(); h != nil {
+		if in.Shares, err = h.SpecShares(ctx, in.UUID, in.Shares); err != nil {
+			return nil, fmt.Errorf("apply %s: shares: %w", in.Name, err)
+		}
 	}
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
@@ -610,6 +623,9 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
+	if h := c.sharesHook(); h != nil {
+		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
+	}
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {

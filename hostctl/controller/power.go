@@ -37,8 +37,15 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 	if !cur.running {
 		c.pruneMedia(name, "")
 		err = c.ensureDrive(ctx, rec)
+		h := c.sharesHook()
+		if err == nil && h != nil {
+			err = h.PrepareStart(ctx, rec.UUID)
+		}
 		if err == nil {
 			err = c.domains.Start(ctx, name)
+			if h != nil {
+				h.StartDone(ctx, rec.UUID, err)
+			}
 		}
 	}
 	unlock()
@@ -58,7 +65,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		timeout = DefaultStopTimeout
 	}
 	unlock := c.locks.Lock(name)
-	_, cur, err := c.powerTarget(ctx, "stop", name)
+	rec, cur, err := c.powerTarget(ctx, "stop", name)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -69,6 +76,9 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	}
 	if err == nil {
 		c.pruneMedia(name, "")
+		if h := c.sharesHook(); h != nil {
+			h.Stopped(ctx, rec.UUID)
+		}
 	}
 	unlock()
 	if err != nil {

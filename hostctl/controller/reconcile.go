@@ -156,6 +156,13 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		return nil
 	}
 	c.setMissing(name, false)
+	if h := c.sharesHook(); h != nil {
+		// A guest that powered itself off: its share mappings go
+		// inactive and its host mounts are released (sharehooks.go).
+		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
+			h.Stopped(ctx, rec.UUID)
+		}
+	}
 
 	next := clone(in)
 	var gone []string
