@@ -28,6 +28,9 @@ type fakeHV struct {
 	nextBus int
 	events  chan virt.Event
 	updates []fakeUpdate
+	// failStarts is how many of the next Start calls fail (as QEMU does
+	// when a hostdev's device cannot be assigned).
+	failStarts int
 }
 
 type fakeDomain struct {
@@ -187,6 +190,10 @@ func (f *fakeHV) Start(ctx context.Context, name string) error {
 	return f.withDomain("Start", name, func(d *fakeDomain) error {
 		if d.running {
 			return errors.New("domain is already running")
+		}
+		if f.failStarts > 0 {
+			f.failStarts--
+			return fmt.Errorf("start: %w", errInjected)
 		}
 		d.running = true
 		return nil
