@@ -107,3 +107,58 @@ func testFailedStartReleases(t *testing.T, e *env, inv *devices.Inventory) {
 		t.Fatalf("the second gpu after its failed start: %+v", d)
 	}
 }
+
+// The real libvirtd refuses to start a domain whose hostdev is not on
+// this machine (it has no spare PCI device): a real failed start. It
+// releases the device, burned; the next start claims the other gpu and
+// redefines the domain with it (read back from libvirt's XML) before it
+// boots — and fails too; with both burned the third start is refused
+// before libvirt is asked.
+func TestLibvirtFailedStartReleases(t *testing.T) {
+	e, uri := realEnv(t)
+	inv := withDevices(t, e)
+	ctx := context.Background()
+	name := testenv.UniqueDomainName(t)
+	testenv.CleanupDomain(t, uri, name)
+	inst := e.mustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu, tag: ml}]\n")
+	first := inst.Spec.PCIDevices[0].Address
+
+	_, err := e.c.Start(ctx, name)
+	if err == nil {
+		t.Fatal("a domain with a hostdev of a missing device started")
+	}
+	t.Logf("first start: %v", err)
+	if d, _ := inv.Show(ctx, first); d.Used != 0 || !d.NeedsCleaning {
+		t.Fatalf("after the failed start: %+v", d)
+	}
+
+	_, err = e.c.Start(ctx, name)
+	if err == nil {
+		t.Fatal("the second start succeeded")
+	}
+	got, gerr := e.c.Get(ctx, name)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	second := got.Spec.PCIDevices[0].Address
+	if second == first {
+		t.Fatalf("the second start reused the burned %s", first)
+	}
+	xml := virshOut(t, uri, "dumpxml", "--inactive", name)
+	if !strings.Contains(xml, "bus='0x"+second[5:7]+"'") || strings.Contains(xml, "bus='0x"+first[5:7]+"'") {
+		t.Fatalf("the domain was not redefined with %s instead of %s:\n%s", second, first, xml)
+	}
+	if d, _ := inv.Show(ctx, second); d.Used != 0 || !d.NeedsCleaning {
+		t.Fatalf("the second gpu after its failed start: %+v", d)
+	}
+
+	if _, err := e.c.Start(ctx, name); !errors.Is(err, devices.ErrUnavailable) {
+		t.Fatalf("third start = %v, want no device available", err)
+	}
+	if out := virshOut(t, uri, "domstate", name); !strings.Contains(out, "shut off") {
+		t.Fatalf("domain state %q", out)
+	}
+	if err := e.c.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+}
