@@ -39,7 +39,10 @@
 //   - A device of the inventory can reach an instance only through
 //     pci_aliases (an explicit pci_devices address of an inventory device
 //     is refused), so nothing bypasses the burn.
-//   - Nothing about burning reaches the guest.
+//   - Nothing about burning reaches the guest. A device reaches the
+//     guest's device metadata only when the spec tags it (pci_devices
+//     tag, or a pci_aliases request's tag), as a "pci" device with its
+//     guest address (internal/metadata, schema device-role-tagging 1.2).
 //
 // Lifecycle: rebuild keeps the device (Claim is idempotent per instance).
 // vmeta has no move operations yet; when they come:
