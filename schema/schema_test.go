@@ -274,7 +274,7 @@ func TestAPIErrors(t *testing.T) {
 }
 
 func TestSources(t *testing.T) {
-	for _, kind := range []schema.Kind{schema.DevicesV1, schema.DevicesV11, schema.InstanceSpec} {
+	for _, kind := range []schema.Kind{schema.DevicesV1, schema.DevicesV11, schema.DevicesV12, schema.InstanceSpec} {
 		t.Run(string(kind), func(t *testing.T) {
 			src := schema.Source(kind)
 			var doc map[string]any
