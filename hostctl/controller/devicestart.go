@@ -19,8 +19,12 @@ import (
 // pci_aliases are claimed (a burned device is not free, so another one is
 // taken), the shut-off domain is redefined with the new <hostdev>s and
 // the metadata (the devices' guest addresses) republished — and only
-// then does the domain boot. A domain is therefore never started with a
-// device its instance does not hold.
+// then does the domain boot. A domain is therefore never started by
+// hostctl with a device its instance does not hold. Between a failed
+// start and the next one, the inactive domain definition still names the
+// released device; hostctl sets no autostart, so only an operator
+// bypassing hostctl (virsh start) could boot it so — a known limit,
+// recorded here rather than hidden.
 
 // reclaimForStart claims again what a failed start released, before
 // Start takes the instance's lock (the apply takes it too).
