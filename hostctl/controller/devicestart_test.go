@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/internal/store/redis"
@@ -73,7 +74,8 @@ func testFailedStartReleases(t *testing.T, e *env, inv *devices.Inventory) {
 
 	// Stopped, and the start fails again: both are burned, none is free,
 	// so the next start is refused before anything boots.
-	if _, err := e.c.Stop(ctx, "vm1", 0); err != nil {
+	// The fake guest ignores ACPI: a short grace, then power off.
+	if _, err := e.c.Stop(ctx, "vm1", time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	e.hv.failStarts = 1
