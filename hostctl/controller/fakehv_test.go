@@ -90,6 +90,8 @@ var (
 	reName        = regexp.MustCompile(`<name>([^<]*)</name>`)
 	reUUID        = regexp.MustCompile(`<uuid>([^<]*)</uuid>`)
 	reDiskBlk     = regexp.MustCompile(`(?s)<disk [^>]*>.*?</disk>`)
+	reHostdevBlk  = regexp.MustCompile(`(?s)<hostdev [^>]*>.*?</hostdev>`)
+	reHostdevSrc  = regexp.MustCompile(`<address domain="[^"]*" bus="[^"]*" slot="[^"]*" function="[^"]*"`)
 	reNICBlk      = regexp.MustCompile(`(?s)<interface [^>]*>.*?</interface>`)
 	reTarget      = regexp.MustCompile(`<target dev="([^"]+)" bus="([^"]+)"`)
 	reMACAttr     = regexp.MustCompile(`<mac address="([^"]+)"`)
@@ -309,6 +311,8 @@ func (f *fakeHV) DetachDevice(ctx context.Context, name string, deviceXML []byte
 			re, key = reDiskBlk, `<target dev="`+t[1]+`"`
 		} else if m := reMACAttr.FindStringSubmatch(dev); m != nil {
 			re, key = reNICBlk, `<mac address="`+m[1]+`"`
+		} else if m := reHostdevSrc.FindStringSubmatch(dev); m != nil {
+			re, key = reHostdevBlk, m[0]
 		} else {
 			return errors.New("device not found")
 		}
