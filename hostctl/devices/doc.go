@@ -25,10 +25,12 @@
 //     start failed) sets used = 0 and never lowers reserved. Apply claims
 //     (the domain is defined with the device's <hostdev>) and the instance
 //     holds the device while stopped and running; a start that fails
-//     releases it, and the next start claims again — another device when
-//     the released one is burned — and redefines the domain before it
-//     boots (hostctl/controller, devicestart.go), so a domain never boots
-//     with a device its instance does not hold. A released burned device emits
+//     releases it and takes its <hostdev> out of the domain's definition,
+//     and the next start claims again — another device when the released
+//     one is burned — and redefines the domain (or puts an unchanged
+//     device's <hostdev> back) before it boots (hostctl/controller,
+//     devicestart.go), so a domain never boots with a device its instance
+//     does not hold. A released burned device emits
 //     device.released on the "devices" event stream and runs the cleanup
 //     hook (Hook): in the background, with a timeout, once.
 //   - Only Clean (the operator: hostctl device clean ADDR) lowers reserved,
