@@ -22,7 +22,7 @@ var absent absentT
 type pool struct{ ok, bad []any }
 
 var (
-	typePool = pool{[]any{"nic", "disk", "share"}, []any{"gpu", "NIC", "", 1.0, absent}}
+	typePool = pool{[]any{"nic", "disk", "share", "pci"}, []any{"gpu", "NIC", "", 1.0, absent}}
 	busPool  = pool{[]any{"pci", "scsi", "ide", "usb", "xen", "none"}, []any{"virtio", "PCI", "pcix", "", 0.0, absent}}
 	addrPool = map[any]pool{
 		"pci":  {[]any{"0000:00:02.0", "0000:00:1f.7", "ffff:ff:ff.f"}, []any{"0000:00:02", "xx0000:00:02.0yy", "0000:00:02.0\n", "0000:00:02x0", "0000:00:02.F", "1:0:2:0"}},
@@ -97,6 +97,14 @@ func randomDevice(r *rand.Rand) any {
 		}
 		set(d, "share_id", pick(r, shareIDPool))
 		set(d, "tag", pick(r, shareTagPool))
+	case "pci":
+		if r.IntN(4) > 0 {
+			d["bus"] = "pci"
+			set(d, "address", pick(r, addrPool["pci"]))
+		}
+		if r.IntN(6) > 0 {
+			set(d, "tags", pick(r, tagsPool))
+		}
 	}
 	if r.IntN(20) == 0 {
 		k := extraKeys[r.IntN(len(extraKeys))]
@@ -120,13 +128,14 @@ func randomDoc(r *rand.Rand) any {
 	return doc
 }
 
-// Every document 1.0 accepts, 1.1 accepts; and both agree with a direct Go
-// reading of the rules (the oracle below), so the schemas constrain what
-// the prose says and nothing else.
+// Every document 1.0 accepts, 1.1 accepts, and every document 1.1
+// accepts, 1.2 accepts; and all three agree with a direct Go reading of
+// the rules (the oracle below), so the schemas constrain what the prose
+// says and nothing else.
 func TestAppendOnly(t *testing.T) {
 	r := rand.New(rand.NewPCG(2016, 630))
 	const n = 3000
-	var validV1, validV11 int
+	var validV1, validV11, validV12 int
 	for i := range n {
 		doc := randomDoc(r)
 		data, err := json.Marshal(doc)
@@ -135,13 +144,26 @@ func TestAppendOnly(t *testing.T) {
 		}
 		okV1 := schema.Validate(schema.DevicesV1, doc) == nil
 		okV11 := schema.Validate(schema.DevicesV11, doc) == nil
+		okV12 := schema.Validate(schema.DevicesV12, doc) == nil
+		if okV11 && !okV12 {
+			t.Fatalf("doc %d: accepted by 1.1, rejected by 1.2: %s\n%v", i, data, schema.Validate(schema.DevicesV12, doc))
+		}
+		if want := oracleDoc(doc, 2); okV12 != want {
+			t.Fatalf("doc %d: 1.2 accepts=%v, oracle says %v: %s\n%v", i, okV12, want, data, schema.Validate(schema.DevicesV12, doc))
+		}
+		if got := schema.ValidateJSON(schema.DevicesV12, data) == nil; got != okV12 {
+			t.Fatalf("doc %d: 1.2 ValidateJSON=%v, Validate=%v: %s", i, got, okV12, data)
+		}
+		if okV12 {
+			validV12++
+		}
 		if okV1 && !okV11 {
 			t.Fatalf("doc %d: accepted by 1.0, rejected by 1.1: %s\n%v", i, data, schema.Validate(schema.DevicesV11, doc))
 		}
-		if want := oracleDoc(doc, false); okV1 != want {
+		if want := oracleDoc(doc, 0); okV1 != want {
 			t.Fatalf("doc %d: 1.0 accepts=%v, oracle says %v: %s\n%v", i, okV1, want, data, schema.Validate(schema.DevicesV1, doc))
 		}
-		if want := oracleDoc(doc, true); okV11 != want {
+		if want := oracleDoc(doc, 1); okV11 != want {
 			t.Fatalf("doc %d: 1.1 accepts=%v, oracle says %v: %s\n%v", i, okV11, want, data, schema.Validate(schema.DevicesV11, doc))
 		}
 		// Decoding with json.Number must not change the verdict.
@@ -155,9 +177,22 @@ func TestAppendOnly(t *testing.T) {
 			validV11++
 		}
 	}
-	t.Logf("%d documents: %d valid under 1.0, %d under 1.1", n, validV1, validV11)
-	if validV1 < n/10 || validV11-validV1 < n/50 {
-		t.Errorf("generator too skewed: %d valid under 1.0, %d under 1.1", validV1, validV11)
+	t.Logf("%d documents: %d valid under 1.0, %d under 1.1, %d under 1.2", n, validV1, validV11, validV12)
+	if validV1 < n/10 || validV11-validV1 < n/50 || validV12-validV11 < n/50 {
+		t.Errorf("generator too skewed: %d valid under 1.0, %d under 1.1, %d under 1.2", validV1, validV11, validV12)
+	}
+}
+
+// 1.2 is strictly larger than 1.1: a tagged pci device.
+func TestV12StrictlyLarger(t *testing.T) {
+	doc := `{"devices":[{"type":"pci","bus":"pci","address":"0000:07:00.0","tags":["gpu"]}]}`
+	if err := schema.ValidateJSON(schema.DevicesV12, []byte(doc)); err != nil {
+		t.Fatalf("1.2 rejects: %v", err)
+	}
+	for _, k := range []schema.Kind{schema.DevicesV1, schema.DevicesV11} {
+		if schema.ValidateJSON(k, []byte(doc)) == nil {
+			t.Fatalf("%s accepts", k)
+		}
 	}
 }
 
@@ -193,7 +228,8 @@ var (
 	oracleShareTag = regexp.MustCompile(`\A[a-zA-Z0-9-]{1,255}\z`)
 )
 
-func oracleDoc(doc any, v11 bool) bool {
+// oracleDoc checks doc under 1.0 (ver 0), 1.1 (1) or 1.2 (2).
+func oracleDoc(doc any, ver int) bool {
 	m, ok := doc.(map[string]any)
 	if !ok || len(m) != 1 {
 		return false
@@ -203,14 +239,15 @@ func oracleDoc(doc any, v11 bool) bool {
 		return false
 	}
 	for _, d := range devs {
-		if !oracleDevice(d, v11) {
+		if !oracleDevice(d, ver) {
 			return false
 		}
 	}
 	return true
 }
 
-func oracleDevice(dev any, v11 bool) bool {
+func oracleDevice(dev any, ver int) bool {
+	v11 := ver >= 1
 	d, ok := dev.(map[string]any)
 	if !ok {
 		return false
@@ -276,6 +313,12 @@ func oracleDevice(dev any, v11 bool) bool {
 		tag, ok2 := str("tag")
 		addr, ok3 := str("address")
 		if !ok1 || !ok2 || !ok3 || bus != "none" || addr != "none" || !oracleUUID.MatchString(id) || !oracleShareTag.MatchString(tag) {
+			return false
+		}
+	case typ == "pci" && ver >= 2:
+		allowed = append(allowed, "tags")
+		tags, ok := d["tags"].([]any)
+		if _, ok3 := str("address"); !ok || len(tags) == 0 || bus != "pci" || !ok3 {
 			return false
 		}
 	default:

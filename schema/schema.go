@@ -1,13 +1,15 @@
 // Package schema holds vmeta's JSON Schemas and validates documents against
 // them.
 //
-// Three schemas are embedded, each named by a Kind:
+// Four schemas are embedded, each named by a Kind:
 //
 //   - DevicesV1: the device role tagging document ("devices" in
 //     meta_data.json) of Nova's virt-device-tagged-attach-detach
 //     specification, with the specification's broken schema corrected;
 //   - DevicesV11: its append-only successor (disk "encrypted", "share"
 //     devices), which accepts every document DevicesV1 accepts;
+//   - DevicesV12: the successor of DevicesV11 (tagged "pci" passthrough
+//     devices), which accepts every document DevicesV11 accepts;
 //   - InstanceSpec: the instance spec an operator writes (model.Instance as
 //     JSON).
 //
@@ -41,18 +43,23 @@ const (
 	// DevicesV11 is the append-only successor of DevicesV1: disks may carry
 	// "encrypted" (a boolean) and there is a "share" device type.
 	DevicesV11 Kind = "device-role-tagging/1.1"
+	// DevicesV12 is the append-only successor of DevicesV11: there is a
+	// "pci" device type (a tagged passthrough device and its guest
+	// address).
+	DevicesV12 Kind = "device-role-tagging/1.2"
 	// InstanceSpec is the instance spec users write (model.Instance as
 	// JSON).
 	InstanceSpec Kind = "instance-spec/1"
 )
 
-//go:embed device-role-tagging-1.0.json device-role-tagging-1.1.json instance-spec-1.json
+//go:embed device-role-tagging-1.0.json device-role-tagging-1.1.json device-role-tagging-1.2.json instance-spec-1.json
 var files embed.FS
 
 // fileOf maps each kind to its schema file.
 var fileOf = map[Kind]string{
 	DevicesV1:    "device-role-tagging-1.0.json",
 	DevicesV11:   "device-role-tagging-1.1.json",
+	DevicesV12:   "device-role-tagging-1.2.json",
 	InstanceSpec: "instance-spec-1.json",
 }
 

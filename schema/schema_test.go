@@ -13,7 +13,7 @@ import (
 	"github.com/vmeta/vmeta/schema"
 )
 
-var deviceKinds = []schema.Kind{schema.DevicesV1, schema.DevicesV11}
+var deviceKinds = []schema.Kind{schema.DevicesV1, schema.DevicesV11, schema.DevicesV12}
 
 // decode decodes s as ValidateJSON does.
 func decode(t testing.TB, s string) any {
@@ -95,9 +95,11 @@ func TestValidDevices(t *testing.T) {
 		{"usb address", deviceKinds, `{"devices":[{"type":"disk","bus":"usb","address":"1:a"}]}`},
 		{"scsi hex address", deviceKinds, `{"devices":[{"type":"disk","bus":"scsi","address":"0:0:a:1f"}]}`},
 		{"xen nova form", deviceKinds, `{"devices":[{"type":"disk","bus":"xen","address":"001200"},{"type":"disk","bus":"xen","address":"51712"}]}`},
-		{"encrypted disk", []schema.Kind{schema.DevicesV11}, `{"devices":[{"type":"disk","bus":"pci","address":"0000:00:07.0","serial":"v","tags":["t"],"encrypted":true}]}`},
-		{"share", []schema.Kind{schema.DevicesV11}, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e","tag":"data-1"}]}`},
-		{"share upper-case uuid", []schema.Kind{schema.DevicesV11}, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"1F5A1F4E-7A4B-4C1E-9B0E-2F3A4B5C6D7E","tag":"1F5A1F4E-7A4B-4C1E-9B0E-2F3A4B5C6D7E"}]}`},
+		{"pci", []schema.Kind{schema.DevicesV12}, `{"devices":[{"type":"pci","bus":"pci","address":"0000:07:00.0","tags":["gpu","compute"]}]}`},
+		{"pci address none", []schema.Kind{schema.DevicesV12}, `{"devices":[{"type":"pci","bus":"pci","address":"none","tags":["gpu"]}]}`},
+		{"encrypted disk", []schema.Kind{schema.DevicesV11, schema.DevicesV12}, `{"devices":[{"type":"disk","bus":"pci","address":"0000:00:07.0","serial":"v","tags":["t"],"encrypted":true}]}`},
+		{"share", []schema.Kind{schema.DevicesV11, schema.DevicesV12}, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e","tag":"data-1"}]}`},
+		{"share upper-case uuid", []schema.Kind{schema.DevicesV11, schema.DevicesV12}, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"1F5A1F4E-7A4B-4C1E-9B0E-2F3A4B5C6D7E","tag":"1F5A1F4E-7A4B-4C1E-9B0E-2F3A4B5C6D7E"}]}`},
 	}
 	for _, tc := range tests {
 		for _, kind := range tc.kinds {
@@ -112,7 +114,9 @@ func TestValidDevices(t *testing.T) {
 
 func TestInvalidDevices(t *testing.T) {
 	const uuid = "1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e"
-	v1, v11 := []schema.Kind{schema.DevicesV1}, []schema.Kind{schema.DevicesV11}
+	v1, v11 := []schema.Kind{schema.DevicesV1}, []schema.Kind{schema.DevicesV11, schema.DevicesV12}
+	v12 := []schema.Kind{schema.DevicesV12}
+	const pciDev = `"type":"pci","bus":"pci"`
 	tests := []struct {
 		name  string
 		kinds []schema.Kind
@@ -165,6 +169,15 @@ func TestInvalidDevices(t *testing.T) {
 		{"share tag with underscore", v11, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"` + uuid + `","tag":"a_b"}]}`, "/devices/0/tag"},
 		{"share tag 256 chars", v11, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"` + uuid + `","tag":"` + strings.Repeat("a", 256) + `"}]}`, "/devices/0/tag"},
 		{"share with tags", v11, `{"devices":[{"type":"share","bus":"none","address":"none","share_id":"` + uuid + `","tag":"t","tags":["t"]}]}`, "/devices/0/tags"},
+		{"pci in 1.0", v1, `{"devices":[{` + pciDev + `,"address":"0000:07:00.0","tags":["gpu"]}]}`, "/devices/0/type"},
+		{"pci in 1.1", []schema.Kind{schema.DevicesV11}, `{"devices":[{` + pciDev + `,"address":"0000:07:00.0","tags":["gpu"]}]}`, "/devices/0/type"},
+		{"pci untagged", v12, `{"devices":[{` + pciDev + `,"address":"0000:07:00.0"}]}`, "/devices/0"},
+		{"pci empty tags", v12, `{"devices":[{` + pciDev + `,"address":"0000:07:00.0","tags":[]}]}`, "/devices/0/tags"},
+		{"pci without address", v12, `{"devices":[{` + pciDev + `,"tags":["gpu"]}]}`, "/devices/0"},
+		{"pci on scsi", v12, `{"devices":[{"type":"pci","bus":"scsi","address":"0:0:0:0","tags":["gpu"]}]}`, "/devices/0/bus"},
+		{"pci bad address", v12, `{"devices":[{` + pciDev + `,"address":"07:00.0","tags":["gpu"]}]}`, "/devices/0/address"},
+		{"pci host address", v12, `{"devices":[{` + pciDev + `,"address":"0000:07:00.0","tags":["gpu"],"host_address":"0000:3b:00.0"}]}`, "/devices/0/host_address"},
+		{"pci one_time_use", v12, `{"devices":[{` + pciDev + `,"address":"0000:07:00.0","tags":["gpu"],"one_time_use":true}]}`, "/devices/0/one_time_use"},
 	}
 	for _, tc := range tests {
 		for _, kind := range tc.kinds {
@@ -261,7 +274,7 @@ func TestAPIErrors(t *testing.T) {
 }
 
 func TestSources(t *testing.T) {
-	for _, kind := range []schema.Kind{schema.DevicesV1, schema.DevicesV11, schema.InstanceSpec} {
+	for _, kind := range []schema.Kind{schema.DevicesV1, schema.DevicesV11, schema.DevicesV12, schema.InstanceSpec} {
 		t.Run(string(kind), func(t *testing.T) {
 			src := schema.Source(kind)
 			var doc map[string]any

@@ -60,6 +60,13 @@ type Document struct {
 	UUID string
 	// Devices are the nic, disk and share entries, in document order.
 	Devices []metadata.Device
+	// PCI are the pci entries (tagged passthrough devices and their guest
+	// PCI addresses, schema 1.2), in document order. The agent validates
+	// and keeps them but writes no udev rules for them: what a
+	// passthrough device offers (a GPU's render nodes, an NVMe drive's
+	// namespaces, a NIC's interfaces) is its driver's, and its guest
+	// address, which the entry carries, is what identifies it.
+	PCI []metadata.Device
 	// Ignored describes the entries that were dropped.
 	Ignored []string
 	// Digest identifies the devices list (SHA-256 of its JSON form) so
@@ -102,7 +109,7 @@ type Source interface {
 var ErrInvalid = errors.New("invalid metadata")
 
 // known are the device types the agent acts on.
-var known = map[string]bool{"nic": true, "disk": true, "share": true}
+var known = map[string]bool{"nic": true, "disk": true, "share": true, "pci": true}
 
 // Parse parses meta_data.json. It returns an error wrapping ErrInvalid
 // (and a *schema.Error when the schema refused it) for a document the
@@ -149,7 +156,7 @@ func parse(data []byte, what string) (*Document, error) {
 		}
 		if json.Unmarshal(e, &head) == nil {
 			if t, ok := head.Type.(string); ok && !known[t] {
-				doc.Ignored = append(doc.Ignored, fmt.Sprintf("/devices/%d: device type %q is not one the agent knows (nic, disk, share); ignored", i, t))
+				doc.Ignored = append(doc.Ignored, fmt.Sprintf("/devices/%d: device type %q is not one the agent knows (nic, disk, share, pci); ignored", i, t))
 				continue
 			}
 		}
@@ -162,7 +169,7 @@ func parse(data []byte, what string) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := schema.ValidateJSON(schema.DevicesV11, devicesDoc); err != nil {
+	if err := schema.ValidateJSON(schema.DevicesV12, devicesDoc); err != nil {
 		var se *schema.Error
 		if errors.As(err, &se) && len(orig) < len(entries) {
 			renumber(se, orig)
@@ -175,7 +182,13 @@ func parse(data []byte, what string) (*Document, error) {
 	if err := json.Unmarshal(devicesDoc, &devs); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	doc.Devices = devs.Devices
+	for _, d := range devs.Devices {
+		if d.Type == "pci" {
+			doc.PCI = append(doc.PCI, d)
+		} else {
+			doc.Devices = append(doc.Devices, d)
+		}
+	}
 	sum := sha256.Sum256(devicesDoc)
 	doc.Digest = hex.EncodeToString(sum[:])
 	return doc, nil

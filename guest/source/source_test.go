@@ -52,6 +52,26 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// A tagged pci device (schema 1.2) is accepted and kept apart: it is
+// not matched or given udev rules, and not reported as ignored; the
+// entries after it keep their place.
+func TestParsePCI(t *testing.T) {
+	doc, err := source.Parse([]byte(`{"devices": [
+ {"type": "pci", "bus": "pci", "address": "0000:07:00.0", "tags": ["gpu"]},
+ {"type": "nic", "bus": "pci", "address": "0000:01:00.0", "mac": "52:54:00:12:34:56", "tags": ["front"]},
+ {"type": "pci", "bus": "pci", "address": "none", "tags": ["scratch"]}
+]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Ignored) != 0 || len(doc.Devices) != 1 || doc.Devices[0].Type != "nic" {
+		t.Fatalf("devices %+v, ignored %v", doc.Devices, doc.Ignored)
+	}
+	if len(doc.PCI) != 2 || doc.PCI[0].Address != "0000:07:00.0" || doc.PCI[0].Tags[0] != "gpu" || doc.PCI[1].Address != "none" {
+		t.Fatalf("pci %+v", doc.PCI)
+	}
+}
+
 func TestParseBadInput(t *testing.T) {
 	cases := []struct {
 		name, doc string
@@ -71,6 +91,8 @@ func TestParseBadInput(t *testing.T) {
 		{"garbage", "<html>502 Bad Gateway</html>", "not a JSON object", 0},
 		{"trailing data", `{"devices": []} {}`, "data after", 0},
 		{"empty", ``, "not a JSON object", 0},
+		{"pci untagged", `{"devices": [{"type": "pci", "bus": "pci", "address": "0000:07:00.0"}]}`, `missing property "tags"`, 0},
+		{"pci host fields", `{"devices": [{"type": "pci", "bus": "pci", "address": "0000:07:00.0", "tags": ["gpu"], "one_time_use": true}]}`, "/devices/0/one_time_use", 0},
 		{"share bad tag", `{"devices": [{"type": "share", "bus": "none", "address": "none", "share_id": "4b5c6d7e-8f90-4a1b-9c2d-3e4f5a6b7c8d", "tag": "a b"}]}`, "/devices/0/tag", 0},
 	}
 	for _, c := range cases {
@@ -105,6 +127,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"devices": [{"type": "gpu"}]}`))
 	f.Add([]byte(`{"devices": [{"type": "nic", "bus": "pci", "mac": "52:54:00:12:34:56", "tags": ["a\u0000b"]}]}`))
 	f.Add([]byte(`{"devices": null}`))
+	f.Add([]byte(`{"devices": [{"type": "pci", "bus": "pci", "address": "0000:07:00.0", "tags": ["gpu"]}]}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, err := source.Parse(data)
@@ -129,6 +152,11 @@ func FuzzParse(f *testing.F) {
 				if tag == "" {
 					t.Fatalf("accepted an empty tag: %+v", d)
 				}
+			}
+		}
+		for i, d := range doc.PCI {
+			if d.Type != "pci" || d.Bus != "pci" || len(d.Tags) == 0 || d.Address == "" {
+				t.Fatalf("accepted pci device %d: %+v", i, d)
 			}
 		}
 		again, err := source.Parse(data)

@@ -339,6 +339,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	keepGuestAddresses(old, in)
 	inst, err := c.drv.apply(ctx, in, old, expect)
 	if err != nil {
 		undo()

@@ -81,6 +81,15 @@ func (c *Controller) claimDevices(ctx context.Context, in *model.Instance, fresh
 		}
 		return nil, nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	// A tagged request's device carries the tag into the guest's device
+	// metadata (validation allows a tag only with count 1).
+	tags := map[string]string{}
+	for _, a := range in.PCIAliases {
+		tags[a.Name] = a.Tag
+	}
+	for i := range held {
+		held[i].Tag = tags[held[i].Alias]
+	}
 	in.PCIDevices = append(in.PCIDevices, held...)
 	undo = func() {
 		if len(claimed) == 0 {
@@ -133,3 +142,23 @@ func (c *Controller) releaseDevices(ctx context.Context, name, uuid string) {
 // undoTimeout bounds a device release that runs after its request's
 // context may have ended.
 const undoTimeout = 30 * time.Second
+
+// keepGuestAddresses gives each passthrough device of in that has no
+// guest address the one the stored spec old had for the same host
+// device, so a redefined domain keeps the device where the guest saw it.
+func keepGuestAddresses(old, in *model.Instance) {
+	if old == nil {
+		return
+	}
+	prev := map[string]string{}
+	for _, p := range old.PCIDevices {
+		if p.GuestAddress != "" && p.GuestAddress != "none" {
+			prev[p.Address] = p.GuestAddress
+		}
+	}
+	for i := range in.PCIDevices {
+		if p := &in.PCIDevices[i]; p.GuestAddress == "" {
+			p.GuestAddress = prev[p.Address]
+		}
+	}
+}

@@ -28,6 +28,9 @@ type fakeHV struct {
 	nextBus int
 	events  chan virt.Event
 	updates []fakeUpdate
+	// failStarts is how many of the next Start calls fail (as QEMU does
+	// when a hostdev's device cannot be assigned).
+	failStarts int
 }
 
 type fakeDomain struct {
@@ -87,6 +90,8 @@ var (
 	reName        = regexp.MustCompile(`<name>([^<]*)</name>`)
 	reUUID        = regexp.MustCompile(`<uuid>([^<]*)</uuid>`)
 	reDiskBlk     = regexp.MustCompile(`(?s)<disk [^>]*>.*?</disk>`)
+	reHostdevBlk  = regexp.MustCompile(`(?s)<hostdev [^>]*>.*?</hostdev>`)
+	reHostdevSrc  = regexp.MustCompile(`<address domain="[^"]*" bus="[^"]*" slot="[^"]*" function="[^"]*"`)
 	reNICBlk      = regexp.MustCompile(`(?s)<interface [^>]*>.*?</interface>`)
 	reTarget      = regexp.MustCompile(`<target dev="([^"]+)" bus="([^"]+)"`)
 	reMACAttr     = regexp.MustCompile(`<mac address="([^"]+)"`)
@@ -187,6 +192,10 @@ func (f *fakeHV) Start(ctx context.Context, name string) error {
 	return f.withDomain("Start", name, func(d *fakeDomain) error {
 		if d.running {
 			return errors.New("domain is already running")
+		}
+		if f.failStarts > 0 {
+			f.failStarts--
+			return fmt.Errorf("start: %w", errInjected)
 		}
 		d.running = true
 		return nil
@@ -302,6 +311,8 @@ func (f *fakeHV) DetachDevice(ctx context.Context, name string, deviceXML []byte
 			re, key = reDiskBlk, `<target dev="`+t[1]+`"`
 		} else if m := reMACAttr.FindStringSubmatch(dev); m != nil {
 			re, key = reNICBlk, `<mac address="`+m[1]+`"`
+		} else if m := reHostdevSrc.FindStringSubmatch(dev); m != nil {
+			re, key = reHostdevBlk, m[0]
 		} else {
 			return errors.New("device not found")
 		}

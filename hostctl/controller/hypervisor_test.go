@@ -472,10 +472,10 @@ func TestRefusedBeforeLibvirt(t *testing.T) {
 	}{
 		{"unknown bus", func() error { _, err := e.apply("name: b\ndisks: [{name: vda, bus: floppy, size: 1M}]\n"); return err }, model.ErrInvalidSpec, "disks[0].bus"},
 		{"ide on q35", func() error { _, err := e.apply("name: b\ndisks: [{name: hda, bus: ide, size: 1M}]\n"); return err }, model.ErrInvalidSpec, "q35 has no IDE"},
-		{"tag on a PCI device", func() error {
-			_, err := e.apply("name: b\npci_devices: [{address: \"0000:03:00.0\", tag: gpu}]\n")
+		{"bad tag on a PCI device", func() error {
+			_, err := e.apply("name: b\npci_devices: [{address: \"0000:03:00.0\", tag: a/b}]\n")
 			return err
-		}, model.ErrInvalidSpec, "pci_devices[0]"},
+		}, model.ErrInvalidSpec, "pci_devices[0].tag"},
 		{"two NICs one tag", func() error {
 			_, err := e.apply("name: b\nnics: [{mac: \"52:54:00:00:01:01\", tag: x}, {mac: \"52:54:00:00:01:02\", tag: x}]\n")
 			return err

@@ -25,9 +25,14 @@ const shutdownPollInterval = 200 * time.Millisecond
 // Start boots an instance's domain (a running one is left running). A
 // config drive missing from the data directory is rebuilt from the
 // published metadata first; media swapped into the cdrom during an
-// earlier run are deleted (the domain boots from disk.config).
+// earlier run are deleted (the domain boots from disk.config). A start
+// that fails releases the instance's passthrough devices, and the next
+// start claims them again first (devicestart.go).
 func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance, err error) {
 	defer c.observe("start", time.Now(), &err)
+	if err := c.reclaimForStart(ctx, name); err != nil {
+		return nil, err
+	}
 	unlock := c.locks.Lock(name)
 	rec, cur, err := c.powerTarget(ctx, "start", name)
 	if err != nil {
@@ -46,6 +51,9 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 			if h != nil {
 				h.StartDone(ctx, rec.UUID, err)
 			}
+		}
+		if err != nil {
+			c.releaseAfterFailedStart(ctx, name, rec.UUID, err)
 		}
 	}
 	unlock()

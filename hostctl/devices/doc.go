@@ -21,8 +21,16 @@
 //     the domain that uses it is defined or started. A crash after it
 //     leaves the device burned; ReleaseOrphans at the next start gives it
 //     back as "needs cleaning", never as free.
-//   - Release (instance deleted, or the apply that claimed it failed) sets
-//     used = 0 and never lowers reserved. A released burned device emits
+//   - Release (instance deleted, the apply that claimed it failed, or its
+//     start failed) sets used = 0 and never lowers reserved. Apply claims
+//     (the domain is defined with the device's <hostdev>) and the instance
+//     holds the device while stopped and running; a start that fails
+//     releases it and takes its <hostdev> out of the domain's definition,
+//     and the next start claims again — another device when the released
+//     one is burned — and redefines the domain (or puts an unchanged
+//     device's <hostdev> back) before it boots (hostctl/controller,
+//     devicestart.go), so a domain never boots with a device its instance
+//     does not hold. A released burned device emits
 //     device.released on the "devices" event stream and runs the cleanup
 //     hook (Hook): in the background, with a timeout, once.
 //   - Only Clean (the operator: hostctl device clean ADDR) lowers reserved,
@@ -33,7 +41,10 @@
 //   - A device of the inventory can reach an instance only through
 //     pci_aliases (an explicit pci_devices address of an inventory device
 //     is refused), so nothing bypasses the burn.
-//   - Nothing about burning reaches the guest.
+//   - Nothing about burning reaches the guest. A device reaches the
+//     guest's device metadata only when the spec tags it (pci_devices
+//     tag, or a pci_aliases request's tag), as a "pci" device with its
+//     guest address (internal/metadata, schema device-role-tagging 1.2).
 //
 // Lifecycle: rebuild keeps the device (Claim is idempotent per instance).
 // vmeta has no move operations yet; when they come:

@@ -69,6 +69,17 @@ type Devices struct {
 	Disks  []DiskInfo
 	NICs   []NICInfo
 	Shares []ShareInfo
+	// Hostdevs are the PCI passthrough devices (<hostdev type='pci'>).
+	Hostdevs []HostdevInfo
+}
+
+// HostdevInfo is one PCI <hostdev>.
+type HostdevInfo struct {
+	// HostAddress is the host device (the <source> address), dddd:bb:ss.f.
+	HostAddress string
+	// Address is where the guest sees it (the hostdev's own <address>),
+	// dddd:bb:ss.f; empty when the XML has none.
+	Address string
 }
 
 // DriveAddress is libvirt's drive address (SCSI, SATA, IDE).
@@ -202,10 +213,41 @@ func ParseDevices(doc []byte) (*Devices, error) {
 		}
 		out.Shares = append(out.Shares, si)
 	}
+	for _, x := range d.Devices.Hostdevs {
+		if x.Type != "pci" {
+			continue
+		}
+		s := x.Source.Address
+		host, err := formatPCI(&addressXML{Type: "pci", Domain: s.Domain, Bus: s.Bus, Slot: s.Slot, Function: s.Function})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("hostdev: source %w", err))
+			continue
+		}
+		hi := HostdevInfo{HostAddress: host}
+		if x.Address != nil {
+			a, err := formatPCI(x.Address)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("hostdev %s: %w", host, err))
+			}
+			hi.Address = a
+		}
+		out.Hostdevs = append(out.Hostdevs, hi)
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("domain %s: %w", d.Name, errors.Join(errs...))
 	}
 	return out, nil
+}
+
+// Hostdev returns the PCI hostdev of host device addr (dddd:bb:ss.f).
+func (d *Devices) Hostdev(addr string) (HostdevInfo, bool) {
+	addr = strings.ToLower(addr)
+	for _, x := range d.Hostdevs {
+		if x.HostAddress == addr {
+			return x, true
+		}
+	}
+	return HostdevInfo{}, false
 }
 
 func (di *DiskInfo) setAddress(a *addressXML, ctrl map[string]string) error {
@@ -326,7 +368,8 @@ func (d *Devices) Share(tag string) (ShareInfo, bool) {
 // Apply copies what the hypervisor decided into the spec devices of in:
 // each disk's address and serial (matched by target name), each NIC's MAC
 // and PCI address (matched by MAC; a NIC defined without a MAC by its
-// alias, NICAlias(“”, index)), and checks that every share (by tag) is
+// alias, NICAlias(“”, index)), each passthrough device's guest PCI
+// address (matched by its host address), and checks that every share (by tag) is
 // there. Spec devices missing from the XML are reported, all at once, as
 // FieldErrors; the others are filled in regardless.
 func (d *Devices) Apply(in *model.Instance) error {
@@ -379,6 +422,15 @@ func (d *Devices) Apply(in *model.Instance) error {
 		if _, ok := d.Share(s.EffectiveTag()); !ok {
 			errs = append(errs, fieldErr(fmt.Sprintf("shares[%d]", i), "virtiofs tag %s is not in domain %s", s.EffectiveTag(), d.Name))
 		}
+	}
+	for i := range in.PCIDevices {
+		p := &in.PCIDevices[i]
+		x, ok := d.Hostdev(p.Address)
+		if !ok {
+			errs = append(errs, fieldErr(fmt.Sprintf("pci_devices[%d]", i), "hostdev %s is not in domain %s", p.Address, d.Name))
+			continue
+		}
+		p.GuestAddress = x.Address
 	}
 	return errors.Join(errs...)
 }

@@ -348,7 +348,18 @@ func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error
 			add(fieldErr(f, "%v", err))
 			continue
 		}
-		dev.Hostdevs = append(dev.Hostdevs, hostdevXML{Mode: "subsystem", Type: "pci", Managed: "yes", Source: hostdevSourceXML{Address: hostAddressXML{Domain: a.Domain, Bus: a.Bus, Slot: a.Slot, Function: a.Function}}})
+		hd := hostdevXML{Mode: "subsystem", Type: "pci", Managed: "yes", Source: hostdevSourceXML{Address: hostAddressXML{Domain: a.Domain, Bus: a.Bus, Slot: a.Slot, Function: a.Function}}}
+		if g := p.GuestAddress; g != "" && g != "none" {
+			// The guest-side address the spec asks for; otherwise libvirt
+			// places the device and the read-back reports where.
+			ga, err := pciAddress(g)
+			if err != nil {
+				add(fieldErr(fmt.Sprintf("pci_devices[%d].guest_address", i), "%v", err))
+				continue
+			}
+			hd.Address = ga
+		}
+		dev.Hostdevs = append(dev.Hostdevs, hd)
 	}
 
 	// Serial console: a pty (virsh console works) whose output virtlogd

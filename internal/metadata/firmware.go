@@ -115,7 +115,7 @@ func FirmwareEntries(t *Tree) ([]FirmwareEntry, error) {
 	doc.WriteString(`{"devices":`)
 	doc.Write(devs)
 	doc.WriteString("}\n")
-	if err := schema.ValidateJSON(schema.DevicesV11, doc.Bytes()); err != nil {
+	if err := schema.ValidateJSON(schema.DevicesV12, doc.Bytes()); err != nil {
 		return nil, fmt.Errorf("firmware entries: devices of %s: %w", src, err)
 	}
 	out := []FirmwareEntry{

@@ -83,7 +83,7 @@ func TestFirmwareEntries(t *testing.T) {
 	if want := `{"devices":` + string(md.Devices) + "}\n"; got[metadata.FirmwareDevices] != want {
 		t.Errorf("devices entry\n%s\nwant\n%s", got[metadata.FirmwareDevices], want)
 	}
-	if err := schema.ValidateJSON(schema.DevicesV11, []byte(got[metadata.FirmwareDevices])); err != nil {
+	if err := schema.ValidateJSON(schema.DevicesV12, []byte(got[metadata.FirmwareDevices])); err != nil {
 		t.Errorf("devices entry refused by the schema: %v", err)
 	}
 	// Nothing secret or personal: no user data, keys, meta or seed.

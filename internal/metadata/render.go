@@ -276,11 +276,12 @@ type Device struct {
 }
 
 // DevicesSchema returns the device-role-tagging schema that describes the
-// devices list of an OpenStack version: 1.0 up to 2020-10-14, the
-// append-only 1.1 (disk "encrypted", share devices) from 2025-04-04 on.
+// devices list of an OpenStack version: 1.0 up to 2020-10-14, and from
+// 2025-04-04 on the append-only 1.2 (disk "encrypted", share devices,
+// tagged pci devices), which accepts every 1.1 document.
 func DevicesSchema(v string) schema.Kind {
 	if atLeast(v, Epoxy) {
-		return schema.DevicesV11
+		return schema.DevicesV12
 	}
 	return schema.DevicesV1
 }
@@ -298,6 +299,10 @@ func DevicesSchema(v string) schema.Kind {
 //     encrypted disks are listed too, so a guest learns every disk that is
 //     encrypted at rest.
 //   - Shares: only from 2025-04-04, with bus and address "none".
+//   - PCI passthrough devices: only tagged ones, only from 2025-04-04, as
+//     type "pci" on bus "pci" with their guest address ("none" when it is
+//     not known). Nothing about the host device (its address, one-time
+//     use, burning) is shown.
 func Devices(in *model.Instance, v string) ([]Device, error) {
 	devs := devices(in, v)
 	if err := ValidateDevices(v, devs); err != nil {
@@ -347,6 +352,12 @@ func devices(in *model.Instance, v string) []Device {
 	if epoxy {
 		for _, s := range in.Shares {
 			devs = append(devs, Device{Type: "share", Bus: "none", Address: "none", ShareID: s.ShareID, Tag: s.EffectiveTag()})
+		}
+		for _, p := range in.PCIDevices {
+			if p.Tag == "" {
+				continue
+			}
+			devs = append(devs, Device{Type: "pci", Bus: "pci", Address: orNone(p.GuestAddress), Tags: []string{p.Tag}})
 		}
 	}
 	return devs

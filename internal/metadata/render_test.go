@@ -517,6 +517,19 @@ func TestDeviceRules(t *testing.T) {
 			},
 		},
 		{
+			name: "tagged pci devices only from epoxy, untagged never, nothing of the host",
+			in: model.Instance{PCIDevices: []model.PCIDevice{
+				{Address: "0000:3b:00.0", OneTimeUse: true, Alias: "gpu", Tag: "ml", GuestAddress: "0000:07:00.0"},
+				{Address: "0000:3c:00.0", OneTimeUse: true, Alias: "nvme"},
+				{Address: "0000:af:10.7", Tag: "scratch"},
+			}},
+			want: map[string]string{
+				metadata.NewtonOne: `[]`,
+				metadata.Epoxy: `[{"type":"pci","bus":"pci","address":"0000:07:00.0","tags":["ml"]},` +
+					`{"type":"pci","bus":"pci","address":"none","tags":["scratch"]}]`,
+			},
+		},
+		{
 			name: "order: nics, disks, shares",
 			in: model.Instance{
 				Shares: []model.Share{{ShareID: sid, Tag: "s"}},
@@ -546,6 +559,7 @@ func TestDeviceRules(t *testing.T) {
 				in.NICs = slices.Clone(in.NICs)
 				in.Disks = slices.Clone(in.Disks)
 				in.Shares = slices.Clone(in.Shares)
+				in.PCIDevices = slices.Clone(in.PCIDevices)
 				in.Name, in.UUID = "dev", "11111111-2222-4333-8444-555555555555"
 				if normalized {
 					in.Normalize()
@@ -589,7 +603,7 @@ func TestDevicesSchemaPerVersion(t *testing.T) {
 		got := metadata.DevicesSchema(v)
 		want := "device-role-tagging/1.0"
 		if atLeast(v, metadata.Epoxy) {
-			want = "device-role-tagging/1.1"
+			want = "device-role-tagging/1.2"
 		}
 		if string(got) != want {
 			t.Errorf("DevicesSchema(%s) = %s, want %s", v, got, want)

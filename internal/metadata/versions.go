@@ -21,7 +21,7 @@ const (
 	Ocata     = "2017-02-22" // vlan on nic devices
 	Rocky     = "2018-08-27" // vf_trusted on nic devices
 	Victoria  = "2020-10-14" // dedicated_cpus
-	Epoxy     = "2025-04-04" // share devices (and vmeta's disk "encrypted")
+	Epoxy     = "2025-04-04" // share devices (and vmeta's disk "encrypted", tagged pci devices)
 )
 
 // OpenStackVersions lists every OpenStack version in order; "latest" is

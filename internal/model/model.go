@@ -65,6 +65,10 @@ type PCIAlias struct {
 	Name string `json:"name"`
 	// Count is how many (default 1).
 	Count int `json:"count,omitempty"`
+	// Tag, when set, is the role tag of the claimed device in the guest's
+	// device metadata (a pci device with its guest address). A tag names
+	// one device, so it requires count 1.
+	Tag string `json:"tag,omitempty"`
 }
 
 // WantsConfigDrive reports whether the instance gets a config drive
@@ -180,6 +184,14 @@ type PCIDevice struct {
 	// instance's pci_aliases; on apply such entries are dropped and
 	// claimed again (the inventory says which device the instance holds).
 	Alias string `json:"alias,omitempty"`
+	// Tag, when set, lists the device in the guest's device metadata as a
+	// pci device with its guest address (untagged ones are not listed).
+	// For a device claimed for pci_aliases it is the alias request's tag.
+	Tag string `json:"tag,omitempty"`
+	// GuestAddress is the PCI address the guest sees the device at
+	// (dddd:bb:ss.f): given in the spec, or read back from the domain XML
+	// (the hostdev's guest-side <address>) with a hypervisor.
+	GuestAddress string `json:"guest_address,omitempty"`
 }
 
 // EffectiveTag returns the effective virtiofs tag of a share.

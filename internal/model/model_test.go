@@ -154,6 +154,11 @@ func TestParseSpecRejects(t *testing.T) {
 		{"duplicate mac", addNIC("{mac: \"52:54:00:aa:bb:01\"}"), "nics[1].mac", "52:54:00:aa:bb:01"},
 		{"share tag too long", replace("{share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99}", "{share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99, tag: "+strings.Repeat("s", 37)+"}"), "shares[0].tag", ""},
 		{"share tag charset", replace("{share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99}", "{share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99, tag: 'a b'}"), "shares[0].tag", `"a b"`},
+		{"pci tag with slash", validSpec + "pci_devices: [{address: \"0000:3b:00.0\", tag: a/b}]\n", "pci_devices[0].tag", `"a/b"`},
+		{"pci tag twice", validSpec + "pci_devices: [{address: \"0000:3b:00.0\", tag: gpu}]\npci_aliases: [{name: nic, tag: gpu}]\n", "pci_aliases[0].tag", `"gpu"`},
+		{"pci alias tag with count 2", validSpec + "pci_aliases: [{name: gpu, count: 2, tag: gpu}]\n", "pci_aliases[0].count", "2"},
+		{"pci guest address", validSpec + "pci_devices: [{address: \"0000:3b:00.0\", guest_address: \"00:07.0\"}]\n", "pci_devices[0].guest_address", `"00:07.0"`},
+		{"pci guest address taken by a disk", validSpec + "pci_devices: [{address: \"0000:3b:00.0\", guest_address: \"0000:00:04.0\"}]\n", "pci_devices[0].guest_address", `"0000:00:04.0"`},
 		{"wrong type", replace("{mac: \"52:54:00:AA:BB:01\", tag: oracledb}", "{mac: \"52:54:00:AA:BB:01\", vlan: high}"), "nics[0].vlan", "high"},
 	}
 	for _, tt := range tests {

@@ -367,13 +367,39 @@ func (in *Instance) Validate() error {
 	}
 
 	pcis := map[string]int{}
+	// pciTags holds the tags of pci_devices and pci_aliases: one device
+	// type in the device metadata. Entries hostctl added for pci_aliases
+	// (Alias set) carry their request's tag and are not counted twice.
+	pciTags := map[string]string{}
+	pciTag := func(field, tag string) {
+		if tag == "" {
+			return
+		}
+		if err := ValidateTag(tag); err != nil {
+			c.add(field, tag, "%v", err)
+			return
+		}
+		if other, dup := pciTags[tag]; dup {
+			c.add(field, tag, "PCI device tag must be unique per instance; %s has it too", other)
+			return
+		}
+		pciTags[tag] = field
+	}
 	for i, p := range in.PCIDevices {
 		f := fmt.Sprintf("pci_devices[%d].address", i)
 		if !IsPCIAddress(p.Address) {
 			c.add(f, p.Address, "must be a PCI address dddd:bb:ss.f")
-			continue
+		} else {
+			uniq(f, "PCI device", p.Address, pcis, i)
 		}
-		uniq(f, "PCI device", p.Address, pcis, i)
+		if err := checkAddress("pci", p.GuestAddress); err != nil {
+			c.add(fmt.Sprintf("pci_devices[%d].guest_address", i), p.GuestAddress, "%v", err)
+		} else {
+			claimPCI(fmt.Sprintf("pci_devices[%d].guest_address", i), p.GuestAddress)
+		}
+		if p.Alias == "" {
+			pciTag(fmt.Sprintf("pci_devices[%d].tag", i), p.Tag)
+		}
 	}
 
 	aliases := map[string]int{}
@@ -386,7 +412,10 @@ func (in *Instance) Validate() error {
 		}
 		if a.Count < 1 || a.Count > MaxPCIAliasCount {
 			c.add(f+".count", a.Count, "must be 1 to %d", MaxPCIAliasCount)
+		} else if a.Tag != "" && a.Count != 1 {
+			c.add(f+".count", a.Count, "must be 1 with a tag (a tag names one device in the guest's metadata)")
 		}
+		pciTag(f+".tag", a.Tag)
 	}
 
 	keyNames := map[string]int{}

@@ -499,7 +499,7 @@ func TestLibvirtBadInput(t *testing.T) {
 	}{
 		{"unknown bus", nil, "name: " + name + "\ndisks: [{name: vda, bus: floppy, size: 8M}]\n", "disks[0].bus"},
 		{"IDE on q35", nil, "name: " + name + "\ndisks: [{name: hda, bus: ide, size: 8M}]\n", "q35 has no IDE controller"},
-		{"tag on a device type without tags", nil, "name: " + name + "\npci_devices: [{address: \"0000:03:00.0\", tag: gpu}]\n", "pci_devices[0]"},
+		{"bad tag on a PCI device", nil, "name: " + name + "\npci_devices: [{address: \"0000:03:00.0\", tag: a/b}]\n", "pci_devices[0].tag"},
 		{"two NICs with one tag", nil, "name: " + name + "\nnics: [{mac: \"52:54:00:01:00:01\", tag: x}, {mac: \"52:54:00:01:00:02\", tag: x}]\n", "nics[1].tag"},
 		{"disk path outside the data directory", nil, "name: " + linked + "\ndisks: [{name: vda, size: 8M}]\n", "outside the data directory"},
 		{"image outside the image directory", nil, "name: " + name + "\nimage: ../../etc/passwd\ndisks: [{name: vda}]\n", "image"},

@@ -14,7 +14,9 @@ import (
 // webSpecYAML is examples/web.yaml with a few additions that exercise more
 // of the published metadata: an untagged encrypted disk (listed only from
 // 2025-04-04), a SATA disk (reported on the scsi bus), an MTU, a trusted VF,
-// an injected file, and user data with non-ASCII bytes. {{UUID}} is
+// an injected file, user data with non-ASCII bytes, and two passthrough
+// devices, one tagged (a pci device from 2025-04-04) and one not (never
+// listed). {{UUID}} is
 // replaced by the test's own UUID.
 const webSpecYAML = `# derived from examples/web.yaml
 name: web-1
@@ -85,6 +87,11 @@ shares:
   - share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99
     tag: webdata
     source: /srv/webdata
+pci_devices:
+  - address: "0000:af:10.7"
+    tag: scratch-nvme
+    guest_address: "0000:00:10.0"
+  - address: "0000:af:10.6"
 `
 
 // webSpec returns the web spec with uuid.
@@ -140,6 +147,11 @@ type testSpec struct {
 		Tag     string `json:"tag"`
 		Source  string `json:"source"`
 	} `json:"shares"`
+	PCIDevices []struct {
+		Address      string `json:"address"`
+		Tag          string `json:"tag"`
+		GuestAddress string `json:"guest_address"`
+	} `json:"pci_devices"`
 }
 
 func parseTestSpec(t testing.TB, spec string) testSpec {
@@ -217,6 +229,8 @@ func (d device) key() string {
 		return "disk " + d.Serial
 	case "share":
 		return "share " + d.ShareID
+	case "pci":
+		return "pci " + strings.Join(d.Tags, ",")
 	}
 	return d.Type + " ?"
 }
@@ -238,7 +252,9 @@ func (d device) String() string {
 //     function, SATA disks are reported on scsi);
 //   - from 2025-04-04: "encrypted" on every listed disk, untagged encrypted
 //     disks listed too, and one "share" device per share (bus and address
-//     "none", tag defaulting to the share id).
+//     "none", tag defaulting to the share id), and one "pci" device per
+//     tagged passthrough device (bus pci, its guest address, its tag;
+//     nothing of the host device).
 func expectedDevices(s testSpec, version string) []device {
 	epoxy := version == "latest" || version >= "2025-04-04"
 	var out []device
@@ -281,6 +297,11 @@ func expectedDevices(s testSpec, version string) []device {
 			id := strings.ToLower(sh.ShareID)
 			out = append(out, device{Type: "share", Bus: "none", Address: "none", ShareID: id, Tag: orDefault(sh.Tag, id)})
 		}
+		for _, p := range s.PCIDevices {
+			if p.Tag != "" {
+				out = append(out, device{Type: "pci", Bus: "pci", Address: orDefault(p.GuestAddress, "none"), Tags: []string{p.Tag}})
+			}
+		}
 	}
 	return out
 }
@@ -302,6 +323,7 @@ func allowedDeviceKeys(typ, version string) map[string]bool {
 	if epoxy {
 		keys["disk"] = append(keys["disk"], "encrypted")
 		keys["share"] = []string{"type", "bus", "address", "share_id", "tag"}
+		keys["pci"] = []string{"type", "bus", "address", "tags"}
 	}
 	m := map[string]bool{}
 	for _, k := range keys[typ] {
