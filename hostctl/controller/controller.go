@@ -42,6 +42,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -96,6 +97,14 @@ type Controller struct {
 	closeOnce sync.Once
 
 	observer func(op string, took time.Duration, err error)
+
+	// Encrypted disks (encryption.go).
+	keys             KeyManager
+	records          store.Records
+	luks             LUKS
+	libvirtSecrets   LibvirtSecrets
+	encSupport       func(context.Context) (encryption.Support, error)
+	defaultEncFormat string
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -170,6 +179,25 @@ type Options struct {
 	// instance's lock included, and its error (nil on success). It must
 	// be quick and safe for concurrent use (metrics).
 	Observe func(op string, took time.Duration, err error)
+
+	// Keys is the key manager of the disks' passphrases; without one a
+	// disk requested encrypted is refused.
+	Keys KeyManager
+	// Records keeps the block-device records; the store when it has
+	// records (store.Store does).
+	Records store.Records
+	// LUKS makes the encrypted disks; hostctl/encryption with QemuImg and
+	// LUKSIterTime when nil.
+	LUKS LUKS
+	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots;
+	// QEMU's default when 0.
+	LUKSIterTime time.Duration
+	// EncryptionSupport tells which formats this host supports
+	// (encryption.Prober); not checked when nil.
+	EncryptionSupport func(context.Context) (encryption.Support, error)
+	// DefaultEncryptionFormat is the format of a disk requested encrypted
+	// without one; DefaultEncryptionFormat when empty.
+	DefaultEncryptionFormat string
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -191,6 +219,14 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
+	}
+	c.keys, c.records, c.luks, c.encSupport, c.defaultEncFormat = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport, opts.DefaultEncryptionFormat
+	if c.records == nil {
+		c.records, _ = st.(store.Records)
+	}
+	if c.luks == nil {
+		c.luks = encryption.New(encryption.Options{QemuImg: opts.QemuImg, IterTime: opts.LUKSIterTime})
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -332,7 +368,12 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*types.Instance, error) {
-	tree, err := metadata.Render(in, c.render)
+	// The guest is told what hostctl created, not what the spec asked.
+	told, bds, err := c.told(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
+	tree, err := metadata.Render(told, c.render)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -344,7 +385,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: encode spec: %w", in.Name, err)
 	}
-	devs, err := metadata.Devices(in, "latest")
+	devs, err := metadata.Devices(told, "latest")
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -388,7 +429,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 		}
 		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
-		return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs}, nil
+		return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
 	}
 	if rerr := os.Rename(staged, drive); rerr != nil {
 		// The publish stands (the store is the source of truth); the drive
@@ -397,7 +438,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	c.drv.pruneMedia(in.Name, medium)
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
-	return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
+	return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
@@ -492,11 +533,16 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	if drive := filepath.Join(c.instanceDir(rec.Name), driveFile); fileExists(drive) {
 		inst.ConfigDrive = drive
 	}
-	devs, err := metadata.Devices(in, "latest")
+	told, bds, err := c.told(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
+	}
+	devs, err := metadata.Devices(told, "latest")
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 	}
 	inst.Devices = devs
+	inst.BlockDevices = bds
 	return inst, nil
 }
 
@@ -523,6 +569,15 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
+	}
+	// The disks go with the instance, and their secrets with them: from
+	// libvirt (the domain is gone) and from the key manager. A failure
+	// here is left to the reconciler's sweep.
+	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
+	}
+	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
+		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)

@@ -144,7 +144,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, err
 	}
-	if err := c.createDisks(ctx, r, plans); err != nil {
+	if err := c.createDisks(ctx, r, dc.in, plans); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
@@ -202,6 +202,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 	}
 	if dc.affect&virt.AffectConfig != 0 {
 		c.removeDiskFile(name, disk.Name)
+		c.forgetDisks(ctx, dc.in, []string{disk.Name})
 	}
 	return inst, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -38,7 +39,7 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 		c.pruneMedia(name, "")
 		err = c.ensureDrive(ctx, rec)
 		if err == nil {
-			err = c.domains.Start(ctx, name)
+			err = c.startWithSecrets(ctx, rec)
 		}
 	}
 	unlock()
@@ -69,6 +70,9 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	}
 	if err == nil {
 		c.pruneMedia(name, "")
+		// QEMU has closed the disks: libvirt no longer needs the
+		// passphrases.
+		err = c.undefineSecrets(ctx, cur.uuid)
 	}
 	unlock()
 	if err != nil {
@@ -128,6 +132,25 @@ func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.In
 		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	return rec, cur, nil
+}
+
+// startWithSecrets hands the encrypted disks' passphrases to libvirt and
+// starts the domain; a failed start takes them back.
+func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (err error) {
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return err
+	}
+	r := revert.New(c.log, "start "+rec.Name)
+	defer r.Fail(&err)
+	if err := c.defineSecrets(ctx, r, in); err != nil {
+		return err
+	}
+	if err := c.domains.Start(ctx, rec.Name); err != nil {
+		return err
+	}
+	r.Success()
+	return nil
 }
 
 // ensureDrive rebuilds the config drive from the published document when

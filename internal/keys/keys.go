@@ -103,6 +103,8 @@ var checkValue = []byte("vmeta key-encryption key check v1")
 // Owner is what a secret was made for: a disk of an instance (deleted with
 // the disk), or nothing (a user's secret).
 type Owner struct {
+	// Host is the host controller whose instance it is.
+	Host         string `json:"host,omitempty"`
 	InstanceUUID string `json:"instance_uuid,omitempty"`
 	InstanceName string `json:"instance_name,omitempty"`
 	Disk         string `json:"disk,omitempty"`
@@ -339,10 +341,10 @@ func (r Request) Check() error {
 	if r.Name != "" && !nameRE.MatchString(r.Name) {
 		return fmt.Errorf("%w: name %q: must be 1-128 letters, digits and ._:@- starting with a letter or digit", ErrInvalid, r.Name)
 	}
-	if r.ProjectID == "" {
+	if r.ProjectID == "" && r.Owner == nil {
 		return fmt.Errorf("%w: project_id: required (a secret is owned by a project)", ErrInvalid)
 	}
-	if !nameRE.MatchString(r.ProjectID) {
+	if r.ProjectID != "" && !nameRE.MatchString(r.ProjectID) {
 		return fmt.Errorf("%w: project_id %q: must be 1-128 letters, digits and ._:@- starting with a letter or digit", ErrInvalid, r.ProjectID)
 	}
 	if r.Payload != nil {

@@ -94,6 +94,11 @@ type Disk struct {
 	Size string `json:"size,omitempty"`
 	// Encrypted marks a disk encrypted at rest (reported to the guest).
 	Encrypted bool `json:"encrypted,omitempty"`
+	// EncryptionFormat asks hostctl to create the disk encrypted at rest in
+	// this format ("luks"; empty: the host's default when Encrypted is set).
+	// It is a request: what the guest is told comes only from what hostctl
+	// created and verified.
+	EncryptionFormat string `json:"encryption_format,omitempty"`
 }
 
 // NIC is a network interface of the instance.

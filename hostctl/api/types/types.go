@@ -32,6 +32,9 @@ type Instance struct {
 	// detach the guest has not completed yet) or that a running guest
 	// does not see yet (a virtio config drive cannot change media).
 	Warnings []string `json:"warnings,omitempty"`
+	// BlockDevices are the block-device records of the disks hostctl
+	// created (encryption as created and verified; never a passphrase).
+	BlockDevices []BlockDevice `json:"block_devices,omitempty"`
 }
 
 // HostStatus is one host controller sharing the store, as its heartbeat
