@@ -16,6 +16,10 @@
 //	DELETE /v1/instances/{name}?force_from_store=1  forget another (dead) host's instance (admin)
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
+//	GET    /v1/secrets                        key-manager secrets (metadata; a member: its project's)
+//	POST   /v1/secrets                        create a secret (types.SecretRequest)
+//	GET    /v1/secrets/{uuid}                 show one (never its value)
+//	DELETE /v1/secrets/{uuid}                 delete one (409 while a disk uses it)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -59,6 +63,7 @@ type Controller interface {
 	powerService
 	hotplugService
 	hostService
+	secretService
 }
 
 // Handler returns the admin API handler for the unix socket, where every
@@ -103,6 +108,7 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	// /v1/devices, /v1/keys.
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
+	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())
 	system{errorWriter: e}.routes(v1)
 
 	root.NotFoundHandler = unmatched(root, e)

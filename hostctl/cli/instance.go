@@ -156,7 +156,10 @@ func instanceShow(ctx context.Context, c *Call) error {
 		return err
 	}
 	fmt.Fprintln(env.Stdout)
-	return printDevices(env, inst)
+	if err := printDevices(env, inst); err != nil {
+		return err
+	}
+	return printBlockDevices(env, inst)
 }
 
 // printDevices prints the devices list the guest sees at latest.

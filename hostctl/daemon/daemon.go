@@ -23,8 +23,10 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
@@ -81,6 +83,10 @@ type Config struct {
 
 	Virt VirtConfig
 
+	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots
+	// (0: QEMU's default).
+	LUKSIterTime time.Duration
+
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
 	Stdout, Stderr io.Writer
@@ -109,6 +115,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		c.Apply = append(c.Apply, s)
 		return nil
 	})
+	fs.DurationVar(&c.LUKSIterTime, "luks-iter-time", 0, "PBKDF iteration time of the keyslot of each new encrypted (LUKS) disk; 0 keeps QEMU's default (2s: about that much CPU time to create a disk and to open it at every start)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
 }
@@ -193,6 +200,16 @@ func Run(ctx context.Context, cfg Config) error {
 	defer hv.close()
 	hm := hostmetrics.New()
 	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
+	if cfg.LUKSIterTime < 0 {
+		return configErrorf("--luks-iter-time %s: must not be negative", cfg.LUKSIterTime)
+	}
+	// A missing or wrong key-encryption key stops the daemon here: a new
+	// key would make every stored secret unreadable.
+	km, err := keys.Open(ctx, ctlStore, cfg.DataDir, keys.Options{Host: hostName})
+	if err != nil {
+		return fmt.Errorf("key manager: %w", err)
+	}
+	prober := encryption.NewProber(encryption.ProbeOptions{TempDir: cfg.DataDir})
 	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
@@ -203,6 +220,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+
+		Keys:              km,
+		LUKSIterTime:      cfg.LUKSIterTime,
+		EncryptionSupport: prober.Support,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
@@ -215,6 +236,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	beater := &hosts.Beater{Store: ctlStore, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
+		Traits: func() []string {
+			if s, ok := prober.Ready(); ok {
+				return s.Traits()
+			}
+			return nil
+		},
 		Count: func(ctx context.Context) (int, error) {
 			l, err := ctl.List(ctx)
 			return len(l), err
@@ -225,9 +252,21 @@ func Run(ctx context.Context, cfg Config) error {
 	beatCtx, stopBeat := context.WithCancel(ctx)
 	beatDone := make(chan struct{})
 	go func() { defer close(beatDone); beater.Run(beatCtx) }()
+	// The traits are known once the encryption probe is done: publish
+	// them then rather than at the next beat.
+	probeBeat := make(chan struct{})
+	go func() {
+		defer close(probeBeat)
+		if _, err := prober.Support(beatCtx); err == nil {
+			if err := beater.Beat(beatCtx); err != nil && beatCtx.Err() == nil {
+				log.Warn("heartbeat with the host's traits not written", "err", err)
+			}
+		}
+	}()
 	defer func() {
 		stopBeat()
 		<-beatDone
+		<-probeBeat
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		if err := beater.Stop(sctx); err != nil {

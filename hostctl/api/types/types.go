@@ -50,6 +50,9 @@ type HostStatus struct {
 	// Down: silent for longer than the configured time, or Stopped.
 	Down    bool `json:"down"`
 	Stopped bool `json:"stopped,omitempty"`
+	// Traits are the host's capability traits, as probed
+	// (COMPUTE_EPHEMERAL_ENCRYPTION, COMPUTE_EPHEMERAL_ENCRYPTION_LUKS, ...).
+	Traits []string `json:"traits,omitempty"`
 }
 
 // ForceDeleteResult answers DELETE /v1/instances/{name}?force_from_store=1:
