@@ -48,7 +48,8 @@ type hostd struct {
 	// does not use it: it reads the config drive).
 	MetadataAddr string
 
-	proc *testenv.Process
+	proc  *testenv.Process
+	extra []string
 }
 
 // startHostd starts `hostctl serve --virt libvirt` on uri: domains under
@@ -56,7 +57,9 @@ type hostd struct {
 // libvirt's events only, logging at debug level. It is stopped (SIGTERM,
 // expecting a clean exit) when the test ends, and its log shown if the
 // test failed.
-func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
+//
+// extra are more `hostctl serve` flags.
+func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extra ...string) *hostd {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes; t.TempDir carries the
 	// test name.
@@ -65,7 +68,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest) *hostd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	d := &hostd{t: t, bin: bin, DataDir: t.TempDir(), Socket: filepath.Join(sockDir, "hostctl.sock")}
+	d := &hostd{t: t, bin: bin, DataDir: t.TempDir(), Socket: filepath.Join(sockDir, "hostctl.sock"), extra: extra}
 	t.Cleanup(func() {
 		d.stop()
 		if t.Failed() {
@@ -94,7 +97,11 @@ func (d *hostd) start(uri string, g testenv.Guest) error {
 		"--domain-type", "qemu", "--domain-memory", "512",
 		"--domain-kernel", g.Kernel, "--domain-initrd", g.Initrd, "--domain-cmdline", g.Cmdline,
 		"--data-dir", d.DataDir, "--socket", d.Socket, "--metadata-listen", d.MetadataAddr,
-		"--reconcile-interval", "0", "--log-level", "debug"}
+		"--reconcile-interval", "0", "--log-level", "debug",
+		// LUKS disks: a short PBKDF time (QEMU's default, 2 s, costs that
+		// much CPU at every create and start).
+		"--luks-iter-time", "100ms"}
+	args = append(args, d.extra...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
