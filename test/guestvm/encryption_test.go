@@ -160,7 +160,10 @@ disks:
 	var started types.Instance
 	d.ctlJSON(&started, "instance", "start", name)
 	// Libvirt holds each LUKS disk's passphrase while the domain runs.
-	secrets := func() string { out, _ := exec.Command("virsh", "-q", "-c", uri, "secret-list").CombinedOutput(); return string(out) }
+	secrets := func() string {
+		out, _ := exec.Command("virsh", "-q", "-c", uri, "secret-list").CombinedOutput()
+		return string(out)
+	}
 	if s := secrets(); !strings.Contains(s, bd["vda"].EncryptionSecretUUID) || !strings.Contains(s, bd["vdb"].EncryptionSecretUUID) {
 		t.Errorf("libvirt lacks the running domain's secrets:\n%s", s)
 	}
