@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("key manager: %w", err)
 	}
-	prober := encryption.NewProber(encryption.ProbeOptions{TempDir: cfg.DataDir})
+	prober := encryption.NewProber(encryption.ProbeOptions{})
 	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
