@@ -432,6 +432,9 @@ func applyAtStart(ctx context.Context, ctl *controller.Controller, file, mdAddr,
 	s := inst.Spec
 	fmt.Fprintf(stdout, "instance %s applied (uuid %s) from %s\n", s.Name, s.UUID, file)
 	fmt.Fprintf(stdout, "  config drive: %s\n", inst.ConfigDrive)
+	for _, w := range inst.Warnings {
+		fmt.Fprintf(stdout, "  warning: %s\n", w)
+	}
 	host, port, _ := net.SplitHostPort(mdAddr)
 	// A guest is whoever connects from one of its addresses; on this
 	// host that works for loopback addresses the listener can be reached on.
