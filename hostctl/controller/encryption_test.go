@@ -579,3 +579,43 @@ func openBolt(t *testing.T, dir string) store.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestEncryptedRootOverPlainImage: a root disk requested encrypted over
+// a plain base image is an encrypted overlay; the base image (the backing
+// file) stays plain, and the record names no backing secret.
+func TestEncryptedRootOverPlainImage(t *testing.T) {
+	e := newEnv(t)
+	withEncryption(t, e)
+	ctx := context.Background()
+	images := filepath.Join(e.dir, "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(images, "debian.qcow2")
+	if out, err := execCommand(e.qemuImg, "create", "-q", "-f", "qcow2", base, "32M"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	inst := e.mustApply("name: img-1\nimage: debian\ndisks: [{name: vda, tag: root, encrypted: true}, {name: vdb, size: 4M, encrypted: true}]\n")
+	tool := encryption.New(encryption.Options{QemuImg: e.qemuImg})
+	root, err := tool.Inspect(ctx, filepath.Join(e.dir, "instances", "img-1", "disk-vda.qcow2"))
+	if err != nil || !root.Encrypted || root.BackingFile != base {
+		t.Fatalf("root: %+v %v", root, err)
+	}
+	for _, p := range []string{base, filepath.Join(e.dir, "instances", "img-1", "disk-vdb.qcow2")} {
+		info, err := tool.Inspect(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == base && info.Encrypted {
+			t.Error("the base image got encrypted")
+		}
+		if p != base && (!info.Encrypted || info.BackingFile != "") {
+			t.Errorf("blank disk: %+v (want encrypted, no backing file)", info)
+		}
+	}
+	for _, bd := range inst.BlockDevices {
+		if !bd.Encrypted || bd.BackingEncryptionSecretUUID != "" {
+			t.Errorf("block device %+v", bd)
+		}
+	}
+}

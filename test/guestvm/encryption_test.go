@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
@@ -235,6 +237,22 @@ disks:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Neither passphrase is anywhere in Redis (every key, dumped).
+	rc := goredis.NewClient(mustParseRedisURL(t, redisURL))
+	defer rc.Close()
+	rkeys, err := rc.Keys(ctx, "*").Result()
+	if err != nil || len(rkeys) == 0 {
+		t.Fatalf("redis keys: %v %v", rkeys, err)
+	}
+	for _, k := range rkeys {
+		dump, err := rc.Dump(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("dump %s: %v", k, err)
+		}
+		if strings.Contains(dump, string(passA)) || strings.Contains(dump, string(passB)) {
+			t.Errorf("redis key %s holds a disk passphrase", k)
+		}
+	}
 	tool := encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO})
 	vda, vdb := filepath.Join(dir, "disk-vda.qcow2"), filepath.Join(dir, "disk-vdb.qcow2")
 	if err := tool.Verify(ctx, vda, passA); err != nil {
@@ -308,4 +326,13 @@ func httpGet(t *testing.T, src, addr, path string) []byte {
 		t.Fatalf("GET %s from %s: %s: %s", path, src, resp.Status, b)
 	}
 	return b
+}
+
+func mustParseRedisURL(t *testing.T, url string) *goredis.Options {
+	t.Helper()
+	o, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
