@@ -20,6 +20,7 @@
 //	POST   /v1/secrets                        create a secret (types.SecretRequest)
 //	GET    /v1/secrets/{uuid}                 show one (never its value)
 //	DELETE /v1/secrets/{uuid}                 delete one (409 while a disk uses it)
+//	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -64,6 +65,7 @@ type Controller interface {
 	hotplugService
 	hostService
 	secretService
+	eventService
 }
 
 // Handler returns the admin API handler for the unix socket, where every
@@ -106,6 +108,7 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	// Resources still to come each take their own subrouter here:
 	// /v1/flavors, /v1/images, /v1/shares, /v1/servers/{id}/shares,
 	// /v1/devices, /v1/keys.
+	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())

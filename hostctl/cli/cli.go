@@ -93,6 +93,7 @@ func Commands() []*Command {
 	cmds = append(cmds, hotplugCommands()...)
 	cmds = append(cmds, hostCommands()...)
 	cmds = append(cmds, secretCommands()...)
+	cmds = append(cmds, eventCommands()...)
 	cmds = append(cmds, configDriveCommand(), tokenNewCommand(), networkSetupMetadataCommand(), versionCommand())
 	return cmds
 }

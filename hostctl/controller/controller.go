@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -76,6 +77,7 @@ type Controller struct {
 
 	hostName string
 	hosts    Hosts
+	audit    *events.Log
 
 	drv           driver
 	domains       Domains
@@ -149,6 +151,11 @@ type Options struct {
 	// ForceDeleteFromStore (nil: both are refused), and lists the hosts.
 	Hosts Hosts
 
+	// Audit is where the controller's parts emit the events other tools
+	// follow (hostctl/events); nil: JSON-lines files in
+	// <DataDir>/events.
+	Audit *events.Log
+
 	// Hypervisor runs the instances as libvirt domains; nil keeps the
 	// hypervisor-less mode (addresses from the spec, no domains).
 	Hypervisor Hypervisor
@@ -214,7 +221,7 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
-		hostName: opts.Host, hosts: opts.Hosts, observer: opts.Observe}
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -230,6 +237,9 @@ func newController(st Store, opts Options) *Controller {
 	}
 	if c.log == nil {
 		c.log = slog.Default()
+	}
+	if c.audit == nil {
+		c.audit = events.New(events.NewFiles(filepath.Join(c.dataDir, "events")), c.hostName, c.log)
 	}
 	if c.driveFmt == "" {
 		c.driveFmt = configdrive.ISO9660

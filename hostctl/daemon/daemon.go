@@ -24,6 +24,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -211,6 +212,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	prober := encryption.NewProber(encryption.ProbeOptions{})
 	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
+	// The audit streams: Redis streams on Redis (every host's events in
+	// one place), JSON-lines files in the data directory otherwise.
+	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
@@ -224,6 +228,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Keys:              km,
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: prober.Support,
+		Audit:             audit,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{

@@ -12,6 +12,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // Sentinel errors; backends wrap them with context.
@@ -168,4 +170,41 @@ type Change struct {
 	// Resync means changes may have been missed (the feed reconnected):
 	// the reader must re-check everything it caches.
 	Resync bool `json:"resync,omitempty"`
+}
+
+// Streams is an append-only log of events that other tools follow (the
+// audit events of share attachments and burned devices). The Redis
+// backend has it (a Redis stream per name, so every host's events are in
+// one place); without it, hostctl keeps a JSON-lines file per host
+// (hostctl/events).
+type Streams interface {
+	// Append adds payload to the stream named stream and returns its ID.
+	Append(ctx context.Context, stream string, payload []byte) (id string, err error)
+	// ReadStream returns up to limit entries after the entry with ID after
+	// ("" or "0": from the start), oldest first. When there are none it
+	// waits for one until ctx is done or wait has passed (0: it does not
+	// wait) and then returns what there is (possibly nothing).
+	ReadStream(ctx context.Context, stream, after string, limit int, wait time.Duration) ([]StreamEntry, error)
+}
+
+// StreamEntry is one entry of a stream.
+type StreamEntry struct {
+	ID      string
+	Payload []byte
+}
+
+// CheckStream reports whether name can name a stream: 1 to 64 of a-z,
+// 0-9, "-" and "_", starting with a letter or digit (a file name and a
+// Redis key part alike).
+func CheckStream(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("stream name %q: must be 1 to 64 characters", name)
+	}
+	for i, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || i > 0 && (r == '-' || r == '_')
+		if !ok {
+			return fmt.Errorf("stream name %q: only a-z, 0-9, \"-\" and \"_\", starting with a letter or digit", name)
+		}
+	}
+	return nil
 }

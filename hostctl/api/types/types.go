@@ -4,6 +4,7 @@
 package types
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -151,4 +152,16 @@ type Principal struct {
 	Name    string `json:"name"`
 	Role    string `json:"role"`
 	Project string `json:"project,omitempty"`
+}
+
+// Event is one entry of an audit stream (GET /v1/events/{stream}).
+type Event struct {
+	// ID is the event's position in its stream: pass it as ?after= to
+	// read what follows.
+	ID   string    `json:"id"`
+	Time time.Time `json:"time"`
+	Host string    `json:"host"`
+	Type string    `json:"type"`
+	// Payload is the event's body, as its emitter wrote it.
+	Payload json.RawMessage `json:"payload,omitempty"`
 }

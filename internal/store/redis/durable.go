@@ -22,6 +22,7 @@ type writeConn interface {
 	goredis.Scripter
 	HSet(ctx context.Context, key string, values ...any) *goredis.IntCmd
 	HDel(ctx context.Context, key string, fields ...string) *goredis.IntCmd
+	XAdd(ctx context.Context, a *goredis.XAddArgs) *goredis.StringCmd
 }
 
 // Replicas returns how many replicas must acknowledge a write before the
