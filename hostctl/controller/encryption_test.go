@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -618,4 +619,67 @@ func TestEncryptedRootOverPlainImage(t *testing.T) {
 			t.Errorf("block device %+v", bd)
 		}
 	}
+}
+
+// TestAttachEncryptedDisk: a disk hot-plugged encrypted into a running
+// domain gets its own secret, libvirt the passphrase before the attach,
+// and the guest is told encrypted; detaching it deletes the secret.
+func TestAttachEncryptedDisk(t *testing.T) {
+	e := newEnv(t)
+	withEncryption(t, e)
+	ctx := context.Background()
+	e.mustApply(hvSpec)
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "vault", Size: "8M", Encrypted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id, target string
+	for _, bd := range inst.BlockDevices {
+		if bd.Encrypted {
+			id, target = bd.EncryptionSecretUUID, bd.Disk
+		}
+	}
+	if id == "" {
+		t.Fatalf("no encrypted block device: %+v", inst.BlockDevices)
+	}
+	if _, ok := e.hv.secretValue(id); !ok {
+		t.Error("libvirt has no passphrase for the disk attached to the running domain")
+	}
+	found := false
+	for _, d := range devicesOf(t, e.st, inst.Spec.UUID) {
+		found = found || (len(d.Tags) == 1 && d.Tags[0] == "vault" && d.Encrypted != nil && *d.Encrypted)
+	}
+	if !found {
+		t.Error("the attached disk is not published encrypted")
+	}
+	if _, err := e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Target: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.keys.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("secret after detach: %v", err)
+	}
+}
+
+func TestFaultsAttachEncryptedDisk(t *testing.T) {
+	setup := func(e *env) {
+		withFakeEncryption(t, e)
+		e.mustApply(hvSpec)
+		if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attach := func(e *env) error {
+		_, err := e.c.AttachDisk(context.Background(), "app-1", types.DiskRequest{Tag: "vault", Size: "8M", Encrypted: true})
+		return err
+	}
+	faultMatrix(t, setup, attach)
+	encFaults(t, func(e *env) {
+		e.mustApply(hvSpec)
+		if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+			t.Fatal(err)
+		}
+	}, attach)
 }

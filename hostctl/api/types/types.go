@@ -74,6 +74,9 @@ type DiskRequest struct {
 	// Size in qemu-img syntax; DefaultDiskSize when empty.
 	Size   string `json:"size,omitempty"`
 	Serial string `json:"serial,omitempty"`
+	// Encrypted asks for the disk to be created encrypted (LUKS, its own
+	// secret); the guest is told so once hostctl made and checked it.
+	Encrypted bool `json:"encrypted,omitempty"`
 	Affect
 }
 
