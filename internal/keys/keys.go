@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
@@ -244,12 +245,33 @@ func readKEK(path string) (*kekFile, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseKEK(b)
+}
+
+// parseKEK parses a key file; every generation must be a positive number
+// with a key of keyLen hex-encoded bytes, the current one among them.
+func parseKEK(b []byte) (*kekFile, error) {
 	var kf kekFile
 	if err := json.Unmarshal(b, &kf); err != nil {
 		return nil, fmt.Errorf("not a key file: %w", err)
 	}
 	if kf.KeyID == "" || kf.Current < 1 || len(kf.Keys) == 0 {
 		return nil, errors.New("not a key file: no key_id, current generation or keys")
+	}
+	if err := store.CheckKey(kf.KeyID); err != nil || strings.Contains(kf.KeyID, "/") {
+		return nil, fmt.Errorf("key_id %q: must be letters, digits and ._:- only", kf.KeyID)
+	}
+	for g, k := range kf.Keys {
+		gen, err := strconv.ParseInt(g, 10, 64)
+		if err != nil || gen < 1 {
+			return nil, fmt.Errorf("generation %q is not a positive number", g)
+		}
+		if raw, err := hex.DecodeString(k); err != nil || len(raw) != keyLen {
+			return nil, fmt.Errorf("generation %d is not %d hex-encoded bytes", gen, keyLen)
+		}
+	}
+	if _, ok := kf.Keys[strconv.FormatInt(kf.Current, 10)]; !ok {
+		return nil, fmt.Errorf("current generation %d has no key", kf.Current)
 	}
 	return &kf, nil
 }
