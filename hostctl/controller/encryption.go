@@ -519,3 +519,27 @@ func (c *Controller) sweepLibvirtSecret(ctx context.Context, s virt.LibvirtSecre
 	c.log.Info("undefining a libvirt secret whose domain does not run", "secret", s.UUID, "usage", s.Usage)
 	return c.libvirtSecrets.UndefineSecret(ctx, s.UUID)
 }
+
+// SupportedEncryptionFormats returns the encryption formats this host can
+// create disks in (the probe's, among those hostctl makes: luks), for the
+// encryption policy and the scheduler's traits; nil without a key
+// manager.
+func (c *Controller) SupportedEncryptionFormats(ctx context.Context) ([]string, error) {
+	if c.keys == nil || c.records == nil {
+		return nil, nil
+	}
+	if c.encSupport == nil {
+		return []string{encryption.FormatLUKS}, nil
+	}
+	s, err := c.encSupport(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range s.Supported() {
+		if f == encryption.FormatLUKS { // the only format hostctl creates
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
