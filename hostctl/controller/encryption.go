@@ -133,7 +133,7 @@ func (c *Controller) checkEncryption(ctx context.Context, in *model.Instance, pl
 			if err != nil {
 				return err
 			}
-			if !s.Has(format) {
+			if s = s.Only(encryption.Creatable...); !s.Has(format) {
 				errs = append(errs, model.FieldError{Field: f + ".encryption_format", Value: format,
 					Rule: "this host does not support it: " + s.Why[format]})
 			}
@@ -535,11 +535,5 @@ func (c *Controller) SupportedEncryptionFormats(ctx context.Context) ([]string, 
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, f := range s.Supported() {
-		if f == encryption.FormatLUKS { // the only format hostctl creates
-			out = append(out, f)
-		}
-	}
-	return out, nil
+	return s.Only(encryption.Creatable...).Supported(), nil
 }

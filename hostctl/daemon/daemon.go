@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg Config) error {
 	beater := &hosts.Beater{Store: ctlStore, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
 		Traits: func() []string {
 			if s, ok := prober.Ready(); ok {
-				return s.Traits()
+				return s.Only(encryption.Creatable...).Traits()
 			}
 			return nil
 		},

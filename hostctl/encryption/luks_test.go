@@ -172,6 +172,10 @@ func TestProbe(t *testing.T) {
 	if tr[0] != encryption.TraitEphemeralEncryption || !strings.Contains(strings.Join(tr, ","), encryption.TraitLUKS) {
 		t.Fatalf("traits %v", tr)
 	}
+	only := (encryption.Support{Formats: []string{"luks", "luksv2"}}).Only(encryption.Creatable...)
+	if len(only.Formats) != 1 || only.Traits()[1] != encryption.TraitLUKS || !strings.Contains(only.Why["luksv2"], "does not create") {
+		t.Fatalf("Only: %+v", only)
+	}
 	none := encryption.Probe(context.Background(), encryption.ProbeOptions{QemuImg: "/nonexistent/qemu-img", Cryptsetup: "/nonexistent/cryptsetup"})
 	if len(none.Formats) != 0 || len(none.Traits()) != 0 || none.Why[encryption.FormatLUKS] == "" {
 		t.Fatalf("without tools: %+v", none)

@@ -236,3 +236,24 @@ func (p *Prober) Ready() (Support, bool) {
 		return Support{}, false
 	}
 }
+
+// Creatable is the formats hostctl makes disks in (qemu-img writes LUKS1
+// into qcow2; LUKS2 and PLAIN it does not make).
+var Creatable = []string{FormatLUKS}
+
+// Only returns s restricted to formats: a format the tools support but
+// hostctl does not create is not offered, and the reason says so.
+func (s Support) Only(formats ...string) Support {
+	out := Support{Why: map[string]string{}}
+	for k, v := range s.Why {
+		out.Why[k] = v
+	}
+	for _, f := range s.Formats {
+		if slices.Contains(formats, f) {
+			out.Formats = append(out.Formats, f)
+		} else {
+			out.Why[f] = "this host's tools support it, but hostctl does not create " + f + " disks"
+		}
+	}
+	return out
+}
