@@ -80,8 +80,31 @@ type blockDevRecord struct {
 }
 
 // ErrEncryption: a disk was requested encrypted and this host cannot
-// honour the request (no key manager, an unsupported format).
-var ErrEncryption = fmt.Errorf("%w: encryption", store.ErrConflict)
+// honour the request (no key manager, an unsupported format, a change of
+// an existing disk's encryption). It is a conflict (409), not a malformed
+// spec, and it names the fields (errors.As finds a *model.SpecError).
+var ErrEncryption = errors.New("encryption request cannot be honoured")
+
+type encryptionConflict struct{ se *model.SpecError }
+
+func (e *encryptionConflict) Error() string {
+	parts := make([]string, len(e.se.Errors))
+	for i, fe := range e.se.Errors {
+		parts[i] = fe.Error()
+	}
+	return fmt.Sprintf("%v: %v: %s", store.ErrConflict, ErrEncryption, strings.Join(parts, "; "))
+}
+
+func (e *encryptionConflict) Unwrap() []error { return []error{store.ErrConflict, ErrEncryption} }
+
+// As hands out the field errors without making the error an invalid spec.
+func (e *encryptionConflict) As(target any) bool {
+	if p, ok := target.(**model.SpecError); ok {
+		*p = e.se
+		return true
+	}
+	return false
+}
 
 // encryptionFormat is the format a disk requested encrypted gets.
 func (c *Controller) encryptionFormat(d model.Disk) string {
@@ -140,7 +163,7 @@ func (c *Controller) checkEncryption(ctx context.Context, in *model.Instance, pl
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrEncryption, &model.SpecError{Errors: errs})
+		return &encryptionConflict{se: &model.SpecError{Errors: errs}}
 	}
 	return nil
 }

@@ -683,3 +683,14 @@ func TestFaultsAttachEncryptedDisk(t *testing.T) {
 		}
 	}, attach)
 }
+
+func TestEncryptionConflictError(t *testing.T) {
+	err := fmt.Errorf("apply x: %w", &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: "disks[0].encryption_format", Value: "plain", Rule: "no"}}}})
+	var se *model.SpecError
+	if !errors.Is(err, store.ErrConflict) || !errors.Is(err, ErrEncryption) || errors.Is(err, model.ErrInvalidSpec) || !errors.As(err, &se) || len(se.Errors) != 1 {
+		t.Fatalf("%v", err)
+	}
+	if !strings.Contains(err.Error(), `disks[0].encryption_format`) || !strings.Contains(err.Error(), "plain") {
+		t.Fatal(err)
+	}
+}
