@@ -12,9 +12,9 @@
 //
 // The store holds, besides the secrets, a check record per KEK (its id,
 // generation and a wrapped known value). Open refuses to start when the
-// store has a check record for this host and the KEK file is missing, or
-// when the file's key does not unwrap the check: a silently re-created
-// KEK would orphan every secret.
+// store has a check record for this host and the KEK file is missing
+// while secrets wrapped by it exist, or when the file's key does not
+// unwrap the check: a silently re-created KEK would orphan every secret.
 package keys
 
 import (
@@ -181,6 +181,21 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 	}
 
 	kf, err := readKEK(path)
+	if errors.Is(err, fs.ErrNotExist) && check != nil {
+		// A check record without its key: fatal if any secret depends on
+		// that key; with none (a data directory replaced before anything
+		// was encrypted) nothing is lost by a new key.
+		n, lerr := countWrappedBy(ctx, st, check.KeyID)
+		if lerr != nil {
+			return nil, fmt.Errorf("key manager: %w", lerr)
+		}
+		if n == 0 {
+			if err := st.DeleteRecord(ctx, checkKey, rec.Version); err != nil {
+				return nil, fmt.Errorf("key manager: replace the check record of key %s, which wraps no secret: %w", check.KeyID, err)
+			}
+			check = nil
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && check != nil:
 		return nil, fmt.Errorf("%w: %s is missing, but the store holds secrets wrapped by key %s of host %s (created %s): restore the file from a backup; hostctl does not create a new key, which would make every stored secret unreadable",
@@ -231,6 +246,22 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 		return nil, fmt.Errorf("key manager: store check record %s: %w", checkKey, err)
 	}
 	return m, nil
+}
+
+// countWrappedBy counts the secrets wrapped by key keyID.
+func countWrappedBy(ctx context.Context, st Store, keyID string) (int, error) {
+	recs, err := st.Records(ctx, secretPrefix)
+	if err != nil {
+		return 0, fmt.Errorf("list secrets: %w", err)
+	}
+	n := 0
+	for _, r := range recs {
+		var sr secretRecord
+		if json.Unmarshal(r.Value, &sr) != nil || sr.Wrapped.KeyID == keyID {
+			n++ // an unreadable record counts: better refuse than orphan it
+		}
+	}
+	return n, nil
 }
 
 func readKEK(path string) (*kekFile, error) {

@@ -302,6 +302,30 @@ func TestOpenRefusesMissingOrWrongKey(t *testing.T) {
 	}
 }
 
+// TestOpenNewKeyWhenNothingDependsOnIt: a data directory replaced while
+// the store holds no secret of its key gets a new key.
+func TestOpenNewKeyWhenNothingDependsOnIt(t *testing.T) {
+	ctx := context.Background()
+	st, _ := backends()[0].open(t)
+	m1, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
+	if err != nil {
+		t.Fatalf("fresh data directory, no secrets: %v", err)
+	}
+	if m1.KeyID() == m2.KeyID() {
+		t.Fatal("same key id")
+	}
+	if _, err := m2.Create(ctx, keys.Request{ProjectID: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"}); !errors.Is(err, keys.ErrKEK) {
+		t.Fatalf("fresh data directory with a secret stored: %v", err)
+	}
+}
+
 func TestRequestCheck(t *testing.T) {
 	tests := []struct {
 		req  keys.Request
