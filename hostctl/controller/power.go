@@ -71,8 +71,11 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	if err == nil {
 		c.pruneMedia(name, "")
 		// QEMU has closed the disks: libvirt no longer needs the
-		// passphrases.
-		err = c.undefineSecrets(ctx, cur.uuid)
+		// passphrases. A failure leaves them to the reconciler.
+		if serr := c.undefineSecrets(ctx, cur.uuid); serr != nil {
+			c.log.Warn("libvirt secrets of a stopped instance not undefined (the reconciler retries)", "name", name, "err", serr)
+			warn = append(warn, fmt.Sprintf("the disks' passphrases could not be removed from libvirt yet (the reconciler retries): %v", serr))
+		}
 	}
 	unlock()
 	if err != nil {
