@@ -15,6 +15,10 @@
 //	DELETE /v1/instances/{name}/nics          detach a NIC (?tag=T or ?mac=M; &live=1 &config=1)
 //	DELETE /v1/instances/{name}?force_from_store=1  forget another (dead) host's instance (admin)
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
+//	POST   /v1/instances/{name}/resize        a stopped instance to another flavor (types.ResizeRequest)
+//	POST   /v1/instances/{name}/rebuild       a stopped instance's root disk anew from an image (types.RebuildRequest)
+//	GET    /v1/flavors[/{flavor}]             flavors (flavors.go); POST, DELETE (admin)
+//	GET    /v1/images[/{image}]               the image directory (images.go); POST (multipart import), DELETE (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
 //	GET    /v1/secrets                        key-manager secrets (metadata; a member: its project's)
 //	POST   /v1/secrets                        create a secret (types.SecretRequest)
@@ -65,6 +69,9 @@ type Controller interface {
 	hotplugService
 	hostService
 	secretService
+	flavorService
+	imageService
+	resizeService
 	eventService
 }
 
@@ -78,12 +85,18 @@ func Handler(c Controller, log *slog.Logger) http.Handler {
 // with a (an *auth.TokenAuth on a TCP listener). Authentication wraps the
 // router, so that an unauthenticated caller learns nothing of the routes
 // (not even a 405).
-func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator) http.Handler {
+func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Option) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
 	e := errorWriter{log: log}
-	return authenticate(a, e, routes(c, e))
+	root := routes(c, e)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	devices{svc: o.devices, errorWriter: e}.routes(root.PathPrefix("/v1/devices").Subrouter())
+	return authenticate(a, e, root)
 }
 
 // routes builds the router: a subrouter per resource under /v1.
@@ -104,11 +117,13 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	configDrives{svc: c, errorWriter: e}.routes(one)
 	power{svc: c, errorWriter: e}.routes(one)
 	hotplug{svc: c, errorWriter: e}.routes(one)
+	resize{svc: c, errorWriter: e}.routes(one)
 
-	// Resources still to come each take their own subrouter here:
-	// /v1/flavors, /v1/images, /v1/shares, /v1/servers/{id}/shares,
-	// /v1/devices, /v1/keys.
+	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
+	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())
 	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
+	// Resources still to come each take their own subrouter here:
+	// /v1/shares, /v1/servers/{id}/shares, /v1/devices, /v1/keys.
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())

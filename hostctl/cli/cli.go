@@ -93,6 +93,10 @@ func Commands() []*Command {
 	cmds = append(cmds, hotplugCommands()...)
 	cmds = append(cmds, hostCommands()...)
 	cmds = append(cmds, secretCommands()...)
+	cmds = append(cmds, resizeCommands()...)
+	cmds = append(cmds, flavorCommands()...)
+	cmds = append(cmds, imageCommands()...)
+	cmds = append(cmds, deviceCommands()...)
 	cmds = append(cmds, eventCommands()...)
 	cmds = append(cmds, configDriveCommand(), tokenNewCommand(), networkSetupMetadataCommand(), versionCommand())
 	return cmds

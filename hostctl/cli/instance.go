@@ -70,6 +70,9 @@ func printApplied(c *Call, inst *types.Instance) error {
 	if inst.ConfigDrive != "" {
 		fmt.Fprintf(env.Stdout, "config drive: %s\n", inst.ConfigDrive)
 	}
+	for _, w := range inst.Warnings {
+		fmt.Fprintf(env.Stderr, "warning: %s\n", w)
+	}
 	return nil
 }
 
@@ -146,6 +149,7 @@ func instanceShow(ctx context.Context, c *Call) error {
 	}
 	for _, kv := range append(rows, [][2]string{
 		{"Hostname", s.Hostname}, {"Project", orDash(s.ProjectID)},
+		{"Flavor", orDash(s.Flavor)}, {"Image", orDash(s.Image)}, {"Size", sizeOf(s.VCPUs, s.MemoryMiB)},
 		{"Addresses", orDash(strings.Join(s.Addresses, ", "))},
 		{"Revision", fmt.Sprint(inst.Revision)}, {"Metadata version", fmt.Sprint(inst.DocumentVersion)},
 		{"Config drive", orDash(inst.ConfigDrive)},

@@ -39,6 +39,12 @@ func carryOver(old, in *model.Instance) {
 func hardwareChanges(old, in *model.Instance) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if old.VCPUs != in.VCPUs {
+		add("vcpus %d -> %d", old.VCPUs, in.VCPUs)
+	}
+	if old.MemoryMiB != in.MemoryMiB {
+		add("memory %d MiB -> %d MiB", old.MemoryMiB, in.MemoryMiB)
+	}
 	for _, d := range in.Disks {
 		j := slices.IndexFunc(old.Disks, func(o model.Disk) bool { return o.Name == d.Name })
 		if j < 0 {

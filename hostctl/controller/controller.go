@@ -44,6 +44,8 @@ import (
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -86,6 +88,10 @@ type Controller struct {
 	events        Events
 	dom           virt.Options
 	images        Images
+	imageDir      *images.Dir       // the image catalog (flavors.go)
+	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
+	flavors       *flavors.Registry // nil when the store keeps no records
+	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
 	resync        time.Duration
@@ -101,12 +107,12 @@ type Controller struct {
 	observer func(op string, took time.Duration, err error)
 
 	// Encrypted disks (encryption.go).
-	keys             KeyManager
-	records          store.Records
-	luks             LUKS
-	libvirtSecrets   LibvirtSecrets
-	encSupport       func(context.Context) (encryption.Support, error)
-	defaultEncFormat string
+	keys           KeyManager
+	records        store.Records
+	luks           LUKS
+	libvirtSecrets LibvirtSecrets
+	encSupport     func(context.Context) (encryption.Support, error)
+	devices        Devices
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -171,6 +177,12 @@ type Options struct {
 	ShareRoot string
 	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
 	QemuImg string
+	// Records keeps the flavors and the block-device records; the store
+	// itself when nil and it keeps records (store.Store does).
+	Records store.Records
+	// Encryption is this host's ephemeral encryption formats and default
+	// format; DefaultEncryptionHost when it names no formats.
+	Encryption policy.Host
 	// DetachTimeout bounds the wait for a running guest to release a
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
@@ -179,6 +191,10 @@ type Options struct {
 	// the passes events trigger; DefaultResyncInterval when 0, never
 	// when negative.
 	ResyncInterval time.Duration
+
+	// Devices is the host's passthrough device inventory; nil: specs
+	// with pci_aliases are refused.
+	Devices Devices
 
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
@@ -190,9 +206,6 @@ type Options struct {
 	// Keys is the key manager of the disks' passphrases; without one a
 	// disk requested encrypted is refused.
 	Keys KeyManager
-	// Records keeps the block-device records; the store when it has
-	// records (store.Store does).
-	Records store.Records
 	// LUKS makes the encrypted disks; hostctl/encryption with QemuImg and
 	// LUKSIterTime when nil.
 	LUKS LUKS
@@ -202,9 +215,6 @@ type Options struct {
 	// EncryptionSupport tells which formats this host supports
 	// (encryption.Prober); not checked when nil.
 	EncryptionSupport func(context.Context) (encryption.Support, error)
-	// DefaultEncryptionFormat is the format of a disk requested encrypted
-	// without one; DefaultEncryptionFormat when empty.
-	DefaultEncryptionFormat string
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -221,14 +231,14 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe}
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
-	c.keys, c.records, c.luks, c.encSupport, c.defaultEncFormat = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport, opts.DefaultEncryptionFormat
+	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
 	if c.records == nil {
 		c.records, _ = st.(store.Records)
 	}
@@ -248,7 +258,20 @@ func newController(st Store, opts Options) *Controller {
 	if imageDir == "" {
 		imageDir = filepath.Join(c.dataDir, "images")
 	}
-	c.images = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
+	c.imageDir = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
+	c.images = c.imageDir
+	c.templates = c.imageDir.NewTemplates(filepath.Join(c.dataDir, "instances", "_base"))
+	recs := opts.Records
+	if recs == nil {
+		recs, _ = st.(store.Records)
+	}
+	if recs != nil {
+		c.flavors = &flavors.Registry{Store: recs}
+	}
+	c.encHost = opts.Encryption
+	if len(c.encHost.Formats) == 0 {
+		c.encHost = DefaultEncryptionHost
+	}
 	if c.shareRoot.Dir == "" {
 		c.shareRoot.Dir = filepath.Join(c.dataDir, "shares")
 	}
@@ -311,7 +334,28 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	return c.drv.apply(ctx, in, old, expect)
+	if in.Image != "" {
+		// The image cannot be deleted while this apply uses it.
+		defer c.imageDir.Use(in.Image)()
+	}
+	// The flavor's layout and the encryption decision first: they only
+	// decide, so a refusal there has nothing to undo.
+	warn, err := c.layout(ctx, in, old)
+	if err != nil {
+		return nil, err
+	}
+	undo, trim, err := c.claimDevices(ctx, in, old == nil)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := c.drv.apply(ctx, in, old, expect)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	trim()
+	inst.Warnings = append(inst.Warnings, warn...)
+	return inst, nil
 }
 
 // existing looks up the stored instance of in's name: its spec (nil for a
@@ -577,6 +621,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.setMissing(name, false)
+	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -18,7 +18,9 @@ import (
 
 // Host files of an instance, under <data dir>/instances/<name>/:
 //
-//	disk-<target>.qcow2   each disk (hostctl/images; over the spec's image for disks[0])
+//	disk                  a flavor's root disk, over the image (Nova's name)
+//	disk.eph0, disk.swap  a flavor's ephemeral and swap disks, over blank templates in instances/_base
+//	disk-<target>.qcow2   each other disk (hostctl/images; over the spec's image for disks[0])
 //	disk.config           the config drive (ISO 9660 or vfat)
 //	console.log           the serial console (written by virtlogd)
 const (
@@ -27,6 +29,20 @@ const (
 )
 
 func diskFile(target string) string { return "disk-" + target + "." + images.DiskFormat }
+
+// diskFileOf is the file of a disk: Nova's names for a flavor's disks
+// (every one qcow2), diskFile for the others.
+func diskFileOf(d model.Disk) string {
+	switch d.Kind {
+	case model.DiskKindRoot:
+		return "disk"
+	case model.DiskKindEphemeral:
+		return "disk.eph0"
+	case model.DiskKindSwap:
+		return "disk.swap"
+	}
+	return diskFile(d.Name)
+}
 
 // host is where the instance's files live, for virt.BuildDomain.
 func (c *Controller) host(in *model.Instance) virt.Host {
@@ -40,7 +56,7 @@ func (c *Controller) host(in *model.Instance) virt.Host {
 		h.ConfigDrive = filepath.Join(rel, driveFile)
 	}
 	for _, d := range in.Disks {
-		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFile(d.Name)), Format: images.DiskFormat}
+		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFileOf(d)), Format: images.DiskFormat}
 	}
 	return h
 }
@@ -64,15 +80,18 @@ type diskPlan struct {
 }
 
 // planDisks decides how each disk of in that has no image file yet is
-// created: disks[0] over the spec's image when it names one, every other
-// disk blank with its size. A disk whose file exists (an earlier apply
-// made it) is kept as it is. It only reads; the field errors say what a
-// spec lacks.
+// created: disks[0] (a flavor's root disk) over the spec's image when it
+// names one, a flavor's ephemeral and swap disks over their blank
+// templates, every other disk blank with its size. A disk whose file
+// exists (an earlier apply made it) is kept as it is. It only reads (but
+// for making a missing template); the field errors say what a spec
+// lacks.
 func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, error) {
 	var plans []diskPlan
 	var errs []model.FieldError
+	kinded := hasKinds(in)
 	for i, d := range in.Disks {
-		p, err := virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFile(d.Name)))
+		p, err := virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFileOf(d)))
 		if err != nil {
 			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d]", i), Value: d.Name, Rule: err.Error()})
 			continue
@@ -84,7 +103,17 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 		}
 		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}, encrypt: d.Encrypted}
 		switch {
-		case i == 0 && in.Image != "":
+		case d.Kind == model.DiskKindEphemeral || d.Kind == model.DiskKindSwap:
+			// An overlay of the blank template of its size, made now if
+			// the cache has none (a template is no instance's: it stays).
+			base, err := c.blankTemplate(ctx, d)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", d.Name, err)
+			}
+			plan.Base, plan.Size = &base, ""
+		case d.Kind == model.DiskKindRoot && in.Image == "" && d.Size != "":
+			// A flavor's root disk without an image: blank.
+		case (d.Kind == model.DiskKindRoot || i == 0 && !kinded) && in.Image != "":
 			base, err := c.images.Lookup(ctx, in.Image)
 			if err != nil {
 				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})

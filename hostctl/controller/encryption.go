@@ -111,8 +111,8 @@ func (c *Controller) encryptionFormat(d model.Disk) string {
 	if d.EncryptionFormat != "" {
 		return d.EncryptionFormat
 	}
-	if c.defaultEncFormat != "" {
-		return c.defaultEncFormat
+	if c.encHost.DefaultFormat != "" {
+		return c.encHost.DefaultFormat // hostctl serve --ephemeral-encryption-default-format
 	}
 	return DefaultEncryptionFormat
 }

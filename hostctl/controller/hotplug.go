@@ -125,6 +125,9 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 		}
 		return nil, fieldError("target", disk.Name, "is already used by %s of the domain", what)
 	}
+	if err := c.encryptAttached(ctx, dc.in, &disk); err != nil {
+		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+	}
 	next := clone(dc.in)
 	next.Disks = append(next.Disks, disk)
 	if err := next.Validate(); err != nil {
@@ -196,6 +199,10 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 		return nil, fmt.Errorf("detach disk from %s: %w: the instance has no disk %s", name, store.ErrNotFound, describe(req))
 	}
 	disk := dc.in.Disks[i]
+	if disk.Kind != "" {
+		// A flavor's disk is the instance's, as on Nova: not a volume.
+		return nil, fmt.Errorf("detach disk from %s: %w: disk %s is the flavor's %s disk, not a volume (resize the instance to another flavor)", name, ErrState, disk.Name, disk.Kind)
+	}
 	devXML, err := virt.DiskDeviceXML(disk, c.host(dc.in), c.dom)
 	if err != nil {
 		return nil, fmt.Errorf("detach disk from %s: %w", name, err)

@@ -59,6 +59,9 @@ type env struct {
 	hv      *fakeHV
 	c       *Controller
 	qemuImg string
+	// fileView, when set, shows a file of the data directory in a
+	// snapshot instead of its hash, when it returns true.
+	fileView func(path string) (string, bool)
 }
 
 func newEnv(t *testing.T) *env {
@@ -129,6 +132,12 @@ func (e *env) snapshot() string {
 		if d.IsDir() {
 			fmt.Fprintf(&b, "dir %s\n", rel)
 			return nil
+		}
+		if e.fileView != nil {
+			if v, ok := e.fileView(p); ok {
+				fmt.Fprintf(&b, "file %s %s\n", rel, v)
+				return nil
+			}
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -382,8 +391,10 @@ func faultMatrix(t *testing.T, setup func(e *env), op func(e *env) error) {
 // writing part of it.
 func failingQemuImg(t *testing.T) string {
 	p := filepath.Join(t.TempDir(), "qemu-img")
+	// The partial file is the new image's, never the backing file (-b).
 	script := "#!/bin/sh\nfor a; do last=$a; done\n[ \"$1\" = create ] || exec qemu-img \"$@\"\n" +
-		"for a; do case $a in *.qcow2) echo partial > \"$a\";; esac; done\necho 'qemu-img: injected failure' >&2\nexit 1\n"
+		"prev=\nfor a; do [ \"$prev\" = -b ] || case $a in *.qcow2) echo partial > \"$a\";; esac; prev=$a; done\n" +
+		"echo 'qemu-img: injected failure' >&2\nexit 1\n"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

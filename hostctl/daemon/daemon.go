@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -24,6 +26,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
@@ -83,6 +86,14 @@ type Config struct {
 	AdminTLSKey     string
 
 	Virt VirtConfig
+	// Devices is the passthrough device inventory (--device-spec, …).
+	Devices DevicesConfig
+
+	// EphemeralEncryptionFormats are the encryption formats this host
+	// creates disks in (comma-separated); EphemeralEncryptionDefaultFormat
+	// the one used when neither flavor nor image names one.
+	EphemeralEncryptionFormats       string
+	EphemeralEncryptionDefaultFormat string
 
 	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots
 	// (0: QEMU's default).
@@ -117,8 +128,34 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.LUKSIterTime, "luks-iter-time", 0, "PBKDF iteration time of the keyslot of each new encrypted (LUKS) disk; 0 keeps QEMU's default (2s: about that much CPU time to create a disk and to open it at every start)")
+	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
+	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+	c.Devices.AddFlags(fs)
+}
+
+// encryptionHost checks the ephemeral encryption flags.
+func (c *Config) encryptionHost() (policy.Host, error) {
+	var h policy.Host
+	for _, f := range strings.Split(c.EphemeralEncryptionFormats, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(policy.Formats, f) {
+			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(policy.Formats, ", "))
+		}
+		h.Formats = append(h.Formats, f)
+	}
+	if len(h.Formats) == 0 {
+		return h, configErrorf("--ephemeral-encryption-formats: must name at least one format")
+	}
+	h.DefaultFormat = c.EphemeralEncryptionDefaultFormat
+	if !slices.Contains(h.Formats, h.DefaultFormat) {
+		return h, configErrorf("--ephemeral-encryption-default-format %q: must be one of --ephemeral-encryption-formats (%s)", h.DefaultFormat, strings.Join(h.Formats, ", "))
+	}
+	return h, nil
 }
 
 // TokenKeyFilePath is the session-token key file in a data directory.
@@ -175,6 +212,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatInterval <= 0 || cfg.HostDownAfter <= cfg.HeartbeatInterval {
 		return configErrorf("--host-down-after (%s) must be longer than --heartbeat-interval (%s), which must be positive", cfg.HostDownAfter, cfg.HeartbeatInterval)
 	}
+	encHost, err := cfg.encryptionHost()
+	if err != nil {
+		return err
+	}
 	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
 	if err != nil {
 		return configErrorf("--host: %v", err)
@@ -199,8 +240,29 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer hv.close()
+	// The audit streams: Redis streams on Redis (every host's events in
+	// one place), JSON-lines files in the data directory otherwise.
+	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
+	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, audit, log)
+	if err != nil {
+		return err
+	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); syncDevices(syncCtx, cfg.Devices, inv, log) }()
+	defer func() { stopSync(); <-syncDone }()
+	if hook != nil {
+		// Hooks still running are killed, and their outcome recorded
+		// before the store closes.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			hook.Stop(sctx)
+		}()
+	}
 	hm := hostmetrics.New()
 	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
+	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
 	if cfg.LUKSIterTime < 0 {
 		return configErrorf("--luks-iter-time %s: must not be negative", cfg.LUKSIterTime)
 	}
@@ -211,10 +273,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("key manager: %w", err)
 	}
 	prober := encryption.NewProber(encryption.ProbeOptions{})
-	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
-	// The audit streams: Redis streams on Redis (every host's events in
-	// one place), JSON-lines files in the data directory otherwise.
-	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
@@ -224,11 +282,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:      log,
 		DriveFormat: format,
 		Observe:     hm.Observe,
+		Encryption:  encHost,
+		Devices:     inv,
+		Audit:       audit,
 
 		Keys:              km,
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: prober.Support,
-		Audit:             audit,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
@@ -311,7 +371,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.Handler(ctl, log), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -333,7 +393,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()

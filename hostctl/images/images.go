@@ -14,6 +14,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 )
 
 // DiskFormat is the format of every disk image hostctl creates.
@@ -23,6 +26,8 @@ const DiskFormat = "qcow2"
 type Dir struct {
 	path    string
 	qemuImg string
+	locks   keylock.Map // per image name (catalog.go) and template (templates.go)
+	use     useLocks    // images in use by applies (use.go)
 }
 
 // Options configure a Dir.
@@ -46,10 +51,20 @@ type Base struct {
 	Path, Format string
 }
 
-// Lookup finds a base image by name in the image directory — the file
-// itself, or name.qcow2, name.img or name.raw — and asks qemu-img its
-// format. The name must be a file name, not a path.
+// Lookup finds a base image by name in the image directory: an imported
+// image by its sidecar (catalog.go), else the file itself, or
+// name.qcow2, name.img or name.raw, whose format it asks qemu-img. The
+// name must be a file name, not a path.
 func (d *Dir) Lookup(ctx context.Context, name string) (Base, error) {
+	if CheckName(name) == nil {
+		if b, err := os.ReadFile(d.sidecar(name)); err == nil {
+			var img types.Image
+			if err := json.Unmarshal(b, &img); err != nil || img.File == "" || img.Format == "" {
+				return Base{}, fmt.Errorf("image %s: sidecar %s is damaged", name, d.sidecar(name))
+			}
+			return Base{Path: filepath.Join(d.path, img.File), Format: img.Format}, nil
+		}
+	}
 	p, err := d.resolve(name)
 	if err != nil {
 		return Base{}, err

@@ -191,6 +191,13 @@ func GenerateMAC() (string, error) {
 // instance is checked first (Validate); nothing is returned for a refused
 // one.
 func BuildDomain(in *model.Instance, host Host, opts Options) ([]byte, error) {
+	// The instance's own size (its flavor's) wins over the host's.
+	if in.VCPUs > 0 {
+		opts.VCPUs = in.VCPUs
+	}
+	if in.MemoryMiB > 0 {
+		opts.MemoryMiB = in.MemoryMiB
+	}
 	opts = opts.withDefaults()
 	d, err := buildDomain(in, host, opts)
 	if err != nil {
@@ -341,7 +348,7 @@ func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error
 			add(fieldErr(f, "%v", err))
 			continue
 		}
-		dev.Hostdevs = append(dev.Hostdevs, hostdevXML{Mode: "subsystem", Type: "pci", Managed: "yes", Source: hostdevSourceXML{Address: *a}})
+		dev.Hostdevs = append(dev.Hostdevs, hostdevXML{Mode: "subsystem", Type: "pci", Managed: "yes", Source: hostdevSourceXML{Address: hostAddressXML{Domain: a.Domain, Bus: a.Bus, Slot: a.Slot, Function: a.Function}}})
 	}
 
 	// Serial console: a pty (virsh console works) whose output virtlogd

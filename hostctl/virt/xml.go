@@ -225,7 +225,16 @@ type hostdevXML struct {
 }
 
 type hostdevSourceXML struct {
-	Address addressXML `xml:"address"`
+	Address hostAddressXML `xml:"address"`
+}
+
+// hostAddressXML is a host PCI address in a hostdev's source: libvirt's
+// schema (pciaddress) takes no type attribute there.
+type hostAddressXML struct {
+	Domain   string `xml:"domain,attr"`
+	Bus      string `xml:"bus,attr"`
+	Slot     string `xml:"slot,attr"`
+	Function string `xml:"function,attr"`
 }
 
 type serialXML struct {

@@ -19,6 +19,7 @@ import (
 	"io"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/vmeta/vmeta/internal/model"
@@ -468,22 +469,32 @@ func (r *renderer) ec2MetaData(v string) map[string]any {
 }
 
 // blockDeviceMapping follows Nova's EC2 mappings: the root disk as "ami"
-// and "root", every other disk as ebsN (a volume). Nova names only a
-// flavor's blank ephemeral disks ephemeralN (and its swap disk "swap"):
-// cloud-init's cc_mounts mounts every ephemeralN at /mnt and writes it into
-// /etc/fstab, which would put a tagged data disk under /mnt behind the
-// application's back. Spec disks are volumes, so they are ebsN.
+// and "root", a flavor's ephemeral disk as ephemeral0 (formatted ext4,
+// labelled ephemeral0, as Nova's default_ephemeral_format makes it) and
+// its swap disk as "swap", every other disk as ebsN (a volume).
+// cloud-init's cc_mounts mounts ephemeral0 at /mnt and enables swap, and
+// writes both into /etc/fstab; so only a flavor's disks, which hostctl
+// formats, are named so: a tagged data disk of the spec is never mounted
+// under /mnt behind the application's back. Without disk kinds (a spec
+// that names no registered flavor) the first disk is the root disk.
 func blockDeviceMapping(in *model.Instance) map[string]any {
 	m := map[string]any{}
-	ebs := 0
+	kinded := slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" })
+	ebs, eph := 0, 0
 	for i, d := range in.Disks {
-		if i == 0 {
+		switch {
+		case d.Kind == model.DiskKindRoot || !kinded && i == 0:
 			m["ami"] = d.Name
 			m["root"] = "/dev/" + d.Name
-			continue
+		case d.Kind == model.DiskKindEphemeral:
+			m[fmt.Sprintf("ephemeral%d", eph)] = "/dev/" + d.Name
+			eph++
+		case d.Kind == model.DiskKindSwap:
+			m["swap"] = "/dev/" + d.Name
+		default:
+			m[fmt.Sprintf("ebs%d", ebs)] = "/dev/" + d.Name
+			ebs++
 		}
-		m[fmt.Sprintf("ebs%d", ebs)] = "/dev/" + d.Name
-		ebs++
 	}
 	return m
 }

@@ -24,6 +24,10 @@ type Instance struct {
 	Flavor string `json:"flavor,omitempty"`
 	// Image is reported as the EC2 ami-id.
 	Image string `json:"image,omitempty"`
+	// VCPUs and MemoryMiB size the guest (the host's defaults when 0); a
+	// flavor sets them.
+	VCPUs     int `json:"vcpus,omitempty"`
+	MemoryMiB int `json:"memory_mib,omitempty"`
 
 	// Addresses are the source addresses (IPv4 or IPv6) the guest uses to
 	// reach the metadata service; they identify the caller.
@@ -50,6 +54,17 @@ type Instance struct {
 	NICs       []NIC       `json:"nics,omitempty"`
 	Shares     []Share     `json:"shares,omitempty"`
 	PCIDevices []PCIDevice `json:"pci_devices,omitempty"`
+	// PCIAliases request passthrough devices from the host's device
+	// inventory (hostctl/devices) by alias, Nova's pci_alias; hostctl
+	// claims them and adds them to PCIDevices (with Alias set).
+	PCIAliases []PCIAlias `json:"pci_aliases,omitempty"`
+}
+
+// PCIAlias requests Count devices of the host's device_spec alias Name.
+type PCIAlias struct {
+	Name string `json:"name"`
+	// Count is how many (default 1).
+	Count int `json:"count,omitempty"`
 }
 
 // WantsConfigDrive reports whether the instance gets a config drive
@@ -78,12 +93,32 @@ const (
 	DiskBusUSB    = "usb"
 )
 
+// Disk kinds (Disk.Kind): Nova's local disks of an instance, in the
+// instance directory as Nova's libvirt driver names them.
+const (
+	// DiskKindRoot is the disk made from the image: file "disk".
+	DiskKindRoot = "root"
+	// DiskKindEphemeral is a flavor's blank ephemeral disk, formatted
+	// and labelled ephemeral0 as Nova's default_ephemeral_format does:
+	// file "disk.eph0" (EC2 block-device-mapping ephemeral0).
+	DiskKindEphemeral = "ephemeral"
+	// DiskKindSwap is a flavor's swap disk, made with mkswap: file
+	// "disk.swap" (EC2 block-device-mapping swap).
+	DiskKindSwap = "swap"
+)
+
 // Disk is a block device of the instance.
 type Disk struct {
 	// Name is the guest target name libvirt uses (vda, sdb, hdc).
 	Name string `json:"name"`
 	// Bus is the target bus: virtio, scsi, sata, ide or usb.
 	Bus string `json:"bus,omitempty"`
+	// Kind is what the disk is for, as Nova lays out an instance's local
+	// disks (DiskKindRoot, DiskKindEphemeral, DiskKindSwap); empty for
+	// any other disk (a volume to the guest: EC2 ebsN). A flavor adds its
+	// disks with their kind; a spec disk with a kind gives the flavor's
+	// disk of that kind its name, bus, tag and serial.
+	Kind string `json:"kind,omitempty"`
 	// Address is the device address when known (from the spec in
 	// hypervisor-less mode; from the live domain otherwise). Its form
 	// depends on the bus; see AddressBus.
@@ -141,6 +176,10 @@ type PCIDevice struct {
 	// Address is the host PCI address (dddd:bb:ss.f).
 	Address    string `json:"address"`
 	OneTimeUse bool   `json:"one_time_use,omitempty"`
+	// Alias is set by hostctl on a device it claimed for one of the
+	// instance's pci_aliases; on apply such entries are dropped and
+	// claimed again (the inventory says which device the instance holds).
+	Alias string `json:"alias,omitempty"`
 }
 
 // EffectiveTag returns the effective virtiofs tag of a share.

@@ -232,6 +232,11 @@ func (in *Instance) Normalize() {
 			s.Tag = s.ShareID
 		}
 	}
+	for i := range in.PCIAliases {
+		if in.PCIAliases[i].Count == 0 {
+			in.PCIAliases[i].Count = 1
+		}
+	}
 	for i := range in.PCIDevices {
 		in.PCIDevices[i].Address = strings.ToLower(in.PCIDevices[i].Address)
 	}
@@ -371,6 +376,19 @@ func (in *Instance) Validate() error {
 		uniq(f, "PCI device", p.Address, pcis, i)
 	}
 
+	aliases := map[string]int{}
+	for i, a := range in.PCIAliases {
+		f := fmt.Sprintf("pci_aliases[%d]", i)
+		if !pciAliasRe.MatchString(a.Name) {
+			c.add(f+".name", a.Name, "must be 1 to 64 of a-z, 0-9, _ and -, starting with a letter or digit")
+		} else {
+			uniq(f+".name", "PCI alias", a.Name, aliases, i)
+		}
+		if a.Count < 1 || a.Count > MaxPCIAliasCount {
+			c.add(f+".count", a.Count, "must be 1 to %d", MaxPCIAliasCount)
+		}
+	}
+
 	keyNames := map[string]int{}
 	for i, k := range in.PublicKeys {
 		uniq(fmt.Sprintf("public_keys[%d].name", i), "key name", k.Name, keyNames, i)
@@ -385,6 +403,11 @@ func (in *Instance) Validate() error {
 	}
 	return c.err()
 }
+
+// MaxPCIAliasCount is the most devices one pci_aliases entry requests.
+const MaxPCIAliasCount = 64
+
+var pciAliasRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 func validateIP(c *collector, f string, ipc IPConfig) {
 	p, err := netip.ParsePrefix(ipc.Address)

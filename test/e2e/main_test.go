@@ -121,6 +121,7 @@ type daemon struct {
 	MetadataAddr string
 	store        string
 	args         []string
+	env          []string
 
 	proc *testenv.Process
 }
@@ -133,6 +134,8 @@ type daemonOptions struct {
 	Store string
 	// Args are more `hostctl serve` flags (e.g. --metadata-token-policy).
 	Args []string
+	// Env is more environment for the daemon (NAME=value).
+	Env []string
 }
 
 // startDaemon starts `hostctl serve` on its own admin socket and a free
@@ -150,7 +153,7 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store, args: opts.Args}
+	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store, args: opts.Args, env: opts.Env}
 	t.Cleanup(func() {
 		d.Stop()
 		if t.Failed() {
@@ -182,7 +185,7 @@ func (d *daemon) start() error {
 	}
 	args = append(args, d.args...)
 	cmd := exec.Command(hostctlBin, args...)
-	cmd.Env = testenv.ChildEnv(nil)
+	cmd.Env = testenv.ChildEnv(nil, d.env...)
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
 	if err != nil {
 		return err

@@ -184,9 +184,17 @@ func (c *Client) ConfigDrive(ctx context.Context, name, format string) ([]byte, 
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, out any) error {
+	return c.doType(ctx, method, path, "", body, out)
+}
+
+// doType is do with the body's Content-Type (none when empty).
+func (c *Client) doType(ctx context.Context, method, path, contentType string, body io.Reader, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -220,4 +228,37 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ou
 		}
 		return nil
 	}
+}
+
+// Devices lists the device inventory (GET /v1/devices).
+func (c *Client) Devices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]types.Device, error) {
+	q := url.Values{}
+	if needsCleaning {
+		q.Set("needs_cleaning", "true")
+	}
+	if trait != "" {
+		q.Set("trait", trait)
+	}
+	if allHosts {
+		q.Set("all_hosts", "true")
+	}
+	path := "/v1/devices"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out types.DeviceList
+	return out.Devices, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Device returns one device of the answering host's inventory.
+func (c *Client) Device(ctx context.Context, addr string) (types.Device, error) {
+	var out types.Device
+	return out, c.do(ctx, http.MethodGet, "/v1/devices/"+url.PathEscape(addr), nil, &out)
+}
+
+// CleanDevice tells the answering host that a device is clean: reserved
+// goes back to 0 and it rejoins the pool.
+func (c *Client) CleanDevice(ctx context.Context, addr string) (types.Device, error) {
+	var out types.Device
+	return out, c.do(ctx, http.MethodPost, "/v1/devices/"+url.PathEscape(addr)+"/clean", nil, &out)
 }

@@ -16,6 +16,7 @@
 //	                   one-byte format prefix, so an empty password is
 //	                   still a value)
 //	records    key -> version (8 bytes, big-endian) + value   (store.Records)
+//	groups     group -> bucket: key -> version + value         (store.Groups)
 //
 // Every write is one bbolt read-write transaction that makes all its checks
 // before it writes, so a refused Put or Delete changes nothing. Each commit
@@ -65,6 +66,7 @@ var (
 	bucketSecrets   = []byte("secrets")
 	bucketPasswords = []byte("passwords")
 	bucketRecords   = []byte("records")
+	bucketGroups    = []byte("groups")
 )
 
 // passwordFormat prefixes a stored password (bbolt does not tell an empty
@@ -133,7 +135,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords, bucketRecords} {
+		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords, bucketRecords, bucketGroups} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -166,7 +168,7 @@ func (s *Store) Close() error {
 }
 
 type buckets struct {
-	instances, uuids, documents, addresses, secrets, passwords, records *bbolt.Bucket
+	instances, uuids, documents, addresses, secrets, passwords, records, groups *bbolt.Bucket
 }
 
 func open(tx *bbolt.Tx) buckets {
@@ -178,6 +180,7 @@ func open(tx *bbolt.Tx) buckets {
 		secrets:   tx.Bucket(bucketSecrets),
 		passwords: tx.Bucket(bucketPasswords),
 		records:   tx.Bucket(bucketRecords),
+		groups:    tx.Bucket(bucketGroups),
 	}
 }
 

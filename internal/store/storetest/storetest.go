@@ -82,6 +82,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"WatchConcurrentWatchers", func(t *testing.T, s store.Store) { testWatchConcurrent(t, s, cfg.peer(t, s)) }},
 	}
 	tests = append(tests, recordTests...)
+	for _, g := range groupTests {
+		tests = append(tests, struct {
+			name string
+			fn   func(t *testing.T, s store.Store)
+		}{g.name, func(t *testing.T, s store.Store) { g.fn(t, groups(t, s)) }})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+)
+
+// resizeService changes an instance's flavor or image.
+type resizeService interface {
+	Resize(ctx context.Context, name, flavor string) (*types.Instance, error)
+	Rebuild(ctx context.Context, name, image string) (*types.Instance, error)
+}
+
+// resize is POST /v1/instances/{name}/resize (types.ResizeRequest) and
+// /rebuild (types.RebuildRequest), on a stopped instance. A flavor or an
+// image whose ephemeral encryption settings differ from the instance's
+// is refused with 409 naming both.
+type resize struct {
+	svc resizeService
+	errorWriter
+}
+
+func (h resize) routes(r *mux.Router) {
+	r.HandleFunc("/resize", h.resize).Methods(http.MethodPost)
+	r.HandleFunc("/rebuild", h.rebuild).Methods(http.MethodPost)
+}
+
+func (h resize) resize(w http.ResponseWriter, r *http.Request) {
+	var req types.ResizeRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		if req.Flavor == "" {
+			return nil, httpError(http.StatusBadRequest, "flavor: required")
+		}
+		return h.svc.Resize(ctx, name, req.Flavor)
+	})
+}
+
+func (h resize) rebuild(w http.ResponseWriter, r *http.Request) {
+	var req types.RebuildRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		if req.Image == "" {
+			return nil, httpError(http.StatusBadRequest, "image: required")
+		}
+		return h.svc.Rebuild(ctx, name, req.Image)
+	})
+}

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+)
+
+// deviceCommands are `hostctl device list|show|clean`: the operator's side
+// of the passthrough device inventory and its one-time-use devices.
+func deviceCommands() []*Command {
+	return []*Command{
+		{Name: "device list", Summary: "list the passthrough device inventory (--needs-cleaning, --trait T, --all-hosts)", Client: true, Setup: deviceList,
+			Help: "A device needs cleaning when it is one-time-use (trait HW_PCI_ONE_TIME_USE), reserved == total and used == 0:\n" +
+				"an instance used it and it stays out of the pool until `hostctl device clean ADDR`."},
+		{Name: "device show", Args: "ADDR", Summary: "show one device of this host (counters, traits, last use, cleanup hook outcome)", Client: true, Setup: noFlags(deviceShow)},
+		{Name: "device clean", Args: "ADDR", Summary: "say a device is clean: reserved back to 0, so it rejoins the pool (refused while in use)", Client: true, Setup: noFlags(deviceClean)},
+	}
+}
+
+func deviceList(fs *flag.FlagSet) func(context.Context, *Call) error {
+	nc := fs.Bool("needs-cleaning", false, "only one-time-use devices released and awaiting cleaning")
+	trait := fs.String("trait", "", "only devices with this trait (HW_PCI_ONE_TIME_USE)")
+	all := fs.Bool("all-hosts", false, "every host's devices, not only this host's")
+	return func(ctx context.Context, c *Call) error {
+		if err := c.NoArgs(); err != nil {
+			return err
+		}
+		list, err := c.Client().Devices(ctx, *nc, *trait, *all)
+		if err != nil {
+			return err
+		}
+		if c.JSON() {
+			return c.PrintJSON(types.DeviceList{Devices: list})
+		}
+		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "HOST\tADDRESS\tALIAS\tVENDOR:PRODUCT\tTOTAL\tRESERVED\tUSED\tSTATE\tINSTANCE\tTRAITS")
+		for _, d := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%s\t%d\t%d\t%d\t%s\t%s\t%s\n", d.Host, d.Address, d.Alias, d.VendorID, d.ProductID,
+				d.Total, d.Reserved, d.Used, deviceState(d), orDash(d.ConsumerName), orDash(strings.Join(d.Traits, ",")))
+		}
+		return tw.Flush()
+	}
+}
+
+// deviceState says in a word where a device stands.
+func deviceState(d types.Device) string {
+	switch {
+	case !d.Present:
+		return "not-present"
+	case d.Used > 0:
+		return "in-use"
+	case d.NeedsCleaning:
+		return "needs-cleaning"
+	case d.Reserved >= d.Total:
+		return "reserved"
+	}
+	return "free"
+}
+
+func deviceShow(ctx context.Context, c *Call) error {
+	addr, err := c.OneName()
+	if err != nil {
+		return err
+	}
+	d, err := c.Client().Device(ctx, addr)
+	if err != nil {
+		return err
+	}
+	return printDevice(c, d)
+}
+
+func deviceClean(ctx context.Context, c *Call) error {
+	addr, err := c.OneName()
+	if err != nil {
+		return err
+	}
+	d, err := c.Client().CleanDevice(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if c.JSON() {
+		return c.PrintJSON(d)
+	}
+	fmt.Fprintf(c.Stdout, "device %s is clean: reserved %d, back in the pool of alias %s\n", d.Address, d.Reserved, d.Alias)
+	return nil
+}
+
+func printDevice(c *Call, d types.Device) error {
+	if c.JSON() {
+		return c.PrintJSON(d)
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	hook := "-"
+	if h := d.LastCleanupHook; h != nil {
+		hook = h.Outcome + " at " + h.At.UTC().Format(time.RFC3339)
+		if h.Message != "" {
+			hook += ": " + h.Message
+		}
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"Address", d.Address}, {"Host", d.Host}, {"Alias", d.Alias},
+		{"Vendor:product", d.VendorID + ":" + d.ProductID}, {"Class", orDash(d.Class)},
+		{"State", deviceState(d)},
+		{"Total/reserved/used", fmt.Sprintf("%d/%d/%d", d.Total, d.Reserved, d.Used)},
+		{"Traits", orDash(strings.Join(d.Traits, ","))},
+		{"One-time-use", fmt.Sprint(d.OneTimeUse)}, {"Live-migratable", fmt.Sprint(d.LiveMigratable)},
+		{"Instance", orDash(d.ConsumerName)}, {"Burned", ts(d.BurnedAt)}, {"Released", ts(d.ReleasedAt)},
+		{"Cleaned", ts(d.CleanedAt)}, {"Cleanup hook", hook}, {"Generation", fmt.Sprint(d.Generation)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	return tw.Flush()
+}

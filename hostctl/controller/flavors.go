@@ -1,0 +1,420 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// Flavors and images: the registries (hostctl/flavors in the store,
+// hostctl/images in the image directory), the layout of an instance's
+// disks from its flavor as Nova lays them out, and the ephemeral
+// encryption decision (hostctl/encryption) made before anything is
+// created.
+
+// DefaultEncryptionHost is the host's encryption formats and default
+// format when Options.Encryption names none.
+var DefaultEncryptionHost = policy.Host{Formats: []string{policy.FormatLUKS}, DefaultFormat: policy.FormatLUKS}
+
+// Audit streams and event types of flavors, images and the instance
+// changes they drive (hostctl events list flavors|images|instances).
+const (
+	StreamFlavors   = "flavors"
+	StreamImages    = "images"
+	StreamInstances = "instances"
+)
+
+// emit writes an audit event after a change committed; a failure to
+// append it is logged (by the audit log) and does not undo the change.
+func (c *Controller) emit(ctx context.Context, stream, typ string, payload any) {
+	if c.audit != nil {
+		_, _ = c.audit.Emit(ctx, stream, typ, payload)
+	}
+}
+
+// CreateFlavor adds a flavor.
+func (c *Controller) CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error) {
+	if c.flavors == nil {
+		return types.Flavor{}, errNoRecords
+	}
+	out, err := c.flavors.Create(ctx, f)
+	if err == nil {
+		c.emit(ctx, StreamFlavors, "flavor.created", out)
+	}
+	return out, err
+}
+
+// Flavor returns a flavor by name.
+func (c *Controller) Flavor(ctx context.Context, name string) (types.Flavor, error) {
+	if c.flavors == nil {
+		return types.Flavor{}, errNoRecords
+	}
+	return c.flavors.Get(ctx, name)
+}
+
+// Flavors lists the flavors.
+func (c *Controller) Flavors(ctx context.Context) ([]types.Flavor, error) {
+	if c.flavors == nil {
+		return nil, errNoRecords
+	}
+	return c.flavors.List(ctx)
+}
+
+// DeleteFlavor deletes a flavor no instance (on any host sharing the
+// store) uses.
+func (c *Controller) DeleteFlavor(ctx context.Context, name string) error {
+	if c.flavors == nil {
+		return errNoRecords
+	}
+	err := c.flavors.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
+		return c.instancesUsing(ctx, true, func(in *model.Instance) bool { return in.Flavor == name })
+	})
+	if err == nil {
+		c.emit(ctx, StreamFlavors, "flavor.deleted", map[string]string{"name": name})
+	}
+	return err
+}
+
+var errNoRecords = errors.New("the store of this controller keeps no records (flavors)")
+
+// ImportImage reads an image into the image directory.
+func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
+	img, err := c.imageDir.Import(ctx, name, props, r)
+	if err == nil {
+		c.emit(ctx, StreamImages, "image.imported", img)
+	}
+	return img, err
+}
+
+// Image returns an image of the image directory.
+func (c *Controller) Image(ctx context.Context, name string) (types.Image, error) {
+	return c.imageDir.Get(ctx, name)
+}
+
+// Images lists the image directory.
+func (c *Controller) Images(ctx context.Context) ([]types.Image, error) {
+	return c.imageDir.List(ctx)
+}
+
+// DeleteImage deletes an image no instance of this host uses (the image
+// directory is this host's).
+func (c *Controller) DeleteImage(ctx context.Context, name string) error {
+	err := c.imageDir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
+		return c.instancesUsing(ctx, false, func(in *model.Instance) bool { return in.Image == name })
+	})
+	if err == nil {
+		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": name})
+	}
+	return err
+}
+
+// instancesUsing names the instances (this host's, or every host's) for
+// which use is true.
+func (c *Controller) instancesUsing(ctx context.Context, allHosts bool, use func(*model.Instance) bool) ([]string, error) {
+	recs, err := c.store.Instances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, rec := range recs {
+		if !allHosts && !c.owns(rec) {
+			continue
+		}
+		in, err := decodeSpec(rec)
+		if err != nil {
+			return nil, err
+		}
+		if use(in) {
+			out = append(out, rec.Name)
+		}
+	}
+	return out, nil
+}
+
+// flavorOf returns the registered flavor an instance names, or nil when
+// it names none or one that is not registered (then the name is only a
+// label, reported as the EC2 instance-type, as before flavors were
+// registered).
+func (c *Controller) flavorOf(ctx context.Context, name string) (*types.Flavor, error) {
+	if name == "" || c.flavors == nil {
+		return nil, nil
+	}
+	f, err := c.flavors.Get(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &f, nil
+}
+
+// imageOf returns the image an instance names, or nil when it names none
+// or the image directory has none of that name (planDisks reports a
+// missing image when a disk needs it).
+func (c *Controller) imageOf(ctx context.Context, name string) (*types.Image, error) {
+	if name == "" {
+		return nil, nil
+	}
+	img, err := c.imageDir.Get(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &img, nil
+}
+
+func flavorSettings(f *types.Flavor, name string) (policy.Settings, error) {
+	if f == nil {
+		return policy.FlavorSettings(name, nil)
+	}
+	return policy.FlavorSettings(f.Name, f.ExtraSpecs)
+}
+
+func imageSettings(img *types.Image, name string) (policy.Settings, error) {
+	if img == nil {
+		return policy.ImageSettings(name, nil)
+	}
+	return policy.ImageSettings(img.Name, img.Properties)
+}
+
+// layout completes an instance from its flavor and image before it is
+// applied: the flavor's vCPUs and memory, its disks as Nova lays them
+// out (root "disk" from the image, ephemeral "disk.eph0", swap
+// "disk.swap", on virtio in that order, then the spec's other disks),
+// and the ephemeral encryption decision as per-disk requests. It returns
+// warnings (a flavor name no flavor has). A conflict is an error wrapping
+// store.ErrConflict, bad input a *model.SpecError; nothing is changed
+// anywhere on error.
+func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]string, error) {
+	if old != nil && laidOut(old) {
+		// Laid out by a flavor: its flavor and image change only by
+		// resize and rebuild, which grow and remake disks.
+		switch {
+		case in.Flavor != old.Flavor:
+			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance has flavor %q; change it with `hostctl instance resize`", in.Name, ErrState, in.Flavor, old.Flavor)
+		case in.Image != old.Image:
+			return nil, fmt.Errorf("apply %s: %w: image %q: the instance has image %q; change it with `hostctl instance rebuild`", in.Name, ErrState, in.Image, old.Image)
+		}
+	}
+	f, err := c.flavorOf(ctx, in.Flavor)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
+	img, err := c.imageOf(ctx, in.Image)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
+	var warn []string
+	if f != nil && old != nil && !laidOut(old) {
+		// The instance was made from its spec alone (its flavor was only a
+		// label then): a flavor registered since does not relayout or
+		// re-encrypt its disks.
+		if in.Flavor != old.Flavor {
+			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance was created without a registered flavor; create a new instance to use one", in.Name, ErrState, in.Flavor)
+		}
+		warn = append(warn, fmt.Sprintf("flavor %q was registered after instance %s was created: the instance keeps its spec's disks and size", in.Flavor, in.Name))
+		f = nil
+	}
+	if f == nil {
+		if in.Flavor != "" && c.flavors != nil && len(warn) == 0 {
+			warn = append(warn, fmt.Sprintf("flavor %q is not a registered flavor: it is only reported as the instance type (hostctl flavor create registers one)", in.Flavor))
+		}
+		for i, d := range in.Disks {
+			if d.Kind != "" {
+				return nil, fmt.Errorf("apply %s: %w", in.Name, &model.SpecError{Errors: []model.FieldError{{
+					Field: fmt.Sprintf("disks[%d].kind", i), Value: d.Kind, Rule: "only a registered flavor's disks have a kind (the spec names no registered flavor)"}}})
+			}
+		}
+	} else if err := c.flavorDisks(in, f, img); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
+	if err := c.decideEncryption(in, f, img); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
+	return warn, nil
+}
+
+// decideEncryption applies the ephemeral encryption policy to in's disks.
+func (c *Controller) decideEncryption(in *model.Instance, f *types.Flavor, img *types.Image) error {
+	fs, err := flavorSettings(f, in.Flavor)
+	if err != nil {
+		return err
+	}
+	is, err := imageSettings(img, in.Image)
+	if err != nil {
+		return err
+	}
+	d, err := policy.Decide(fs, is, c.encHost)
+	if err != nil {
+		return err
+	}
+	return d.Apply(in.Disks, c.encHost)
+}
+
+// encryptAttached applies the instance's ephemeral encryption decision
+// to a disk attached to it later: on an instance whose flavor or image
+// asks for encryption, every new disk is encrypted too.
+func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {
+	f, err := c.flavorOf(ctx, in.Flavor)
+	if err != nil {
+		return err
+	}
+	if !laidOut(in) {
+		f = nil // its flavor is a label (registered later, if at all)
+	}
+	img, err := c.imageOf(ctx, in.Image)
+	if err != nil {
+		return err
+	}
+	one := &model.Instance{Name: in.Name, Flavor: in.Flavor, Image: in.Image, Disks: []model.Disk{*d}}
+	if err := c.decideEncryption(one, f, img); err != nil {
+		return err
+	}
+	*d = one.Disks[0]
+	return nil
+}
+
+// flavorDisks sets in's vCPUs, memory and local disks from the flavor f.
+func (c *Controller) flavorDisks(in *model.Instance, f *types.Flavor, img *types.Image) error {
+	var errs []model.FieldError
+	if in.VCPUs != 0 && in.VCPUs != f.VCPUs {
+		errs = append(errs, model.FieldError{Field: "vcpus", Value: in.VCPUs, Rule: fmt.Sprintf("flavor %s has %d vCPUs (leave vcpus out)", f.Name, f.VCPUs)})
+	}
+	if in.MemoryMiB != 0 && in.MemoryMiB != f.RAM {
+		errs = append(errs, model.FieldError{Field: "memory_mib", Value: in.MemoryMiB, Rule: fmt.Sprintf("flavor %s has %d MiB (leave memory_mib out)", f.Name, f.RAM)})
+	}
+	in.VCPUs, in.MemoryMiB = f.VCPUs, f.RAM
+
+	var want []model.Disk // the flavor's disks, in Nova's order
+	if in.Image != "" || f.Disk > 0 {
+		root := model.Disk{Kind: model.DiskKindRoot}
+		if f.Disk > 0 {
+			root.Size = fmt.Sprintf("%dG", f.Disk)
+			if img != nil && img.VirtualSize > int64(f.Disk)<<30 {
+				errs = append(errs, model.FieldError{Field: "flavor", Value: f.Name, Rule: fmt.Sprintf(
+					"its %d GiB root disk is smaller than image %s (%d bytes; Nova's FlavorDiskSmallerThanImage)", f.Disk, img.Name, img.VirtualSize)})
+			}
+		}
+		want = append(want, root)
+	}
+	if f.Ephemeral > 0 {
+		want = append(want, model.Disk{Kind: model.DiskKindEphemeral, Size: fmt.Sprintf("%dG", f.Ephemeral)})
+	}
+	if f.Swap > 0 {
+		want = append(want, model.Disk{Kind: model.DiskKindSwap, Size: fmt.Sprintf("%dM", f.Swap)})
+	}
+	var others []model.Disk
+	for i, d := range in.Disks {
+		if d.Kind == "" {
+			others = append(others, d)
+			continue
+		}
+		j := slices.IndexFunc(want, func(w model.Disk) bool { return w.Kind == d.Kind })
+		switch {
+		case j < 0:
+			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d].kind", i), Value: d.Kind, Rule: fmt.Sprintf("flavor %s has no %s disk", f.Name, d.Kind)})
+		case want[j].Name != "":
+			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d].kind", i), Value: d.Kind, Rule: "another disk of the spec has this kind"})
+		case d.Size != "" && d.Size != want[j].Size:
+			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d].size", i), Value: d.Size, Rule: fmt.Sprintf("flavor %s sets the size of its %s disk (%s)", f.Name, d.Kind, orImage(want[j].Size))})
+		default:
+			size := want[j].Size
+			want[j] = d
+			want[j].Size = size
+		}
+	}
+	if len(errs) > 0 {
+		return &model.SpecError{Errors: errs}
+	}
+	used := map[string]bool{}
+	for _, d := range append(slices.Clone(want), others...) {
+		used[d.Name] = true
+	}
+	next := 'a'
+	for i := range want {
+		if want[i].Name != "" {
+			continue
+		}
+		for used["vd"+string(next)] {
+			next++
+		}
+		want[i].Name, want[i].Bus = "vd"+string(next), model.DiskBusVirtio
+		used[want[i].Name] = true
+	}
+	in.Disks = append(want, others...)
+	in.Normalize()
+	return in.Validate()
+}
+
+func orImage(size string) string {
+	if size == "" {
+		return "the image's size"
+	}
+	return size
+}
+
+// sizeBytes parses a disk size in qemu-img syntax ("10G", "512M",
+// "1048576").
+func sizeBytes(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	shift := 0
+	switch s[len(s)-1] {
+	case 'K':
+		shift = 10
+	case 'M':
+		shift = 20
+	case 'G':
+		shift = 30
+	case 'T':
+		shift = 40
+	}
+	digits := s
+	if shift > 0 {
+		digits = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return 0, false
+	}
+	return n << shift, true
+}
+
+// laidOut reports whether a stored instance was laid out by a
+// registered flavor: its disks have kinds, or the flavor set its size
+// (vcpus and memory_mib are new with flavors: older records have none).
+func laidOut(in *model.Instance) bool {
+	return hasKinds(in) || in.Flavor != "" && in.VCPUs > 0 && in.MemoryMiB > 0
+}
+
+// hasKinds reports whether an instance's disks were laid out by a
+// flavor (some disk has a kind).
+func hasKinds(in *model.Instance) bool {
+	return slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" })
+}
+
+// blankTemplate returns the blank-disk template a flavor's ephemeral or
+// swap disk is an overlay of, making it if the cache has none.
+func (c *Controller) blankTemplate(ctx context.Context, d model.Disk) (images.Base, error) {
+	n, ok := sizeBytes(d.Size)
+	switch {
+	case d.Kind == model.DiskKindEphemeral && ok && n > 0 && n%(1<<30) == 0:
+		return c.templates.Template(ctx, images.TemplateEphemeral, int(n>>30))
+	case d.Kind == model.DiskKindSwap && ok && n > 0 && n%(1<<20) == 0:
+		return c.templates.Template(ctx, images.TemplateSwap, int(n>>20))
+	}
+	return images.Base{}, fmt.Errorf("a %s disk of size %q has no blank template (whole GiB for ephemeral, MiB for swap)", d.Kind, d.Size)
+}
