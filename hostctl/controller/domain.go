@@ -99,6 +99,12 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	// Secrets of disks made anew (a rebuild's root disk) go once the new
+	// ones are committed.
+	replaced, err := c.replacedSecrets(ctx, in, plans)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
 	if err := c.createDisks(ctx, r, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
@@ -144,6 +150,7 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		}
 		c.forgetDisks(ctx, in, gone)
 	}
+	c.deleteSecrets(ctx, in, replaced)
 	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
 	return inst, nil

@@ -415,6 +415,32 @@ func (c *Controller) forgetDisks(ctx context.Context, in *model.Instance, disks 
 	}
 }
 
+// replacedSecrets returns the secrets of the disks plans make anew over
+// an earlier block-device record (a rebuild's root disk).
+func (c *Controller) replacedSecrets(ctx context.Context, in *model.Instance, plans []diskPlan) ([]string, error) {
+	rec, _, err := c.loadBlockDevices(ctx, in.UUID)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range plans {
+		if bd, ok := rec.Disks[p.target]; ok && bd.EncryptionSecretUUID != "" {
+			out = append(out, bd.EncryptionSecretUUID)
+		}
+	}
+	return out, nil
+}
+
+// deleteSecrets deletes secrets no disk uses any more, after the commit;
+// failures are logged (the reconciler's sweep retries).
+func (c *Controller) deleteSecrets(ctx context.Context, in *model.Instance, ids []string) {
+	for _, id := range ids {
+		if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) {
+			c.log.Warn("secret of a replaced disk not deleted (the reconciler retries)", "instance", in.Name, "secret", id, "err", err)
+		}
+	}
+}
+
 // forgetInstance deletes every secret and the block-device records of a
 // deleted instance.
 func (c *Controller) forgetInstance(ctx context.Context, name, uuid string) error {
@@ -479,9 +505,17 @@ func (c *Controller) sweepSecrets(ctx context.Context) error {
 		if o == nil || o.Host != c.hostName || o.InstanceName == "" {
 			continue
 		}
+		id := s.UUID
 		if err := c.sweepOwned(ctx, o.InstanceName, o.InstanceUUID, func(ctx context.Context) error {
-			c.log.Warn("deleting the secret of a disk whose instance is gone", "secret", s.UUID, "instance", o.InstanceName, "disk", o.Disk)
-			return c.keys.Delete(ctx, s.UUID)
+			c.log.Warn("deleting the secret of a disk that is gone", "secret", id, "instance", o.InstanceName, "disk", o.Disk)
+			return c.keys.Delete(ctx, id)
+		}, func(rec blockDevRecord) bool {
+			for _, bd := range rec.Disks {
+				if bd.EncryptionSecretUUID == id {
+					return true
+				}
+			}
+			return false
 		}); err != nil {
 			errs = append(errs, err)
 		}
@@ -499,7 +533,7 @@ func (c *Controller) sweepSecrets(ctx context.Context) error {
 		if err := c.sweepOwned(ctx, rec.Instance, uuid, func(ctx context.Context) error {
 			c.log.Warn("deleting the block-device records of an instance that is gone", "instance", rec.Instance, "uuid", uuid)
 			return c.records.DeleteRecord(ctx, sr.Key, sr.Version)
-		}); err != nil {
+		}, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -507,13 +541,24 @@ func (c *Controller) sweepSecrets(ctx context.Context) error {
 }
 
 // sweepOwned runs del under the instance's lock when the store has no
-// instance name with UUID uuid.
-func (c *Controller) sweepOwned(ctx context.Context, name, uuid string, del func(context.Context) error) error {
+// instance name with UUID uuid, or (when inUse is set) the instance's
+// block-device records do not use what del deletes.
+func (c *Controller) sweepOwned(ctx context.Context, name, uuid string, del func(context.Context) error, inUse func(blockDevRecord) bool) error {
 	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)
 	switch {
 	case err == nil && rec.UUID == uuid:
-		return nil
+		if inUse == nil {
+			return nil
+		}
+		bds, _, err := c.loadBlockDevices(ctx, uuid)
+		if err != nil {
+			return err
+		}
+		if inUse(bds) {
+			return nil
+		}
+		return del(ctx)
 	case err == nil, errors.Is(err, store.ErrNotFound):
 		if err := del(ctx); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
