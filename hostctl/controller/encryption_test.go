@@ -738,3 +738,33 @@ func TestReplacedDiskSecret(t *testing.T) {
 		t.Errorf("secrets after the sweep: %d, want the two disks'", len(l))
 	}
 }
+
+// TestEncryptedImageRefused: a disk over an encrypted (LUKS) image would
+// need a copy of the image's secret for its backing file, which this
+// hostctl does not make: refused with a 409 naming the image, nothing
+// made.
+func TestEncryptedImageRefused(t *testing.T) {
+	e := newEnv(t)
+	withFakeEncryption(t, e)
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "enc.qcow2")
+	if err := encryption.New(encryption.Options{QemuImg: e.qemuImg, IterTime: 10 * time.Millisecond}).Create(ctx, encryption.Disk{Path: src, Size: "16M"}, []byte("image-pass")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := e.c.imageDir.Import(ctx, "encimg", map[string]string{"os_encrypt_key_id": keys.NewUUID(), "os_encrypt_format": "luks"}, f); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	_, err = e.apply("name: enc-1\nimage: encimg\ndisks: [{name: vda, encrypted: true}]\n")
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "the image is encrypted") {
+		t.Fatalf("apply = %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("changed:\n%s", diffLines(before, after))
+	}
+}
