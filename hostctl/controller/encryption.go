@@ -53,6 +53,7 @@ type LUKS interface {
 	Create(ctx context.Context, d encryption.Disk, pass []byte) error
 	Inspect(ctx context.Context, path string) (encryption.Info, error)
 	Verify(ctx context.Context, path string, pass []byte) error
+	Resize(ctx context.Context, path string, size int64, shrink bool, pass []byte) error
 }
 
 var _ LUKS = (*encryption.Tool)(nil)
@@ -453,6 +454,29 @@ func (c *Controller) deleteSecrets(ctx context.Context, in *model.Instance, ids 
 			c.log.Warn("secret of a replaced disk not deleted (the reconciler retries)", "instance", in.Name, "secret", id, "err", err)
 		}
 	}
+}
+
+// resizeDisk grows (or, shrink, shrinks back) the image of instance in's
+// disk at path: an encrypted one through its passphrase (qemu-img resize
+// opens the encryption layer), a plain one through the image directory.
+func (c *Controller) resizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error {
+	rec, _, err := c.loadBlockDevices(ctx, in.UUID)
+	if err != nil {
+		return err
+	}
+	bd, ok := rec.Disks[disk]
+	if !ok || !bd.Encrypted || c.keys == nil {
+		if shrink {
+			return c.imageDir.ShrinkBack(ctx, path, size)
+		}
+		return c.imageDir.Resize(ctx, path, size)
+	}
+	pass, err := c.keys.Passphrase(ctx, bd.EncryptionSecretUUID)
+	if err != nil {
+		return fmt.Errorf("disk %s: %w", disk, err)
+	}
+	defer clear(pass)
+	return c.luks.Resize(ctx, path, size, shrink, pass)
 }
 
 // forgetInstance deletes every secret and the block-device records of a

@@ -137,6 +137,13 @@ func (l faultyLUKS) Inspect(ctx context.Context, path string) (encryption.Info, 
 	return l.LUKS.Inspect(ctx, path)
 }
 
+func (l faultyLUKS) Resize(ctx context.Context, path string, size int64, shrink bool, pass []byte) error {
+	if err := l.f.call("luks.Resize"); err != nil {
+		return err
+	}
+	return l.LUKS.Resize(ctx, path, size, shrink, pass)
+}
+
 func (l faultyLUKS) Verify(ctx context.Context, path string, pass []byte) error {
 	if err := l.f.call("luks.Verify"); err != nil {
 		return err
@@ -164,6 +171,10 @@ func (fakeLUKS) Inspect(ctx context.Context, path string) (encryption.Info, erro
 		return encryption.Info{Format: "qcow2"}, nil
 	}
 	return encryption.Info{Format: "qcow2", Encrypted: true, EncryptFormat: "luks", Cipher: "aes-256", Mode: "xts", Hash: "sha256", IVGen: "plain64", KeyBits: 512}, nil
+}
+
+func (fakeLUKS) Resize(ctx context.Context, path string, size int64, shrink bool, pass []byte) error {
+	return fakeLUKS{}.Verify(ctx, path, pass)
 }
 
 func (fakeLUKS) Verify(ctx context.Context, path string, pass []byte) error {
@@ -767,4 +778,79 @@ func TestEncryptedImageRefused(t *testing.T) {
 	if after := e.snapshot(); after != before {
 		t.Errorf("changed:\n%s", diffLines(before, after))
 	}
+}
+
+// TestFlavorEncryptionEndToEnd: a flavor asking for ephemeral encryption
+// (the policy) gets every flavor disk created LUKS with its own secret
+// (the core), the guest told so; a resize to a bigger encrypted flavor
+// grows the LUKS root disk through its passphrase and makes the swap disk
+// anew with a new secret (the old one deleted).
+func TestFlavorEncryptionEndToEnd(t *testing.T) {
+	e := newEnv(t)
+	flavorSetup(e)
+	withEncryption(t, e)
+	ctx := context.Background()
+	for _, f := range []types.Flavor{
+		{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
+		{Name: "f.encb", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
+	} {
+		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst := e.mustApply(strings.Replace(flavorSpec, "flavor: f.small", "flavor: f.encs", 1))
+	secrets := map[string]string{}
+	for _, bd := range inst.BlockDevices {
+		if !bd.Encrypted || bd.EncryptionFormat != "luks" {
+			t.Errorf("block device %+v not encrypted", bd)
+		}
+		secrets[bd.Disk] = bd.EncryptionSecretUUID
+	}
+	if len(secrets) != len(inst.Spec.Disks) {
+		t.Fatalf("block devices %+v for disks %+v", inst.BlockDevices, inst.Spec.Disks)
+	}
+	for _, d := range devicesOf(t, e.st, inst.Spec.UUID) {
+		if d.Type == "disk" && (d.Encrypted == nil || !*d.Encrypted) {
+			t.Errorf("device %+v not published encrypted", d)
+		}
+	}
+	resized, err := e.c.Resize(ctx, "app-1", "f.encb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := encryption.New(encryption.Options{QemuImg: e.qemuImg, QemuIO: testenv.LookPath(t, "qemu-io")})
+	for _, d := range resized.Spec.Disks {
+		if d.Kind != model.DiskKindRoot {
+			continue
+		}
+		p := filepath.Join(e.dir, "instances", "app-1", diskFileOf(d))
+		out, err := execCommand(e.qemuImg, "info", "--output=json", "-U", p)
+		if err != nil || !strings.Contains(string(out), `"virtual-size": 2147483648`) {
+			t.Errorf("root disk after resize: %v\n%s", err, out)
+		}
+		pass, _ := e.c.keys.Passphrase(ctx, secrets[d.Name])
+		if err := tool.Verify(ctx, p, pass); err != nil {
+			t.Errorf("root disk after resize: %v", err)
+		}
+	}
+	for _, bd := range resized.BlockDevices {
+		if !bd.Encrypted {
+			t.Errorf("after resize: %+v", bd)
+		}
+		if old := secrets[bd.Disk]; bd.Disk == swapDiskName(resized.Spec) && old == bd.EncryptionSecretUUID {
+			t.Errorf("swap disk made anew kept its secret")
+		}
+	}
+	if l, _ := e.c.keys.List(ctx, ""); len(l) != len(resized.Spec.Disks) {
+		t.Errorf("%d secrets after resize, want one per disk (%d)", len(l), len(resized.Spec.Disks))
+	}
+}
+
+func swapDiskName(in *model.Instance) string {
+	for _, d := range in.Disks {
+		if d.Kind == model.DiskKindSwap {
+			return d.Name
+		}
+	}
+	return ""
 }

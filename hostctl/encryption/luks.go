@@ -281,3 +281,17 @@ func (t *Tool) Verify(ctx context.Context, path string, pass []byte) error {
 // optEscape escapes a value for QEMU's key=value option syntax (a comma
 // is doubled).
 func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// Resize changes the virtual size of the LUKS qcow2 image at path (the
+// passphrase opens it: qemu-img resize needs the encryption layer).
+// shrink allows a smaller size (an undo); otherwise a smaller size is
+// refused by qemu-img.
+func (t *Tool) Resize(ctx context.Context, path string, size int64, shrink bool, pass []byte) error {
+	args := []string{"resize", "-q"}
+	if shrink {
+		args = append(args, "--shrink")
+	}
+	args = append(args, "--object", "secret,id=sec0,file=/dev/fd/3", "--image-opts",
+		"driver=qcow2,file.filename="+optEscape(path)+",encrypt.key-secret=sec0", strconv.FormatInt(size, 10))
+	return runWithSecret(ctx, t.qemuImg, args, pass)
+}
