@@ -84,7 +84,9 @@ fuzz: ## run each fuzz target for a short while
 	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 30s -fuzzminimizetime 3s ./configdrive/
 	$(GO) test -run '^$$' -fuzz FuzzNormalizePath -fuzztime 30s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzIdentify -fuzztime 30s ./server/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./guest/source/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./guest/source/
+	$(GO) test -run '^$$' -fuzz FuzzParseFirmware -fuzztime 30s ./guest/source/
+	$(GO) test -run '^$$' -fuzz FuzzParseFirmwareRevision -fuzztime 30s ./internal/metadata/
 	$(GO) test -run '^$$' -fuzz FuzzEncodeTag -fuzztime 30s ./guest/udev/
 	$(GO) test -run '^$$' -fuzz FuzzProperties -fuzztime 30s ./hostctl/encryption/policy/
 	$(GO) test -run '^$$' -fuzz FuzzParseEntry -fuzztime 30s ./guest/udev/

@@ -102,7 +102,7 @@ func New(cfg Config) *Agent {
 		cfg.DevRoot = "/dev"
 	}
 	if cfg.Source == nil {
-		cfg.Source = &source.Auto{Drive: &source.ConfigDrive{SysRoot: cfg.SysRoot, DevRoot: cfg.DevRoot}, HTTP: &source.HTTP{}}
+		cfg.Source = &source.Auto{Firmware: FirmwareSource(cfg.SysRoot), Drive: &source.ConfigDrive{SysRoot: cfg.SysRoot, DevRoot: cfg.DevRoot}, HTTP: &source.HTTP{}}
 	}
 	if cfg.RulesFile == "" {
 		cfg.RulesFile = udev.DefaultRulesFile
@@ -140,6 +140,23 @@ func New(cfg Config) *Agent {
 	return &Agent{cfg: cfg, log: cfg.Log}
 }
 
+// FirmwareSource is the firmware source for sysfs at sysRoot: on another
+// sysfs than the system's (tests, a chroot) the agent reads
+// <sysRoot>/firmware/qemu_fw_cfg and loads no module.
+func FirmwareSource(sysRoot string) *source.Firmware {
+	if sysRoot == "" || filepath.Clean(sysRoot) == sysfs.DefaultRoot {
+		return &source.Firmware{}
+	}
+	dir := filepath.Join(sysRoot, "firmware", "qemu_fw_cfg")
+	return &source.Firmware{Dir: dir, Load: func(context.Context) error {
+		return fmt.Errorf("not loading qemu_fw_cfg for the sysfs at %s", sysRoot)
+	}}
+}
+
+// ErrOlderRevision is returned by ApplyDocument for a document of the
+// instance whose revision is older than the one applied before.
+var ErrOlderRevision = errors.New("older metadata")
+
 // Report is the outcome of one pass.
 type Report struct {
 	State *State
@@ -159,7 +176,7 @@ func (a *Agent) Fetch(ctx context.Context) (*source.Document, error) {
 	start := time.Now()
 	doc, err := a.cfg.Source.Fetch(ctx)
 	if err == nil {
-		a.log.Debug("metadata read", "origin", doc.Origin, "devices", len(doc.Devices), "elapsed", time.Since(start).Round(time.Millisecond))
+		a.log.Debug("metadata read", "origin", doc.Origin, "revision", doc.Revision, "devices", len(doc.Devices), "elapsed", time.Since(start).Round(time.Millisecond))
 	}
 	return doc, err
 }
@@ -211,14 +228,28 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 		}
 		prev = &State{}
 	}
+	if prev.UUID != "" && prev.UUID == doc.UUID && doc.Revision > 0 && doc.Revision < prev.Revision {
+		// A transport that lags behind (the firmware after the drive
+		// carried a newer revision, and the drive is gone): what was
+		// applied stays.
+		err := fmt.Errorf("%w: %s carries revision %d of the metadata, older than revision %d applied from %s; nothing changed",
+			ErrOlderRevision, doc.Origin, doc.Revision, prev.Revision, prev.Origin)
+		prev.LastError, prev.LastErrorTime = err.Error(), time.Now().UTC()
+		if werr := writeState(a.cfg.StateDir, prev); werr != nil {
+			a.log.Warn("cannot record the error in the state", "err", werr)
+		}
+		return nil, err
+	}
 	inv, err := sysfs.Scanner{Root: a.cfg.SysRoot, DevRoot: a.cfg.DevRoot}.Scan()
 	if err != nil {
 		return nil, err
 	}
 	results := match.Devices(doc.Devices, inv)
 	p := buildPlan(results, inv, a.cfg.ShareRoot)
-	rep := &Report{State: &State{Origin: doc.Origin, UUID: doc.UUID, Digest: doc.Digest, Ignored: doc.Ignored}}
+	rep := &Report{State: &State{Origin: doc.Origin, UUID: doc.UUID, Digest: doc.Digest, Ignored: doc.Ignored,
+		Source: doc.Source, Revision: doc.Revision, Sources: doc.Sources}}
 	st := rep.State
+	st.Problems = append(st.Problems, doc.Problems()...)
 	st.Problems = append(st.Problems, doc.Ignored...)
 	st.Problems = append(st.Problems, p.problems...)
 

@@ -17,6 +17,25 @@ import (
 // metadata, then the problems.
 func WriteStatusTable(w io.Writer, st *State) error {
 	fmt.Fprintf(w, "source: %s\n", st.Origin)
+	if st.Source != "" || st.Revision > 0 {
+		rev := "none"
+		if st.Revision > 0 {
+			rev = fmt.Sprint(st.Revision)
+		}
+		fmt.Fprintf(w, "applied from: %s, metadata revision %s\n", dash(st.Source), rev)
+	}
+	for _, r := range st.Sources {
+		switch {
+		case r.Used:
+			fmt.Fprintf(w, "  %-18s revision %d (used)\n", r.Source+":", r.Revision)
+		case r.Error == "":
+			fmt.Fprintf(w, "  %-18s revision %d\n", r.Source+":", r.Revision)
+		case r.Absent:
+			fmt.Fprintf(w, "  %-18s absent\n", r.Source+":")
+		default:
+			fmt.Fprintf(w, "  %-18s not used: %s\n", r.Source+":", r.Error)
+		}
+	}
 	if !st.Time.IsZero() {
 		fmt.Fprintf(w, "applied: %s\n", st.Time.Format("2006-01-02 15:04:05Z07:00"))
 	}

@@ -128,19 +128,30 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 				}
 				backoff = min(backoff*2, opts.MaxBackoff)
 			} else {
-				lastErr, backoff = "", time.Second
-				if doc == nil || d.Digest != doc.Digest || d.Origin != doc.Origin {
+				lastErr = ""
+				if doc == nil || d.Digest != doc.Digest || d.Origin != doc.Origin || d.Revision != doc.Revision {
 					needApply = true
 					if doc != nil {
-						a.log.Info("metadata changed", "origin", d.Origin)
+						a.log.Info("metadata changed", "origin", d.Origin, "revision", d.Revision)
 					}
 				}
 				doc = d
 				a.watchMedia(d)
-				if len(fast) > 0 {
+				switch {
+				case len(d.Problems()) > 0:
+					// Another transport that is there failed: a drive read
+					// while its medium changes, a broken firmware entry.
+					// Its document may be the newest: read again soon,
+					// backing off while it keeps failing, never less often
+					// than the poll interval.
+					poll.Reset(backoff + time.Duration(rand.Int64N(int64(backoff/4)+1)))
+					backoff = min(backoff*2, opts.MaxBackoff, opts.PollInterval)
+				case len(fast) > 0:
+					backoff = time.Second
 					poll.Reset(fast[0])
 					fast = fast[1:]
-				} else {
+				default:
+					backoff = time.Second
 					poll.Reset(opts.PollInterval)
 				}
 			}
@@ -227,7 +238,7 @@ const maxDebounce = 3 * time.Second
 func (a *Agent) logReport(rep *Report, reported map[string]bool) {
 	st := rep.State
 	if len(rep.Changes) > 0 {
-		a.log.Info("applied", "origin", st.Origin, "devices", len(st.Devices), "changes", strings.Join(rep.Changes, "; "),
+		a.log.Info("applied", "origin", st.Origin, "source", st.Source, "revision", st.Revision, "devices", len(st.Devices), "changes", strings.Join(rep.Changes, "; "),
 			"problems", len(st.Problems), "since_start", time.Since(a.cfg.Started).Round(time.Millisecond), "peak_rss", PeakRSS())
 	} else {
 		a.log.Debug("nothing to change", "origin", st.Origin, "devices", len(st.Devices))
@@ -250,10 +261,20 @@ func (a *Agent) logReport(rep *Report, reported map[string]bool) {
 // polling a swapped config drive goes unnoticed until the next periodic
 // read.
 func (a *Agent) watchMedia(d *source.Document) {
-	dev, ok := strings.CutPrefix(d.Origin, "config drive ")
-	if !ok {
-		return
+	origins := []string{d.Origin}
+	for _, s := range d.Sources {
+		if s.Origin != d.Origin {
+			origins = append(origins, s.Origin) // a drive read but not used (the firmware had the same revision)
+		}
 	}
+	for _, o := range origins {
+		if dev, ok := strings.CutPrefix(o, "config drive "); ok {
+			a.watchMediaOf(dev)
+		}
+	}
+}
+
+func (a *Agent) watchMediaOf(dev string) {
 	name := filepath.Base(dev)
 	if !strings.HasPrefix(name, "sr") {
 		return

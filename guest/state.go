@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmeta/vmeta/guest/source"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 )
 
@@ -33,6 +34,13 @@ type State struct {
 	Origin string `json:"origin"`
 	UUID   string `json:"uuid,omitempty"`
 	Digest string `json:"digest"`
+	// Source is the kind of transport it came from (firmware, config
+	// drive, metadata service) and Revision the metadata revision it
+	// carries (0: none).
+	Source   string `json:"source,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
+	// Sources says what each transport gave in that pass.
+	Sources []source.SourceResult `json:"sources,omitempty"`
 	// Devices has one entry per device of the document.
 	Devices []DeviceState `json:"devices"`
 	// Ignored lists entries of unknown types.

@@ -161,6 +161,6 @@ func (c *ConfigDrive) Fetch(ctx context.Context) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config drive %s: %w", p, err)
 	}
-	doc.Origin = "config drive " + p
+	doc.Origin, doc.Source = "config drive "+p, KindDrive
 	return doc, nil
 }

@@ -133,6 +133,15 @@ func (h *HTTP) Fetch(ctx context.Context) (*Document, error) {
 	if attempts <= 0 {
 		attempts = 3
 	}
+	return h.fetch(ctx, attempts)
+}
+
+// FetchOnce is Fetch with one round over the URLs, whatever Attempts says:
+// for a guest that has its metadata from another source already and only
+// asks whether the service has a newer revision.
+func (h *HTTP) FetchOnce(ctx context.Context) (*Document, error) { return h.fetch(ctx, 1) }
+
+func (h *HTTP) fetch(ctx context.Context, attempts int) (*Document, error) {
 	pause := h.Backoff
 	if pause <= 0 {
 		pause = time.Second
@@ -193,7 +202,7 @@ func (h *HTTP) fetchOne(ctx context.Context, base string) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
-	doc.Origin = base
+	doc.Origin, doc.Source = base, KindHTTP
 	return doc, nil
 }
 
@@ -272,30 +281,4 @@ func (h *HTTP) fetchToken(ctx context.Context, base string) (string, error) {
 	h.token, h.tokenFor, h.tokenExp = tok, base, exp
 	h.mu.Unlock()
 	return tok, nil
-}
-
-// Auto reads from a config drive when one is attached, otherwise from the
-// metadata service. A drive that is present but unreadable or invalid is
-// reported together with the service's answer if that fails too.
-type Auto struct {
-	Drive *ConfigDrive
-	HTTP  *HTTP
-}
-
-func (a *Auto) String() string { return "config drive, else " + a.HTTP.String() }
-
-// Fetch implements Source.
-func (a *Auto) Fetch(ctx context.Context) (*Document, error) {
-	doc, derr := a.Drive.Fetch(ctx)
-	if derr == nil {
-		return doc, nil
-	}
-	doc, herr := a.HTTP.Fetch(ctx)
-	if herr == nil {
-		return doc, nil
-	}
-	if errors.Is(derr, ErrNoDrive) {
-		return nil, herr
-	}
-	return nil, errors.Join(derr, herr)
 }

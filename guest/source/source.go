@@ -1,11 +1,15 @@
-// Package source reads the device metadata a guest is given: from a
-// config drive (found by its label among the block devices and read
-// without mounting it) or from the metadata service (169.254.169.254 and
-// fe80::a9fe:a9fe, with retries and session tokens when the service
-// requires them). It always reads the "latest" version, the only one that
-// carries every device type (cloud-init reads 2018-08-27, which has no
-// shares), and returns the devices list validated against the
-// device-role-tagging schema.
+// Package source reads the device metadata a guest is given: from QEMU's
+// firmware configuration device (fw_cfg entries under
+// /sys/firmware/qemu_fw_cfg, the module loaded when needed; no mount, no
+// network), from a config drive (found by its label among the block
+// devices and read without mounting it) or from the metadata service
+// (169.254.169.254 and fe80::a9fe:a9fe, with retries and session tokens
+// when the service requires them). It always reads the "latest" version,
+// the only one that carries every device type (cloud-init reads
+// 2018-08-27, which has no shares), and returns the devices list
+// validated against the device-role-tagging schema. With several
+// transports present, Auto returns the document of the newest metadata
+// revision.
 //
 // Entries of types the agent does not know (a future "gpu") are dropped
 // and reported, so that the rest still applies; anything else the schema
@@ -40,8 +44,18 @@ const MaxDocument = 4 << 20
 // Document is what the agent uses from one read of the metadata.
 type Document struct {
 	// Origin says where it came from: "config drive /dev/sr0",
-	// "http://169.254.169.254".
+	// "http://169.254.169.254", "firmware (fw_cfg)".
 	Origin string
+	// Source is the kind of transport: KindFirmware, KindDrive or
+	// KindHTTP.
+	Source string
+	// Revision is the metadata revision the host published (vmeta's
+	// vmeta_revision key; the firmware's revision entry); 0 when the
+	// document carries none (a host before revisions, another cloud).
+	Revision int64
+	// Sources says what each transport Auto asked gave (nil from a single
+	// source).
+	Sources []SourceResult
 	// UUID is the instance's uuid from meta_data.json ("" if absent).
 	UUID string
 	// Devices are the nic, disk and share entries, in document order.
@@ -51,6 +65,28 @@ type Document struct {
 	// Digest identifies the devices list (SHA-256 of its JSON form) so
 	// that a re-read that changes nothing is recognised.
 	Digest string
+}
+
+// The kinds of transport, in the order Auto prefers them when they carry
+// the same revision.
+const (
+	KindFirmware = "firmware"
+	KindDrive    = "config drive"
+	KindHTTP     = "metadata service"
+)
+
+// SourceResult is what one transport gave Auto: a document of some
+// revision, or why not.
+type SourceResult struct {
+	Source   string `json:"source"`
+	Origin   string `json:"origin,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
+	// Used is true for the one whose document was returned.
+	Used bool `json:"used,omitempty"`
+	// Absent is true when the transport is not there at all (no drive,
+	// no fw_cfg entries); Error then says so too.
+	Absent bool   `json:"absent,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Source is where documents come from.
@@ -71,22 +107,33 @@ var known = map[string]bool{"nic": true, "disk": true, "share": true}
 // Parse parses meta_data.json. It returns an error wrapping ErrInvalid
 // (and a *schema.Error when the schema refused it) for a document the
 // agent must not act on.
-func Parse(data []byte) (*Document, error) {
+func Parse(data []byte) (*Document, error) { return parse(data, "meta_data.json") }
+
+// parse parses a JSON object with a devices list (and maybe uuid and
+// vmeta_revision); what names it in errors.
+func parse(data []byte, what string) (*Document, error) {
 	if len(data) > MaxDocument {
-		return nil, fmt.Errorf("%w: meta_data.json is %d bytes, more than %d", ErrInvalid, len(data), MaxDocument)
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, what, len(data), MaxDocument)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var top map[string]json.RawMessage
 	if err := dec.Decode(&top); err != nil {
-		return nil, fmt.Errorf("%w: meta_data.json is not a JSON object: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %s is not a JSON object: %v", ErrInvalid, what, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: meta_data.json has data after its JSON object", ErrInvalid)
+		return nil, fmt.Errorf("%w: %s has data after its JSON object", ErrInvalid, what)
 	}
 	doc := &Document{}
 	if raw, ok := top["uuid"]; ok {
 		_ = json.Unmarshal(raw, &doc.UUID)
+	}
+	if raw, ok := top[metadata.RevisionKey]; ok {
+		rev, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+		if err != nil || rev < 0 {
+			return nil, fmt.Errorf("%w: %s: %s is not a revision (a non-negative integer)", ErrInvalid, metadata.RevisionKey, raw)
+		}
+		doc.Revision = rev
 	}
 	var entries []json.RawMessage
 	if raw, ok := top["devices"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {

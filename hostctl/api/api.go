@@ -25,6 +25,7 @@
 //	GET    /v1/secrets/{uuid}                 show one (never its value)
 //	DELETE /v1/secrets/{uuid}                 delete one (409 while a disk uses it)
 //	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
+//	…      /v1/shares, /v1/servers/{id}/shares the share registry and Nova's server shares API (shares.go)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
 //
@@ -77,8 +78,8 @@ type Controller interface {
 
 // Handler returns the admin API handler for the unix socket, where every
 // caller is auth.Local.
-func Handler(c Controller, log *slog.Logger) http.Handler {
-	return NewHandler(c, log, auth.LocalAuth{})
+func Handler(c Controller, log *slog.Logger, opts ...Option) http.Handler {
+	return NewHandler(c, log, auth.LocalAuth{}, opts...)
 }
 
 // NewHandler returns the admin API handler, authenticating every request
@@ -89,18 +90,27 @@ func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Op
 	if log == nil {
 		log = slog.Default()
 	}
-	e := errorWriter{log: log}
-	root := routes(c, e)
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
+	e := errorWriter{log: log}
+	root := routes(c, e, o)
 	devices{svc: o.devices, errorWriter: e}.routes(root.PathPrefix("/v1/devices").Subrouter())
 	return authenticate(a, e, root)
 }
 
+// Option adds an optional resource to the handler (WithDevices,
+// WithShares).
+type Option func(*options)
+
+type options struct {
+	devices DeviceService
+	shares  ShareService
+}
+
 // routes builds the router: a subrouter per resource under /v1.
-func routes(c Controller, e errorWriter) *mux.Router {
+func routes(c Controller, e errorWriter, o options) *mux.Router {
 	root := mux.NewRouter()
 	v1 := root.PathPrefix("/v1").Subrouter()
 
@@ -122,8 +132,13 @@ func routes(c Controller, e errorWriter) *mux.Router {
 	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
 	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())
 	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
+	if o.shares != nil {
+		sharesAPI{svc: o.shares, errorWriter: e}.routes(v1) // shares.go
+	} else {
+		noShares{e}.routes(v1)
+	}
 	// Resources still to come each take their own subrouter here:
-	// /v1/shares, /v1/servers/{id}/shares, /v1/devices, /v1/keys.
+	// /v1/keys.
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())

@@ -18,13 +18,6 @@ type DeviceService interface {
 	Clean(ctx context.Context, addr string) (types.Device, error)
 }
 
-// Option adjusts NewHandler.
-type Option func(*options)
-
-type options struct {
-	devices DeviceService
-}
-
 // WithDevices serves /v1/devices from svc; without it the devices
 // resource answers 501.
 func WithDevices(svc DeviceService) Option { return func(o *options) { o.devices = svc } }

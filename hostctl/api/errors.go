@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -33,6 +34,8 @@ func statusOf(err error) int {
 		return ae.Status
 	case errors.Is(err, model.ErrInvalidSpec), errors.Is(err, keys.ErrInvalid):
 		return http.StatusBadRequest
+	case errors.Is(err, shares.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState),

@@ -160,10 +160,42 @@ func instanceShow(ctx context.Context, c *Call) error {
 		return err
 	}
 	fmt.Fprintln(env.Stdout)
+	if err := printTransports(env, inst.Transports); err != nil {
+		return err
+	}
 	if err := printDevices(env, inst); err != nil {
 		return err
 	}
 	return printBlockDevices(env, inst)
+}
+
+// printTransports prints the metadata revision each transport carries to
+// the guest.
+func printTransports(env Env, ts []types.Transport) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	fmt.Fprintln(env.Stdout, "Metadata transports (the revision each carries to the guest):")
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TRANSPORT	REVISION	NEXT BOOT	NOTE")
+	rev := func(n int64) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprint(n)
+	}
+	for _, t := range ts {
+		next := rev(t.NextBoot)
+		if t.NextBoot == 0 || t.NextBoot == t.Revision {
+			next = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, rev(t.Revision), next, orDash(t.Note))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout)
+	return nil
 }
 
 // printDevices prints the devices list the guest sees at latest.

@@ -22,7 +22,10 @@
 // and the persistent one of a domain that is shut off. Every publish of a
 // running domain also puts the rebuilt config drive into its cdrom, as a
 // new file, by a forced media change (media.go). Shares are virtiofs
-// filesystems of host directories under the share root (shares.go).
+// filesystems of host directories under the share root; the share
+// service (hostctl/shares) merges an instance's mapped shares into every
+// apply and follows its starts, stops and deletes (sharehooks.go), and
+// hot-plugs shares into running instances (sharehotplug.go).
 package controller
 
 import (
@@ -36,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -73,6 +77,7 @@ type Controller struct {
 	store    Store
 	dataDir  string
 	render   metadata.Options
+	firmware bool
 	notify   Publisher
 	log      *slog.Logger
 	driveFmt configdrive.Format
@@ -112,7 +117,11 @@ type Controller struct {
 	luks           LUKS
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
-	devices        Devices
+
+	shareHooks shareHooksPtr // sharehooks.go
+	shareCaps  shareSupporter
+	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
+	devices    Devices
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -187,6 +196,11 @@ type Options struct {
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
+	// FirmwareMetadata also hands each instance's guest-facing facts to
+	// its domain's firmware configuration device (firmware.go); only
+	// with a Hypervisor. Off, a publish takes earlier entries out of the
+	// persistent definition.
+	FirmwareMetadata bool
 	// ResyncInterval is how often every instance is reconciled besides
 	// the passes events trigger; DefaultResyncInterval when 0, never
 	// when negative.
@@ -228,7 +242,7 @@ func New(st Store, opts Options) *Controller {
 
 // newController is New without the reconciler.
 func newController(st Store, opts Options) *Controller {
-	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
+	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{},
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
@@ -236,6 +250,7 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
@@ -334,6 +349,11 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	if h := c.sharesHook(); h != nil {
+		if in.Shares, err = h.SpecShares(ctx, in.UUID, in.Shares); err != nil {
+			return nil, fmt.Errorf("apply %s: shares: %w", in.Name, err)
+		}
+	}
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
 		defer c.imageDir.Use(in.Image)()
@@ -427,7 +447,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
-	tree, err := metadata.Render(told, c.render)
+	// The Put creates revision expect+1 (1 for a new instance): the
+	// revision every transport carries.
+	rev := max(expect, 0) + 1
+	ropts := c.render
+	ropts.Revision = rev
+	tree, err := metadata.Render(told, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -457,10 +482,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 			return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 		}
-		// The Put creates revision expect+1 (1 for a new instance).
-		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, max(expect, 0)+1); err != nil {
+		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, rev); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 		}
+	}
+	if err := c.drv.setFirmware(ctx, r, in.Name, tree, rev); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
@@ -474,6 +501,14 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)
+	}
+	if rec.Revision != rev {
+		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
+	}
+	if c.firmware {
+		c.drv.pruneFirmware(in.Name, rev)
+	} else {
+		c.drv.pruneFirmware(in.Name, 0)
 	}
 	if !in.WantsConfigDrive() {
 		// config_drive: false (the domain, if any, has no cdrom): a drive
@@ -528,8 +563,15 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
+	var tree *metadata.Tree
+	if doc, err := c.store.Document(ctx, rec.UUID); err == nil {
+		tree, _ = metadata.DecodeTree(doc.Tree)
+	}
 	if c.owns(rec) { // another host's domain is not in this host's libvirt
 		inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
+		inst.Transports = c.transports(ctx, inst, tree)
+	} else if tree != nil {
+		inst.Transports = []types.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
 	return inst, nil
 }
@@ -620,6 +662,9 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
+	if h := c.sharesHook(); h != nil {
+		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
+	}
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {

@@ -57,6 +57,11 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	if len(in.Shares) > 0 {
+		if err := c.CheckShareSupport(ctx); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+	}
 	host := c.host(in)
 	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {

@@ -141,6 +141,13 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		fmt.Sprintf("the domain %s, its disks and files on host %s (remove them there if the host comes back)", name, rec.Host),
 		fmt.Sprintf("DHCP host entries of %s in host %s's libvirt network", name, rec.Host),
 	}
+	if h := c.sharesHook(); h != nil {
+		// Its share mappings go (the shares are unlocked); NFS mounts
+		// on the dead host are unmounted by its share reconciler if it
+		// comes back.
+		h.Deleted(ctx, rec.UUID)
+		left = append(left, fmt.Sprintf("NFS share mounts of %s on host %s (its share reconciler unmounts them if it comes back)", name, rec.Host))
+	}
 	c.log.Warn("instance record removed from the store by force; its host's resources stay", "name", name, "host", rec.Host)
 	return left, nil
 }

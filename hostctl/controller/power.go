@@ -38,8 +38,15 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 	if !cur.running {
 		c.pruneMedia(name, "")
 		err = c.ensureDrive(ctx, rec)
+		h := c.sharesHook()
+		if err == nil && h != nil {
+			err = h.PrepareStart(ctx, rec.UUID)
+		}
 		if err == nil {
 			err = c.startWithSecrets(ctx, rec)
+			if h != nil {
+				h.StartDone(ctx, rec.UUID, err)
+			}
 		}
 	}
 	unlock()
@@ -59,7 +66,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		timeout = DefaultStopTimeout
 	}
 	unlock := c.locks.Lock(name)
-	_, cur, err := c.powerTarget(ctx, "stop", name)
+	rec, cur, err := c.powerTarget(ctx, "stop", name)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -75,6 +82,9 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		if serr := c.undefineSecrets(ctx, cur.uuid); serr != nil {
 			c.log.Warn("libvirt secrets of a stopped instance not undefined (the reconciler retries)", "name", name, "err", serr)
 			warn = append(warn, fmt.Sprintf("the disks' passphrases could not be removed from libvirt yet (the reconciler retries): %v", serr))
+		}
+		if h := c.sharesHook(); h != nil {
+			h.Stopped(ctx, rec.UUID)
 		}
 	}
 	unlock()

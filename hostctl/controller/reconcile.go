@@ -159,6 +159,13 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		return c.undefineSecrets(ctx, rec.UUID)
 	}
 	c.setMissing(name, false)
+	if h := c.sharesHook(); h != nil {
+		// A guest that powered itself off: its share mappings go
+		// inactive and its host mounts are released (sharehooks.go).
+		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
+			h.Stopped(ctx, rec.UUID)
+		}
+	}
 	// A domain that went off by itself (the guest powered off) no longer
 	// needs its passphrases in libvirt.
 	if c.keys != nil && c.libvirtSecrets != nil {
@@ -195,8 +202,12 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if err := devs.Apply(next); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
+	firmwareOnly := false
 	if reflect.DeepEqual(next, in) {
-		return nil
+		if !c.firmwareDrift(ctx, name, rec.Revision) {
+			return nil
+		}
+		firmwareOnly = true
 	}
 	r := revert.New(c.log, "reconcile "+name)
 	defer r.Fail(&err)
@@ -206,9 +217,12 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if _, err := c.publish(ctx, r, next, rec.Revision); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
-	if len(gone) > 0 {
+	switch {
+	case firmwareOnly:
+		c.log.Info("firmware entries did not match --firmware-metadata; republished (effective at the next boot)", "name", name, "firmware", c.firmware)
+	case len(gone) > 0:
 		c.log.Warn("devices removed outside hostctl; dropped from the metadata", "name", name, "devices", strings.Join(gone, ", "))
-	} else {
+	default:
 		c.log.Info("device addresses changed outside hostctl; metadata republished", "name", name)
 	}
 	return nil

@@ -219,6 +219,11 @@ func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (stor
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
+	if h := c.sharesHook(); h != nil {
+		if err := h.Refuse(ctx, rec.UUID, op); err != nil {
+			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+		}
+	}
 	old, err := decodeSpec(rec)
 	if err != nil {
 		return store.Instance{}, nil, err

@@ -86,6 +86,8 @@ type Config struct {
 	AdminTLSKey     string
 
 	Virt VirtConfig
+	// Shares configures the share service (shares.go).
+	Shares ShareConfig
 	// Devices is the passthrough device inventory (--device-spec, …).
 	Devices DevicesConfig
 
@@ -132,6 +134,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	c.Virt.AddFlags(fs)
+	c.Shares.AddFlags(fs)
 	c.Devices.AddFlags(fs)
 }
 
@@ -291,6 +294,8 @@ func Run(ctx context.Context, cfg Config) error {
 		EncryptionSupport: prober.Support,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
+	defer shareSvc.Close() // before the controller's reconciler stops
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
 		Instances: ctl,
 		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
@@ -371,7 +376,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv), api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -393,7 +398,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv)), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv), api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()

@@ -46,6 +46,8 @@ type VirtConfig struct {
 	Cmdline       string
 	DetachTimeout time.Duration
 	Resync        time.Duration
+	// Firmware is --firmware-metadata: auto, on or off.
+	Firmware string
 }
 
 // Defaults of the hypervisor flags that are not spelled out in AddFlags'
@@ -75,6 +77,7 @@ func (c *VirtConfig) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Initrd, "domain-initrd", "", "initrd for --domain-kernel")
 	fs.StringVar(&c.Cmdline, "domain-cmdline", "", "kernel command line for --domain-kernel")
 	fs.DurationVar(&c.DetachTimeout, "detach-timeout", DefaultDetachTimeout, "how long a live detach waits for the guest to release the device")
+	fs.StringVar(&c.Firmware, "firmware-metadata", "auto", "also hand each instance's devices, uuid and metadata revision to its guest through QEMU's firmware configuration device (fw_cfg; read at boot without a mount or a network): on, off (for guests that must not see it), or auto (on when libvirt supports it, 6.5 and later)")
 	fs.DurationVar(&c.Resync, "reconcile-interval", DefaultReconcileInterval, "how often every instance is checked against libvirt besides on libvirt's events (0: only on events)")
 }
 
@@ -91,6 +94,8 @@ type hypervisor struct {
 	cfg  VirtConfig
 	dom  virt.Options
 	conn *virt.Conn
+	// firmware is --firmware-metadata resolved against libvirt's version.
+	firmware bool
 }
 
 // connect checks the configuration and, unless the mode resolves to none,
@@ -113,6 +118,11 @@ func (c VirtConfig) connect(ctx context.Context, log *slog.Logger) (*hypervisor,
 	}
 	if (c.Initrd != "" || c.Cmdline != "") && c.Kernel == "" {
 		return nil, configErrorf("--domain-initrd and --domain-cmdline need --domain-kernel")
+	}
+	switch c.Firmware {
+	case "auto", "on", "off":
+	default:
+		return nil, configErrorf("--firmware-metadata %q: must be auto, on or off", c.Firmware)
 	}
 	h := &hypervisor{cfg: c, dom: virt.Options{
 		Type: typ, MemoryMiB: c.MemoryMiB, VCPUs: c.VCPUs, DefaultNetwork: c.Network,
@@ -145,9 +155,32 @@ func (c VirtConfig) connect(ctx context.Context, log *slog.Logger) (*hypervisor,
 		conn.Close()
 		return nil, fmt.Errorf("--virt %s: %w", c.Mode, err)
 	}
+	if h.firmware, err = firmwareSetting(c.Firmware, v); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	h.conn = conn
-	log.Info("hypervisor: libvirt", "uri", c.URI, "libvirt", v, "domain_type", typ, "network", c.Network)
+	log.Info("hypervisor: libvirt", "uri", c.URI, "libvirt", v, "domain_type", typ, "network", c.Network, "firmware_metadata", h.firmware)
 	return h, nil
+}
+
+// firmwareSetting resolves --firmware-metadata against libvirtd's
+// version: auto is on where libvirt has <sysinfo type='fwcfg'>; on with
+// an older libvirt is refused.
+func firmwareSetting(mode, libvirtVersion string) (bool, error) {
+	ok := virt.VersionAtLeast(libvirtVersion, virt.MinFirmwareLibVersion)
+	switch mode {
+	case "off":
+		return false, nil
+	case "auto":
+		return ok, nil
+	case "on":
+		if !ok {
+			return false, configErrorf("--firmware-metadata on: libvirt %s has no <sysinfo type='fwcfg'> (it needs %s or later); use auto or off", libvirtVersion, virt.MinFirmwareLibVersion)
+		}
+		return true, nil
+	}
+	return false, configErrorf("--firmware-metadata %q: must be auto, on or off", mode)
 }
 
 // options adds the hypervisor to the controller's options (none for
@@ -161,6 +194,7 @@ func (h *hypervisor) options(o controller.Options) controller.Options {
 	o.ImageDir = h.cfg.ImageDir
 	o.ShareRoot = h.cfg.ShareRoot
 	o.DetachTimeout = h.cfg.DetachTimeout
+	o.FirmwareMetadata = h.firmware
 	o.ResyncInterval = h.cfg.Resync
 	if h.cfg.Resync == 0 {
 		o.ResyncInterval = -1

@@ -42,6 +42,8 @@ func TestVirtConfig(t *testing.T) {
 		{[]string{"--virt", "none", "--domain-type", "hyperv"}, "--domain-type"},
 		{[]string{"--virt", "none", "--config-drive-bus", "ide"}, "--config-drive-bus"},
 		{[]string{"--virt", "none", "--domain-initrd", "/x"}, "--domain-kernel"},
+		{[]string{"--virt", "none", "--firmware-metadata", "yes"}, `--firmware-metadata "yes": must be auto, on or off`},
+		{[]string{"--virt", "none", "--firmware-metadata", "off"}, ""},
 	} {
 		h, err := parse(tc.args...).connect(ctx, log)
 		switch {
@@ -88,5 +90,29 @@ func TestRunConfigErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "s.sock")); err == nil {
 		t.Error("a refused configuration left an admin socket")
+	}
+}
+
+func TestFirmwareSetting(t *testing.T) {
+	for _, tc := range []struct {
+		mode, version string
+		want          bool
+		err           string
+	}{
+		{"auto", "9.0.0", true, ""},
+		{"auto", "6.5.0", true, ""},
+		{"auto", "6.4.0", false, ""},
+		{"on", "9.0.0", true, ""},
+		{"on", "6.4.0", false, "libvirt 6.4.0 has no <sysinfo type='fwcfg'> (it needs 6.5.0 or later)"},
+		{"off", "9.0.0", false, ""},
+		{"maybe", "9.0.0", false, `--firmware-metadata "maybe": must be auto, on or off`},
+	} {
+		got, err := firmwareSetting(tc.mode, tc.version)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%s with libvirt %s: %t, %v; want %t", tc.mode, tc.version, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, ErrConfig)):
+			t.Errorf("%s with libvirt %s: %v; want an ErrConfig containing %q", tc.mode, tc.version, err, tc.err)
+		}
 	}
 }

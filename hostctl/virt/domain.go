@@ -242,13 +242,13 @@ func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error
 		UUID:   in.UUID,
 		Memory: &memoryXML{Unit: "MiB", Value: opts.MemoryMiB},
 		VCPU:   opts.VCPUs,
-		SysInfo: &sysInfoXML{Type: "smbios", System: []sysEntryList{{Entries: []sysEntryXML{
+		SysInfo: []sysInfoXML{{Type: "smbios", System: []sysEntryList{{Entries: []sysEntryXML{
 			{Name: "manufacturer", Value: SMBIOSManufacturer},
 			{Name: "product", Value: SMBIOSProduct},
 			{Name: "serial", Value: in.UUID},
 			{Name: "uuid", Value: in.UUID},
 			{Name: "family", Value: SMBIOSFamily},
-		}}}},
+		}}}}},
 		OS: &osXML{
 			Type:   osTypeXML{Arch: "x86_64", Machine: opts.Machine, Value: "hvm"},
 			SMBIOS: &modeAttrXML{Mode: "sysinfo"},

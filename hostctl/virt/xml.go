@@ -16,7 +16,7 @@ type domainXML struct {
 	Memory        *memoryXML        `xml:"memory"`
 	MemoryBacking *memoryBackingXML `xml:"memoryBacking"`
 	VCPU          int               `xml:"vcpu,omitempty"`
-	SysInfo       *sysInfoXML       `xml:"sysinfo"`
+	SysInfo       []sysInfoXML      `xml:"sysinfo"`
 	OS            *osXML            `xml:"os"`
 	Features      *featuresXML      `xml:"features"`
 	CPU           *cpuXML           `xml:"cpu"`
@@ -48,6 +48,14 @@ type modeAttrXML struct {
 type sysInfoXML struct {
 	Type   string         `xml:"type,attr"`
 	System []sysEntryList `xml:"system"`
+	// Entries are the fw_cfg files of <sysinfo type='fwcfg'>.
+	Entries []fwCfgEntryXML `xml:"entry"`
+}
+
+type fwCfgEntryXML struct {
+	Name  string `xml:"name,attr"`
+	File  string `xml:"file,attr,omitempty"`
+	Value string `xml:",chardata"`
 }
 
 type sysEntryList struct {

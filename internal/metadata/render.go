@@ -34,6 +34,13 @@ type Options struct {
 	NoDHCPDomain bool
 	// Rand supplies random_seed bytes; crypto/rand when nil.
 	Rand io.Reader
+	// Revision, when positive, is the metadata revision the publish of
+	// this tree creates (the instance record's revision): it is written as
+	// RevisionKey into openstack/latest/meta_data.json, so a guest that
+	// can read the metadata from several transports (firmware, config
+	// drive, metadata service) tells the newest. The dated versions stay
+	// exactly Nova's.
+	Revision int64
 }
 
 // randomSeedBytes is the size of Nova's random_seed (os.urandom(512)).
@@ -53,7 +60,10 @@ func Render(in *model.Instance, opts Options) (*Tree, error) {
 	if _, err := io.ReadFull(r, seed); err != nil {
 		return nil, fmt.Errorf("render %s: random seed: %w", in.Name, err)
 	}
-	rd := &renderer{in: in, hostname: hostname(in, opts), seed: base64.StdEncoding.EncodeToString(seed)}
+	if opts.Revision < 0 {
+		return nil, fmt.Errorf("render %s: revision %d: must not be negative", in.Name, opts.Revision)
+	}
+	rd := &renderer{in: in, hostname: hostname(in, opts), seed: base64.StdEncoding.EncodeToString(seed), revision: opts.Revision}
 	t := &Tree{Files: make(map[string][]byte, 96)}
 
 	// Content blobs: injected files, referenced from the drive's
@@ -145,6 +155,7 @@ type renderer struct {
 	in       *model.Instance
 	hostname string
 	seed     string
+	revision int64
 	// validated remembers devices documents already checked in this
 	// render: most versions share the same list, and a schema check costs
 	// far more than rendering.
@@ -168,7 +179,14 @@ type metaDataDoc struct {
 	// that adds the key (Nova always emits it, [] when empty).
 	Devices       *[]Device `json:"devices,omitempty"`
 	DedicatedCPUs *[]int    `json:"dedicated_cpus,omitempty"`
+	// Revision is vmeta's (RevisionKey), in "latest" only.
+	Revision int64 `json:"vmeta_revision,omitempty"`
 }
+
+// RevisionKey is the key of openstack/latest/meta_data.json that carries
+// the metadata revision (Options.Revision): a vmeta addition, ignored by
+// cloud-init, absent from the dated versions.
+const RevisionKey = "vmeta_revision"
 
 type fileRef struct {
 	Path        string `json:"path"`
@@ -233,6 +251,9 @@ func (r *renderer) metaData(v string, withFiles bool) ([]byte, error) {
 	if atLeast(v, Victoria) {
 		cpus := append([]int{}, in.DedicatedCPUs...)
 		md.DedicatedCPUs = &cpus
+	}
+	if v == "latest" {
+		md.Revision = r.revision
 	}
 	return json.Marshal(md)
 }

@@ -160,7 +160,12 @@ func startHostd(t *testing.T, bin, uri, img, listenIP string) *hostd {
 			"--domain-cmdline", "root=/dev/vda rw console=ttyS0",
 			"--image-dir", img, "--data-dir", d.DataDir, "--socket", d.Socket,
 			"--metadata-listen", net.JoinHostPort(listenIP, strconv.Itoa(port)),
-			"--reconcile-interval", "0", "--log-level", "debug")
+			"--reconcile-interval", "0", "--log-level", "debug",
+			// This test proves the config drive and metadata service
+			// paths with systemd and cloud-init; the firmware transport
+			// (whose revision would win over the service's) is
+			// test/guestvm's TestFirmwareInBootedGuest.
+			"--firmware-metadata", "off")
 		cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 		if d.proc, err = testenv.StartProcess(t, "hostctl serve", cmd); err != nil {
 			t.Fatal(err)

@@ -32,8 +32,19 @@
 // neither), and that the guest, the config drive and the metadata service
 // say "encrypted" for exactly the LUKS disks.
 //
-// Prerequisites come from test/setup (libvirtd, the guest kernel,
-// busybox-static, udev); a missing one skips the test with the reason, or
-// fails it under VMETA_REQUIRE_INTEGRATION=1. The kernel's base
+// TestFirmwareInBootedGuest is the firmware transport end to end:
+// `hostctl serve --firmware-metadata on` hands the devices document, the
+// uuid and the metadata revision to the domain's fw_cfg; a guest with no
+// config drive and no NIC loads qemu_fw_cfg through the agent and applies
+// the tags from the firmware, reading byte for byte what the host wrote;
+// with a drive of the same revision the firmware is preferred, broken
+// firmware entries fall back to the drive, and a re-tag of the running
+// instance (a newer revision on the drive's new medium) wins over the
+// firmware, fixed until the next boot. It also times agent start to tags
+// applied from each transport in the same guest.
+//
+// Prerequisites come from test/setup (libvirtd, the guest kernel and its
+// qemu_fw_cfg module, busybox-static, udev); a missing one skips the test
+// with the reason, or fails it under VMETA_REQUIRE_INTEGRATION=1. The kernel's base
 // initramfs is cached in testenv.GuestImageCacheDir between runs.
 package guestvm

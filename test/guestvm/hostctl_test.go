@@ -48,8 +48,7 @@ type hostd struct {
 	// does not use it: it reads the config drive).
 	MetadataAddr string
 
-	proc  *testenv.Process
-	extra []string
+	proc *testenv.Process
 }
 
 // startHostd starts `hostctl serve --virt libvirt` on uri: domains under
@@ -57,9 +56,7 @@ type hostd struct {
 // libvirt's events only, logging at debug level. It is stopped (SIGTERM,
 // expecting a clean exit) when the test ends, and its log shown if the
 // test failed.
-//
-// extra are more `hostctl serve` flags.
-func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extra ...string) *hostd {
+func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extraArgs ...string) *hostd {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes; t.TempDir carries the
 	// test name.
@@ -68,7 +65,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extra ...string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	d := &hostd{t: t, bin: bin, DataDir: t.TempDir(), Socket: filepath.Join(sockDir, "hostctl.sock"), extra: extra}
+	d := &hostd{t: t, bin: bin, DataDir: t.TempDir(), Socket: filepath.Join(sockDir, "hostctl.sock")}
 	t.Cleanup(func() {
 		d.stop()
 		if t.Failed() {
@@ -76,7 +73,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extra ...string)
 		}
 	})
 	for attempt := 1; ; attempt++ {
-		err := d.start(uri, g)
+		err := d.start(uri, g, extraArgs)
 		if err == nil {
 			return d
 		}
@@ -87,7 +84,7 @@ func startHostd(t *testing.T, bin, uri string, g testenv.Guest, extra ...string)
 	}
 }
 
-func (d *hostd) start(uri string, g testenv.Guest) error {
+func (d *hostd) start(uri string, g testenv.Guest, extraArgs []string) error {
 	port, err := testenv.FreePort()
 	if err != nil {
 		return err
@@ -101,7 +98,7 @@ func (d *hostd) start(uri string, g testenv.Guest) error {
 		// LUKS disks: a short PBKDF time (QEMU's default, 2 s, costs that
 		// much CPU at every create and start).
 		"--luks-iter-time", "100ms"}
-	args = append(args, d.extra...)
+	args = append(args, extraArgs...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)

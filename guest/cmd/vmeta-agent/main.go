@@ -77,6 +77,7 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 type applyFlags struct {
 	common
 	source, configDrive, rulesFile, shareRoot, udevadm string
+	firmwareDir                                        string
 	metadataURLs                                       string
 	shareWait, settle                                  time.Duration
 	noAltNames                                         bool
@@ -84,7 +85,8 @@ type applyFlags struct {
 
 func (a *applyFlags) register(fs *flag.FlagSet) {
 	a.common.register(fs)
-	fs.StringVar(&a.source, "source", "auto", "auto (config drive, else metadata service), configdrive or http")
+	fs.StringVar(&a.source, "source", "auto", "auto (the newest revision of firmware, config drive and, without a drive, metadata service), firmware, configdrive or http")
+	fs.StringVar(&a.firmwareDir, "firmware-dir", "", "the qemu_fw_cfg sysfs directory (default <sysfs>/firmware/qemu_fw_cfg; the module is loaded only for the system's)")
 	fs.StringVar(&a.configDrive, "config-drive", "", "read this image file or device instead of looking for the drive by label")
 	fs.StringVar(&a.metadataURLs, "metadata-url", "", "metadata service base URLs, comma-separated (default http://169.254.169.254 and http://[fe80::a9fe:a9fe%<if>])")
 	fs.StringVar(&a.rulesFile, "rules-file", udev.DefaultRulesFile, "the udev rules file the agent writes")
@@ -115,19 +117,25 @@ func (a *applyFlags) agent(log *slog.Logger, started time.Time, daemon bool) (*g
 	if daemon {
 		httpSrc.Attempts = 1
 	}
+	fw := guest.FirmwareSource(a.sysRoot)
+	if a.firmwareDir != "" {
+		fw.Dir = a.firmwareDir
+	}
 	var src source.Source
 	switch a.source {
 	case "auto":
-		src = &source.Auto{Drive: drive, HTTP: httpSrc}
+		src = &source.Auto{Firmware: fw, Drive: drive, HTTP: httpSrc}
 		if a.configDrive != "" {
 			src = drive
 		}
+	case "firmware":
+		src = fw
 	case "configdrive":
 		src = drive
 	case "http":
 		src = httpSrc
 	default:
-		return nil, fmt.Errorf("--source %q: want auto, configdrive or http", a.source)
+		return nil, fmt.Errorf("--source %q: want auto, firmware, configdrive or http", a.source)
 	}
 	return guest.New(guest.Config{
 		Source: src, SysRoot: a.sysRoot, DevRoot: a.devRoot, RulesFile: a.rulesFile, StateDir: a.stateDir,
@@ -209,10 +217,10 @@ func cmdApply(ctx context.Context, f *applyFlags, stderr io.Writer, started time
 	}
 	st := rep.State
 	if len(rep.Changes) == 0 {
-		log.Info("nothing to change", "origin", st.Origin, "devices", len(st.Devices), "problems", len(st.Problems),
+		log.Info("nothing to change", "origin", st.Origin, "source", st.Source, "revision", st.Revision, "devices", len(st.Devices), "problems", len(st.Problems),
 			"elapsed", time.Since(started).Round(time.Millisecond), "peak_rss", guest.PeakRSS())
 	} else {
-		log.Info("applied", "origin", st.Origin, "devices", len(st.Devices), "changes", strings.Join(rep.Changes, "; "),
+		log.Info("applied", "origin", st.Origin, "source", st.Source, "revision", st.Revision, "devices", len(st.Devices), "changes", strings.Join(rep.Changes, "; "),
 			"problems", len(st.Problems), "elapsed", time.Since(started).Round(time.Millisecond), "peak_rss", guest.PeakRSS())
 	}
 	for _, p := range st.Problems {

@@ -29,6 +29,9 @@ type Instance struct {
 	State string `json:"state,omitempty"`
 	// Devices is the devices list the guest sees at "latest".
 	Devices []metadata.Device `json:"devices"`
+	// Transports say which metadata revision each transport carries to
+	// the guest (instance show; empty in lists).
+	Transports []Transport `json:"transports,omitempty"`
 	// Warnings name parts of a request that are still under way (a live
 	// detach the guest has not completed yet) or that a running guest
 	// does not see yet (a virtio config drive cannot change media).
@@ -36,6 +39,28 @@ type Instance struct {
 	// BlockDevices are the block-device records of the disks hostctl
 	// created (encryption as created and verified; never a passphrase).
 	BlockDevices []BlockDevice `json:"block_devices,omitempty"`
+}
+
+// The transports that carry an instance's metadata to its guest.
+const (
+	TransportHTTP     = "metadata service"
+	TransportDrive    = "config drive"
+	TransportFirmware = "firmware"
+)
+
+// Transport is one transport of an instance's metadata and the revision
+// it carries.
+type Transport struct {
+	Name string `json:"name"`
+	// Revision is the metadata revision the guest can read there now (0:
+	// none).
+	Revision int64 `json:"revision"`
+	// NextBoot is the revision the guest reads there after its next
+	// start, where that differs in kind (firmware, a virtio drive).
+	NextBoot int64 `json:"next_boot,omitempty"`
+	// Note says more: the medium, why there is none, that it is fixed
+	// while the guest runs.
+	Note string `json:"note,omitempty"`
 }
 
 // HostStatus is one host controller sharing the store, as its heartbeat

@@ -2,7 +2,7 @@
 // (qemu:///system, TCG), end to end through a `hostctl serve --virt
 // libvirt` built from this checkout and its admin API:
 //
-//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system]
+//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system] [-firmware auto|on|off]
 //
 // Rows:
 //   - apply, 4 disks + 2 NICs: a new instance — validate, four qemu-img
@@ -51,10 +51,11 @@ func main() {
 	n := flag.Int("n", 10, "timed runs per row")
 	instances := flag.Int("instances", 200, "instances present for the list and republish rows")
 	uri := flag.String("uri", "qemu:///system", "libvirt URI")
+	firmware := flag.String("firmware", "auto", "hostctl serve --firmware-metadata (on costs a redefine of the persistent domain per publish)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *n, *instances, *uri); err != nil {
+	if err := run(ctx, *n, *instances, *uri, *firmware); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/apply:", err)
 		os.Exit(1)
 	}
@@ -80,7 +81,7 @@ type bench struct {
 	names  []string // every instance applied, for cleanup
 }
 
-func run(ctx context.Context, n, instances int, uri string) (err error) {
+func run(ctx context.Context, n, instances int, uri, firmware string) (err error) {
 	if n < 1 || instances < 1 {
 		return errors.New("-n and -instances must be at least 1")
 	}
@@ -103,7 +104,8 @@ func run(ctx context.Context, n, instances int, uri string) (err error) {
 	}
 	defer logf.Close()
 	daemon := exec.Command(bin, "serve", "--virt", "libvirt", "--libvirt-uri", uri, "--data-dir", filepath.Join(tmp, "data"),
-		"--socket", sock, "--metadata-listen", "127.0.0.1:0", "--reconcile-interval", "0", "--domain-memory", "128", "--log-level", "warn")
+		"--socket", sock, "--metadata-listen", "127.0.0.1:0", "--reconcile-interval", "0", "--domain-memory", "128", "--log-level", "warn",
+		"--firmware-metadata", firmware)
 	daemon.Stdout, daemon.Stderr = logf, logf
 	if err := daemon.Start(); err != nil {
 		return err

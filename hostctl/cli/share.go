@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+)
+
+const shareHelp = `A share is a host directory under the share root (--proto local) or an
+NFS export host:/path or [IPv6]:/path (--proto nfs) that hostctl mounts on
+the host while an instance using it runs. Shares are attached to and
+detached from SHUTOFF instances; the guest mounts each one with
+mount -t virtiofs TAG DIR (vmeta-agent: /mnt/shares/TAG). A share
+attached to any instance is locked: it cannot be deleted.`
+
+// shareCommands are `hostctl share create|list|show|delete|attach|detach|mappings`.
+func shareCommands() []*Command {
+	return []*Command{
+		{Name: "share create", Args: "--proto local|nfs --export LOCATION --project P [--name N] [--id UUID]", Summary: "add a share to the registry", Help: shareHelp, Client: true,
+			Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
+				var req types.ShareCreateRequest
+				fs.StringVar(&req.ID, "id", "", "the share's UUID (generated when empty)")
+				fs.StringVar(&req.Proto, "proto", "", "local (a directory under the share root) or nfs (host:/path)")
+				fs.StringVar(&req.ExportLocation, "export", "", "the directory or the NFS export")
+				fs.StringVar(&req.ProjectID, "project", "", "the project that owns the share")
+				fs.StringVar(&req.Name, "name", "", "a name for people")
+				return func(ctx context.Context, c *Call) error {
+					if err := c.NoArgs(); err != nil {
+						return err
+					}
+					if req.Proto == "" || req.ExportLocation == "" || req.ProjectID == "" {
+						return Usagef("share create needs --proto, --export and --project")
+					}
+					sh, err := c.Client().CreateShare(ctx, req)
+					if err != nil {
+						return err
+					}
+					if c.JSON() {
+						return c.PrintJSON(types.ShareBody{Share: sh})
+					}
+					fmt.Fprintf(c.Stdout, "share %s created\n", sh.ID)
+					return nil
+				}
+			}},
+		{Name: "share list", Summary: "list the shares", Client: true, Setup: noFlags(shareList)},
+		{Name: "share show", Args: "SHARE", Summary: "show one share, with the instances that lock it", Client: true, Setup: noFlags(shareShow)},
+		{Name: "share delete", Args: "SHARE", Summary: "remove a share from the registry (refused while it is attached)", Client: true, Setup: noFlags(shareDelete)},
+		{Name: "share attach", Args: "INSTANCE SHARE [--tag T] [--live]", Summary: "attach a share to a SHUTOFF instance", Help: shareHelp, Client: true,
+			Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
+				tag := fs.String("tag", "", "the virtiofs mount tag (the share's UUID when empty)")
+				live := fs.Bool("live", false, "hot-plug into a running instance (one that booted with shared memory; beyond the specification)")
+				return func(ctx context.Context, c *Call) error {
+					inst, id, err := twoArgs(c, "INSTANCE SHARE")
+					if err != nil {
+						return err
+					}
+					m, err := c.Client().AttachShare(ctx, inst, types.ServerShareAttach{ShareID: id, Tag: *tag, Live: *live})
+					if err != nil {
+						return err
+					}
+					if c.JSON() {
+						return c.PrintJSON(types.ServerShareBody{Share: m})
+					}
+					fmt.Fprintf(c.Stdout, "share %s attached to %s as tag %s (%s)\n", m.ShareID, inst, m.Tag, m.Status)
+					return nil
+				}
+			}},
+		{Name: "share detach", Args: "INSTANCE SHARE [--live]", Summary: "detach a share from a SHUTOFF (or ERROR) instance", Client: true,
+			Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
+				live := fs.Bool("live", false, "hot-unplug from a running instance (the guest must release it; beyond the specification)")
+				return func(ctx context.Context, c *Call) error {
+					inst, id, err := twoArgs(c, "INSTANCE SHARE")
+					if err != nil {
+						return err
+					}
+					m, err := c.Client().DetachShare(ctx, inst, id, *live)
+					if err != nil {
+						return err
+					}
+					if c.JSON() {
+						return c.PrintJSON(types.ServerShareBody{Share: m})
+					}
+					fmt.Fprintf(c.Stdout, "share %s detached from %s\n", m.ShareID, inst)
+					return nil
+				}
+			}},
+		{Name: "share mappings", Args: "INSTANCE", Summary: "list the shares attached to an instance, with their status", Client: true,
+			Setup: noFlags(func(ctx context.Context, c *Call) error {
+				name, err := c.OneName()
+				if err != nil {
+					return err
+				}
+				ms, err := c.Client().ServerShares(ctx, name)
+				if err != nil {
+					return err
+				}
+				if c.JSON() {
+					return c.PrintJSON(types.ServerSharesBody{Shares: ms})
+				}
+				tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "SHARE\tTAG\tSTATUS\tEXPORT")
+				for _, m := range ms {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ShareID, m.Tag, m.Status, orDash(m.ExportLocation))
+				}
+				return tw.Flush()
+			})},
+	}
+}
+
+func twoArgs(c *Call, what string) (string, string, error) {
+	if len(c.Args) != 2 || strings.TrimSpace(c.Args[0]) == "" || strings.TrimSpace(c.Args[1]) == "" {
+		return "", "", Usagef("%s takes %s", c.cmd.Name, what)
+	}
+	return c.Args[0], c.Args[1], nil
+}
+
+func oneShare(c *Call) (string, error) {
+	if len(c.Args) != 1 || strings.TrimSpace(c.Args[0]) == "" {
+		return "", Usagef("%s takes exactly one share id", c.cmd.Name)
+	}
+	return c.Args[0], nil
+}
+
+func shareList(ctx context.Context, c *Call) error {
+	if err := c.NoArgs(); err != nil {
+		return err
+	}
+	shs, err := c.Client().Shares(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON() {
+		return c.PrintJSON(types.SharesBody{Shares: shs})
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPROJECT\tPROTO\tLOCKED BY\tEXPORT")
+	for _, sh := range shs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sh.ID, orDash(sh.Name), sh.ProjectID, sh.Proto, orDash(strings.Join(sh.LockedBy, ",")), orDash(sh.ExportLocation))
+	}
+	return tw.Flush()
+}
+
+func shareShow(ctx context.Context, c *Call) error {
+	id, err := oneShare(c)
+	if err != nil {
+		return err
+	}
+	sh, err := c.Client().Share(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c.JSON() {
+		return c.PrintJSON(types.ShareBody{Share: sh})
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"ID", sh.ID}, {"Name", orDash(sh.Name)}, {"Project", sh.ProjectID}, {"Proto", sh.Proto},
+		{"Export", orDash(sh.ExportLocation)}, {"Locked", fmt.Sprint(sh.Locked)},
+		{"Locked by", orDash(strings.Join(sh.LockedBy, ", "))}, {"Created", sh.CreatedAt.UTC().Format(time.RFC3339)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	return tw.Flush()
+}
+
+func shareDelete(ctx context.Context, c *Call) error {
+	id, err := oneShare(c)
+	if err != nil {
+		return err
+	}
+	if err := c.Client().DeleteShare(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stdout, "share %s deleted\n", id)
+	return nil
+}

@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"flag"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// ShareConfig is the configuration of the share service (`hostctl serve`
+// flags).
+type ShareConfig struct {
+	// ReconcileInterval is how often leaked share mappings and host mounts
+	// are looked for (besides the pass at start-up).
+	ReconcileInterval time.Duration
+	// InstanceEvents adds the instance's share mappings to instance.update
+	// events (stream "instances"), emitted when a mapping changes.
+	InstanceEvents bool
+}
+
+// AddFlags registers the share flags on fs.
+func (c *ShareConfig) AddFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.ReconcileInterval, "share-reconcile-interval", shares.DefaultReconcileInterval, "how often leftover share mappings and NFS host mounts (of instances deleted or steps interrupted) are cleaned up, besides the pass at start-up")
+	fs.BoolVar(&c.InstanceEvents, "events-include-share-mappings", false, "emit instance.update events (stream instances) carrying the instance's share mappings whenever one changes")
+}
+
+// newShares starts the share service (registry, mappings, host mounts,
+// reconciler) and installs it in the controller.
+func newShares(cfg Config, st store.Store, ctl *controller.Controller, host string, log *slog.Logger) *shares.Service {
+	root := cfg.Virt.ShareRoot
+	if root == "" {
+		root = filepath.Join(cfg.DataDir, "shares")
+	}
+	interval := cfg.Shares.ReconcileInterval
+	if interval <= 0 {
+		interval = -1
+	}
+	svc := shares.New(st, ctl, shares.Options{Host: host, ShareRoot: root, Logger: log, Events: ctl.Audit(),
+		ReconcileInterval: interval, InstanceUpdateEvents: cfg.Shares.InstanceEvents})
+	ctl.SetShareHooks(svc)
+	svc.Start()
+	return svc
+}

@@ -1,0 +1,201 @@
+package shares
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// Start runs the reconciler: one pass now (for instances deleted and
+// steps interrupted while hostctl was down), then one every interval,
+// until Close.
+func (s *Service) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop, s.done = cancel, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("share reconcile", "err", err)
+		}
+		if s.interval < 0 {
+			return
+		}
+		t := time.NewTicker(s.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+					s.log.Warn("share reconcile", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// Close stops the reconciler and waits for it.
+func (s *Service) Close() error {
+	s.once.Do(func() {
+		if s.stop != nil {
+			s.stop()
+			<-s.done
+		}
+	})
+	return nil
+}
+
+// Reconcile brings this host's mappings, share locks and host mounts in
+// line with its instances:
+//
+//   - a mapping of an instance that no longer exists is detached (mount
+//     released, share unlocked, mapping removed);
+//   - a mapping left attaching (hostctl stopped mid-attach) is completed
+//     (lock, redefine, inactive); one left detaching is completed;
+//   - an active mapping of an instance that is not running becomes
+//     inactive (its mount released), an inactive one of a running
+//     instance active (its mount taken);
+//   - a share lock held by an instance of this host without a mapping is
+//     released;
+//   - the mount reference counts are rebuilt from the active mappings,
+//     and every NFS mount no instance on this host uses is unmounted.
+//
+// Each step is retried on the next pass when it fails; no host mount is
+// kept for a deleted instance.
+func (s *Service) Reconcile(ctx context.Context) error {
+	s.reconcileMu.Lock()
+	defer s.reconcileMu.Unlock()
+	recs, err := s.st.Instances(ctx)
+	if err != nil {
+		return fmt.Errorf("share reconcile: %w", err)
+	}
+	byUUID := make(map[string]store.Instance, len(recs))
+	for _, r := range recs {
+		byUUID[r.UUID] = r
+	}
+	all, err := mappings(ctx, s.st, "")
+	if err != nil {
+		return fmt.Errorf("share reconcile: %w", err)
+	}
+	var errs []error
+	users := map[string][]string{}
+	mapped := map[string]bool{}
+	for _, m := range all {
+		rec, exists := byUUID[m.Instance]
+		if !exists && m.Host != "" && s.host != "" && m.Host != s.host {
+			continue // another host's instance's mapping: that host cleans it
+		}
+		if exists && !s.owns(rec) {
+			continue
+		}
+		if err := s.reconcileMapping(ctx, m, rec, exists, users); err != nil {
+			errs = append(errs, err)
+		}
+		mapped[m.Instance+"/"+m.ShareID] = true
+	}
+	// Locks without a mapping (an attach undone half-way, a crash).
+	shs, err := listShares(ctx, s.st)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, sh := range shs {
+		for _, h := range sh.Holders {
+			if mapped[h.Instance+"/"+sh.ID] || (h.Host != "" && s.host != "" && h.Host != s.host) {
+				continue
+			}
+			if _, err := loadMapping(ctx, s.st, h.Instance, sh.ID); !errors.Is(err, store.ErrNotFound) {
+				continue // created meanwhile (an attach in progress)
+			}
+			s.log.Warn("share locked by an instance without a mapping; unlocking", "share", sh.ID, "instance", h.Instance)
+			if _, err := unlock(ctx, s.st, sh.ID, h.Instance); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	first := !s.rebuilt
+	s.rebuilt = true
+	if _, err := s.mounts.Rebuild(users, first); err != nil {
+		errs = append(errs, err)
+	} else if err := s.mounts.Sweep(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileMapping reconciles one mapping of this host; users collects the
+// instances that use each NFS share now.
+func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Instance, exists bool, users map[string][]string) error {
+	if !exists {
+		s.log.Warn("share mapping of a deleted instance; detaching", "share", m.ShareID, "instance", m.InstanceName)
+		return s.cleanup(ctx, m)
+	}
+	unlockInst := s.locks.Lock(m.Instance)
+	defer unlockInst()
+	// Re-read under the lock: an attach or detach may have moved it.
+	cur, err := loadMapping(ctx, s.st, m.Instance, m.ShareID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m = cur
+	if rec.Host != "" && m.Host != rec.Host {
+		// The instance was adopted by this host: its mappings follow.
+		s.log.Info("share mapping follows its adopted instance", "share", m.ShareID, "instance", m.InstanceName, "from", m.Host, "to", rec.Host)
+		if err := rehost(ctx, s.st, &m, rec.Host); err != nil {
+			return err
+		}
+	}
+	switch m.Status {
+	case types.ShareAttaching:
+		s.log.Warn("share mapping left attaching; completing the attach", "share", m.ShareID, "instance", m.InstanceName)
+		if _, err := lock(ctx, s.st, m.ShareID, Holder{Instance: m.Instance, Name: m.InstanceName, Host: m.Host}); err != nil {
+			if errors.Is(err, store.ErrNotFound) { // the share is gone: undo
+				_ = transition(ctx, s.st, &m, types.ShareDetaching, "the share was deleted", types.ShareAttaching)
+				return s.finishDetach(ctx, m, true)
+			}
+			return err
+		}
+		if _, err := s.reapply(ctx, m.InstanceName); err != nil {
+			return fmt.Errorf("complete attach of %v: %w", m, err)
+		}
+		if err := transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareAttaching); err != nil {
+			return err
+		}
+		s.emit(ctx, EventAttached, m)
+		return nil
+	case types.ShareDetaching:
+		s.log.Warn("share mapping left detaching; completing the detach", "share", m.ShareID, "instance", m.InstanceName)
+		return s.finishDetach(ctx, m, true)
+	}
+	inst, err := s.inst.Get(ctx, rec.Name)
+	if err != nil {
+		return err
+	}
+	running := inst.State == "running" || inst.State == "paused" || inst.State == "blocked"
+	switch {
+	case m.Status == types.ShareActive && !running && inst.State != controller.StateUnknown:
+		s.log.Info("instance no longer runs; share mapping inactive", "share", m.ShareID, "instance", m.InstanceName, "state", inst.State)
+		return transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareActive)
+	case m.Status == types.ShareInactive && running:
+		if m.Proto == types.ShareProtoNFS {
+			if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+				return transition(ctx, s.st, &m, types.ShareError, err.Error(), types.ShareInactive)
+			}
+		}
+		if err := transition(ctx, s.st, &m, types.ShareActive, "", types.ShareInactive); err != nil {
+			return err
+		}
+	}
+	if m.Status == types.ShareActive && m.Proto == types.ShareProtoNFS {
+		users[m.ShareID] = append(users[m.ShareID], m.Instance)
+	}
+	return nil
+}

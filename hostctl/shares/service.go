@@ -1,0 +1,740 @@
+package shares
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/internal/keylock"
+	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// Stream is the event stream of share attachments.
+const Stream = "shares"
+
+// Event types.
+const (
+	EventAttached = "share.attached"
+	EventDetached = "share.detached"
+)
+
+// DefaultReconcileInterval is how often the reconciler looks for leaked
+// mappings and mounts.
+const DefaultReconcileInterval = time.Minute
+
+// now is the clock of the records' updated_at (a variable for tests).
+var now = func() time.Time { return time.Now().UTC() }
+
+// Store is what the service needs from the store: its records, and the
+// instance records (to find a server by UUID and to tell a deleted
+// instance).
+type Store interface {
+	store.Records
+	Instance(ctx context.Context, name string) (store.Instance, error)
+	Instances(ctx context.Context) ([]store.Instance, error)
+}
+
+// Instances is what the service needs from the controller: an instance
+// with its domain state, and applying its spec again (which merges the
+// mapped shares through SpecShares).
+type Instances interface {
+	Get(ctx context.Context, name string) (*types.Instance, error)
+	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
+}
+
+// LiveInstances is the controller's hot-plug of shares into running
+// instances (controller.AttachShareLive/DetachShareLive), for attach and
+// detach with live set; an Instances without it refuses them.
+type LiveInstances interface {
+	CheckShareLive(ctx context.Context, name string) error
+	AttachShareLive(ctx context.Context, name string, s model.Share) (*types.Instance, error)
+	DetachShareLive(ctx context.Context, name, shareID string) (*types.Instance, error)
+}
+
+// SupportChecker tells whether this host can give instances shares at all
+// (controller.CheckShareSupport): asked before an attach changes
+// anything.
+type SupportChecker interface {
+	CheckShareSupport(ctx context.Context) error
+}
+
+// Options configure a Service.
+type Options struct {
+	// Host is this host's name (the owner of the mappings of its
+	// instances); "" when hosts are not tracked.
+	Host string
+	// ShareRoot is the directory local exports must be in; NFS shares
+	// are mounted under ShareRoot/.nfs.
+	ShareRoot string
+	// Runner runs mount and umount; ExecRunner when nil.
+	Runner Runner
+	// Events receives share.attached and share.detached (nil: none).
+	Events *events.Log
+	Logger *slog.Logger
+	// ReconcileInterval: DefaultReconcileInterval when 0, never when
+	// negative.
+	ReconcileInterval time.Duration
+	// MountInfo is the mount table read; /proc/self/mountinfo when empty.
+	MountInfo string
+	// InstanceUpdateEvents emits an instance.update event (stream
+	// "instances") with the instance's mappings whenever one of them
+	// changes (the specification's include_share_mapping; off by default).
+	InstanceUpdateEvents bool
+}
+
+// Service is the share registry and the share mappings of one host.
+type Service struct {
+	st       Store
+	inst     Instances
+	host     string
+	root     hostdir.Root
+	mounts   *Mounts
+	events   *events.Log
+	log      *slog.Logger
+	interval time.Duration
+	instEvts bool
+
+	locks keylock.Map
+
+	reconcileMu sync.Mutex
+	rebuilt     bool // the first Reconcile rebuilt the mount counts
+
+	stop func()
+	done chan struct{}
+	once sync.Once
+}
+
+// New returns the service. Call Start to run the reconciler.
+func New(st Store, inst Instances, opts Options) *Service {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{st: st, inst: inst, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
+		instEvts: opts.InstanceUpdateEvents}
+	s.mounts = NewMounts(filepath.Join(opts.ShareRoot, NFSMountDir), opts.Runner, log)
+	if opts.MountInfo != "" {
+		s.mounts.mountinfo = opts.MountInfo
+	}
+	if s.interval == 0 {
+		s.interval = DefaultReconcileInterval
+	}
+	return s
+}
+
+// NFSMountDir is the directory under the share root where NFS shares are
+// mounted (one directory per share ID).
+const NFSMountDir = ".nfs"
+
+// Mounts returns the host mounts of NFS shares.
+func (s *Service) Mounts() *Mounts { return s.mounts }
+
+// ---- the registry ----
+
+func isAdmin(p types.Principal) bool { return p.Role == types.RoleAdmin }
+
+func (s *Service) visible(p types.Principal, sh Share) error {
+	if isAdmin(p) || (p.Role == types.RoleMember && p.Project != "" && p.Project == sh.Project) {
+		return nil
+	}
+	return fmt.Errorf("share %s: %w: it belongs to another project", sh.ID, ErrForbidden)
+}
+
+// CreateShare adds a share to the registry (administrators only).
+func (s *Service) CreateShare(ctx context.Context, p types.Principal, req types.ShareCreateRequest) (types.Share, error) {
+	if !isAdmin(p) {
+		return types.Share{}, fmt.Errorf("create share: %w: only administrators create shares", ErrForbidden)
+	}
+	sh, err := s.checkCreate(req)
+	if err != nil {
+		return types.Share{}, fmt.Errorf("create share: %w", err)
+	}
+	if sh.ID == "" {
+		sh.ID = newUUID()
+	}
+	sh.Created = now()
+	if err := putShare(ctx, s.st, &sh); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return types.Share{}, fmt.Errorf("create share: %w: a share with id %s exists", store.ErrConflict, sh.ID)
+		}
+		return types.Share{}, fmt.Errorf("create share: %w", err)
+	}
+	s.log.Info("share created", "share", sh.ID, "project", sh.Project, "proto", sh.Proto)
+	return sh.View(true), nil
+}
+
+// ListShares lists the shares the caller sees.
+func (s *Service) ListShares(ctx context.Context, p types.Principal) ([]types.Share, error) {
+	all, err := listShares(ctx, s.st)
+	if err != nil {
+		return nil, err
+	}
+	out := []types.Share{}
+	for _, sh := range all {
+		if s.visible(p, sh) == nil {
+			out = append(out, sh.View(isAdmin(p)))
+		}
+	}
+	return out, nil
+}
+
+// GetShare returns one share.
+func (s *Service) GetShare(ctx context.Context, p types.Principal, id string) (types.Share, error) {
+	id, err := CheckUUID("share_id", id)
+	if err != nil {
+		return types.Share{}, err
+	}
+	sh, err := loadShare(ctx, s.st, id)
+	if err != nil {
+		return types.Share{}, err
+	}
+	if err := s.visible(p, sh); err != nil {
+		return types.Share{}, err
+	}
+	return sh.View(isAdmin(p)), nil
+}
+
+// DeleteShare removes a share from the registry (administrators only).
+// A share mapped to any instance, on any host, is locked: the delete is
+// refused with ErrConflict naming the instances. The check and the delete
+// are one versioned write, so an attach racing the delete either locks the
+// share first (and the delete is refused) or finds it gone.
+func (s *Service) DeleteShare(ctx context.Context, p types.Principal, id string) error {
+	if !isAdmin(p) {
+		return fmt.Errorf("delete share: %w: only administrators delete shares", ErrForbidden)
+	}
+	id, err := CheckUUID("share_id", id)
+	if err != nil {
+		return err
+	}
+	for {
+		sh, err := loadShare(ctx, s.st, id)
+		if err != nil {
+			return fmt.Errorf("delete %w", err)
+		}
+		if len(sh.Holders) > 0 {
+			var names []string
+			for _, h := range sh.Holders {
+				names = append(names, fmt.Sprintf("%s (%s, host %s)", h.Name, h.Instance, orDash(h.Host)))
+			}
+			return fmt.Errorf("delete share %s: %w: it is locked: attached to %s; detach it first", id, store.ErrConflict, strings.Join(names, ", "))
+		}
+		err = s.st.DeleteRecord(ctx, shareKey(id), sh.version)
+		switch {
+		case err == nil:
+			s.log.Info("share deleted", "share", id)
+			return nil
+		case errors.Is(err, store.ErrConflict) && ctx.Err() == nil:
+			continue // locked (or changed) meanwhile: look again
+		case errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("delete share %s: %w", id, store.ErrNotFound)
+		default:
+			return fmt.Errorf("delete share %s: %w", id, err)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ---- servers ----
+
+// server finds the instance a server id names (its UUID, or its name),
+// as the caller may see it: another project's is not found.
+func (s *Service) server(ctx context.Context, p types.Principal, id string) (store.Instance, error) {
+	var rec store.Instance
+	var err error
+	if uuidRE.MatchString(id) {
+		err = store.ErrNotFound
+		recs, lerr := s.st.Instances(ctx)
+		if lerr != nil {
+			return store.Instance{}, fmt.Errorf("server %s: %w", id, lerr)
+		}
+		for _, r := range recs {
+			if strings.EqualFold(r.UUID, id) {
+				rec, err = r, nil
+				break
+			}
+		}
+	} else {
+		rec, err = s.st.Instance(ctx, id)
+	}
+	if err == nil && !isAdmin(p) && !(p.Role == types.RoleMember && p.Project != "" && p.Project == rec.ProjectID) {
+		err = store.ErrNotFound
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Instance{}, fmt.Errorf("server %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Instance{}, fmt.Errorf("server %s: %w", id, err)
+	}
+	return rec, nil
+}
+
+func (s *Service) owns(rec store.Instance) bool {
+	return rec.Host == "" || s.host == "" || rec.Host == s.host
+}
+
+// ServerShares lists the shares attached to a server.
+func (s *Service) ServerShares(ctx context.Context, p types.Principal, server string) ([]types.ShareMapping, error) {
+	rec, err := s.server(ctx, p, server)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := mappings(ctx, s.st, rec.UUID)
+	if err != nil {
+		return nil, err
+	}
+	out := []types.ShareMapping{}
+	for _, m := range ms {
+		out = append(out, m.View(isAdmin(p)))
+	}
+	return out, nil
+}
+
+// ServerShare shows one share attached to a server.
+func (s *Service) ServerShare(ctx context.Context, p types.Principal, server, shareID string) (types.ShareMapping, error) {
+	rec, err := s.server(ctx, p, server)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	id, err := CheckUUID("share_id", shareID)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	m, err := loadMapping(ctx, s.st, rec.UUID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return types.ShareMapping{}, fmt.Errorf("share %s is not attached to server %s: %w", id, rec.Name, store.ErrNotFound)
+	}
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	return m.View(isAdmin(p)), nil
+}
+
+// stateOf returns the instance's domain state.
+func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, error) {
+	inst, err := s.inst.Get(ctx, rec.Name)
+	if err != nil {
+		return "", err
+	}
+	return inst.State, nil
+}
+
+// shutOff reports whether a state counts as SHUTOFF for attach and
+// detach: shut off, or no hypervisor at all (nothing runs).
+func shutOff(state string) bool { return state == "shutoff" || state == "" }
+
+// AttachShare attaches a share to a server that is shut off: the mapping
+// is created (attaching), the share locked for the instance (access
+// granted), the instance's domain redefined with the share's virtiofs
+// filesystem and its metadata republished, and the mapping moved to
+// inactive. A failure at any step undoes the steps before it.
+func (s *Service) AttachShare(ctx context.Context, p types.Principal, server string, req types.ServerShareAttach) (_ types.ShareMapping, err error) {
+	id, err := CheckUUID("share.share_id", req.ShareID)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	tag := req.Tag
+	if tag == "" {
+		tag = id
+	}
+	if err := CheckTag(tag); err != nil {
+		return types.ShareMapping{}, err
+	}
+	rec, err := s.server(ctx, p, server)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	if !s.owns(rec) {
+		return types.ShareMapping{}, fmt.Errorf("attach share to %s: %w: %s lives on %s (this is %s)", rec.Name, controller.ErrOtherHost, rec.Name, rec.Host, s.host)
+	}
+	defer s.locks.Lock(rec.UUID)()
+	sh, err := loadShare(ctx, s.st, id)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	if err := s.visible(p, sh); err != nil {
+		return types.ShareMapping{}, err
+	}
+	if rec.ProjectID != "" && sh.Project != rec.ProjectID {
+		return types.ShareMapping{}, fmt.Errorf("share %s: %w: it belongs to project %s, server %s to project %s", id, ErrForbidden, sh.Project, rec.Name, rec.ProjectID)
+	}
+	state, err := s.stateOf(ctx, rec)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	live := req.Live && !shutOff(state)
+	switch {
+	case live && state != "running":
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, state)
+	case !shutOff(state) && !live:
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", id, rec.Name, controller.ErrState, state)
+	}
+	li, _ := s.inst.(LiveInstances)
+	if live && li == nil {
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, controller.ErrState)
+	}
+	if live {
+		if err := li.CheckShareLive(ctx, rec.Name); err != nil {
+			return types.ShareMapping{}, err
+		}
+	}
+	if sc, ok := s.inst.(SupportChecker); ok {
+		if err := sc.CheckShareSupport(ctx); err != nil {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
+		}
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	existing, err := mappings(ctx, s.st, rec.UUID)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	for _, m := range existing {
+		switch {
+		case m.ShareID == id:
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: it is already attached (status %s); a share is attached at most once to an instance", id, rec.Name, store.ErrConflict, m.Status)
+		case m.Tag == tag:
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: share.tag %q is already used on the instance by share %s", id, rec.Name, store.ErrConflict, tag, m.ShareID)
+		}
+	}
+	for _, x := range in.Shares {
+		if x.EffectiveTag() == tag && x.ShareID != id {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: share.tag %q is already used on the instance by share %s", id, rec.Name, store.ErrConflict, tag, x.ShareID)
+		}
+	}
+	if sh.Proto == types.ShareProtoLocal {
+		if _, err := checkLocalExport(s.root, s.mounts.base, sh.Export); err != nil {
+			// Not the caller's input, and the export location is
+			// admin-only: no details here, nor in the log line.
+			return types.ShareMapping{}, fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, controller.ErrState)
+		}
+	} else if err := os.MkdirAll(s.mounts.Dir(id), 0o700); err != nil {
+		return types.ShareMapping{}, fmt.Errorf("attach share %s: %w", id, err)
+	}
+
+	r := revert.New(s.log, "attach share "+id+" to "+rec.Name)
+	defer r.Fail(&err)
+	m := Mapping{Instance: rec.UUID, InstanceName: rec.Name, Host: rec.Host, Project: rec.ProjectID, ShareID: id, Tag: tag,
+		Status: types.ShareAttaching, Proto: sh.Proto, Export: sh.Export, Updated: now()}
+	if err := createMapping(ctx, s.st, &m); err != nil {
+		return types.ShareMapping{}, err
+	}
+	r.Add("remove the mapping", func(ctx context.Context) error { return s.dropMapping(ctx, m) })
+	if err := s.step(ctx, "lock"); err != nil {
+		return types.ShareMapping{}, err
+	}
+	if _, err := lock(ctx, s.st, id, Holder{Instance: rec.UUID, Name: rec.Name, Host: rec.Host}); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s: the share was deleted meanwhile: %w", id, err)
+		}
+		return types.ShareMapping{}, err
+	}
+	r.Add("unlock the share", func(ctx context.Context) error { _, err := unlock(ctx, s.st, id, rec.UUID); return err })
+	if err := s.step(ctx, "apply"); err != nil {
+		return types.ShareMapping{}, err
+	}
+	if live {
+		return s.attachLive(ctx, r, li, m, p)
+	}
+	if _, err := s.inst.ApplyInstance(ctx, in); err != nil {
+		return types.ShareMapping{}, err
+	}
+	// Undone after the mapping is gone, so that the apply drops the share.
+	r.Add("redefine the instance without the share", func(ctx context.Context) error {
+		if err := s.dropMapping(ctx, m); err != nil {
+			return err
+		}
+		_, err := s.reapply(ctx, rec.Name)
+		return err
+	})
+	if err := s.step(ctx, "inactive"); err != nil {
+		return types.ShareMapping{}, err
+	}
+	if err := transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareAttaching); err != nil {
+		return types.ShareMapping{}, err
+	}
+	r.Success()
+	s.log.Info("share attached", "share", id, "instance", rec.Name, "tag", tag, "status", m.Status)
+	s.emit(ctx, EventAttached, m)
+	return m.View(isAdmin(p)), nil
+}
+
+// attachLive finishes an attach to a running instance: the NFS export
+// mounted on the host, the share hot-plugged (the mapping is attaching
+// and locked; r undoes both), the mapping active.
+func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, li LiveInstances, m Mapping, p types.Principal) (types.ShareMapping, error) {
+	if m.Proto == types.ShareProtoNFS {
+		if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+			return types.ShareMapping{}, err
+		}
+		r.Add("release the host mount", func(ctx context.Context) error { return s.mounts.Release(ctx, m.ShareID, m.Instance) })
+	}
+	if _, err := li.AttachShareLive(ctx, m.InstanceName, model.Share{ShareID: m.ShareID, Tag: m.Tag, Source: s.sourceOf(m)}); err != nil {
+		return types.ShareMapping{}, err
+	}
+	r.Add("hot-unplug the share", func(ctx context.Context) error {
+		_, err := li.DetachShareLive(ctx, m.InstanceName, m.ShareID)
+		return err
+	})
+	if err := s.step(ctx, "inactive"); err != nil {
+		return types.ShareMapping{}, err
+	}
+	if err := transition(ctx, s.st, &m, types.ShareActive, "", types.ShareAttaching); err != nil {
+		return types.ShareMapping{}, err
+	}
+	r.Success()
+	s.log.Info("share attached live", "share", m.ShareID, "instance", m.InstanceName, "tag", m.Tag, "status", m.Status)
+	s.emit(ctx, EventAttached, m)
+	return m.View(isAdmin(p)), nil
+}
+
+// dropMapping deletes a mapping whatever its version (an undo step).
+func (s *Service) dropMapping(ctx context.Context, m Mapping) error {
+	err := s.st.DeleteRecord(ctx, mappingKey(m.Instance, m.ShareID), -1)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// reapply applies an instance's stored spec again (its mapped shares are
+// merged in by SpecShares).
+func (s *Service) reapply(ctx context.Context, name string) (*types.Instance, error) {
+	rec, err := s.st.Instance(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return nil, err
+	}
+	return s.inst.ApplyInstance(ctx, in)
+}
+
+// DetachShare detaches a share from a server that is SHUTOFF (or in
+// error): the mapping moves to detaching, the instance's domain is
+// redefined without the share and its metadata republished, the host
+// mount (if any) released, the share unlocked for the instance (its
+// access revoked when no instance on any host holds it), and the mapping
+// removed.
+//
+// With live, the share is hot-unplugged from a running instance instead
+// (vmeta's extension of the specification, see AttachShare).
+func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, shareID string, live bool) (types.ShareMapping, error) {
+	rec, err := s.server(ctx, p, server)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	id, err := CheckUUID("share_id", shareID)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	if !s.owns(rec) {
+		return types.ShareMapping{}, fmt.Errorf("detach share from %s: %w: %s lives on %s (this is %s)", rec.Name, controller.ErrOtherHost, rec.Name, rec.Host, s.host)
+	}
+	defer s.locks.Lock(rec.UUID)()
+	m, err := loadMapping(ctx, s.st, rec.UUID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the share is not attached to it", id, rec.Name, store.ErrNotFound)
+	}
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	state, err := s.stateOf(ctx, rec)
+	if err != nil {
+		return types.ShareMapping{}, err
+	}
+	live = live && state == "running"
+	li, _ := s.inst.(LiveInstances)
+	switch {
+	case live && li == nil:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, controller.ErrState)
+	case !live && !shutOff(state) && state != controller.StateMissing:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, controller.ErrState, state)
+	}
+	prev := m.Status
+	if m.Status != types.ShareDetaching {
+		if err := transition(ctx, s.st, &m, types.ShareDetaching, "", types.ShareInactive, types.ShareError, types.ShareActive, types.ShareAttaching); err != nil {
+			return types.ShareMapping{}, err
+		}
+	}
+	view := m.View(isAdmin(p))
+	if live {
+		inst, err := li.DetachShareLive(ctx, rec.Name, id)
+		if err != nil {
+			if prev != types.ShareDetaching {
+				if terr := transition(ctx, s.st, &m, prev, m.Error, types.ShareDetaching); terr != nil {
+					s.log.Warn("share mapping left detaching after a failed live detach", "share", id, "err", terr)
+				}
+			}
+			return types.ShareMapping{}, err
+		}
+		for _, w := range inst.Warnings {
+			s.log.Warn("live detach", "share", id, "instance", rec.Name, "warning", w)
+		}
+		return view, s.finishDetach(ctx, m, false)
+	}
+	if err := s.finishDetach(ctx, m, true); err != nil {
+		return view, err
+	}
+	return view, nil
+}
+
+// finishDetach completes a mapping in status detaching: the instance is
+// redefined without the share (when withApply and the instance still
+// exists), the host mount released, the share unlocked, the mapping
+// removed. Each step may be repeated (the reconciler resumes here).
+func (s *Service) finishDetach(ctx context.Context, m Mapping, withApply bool) error {
+	if err := s.step(ctx, "detach-apply"); err != nil {
+		return err
+	}
+	if withApply {
+		if _, err := s.reapply(ctx, m.InstanceName); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("detach %v: %w", m, err)
+		}
+	}
+	if m.Proto == types.ShareProtoNFS {
+		if err := s.mounts.Release(ctx, m.ShareID, m.Instance); err != nil {
+			return fmt.Errorf("detach %v: %w (the reconciler retries)", m, err)
+		}
+	}
+	if err := s.step(ctx, "unlock"); err != nil {
+		return err
+	}
+	sh, err := unlock(ctx, s.st, m.ShareID, m.Instance)
+	if err != nil {
+		return fmt.Errorf("detach %v: %w", m, err)
+	}
+	if sh.ID != "" && len(sh.Holders) == 0 {
+		s.log.Info("share no longer used by any instance on any host; access revoked", "share", m.ShareID)
+	}
+	if err := s.step(ctx, "delete-mapping"); err != nil {
+		return err
+	}
+	if err := deleteMapping(ctx, s.st, m); err != nil {
+		return err
+	}
+	s.log.Info("share detached", "share", m.ShareID, "instance", m.InstanceName, "tag", m.Tag)
+	s.emit(ctx, EventDetached, m)
+	return nil
+}
+
+func (s *Service) emit(ctx context.Context, typ string, m Mapping) {
+	if s.events == nil {
+		return
+	}
+	if _, err := s.events.Emit(ctx, Stream, typ, m.event()); err != nil {
+		s.log.Warn("share event not recorded", "type", typ, "share", m.ShareID, "err", err)
+	}
+	s.instanceUpdate(ctx, m.Instance, m.InstanceName)
+}
+
+// InstanceStream and EventInstanceUpdate are the instance-update events
+// of Options.InstanceUpdateEvents.
+const (
+	InstanceStream      = "instances"
+	EventInstanceUpdate = "instance.update"
+)
+
+// InstanceUpdatePayload is an instance.update event: the instance and all
+// its share mappings (without export locations).
+type InstanceUpdatePayload struct {
+	Instance string         `json:"instance_uuid"`
+	Name     string         `json:"name"`
+	Shares   []EventPayload `json:"shares"`
+}
+
+// instanceUpdate emits an instance.update event with the instance's
+// mappings as they are now, when the option is on.
+func (s *Service) instanceUpdate(ctx context.Context, uuid, name string) {
+	if s.events == nil || !s.instEvts {
+		return
+	}
+	ms, err := mappings(ctx, s.st, uuid)
+	if err != nil {
+		s.log.Warn("instance.update event not emitted", "instance", name, "err", err)
+		return
+	}
+	p := InstanceUpdatePayload{Instance: uuid, Name: name, Shares: []EventPayload{}}
+	for _, m := range ms {
+		p.Shares = append(p.Shares, m.event())
+	}
+	if _, err := s.events.Emit(ctx, InstanceStream, EventInstanceUpdate, p); err != nil {
+		s.log.Warn("instance.update event not recorded", "instance", name, "err", err)
+	}
+}
+
+// stepHook, when set (tests), is called before each step of attach and
+// detach; an error stops the operation there as a crash would.
+var stepHook func(step string) error
+
+// PauseEnv names a step of attach or detach (lock, apply, inactive,
+// detach-apply, unlock, delete-mapping) at which the service stops for
+// good, after a log line: test/e2e kills hostctl there (SIGKILL) to check
+// that the reconciler converges. Never set it on a real host.
+const PauseEnv = "VMETA_TEST_SHARES_PAUSE_AT"
+
+var pauseAt = os.Getenv(PauseEnv)
+
+func (s *Service) step(ctx context.Context, name string) error {
+	if stepHook != nil {
+		if err := stepHook(name); err != nil {
+			return err
+		}
+	}
+	if pauseAt != "" && pauseAt == name {
+		s.log.Warn("share operation paused for a test", "env", PauseEnv, "step", name)
+		select {} // until the test kills the process
+	}
+	return ctx.Err()
+}
+
+func decodeSpec(rec store.Instance) (*model.Instance, error) {
+	var in model.Instance
+	if err := json.Unmarshal(rec.Spec, &in); err != nil {
+		return nil, fmt.Errorf("instance %s: decode stored spec: %w", rec.Name, err)
+	}
+	return &in, nil
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	if _, err := io.ReadFull(rand.Reader, b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// sourceOf is the host directory virtiofsd exports for a mapping.
+func (s *Service) sourceOf(m Mapping) string {
+	if m.Proto == types.ShareProtoNFS {
+		return s.mounts.Dir(m.ShareID)
+	}
+	return m.Export
+}

@@ -1,0 +1,104 @@
+package shares
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vmeta/vmeta/internal/model"
+)
+
+func TestParseNFSExport(t *testing.T) {
+	for _, tc := range []struct{ in, want, says string }{
+		{in: "nfs.example.com:/exports/data", want: "nfs.example.com:/exports/data"},
+		{in: "NFS.Example.com:/exports//data/", want: "nfs.example.com:/exports/data"},
+		{in: "10.0.0.5:/x", want: "10.0.0.5:/x"},
+		{in: "[fd00::5]:/x", want: "[fd00::5]:/x"},
+		{in: "[FD00:0::5]:/x/../y", want: "[fd00::5]:/y"},
+		{in: "filer", says: "no ':'"},
+		{in: "filer:relative", says: "absolute"},
+		{in: ":/x", says: "not a host name"},
+		{in: "fd00::5:/x", says: "must be in brackets"},
+		{in: "[fd00::5:/x", says: "no closing ']'"},
+		{in: "[10.0.0.5]:/x", says: "not an IPv6 address"},
+		{in: "[fd00::5]/x", says: "no ':' after"},
+		{in: "filer:/a b", says: "whitespace"},
+		{in: "filer:/a,ro", says: "','"},
+		{in: "filer:/a\x01", says: "printable ASCII"},
+		{in: "filer:/é", says: "printable ASCII"},
+		{in: "-oexec:/x", says: "not a host name"},
+		{in: "fil_er:/x", says: "not a host name"},
+	} {
+		got, err := ParseNFSExport(tc.in)
+		switch {
+		case tc.says == "" && (err != nil || got != tc.want):
+			t.Errorf("%q: %q, %v; want %q", tc.in, got, err, tc.want)
+		case tc.says != "" && (err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "export_location")):
+			t.Errorf("%q: %v; want an export_location error saying %q", tc.in, err, tc.says)
+		case tc.says != "" && !errors.Is(err, model.ErrInvalidSpec):
+			t.Errorf("%q: %v is not a request error (400)", tc.in, err)
+		}
+	}
+}
+
+// FuzzParseNFSExport: an accepted export is canonical (parsing it again
+// gives itself) and can never be read by mount(8) as an option or carry
+// whitespace or a comma.
+func FuzzParseNFSExport(f *testing.F) {
+	for _, s := range []string{"filer:/x", "[fd00::1]:/a/b", "10.0.0.1:/", "a:b", "-o:/x", "[::ffff:1.2.3.4]:/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := ParseNFSExport(in)
+		if err != nil {
+			return
+		}
+		again, err := ParseNFSExport(got)
+		if err != nil || again != got {
+			t.Fatalf("%q -> %q -> %q, %v: not canonical", in, got, again, err)
+		}
+		if strings.HasPrefix(got, "-") || strings.ContainsAny(got, ", \t\n\r\x00") {
+			t.Fatalf("%q accepted as %q", in, got)
+		}
+	})
+}
+
+func TestCheckTag(t *testing.T) {
+	for _, tc := range []struct{ tag, says string }{
+		{tag: "data"},
+		{tag: "7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99"},
+		{tag: strings.Repeat("a", 36)},
+		{tag: strings.Repeat("a", 37), says: "QEMU's virtio-fs tag field holds at most 36, stricter than the specification's 64"},
+		{tag: strings.Repeat("a", 65), says: "the specification allows at most 64 ASCII bytes"},
+		{tag: "daté", says: "must be ASCII"},
+		{tag: "a b", says: "letters, digits and '-'"},
+		{tag: "a_b", says: "letters, digits and '-'"},
+	} {
+		err := CheckTag(tc.tag)
+		if (tc.says == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%q: %v, want %q", tc.tag, err, tc.says)
+		}
+	}
+}
+
+func TestMountPoints(t *testing.T) {
+	in := "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n" +
+		`36 22 0:32 / /var/lib/vmeta/shares/.nfs/a\040b rw - nfs4 filer:/x rw` + "\n" +
+		"short line\n"
+	got, err := mountPoints(strings.NewReader(in))
+	if err != nil || len(got) != 2 || got[1] != "/var/lib/vmeta/shares/.nfs/a b" {
+		t.Errorf("mountPoints = %q, %v", got, err)
+	}
+}
+
+// FuzzMountPoints: any mount table parses without panicking or failing
+// (only a line over 1 MiB is an error).
+func FuzzMountPoints(f *testing.F) {
+	f.Add("36 22 0:32 / /a\\040b rw - nfs4 filer:/x rw\n")
+	f.Add("1 2 3 4 \\\\134\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		if _, err := mountPoints(strings.NewReader(in)); err != nil && !strings.Contains(err.Error(), "too long") {
+			t.Fatal(err)
+		}
+	})
+}
