@@ -121,9 +121,12 @@ func probeLUKS(ctx context.Context, opts ProbeOptions) string {
 	if !hasFormat(help, "luks") {
 		return opts.QemuImg + " does not list the luks format driver"
 	}
-	create, err := exec.CommandContext(ctx, opts.QemuImg, "create", "-f", "qcow2", "-o", "help").CombinedOutput()
+	// qcow2's creation options, listed through convert: the probe never
+	// runs `qemu-img create` (a test's or an operator's qemu-img wrapper
+	// may act on every create).
+	create, err := exec.CommandContext(ctx, opts.QemuImg, "convert", "-O", "qcow2", "-o", "help").CombinedOutput()
 	if err != nil {
-		return fmt.Sprintf("%s create -f qcow2 -o help: %v", opts.QemuImg, err)
+		return fmt.Sprintf("%s convert -O qcow2 -o help: %v", opts.QemuImg, err)
 	}
 	if !bytes.Contains(create, []byte("encrypt.format")) || !bytes.Contains(create, []byte("'luks'")) {
 		return opts.QemuImg + ": qcow2 has no encrypt.format=luks option"
