@@ -63,6 +63,7 @@ bench: setup ## benchmarks, then whole-system comparisons side by side
 	$(GO) run ./test/bench/isocompare
 	$(GO) run ./test/bench/metadata -rounds 3
 	$(GO) run ./test/bench/apply
+	$(GO) run ./test/bench/luks
 
 .PHONY: lint
 # Linters run at pinned versions through the module proxy (`go run`), so a

@@ -20,6 +20,10 @@
 //	GET    /v1/flavors[/{flavor}]             flavors (flavors.go); POST, DELETE (admin)
 //	GET    /v1/images[/{image}]               the image directory (images.go); POST (multipart import), DELETE (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
+//	GET    /v1/secrets                        key-manager secrets (metadata; a member: its project's)
+//	POST   /v1/secrets                        create a secret (types.SecretRequest)
+//	GET    /v1/secrets/{uuid}                 show one (never its value)
+//	DELETE /v1/secrets/{uuid}                 delete one (409 while a disk uses it)
 //	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
 //	…      /v1/shares, /v1/servers/{id}/shares the share registry and Nova's server shares API (shares.go)
 //	GET    /v1/whoami                         the caller's principal
@@ -65,6 +69,7 @@ type Controller interface {
 	powerService
 	hotplugService
 	hostService
+	secretService
 	flavorService
 	imageService
 	resizeService
@@ -136,6 +141,7 @@ func routes(c Controller, e errorWriter, o options) *mux.Router {
 	// /v1/keys.
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
+	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())
 	system{errorWriter: e}.routes(v1)
 
 	root.NotFoundHandler = unmatched(root, e)

@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -31,14 +32,14 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &ae) && ae.Status != 0:
 		return ae.Status
-	case errors.Is(err, model.ErrInvalidSpec):
+	case errors.Is(err, model.ErrInvalidSpec), errors.Is(err, keys.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, shares.ErrForbidden):
 		return http.StatusForbidden
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState),
-		errors.Is(err, controller.ErrOtherHost), errors.Is(err, controller.ErrOwnerAlive):
+		errors.Is(err, controller.ErrOtherHost), errors.Is(err, controller.ErrOwnerAlive), errors.Is(err, keys.ErrInUse):
 		return http.StatusConflict
 	case errors.Is(err, virt.ErrNotFound):
 		return http.StatusNotFound

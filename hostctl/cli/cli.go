@@ -92,6 +92,7 @@ func Commands() []*Command {
 	cmds = append(cmds, powerCommands()...)
 	cmds = append(cmds, hotplugCommands()...)
 	cmds = append(cmds, hostCommands()...)
+	cmds = append(cmds, secretCommands()...)
 	cmds = append(cmds, shareCommands()...)
 	cmds = append(cmds, resizeCommands()...)
 	cmds = append(cmds, flavorCommands()...)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -58,6 +59,7 @@ func hostShow(ctx context.Context, c *Call) error {
 			{"Host", h.Host}, {"Status", hostStatus(h)}, {"Instances", fmt.Sprint(h.Instances)},
 			{"Last seen", h.LastSeen.UTC().Format(time.RFC3339Nano) + " (" + age(h.AgeSeconds) + " ago)"},
 			{"Started", h.Started.UTC().Format(time.RFC3339)}, {"Version", orDash(h.Version)},
+			{"Traits", orDash(strings.Join(h.Traits, " "))},
 		} {
 			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 		}

@@ -163,7 +163,10 @@ func instanceShow(ctx context.Context, c *Call) error {
 	if err := printTransports(env, inst.Transports); err != nil {
 		return err
 	}
-	return printDevices(env, inst)
+	if err := printDevices(env, inst); err != nil {
+		return err
+	}
+	return printBlockDevices(env, inst)
 }
 
 // printTransports prints the metadata revision each transport carries to

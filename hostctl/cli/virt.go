@@ -49,6 +49,7 @@ func hotplugCommands() []*Command {
 				fs.StringVar(&req.Size, "size", types.DefaultDiskSize, "size of the new blank disk (qemu-img syntax)")
 				fs.StringVar(&req.Serial, "serial", "", "disk serial")
 				fs.StringVar(&req.Target, "target", "", "target name (vdX, sdX); the first free one on the bus by default")
+				fs.BoolVar(&req.Encrypted, "encrypted", false, "create the disk encrypted at rest (LUKS, with its own secret)")
 				affectFlags(fs, &req.Affect)
 				return instanceOp(func(ctx context.Context, c *client.Client, name string) (*types.Instance, string, error) {
 					inst, err := c.AttachDisk(ctx, name, req)

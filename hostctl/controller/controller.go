@@ -47,6 +47,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
@@ -109,6 +110,13 @@ type Controller struct {
 	closeOnce sync.Once
 
 	observer func(op string, took time.Duration, err error)
+
+	// Encrypted disks (encryption.go).
+	keys           KeyManager
+	records        store.Records
+	luks           LUKS
+	libvirtSecrets LibvirtSecrets
+	encSupport     func(context.Context) (encryption.Support, error)
 
 	shareHooks shareHooksPtr // sharehooks.go
 	shareCaps  shareSupporter
@@ -178,8 +186,8 @@ type Options struct {
 	ShareRoot string
 	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
 	QemuImg string
-	// Records keeps the flavors; the store itself when nil and it keeps
-	// records (store.Store does).
+	// Records keeps the flavors and the block-device records; the store
+	// itself when nil and it keeps records (store.Store does).
 	Records store.Records
 	// Encryption is this host's ephemeral encryption formats and default
 	// format; DefaultEncryptionHost when it names no formats.
@@ -208,6 +216,19 @@ type Options struct {
 	// instance's lock included, and its error (nil on success). It must
 	// be quick and safe for concurrent use (metrics).
 	Observe func(op string, took time.Duration, err error)
+
+	// Keys is the key manager of the disks' passphrases; without one a
+	// disk requested encrypted is refused.
+	Keys KeyManager
+	// LUKS makes the encrypted disks; hostctl/encryption with QemuImg and
+	// LUKSIterTime when nil.
+	LUKS LUKS
+	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots;
+	// QEMU's default when 0.
+	LUKSIterTime time.Duration
+	// EncryptionSupport tells which formats this host supports
+	// (encryption.Prober); not checked when nil.
+	EncryptionSupport func(context.Context) (encryption.Support, error)
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -230,6 +251,14 @@ func newController(st Store, opts Options) *Controller {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
 		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
+		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
+	}
+	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
+	if c.records == nil {
+		c.records, _ = st.(store.Records)
+	}
+	if c.luks == nil {
+		c.luks = encryption.New(encryption.Options{QemuImg: opts.QemuImg, IterTime: opts.LUKSIterTime})
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -414,12 +443,17 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*types.Instance, error) {
+	// The guest is told what hostctl created, not what the spec asked.
+	told, bds, err := c.told(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
+	}
 	// The Put creates revision expect+1 (1 for a new instance): the
 	// revision every transport carries.
 	rev := max(expect, 0) + 1
 	ropts := c.render
 	ropts.Revision = rev
-	tree, err := metadata.Render(in, ropts)
+	tree, err := metadata.Render(told, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -431,7 +465,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: encode spec: %w", in.Name, err)
 	}
-	devs, err := metadata.Devices(in, "latest")
+	devs, err := metadata.Devices(told, "latest")
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -485,7 +519,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 		}
 		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
-		return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs}, nil
+		return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
 	}
 	if rerr := os.Rename(staged, drive); rerr != nil {
 		// The publish stands (the store is the source of truth); the drive
@@ -494,7 +528,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	c.drv.pruneMedia(in.Name, medium)
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
-	return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn}, nil
+	return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
@@ -596,11 +630,16 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	if drive := filepath.Join(c.instanceDir(rec.Name), driveFile); fileExists(drive) {
 		inst.ConfigDrive = drive
 	}
-	devs, err := metadata.Devices(in, "latest")
+	told, bds, err := c.told(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
+	}
+	devs, err := metadata.Devices(told, "latest")
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 	}
 	inst.Devices = devs
+	inst.BlockDevices = bds
 	return inst, nil
 }
 
@@ -631,6 +670,15 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
+	}
+	// The disks go with the instance, and their secrets with them: from
+	// libvirt (the domain is gone) and from the key manager. A failure
+	// here is left to the reconciler's sweep.
+	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
+	}
+	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
+		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -73,6 +75,8 @@ var _ Images = (*images.Dir)(nil)
 type diskPlan struct {
 	target string
 	images.Disk
+	// encrypt: the spec requests the disk encrypted (encryption.go).
+	encrypt bool
 }
 
 // planDisks decides how each disk of in that has no image file yet is
@@ -97,7 +101,7 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}}
+		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}, encrypt: d.Encrypted}
 		switch {
 		case d.Kind == model.DiskKindEphemeral || d.Kind == model.DiskKindSwap:
 			// An overlay of the blank template of its size, made now if
@@ -132,18 +136,28 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 	return plans, nil
 }
 
-// createDisks creates the planned images and registers their removal as
-// undo steps.
-func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, plans []diskPlan) error {
+// createDisks creates the planned images of instance in — encrypted ones
+// with their own secret (encryption.go) — records how each was made (its
+// block-device record) and registers their removal as undo steps.
+func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, plans []diskPlan) error {
+	upd := map[string]*types.BlockDevice{}
 	for _, p := range plans {
 		// Registered first: a failing qemu-img may leave a partial file.
 		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
-		if err := c.images.Create(ctx, p.Disk); err != nil {
+		bd := &types.BlockDevice{Disk: p.target, Created: time.Now().UTC().Truncate(time.Second)}
+		if p.encrypt {
+			made, err := c.createEncrypted(ctx, r, in, p)
+			if err != nil {
+				return err
+			}
+			bd = &made
+		} else if err := c.images.Create(ctx, p.Disk); err != nil {
 			return fmt.Errorf("create disk %s: %w", p.target, err)
 		}
-		c.log.Debug("disk created", "disk", p.Path, "base", p.Base, "size", p.Size)
+		upd[p.target] = bd
+		c.log.Debug("disk created", "disk", p.Path, "base", p.Base, "size", p.Size, "encrypted", bd.Encrypted)
 	}
-	return nil
+	return c.updateBlockDevices(ctx, r, in, upd)
 }
 
 func removeFile(p string) error {

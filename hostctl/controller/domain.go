@@ -71,6 +71,9 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	if err := c.checkEncryption(ctx, in, plans); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
 	if err := c.checkAddresses(ctx, in); err != nil {
 		return nil, err
 	}
@@ -101,10 +104,19 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.createDisks(ctx, r, plans); err != nil {
+	// Secrets of disks made anew (a rebuild's root disk) go once the new
+	// ones are committed.
+	replaced, err := c.replacedSecrets(ctx, in, plans)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if err := c.createDisks(ctx, r, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	if cur == nil || len(changes) > 0 {
+		if err := c.encryptedSources(ctx, in, &host); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
 		doc, err := virt.BuildDomain(in, host, c.dom)
 		if err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
@@ -134,12 +146,16 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	}
 	// Committed. Disks the spec no longer has go now.
 	if old != nil {
+		var gone []string
 		for _, d := range old.Disks {
 			if !slices.ContainsFunc(in.Disks, func(n model.Disk) bool { return n.Name == d.Name }) {
 				c.removeDiskFile(name, d.Name)
+				gone = append(gone, d.Name)
 			}
 		}
+		c.forgetDisks(ctx, in, gone)
 	}
+	c.deleteSecrets(ctx, in, replaced)
 	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
 	return inst, nil

@@ -55,7 +55,18 @@ func (d noDriver) apply(ctx context.Context, in, _ *model.Instance, expect int64
 	}
 	r := revert.New(d.c.log, "apply "+in.Name)
 	defer r.Fail(&err)
-	return d.c.publish(ctx, r, in, expect)
+	inst, err := d.c.publish(ctx, r, in, expect)
+	if err != nil {
+		return nil, err
+	}
+	// No hypervisor, no disks: a disk requested encrypted is published
+	// as not encrypted, and the caller is told why.
+	for _, dk := range in.Disks {
+		if dk.Encrypted {
+			inst.Warnings = append(inst.Warnings, fmt.Sprintf("disk %s: encryption requested, but without a hypervisor (--virt none) hostctl creates no disks: the guest is told \"encrypted\": false", dk.Name))
+		}
+	}
+	return inst, nil
 }
 
 func (noDriver) remove(context.Context, *revert.Reverter, store.Instance) error { return nil }

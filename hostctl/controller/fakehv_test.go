@@ -31,6 +31,8 @@ type fakeHV struct {
 	// failStarts is how many of the next Start calls fail (as QEMU does
 	// when a hostdev's device cannot be assigned).
 	failStarts int
+	// secrets are the libvirt secrets (encryption_test.go), by UUID.
+	secrets map[string]fakeSecret
 }
 
 type fakeDomain struct {
@@ -406,6 +408,14 @@ func (f *fakeHV) snapshot() string {
 		hs := slices.Clone(f.nets[n])
 		sort.Slice(hs, func(i, j int) bool { return hs[i].MAC < hs[j].MAC })
 		fmt.Fprintf(&b, "network %s %v\n", n, hs)
+	}
+	ids := make([]string, 0, len(f.secrets))
+	for id := range f.secrets {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		fmt.Fprintf(&b, "libvirt secret %s %s\n", id, f.secrets[id].Usage)
 	}
 	return b.String()
 }

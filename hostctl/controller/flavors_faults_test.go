@@ -152,6 +152,7 @@ func TestFlavorInstanceGuards(t *testing.T) {
 func TestAttachedDiskFollowsPolicy(t *testing.T) {
 	e := newEnv(t)
 	flavorSetup(e)
+	withFakeEncryption(t, e) // the disks are made encrypted (encryption_test.go)
 	if _, err := e.c.CreateFlavor(context.Background(), types.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "on"}}); err != nil {
 		t.Fatal(err)

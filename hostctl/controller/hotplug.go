@@ -101,7 +101,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err != nil {
 		return nil, err
 	}
-	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size}
+	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size, Encrypted: req.Encrypted}
 	if disk.Bus == "" {
 		disk.Bus = model.DiskBusVirtio
 	}
@@ -141,14 +141,33 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
+	if err := c.checkEncryption(ctx, &model.Instance{Name: name, UUID: dc.in.UUID, Disks: []model.Disk{disk}}, plans); err != nil {
+		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+	}
 
 	r := revert.New(c.log, "attach disk "+disk.Name+" to "+name)
 	defer r.Fail(&err)
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, err
 	}
-	if err := c.createDisks(ctx, r, plans); err != nil {
+	if err := c.createDisks(ctx, r, dc.in, plans); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+	}
+	if disk.Encrypted {
+		// The device names its libvirt secret; a running QEMU opens the
+		// disk as it is attached, so libvirt needs the passphrase now.
+		host := c.host(next)
+		if err := c.encryptedSources(ctx, next, &host); err != nil {
+			return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+		}
+		if devXML, err = virt.DiskDeviceXML(disk, host, c.dom); err != nil {
+			return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+		}
+		if dc.cur.running {
+			if err := c.defineSecrets(ctx, r, &model.Instance{UUID: dc.in.UUID, Disks: []model.Disk{disk}}); err != nil {
+				return nil, fmt.Errorf("attach disk to %s: %w", name, err)
+			}
+		}
 	}
 	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
 		return nil, fmt.Errorf("attach disk %s to %s: %w", disk.Name, name, err)
@@ -209,6 +228,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 	}
 	if dc.affect&virt.AffectConfig != 0 {
 		c.removeDiskFile(name, disk.Name)
+		c.forgetDisks(ctx, dc.in, []string{disk.Name})
 	}
 	return inst, nil
 }

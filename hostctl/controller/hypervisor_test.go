@@ -146,7 +146,20 @@ func (e *env) snapshot() string {
 		fmt.Fprintf(&b, "file %s %x\n", rel, sha256.Sum256(data))
 		return nil
 	})
-	b.WriteString(e.hv.snapshot())
+	// Store records besides instances: block-device records and
+	// key-manager secrets (encryption.go).
+	others, err := e.st.Records(ctx, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, r := range others {
+		if strings.HasPrefix(r.Key, "blockdev/") || strings.HasPrefix(r.Key, "keys/secret/") {
+			fmt.Fprintf(&b, "store record %s %x\n", r.Key, sha256.Sum256(r.Value))
+		}
+	}
+	if e.hv != nil {
+		b.WriteString(e.hv.snapshot())
+	}
 	return b.String()
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -47,7 +48,7 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 			err = h.PrepareStart(ctx, rec.UUID)
 		}
 		if err == nil {
-			err = c.domains.Start(ctx, name)
+			err = c.startWithSecrets(ctx, rec)
 			if h != nil {
 				h.StartDone(ctx, rec.UUID, err)
 			}
@@ -84,6 +85,12 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	}
 	if err == nil {
 		c.pruneMedia(name, "")
+		// QEMU has closed the disks: libvirt no longer needs the
+		// passphrases. A failure leaves them to the reconciler.
+		if serr := c.undefineSecrets(ctx, cur.uuid); serr != nil {
+			c.log.Warn("libvirt secrets of a stopped instance not undefined (the reconciler retries)", "name", name, "err", serr)
+			warn = append(warn, fmt.Sprintf("the disks' passphrases could not be removed from libvirt yet (the reconciler retries): %v", serr))
+		}
 		if h := c.sharesHook(); h != nil {
 			h.Stopped(ctx, rec.UUID)
 		}
@@ -146,6 +153,25 @@ func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.In
 		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	return rec, cur, nil
+}
+
+// startWithSecrets hands the encrypted disks' passphrases to libvirt and
+// starts the domain; a failed start takes them back.
+func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (err error) {
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return err
+	}
+	r := revert.New(c.log, "start "+rec.Name)
+	defer r.Fail(&err)
+	if err := c.defineSecrets(ctx, r, in); err != nil {
+		return err
+	}
+	if err := c.domains.Start(ctx, rec.Name); err != nil {
+		return err
+	}
+	r.Success()
+	return nil
 }
 
 // ensureDrive rebuilds the config drive from the published document when

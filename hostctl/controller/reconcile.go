@@ -119,6 +119,9 @@ func (c *Controller) reconcileAll(ctx context.Context) error {
 			}
 		}
 	}
+	if err := c.sweepSecrets(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -142,7 +145,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	doc, err := c.domains.XML(ctx, name, true)
 	if isNotFound(err) {
 		c.setMissing(name, true)
-		return nil
+		return c.undefineSecrets(ctx, rec.UUID)
 	}
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
@@ -153,7 +156,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	}
 	if devs.UUID != rec.UUID {
 		c.setMissing(name, true)
-		return nil
+		return c.undefineSecrets(ctx, rec.UUID)
 	}
 	c.setMissing(name, false)
 	if h := c.sharesHook(); h != nil {
@@ -161,6 +164,15 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		// inactive and its host mounts are released (sharehooks.go).
 		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
 			h.Stopped(ctx, rec.UUID)
+		}
+	}
+	// A domain that went off by itself (the guest powered off) no longer
+	// needs its passphrases in libvirt.
+	if c.keys != nil && c.libvirtSecrets != nil {
+		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
+			if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+				return fmt.Errorf("reconcile %s: %w", name, err)
+			}
 		}
 	}
 

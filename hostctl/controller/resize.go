@@ -116,10 +116,10 @@ func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *ty
 		if !ok {
 			continue // the image's size: unchanged
 		}
-		if err := c.imageDir.Resize(ctx, p, want); err != nil {
+		if err := c.resizeDisk(ctx, old, d.Name, p, want, false); err != nil {
 			return nil, fmt.Errorf("resize %s: disk %s: %w", name, d.Name, err)
 		}
-		r.Add("shrink disk "+p+" back", func(ctx context.Context) error { return c.imageDir.ShrinkBack(ctx, p, before) })
+		r.Add("shrink disk "+p+" back", func(ctx context.Context) error { return c.resizeDisk(ctx, old, d.Name, p, before, true) })
 	}
 	inst, err := c.drv.apply(ctx, in, withSizesOf(old, in), rec.Revision)
 	if err != nil {

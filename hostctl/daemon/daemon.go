@@ -25,10 +25,12 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
@@ -95,6 +97,10 @@ type Config struct {
 	EphemeralEncryptionFormats       string
 	EphemeralEncryptionDefaultFormat string
 
+	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots
+	// (0: QEMU's default).
+	LUKSIterTime time.Duration
+
 	// Stdout receives what --apply reports; Stderr the log. Not flags;
 	// os.Stdout and os.Stderr when nil.
 	Stdout, Stderr io.Writer
@@ -123,6 +129,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		c.Apply = append(c.Apply, s)
 		return nil
 	})
+	fs.DurationVar(&c.LUKSIterTime, "luks-iter-time", 0, "PBKDF iteration time of the keyslot of each new encrypted (LUKS) disk; 0 keeps QEMU's default (2s: about that much CPU time to create a disk and to open it at every start)")
 	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
 	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
@@ -259,6 +266,16 @@ func Run(ctx context.Context, cfg Config) error {
 	hm := hostmetrics.New()
 	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
 	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
+	if cfg.LUKSIterTime < 0 {
+		return configErrorf("--luks-iter-time %s: must not be negative", cfg.LUKSIterTime)
+	}
+	// A missing or wrong key-encryption key stops the daemon here: a new
+	// key would make every stored secret unreadable.
+	km, err := keys.Open(ctx, ctlStore, cfg.DataDir, keys.Options{Host: hostName})
+	if err != nil {
+		return fmt.Errorf("key manager: %w", err)
+	}
+	prober := encryption.NewProber(encryption.ProbeOptions{})
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
 		Host:        hostName,
 		Hosts:       registry,
@@ -271,6 +288,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Encryption:  encHost,
 		Devices:     inv,
 		Audit:       audit,
+
+		Keys:              km,
+		LUKSIterTime:      cfg.LUKSIterTime,
+		EncryptionSupport: prober.Support,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
@@ -285,6 +306,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	beater := &hosts.Beater{Store: ctlStore, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
+		Traits: func() []string {
+			if s, ok := prober.Ready(); ok {
+				return s.Only(encryption.Creatable...).Traits()
+			}
+			return nil
+		},
 		Count: func(ctx context.Context) (int, error) {
 			l, err := ctl.List(ctx)
 			return len(l), err
@@ -295,9 +322,21 @@ func Run(ctx context.Context, cfg Config) error {
 	beatCtx, stopBeat := context.WithCancel(ctx)
 	beatDone := make(chan struct{})
 	go func() { defer close(beatDone); beater.Run(beatCtx) }()
+	// The traits are known once the encryption probe is done: publish
+	// them then rather than at the next beat.
+	probeBeat := make(chan struct{})
+	go func() {
+		defer close(probeBeat)
+		if _, err := prober.Support(beatCtx); err == nil {
+			if err := beater.Beat(beatCtx); err != nil && beatCtx.Err() == nil {
+				log.Warn("heartbeat with the host's traits not written", "err", err)
+			}
+		}
+	}()
 	defer func() {
 		stopBeat()
 		<-beatDone
+		<-probeBeat
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		if err := beater.Stop(sctx); err != nil {
@@ -463,6 +502,9 @@ func applyAtStart(ctx context.Context, ctl *controller.Controller, file, mdAddr,
 	s := inst.Spec
 	fmt.Fprintf(stdout, "instance %s applied (uuid %s) from %s\n", s.Name, s.UUID, file)
 	fmt.Fprintf(stdout, "  config drive: %s\n", inst.ConfigDrive)
+	for _, w := range inst.Warnings {
+		fmt.Fprintf(stdout, "  warning: %s\n", w)
+	}
 	host, port, _ := net.SplitHostPort(mdAddr)
 	// A guest is whoever connects from one of its addresses; on this
 	// host that works for loopback addresses the listener can be reached on.

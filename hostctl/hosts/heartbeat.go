@@ -39,6 +39,9 @@ type Heartbeat struct {
 	// Stopped is set when the host shut down cleanly: it is down, but
 	// said so, rather than went silent.
 	Stopped bool `json:"stopped,omitempty"`
+	// Traits are the host's capability traits (COMPUTE_EPHEMERAL_ENCRYPTION
+	// and its formats), from what its tools were probed to support.
+	Traits []string `json:"traits,omitempty"`
 }
 
 // Status is a heartbeat as a reader sees it at a given time.
@@ -69,6 +72,8 @@ type Beater struct {
 	Interval time.Duration
 	// Count returns the number of instances the host owns (optional).
 	Count func(ctx context.Context) (int, error)
+	// Traits returns the host's traits (optional; nil until known).
+	Traits func() []string
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	Log *slog.Logger
@@ -100,6 +105,9 @@ func (b *Beater) write(ctx context.Context, stopped bool) error {
 		b.started = b.now().UTC()
 	}
 	hb := Heartbeat{Host: b.Host, Version: b.Version, Started: b.started, Stopped: stopped}
+	if b.Traits != nil {
+		hb.Traits = b.Traits()
+	}
 	if b.Count != nil {
 		n, err := b.Count(ctx)
 		if err != nil {
@@ -245,7 +253,7 @@ func (r Registry) List(ctx context.Context) ([]types.HostStatus, error) {
 	out := make([]types.HostStatus, len(sts))
 	for i, s := range sts {
 		out[i] = types.HostStatus{Host: s.Host, Version: s.Version, Started: s.Started, LastSeen: s.LastSeen,
-			Instances: s.Instances, AgeSeconds: s.Age.Seconds(), Down: s.Down, Stopped: s.Stopped}
+			Instances: s.Instances, AgeSeconds: s.Age.Seconds(), Down: s.Down, Stopped: s.Stopped, Traits: s.Traits}
 	}
 	return out, nil
 }

@@ -114,9 +114,11 @@ func TestLifecycle(t *testing.T) {
 		`TYPE\s+BUS\s+ADDRESS\s+MAC/SERIAL/SHARE\s+TAGS\s+ENCRYPTED`,
 		`nic\s+pci\s+0000:00:02\.0\s+52:54:00:12:34:56\s+nfvfunc1\s+-`,
 		`nic\s+pci\s+0000:00:03\.0\s+52:54:00:12:34:57\s+nfvfunc2\s+-`,
-		`disk\s+pci\s+0000:00:05\.0\s+squid-cache\s+squidcache\s+true`,
+		// --virt none creates no disk: "encrypted: true" in the spec is a
+		// request, and the guest is told false (the untagged scratch disk
+		// is then not listed at all).
+		`disk\s+pci\s+0000:00:05\.0\s+squid-cache\s+squidcache\s+false`,
 		`disk\s+scsi\s+0:0:0:1\s+oracle-data\s+oracledb\s+false`,
-		`disk\s+pci\s+0000:00:06\.0\s+scratch\s+-\s+true`,
 		`disk\s+scsi\s+0:0:1:0\s+backup-disk\s+backup\s+false`,
 		`share\s+none\s+none\s+7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99\s+webdata\s+-`)
 

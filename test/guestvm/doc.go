@@ -3,7 +3,7 @@
 // `hostctl serve --virt libvirt` (TCG, booting Debian's kernel with an
 // initramfs of busybox, systemd-udevd/udevadm, iproute2's ip, findmnt and
 // the static agent) and drives it with its CLI only. `hostctl instance
-// apply` creates the disks (two tagged virtio disks, one encrypted, two
+// apply` creates the disks (two tagged virtio disks, one encrypted — a LUKS disk —, two
 // tagged SCSI disks, a tagged SATA disk), defines the domain with two
 // tagged NICs and a virtiofs share, reads back the addresses libvirt
 // assigned and builds the config drive from them; `hostctl instance start`
@@ -23,6 +23,14 @@
 // checked last, in the same guest: the test derives a drive from hostctl's
 // with those additions, drops it into the virtiofs share, and the guest
 // applies it once with `vmeta-agent apply --config-drive`.
+//
+// TestEncryptedDisksInBootedGuest (encryption_test.go) is the acceptance
+// test of ephemeral storage encryption: hostctl (store on Redis) creates
+// two LUKS disks and a plain one, the booted guest writes a known pattern,
+// and the host checks the files (no plaintext in the LUKS one), each
+// disk's passphrase (its own opens it, the other's does not, Redis holds
+// neither), and that the guest, the config drive and the metadata service
+// say "encrypted" for exactly the LUKS disks.
 //
 // TestFirmwareInBootedGuest is the firmware transport end to end:
 // `hostctl serve --firmware-metadata on` hands the devices document, the

@@ -94,7 +94,10 @@ func (d *hostd) start(uri string, g testenv.Guest, extraArgs []string) error {
 		"--domain-type", "qemu", "--domain-memory", "512",
 		"--domain-kernel", g.Kernel, "--domain-initrd", g.Initrd, "--domain-cmdline", g.Cmdline,
 		"--data-dir", d.DataDir, "--socket", d.Socket, "--metadata-listen", d.MetadataAddr,
-		"--reconcile-interval", "0", "--log-level", "debug"}
+		"--reconcile-interval", "0", "--log-level", "debug",
+		// LUKS disks: a short PBKDF time (QEMU's default, 2 s, costs that
+		// much CPU at every create and start).
+		"--luks-iter-time", "100ms"}
 	args = append(args, extraArgs...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = testenv.ChildEnv([]string{"VMETA_VIRT"})

@@ -36,6 +36,9 @@ type Instance struct {
 	// detach the guest has not completed yet) or that a running guest
 	// does not see yet (a virtio config drive cannot change media).
 	Warnings []string `json:"warnings,omitempty"`
+	// BlockDevices are the block-device records of the disks hostctl
+	// created (encryption as created and verified; never a passphrase).
+	BlockDevices []BlockDevice `json:"block_devices,omitempty"`
 }
 
 // The transports that carry an instance's metadata to its guest.
@@ -73,6 +76,9 @@ type HostStatus struct {
 	// Down: silent for longer than the configured time, or Stopped.
 	Down    bool `json:"down"`
 	Stopped bool `json:"stopped,omitempty"`
+	// Traits are the host's capability traits, as probed
+	// (COMPUTE_EPHEMERAL_ENCRYPTION, COMPUTE_EPHEMERAL_ENCRYPTION_LUKS, ...).
+	Traits []string `json:"traits,omitempty"`
 }
 
 // ForceDeleteResult answers DELETE /v1/instances/{name}?force_from_store=1:
@@ -93,6 +99,9 @@ type DiskRequest struct {
 	// Size in qemu-img syntax; DefaultDiskSize when empty.
 	Size   string `json:"size,omitempty"`
 	Serial string `json:"serial,omitempty"`
+	// Encrypted asks for the disk to be created encrypted (LUKS, its own
+	// secret); the guest is told so once hostctl made and checked it.
+	Encrypted bool `json:"encrypted,omitempty"`
 	Affect
 }
 

@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// ErrNoKeyManager: the controller has no key manager.
+var ErrNoKeyManager = fmt.Errorf("%w: this hostctl has no key manager", ErrNoHypervisor)
+
+func secretOf(s keys.Secret) *types.Secret {
+	out := &types.Secret{UUID: s.UUID, Name: s.Name, ProjectID: s.ProjectID, Type: s.Type, Created: s.Created, KeyID: s.KeyID, KeyGeneration: s.Generation}
+	if s.Owner != nil {
+		out.InstanceUUID, out.InstanceName, out.Disk = s.Owner.InstanceUUID, s.Owner.InstanceName, s.Owner.Disk
+	}
+	return out
+}
+
+// CreateSecret stores a user's secret (the passphrase brought, or one
+// generated); only its metadata is returned.
+func (c *Controller) CreateSecret(ctx context.Context, req types.SecretRequest) (*types.Secret, error) {
+	if c.keys == nil {
+		return nil, ErrNoKeyManager
+	}
+	s, err := c.keys.Create(ctx, keys.Request{Name: req.Name, ProjectID: req.ProjectID, Payload: req.Payload})
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("secret created", "secret", s.UUID, "project", s.ProjectID)
+	return secretOf(s), nil
+}
+
+// Secrets lists the secrets of project ("" for all).
+func (c *Controller) Secrets(ctx context.Context, project string) ([]types.Secret, error) {
+	if c.keys == nil {
+		return nil, ErrNoKeyManager
+	}
+	ss, err := c.keys.List(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.Secret, len(ss))
+	for i, s := range ss {
+		out[i] = *secretOf(s)
+	}
+	return out, nil
+}
+
+// Secret returns one secret's metadata.
+func (c *Controller) Secret(ctx context.Context, uuid string) (*types.Secret, error) {
+	if c.keys == nil {
+		return nil, ErrNoKeyManager
+	}
+	s, err := c.keys.Get(ctx, uuid)
+	if err != nil {
+		return nil, err
+	}
+	return secretOf(s), nil
+}
+
+// DeleteSecret deletes a secret; one a disk of an existing instance uses
+// is refused (it goes with the disk).
+func (c *Controller) DeleteSecret(ctx context.Context, uuid string) error {
+	if c.keys == nil {
+		return ErrNoKeyManager
+	}
+	s, err := c.keys.Get(ctx, uuid)
+	if err != nil {
+		return err
+	}
+	if o := s.Owner; o != nil && o.InstanceName != "" {
+		if rec, err := c.store.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
+			return fmt.Errorf("delete secret %s: %w: it is the passphrase of disk %s of instance %s (it is deleted with the disk)", uuid, keys.ErrInUse, o.Disk, o.InstanceName)
+		} else if err != nil && !isStoreNotFound(err) {
+			return err
+		}
+	}
+	if err := c.keys.Delete(ctx, uuid); err != nil {
+		return err
+	}
+	c.log.Info("secret deleted", "secret", uuid)
+	return nil
+}
+
+func isStoreNotFound(err error) bool { return err != nil && errors.Is(err, store.ErrNotFound) }
