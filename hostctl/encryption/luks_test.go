@@ -42,10 +42,10 @@ func TestCreateLUKS(t *testing.T) {
 	if o := info.Options(); o["cipher"] != "aes-256" || o["key_size"] != "512" || o["ivgen"] != "plain64" {
 		t.Fatalf("Options = %v", o)
 	}
-	if err := tl.Verify(ctx, p, pass); err != nil {
+	if err := tl.Verify(ctx, p, pass, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.Verify(ctx, p, []byte("another disk's passphrase")); !errors.Is(err, encryption.ErrWrongPassphrase) {
+	if err := tl.Verify(ctx, p, []byte("another disk's passphrase"), nil); !errors.Is(err, encryption.ErrWrongPassphrase) {
 		t.Fatalf("Verify with another passphrase = %v", err)
 	}
 	// Write a pattern through QEMU's block layer; the file must not hold it.
@@ -97,7 +97,7 @@ func TestOverlayOverPlainBase(t *testing.T) {
 	if bi.Encrypted {
 		t.Fatal("base encrypted")
 	}
-	if err := tl.Verify(ctx, p, pass); err != nil {
+	if err := tl.Verify(ctx, p, pass, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -122,7 +122,7 @@ func TestPassphraseNeverOnCommandLine(t *testing.T) {
 	if err := tl.Create(ctx, encryption.Disk{Path: p, Size: "8M"}, pass); err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.Verify(ctx, p, pass); err != nil {
+	if err := tl.Verify(ctx, p, pass, nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(log)
