@@ -144,6 +144,14 @@ func (l faultyLUKS) Resize(ctx context.Context, path string, size int64, shrink 
 	return l.LUKS.Resize(ctx, path, size, shrink, pass, backing)
 }
 
+func (l faultyLUKS) Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error {
+	if err := l.f.call("luks.Convert"); err != nil {
+		os.WriteFile(dst, []byte("partial"), 0o600)
+		return err
+	}
+	return l.LUKS.Convert(ctx, dst, src, pass)
+}
+
 func (l faultyLUKS) Verify(ctx context.Context, path string, pass, backing []byte) error {
 	if err := l.f.call("luks.Verify"); err != nil {
 		return err
@@ -184,6 +192,10 @@ func (fakeLUKS) Inspect(ctx context.Context, path string) (encryption.Info, erro
 
 func (fakeLUKS) Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error {
 	return fakeLUKS{}.Verify(ctx, path, pass, backing)
+}
+
+func (fakeLUKS) Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error {
+	return errors.New("fakeLUKS cannot convert (snapshots are tested with the real qemu-img)")
 }
 
 func (fakeLUKS) Verify(ctx context.Context, path string, pass, backing []byte) error {
