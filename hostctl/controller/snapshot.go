@@ -54,18 +54,12 @@ const (
 	KeyDeletionDoNotDelete     = "do_not_delete"
 )
 
-// SnapshotRequest is an instance snapshot's parameters.
-type SnapshotRequest struct {
-	// Image is the new image's name in the catalog.
-	Image string
-	// EncryptionKey is same (when empty), new, existing or none.
-	EncryptionKey string
-	// SecretUUID is the key-manager secret of an existing snapshot.
-	SecretUUID string
-}
+// SnapshotRequest is an instance snapshot's parameters (EncryptionKey
+// same when empty).
+type SnapshotRequest = types.SnapshotRequest
 
-// check validates a request (400s naming field, value and rule).
-func (r *SnapshotRequest) check() error {
+// checkSnapshot validates a request (400s naming field, value and rule).
+func checkSnapshot(r *SnapshotRequest) error {
 	var errs []model.FieldError
 	if err := images.CheckName(r.Image); err != nil {
 		errs = append(errs, model.FieldError{Field: "name", Value: r.Image, Rule: err.Error()})
@@ -96,7 +90,7 @@ func (r *SnapshotRequest) check() error {
 // the partial file, the key-manager secret the snapshot made, the image.
 func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequest) (_ types.Image, err error) {
 	defer c.observe("snapshot", time.Now(), &err)
-	if err := req.check(); err != nil {
+	if err := checkSnapshot(&req); err != nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer c.locks.Lock(name)()
