@@ -98,6 +98,9 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 	if err != nil {
 		return types.Image{}, err
 	}
+	if c.domains == nil {
+		return types.Image{}, fmt.Errorf("snapshot %s: %w: this host runs without a hypervisor (--virt none) and made no disk to copy", name, ErrState)
+	}
 	root := rootDisk(in)
 	if root < 0 && len(in.Disks) > 0 {
 		root = 0
