@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,37 @@ func TestLibvirtEncryptedImage(t *testing.T) {
 	}
 	if err := e.c.libvirtSecrets.UndefineSecret(ctx, own); err != nil {
 		t.Fatal(err)
+	}
+	// A snapshot re-encrypted under a new secret boots encrypted on the
+	// real libvirtd; deleting the image (on_image_deletion) deletes its
+	// secret.
+	snapImg, err := e.c.Snapshot(ctx, name, SnapshotRequest{Image: "snap-new", EncryptionKey: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name2 := name + "-s"
+	testenv.CleanupDomain(t, uri, name2)
+	booted, err := e.apply("name: " + name2 + "\nproject_id: p1\nimage: snap-new\ndisks: [{name: vda, tag: root}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bd := booted.BlockDevices[0]; !bd.Encrypted || bd.BackingEncryptionSecretUUID == "" {
+		t.Fatalf("from an encrypted snapshot: %+v", bd)
+	}
+	if _, err := e.c.Start(ctx, name2); err != nil {
+		t.Fatalf("start from the encrypted snapshot: %v", err)
+	}
+	if _, err := e.c.Stop(ctx, name2, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, name2); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.DeleteImage(ctx, "snap-new"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := km.Get(ctx, snapImg.Properties["os_encrypt_key_id"]); !errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("the snapshot's secret outlived its image: %v", err)
 	}
 	if err := e.c.Delete(ctx, name); err != nil {
 		t.Fatal(err)
