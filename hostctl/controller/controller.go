@@ -95,6 +95,7 @@ type Controller struct {
 	imageDir      *images.Dir       // the image catalog (flavors.go)
 	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
 	flavors       *flavors.Registry // nil when the store keeps no records
+	records       store.Records     // nil when the store keeps none (faults are then not kept)
 	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
@@ -251,6 +252,7 @@ func newController(st Store, opts Options) *Controller {
 	if recs == nil {
 		recs, _ = st.(store.Records)
 	}
+	c.records = recs
 	if recs != nil {
 		c.flavors = &flavors.Registry{Store: recs}
 	}
@@ -539,6 +541,15 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	} else if tree != nil {
 		inst.Transports = []types.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
+	reason, err := c.faultOf(ctx, rec.UUID)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", name, err)
+	}
+	if c.owns(rec) {
+		showFault(inst, reason)
+	} else {
+		inst.Fault = reason
+	}
 	return inst, nil
 }
 
@@ -561,6 +572,10 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	stateOf := c.drv.lister(ctx, len(recs) > 0)
+	faults, err := c.faults(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
 		own := c.owns(rec)
@@ -573,6 +588,9 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 		}
 		if own {
 			inst.State = stateOf(rec.Name, rec.UUID)
+			showFault(inst, faultFor(faults, rec.UUID))
+		} else {
+			inst.Fault = faultFor(faults, rec.UUID)
 		}
 		out = append(out, inst)
 	}
@@ -623,6 +641,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
+	c.dropFault(ctx, rec.UUID, name)
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
