@@ -23,6 +23,12 @@ import (
 
 func libvirtEnv(t *testing.T) (*env, string) {
 	t.Helper()
+	return libvirtEnvOn(t, "bolt")
+}
+
+// libvirtEnvOn is libvirtEnv over the named store backend.
+func libvirtEnvOn(t *testing.T, backend string) (*env, string) {
+	t.Helper()
 	uri := testenv.RequireLibvirt(t)
 	qemuImg := testenv.LookPath(t, "qemu-img")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -32,7 +38,7 @@ func libvirtEnv(t *testing.T) (*env, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	e := newEnvWith(t, stores(t)["bolt"](t), func(dir string, o *controller.Options) {
+	e := newEnvWith(t, stores(t)[backend](t), func(dir string, o *controller.Options) {
 		o.Hypervisor, o.QemuImg = conn, qemuImg
 		o.Domain = virt.Options{MemoryMiB: 128}
 		o.ShareRoot = filepath.Join(dir, "shares")
