@@ -131,7 +131,7 @@ func showFault(inst *types.Instance, reason string) {
 // errNeedsHardReboot refuses a plain start or soft reboot of an
 // instance in ERROR.
 func errNeedsHardReboot(op, name, reason string) error {
-	return fmt.Errorf("%s %s: %w: the instance is in ERROR (%s); a hard reboot is needed: hostctl instance reboot --hard %s", op, name, ErrState, reason, name)
+	return fmt.Errorf("%s %s: %w: the instance is in ERROR, a hard reboot is needed (hostctl instance reboot --hard %s); why: %s", op, name, ErrState, name, reason)
 }
 
 // Reboot reboots an instance. Hard: a running domain is powered off,
