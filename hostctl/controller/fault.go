@@ -22,6 +22,13 @@ import (
 // when the start succeeds. A failed unmount on stop does not put the
 // instance in ERROR: the instance did stop, the mapping is in error and
 // the share reconciler retries the unmount (a mount must not be kept).
+//
+// When the store cannot take the fault record, the start still fails
+// with the mount error joined by that one, and the instance is not in
+// ERROR (a plain start retries). When a hard reboot started the domain
+// but the fault record could not be removed, the reboot answers that
+// error; the instance runs and still shows the fault until a later hard
+// reboot clears it.
 
 // ErrMountFailed is wrapped by the error of ShareHooks.PrepareStart when
 // a share could not be mounted: the start that hit it puts the instance
@@ -84,9 +91,9 @@ func (c *Controller) faults(ctx context.Context) (map[string]string, error) {
 }
 
 // setFault puts an instance in ERROR (reason replaces an earlier one).
-func (c *Controller) setFault(ctx context.Context, uuid, name, reason string) {
+func (c *Controller) setFault(ctx context.Context, uuid, name, reason string) error {
 	if c.records == nil {
-		return
+		return nil
 	}
 	b, err := json.Marshal(fault{Reason: reason, Since: time.Now().UTC()})
 	if err == nil {
@@ -94,9 +101,10 @@ func (c *Controller) setFault(ctx context.Context, uuid, name, reason string) {
 	}
 	if err != nil {
 		c.log.Error("instance not marked ERROR", "name", name, "err", err)
-		return
+		return fmt.Errorf("the instance could not be marked ERROR: %w", err)
 	}
 	c.log.Warn("instance in ERROR: a hard reboot is needed", "name", name, "reason", reason)
+	return nil
 }
 
 // clearFault takes an instance out of ERROR.

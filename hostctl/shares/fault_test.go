@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -124,6 +127,137 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			}
 			if rs, _ := e.st.Records(ctx, "instance-fault/"); len(rs) != 0 {
 				t.Errorf("fault records left: %v", rs)
+			}
+		})
+	}
+}
+
+// flakyHV is the real libvirt connection with Start failing on demand.
+type flakyHV struct {
+	*virt.Conn
+	failStart atomic.Bool
+}
+
+func (h *flakyHV) Start(ctx context.Context, name string) error {
+	if h.failStart.Load() {
+		return errors.New("injected: libvirt start failed")
+	}
+	return h.Conn.Start(ctx, name)
+}
+
+// flakyRecords is the store's records with the writes of the instance
+// fault records failing on demand.
+type flakyRecords struct {
+	st                  store.Records
+	failPut, failDelete atomic.Bool
+}
+
+func (r *flakyRecords) PutRecord(ctx context.Context, key string, v []byte, version int64) (store.Record, error) {
+	if strings.HasPrefix(key, "instance-fault/") && r.failPut.Load() {
+		return store.Record{}, errors.New("injected: store write failed")
+	}
+	return r.st.PutRecord(ctx, key, v, version)
+}
+
+func (r *flakyRecords) Record(ctx context.Context, key string) (store.Record, error) {
+	return r.st.Record(ctx, key)
+}
+
+func (r *flakyRecords) Records(ctx context.Context, prefix string) ([]store.Record, error) {
+	return r.st.Records(ctx, prefix)
+}
+
+func (r *flakyRecords) DeleteRecord(ctx context.Context, key string, version int64) error {
+	if strings.HasPrefix(key, "instance-fault/") && r.failDelete.Load() {
+		return errors.New("injected: store delete failed")
+	}
+	return r.st.DeleteRecord(ctx, key, version)
+}
+
+// TestMountFailureErrorFaults injects a failure at each step of a start
+// that puts an instance in ERROR and of the hard reboot that takes it
+// out, on bolt and Redis, with a real domain in libvirtd (the mount is
+// the test runner's, failing like mount.nfs): the fault record not
+// written (the start fails with both errors, the instance is not in
+// ERROR and a plain start retries); libvirt's start failing in the hard
+// reboot (still ERROR, the mapping not active, nothing left mounted);
+// the fault record not removed after the domain started (the reboot
+// says so; the instance runs and still shows the fault; the next hard
+// reboot clears it).
+func TestMountFailureErrorFaults(t *testing.T) {
+	for _, backend := range []string{"bolt", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			var hv *flakyHV
+			var recs *flakyRecords
+			e, uri := libvirtEnvOn(t, backend, func(st store.Store, o *controller.Options) {
+				hv = &flakyHV{Conn: o.Hypervisor.(*virt.Conn)}
+				recs = &flakyRecords{st: st}
+				o.Hypervisor, o.Records = hv, recs
+			})
+			ctx := context.Background()
+			name := domainName(t, uri)
+			u := e.instance(name, "demo")
+			id := e.nfsShare("demo", "filer:/x")
+			e.attach(name, id)
+			e.run.fail = map[string]string{"mount ": "mount.nfs: access denied by server while mounting filer:/x"}
+			fault := func() string {
+				t.Helper()
+				inst, err := e.ctl.Get(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return inst.Fault
+			}
+
+			recs.failPut.Store(true)
+			_, err := e.ctl.Start(ctx, name)
+			if !errors.Is(err, controller.ErrMountFailed) || !strings.Contains(err.Error(), "could not be marked ERROR") {
+				t.Errorf("start, fault record not written: %v", err)
+			}
+			if f := fault(); f != "" {
+				t.Errorf("fault %q without its record", f)
+			}
+			recs.failPut.Store(false)
+			if _, err := e.ctl.Start(ctx, name); !errors.Is(err, controller.ErrMountFailed) {
+				t.Fatalf("plain start retried: %v", err)
+			}
+			if fault() == "" {
+				t.Fatal("not in ERROR after the failed start")
+			}
+
+			e.run.fail = nil
+			hv.failStart.Store(true)
+			if _, err := e.ctl.Reboot(ctx, name, true); err == nil || !strings.Contains(err.Error(), "injected") {
+				t.Errorf("hard reboot, libvirt start failing: %v", err)
+			}
+			hv.failStart.Store(false)
+			if fault() == "" {
+				t.Error("ERROR cleared by a hard reboot that did not start the domain")
+			}
+			if m, _ := e.mapping(u, id); m.Status == types.ShareActive {
+				t.Errorf("mapping active after a failed start")
+			}
+			if ids, _ := e.svc.mounts.mountedShares(); len(ids) != 0 {
+				t.Errorf("left mounted after a failed start: %v", ids)
+			}
+
+			recs.failDelete.Store(true)
+			if _, err := e.ctl.Reboot(ctx, name, true); err == nil || !strings.Contains(err.Error(), "clear the ERROR") {
+				t.Errorf("hard reboot, fault record not removed: %v", err)
+			}
+			recs.failDelete.Store(false)
+			if inst, err := e.ctl.Get(ctx, name); err != nil || inst.State != "running" || inst.Fault == "" {
+				t.Errorf("after the reboot that could not clear ERROR: %+v, %v; want running with the fault shown", inst, err)
+			}
+			inst, err := e.ctl.Reboot(ctx, name, true)
+			if err != nil || inst.State != "running" || inst.Fault != "" {
+				t.Fatalf("hard reboot: %+v, %v", inst, err)
+			}
+			if m, _ := e.mapping(u, id); m.Status != types.ShareActive {
+				t.Errorf("mapping %s after the hard reboot, want active", m.Status)
+			}
+			if err := e.ctl.Delete(ctx, name); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -26,8 +26,9 @@ func libvirtEnv(t *testing.T) (*env, string) {
 	return libvirtEnvOn(t, "bolt")
 }
 
-// libvirtEnvOn is libvirtEnv over the named store backend.
-func libvirtEnvOn(t *testing.T, backend string) (*env, string) {
+// libvirtEnvOn is libvirtEnv over the named store backend, with the
+// controller's options adjusted by more (fault injection).
+func libvirtEnvOn(t *testing.T, backend string, more ...func(st store.Store, o *controller.Options)) (*env, string) {
 	t.Helper()
 	uri := testenv.RequireLibvirt(t)
 	qemuImg := testenv.LookPath(t, "qemu-img")
@@ -44,7 +45,7 @@ func libvirtEnvOn(t *testing.T, backend string) (*env, string) {
 		o.ShareRoot = filepath.Join(dir, "shares")
 		o.ResyncInterval = -1
 		o.DetachTimeout = 2 * time.Second
-	})
+	}, more...)
 	return e, uri
 }
 
