@@ -190,6 +190,9 @@ func TestInstanceErrorAPI(t *testing.T) {
 	if m, err := c.ServerShare(ctx, name, sh.ID); err != nil || m.Status != types.ShareActive {
 		t.Errorf("mapping after the hard reboot: %+v, %v", m, err)
 	}
+	if code, out, errOut := hostctl("instance", "reboot", name); code != 0 || !strings.Contains(out, "rebooted") {
+		t.Errorf("hostctl instance reboot (soft) of a running instance: exit %d\n%s%s", code, out, errOut)
+	}
 	if _, err := c.Stop(ctx, name, time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,8 @@ func (h power) routes(r *mux.Router) {
 }
 
 // reboot is Nova's reboot action: {"type": "HARD"} powers off and starts
-// again (the way out of ERROR), {"type": "SOFT"} shuts a running
-// instance down gracefully and starts it again.
+// again (the way out of ERROR), {"type": "SOFT"} reboots a running
+// instance's guest (libvirt's reboot).
 func (h power) reboot(w http.ResponseWriter, r *http.Request) {
 	var req types.RebootRequest
 	if !h.decode(w, r, &req) {

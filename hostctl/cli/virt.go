@@ -36,8 +36,8 @@ func powerCommands() []*Command {
 				})
 			}},
 		{Name: "instance reboot", Args: "NAME [--hard]", Summary: "reboot it (--hard: power off and start; the way out of ERROR)", Client: true,
-			Help: `A soft reboot shuts a running instance down gracefully and starts it
-again. A hard reboot powers it off (if running) and starts it: it
+			Help: `A soft reboot asks the guest of a running instance to reboot (libvirt's
+reboot: the domain, its mounts and devices stay). A hard reboot powers it off (if running) and starts it: it
 retries the mounts of its shares, and an instance in ERROR (a start
 failed on a share mount) leaves ERROR when the start succeeds. A plain
 start of an instance in ERROR is refused.`,

@@ -145,9 +145,10 @@ func errNeedsHardReboot(op, name, reason string) error {
 // Reboot reboots an instance. Hard: a running domain is powered off,
 // then the instance is started as by Start (shares mounted first), and
 // an instance in ERROR leaves it when the start succeeds; a mount that
-// fails again keeps it in ERROR. Soft: a running instance is shut down
-// gracefully (as by Stop with the default timeout) and started again;
-// one that is not running, or in ERROR, is refused (409).
+// fails again keeps it in ERROR. Soft: libvirt's reboot of a running
+// domain (the guest reboots; the domain, its mounts and devices stay),
+// or, with a hypervisor that has none, a graceful Stop and a Start; one
+// that is not running, or in ERROR, is refused (409).
 func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *types.Instance, err error) {
 	defer c.observe("reboot", time.Now(), &err)
 	if !hard {
@@ -198,10 +199,24 @@ func (c *Controller) softReboot(ctx context.Context, name string) (*types.Instan
 	case !cur.running:
 		return nil, fmt.Errorf("reboot %s: %w: a soft reboot needs a running instance; start it (or reboot --hard)", name, ErrState)
 	}
+	if r, ok := c.domains.(rebooter); ok {
+		if err := r.Reboot(ctx, name); err != nil {
+			return nil, fmt.Errorf("reboot %s: %w", name, err)
+		}
+		c.log.Info("instance rebooted", "name", name, "type", types.RebootSoft)
+		return c.Get(ctx, name)
+	}
 	if _, err := c.Stop(ctx, name, 0); err != nil {
 		return nil, fmt.Errorf("reboot %s: %w", name, err)
 	}
 	return c.Start(ctx, name)
+}
+
+// rebooter is a hypervisor that reboots a running domain in place
+// (virt.Conn: libvirt's reboot); without it a soft reboot is a graceful
+// Stop and a Start.
+type rebooter interface {
+	Reboot(ctx context.Context, name string) error
 }
 
 // faultFor is the reason of uuid in a map of faults.

@@ -122,6 +122,16 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			if inst, err := e.ctl.Start(ctx, name); err != nil || inst.State != "running" {
 				t.Fatalf("plain start out of ERROR: %+v, %v", inst, err)
 			}
+			// A soft reboot of the running instance (libvirt's reboot).
+			if inst, err := e.ctl.Reboot(ctx, name, false); err != nil || inst.State != "running" {
+				t.Fatalf("soft reboot of a running instance: %+v, %v", inst, err)
+			}
+			if _, err := e.ctl.Stop(ctx, name, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.ctl.Reboot(ctx, name, false); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "needs a running instance") {
+				t.Errorf("soft reboot of a shut-off instance: %v", err)
+			}
 			if err := e.ctl.Delete(ctx, name); err != nil {
 				t.Fatal(err)
 			}

@@ -119,7 +119,7 @@ func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) (
 }
 
 // Reboot reboots an instance: hard (power off, start again: the way out
-// of ERROR) or soft (graceful shutdown, start again).
+// of ERROR) or soft (libvirt's reboot of a running instance).
 func (c *Client) Reboot(ctx context.Context, name string, hard bool) (*types.Instance, error) {
 	req := types.RebootRequest{Type: types.RebootSoft}
 	if hard {

@@ -149,8 +149,8 @@ const (
 // RebootRequest is the body of POST /v1/instances/{name}/reboot.
 type RebootRequest struct {
 	// Type is HARD (power off if running, then start: it retries the
-	// share mounts and clears ERROR) or SOFT (shut a running instance
-	// down gracefully and start it again).
+	// share mounts and clears ERROR) or SOFT (libvirt's reboot of a
+	// running instance: the guest reboots, the domain stays).
 	Type string `json:"type"`
 }
 
