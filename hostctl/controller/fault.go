@@ -31,9 +31,34 @@ import (
 // reboot clears it.
 
 // ErrMountFailed is wrapped by the error of ShareHooks.PrepareStart when
-// a share could not be mounted: the start that hit it puts the instance
-// in ERROR.
+// a share could not be mounted (a *MountError): the start that hit it
+// puts the instance in ERROR.
 var ErrMountFailed = errors.New("share mount failed")
+
+// MountError is the error of ShareHooks.PrepareStart when a share could
+// not be mounted on the host. The instance's fault names the share only:
+// the mount's own words (host paths, the filer's answer) stay in the
+// mapping's error, which admins see, and in the start's error.
+type MountError struct {
+	Share    string // the share's id
+	Instance string // the instance's name
+	Err      error
+}
+
+func (e *MountError) Error() string {
+	return fmt.Sprintf("%v (the instance is in ERROR until a hard reboot): share %s on instance %s could not be mounted on the host: %v", ErrMountFailed, e.Share, e.Instance, e.Err)
+}
+
+// Unwrap is ErrMountFailed and the mount's error.
+func (e *MountError) Unwrap() []error { return []error{ErrMountFailed, e.Err} }
+
+// faultReason is the fault of an instance whose start failed with err.
+func faultReason(err error) string {
+	if me, ok := errors.AsType[*MountError](err); ok {
+		return fmt.Sprintf("share %s could not be mounted on the host (its mapping's error says why)", me.Share)
+	}
+	return "a share could not be mounted on the host (its mapping's error says why)"
+}
 
 // StateError is the state of an instance in ERROR (types.Instance.State)
 // while its domain is not running.

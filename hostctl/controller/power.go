@@ -65,7 +65,7 @@ func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error 
 	if h != nil {
 		if err := h.PrepareStart(ctx, rec.UUID); err != nil {
 			if errors.Is(err, ErrMountFailed) {
-				if ferr := c.setFault(ctx, rec.UUID, rec.Name, err.Error()); ferr != nil {
+				if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
 					return errors.Join(err, ferr)
 				}
 			}

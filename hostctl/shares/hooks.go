@@ -98,7 +98,7 @@ func (s *Service) PrepareStart(ctx context.Context, uuid string) error {
 			s.instanceUpdate(ctx, uuid, m.InstanceName)
 			// controller.ErrMountFailed: the controller marks the instance
 			// ERROR with this text (it names the share, never the export).
-			return fmt.Errorf("%w (the instance is in ERROR until a hard reboot): %v could not be mounted on the host: %w", controller.ErrMountFailed, m, err)
+			return &controller.MountError{Share: m.ShareID, Instance: m.InstanceName, Err: err}
 		}
 		acquired = append(acquired, m)
 	}
