@@ -3,20 +3,23 @@ package api
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/model"
 )
 
 // powerService boots and shuts down instances' domains.
 type powerService interface {
 	Start(ctx context.Context, name string) (*types.Instance, error)
 	Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error)
+	Reboot(ctx context.Context, name string, hard bool) (*types.Instance, error)
 }
 
-// power is /v1/instances/{name}/start and /stop.
+// power is /v1/instances/{name}/start, /stop and /reboot.
 type power struct {
 	svc powerService
 	errorWriter
@@ -25,6 +28,26 @@ type power struct {
 func (h power) routes(r *mux.Router) {
 	r.HandleFunc("/start", h.start).Methods(http.MethodPost)
 	r.HandleFunc("/stop", h.stop).Methods(http.MethodPost)
+	r.HandleFunc("/reboot", h.reboot).Methods(http.MethodPost)
+}
+
+// reboot is Nova's reboot action: {"type": "HARD"} powers off and starts
+// again (the way out of ERROR), {"type": "SOFT"} reboots a running
+// instance's guest (libvirt's reboot).
+func (h power) reboot(w http.ResponseWriter, r *http.Request) {
+	var req types.RebootRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+		switch strings.ToUpper(req.Type) {
+		case types.RebootHard:
+			return h.svc.Reboot(ctx, name, true)
+		case types.RebootSoft:
+			return h.svc.Reboot(ctx, name, false)
+		}
+		return nil, &model.SpecError{Errors: []model.FieldError{{Field: "type", Value: req.Type, Rule: "must be HARD or SOFT"}}}
+	})
 }
 
 func (h power) start(w http.ResponseWriter, r *http.Request) {

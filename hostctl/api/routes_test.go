@@ -104,7 +104,7 @@ func TestMethodNotAllowed(t *testing.T) {
 // naming it.
 func TestUnknownRoute(t *testing.T) {
 	do, _ := rawAPI(t)
-	for _, path := range []string{"/", "/v1", "/v1/nope", "/v2/instances", "/v1/instances/a-1/reboot", "/v1/instances/a-1/disks/extra"} {
+	for _, path := range []string{"/", "/v1", "/v1/nope", "/v2/instances", "/v1/instances/a-1/shelve", "/v1/instances/a-1/disks/extra"} {
 		resp, e := do(1, http.MethodGet, path, "")
 		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(e.Message, path) {
 			t.Errorf("GET %s: %d %q %q, want a JSON 404 naming the path", path, resp.StatusCode, resp.Header.Get("Content-Type"), e.Message)
@@ -123,6 +123,7 @@ func TestProjectScopeMiddleware(t *testing.T) {
 		{http.MethodGet, "/v1/instances/a-1/configdrive", ""},
 		{http.MethodPost, "/v1/instances/a-1/start", ""},
 		{http.MethodPost, "/v1/instances/a-1/stop", `{"timeout_seconds": 1}`},
+		{http.MethodPost, "/v1/instances/a-1/reboot", `{"type": "HARD"}`},
 		{http.MethodPost, "/v1/instances/a-1/disks", `{"tag": "x"}`},
 		{http.MethodDelete, "/v1/instances/a-1/disks?tag=x", ""},
 		{http.MethodPost, "/v1/instances/a-1/nics", `{"tag": "y"}`},

@@ -147,6 +147,9 @@ func instanceShow(ctx context.Context, c *Call) error {
 	if inst.State != "" {
 		rows = append(rows, [2]string{"State", inst.State})
 	}
+	if inst.Fault != "" {
+		rows = append(rows, [2]string{"Fault", inst.Fault + " (hostctl instance reboot --hard " + s.Name + ")"})
+	}
 	for _, kv := range append(rows, [][2]string{
 		{"Hostname", s.Hostname}, {"Project", orDash(s.ProjectID)},
 		{"Flavor", orDash(s.Flavor)}, {"Image", orDash(s.Image)}, {"Size", sizeOf(s.VCPUs, s.MemoryMiB)},

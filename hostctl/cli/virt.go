@@ -13,7 +13,7 @@ import (
 const affectHelp = `Without --live or --config the change applies to the persistent
 configuration, and to the running one when the domain runs.`
 
-// powerCommands are `hostctl instance start|stop`: they drive libvirt
+// powerCommands are `hostctl instance start|stop|reboot`: they drive libvirt
 // domains through the daemon.
 func powerCommands() []*Command {
 	return []*Command{
@@ -33,6 +33,19 @@ func powerCommands() []*Command {
 					}
 					inst, err := c.Stop(ctx, name, *timeout)
 					return inst, fmt.Sprintf("instance %s stopped", name), err
+				})
+			}},
+		{Name: "instance reboot", Args: "NAME [--hard]", Summary: "reboot it (--hard: power off and start; the way out of ERROR)", Client: true,
+			Help: `A soft reboot asks the guest of a running instance to reboot (libvirt's
+reboot: the domain, its mounts and devices stay). A hard reboot powers it off (if running) and starts it: it
+retries the mounts of its shares, and an instance in ERROR (a start
+failed on a share mount) leaves ERROR when the start succeeds. A plain
+start of an instance in ERROR is refused.`,
+			Setup: func(fs *flag.FlagSet) func(context.Context, *Call) error {
+				hard := fs.Bool("hard", false, "power off and start again (needed for an instance in ERROR)")
+				return instanceOp(func(ctx context.Context, c *client.Client, name string) (*types.Instance, string, error) {
+					inst, err := c.Reboot(ctx, name, *hard)
+					return inst, fmt.Sprintf("instance %s rebooted", name), err
 				})
 			}},
 	}

@@ -96,6 +96,7 @@ type Controller struct {
 	imageDir      *images.Dir       // the image catalog (flavors.go)
 	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
 	flavors       *flavors.Registry // nil when the store keeps no records
+	records       store.Records     // flavors, block devices, faults; nil when the store keeps none
 	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
@@ -113,7 +114,6 @@ type Controller struct {
 
 	// Encrypted disks (encryption.go).
 	keys           KeyManager
-	records        store.Records
 	luks           LUKS
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
@@ -276,12 +276,8 @@ func newController(st Store, opts Options) *Controller {
 	c.imageDir = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
 	c.images = c.imageDir
 	c.templates = c.imageDir.NewTemplates(filepath.Join(c.dataDir, "instances", "_base"))
-	recs := opts.Records
-	if recs == nil {
-		recs, _ = st.(store.Records)
-	}
-	if recs != nil {
-		c.flavors = &flavors.Registry{Store: recs}
+	if c.records != nil {
+		c.flavors = &flavors.Registry{Store: c.records}
 	}
 	c.encHost = opts.Encryption
 	if len(c.encHost.Formats) == 0 {
@@ -574,6 +570,15 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	} else if tree != nil {
 		inst.Transports = []types.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
+	reason, err := c.faultOf(ctx, rec.UUID)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", name, err)
+	}
+	if c.owns(rec) {
+		showFault(inst, reason)
+	} else {
+		inst.Fault = reason
+	}
 	return inst, nil
 }
 
@@ -596,6 +601,10 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	stateOf := c.drv.lister(ctx, len(recs) > 0)
+	faults, err := c.faults(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
 		own := c.owns(rec)
@@ -608,6 +617,9 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 		}
 		if own {
 			inst.State = stateOf(rec.Name, rec.UUID)
+			showFault(inst, faultFor(faults, rec.UUID))
+		} else {
+			inst.Fault = faultFor(faults, rec.UUID)
 		}
 		out = append(out, inst)
 	}
@@ -663,6 +675,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
+	c.dropFault(ctx, rec.UUID, name)
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}

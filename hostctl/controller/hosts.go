@@ -134,6 +134,7 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 	if err := c.store.Delete(ctx, name); err != nil {
 		return nil, fmt.Errorf("delete %s from the store: %w", name, err)
 	}
+	c.dropFault(ctx, rec.UUID, name)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

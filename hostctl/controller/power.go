@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,17 +42,13 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 		return nil, err
 	}
 	if !cur.running {
-		c.pruneMedia(name, "")
-		err = c.ensureDrive(ctx, rec)
-		h := c.sharesHook()
-		if err == nil && h != nil {
-			err = h.PrepareStart(ctx, rec.UUID)
+		var reason string
+		if reason, err = c.faultOf(ctx, rec.UUID); err == nil && reason != "" {
+			unlock()
+			return nil, errNeedsHardReboot("start", name, reason)
 		}
 		if err == nil {
-			err = c.startWithSecrets(ctx, rec)
-			if h != nil {
-				h.StartDone(ctx, rec.UUID, err)
-			}
+			err = c.startDomain(ctx, rec)
 		}
 		if err != nil {
 			c.releaseAfterFailedStart(ctx, name, rec.UUID, err)
@@ -63,6 +60,32 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 	}
 	c.log.Info("instance started", "name", name)
 	return c.Get(ctx, name)
+}
+
+// startDomain boots a domain that is not running, with the instance's
+// lock held: config drive, share mounts, libvirt start. A share that
+// could not be mounted puts the instance in ERROR (see fault.go).
+func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error {
+	c.pruneMedia(rec.Name, "")
+	if err := c.ensureDrive(ctx, rec); err != nil {
+		return err
+	}
+	h := c.sharesHook()
+	if h != nil {
+		if err := h.PrepareStart(ctx, rec.UUID); err != nil {
+			if errors.Is(err, ErrMountFailed) {
+				if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
+					return errors.Join(err, ferr)
+				}
+			}
+			return err
+		}
+	}
+	err := c.startWithSecrets(ctx, rec)
+	if h != nil {
+		h.StartDone(ctx, rec.UUID, err)
+	}
+	return err
 }
 
 // Stop asks the guest to shut down (ACPI) and waits up to timeout

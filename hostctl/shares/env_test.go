@@ -137,7 +137,7 @@ func newEnv(t *testing.T, st store.Store) *env {
 
 // newEnvWith is newEnv with the controller's options adjusted by opts
 // (a hypervisor).
-func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controller.Options)) *env {
+func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controller.Options), more ...func(st store.Store, o *controller.Options)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	logs := &syncBuffer{}
@@ -153,6 +153,9 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	o := controller.Options{DataDir: dir, Logger: log, Host: "host-a"}
 	if opts != nil {
 		opts(dir, &o)
+	}
+	for _, f := range more {
+		f(st, &o)
 	}
 	e.ctl = controller.New(st, o)
 	t.Cleanup(func() { e.ctl.Close() })

@@ -63,9 +63,9 @@ func (s *Service) SpecShares(ctx context.Context, uuid string, specShares []mode
 
 // PrepareStart mounts the NFS shares of an instance about to start (once
 // per host: a share mounted for another instance is reused). A share
-// whose mount fails moves to error and the start is refused: the
-// instance is in ERROR until a start succeeds (Nova's hard reboot: the
-// next start retries the mount). A mapping still attaching or detaching
+// whose mount fails moves to error and the start is refused with
+// controller.ErrMountFailed: the controller marks the instance ERROR,
+// and only a hard reboot (controller.Reboot) retries the mount. A mapping still attaching or detaching
 // refuses the start.
 func (s *Service) PrepareStart(ctx context.Context, uuid string) error {
 	ms, err := mappings(ctx, s.st, uuid)
@@ -96,7 +96,9 @@ func (s *Service) PrepareStart(ctx context.Context, uuid string) error {
 				s.log.Warn("could not mark the share mapping error", "share", m.ShareID, "err", terr)
 			}
 			s.instanceUpdate(ctx, uuid, m.InstanceName)
-			return fmt.Errorf("instance in ERROR: %v could not be mounted on the host: %w; fix it and start the instance again (a hard reboot)", m, err)
+			// controller.ErrMountFailed: the controller marks the instance
+			// ERROR with this text (it names the share, never the export).
+			return &controller.MountError{Share: m.ShareID, Instance: m.InstanceName, Err: err}
 		}
 		acquired = append(acquired, m)
 	}

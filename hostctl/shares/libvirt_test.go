@@ -23,6 +23,13 @@ import (
 
 func libvirtEnv(t *testing.T) (*env, string) {
 	t.Helper()
+	return libvirtEnvOn(t, "bolt")
+}
+
+// libvirtEnvOn is libvirtEnv over the named store backend, with the
+// controller's options adjusted by more (fault injection).
+func libvirtEnvOn(t *testing.T, backend string, more ...func(st store.Store, o *controller.Options)) (*env, string) {
+	t.Helper()
 	uri := testenv.RequireLibvirt(t)
 	qemuImg := testenv.LookPath(t, "qemu-img")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -32,13 +39,13 @@ func libvirtEnv(t *testing.T) (*env, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	e := newEnvWith(t, stores(t)["bolt"](t), func(dir string, o *controller.Options) {
+	e := newEnvWith(t, stores(t)[backend](t), func(dir string, o *controller.Options) {
 		o.Hypervisor, o.QemuImg = conn, qemuImg
 		o.Domain = virt.Options{MemoryMiB: 128}
 		o.ShareRoot = filepath.Join(dir, "shares")
 		o.ResyncInterval = -1
 		o.DetachTimeout = 2 * time.Second
-	})
+	}, more...)
 	return e, uri
 }
 

@@ -340,9 +340,13 @@ func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, erro
 	return inst.State, nil
 }
 
-// shutOff reports whether a state counts as SHUTOFF for attach and
-// detach: shut off, or no hypervisor at all (nothing runs).
-func shutOff(state string) bool { return state == "shutoff" || state == "" }
+// shutOff reports whether a state allows attach and detach (the
+// specification: SHUTOFF or ERROR): shut off, in ERROR (the domain is
+// not running: a start failed on a share mount), or no hypervisor at
+// all (nothing runs).
+func shutOff(state string) bool {
+	return state == "shutoff" || state == controller.StateError || state == ""
+}
 
 // AttachShare attaches a share to a server that is shut off: the mapping
 // is created (attaching), the share locked for the instance (access

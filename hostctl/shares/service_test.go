@@ -203,12 +203,18 @@ func TestSharedMountRefcount(t *testing.T) {
 	}
 }
 
-// TestMountFailureErrors: a mount that fails moves the mapping to error,
-// refuses the start (the instance is in ERROR), and a later start (the
-// hard reboot) retries the mount and makes it active. A failed unmount on
+// TestMountFailureErrors (bolt and Redis): a mount that fails moves the
+// mapping to error and refuses the start with controller.ErrMountFailed
+// (the controller then marks the instance ERROR: TestLibvirtMountFailureError),
+// and a later start (the hard reboot) retries the mount and makes it active. A failed unmount on
 // stop moves it to error too, and the reconciler retries the unmount.
 func TestMountFailureErrors(t *testing.T) {
-	e := newEnv(t, stores(t)["bolt"](t))
+	for backend, open := range stores(t) {
+		t.Run(backend, func(t *testing.T) { mountFailureErrors(t, newEnv(t, open(t))) })
+	}
+}
+
+func mountFailureErrors(t *testing.T, e *env) {
 	ctx := context.Background()
 	u := e.instance("a", "demo")
 	id := e.nfsShare("demo", "filer:/x")
@@ -217,7 +223,7 @@ func TestMountFailureErrors(t *testing.T) {
 	}
 	e.run.fail = map[string]string{"mount ": "mount.nfs: access denied by server while mounting filer:/x"}
 	err := e.svc.PrepareStart(ctx, u)
-	if err == nil || !strings.Contains(err.Error(), "ERROR") || strings.Contains(err.Error(), "filer:/x") {
+	if !errors.Is(err, controller.ErrMountFailed) || !strings.Contains(err.Error(), "ERROR") || strings.Contains(err.Error(), "filer:/x") {
 		t.Fatalf("start with a failing mount: %v (want ERROR, without the export)", err)
 	}
 	m, _ := e.mapping(u, id)

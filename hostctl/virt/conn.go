@@ -543,6 +543,15 @@ func (c *Conn) Shutdown(ctx context.Context, name string) error {
 	})
 }
 
+// Reboot asks a running domain's guest to reboot (libvirt's default
+// method: ACPI, or the guest agent) and returns at once; the domain's
+// QEMU process, and so its devices, stay.
+func (c *Conn) Reboot(ctx context.Context, name string) error {
+	return c.withDomain(ctx, "reboot", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
+		return l.DomainReboot(d, 0)
+	})
+}
+
 // Destroy stops a running domain at once (power off).
 func (c *Conn) Destroy(ctx context.Context, name string) error {
 	return c.withDomain(ctx, "destroy", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {

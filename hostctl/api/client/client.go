@@ -118,6 +118,17 @@ func (c *Client) Stop(ctx context.Context, name string, timeout time.Duration) (
 	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "stop"), types.StopRequest{TimeoutSeconds: timeout.Seconds()}, &out)
 }
 
+// Reboot reboots an instance: hard (power off, start again: the way out
+// of ERROR) or soft (libvirt's reboot of a running instance).
+func (c *Client) Reboot(ctx context.Context, name string, hard bool) (*types.Instance, error) {
+	req := types.RebootRequest{Type: types.RebootSoft}
+	if hard {
+		req.Type = types.RebootHard
+	}
+	var out types.Instance
+	return &out, c.doJSON(ctx, http.MethodPost, instancePath(name, "reboot"), req, &out)
+}
+
 // AttachDisk creates and attaches a disk.
 func (c *Client) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error) {
 	var out types.Instance

@@ -27,6 +27,10 @@ type Instance struct {
 	// (deleted behind hostctl's back), "unknown" when libvirtd does not
 	// answer; empty without a hypervisor.
 	State string `json:"state,omitempty"`
+	// Fault says why the instance is in ERROR (state "error"): a start
+	// failed because a share could not be mounted on the host. Only a
+	// hard reboot (POST .../reboot {"type":"HARD"}) starts it again.
+	Fault string `json:"fault,omitempty"`
 	// Devices is the devices list the guest sees at "latest".
 	Devices []metadata.Device `json:"devices"`
 	// Transports say which metadata revision each transport carries to
@@ -143,6 +147,20 @@ type StopRequest struct {
 	// TimeoutSeconds bounds the graceful shutdown before the domain is
 	// powered off; the controller's default when 0.
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+}
+
+// Reboot types of RebootRequest (Nova's).
+const (
+	RebootHard = "HARD"
+	RebootSoft = "SOFT"
+)
+
+// RebootRequest is the body of POST /v1/instances/{name}/reboot.
+type RebootRequest struct {
+	// Type is HARD (power off if running, then start: it retries the
+	// share mounts and clears ERROR) or SOFT (libvirt's reboot of a
+	// running instance: the guest reboots, the domain stays).
+	Type string `json:"type"`
 }
 
 // Error is the body of every error response.
