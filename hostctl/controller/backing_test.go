@@ -246,3 +246,51 @@ func TestFaultsEncryptedImage(t *testing.T) {
 		hvFaults(t, func(e *env) { withFakeEncryption(t, e); setup(e); e.mustApply(encImageSpec) }, start, nil)
 	})
 }
+
+// TestSweepKeepsBackingCopy: the reconciler's sweep keeps the backing
+// copy of a live instance's disk (it is in the block-device record),
+// removes a stray libvirt secret of the backing file of a domain that
+// does not run, and after the instance is gone from the store, deletes
+// the copy.
+func TestSweepKeepsBackingCopy(t *testing.T) {
+	e := newEnv(t)
+	withFakeEncryption(t, e)
+	ctx := context.Background()
+	imgSec := makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
+	inst := e.mustApply(encImageSpec)
+	bd := inst.BlockDevices[0]
+	if _, err := e.c.Start(ctx, "img-1"); err != nil {
+		t.Fatal(err)
+	}
+	// A crash after stop, before the secrets were undefined.
+	if err := e.hv.Destroy(ctx, "img-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.hv.secretValue(bd.BackingEncryptionSecretUUID); !ok {
+		t.Fatal("backing secret not defined at start")
+	}
+	if err := e.c.sweepSecrets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.hv.secretValue(bd.BackingEncryptionSecretUUID); ok {
+		t.Error("the backing file's libvirt secret of a stopped domain survived the sweep")
+	}
+	for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID, imgSec.UUID} {
+		if _, err := e.c.keys.Get(ctx, id); err != nil {
+			t.Errorf("sweep deleted secret %s of a live instance or image: %v", id, err)
+		}
+	}
+	// The instance record goes without the clean-up (a crash in delete).
+	if err := e.st.Store.Delete(ctx, "img-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.sweepSecrets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.keys.Get(ctx, bd.BackingEncryptionSecretUUID); !errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("backing copy of a gone instance not swept: %v", err)
+	}
+	if _, err := e.c.keys.Get(ctx, imgSec.UUID); err != nil {
+		t.Errorf("the image's secret was swept: %v", err)
+	}
+}
