@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/model"
@@ -41,16 +40,11 @@ func (f *fakeDevices) Clean(_ context.Context, addr string) (types.Device, error
 
 func TestDevicesResource(t *testing.T) {
 	c, _ := newController(t)
-	adminTok, adminEntry, _ := auth.NewToken("ops", types.RoleAdmin, "")
-	memberTok, memberEntry, _ := auth.NewToken("alice", types.RoleMember, "a")
-	a, err := auth.NewTokenAuth([]auth.TokenEntry{adminEntry, memberEntry})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tt := newTestTokens(t)
 	fake := &fakeDevices{}
 	log := slog.New(slog.DiscardHandler)
-	base := newTestServer(t, api.NewHandler(c, log, a, api.WithDevices(fake)))
-	admin, member := client.NewTCP(base, adminTok), client.NewTCP(base, memberTok)
+	base := newTestServer(t, api.NewHandler(c, log, tt.auth, api.WithDevices(fake)))
+	admin, member := client.NewTCP(base, tt.root), client.NewTCP(base, tt.alice)
 	ctx := t.Context()
 
 	if _, err := member.Devices(ctx, false, "", false); status(err) != http.StatusForbidden {
@@ -95,21 +89,21 @@ func TestDevicesResource(t *testing.T) {
 	fake.err = nil
 
 	req, _ := http.NewRequest(http.MethodGet, base+"/v1/devices?needs_cleaning=maybe", nil)
-	req.Header.Set("Authorization", "Bearer "+adminTok)
+	req.Header.Set("Authorization", "Bearer "+tt.root)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("needs_cleaning=maybe: %v %v, want 400", resp.StatusCode, err)
 	}
 	resp.Body.Close()
 	req, _ = http.NewRequest(http.MethodGet, base+"/v1/devices/0000:3b:00.0/clean", nil)
-	req.Header.Set("Authorization", "Bearer "+adminTok)
+	req.Header.Set("Authorization", "Bearer "+tt.root)
 	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
 		t.Errorf("GET .../clean: %v Allow %q, want 405 Allow POST", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 	resp.Body.Close()
 
 	// A daemon without an inventory answers 501.
-	bare := client.NewTCP(newTestServer(t, api.NewHandler(c, log, a)), adminTok)
+	bare := client.NewTCP(newTestServer(t, api.NewHandler(c, log, tt.auth)), tt.root)
 	if _, err := bare.Devices(ctx, false, "", false); status(err) != http.StatusNotImplemented {
 		t.Errorf("no inventory: %v, want 501", err)
 	}

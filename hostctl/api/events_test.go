@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
@@ -19,25 +18,10 @@ import (
 func TestEvents(t *testing.T) {
 	ctx := context.Background()
 	ctl, _ := newController(t)
-	var entries []auth.TokenEntry
-	var toks []string
-	for _, p := range []struct{ name, role string }{{"root", types.RoleAdmin}, {"alice", types.RoleMember}} {
-		tok, e, err := auth.NewToken(p.name, p.role, "a")
-		if p.role == types.RoleAdmin {
-			tok, e, err = auth.NewToken(p.name, p.role, "")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries, toks = append(entries, e), append(toks, tok)
-	}
-	ta, err := auth.NewTokenAuth(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.NewHandler(ctl, slog.New(slog.DiscardHandler), ta))
+	tt := newTestTokens(t)
+	srv := httptest.NewServer(api.NewHandler(ctl, slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
-	admin, member := client.NewTCP(srv.URL, toks[0]), client.NewTCP(srv.URL, toks[1])
+	admin, member := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 
 	first, err := ctl.Audit().Emit(ctx, "devices", "device.burned", map[string]string{"address": "0000:81:00.0"})
 	if err != nil {

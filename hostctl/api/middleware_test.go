@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
@@ -20,23 +19,10 @@ func tcpAPI(t *testing.T) (admin, memberA, memberB *client.Client, base string) 
 	t.Helper()
 	ctl, _ := newController(t)
 	log := slog.New(slog.DiscardHandler)
-	var entries []auth.TokenEntry
-	var toks []string
-	for _, p := range []struct{ name, role, project string }{{"root", types.RoleAdmin, ""}, {"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {
-		tok, e, err := auth.NewToken(p.name, p.role, p.project)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e)
-		toks = append(toks, tok)
-	}
-	auth, err := auth.NewTokenAuth(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.NewHandler(ctl, log, auth))
+	tt := newTestTokens(t)
+	srv := httptest.NewServer(api.NewHandler(ctl, log, tt.auth))
 	t.Cleanup(srv.Close)
-	return client.NewTCP(srv.URL, toks[0]), client.NewTCP(srv.URL, toks[1]), client.NewTCP(srv.URL, toks[2]), srv.URL
+	return client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice), client.NewTCP(srv.URL, tt.bob), srv.URL
 }
 
 func status(err error) int {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
@@ -21,20 +20,9 @@ func rawAPI(t *testing.T) (do func(tok int, method, path, body string) (*http.Re
 	c, _ := newController(t)
 	ctl = &recordingCtl{Controller: c}
 	log := slog.New(slog.DiscardHandler)
-	var entries []auth.TokenEntry
-	toks := []string{""}
-	for _, p := range []struct{ name, project string }{{"alice", "a"}, {"bob", "b"}} {
-		tok, e, err := auth.NewToken(p.name, types.RoleMember, p.project)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries, toks = append(entries, e), append(toks, tok)
-	}
-	a, err := auth.NewTokenAuth(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newTestServer(t, api.NewHandler(ctl, log, a))
+	tt := newTestTokens(t)
+	toks := []string{"", tt.alice, tt.bob}
+	srv := newTestServer(t, api.NewHandler(ctl, log, tt.auth))
 	do = func(tok int, method, path, body string) (*http.Response, types.Error) {
 		t.Helper()
 		req, err := http.NewRequest(method, srv+path, strings.NewReader(body))

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -38,22 +37,9 @@ func TestSecretsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
-	var entries []auth.TokenEntry
-	var toks []string
-	for _, p := range []struct{ name, role, project string }{{"root", types.RoleAdmin, ""}, {"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {
-		tok, e, err := auth.NewToken(p.name, p.role, p.project)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e)
-		toks = append(toks, tok)
-	}
-	ta, err := auth.NewTokenAuth(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tt := newTestTokens(t)
 	var bodies bytes.Buffer
-	h := api.NewHandler(ctl, slog.New(slog.DiscardHandler), ta)
+	h := api.NewHandler(ctl, slog.New(slog.DiscardHandler), tt.auth)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
@@ -65,7 +51,7 @@ func TestSecretsAPI(t *testing.T) {
 		io.Copy(w, rec.Body)
 	}))
 	t.Cleanup(srv.Close)
-	admin, alice, bob := client.NewTCP(srv.URL, toks[0]), client.NewTCP(srv.URL, toks[1]), client.NewTCP(srv.URL, toks[2])
+	admin, alice, bob := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice), client.NewTCP(srv.URL, tt.bob)
 
 	pass := []byte("alice's own passphrase, brought along")
 	a, err := alice.CreateSecret(ctx, types.SecretRequest{Name: "backup", Payload: bytes.Clone(pass)})

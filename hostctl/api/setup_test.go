@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
@@ -20,4 +22,30 @@ func newController(t *testing.T) (*controller.Controller, string) {
 	}
 	t.Cleanup(func() { st.Close() })
 	return controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}), dir
+}
+
+// testTokens is bearer-token authentication for three callers: root (an
+// admin), alice (a member of project a) and bob (a member of project b),
+// with their tokens.
+type testTokens struct {
+	auth             *auth.TokenAuth
+	root, alice, bob string
+}
+
+func newTestTokens(t *testing.T) testTokens {
+	t.Helper()
+	var entries []auth.TokenEntry
+	var toks []string
+	for _, p := range []struct{ name, role, project string }{{"root", types.RoleAdmin, ""}, {"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {
+		tok, e, err := auth.NewToken(p.name, p.role, p.project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, toks = append(entries, e), append(toks, tok)
+	}
+	a, err := auth.NewTokenAuth(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testTokens{auth: a, root: toks[0], alice: toks[1], bob: toks[2]}
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -95,24 +94,11 @@ func newSharesAPI(t *testing.T) *sharesAPI {
 	}
 	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1})
 	ctl.SetShareHooks(svc)
-	var entries []auth.TokenEntry
-	var toks []string
-	for _, p := range []struct{ name, role, project string }{{"root", types.RoleAdmin, ""}, {"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {
-		tok, e, err := auth.NewToken(p.name, p.role, p.project)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e)
-		toks = append(toks, tok)
-	}
-	ta, err := auth.NewTokenAuth(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.NewHandler(ctl, log, ta, api.WithShares(svc)))
+	tt := newTestTokens(t)
+	srv := httptest.NewServer(api.NewHandler(ctl, log, tt.auth, api.WithShares(svc)))
 	t.Cleanup(srv.Close)
-	return &sharesAPI{st: st, ctl: ctl, root: root, admin: client.NewTCP(srv.URL, toks[0]), a: client.NewTCP(srv.URL, toks[1]), b: client.NewTCP(srv.URL, toks[2]),
-		base: srv.URL, adminTok: toks[0], logs: &logs.Buffer}
+	return &sharesAPI{st: st, ctl: ctl, root: root, admin: client.NewTCP(srv.URL, tt.root), a: client.NewTCP(srv.URL, tt.alice), b: client.NewTCP(srv.URL, tt.bob),
+		base: srv.URL, adminTok: tt.root, logs: &logs.Buffer}
 }
 
 func (s *sharesAPI) snapshot(t *testing.T) string {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api"
-	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -86,21 +85,9 @@ func TestDeviceEndpoints(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
 	ctl := &recordingCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log})}
-	var entries []auth.TokenEntry
-	var toks []string
-	for _, p := range []struct{ name, role, project string }{{"alice", types.RoleMember, "a"}, {"bob", types.RoleMember, "b"}} {
-		tok, e, err := auth.NewToken(p.name, p.role, p.project)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries, toks = append(entries, e), append(toks, tok)
-	}
-	auth, err := auth.NewTokenAuth(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newTestServer(t, api.NewHandler(ctl, log, auth))
-	alice, bob := client.NewTCP(srv, toks[0]), client.NewTCP(srv, toks[1])
+	tt := newTestTokens(t)
+	srv := newTestServer(t, api.NewHandler(ctl, log, tt.auth))
+	alice, bob := client.NewTCP(srv, tt.alice), client.NewTCP(srv, tt.bob)
 	if _, err := alice.Apply(ctx, []byte("name: a-1\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +133,7 @@ func TestDeviceEndpoints(t *testing.T) {
 
 	// Bodies with unknown fields are refused.
 	req, _ := http.NewRequest(http.MethodPost, srv+"/v1/instances/a-1/disks", strings.NewReader(`{"tag":"x","colour":"red"}`))
-	req.Header.Set("Authorization", "Bearer "+toks[0])
+	req.Header.Set("Authorization", "Bearer "+tt.alice)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
