@@ -17,6 +17,7 @@
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
 //	POST   /v1/instances/{name}/resize        a stopped instance to another flavor (types.ResizeRequest)
 //	POST   /v1/instances/{name}/rebuild       a stopped instance's root disk anew from an image (types.RebuildRequest)
+//	POST   /v1/instances/{name}/snapshot      a stopped instance's root disk into a new image (types.SnapshotRequest; admin)
 //	GET    /v1/flavors[/{flavor}]             flavors (flavors.go); POST, DELETE (admin)
 //	GET    /v1/images[/{image}]               the image directory (images.go); POST (multipart import), DELETE (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
@@ -73,6 +74,7 @@ type Controller interface {
 	flavorService
 	imageService
 	resizeService
+	snapshotService
 	eventService
 }
 
@@ -128,6 +130,7 @@ func routes(c Controller, e errorWriter, o options) *mux.Router {
 	power{svc: c, errorWriter: e}.routes(one)
 	hotplug{svc: c, errorWriter: e}.routes(one)
 	resize{svc: c, errorWriter: e}.routes(one)
+	snapshot{svc: c, errorWriter: e}.routes(one)
 
 	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
 	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())

@@ -77,6 +77,9 @@ type diskPlan struct {
 	images.Disk
 	// encrypt: the spec requests the disk encrypted (encryption.go).
 	encrypt bool
+	// image is the catalog image Base is (the root disk's), for an
+	// encrypted image's backing secret (backing.go).
+	image string
 }
 
 // planDisks decides how each disk of in that has no image file yet is
@@ -119,7 +122,7 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})
 				continue
 			}
-			plan.Base = &base
+			plan.Base, plan.image = &base, in.Image
 		case d.Size == "":
 			rule := "is required to create the disk (only disks[0] is created from the spec's image)"
 			if in.Image == "" {

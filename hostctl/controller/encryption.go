@@ -52,8 +52,9 @@ var _ KeyManager = (*keys.Manager)(nil)
 type LUKS interface {
 	Create(ctx context.Context, d encryption.Disk, pass []byte) error
 	Inspect(ctx context.Context, path string) (encryption.Info, error)
-	Verify(ctx context.Context, path string, pass []byte) error
-	Resize(ctx context.Context, path string, size int64, shrink bool, pass []byte) error
+	Verify(ctx context.Context, path string, pass, backing []byte) error
+	Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error
+	Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error
 }
 
 var _ LUKS = (*encryption.Tool)(nil)
@@ -129,20 +130,13 @@ func (c *Controller) checkEncryption(ctx context.Context, in *model.Instance, pl
 		return err
 	}
 	var errs []model.FieldError
-	// A disk over an encrypted image needs a copy of the image's secret
-	// for its backing file (backing_encryption_secret_uuid): not made by
-	// this hostctl yet, so such a disk is refused rather than left
-	// unopenable.
-	if slices.ContainsFunc(plans, func(p diskPlan) bool { return p.Base != nil }) && in.Image != "" {
-		img, err := c.imageOf(ctx, in.Image)
-		if err != nil {
-			return err
-		}
-		if img != nil && img.Encrypted {
-			errs = append(errs, model.FieldError{Field: "image", Value: in.Image,
-				Rule: "the image is encrypted (LUKS): a disk over it needs a copy of the image's secret for its backing file, which this hostctl does not make yet"})
-		}
+	// A disk over an encrypted image is encrypted too, with a copy of the
+	// image's secret for its backing file (backing.go).
+	bad, err := c.checkEncryptedImages(ctx, in, plans)
+	if err != nil {
+		return err
 	}
+	errs = append(errs, bad...)
 	for i, d := range in.Disks {
 		f := fmt.Sprintf("disks[%d]", i)
 		if !slices.ContainsFunc(plans, func(p diskPlan) bool { return p.target == d.Name }) {
@@ -199,6 +193,11 @@ func (c *Controller) createEncrypted(ctx context.Context, r *revert.Reverter, in
 		return types.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
 	}
 	defer clear(pass)
+	backing, err := c.copyImageSecret(ctx, r, in, p)
+	if err != nil {
+		return types.BlockDevice{}, err
+	}
+	defer clear(backing.pass)
 	d := encryption.Disk{Path: p.Path, Size: p.Size}
 	if p.Base != nil {
 		d.Base = &encryption.Base{Path: p.Base.Path, Format: p.Base.Format}
@@ -213,11 +212,11 @@ func (c *Controller) createEncrypted(ctx context.Context, r *revert.Reverter, in
 	if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
 		return types.BlockDevice{}, fmt.Errorf("disk %s: qemu-img info reads no LUKS header (encrypted=%t, format %q): not publishing it as encrypted", p.target, info.Encrypted, info.EncryptFormat)
 	}
-	if err := c.luks.Verify(ctx, p.Path, pass); err != nil {
+	if err := c.luks.Verify(ctx, p.Path, pass, backing.pass); err != nil {
 		return types.BlockDevice{}, fmt.Errorf("disk %s: its passphrase does not open it: %w", p.target, err)
 	}
-	c.log.Info("encrypted disk created", "instance", in.Name, "disk", p.target, "secret", sec.UUID, "cipher", info.Cipher, "mode", info.Mode)
-	return types.BlockDevice{Disk: p.target, Encrypted: true, EncryptionSecretUUID: sec.UUID,
+	c.log.Info("encrypted disk created", "instance", in.Name, "disk", p.target, "secret", sec.UUID, "backing_secret", backing.uuid, "cipher", info.Cipher, "mode", info.Mode)
+	return types.BlockDevice{Disk: p.target, Encrypted: true, EncryptionSecretUUID: sec.UUID, BackingEncryptionSecretUUID: backing.uuid,
 		EncryptionFormat: encryption.FormatLUKS, EncryptionOptions: info.Options(), Created: time.Now().UTC().Truncate(time.Second)}, nil
 }
 
@@ -333,6 +332,13 @@ func (c *Controller) encryptedSources(ctx context.Context, in *model.Instance, h
 	for name, src := range host.Disks {
 		if bd, ok := rec.Disks[name]; ok && bd.Encrypted {
 			src.SecretUUID = bd.EncryptionSecretUUID
+			if bd.BackingEncryptionSecretUUID != "" {
+				b, err := c.backingSource(ctx, src.Path, bd)
+				if err != nil {
+					return fmt.Errorf("disk %s: %w", name, err)
+				}
+				src.Backing = b
+			}
 			host.Disks[name] = src
 		}
 	}
@@ -375,6 +381,9 @@ func (c *Controller) defineSecrets(ctx context.Context, r *revert.Reverter, in *
 		}
 		id := bd.EncryptionSecretUUID
 		r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return c.libvirtSecrets.UndefineSecret(ctx, id) })
+		if err := c.defineBackingSecret(ctx, r, in, d.Name, bd); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -418,9 +427,12 @@ func (c *Controller) forgetDisks(ctx context.Context, in *model.Instance, disks 
 		if !ok {
 			continue
 		}
-		if bd.EncryptionSecretUUID != "" && c.keys != nil {
-			if err := c.keys.Delete(ctx, bd.EncryptionSecretUUID); err != nil && !errors.Is(err, keys.ErrNotFound) {
-				c.log.Warn("secret of a removed disk not deleted", "instance", in.Name, "disk", d, "secret", bd.EncryptionSecretUUID, "err", err)
+		for _, id := range diskSecrets(bd) {
+			if c.keys == nil {
+				break
+			}
+			if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) {
+				c.log.Warn("secret of a removed disk not deleted", "instance", in.Name, "disk", d, "secret", id, "err", err)
 			}
 		}
 		upd[d] = nil
@@ -439,8 +451,8 @@ func (c *Controller) replacedSecrets(ctx context.Context, in *model.Instance, pl
 	}
 	var out []string
 	for _, p := range plans {
-		if bd, ok := rec.Disks[p.target]; ok && bd.EncryptionSecretUUID != "" {
-			out = append(out, bd.EncryptionSecretUUID)
+		if bd, ok := rec.Disks[p.target]; ok {
+			out = append(out, diskSecrets(bd)...)
 		}
 	}
 	return out, nil
@@ -476,7 +488,16 @@ func (c *Controller) resizeDisk(ctx context.Context, in *model.Instance, disk, p
 		return fmt.Errorf("disk %s: %w", disk, err)
 	}
 	defer clear(pass)
-	return c.luks.Resize(ctx, path, size, shrink, pass)
+	var backing []byte
+	if bd.BackingEncryptionSecretUUID != "" {
+		// qemu-img resize opens the whole chain: the encrypted backing
+		// file too.
+		if backing, err = c.keys.Passphrase(ctx, bd.BackingEncryptionSecretUUID); err != nil {
+			return fmt.Errorf("disk %s backing file: %w", disk, err)
+		}
+		defer clear(backing)
+	}
+	return c.luks.Resize(ctx, path, size, shrink, pass, backing)
 }
 
 // forgetInstance deletes every secret and the block-device records of a
@@ -492,11 +513,10 @@ func (c *Controller) forgetInstance(ctx context.Context, name, uuid string) erro
 	var errs []error
 	if c.keys != nil {
 		for _, bd := range rec.Disks {
-			if bd.EncryptionSecretUUID == "" {
-				continue
-			}
-			if err := c.keys.Delete(ctx, bd.EncryptionSecretUUID); err != nil && !errors.Is(err, keys.ErrNotFound) {
-				errs = append(errs, err)
+			for _, id := range diskSecrets(bd) {
+				if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}
@@ -549,7 +569,7 @@ func (c *Controller) sweepSecrets(ctx context.Context) error {
 			return c.keys.Delete(ctx, id)
 		}, func(rec blockDevRecord) bool {
 			for _, bd := range rec.Disks {
-				if bd.EncryptionSecretUUID == id {
+				if slices.Contains(diskSecrets(bd), id) {
 					return true
 				}
 			}

@@ -108,11 +108,14 @@ func (c *Controller) Images(ctx context.Context) ([]types.Image, error) {
 // DeleteImage deletes an image no instance of this host uses (the image
 // directory is this host's).
 func (c *Controller) DeleteImage(ctx context.Context, name string) error {
+	img, _ := c.imageDir.Get(ctx, name)
 	err := c.imageDir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
 		return c.instancesUsing(ctx, false, func(in *model.Instance) bool { return in.Image == name })
 	})
 	if err == nil {
 		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": name})
+		// os_encrypt_key_deletion_policy (snapshot.go).
+		err = c.deleteImageSecret(ctx, img)
 	}
 	return err
 }

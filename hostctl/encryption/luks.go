@@ -60,7 +60,11 @@ func New(opts Options) *Tool {
 // default).
 func (t *Tool) IterTime() time.Duration { return t.iterTime }
 
-// Base is a disk's (unencrypted) backing file.
+// Base is a disk's backing file: plain (a blank template, a plain
+// image) or, for an overlay of an encrypted image, a LUKS qcow2 whose
+// own passphrase is needed to read through the overlay (qemu-img create
+// opens the backing file without I/O, so only Verify and Resize ask for
+// it).
 type Base struct {
 	Path, Format string
 }
@@ -71,8 +75,7 @@ type Disk struct {
 	Path string
 	// Size in qemu-img syntax; the base's size when empty.
 	Size string
-	// Base, when set, is the overlay's backing file (never encrypted here:
-	// only the overlay is).
+	// Base, when set, is the overlay's backing file.
 	Base *Base
 }
 
@@ -112,23 +115,36 @@ func (t *Tool) Create(ctx context.Context, d Disk, pass []byte) error {
 // runWithSecret runs bin with args, the secret readable on fd 3 (a pipe
 // written whole and closed before the command starts).
 func runWithSecret(ctx context.Context, bin string, args []string, secret []byte) error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("%s: pipe: %w", bin, err)
-	}
-	defer r.Close()
-	// A pipe holds 64 KiB before a write blocks; a passphrase is far less.
-	if len(secret) > 60<<10 {
-		w.Close()
-		return fmt.Errorf("%s: secret of %d bytes is too long", bin, len(secret))
-	}
-	_, werr := w.Write(secret)
-	cerr := w.Close()
-	if werr != nil || cerr != nil {
-		return fmt.Errorf("%s: write secret to pipe: %w", bin, errors.Join(werr, cerr))
+	return runWithSecrets(ctx, bin, args, secret)
+}
+
+// runWithSecrets runs bin with args, the i-th secret readable on fd 3+i
+// (pipes written whole and closed before the command starts).
+func runWithSecrets(ctx context.Context, bin string, args []string, secrets ...[]byte) error {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, secret := range secrets {
+		// A pipe holds 64 KiB before a write blocks; a passphrase is far less.
+		if len(secret) > 60<<10 {
+			return fmt.Errorf("%s: secret of %d bytes is too long", bin, len(secret))
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("%s: pipe: %w", bin, err)
+		}
+		files = append(files, r)
+		_, werr := w.Write(secret)
+		cerr := w.Close()
+		if werr != nil || cerr != nil {
+			return fmt.Errorf("%s: write secret to pipe: %w", bin, errors.Join(werr, cerr))
+		}
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.ExtraFiles = []*os.File{r}
+	cmd.ExtraFiles = files
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
@@ -154,8 +170,9 @@ type Info struct {
 	KeyBits int
 	// ActiveSlots counts the keyslots in use.
 	ActiveSlots int
-	// BackingFile is the backing file, if any.
-	BackingFile string
+	// BackingFile is the backing file, if any, and BackingFormat its
+	// format as the image names it.
+	BackingFile, BackingFormat string
 }
 
 // Options returns the encryption options of a block-device record.
@@ -193,6 +210,7 @@ func ParseInfo(out []byte) (Info, error) {
 		Format         string `json:"format"`
 		Encrypted      bool   `json:"encrypted"`
 		BackingFile    string `json:"backing-filename"`
+		BackingFormat  string `json:"backing-filename-format"`
 		FormatSpecific struct {
 			Type string          `json:"type"`
 			Data json.RawMessage `json:"data"`
@@ -204,7 +222,7 @@ func ParseInfo(out []byte) (Info, error) {
 	if raw.Format == "" {
 		return Info{}, fmt.Errorf("qemu-img info: no format in its output")
 	}
-	info := Info{Format: raw.Format, Encrypted: raw.Encrypted, BackingFile: raw.BackingFile}
+	info := Info{Format: raw.Format, Encrypted: raw.Encrypted, BackingFile: raw.BackingFile, BackingFormat: raw.BackingFormat}
 	type luksHeader struct {
 		Format    string `json:"format"`
 		Cipher    string `json:"cipher-alg"`
@@ -262,13 +280,28 @@ func keyBits(cipher, mode string) int {
 	return n
 }
 
+// openArgs are the --object and --image-opts arguments that open the
+// LUKS qcow2 image at path with the secret on fd 3 and, when backing is
+// set, its encrypted backing file with the secret on fd 4.
+func openArgs(path string, backing []byte) []string {
+	args := []string{"--object", "secret,id=sec0,file=/dev/fd/3"}
+	opts := "driver=qcow2,file.filename=" + optEscape(path) + ",encrypt.key-secret=sec0"
+	if backing != nil {
+		args = append(args, "--object", "secret,id=sec1,file=/dev/fd/4")
+		opts += ",backing.encrypt.key-secret=sec1"
+	}
+	return append(args, "--image-opts", opts)
+}
+
 // Verify proves that pass unlocks the LUKS qcow2 image at path by
 // opening it with qemu-io and reading its first sector (qemu-img info
-// does not unlock). A passphrase that does not is ErrWrongPassphrase.
-func (t *Tool) Verify(ctx context.Context, path string, pass []byte) error {
-	args := []string{"--object", "secret,id=sec0,file=/dev/fd/3", "-r", "-U", "--image-opts",
-		"driver=qcow2,file.filename=" + optEscape(path) + ",encrypt.key-secret=sec0", "-c", "read 0 512"}
-	err := runWithSecret(ctx, t.qemuIO, args, pass)
+// does not unlock). backing is the passphrase of its encrypted backing
+// file (nil: the backing file, if any, is plain), which the read goes
+// through. A passphrase that does not unlock is ErrWrongPassphrase.
+func (t *Tool) Verify(ctx context.Context, path string, pass, backing []byte) error {
+	open := openArgs(path, backing)
+	args := append(open, "-r", "-U", "-c", "read 0 512")
+	err := runWithSecrets(ctx, t.qemuIO, args, secretsOf(pass, backing)...)
 	if err != nil && strings.Contains(err.Error(), "Invalid password") {
 		return fmt.Errorf("open %s: %w", path, ErrWrongPassphrase)
 	}
@@ -285,13 +318,21 @@ func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // Resize changes the virtual size of the LUKS qcow2 image at path (the
 // passphrase opens it: qemu-img resize needs the encryption layer).
 // shrink allows a smaller size (an undo); otherwise a smaller size is
-// refused by qemu-img.
-func (t *Tool) Resize(ctx context.Context, path string, size int64, shrink bool, pass []byte) error {
+// refused by qemu-img. backing is the passphrase of an encrypted backing
+// file (qemu-img resize opens the whole chain), nil for a plain one.
+func (t *Tool) Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error {
 	args := []string{"resize", "-q"}
 	if shrink {
 		args = append(args, "--shrink")
 	}
-	args = append(args, "--object", "secret,id=sec0,file=/dev/fd/3", "--image-opts",
-		"driver=qcow2,file.filename="+optEscape(path)+",encrypt.key-secret=sec0", strconv.FormatInt(size, 10))
-	return runWithSecret(ctx, t.qemuImg, args, pass)
+	open := openArgs(path, backing)
+	args = append(append(args, open...), strconv.FormatInt(size, 10))
+	return runWithSecrets(ctx, t.qemuImg, args, secretsOf(pass, backing)...)
+}
+
+func secretsOf(pass, backing []byte) [][]byte {
+	if backing == nil {
+		return [][]byte{pass}
+	}
+	return [][]byte{pass, backing}
 }

@@ -42,10 +42,10 @@ func TestCreateLUKS(t *testing.T) {
 	if o := info.Options(); o["cipher"] != "aes-256" || o["key_size"] != "512" || o["ivgen"] != "plain64" {
 		t.Fatalf("Options = %v", o)
 	}
-	if err := tl.Verify(ctx, p, pass); err != nil {
+	if err := tl.Verify(ctx, p, pass, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.Verify(ctx, p, []byte("another disk's passphrase")); !errors.Is(err, encryption.ErrWrongPassphrase) {
+	if err := tl.Verify(ctx, p, []byte("another disk's passphrase"), nil); !errors.Is(err, encryption.ErrWrongPassphrase) {
 		t.Fatalf("Verify with another passphrase = %v", err)
 	}
 	// Write a pattern through QEMU's block layer; the file must not hold it.
@@ -97,7 +97,7 @@ func TestOverlayOverPlainBase(t *testing.T) {
 	if bi.Encrypted {
 		t.Fatal("base encrypted")
 	}
-	if err := tl.Verify(ctx, p, pass); err != nil {
+	if err := tl.Verify(ctx, p, pass, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -122,7 +122,7 @@ func TestPassphraseNeverOnCommandLine(t *testing.T) {
 	if err := tl.Create(ctx, encryption.Disk{Path: p, Size: "8M"}, pass); err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.Verify(ctx, p, pass); err != nil {
+	if err := tl.Verify(ctx, p, pass, nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(log)
@@ -212,4 +212,49 @@ func FuzzParseInfo(f *testing.F) {
 			t.Fatal("no error and no format")
 		}
 	})
+}
+
+// TestEncryptedBacking: an encrypted overlay of an encrypted image (the
+// root disk of an instance from an encrypted image) is created without
+// the image's passphrase (qemu-img create opens the backing file without
+// I/O), yet opens, resizes and reads only with both: its own on fd 3 and
+// the backing file's on fd 4; a wrong backing passphrase is
+// ErrWrongPassphrase, a missing one an error.
+func TestEncryptedBacking(t *testing.T) {
+	ctx := context.Background()
+	tl := tool(t)
+	dir := t.TempDir()
+	base, over := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "over.qcow2")
+	basePass, pass := []byte("image passphrase"), []byte("the overlay's own passphrase")
+	if err := tl.Create(ctx, encryption.Disk{Path: base, Size: "16M"}, basePass); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Create(ctx, encryption.Disk{Path: over, Base: &encryption.Base{Path: base, Format: "qcow2"}}, pass); err != nil {
+		t.Fatal(err)
+	}
+	info, err := tl.Inspect(ctx, over)
+	if err != nil || !info.Encrypted || info.BackingFile != base || info.BackingFormat != "qcow2" {
+		t.Fatalf("Inspect = %+v %v", info, err)
+	}
+	if err := tl.Verify(ctx, over, pass, basePass); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Verify(ctx, over, pass, []byte("another image's passphrase")); !errors.Is(err, encryption.ErrWrongPassphrase) {
+		t.Fatalf("Verify with a wrong backing passphrase = %v", err)
+	}
+	if err := tl.Verify(ctx, over, pass, nil); err == nil {
+		t.Fatal("Verify without the backing passphrase succeeded")
+	}
+	if err := tl.Verify(ctx, over, basePass, basePass); !errors.Is(err, encryption.ErrWrongPassphrase) {
+		t.Fatalf("Verify with the image's passphrase for the overlay = %v", err)
+	}
+	if err := tl.Resize(ctx, over, 32<<20, false, pass, nil); err == nil {
+		t.Fatal("Resize without the backing passphrase succeeded")
+	}
+	if err := tl.Resize(ctx, over, 32<<20, false, pass, basePass); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := tl.Inspect(ctx, over); info.BackingFile != base {
+		t.Fatalf("after resize: %+v", info)
+	}
 }

@@ -114,6 +114,21 @@ type DiskSource struct {
 	// holds the LUKS passphrase; the disk is opened with
 	// <encryption format='luks'>.
 	SecretUUID string
+	// Backing, when set, is the image's encrypted backing file (an
+	// overlay of an encrypted image): the domain names it in an explicit
+	// <backingStore> with its own <encryption> and libvirt secret, as
+	// QEMU opens each layer of the chain with its own key.
+	Backing *BackingSource
+}
+
+// BackingSource is the encrypted backing file of a disk image.
+type BackingSource struct {
+	// Path of the backing file, inside the data directory.
+	Path string
+	// Format is its image format, "qcow2" when empty.
+	Format string
+	// SecretUUID names the libvirt secret holding its LUKS passphrase.
+	SecretUUID string
 }
 
 // Host holds the host paths and names of one instance: where its disk
@@ -588,6 +603,24 @@ func diskDevice(f string, disk model.Disk, host Host, opts Options) (*diskXML, e
 	}
 	if src.SecretUUID != "" {
 		x.Source.Encryption = &encryptionXML{Format: "luks", Secret: secretXML{Type: "passphrase", UUID: src.SecretUUID}}
+	}
+	if b := src.Backing; b != nil {
+		bpath, err := ResolveInDataDir(host.DataDir, b.Path)
+		if err != nil {
+			return nil, fieldErr(f+" backing image", "%v", err)
+		}
+		bformat := b.Format
+		if bformat == "" {
+			bformat = "qcow2"
+		}
+		if bformat != "qcow2" || b.SecretUUID == "" {
+			return nil, fieldErr(f+" backing image", "an encrypted backing file is a LUKS qcow2 with its secret (format %q, secret %q)", b.Format, b.SecretUUID)
+		}
+		// The chain ends here: an encrypted image has no backing file of
+		// its own (<backingStore/> tells libvirt not to probe further).
+		x.BackingStore = &backingStoreXML{Type: "file", Format: &typeAttrXML{Type: bformat},
+			Source: &diskSourceXML{File: bpath, Encryption: &encryptionXML{Format: "luks", Secret: secretXML{Type: "passphrase", UUID: b.SecretUUID}}},
+			End:    &struct{}{}}
 	}
 	return x, nil
 }

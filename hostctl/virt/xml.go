@@ -112,16 +112,18 @@ type devicesXML struct {
 }
 
 type diskXML struct {
-	XMLName  xml.Name       `xml:"disk"`
-	Type     string         `xml:"type,attr"`
-	Device   string         `xml:"device,attr"`
-	Driver   *diskDriverXML `xml:"driver"`
-	Source   *diskSourceXML `xml:"source"`
-	Target   diskTargetXML  `xml:"target"`
-	ReadOnly *struct{}      `xml:"readonly"`
-	Serial   string         `xml:"serial,omitempty"`
-	Alias    *aliasXML      `xml:"alias"`
-	Address  *addressXML    `xml:"address"`
+	XMLName xml.Name       `xml:"disk"`
+	Type    string         `xml:"type,attr"`
+	Device  string         `xml:"device,attr"`
+	Driver  *diskDriverXML `xml:"driver"`
+	Source  *diskSourceXML `xml:"source"`
+	// BackingStore is written only for an encrypted backing file.
+	BackingStore *backingStoreXML `xml:"backingStore,omitempty"`
+	Target       diskTargetXML    `xml:"target"`
+	ReadOnly     *struct{}        `xml:"readonly"`
+	Serial       string           `xml:"serial,omitempty"`
+	Alias        *aliasXML        `xml:"alias"`
+	Address      *addressXML      `xml:"address"`
 }
 
 type diskDriverXML struct {
@@ -133,6 +135,15 @@ type diskSourceXML struct {
 	File       string         `xml:"file,attr,omitempty"`
 	Dev        string         `xml:"dev,attr,omitempty"`
 	Encryption *encryptionXML `xml:"encryption"`
+}
+
+// backingStoreXML is a disk's backing file, named explicitly (with its
+// own encryption) and ending the chain (End: an empty <backingStore/>).
+type backingStoreXML struct {
+	Type   string         `xml:"type,attr,omitempty"`
+	Format *typeAttrXML   `xml:"format"`
+	Source *diskSourceXML `xml:"source"`
+	End    *struct{}      `xml:"backingStore"`
 }
 
 type encryptionXML struct {

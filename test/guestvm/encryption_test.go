@@ -255,13 +255,13 @@ disks:
 	}
 	tool := encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO})
 	vda, vdb := filepath.Join(dir, "disk-vda.qcow2"), filepath.Join(dir, "disk-vdb.qcow2")
-	if err := tool.Verify(ctx, vda, passA); err != nil {
+	if err := tool.Verify(ctx, vda, passA, nil); err != nil {
 		t.Errorf("vda with its own passphrase: %v", err)
 	}
-	if err := tool.Verify(ctx, vda, passB); !errors.Is(err, encryption.ErrWrongPassphrase) {
+	if err := tool.Verify(ctx, vda, passB, nil); !errors.Is(err, encryption.ErrWrongPassphrase) {
 		t.Errorf("vda with vdb's passphrase: %v (want %v)", err, encryption.ErrWrongPassphrase)
 	}
-	if err := tool.Verify(ctx, vdb, passA); !errors.Is(err, encryption.ErrWrongPassphrase) {
+	if err := tool.Verify(ctx, vdb, passA, nil); !errors.Is(err, encryption.ErrWrongPassphrase) {
 		t.Errorf("vdb with vda's passphrase: %v (want %v)", err, encryption.ErrWrongPassphrase)
 	}
 	if plain := decrypt(t, qemuImg, vda, passA, filepath.Join(work, "vda.raw")); !bytes.HasPrefix(plain, pattern) {

@@ -1,0 +1,174 @@
+package controller
+
+// Disks over encrypted images (issue: ephemeral storage encryption, the
+// specification's "backing_encryption_secret_uuid").
+//
+// An image whose os_encrypt_key_id is set is a LUKS qcow2 encrypted under
+// that key-manager secret. An instance's root disk over it is an
+// encrypted qcow2 overlay with its own secret, and the instance gets its
+// own copy of the image's passphrase for the backing file (a new
+// key-manager secret owned by the instance's disk, recorded as
+// backing_encryption_secret_uuid), so deleting the image's secret later
+// (os_encrypt_key_deletion_policy) never makes a running instance's disk
+// unreadable, and deleting the instance deletes only its copy. The
+// domain names the backing file in an explicit <backingStore> with its
+// own <encryption> and libvirt secret (UUID = the copy's), defined before
+// start and undefined when the domain stops, like the disk's own.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+)
+
+// diskSecrets returns the key-manager secrets a disk's record holds: its
+// own and its backing file's copy.
+func diskSecrets(bd types.BlockDevice) []string {
+	var ids []string
+	for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID} {
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// encryptedImage returns the catalog image of plan p when it is an
+// encrypted one (nil otherwise).
+func (c *Controller) encryptedImage(ctx context.Context, p diskPlan) (*types.Image, error) {
+	if p.image == "" || p.Base == nil {
+		return nil, nil
+	}
+	img, err := c.imageOf(ctx, p.image)
+	if err != nil || img == nil || !img.Encrypted {
+		return nil, err
+	}
+	return img, nil
+}
+
+// checkEncryptedImages returns the conflicts of the disks planned over an
+// encrypted image: the disk must be requested encrypted (no surprise
+// decryption), this host needs a key manager, and the image's secret must
+// exist and belong to the instance's project.
+func (c *Controller) checkEncryptedImages(ctx context.Context, in *model.Instance, plans []diskPlan) ([]model.FieldError, error) {
+	var errs []model.FieldError
+	for _, p := range plans {
+		img, err := c.encryptedImage(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if img == nil {
+			continue
+		}
+		keyID := img.Properties[policy.ImageEncryptKeyID]
+		field := "disks[" + p.target + "]"
+		for i, d := range in.Disks {
+			if d.Name == p.target {
+				field = fmt.Sprintf("disks[%d]", i)
+			}
+		}
+		switch {
+		case !p.encrypt:
+			errs = append(errs, model.FieldError{Field: field + ".encrypted", Value: false,
+				Rule: fmt.Sprintf("image %q is encrypted (%s=%s): a disk over it is encrypted too (no surprise decryption)", img.Name, policy.ImageEncryptKeyID, keyID)})
+			continue
+		case c.keys == nil || c.records == nil:
+			continue // the disk's own request is refused below
+		case keyID == "":
+			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
+				Rule: "qemu-img finds the image encrypted but it names no secret in " + policy.ImageEncryptKeyID})
+			continue
+		}
+		sec, err := c.keys.Get(ctx, keyID)
+		switch {
+		case errors.Is(err, keys.ErrNotFound):
+			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
+				Rule: fmt.Sprintf("its secret %s=%s is not in the key manager", policy.ImageEncryptKeyID, keyID)})
+		case err != nil:
+			return nil, fmt.Errorf("secret of image %s: %w", img.Name, err)
+		case sec.ProjectID != in.ProjectID:
+			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
+				Rule: fmt.Sprintf("its secret %s belongs to project %q and the instance to project %q: the instance's project may not read it", keyID, sec.ProjectID, in.ProjectID)})
+		}
+	}
+	return errs, nil
+}
+
+// backingCopy is the instance's copy of an encrypted image's secret.
+type backingCopy struct {
+	uuid string
+	pass []byte
+}
+
+// copyImageSecret makes, for a disk planned over an encrypted image, the
+// instance's own key-manager secret holding the image's passphrase; the
+// undo step deletes it. Nothing (a zero backingCopy) for any other disk.
+func (c *Controller) copyImageSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (backingCopy, error) {
+	img, err := c.encryptedImage(ctx, p)
+	if err != nil || img == nil {
+		return backingCopy{}, err
+	}
+	keyID := img.Properties[policy.ImageEncryptKeyID]
+	pass, err := c.keys.Passphrase(ctx, keyID)
+	if err != nil {
+		return backingCopy{}, fmt.Errorf("disk %s: secret %s of image %s: %w", p.target, keyID, img.Name, err)
+	}
+	sec, err := c.keys.Create(ctx, keys.Request{Name: "backing-" + p.target, ProjectID: in.ProjectID, Payload: pass,
+		Owner: &keys.Owner{Host: c.hostName, InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
+	if err != nil {
+		clear(pass)
+		return backingCopy{}, fmt.Errorf("copy the secret of image %s for disk %s: %w", img.Name, p.target, err)
+	}
+	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error { return c.keys.Delete(ctx, sec.UUID) })
+	return backingCopy{uuid: sec.UUID, pass: pass}, nil
+}
+
+// backingSource is the encrypted backing file of the disk image at path
+// (data-directory relative, as virt.Host has it), read from the image's
+// own header, with the libvirt secret of bd's backing copy.
+func (c *Controller) backingSource(ctx context.Context, path string, bd types.BlockDevice) (*virt.BackingSource, error) {
+	abs, err := virt.ResolveInDataDir(c.dataDir, path)
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.luks.Inspect(ctx, abs)
+	if err != nil {
+		return nil, err
+	}
+	if info.BackingFile == "" {
+		return nil, fmt.Errorf("%s has no backing file, yet its record names a backing secret %s", abs, bd.BackingEncryptionSecretUUID)
+	}
+	bf := info.BackingFile
+	if !filepath.IsAbs(bf) {
+		bf = filepath.Join(filepath.Dir(abs), bf)
+	}
+	return &virt.BackingSource{Path: bf, Format: info.BackingFormat, SecretUUID: bd.BackingEncryptionSecretUUID}, nil
+}
+
+// defineBackingSecret puts the passphrase of disk's encrypted backing
+// file into libvirt (none: nothing to do); the undo step undefines it.
+func (c *Controller) defineBackingSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk string, bd types.BlockDevice) error {
+	id := bd.BackingEncryptionSecretUUID
+	if id == "" {
+		return nil
+	}
+	pass, err := c.keys.Passphrase(ctx, id)
+	if err != nil {
+		return fmt.Errorf("disk %s backing file: %w", disk, err)
+	}
+	err = c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: c.secretUsage(in.UUID, disk+"/backing")}, pass)
+	clear(pass)
+	if err != nil {
+		return fmt.Errorf("disk %s backing file: %w", disk, err)
+	}
+	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return c.libvirtSecrets.UndefineSecret(ctx, id) })
+	return nil
+}
