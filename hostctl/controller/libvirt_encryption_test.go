@@ -19,24 +19,10 @@ import (
 // libvirt secrets back, a stray secret is swept, and delete removes the
 // key-manager secrets.
 func TestLibvirtEncryptedStart(t *testing.T) {
-	e, uri := realEnv(t)
+	e, uri, km := encryptedRealEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
-	km, err := keys.Open(ctx, e.st, e.dir, keys.Options{Host: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.c.keys = km
-	e.c.luks = encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 20 * time.Millisecond})
-	t.Cleanup(func() {
-		// Whatever a failure left in libvirt goes.
-		if ss, err := e.c.libvirtSecrets.Secrets(context.Background(), e.c.secretPrefix()); err == nil {
-			for _, s := range ss {
-				_ = e.c.libvirtSecrets.UndefineSecret(context.Background(), s.UUID)
-			}
-		}
-	})
 	spec := "name: " + name + "\n" +
 		"disks: [{name: vda, size: 8M, tag: root, encrypted: true}, {name: vdb, size: 8M, encrypted: true}, {name: vdc, size: 8M}]\n"
 	inst, err := e.apply(spec)
@@ -89,23 +75,10 @@ func TestLibvirtEncryptedStart(t *testing.T) {
 // <backingStore>'s own <encryption>. Stop takes both back; delete removes
 // the instance's secrets and keeps the image's.
 func TestLibvirtEncryptedImage(t *testing.T) {
-	e, uri := realEnv(t)
+	e, uri, km := encryptedRealEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
-	km, err := keys.Open(ctx, e.st, e.dir, keys.Options{Host: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.c.keys = km
-	e.c.luks = encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 20 * time.Millisecond})
-	t.Cleanup(func() {
-		if ss, err := e.c.libvirtSecrets.Secrets(context.Background(), e.c.secretPrefix()); err == nil {
-			for _, s := range ss {
-				_ = e.c.libvirtSecrets.UndefineSecret(context.Background(), s.UUID)
-			}
-		}
-	})
 	imgSec := makeEncryptedImage(t, e, km, "enc-img", "p1")
 	inst, err := e.apply("name: " + name + "\nproject_id: p1\nimage: enc-img\ndisks: [{name: vda, tag: root, encrypted: true}]\n")
 	if err != nil {
@@ -202,4 +175,26 @@ func TestLibvirtEncryptedImage(t *testing.T) {
 	if l, _ := km.List(ctx, ""); len(l) != 1 || l[0].UUID != imgSec.UUID {
 		t.Errorf("key-manager secrets after delete: %+v (want only the image's)", l)
 	}
+}
+
+// encryptedRealEnv is realEnv with a key manager and the real qemu-img
+// LUKS tool (a short PBKDF iteration time), and a cleanup that removes
+// whatever libvirt secrets a failure left.
+func encryptedRealEnv(t *testing.T) (*env, string, *keys.Manager) {
+	t.Helper()
+	e, uri := realEnv(t)
+	km, err := keys.Open(context.Background(), e.st, e.dir, keys.Options{Host: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c.keys = km
+	e.c.luks = encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 20 * time.Millisecond})
+	t.Cleanup(func() {
+		if ss, err := e.c.libvirtSecrets.Secrets(context.Background(), e.c.secretPrefix()); err == nil {
+			for _, s := range ss {
+				_ = e.c.libvirtSecrets.UndefineSecret(context.Background(), s.UUID)
+			}
+		}
+	})
+	return e, uri, km
 }
