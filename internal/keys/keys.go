@@ -130,7 +130,16 @@ type Secret struct {
 type secretRecord struct {
 	Secret
 	Wrapped store.WrappedSecret `json:"wrapped"`
+	// Pending is the new passphrase of a disk passphrase rotation in
+	// progress (persisted before it is added to a LUKS key slot, made
+	// current in one write with Wrapped once it is proven to open the
+	// disk). Its additional data names the secret as PendingID(UUID), so
+	// it cannot be swapped with Wrapped. A KEK rotation rewraps it too.
+	Pending *store.WrappedSecret `json:"pending,omitempty"`
 }
+
+// PendingID is the id bound into a pending passphrase's ciphertext.
+func PendingID(uuid string) string { return uuid + "#pending" }
 
 // Manager creates, reads and deletes secrets. It is safe for concurrent
 // use.
