@@ -205,6 +205,42 @@ func (f *rotFixture) check(gen int64, wantLibvirt bool) []string {
 	return f.checkWith(c, km, gen, wantLibvirt)
 }
 
+// checkRecovered returns what is wrong after start-up recovery alone:
+// every encrypted disk opens with the passphrase the key manager holds
+// and reads back its pattern, its libvirt secret holds that passphrase,
+// and no rotation journal is left (recovery finishes them on a stopped
+// instance).
+func (f *rotFixture) checkRecovered() []string {
+	f.t.Helper()
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	var bad []string
+	rec, _, err := c.loadBlockDevices(ctx, f.uuid)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	for _, disk := range f.disks {
+		bd := rec.Disks[disk]
+		if msg := f.checkDisk(ctx, c, km, disk); msg != "" {
+			bad = append(bad, "after recovery: "+msg)
+		}
+		if bd.KeyRotation != nil {
+			bad = append(bad, fmt.Sprintf("after recovery: %s: journal %+v left", disk, *bd.KeyRotation))
+		}
+		pass, err := km.Passphrase(ctx, bd.EncryptionSecretUUID)
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		if v, ok := libvirtSecretValue(f.t, bd.EncryptionSecretUUID); !ok || !bytes.Equal(v, pass) {
+			bad = append(bad, fmt.Sprintf("after recovery: %s: libvirt secret (defined %t) does not hold the key manager's passphrase", disk, ok))
+		}
+		clear(pass)
+	}
+	return bad
+}
+
 // checkWith is check through an open controller and key manager.
 func (f *rotFixture) checkWith(c *Controller, km *keys.Manager, gen int64, wantLibvirt bool) []string {
 	f.t.Helper()
@@ -261,8 +297,11 @@ func (f *rotFixture) checkWith(c *Controller, km *keys.Manager, gen int64, wantL
 // with -tags vmetacrash) runs recovery and the rotation of an instance's
 // two LUKS disks on real qemu-img images with real libvirt secrets, and
 // is killed by SIGKILL at every declared step, for the first disk and
-// (#2) the second. A second run without the crash point recovers and
-// finishes; then every disk must open with the passphrase the key manager
+// (#2) the second. A second run does the start-up recovery alone: every
+// disk must then open with the passphrase the key manager holds, read
+// back its pattern, its libvirt secret hold that value, and no journal be
+// left. A third run rotates again to the same generation, which finishes
+// without minting a new key; then every disk must open with the passphrase the key manager
 // holds, read back the pattern written before, have one key slot, its
 // libvirt secret that value, nothing pending and its generation recorded.
 // The table procedure × step → recovered / lost is printed; any "lost"
@@ -307,7 +346,11 @@ func TestDiskRotateCrashMatrix(t *testing.T) {
 					case !killed:
 						result = "lost (step never reached: the child was not killed)"
 					default:
-						if _, out, err := run(gen, ""); err != nil {
+						if _, out, err := run(0, ""); err != nil {
+							result = fmt.Sprintf("lost (recovery alone: %v: %s)", err, out)
+						} else if bad := f.checkRecovered(); len(bad) > 0 {
+							result = "lost: " + strings.Join(bad, "; ")
+						} else if _, out, err := run(gen, ""); err != nil {
 							result = fmt.Sprintf("lost (recovery run: %v: %s)", err, out)
 						} else if !strings.Contains(out, `"Done":true`) {
 							result = "lost (recovery run not done: " + out + ")"
