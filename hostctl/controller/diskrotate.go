@@ -238,6 +238,31 @@ func (r *DiskRotator) Rotate(ctx context.Context, s keyrotation.Subject, gen int
 	return keyrotation.Result{Done: true}, nil
 }
 
+// Generation returns the generation the subject's disk passphrases are
+// all at: the lowest of its encrypted disks' (0: a disk never rotated —
+// its passphrase existed before rotation was tracked, or was made after
+// the last rotation), for the Engine's status.
+func (r *DiskRotator) Generation(ctx context.Context, s keyrotation.Subject) (int64, error) {
+	if err := r.usable(); err != nil {
+		return 0, err
+	}
+	in, disks, err := r.instanceDisks(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	bds, _, err := r.c.loadBlockDevices(ctx, in.UUID)
+	if err != nil {
+		return 0, err
+	}
+	gen := int64(-1)
+	for _, d := range disks {
+		if g := bds.Disks[d.Name].KeyGeneration; gen < 0 || g < gen {
+			gen = g
+		}
+	}
+	return max(gen, 0), nil
+}
+
 // instanceDisks returns the subject's instance (this host's, with the
 // subject's UUID) and its encrypted disks with their own secrets.
 func (r *DiskRotator) instanceDisks(ctx context.Context, s keyrotation.Subject) (*model.Instance, []model.Disk, error) {

@@ -467,6 +467,9 @@ func TestDiskRotateLibvirt(t *testing.T) {
 		t.Fatalf("Subjects = %+v, %v", subs, err)
 	}
 	s := subs[0]
+	if g, err := r.Generation(ctx, s); err != nil || g != 0 {
+		t.Fatalf("Generation before any rotation = %d, %v; want 0", g, err)
+	}
 	old := map[string][]byte{}
 	for _, d := range f.disks {
 		old[d], _ = km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
@@ -518,6 +521,9 @@ func TestDiskRotateLibvirt(t *testing.T) {
 	}
 	if bad := f.checkWith(c, km, 3, false); len(bad) > 0 {
 		t.Fatal(strings.Join(bad, "; "))
+	}
+	if g, err := r.Generation(ctx, s); err != nil || g != 3 {
+		t.Fatalf("Generation = %d, %v; want 3", g, err)
 	}
 	if _, err := c.Start(ctx, f.name); err != nil {
 		t.Fatalf("start after the second rotation: %v", err)
@@ -639,4 +645,75 @@ func (f *rotFixture) checkDisk(ctx context.Context, c *Controller, km *keys.Mana
 		return fmt.Sprintf("%s: %v: %s", disk, err, out)
 	}
 	return ""
+}
+
+// TestDiskRotateRecoverRunning: a rotation interrupted after its new
+// passphrase was added to a key slot (not yet promoted), and the instance
+// started since (QEMU holds the disk: no key slot can change). Recovery
+// proves the pending passphrase opens the disk, promotes it and gives the
+// libvirt secret the new value, but leaves the key slots; Rotate reports
+// the instance pending; after a stop it finishes (old slot erased) and
+// the domain starts with the new passphrase.
+func TestDiskRotateRecoverRunning(t *testing.T) {
+	f := newRotFixture(t, "bolt")
+	f.cleanupSecrets()
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	r := NewDiskRotator(c)
+	id := mustSecret(t, c, f.uuid, "vda")
+	cur, _ := km.Passphrase(ctx, id)
+	pending, err := km.SetPending(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
+	bd := rec.Disks["vda"]
+	bd.KeyRotation = &types.DiskKeyRotation{Generation: 2, Slot: 1}
+	if err := r.setRecord(ctx, in, bd); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tool.AddKeySlot(ctx, f.diskPath("vda"), 1, cur, pending, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, f.name); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Recover(ctx); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, pending) {
+		t.Fatal("recovery did not promote the pending passphrase that opens the disk")
+	}
+	if v, ok := libvirtSecretValue(t, id); !ok || !bytes.Equal(v, pending) {
+		t.Fatalf("libvirt secret (defined %t) does not hold the promoted passphrase", ok)
+	}
+	if s, _ := f.tool.KeySlots(ctx, f.diskPath("vda")); !s[0] || !s[1] {
+		t.Fatalf("key slots of a running instance's disk changed: %v", s)
+	}
+	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}, 2, 0, nil); err != nil || res.Done || res.Pending != PendingRunning {
+		t.Fatalf("Rotate while running = %+v, %v", res, err)
+	}
+	if _, err := c.Stop(ctx, f.name, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}, 2, 0, nil); err != nil || !res.Done {
+		t.Fatalf("Rotate after stop = %+v, %v", res, err)
+	}
+	if bad := f.checkWith(c, km, 2, false); len(bad) > 0 {
+		t.Fatal(strings.Join(bad, "; "))
+	}
+	if err := f.tool.Verify(ctx, f.diskPath("vda"), cur, nil); !errors.Is(err, encryption.ErrWrongPassphrase) {
+		t.Fatalf("the old passphrase still opens vda: %v", err)
+	}
+	if _, err := c.Start(ctx, f.name); err != nil {
+		t.Fatalf("start with the rotated passphrases: %v", err)
+	}
+	if _, err := c.Stop(ctx, f.name, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
 }
