@@ -177,3 +177,19 @@ func TestParseKeySlots(t *testing.T) {
 		t.Fatalf("FreeKeySlot(all active) = %v", err)
 	}
 }
+
+func FuzzParseKeySlots(f *testing.F) {
+	f.Add([]byte(`{"format":"qcow2","format-specific":{"type":"qcow2","data":{"encrypt":{"format":"luks","slots":[{"active":true},{"active":false}]}}}}`))
+	f.Add([]byte(`{"format":"luks","format-specific":{"type":"luks","data":{"slots":[{"active":true}]}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		slots, err := encryption.ParseKeySlots(b)
+		if err == nil && (len(slots) == 0 || len(slots) > encryption.MaxKeySlots) {
+			t.Fatalf("no error and %d slots", len(slots))
+		}
+		if err == nil {
+			if i, ferr := encryption.FreeKeySlot(slots); ferr == nil && slots[i] {
+				t.Fatalf("FreeKeySlot chose active slot %d", i)
+			}
+		}
+	})
+}
