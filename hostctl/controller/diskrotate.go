@@ -438,7 +438,15 @@ func (r *DiskRotator) continueRotation(ctx context.Context, in *model.Instance, 
 			}
 		}
 		hitDisk("slot-added")
-		if err := r.c.luks.Verify(ctx, path, pending, backing); err != nil {
+		err = r.c.luks.Verify(ctx, path, pending, backing)
+		if errors.Is(err, encryption.ErrWrongPassphrase) {
+			// Slot N is active without the pending passphrase (an amend
+			// cut short by a power loss): rewrite it, unlocking with the
+			// current passphrase, which is in another slot (N was free
+			// when chosen) and is proven to open the disk first.
+			err = r.rewriteSlot(ctx, bd, path, rot.Slot, pending, backing)
+		}
+		if err != nil {
 			// Slot N is active but the pending passphrase does not open
 			// the disk: nothing is promoted or erased; the current
 			// passphrase still opens it.
@@ -451,6 +459,28 @@ func (r *DiskRotator) continueRotation(ctx context.Context, in *model.Instance, 
 		hitDisk("promoted")
 	}
 	return r.finish(ctx, in, bd, path, backing)
+}
+
+// rewriteSlot erases key slot slot and adds pending to it again,
+// unlocking with the current passphrase (which must open the disk), then
+// proves pending opens the disk.
+func (r *DiskRotator) rewriteSlot(ctx context.Context, bd types.BlockDevice, path string, slot int, pending, backing []byte) error {
+	cur, err := r.c.keys.Passphrase(ctx, bd.EncryptionSecretUUID)
+	if err != nil {
+		return err
+	}
+	defer clear(cur)
+	if err := r.c.luks.Verify(ctx, path, cur, backing); err != nil {
+		return fmt.Errorf("the current passphrase does not open the disk either: %w", err)
+	}
+	r.c.log.Warn("disk passphrase rotation: the new key slot does not hold the pending passphrase; rewriting it", "disk", bd.Disk, "secret", bd.EncryptionSecretUUID, "key_slot", slot)
+	if err := r.slots.EraseKeySlot(ctx, path, slot, cur, backing); err != nil {
+		return err
+	}
+	if err := r.slots.AddKeySlot(ctx, path, slot, cur, pending, backing); err != nil {
+		return err
+	}
+	return r.c.luks.Verify(ctx, path, pending, backing)
 }
 
 // finish runs the steps after the promotion: prove the (new) current

@@ -717,3 +717,50 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDiskRotateRewritesBadSlot: the journal's key slot is active but
+// does not hold the pending passphrase (an amend cut short); recovery
+// proves the current passphrase opens the disk, rewrites the slot and
+// finishes the rotation.
+func TestDiskRotateRewritesBadSlot(t *testing.T) {
+	f := newRotFixture(t, "bolt")
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	r := NewDiskRotator(c)
+	id := mustSecret(t, c, f.uuid, "vdb")
+	cur, _ := km.Passphrase(ctx, id)
+	pending, err := km.SetPending(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
+	bd := rec.Disks["vdb"]
+	bd.KeyRotation = &types.DiskKeyRotation{Generation: 2, Slot: 3}
+	if err := r.setRecord(ctx, in, bd); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tool.AddKeySlot(ctx, f.diskPath("vdb"), 3, cur, []byte("not the pending one"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Recover(ctx); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, pending) {
+		t.Fatal("the pending passphrase was not made current")
+	}
+	rec, _, _ = c.loadBlockDevices(ctx, f.uuid)
+	if bd := rec.Disks["vdb"]; bd.KeyGeneration != 2 || bd.KeyRotation != nil || bd.KeySlot == nil || *bd.KeySlot != 3 {
+		t.Fatalf("record after recovery: %+v", bd)
+	}
+	if s, _ := f.tool.KeySlots(ctx, f.diskPath("vdb")); s[0] || !s[3] {
+		t.Fatalf("key slots %v, want only 3", s)
+	}
+	if msg := f.checkDisk(ctx, c, km, "vdb"); msg != "" {
+		t.Fatal(msg)
+	}
+}
