@@ -315,6 +315,7 @@ func TestDiskRotateCrashMatrix(t *testing.T) {
 	}
 	for _, backend := range []string{"bolt", "redis"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel() // separate stores, instances and secrets
 			f := newRotFixture(t, backend)
 			run := func(gen int64, crashAt string) (killed bool, out string, err error) {
 				cmd := exec.Command(bin, "-store", f.storeURL, "-data", f.dir, "-libvirt", f.uri, "-instance", f.name, "-uuid", f.uuid, "-gen", strconv.FormatInt(gen, 10))
