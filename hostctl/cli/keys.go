@@ -322,4 +322,3 @@ func keysShow(fs *flag.FlagSet) func(context.Context, *Call) error {
 		return err
 	}
 }
-
