@@ -161,7 +161,14 @@ func (r *DiskRotator) Subjects(ctx context.Context) ([]keyrotation.Subject, erro
 		if ir, err := r.c.store.Instance(ctx, rec.Instance); err != nil || ir.UUID != uuid {
 			continue // gone (the sweep deletes the record)
 		}
-		out = append(out, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: uuid, InstanceName: rec.Instance})
+		s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: uuid, InstanceName: rec.Instance}
+		for _, bd := range rec.Disks {
+			// When its keys were made: the oldest disk's creation.
+			if rotatable(bd) && !bd.Created.IsZero() && (s.Created.IsZero() || bd.Created.Before(s.Created)) {
+				s.Created = bd.Created
+			}
+		}
+		out = append(out, s)
 	}
 	return out, nil
 }

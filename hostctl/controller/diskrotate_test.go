@@ -468,6 +468,9 @@ func TestDiskRotateLibvirt(t *testing.T) {
 		t.Fatalf("Subjects = %+v, %v", subs, err)
 	}
 	s := subs[0]
+	if s.Created.IsZero() || time.Since(s.Created) > time.Hour {
+		t.Fatalf("subject created %v: want when its disks were made", s.Created)
+	}
 	if g, err := r.Generation(ctx, s); err != nil || g != 0 {
 		t.Fatalf("Generation before any rotation = %d, %v; want 0", g, err)
 	}
