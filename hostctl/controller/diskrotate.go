@@ -39,17 +39,23 @@ package controller
 // and the next call after it stops rotates it. Rotate holds the
 // instance's lock, so the instance cannot start in the middle.
 //
-// Wiring (the lead's Engine):
+// Wiring (hostctl/daemon, with the keyrotation Engine):
 //
-//	r := controller.NewDiskRotator(ctl)   // ctl: the *Controller of `hostctl serve`
-//	// at start-up, after keys.Open and controller.New's dependencies, before
-//	// the reconciler or the Engine acts on any instance:
-//	if err := r.Recover(ctx); err != nil { /* log loudly; disks it names need an operator */ }
-//	// the Engine: keyrotation.Disk's Rotator, Lister and Recoverer are r.
+//	ctl := controller.NewStopped(ctlStore, opts) // New without the reconciler
+//	keyEngine.Register(keyrotation.Disk, controller.NewDiskRotator(ctl))
+//	if err := keyEngine.Recover(ctx); err != nil { … } // runs DiskRotator.Recover
+//	ctl.StartReconciler()
 //
-// NewDiskRotator needs the controller's key manager to be *keys.Manager
-// (or any KeyManager with PendingKeys) and its LUKS tool
-// *encryption.Tool (or any LUKS with KeySlotter).
+// Recover must run before anything starts an instance (the API is not
+// served yet); with controller.New the reconciler runs alongside it,
+// which is safe (both take the instance's lock, and the reconciler only
+// removes libvirt secrets of stopped domains) but NewStopped keeps the
+// order the design asks for. The DiskRotator is the class's Rotator,
+// Lister (Subjects: this host's instances with encrypted disks, Created
+// = the oldest disk's creation) and Recoverer. NewDiskRotator needs the
+// controller's key manager to be *keys.Manager (or any KeyManager with
+// PendingKeys) and its LUKS tool *encryption.Tool (or any LUKS with
+// KeySlotter); otherwise its methods return ErrNoRotation.
 
 import (
 	"context"
