@@ -445,4 +445,3 @@ func (kf *kekFile) ring() (*keyring, error) {
 	}
 	return r, nil
 }
-
