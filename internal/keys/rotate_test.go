@@ -333,4 +333,3 @@ func TestRotateKEKConcurrent(t *testing.T) {
 		})
 	}
 }
-
