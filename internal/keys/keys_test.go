@@ -22,21 +22,21 @@ import (
 
 type backend struct {
 	name string
-	open func(t *testing.T) (store.Store, func(t *testing.T) [][]byte)
+	open func(t testing.TB) (store.Store, func(t testing.TB) [][]byte)
 }
 
 // backends are the real stores; each also returns a function that reads
 // every byte the backend holds (the raw bolt file, every Redis key's dump).
 func backends() []backend {
 	return []backend{
-		{"bolt", func(t *testing.T) (store.Store, func(t *testing.T) [][]byte) {
+		{"bolt", func(t testing.TB) (store.Store, func(t testing.TB) [][]byte) {
 			p := filepath.Join(t.TempDir(), "vmeta.db")
 			st, err := bolt.Open(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			return st, func(t *testing.T) [][]byte {
+			return st, func(t testing.TB) [][]byte {
 				b, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -44,20 +44,20 @@ func backends() []backend {
 				return [][]byte{b}
 			}
 		}},
-		{"redis", func(t *testing.T) (store.Store, func(t *testing.T) [][]byte) {
+		{"redis", func(t testing.TB) (store.Store, func(t testing.TB) [][]byte) {
 			url := testenv.StartRedis(t)
 			st, err := redis.Open(context.Background(), url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			return st, func(t *testing.T) [][]byte { return redisDump(t, url) }
+			return st, func(t testing.TB) [][]byte { return redisDump(t, url) }
 		}},
 	}
 }
 
 // redisDump returns DUMP of every key (and the key names themselves).
-func redisDump(t *testing.T, url string) [][]byte {
+func redisDump(t testing.TB, url string) [][]byte {
 	opt, err := goredis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
