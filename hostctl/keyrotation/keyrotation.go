@@ -171,6 +171,10 @@ type Status struct {
 	Pending string `json:"pending,omitempty"`
 	// Progress of a rotation in progress (items done of total).
 	Progress *Progress `json:"progress,omitempty"`
+	// Target is the generation of a rotation begun and not yet finished
+	// (0: none): recorded before the procedure starts, so a restart
+	// finishes the same rotation whatever the policy says by then.
+	Target int64 `json:"target,omitempty"`
 	// Error is the last rotation attempt's failure, if it failed.
 	Error string `json:"error,omitempty"`
 	// Updated is when the status last changed.
@@ -195,6 +199,10 @@ type Subject struct {
 	// InstanceUUID and InstanceName, for per-instance classes.
 	InstanceUUID string `json:"instance_uuid,omitempty"`
 	InstanceName string `json:"instance_name,omitempty"`
+	// Created is when the subject's keys were made, when known: keys made
+	// after the host began tracking rotation start at generation 1, older
+	// ones at 0.
+	Created time.Time `json:"-"`
 }
 
 func (s Subject) String() string {
