@@ -6,9 +6,9 @@
 // Every ciphertext binds, as additional data, the KEK's id and generation
 // and the secret's UUID: a wrapped value copied onto another secret's
 // record, or one presented under another generation, does not unwrap. The
-// KEK file keeps every generation it has had (the current one wraps, all
-// of them unwrap), so a later key-rotation procedure can re-wrap secrets
-// one by one.
+// KEK file keeps the generations still in use (the current one wraps, all
+// of them unwrap): RotateKEK adds a generation, rewraps every secret in
+// batches and then retires the older ones (see rotate.go).
 //
 // The store holds, besides the secrets, a check record per KEK (its id,
 // generation and a wrapped known value). Open refuses to start when the

@@ -333,3 +333,69 @@ func TestRotateKEKConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestRotateKEKStopsAtUnreadableSecret: a secret whose wrapped value does
+// not unwrap (altered in the store) stops the rotation with an error
+// naming it, before any generation is retired; once it is deleted, the
+// same call finishes.
+func TestRotateKEKStopsAtUnreadableSecret(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, _ := b.open(t)
+			m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := seed(t, m, 20)
+			var bad string
+			for id := range s.pass {
+				bad = id
+				break
+			}
+			rec, err := st.Record(ctx, "keys/secret/"+bad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v map[string]json.RawMessage
+			if err := json.Unmarshal(rec.Value, &v); err != nil {
+				t.Fatal(err)
+			}
+			var w store.WrappedSecret
+			if err := json.Unmarshal(v["wrapped"], &w); err != nil {
+				t.Fatal(err)
+			}
+			w.Ciphertext[0] ^= 0xff
+			v["wrapped"], _ = json.Marshal(w)
+			altered, _ := json.Marshal(v)
+			if _, err := st.PutRecord(ctx, rec.Key, altered, rec.Version); err != nil {
+				t.Fatal(err)
+			}
+
+			_, err = m.RotateKEK(ctx, 2, nil)
+			if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "authentication failed") {
+				t.Fatalf("RotateKEK with an altered secret = %v; want an error naming secret %s", err, bad)
+			}
+			if k := m.KEK(); k.Current != 2 || !slices.Equal(k.Generations, []int64{1, 2}) {
+				t.Fatalf("after the failed rotation: %+v; want every generation kept", k)
+			}
+			delete(s.pass, bad)
+			delete(s.pending, bad)
+			for id, want := range s.pass {
+				if got, err := m.Passphrase(ctx, id); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("secret %s after the failed rotation: %v", id, err)
+				}
+			}
+			if err := m.Delete(ctx, bad); err != nil {
+				t.Fatal(err)
+			}
+			res, err := m.RotateKEK(ctx, 2, nil)
+			if err != nil || res.NewKey || !slices.Equal(res.Retired, []int64{1}) {
+				t.Fatalf("RotateKEK after the altered secret was deleted = %+v, %v", res, err)
+			}
+			if problems := s.verify(ctx, m, 2); len(problems) > 0 {
+				t.Fatal(problems)
+			}
+		})
+	}
+}
