@@ -90,13 +90,25 @@ func TestRotateKEKCrashMatrix(t *testing.T) {
 		left                 int
 	}
 	var table []row
+	// Every step once, then a few crashes during the recovery run too.
+	var cases [][]string
+	for _, step := range crashCases(t) {
+		cases = append(cases, []string{step})
+	}
+	name := func(step string) string { return crashpoint.Name(keys.RotateProcedure, step) }
+	cases = append(cases,
+		[]string{name(keys.StepGenerationWritten), name(keys.StepBatchRewrapped) + "#2"},
+		[]string{name(keys.StepBatchRewrapped) + "#2", name(keys.StepBatchRewrapped) + "#1"},
+		[]string{name(keys.StepCheckRewrapped), name(keys.StepRetired)},
+	)
 	for _, cs := range crashStores(t) {
-		for _, step := range crashCases(t) {
+		for _, steps := range cases {
 			outcome, left := "recovered", -1
+			step := strings.Join(steps, " then ")
 			// No "#" in the test name: it goes into t.TempDir, and a
 			// bolt URL takes no fragment.
-			ok := t.Run(cs.name+"/"+strings.ReplaceAll(step, "#", "-"), func(t *testing.T) {
-				if problems := crashCase(t, bin, cs, step, &left); len(problems) > 0 {
+			ok := t.Run(cs.name+"/"+strings.NewReplacer("#", "-", " ", "_").Replace(step), func(t *testing.T) {
+				if problems := crashCase(t, bin, cs, steps, &left); len(problems) > 0 {
 					outcome = "LOST"
 					for _, p := range problems {
 						t.Error(p)
@@ -110,9 +122,9 @@ func TestRotateKEKCrashMatrix(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-6s  %-32s  %-22s  %s\n", "store", "procedure/step", "secrets left at gen 1", "outcome")
+	fmt.Fprintf(&b, "\n%-6s  %-64s  %-21s  %s\n", "store", "procedure/step (killed at)", "at gen 1 after kill 1", "outcome")
 	for _, r := range table {
-		fmt.Fprintf(&b, "%-6s  %-32s  %10d/%-11d  %s\n", r.store, r.step, r.left, crashSecrets, r.outcome)
+		fmt.Fprintf(&b, "%-6s  %-64s  %10d/%-10d  %s\n", r.store, r.step, r.left, crashSecrets, r.outcome)
 	}
 	t.Log(b.String())
 	for _, r := range table {
@@ -124,7 +136,9 @@ func TestRotateKEKCrashMatrix(t *testing.T) {
 
 // crashCase runs one cell of the matrix and returns what was lost.
 // left is set to how many secrets the crash left under generation 1.
-func crashCase(t *testing.T, bin string, cs crashStore, step string, left *int) []string {
+// The rotation is killed at steps[0], then (restarted) at each further
+// step in turn, then run to the end.
+func crashCase(t *testing.T, bin string, cs crashStore, steps []string, left *int) []string {
 	ctx := context.Background()
 	url := cs.fresh(t)
 	dir := t.TempDir()
@@ -154,11 +168,8 @@ func crashCase(t *testing.T, bin string, cs crashStore, step string, left *int) 
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	out, err := run(step)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the rotation did not die at %s: %v\n%s", step, err, out)
-	}
+	out, err := run(steps[0])
+	wantKilled(t, steps[0], out, err)
 
 	// Restart after the crash: the key manager opens (the key file's
 	// current generation is already 2, written before any rewrap), and
@@ -179,6 +190,10 @@ func crashCase(t *testing.T, bin string, cs crashStore, step string, left *int) 
 	}
 	*left = old
 	st.Close()
+	for _, step := range steps[1:] {
+		out, err := run(step)
+		wantKilled(t, step+" (restarted)", out, err)
+	}
 
 	// Finish the rotation.
 	if out, err := run(""); err != nil {
@@ -188,4 +203,14 @@ func crashCase(t *testing.T, bin string, cs crashStore, step string, left *int) 
 	defer st.Close()
 	lost = append(lost, s.verify(ctx, m, 2)...)
 	return lost
+}
+
+// wantKilled fails the test unless the child died by SIGKILL (it reached
+// the crash point).
+func wantKilled(t *testing.T, step, out string, err error) {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the rotation did not die at %s: %v\n%s", step, err, out)
+	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/redis"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // seeded is a set of secrets made for a rotation test, with what each
@@ -397,5 +399,29 @@ func TestRotateKEKStopsAtUnreadableSecret(t *testing.T) {
 				t.Fatal(problems)
 			}
 		})
+	}
+}
+
+// TestRotateKEKCluster: on a Redis Cluster the secrets hash to slots on
+// every node; the rotation's batches (pipelines that go-redis splits by
+// node) rewrap them all.
+func TestRotateKEKCluster(t *testing.T) {
+	ctx := context.Background()
+	st, err := redis.Open(ctx, testenv.ClusterURL(testenv.StartRedisCluster(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := seed(t, m, 300)
+	res, err := m.RotateKEK(ctx, 2, nil)
+	if err != nil || res.Rewrapped != 301 {
+		t.Fatalf("RotateKEK(2) = %+v, %v", res, err)
+	}
+	if bad := s.verify(ctx, m, 2); len(bad) > 0 {
+		t.Fatalf("after rotation on a cluster: %v", bad)
 	}
 }
