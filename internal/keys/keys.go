@@ -275,6 +275,13 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 			return nil, fmt.Errorf("%w: %s holds key %s, but the store's secrets of host %s are wrapped by key %s: this is not this host's key file",
 				ErrKEK, path, kf.KeyID, check.Host, check.KeyID)
 		}
+		if g := check.Check.Generation; ring.keys[g] == nil {
+			// The store was rotated past this file: a backup from
+			// before a key rotation (or the file of an unfinished one,
+			// replaced).
+			return nil, fmt.Errorf("%w: %s (key %s) has generations %v, but the store's check record %s is wrapped by generation %d: restore the key file written by that rotation (a backup older than the last key rotation does not open the secrets rewrapped since)",
+				ErrKEK, path, kf.KeyID, m.KEK().Generations, checkKey, g)
+		}
 		got, err := m.unwrap(check.Check, "check:"+opts.Host)
 		if err != nil || subtle.ConstantTimeCompare(got, checkValue) != 1 {
 			return nil, fmt.Errorf("%w: %s (key %s) does not unwrap the store's check record %s: the file was altered or replaced", ErrKEK, path, kf.KeyID, checkKey)

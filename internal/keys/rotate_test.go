@@ -425,3 +425,53 @@ func TestRotateKEKCluster(t *testing.T) {
 		t.Fatalf("after rotation on a cluster: %v", bad)
 	}
 }
+
+// TestOpenRefusesKeyFileOlderThanRotation: a key file restored from a
+// backup taken before a rotation lacks the generation the store now uses;
+// Open refuses it with ErrKEK naming the generations, and changes
+// nothing.
+func TestOpenRefusesKeyFileOlderThanRotation(t *testing.T) {
+	ctx := context.Background()
+	st, _ := backends()[0].open(t)
+	dir := t.TempDir()
+	m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := seed(t, m, 5)
+	kf := filepath.Join(dir, keys.KEKFile)
+	backup, err := os.ReadFile(kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated := func() []byte {
+		if _, err := m.RotateKEK(ctx, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(kf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}()
+	if err := os.WriteFile(kf, backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
+	if !errors.Is(err, keys.ErrKEK) || !strings.Contains(err.Error(), "has generations [1]") || !strings.Contains(err.Error(), "generation 2") {
+		t.Fatalf("Open with a key file from before the rotation = %v; want ErrKEK naming the generations", err)
+	}
+	if b, _ := os.ReadFile(kf); !bytes.Equal(b, backup) {
+		t.Fatal("Open changed the key file")
+	}
+	if err := os.WriteFile(kf, rotated, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err = keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := s.verify(ctx, m, 2); len(bad) > 0 {
+		t.Fatal(bad)
+	}
+}
