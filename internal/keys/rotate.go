@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/crashpoint"
@@ -223,18 +224,15 @@ func (m *Manager) rewrapAll(ctx context.Context, progress func(done, total int))
 		if progress != nil {
 			progress(done, total)
 		}
-		for len(todo) > 0 {
-			n := min(m.batch, len(todo))
-			k, err := m.rewrapBatch(ctx, todo[:n])
-			done += k
-			if err != nil {
-				return done, err
-			}
-			todo = todo[n:]
+		k, err := m.rewrapList(ctx, todo, func(n int) {
+			done += n
 			if progress != nil {
 				progress(done, total)
 			}
 			crashpoint.Hit(crashpoint.Name(RotateProcedure, StepBatchRewrapped))
+		})
+		if err != nil {
+			return done + k, err
 		}
 	}
 	n, err := m.rewrapCheck(ctx)
@@ -251,41 +249,114 @@ func (m *Manager) staleSecrets(ctx context.Context) ([]stale, error) {
 	cur := m.current()
 	var out []stale
 	for _, r := range recs {
-		var w struct {
-			Wrapped store.WrappedSecret  `json:"wrapped"`
-			Pending *store.WrappedSecret `json:"pending"`
-		}
-		if err := json.Unmarshal(r.Value, &w); err != nil {
+		st, err := m.isStaleRecord(r.Value, cur)
+		if err != nil {
 			return nil, fmt.Errorf("rotate key-encryption key: secret record %s: %w", r.Key, err)
 		}
-		if m.isStale(w.Wrapped, cur) || w.Pending != nil && m.isStale(*w.Pending, cur) {
+		if st {
 			out = append(out, stale{key: r.Key, version: r.Version, value: r.Value})
 		}
 	}
 	return out, nil
 }
 
+// isStaleRecord reports whether a secret record holds a value of this KEK
+// below generation cur (its wrapped value or its pending passphrase).
+func (m *Manager) isStaleRecord(value []byte, cur int64) (bool, error) {
+	var w struct {
+		Wrapped store.WrappedSecret  `json:"wrapped"`
+		Pending *store.WrappedSecret `json:"pending"`
+	}
+	if err := json.Unmarshal(value, &w); err != nil {
+		return false, err
+	}
+	return m.isStale(w.Wrapped, cur) || w.Pending != nil && m.isStale(*w.Pending, cur), nil
+}
+
+// staleRecord is isStaleRecord at the current generation; a record that
+// does not decode counts as stale (rewrapping it reports the error).
+func (m *Manager) staleRecord(value []byte) bool {
+	st, err := m.isStaleRecord(value, m.current())
+	return st || err != nil
+}
+
 func (m *Manager) isStale(w store.WrappedSecret, cur int64) bool {
 	return w.KeyID == m.keyID && w.Generation < cur
 }
 
-// rewrapBatch rewraps the records of todo in one batch write; a record
-// changed since it was read is read again and redone, one deleted is
-// skipped. It returns how many records it rewrote.
-func (m *Manager) rewrapBatch(ctx context.Context, todo []stale) (int, error) {
-	done := 0
-	for round := 0; len(todo) > 0; round++ {
-		if round >= maxConflictRounds {
-			return done, fmt.Errorf("rotate key-encryption key: secret %s changed by another writer %d times in a row; try again", todo[0].key, round)
-		}
-		r := m.ring.Load()
-		writes := make([]store.RecordWrite, 0, len(todo))
-		for _, s := range todo {
-			val, err := m.rewrapRecord(r, s)
-			if err != nil {
-				return done, err
+// preparedBatch is a batch of records rewrapped in memory, to be
+// written.
+type preparedBatch struct {
+	todo   []stale
+	writes []store.RecordWrite
+	err    error
+}
+
+// rewrapList rewraps the records of todo in batches of m.batch, calling
+// written after each batch is in the store with the count it wrote. The
+// next batch is rewrapped in memory (CPU) while the store writes the
+// current one (I/O), so the two overlap. It returns the count written
+// but not yet reported when it fails.
+func (m *Manager) rewrapList(ctx context.Context, todo []stale, written func(n int)) (int, error) {
+	r := m.ring.Load()
+	batches := make(chan preparedBatch, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(batches)
+		for len(todo) > 0 {
+			n := min(m.batch, len(todo))
+			writes, err := m.prepare(r, todo[:n])
+			select {
+			case batches <- preparedBatch{todo: todo[:n], writes: writes, err: err}:
+			case <-stop:
+				return
 			}
-			writes = append(writes, store.RecordWrite{Key: s.key, Value: val, ExpectVersion: s.version})
+			if err != nil {
+				return
+			}
+			todo = todo[n:]
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for b := range batches {
+		if b.err != nil {
+			return 0, b.err
+		}
+		k, err := m.writeBatch(ctx, b.writes)
+		if err != nil {
+			return k, err
+		}
+		written(k)
+	}
+	return 0, nil
+}
+
+// prepare rewraps the records of todo in memory under r.cur, as writes
+// that expect each record's version.
+func (m *Manager) prepare(r *keyring, todo []stale) ([]store.RecordWrite, error) {
+	writes := make([]store.RecordWrite, 0, len(todo))
+	for _, s := range todo {
+		val, err := m.rewrapRecord(r, s)
+		if err != nil {
+			return nil, err
+		}
+		writes = append(writes, store.RecordWrite{Key: s.key, Value: val, ExpectVersion: s.version})
+	}
+	return writes, nil
+}
+
+// writeBatch writes rewrapped records in one batch; a record changed
+// since it was read is read again, rewrapped and written again, one
+// deleted meanwhile is skipped. It returns how many records it wrote.
+func (m *Manager) writeBatch(ctx context.Context, writes []store.RecordWrite) (int, error) {
+	done := 0
+	for round := 0; len(writes) > 0; round++ {
+		if round >= maxConflictRounds {
+			return done, fmt.Errorf("rotate key-encryption key: secret %s changed by another writer %d times in a row; try again", writes[0].Key, round)
 		}
 		res, err := store.PutRecords(ctx, m.st, writes)
 		if err != nil {
@@ -304,12 +375,17 @@ func (m *Manager) rewrapBatch(ctx context.Context, todo []stale) (int, error) {
 				if err != nil {
 					return done, fmt.Errorf("rotate key-encryption key: re-read %s: %w", writes[i].Key, err)
 				}
+				if !m.staleRecord(rec.Value) {
+					continue // rewritten meanwhile under the current generation
+				}
 				again = append(again, stale{key: rec.Key, version: rec.Version, value: rec.Value})
 			default:
 				return done, fmt.Errorf("rotate key-encryption key: %w", rr.Err)
 			}
 		}
-		todo = again
+		if writes, err = m.prepare(m.ring.Load(), again); err != nil {
+			return done, err
+		}
 	}
 	return done, nil
 }
