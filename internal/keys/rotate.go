@@ -207,8 +207,11 @@ type stale struct {
 // check record, listing again until a listing finds nothing left (a
 // secret written by a writer that started before the switch, or a record
 // changed under the rotation, is caught by the next listing).
+//
+// Progress counts the records handled: rewritten, or found deleted or
+// already rewrapped by another writer when their write conflicted.
 func (m *Manager) rewrapAll(ctx context.Context, progress func(done, total int)) (int, error) {
-	done, total := 0, 0
+	done, total, rewrapped := 0, 0, 0
 	for round := 0; ; round++ {
 		todo, err := m.staleSecrets(ctx)
 		if err != nil {
@@ -224,19 +227,22 @@ func (m *Manager) rewrapAll(ctx context.Context, progress func(done, total int))
 		if progress != nil {
 			progress(done, total)
 		}
-		k, err := m.rewrapList(ctx, todo, func(n int) {
-			done += n
+		handled := 0
+		k, err := m.rewrapList(ctx, todo, func(batch, written int) {
+			handled += batch
+			rewrapped += written
 			if progress != nil {
-				progress(done, total)
+				progress(handled+done, total)
 			}
 			crashpoint.Hit(crashpoint.Name(RotateProcedure, StepBatchRewrapped))
 		})
+		done += handled
 		if err != nil {
-			return done + k, err
+			return rewrapped + k, err
 		}
 	}
 	n, err := m.rewrapCheck(ctx)
-	return done + n, err
+	return rewrapped + n, err
 }
 
 // staleSecrets lists the secret records with a value of this KEK below
@@ -293,11 +299,12 @@ type preparedBatch struct {
 }
 
 // rewrapList rewraps the records of todo in batches of m.batch, calling
-// written after each batch is in the store with the count it wrote. The
+// written after each batch is in the store with the batch's size and the
+// count of records it wrote (fewer when some were deleted meanwhile). The
 // next batch is rewrapped in memory (CPU) while the store writes the
 // current one (I/O), so the two overlap. It returns the count written
 // but not yet reported when it fails.
-func (m *Manager) rewrapList(ctx context.Context, todo []stale, written func(n int)) (int, error) {
+func (m *Manager) rewrapList(ctx context.Context, todo []stale, written func(batch, wrote int)) (int, error) {
 	r := m.ring.Load()
 	batches := make(chan preparedBatch, 1)
 	stop := make(chan struct{})
@@ -330,7 +337,7 @@ func (m *Manager) rewrapList(ctx context.Context, todo []stale, written func(n i
 		if err != nil {
 			return k, err
 		}
-		written(k)
+		written(len(b.writes), k)
 	}
 	return 0, nil
 }

@@ -315,13 +315,17 @@ func TestRotateKEKConcurrent(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			res, err := m.RotateKEK(ctx, 2, nil)
+			var last [2]int
+			res, err := m.RotateKEK(ctx, 2, func(done, total int) { last = [2]int{done, total} })
 			close(stop)
 			wg.Wait()
 			if err != nil {
 				t.Fatalf("RotateKEK: %v", err)
 			}
-			t.Logf("rotation: %+v, %d concurrent operations", res, ops.Load())
+			t.Logf("rotation: %+v, %d concurrent operations, progress at the end %d/%d", res, ops.Load(), last[0], last[1])
+			if last[0] != last[1] || last[1] == 0 {
+				t.Errorf("progress ended at %d/%d; want every secret found done", last[0], last[1])
+			}
 			if bad := s.verify(ctx, m, 2); len(bad) > 0 {
 				t.Fatalf("after rotation: %d problems, first %v", len(bad), bad[0])
 			}
