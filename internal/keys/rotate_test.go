@@ -240,7 +240,7 @@ func TestRotateKEKConcurrent(t *testing.T) {
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var failures atomic.Int64
-			var ops atomic.Int64
+			var ops, pendingWrites atomic.Int64
 			fail := func(format string, args ...any) {
 				failures.Add(1)
 				t.Errorf(format, args...)
@@ -271,6 +271,42 @@ func TestRotateKEKConcurrent(t *testing.T) {
 					}
 				})
 			}
+			// A writer of pending passphrases (a disk passphrase rotation
+			// running at the same time): its writes conflict with the
+			// rotation's, which re-reads and rewraps again.
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := ids[(i*13+5)%len(ids)]
+					pend := []byte(keys.NewUUID())
+					mu.Lock()
+					_, live := s.pass[id]
+					mu.Unlock()
+					if !live {
+						continue
+					}
+					err := m.SetPendingForTest(ctx, id, pend)
+					switch {
+					case err == nil:
+						mu.Lock()
+						if _, live := s.pass[id]; live {
+							s.pending[id] = pend
+						}
+						mu.Unlock()
+						pendingWrites.Add(1)
+					case errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrConflict):
+						// deleted, or rewrapped by the rotation meanwhile
+					default:
+						fail("set pending during rotation: %v", err)
+						return
+					}
+					ops.Add(1)
+				}
+			})
 			// A writer: creates and deletes secrets.
 			wg.Go(func() {
 				for i := 0; ; i++ {
@@ -322,7 +358,7 @@ func TestRotateKEKConcurrent(t *testing.T) {
 			if err != nil {
 				t.Fatalf("RotateKEK: %v", err)
 			}
-			t.Logf("rotation: %+v, %d concurrent operations, progress at the end %d/%d", res, ops.Load(), last[0], last[1])
+			t.Logf("rotation: %+v, %d concurrent operations (%d pending passphrases written), progress at the end %d/%d", res, ops.Load(), pendingWrites.Load(), last[0], last[1])
 			if last[0] != last[1] || last[1] == 0 {
 				t.Errorf("progress ended at %d/%d; want every secret found done", last[0], last[1])
 			}
