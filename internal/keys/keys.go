@@ -180,8 +180,17 @@ func (m *Manager) current() int64 { return m.ring.Load().cur }
 // sealing runs fn, which wraps a value (m.wrap) and writes it to the
 // store, so that a KEK rotation switching generations waits for it: a
 // value wrapped under the old generation is then in the store before the
-// rotation lists what it has to rewrap. Every write of a new wrapped value
-// must go through it.
+// rotation lists what it has to rewrap.
+//
+// A write that creates a record (expect version 0) or writes it blindly
+// (-1) with a newly wrapped value must go through it: without it, a value
+// wrapped just before the switch could land after the rotation's last
+// listing, and its generation be retired. A read-modify-write under
+// compare-and-swap on the version it read needs no sealing: if it read a
+// value of the old generation, the rotation rewrites that record (one of
+// the two writes then conflicts and is redone, or the rotation's next
+// listing finds the value); if it read one of the new generation, it
+// wraps after the switch.
 func (m *Manager) sealing(fn func() error) error {
 	m.sealMu.RLock()
 	defer m.sealMu.RUnlock()
@@ -408,10 +417,12 @@ func (m *Manager) wrapWith(r *keyring, plain []byte, id string) (store.WrappedSe
 		Ciphertext: aead.Seal(nil, nonce, plain, m.aad(r.cur, id))}, nil
 }
 
-// errRetired is wrapped by unwrap's error for a generation older than the
-// current one that the key file no longer has: a KEK rotation retired it
-// after rewrapping the value, so reading the record again gives the
-// rewrapped value.
+// errRetired is wrapped (with ErrKEK) by unwrap's error for a generation
+// older than the current one that the key file no longer has: a KEK
+// rotation rewrapped the value and then retired the generation after the
+// caller had read the record, so reading the record again gives the
+// rewrapped value. A reader that loads a record and unwraps it retries
+// once on it (Passphrase does).
 var errRetired = errors.New("generation retired")
 
 func (m *Manager) unwrap(w store.WrappedSecret, id string) ([]byte, error) {
@@ -424,11 +435,10 @@ func (m *Manager) unwrapWith(r *keyring, w store.WrappedSecret, id string) ([]by
 	}
 	key, ok := r.keys[w.Generation]
 	if !ok {
-		err := ErrKEK
 		if w.Generation < r.cur {
-			err = errRetired
+			return nil, fmt.Errorf("%w: %w: secret %s is wrapped by generation %d of key %s, which the key file does not have", ErrKEK, errRetired, id, w.Generation, m.keyID)
 		}
-		return nil, fmt.Errorf("%w: secret %s is wrapped by generation %d of key %s, which the key file does not have", err, id, w.Generation, m.keyID)
+		return nil, fmt.Errorf("%w: secret %s is wrapped by generation %d of key %s, which the key file does not have", ErrKEK, id, w.Generation, m.keyID)
 	}
 	aead, err := newAEAD(key)
 	if err != nil {
