@@ -46,3 +46,8 @@ func (r kekRotator) Rotate(ctx context.Context, s Subject, gen int64, _ int, pro
 	}
 	return Result{Done: true}, nil
 }
+
+// Generation implements Generationer: the key file's current generation.
+func (r kekRotator) Generation(context.Context, Subject) (int64, error) {
+	return r.m.KEK().Current, nil
+}
