@@ -78,6 +78,7 @@ type Store interface {
 	Passwords
 	Watcher
 	Records
+	RecordBatches
 
 	// Ping reports whether the backend is reachable.
 	Ping(ctx context.Context) error

@@ -82,6 +82,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"WatchConcurrentWatchers", func(t *testing.T, s store.Store) { testWatchConcurrent(t, s, cfg.peer(t, s)) }},
 	}
 	tests = append(tests, recordTests...)
+	tests = append(tests, batchTests...)
 	for _, g := range groupTests {
 		tests = append(tests, struct {
 			name string
