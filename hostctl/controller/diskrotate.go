@@ -119,9 +119,10 @@ type DiskRotator struct {
 }
 
 var (
-	_ keyrotation.Rotator   = (*DiskRotator)(nil)
-	_ keyrotation.Recoverer = (*DiskRotator)(nil)
-	_ keyrotation.Lister    = (*DiskRotator)(nil)
+	_ keyrotation.Rotator      = (*DiskRotator)(nil)
+	_ keyrotation.Recoverer    = (*DiskRotator)(nil)
+	_ keyrotation.Lister       = (*DiskRotator)(nil)
+	_ keyrotation.Generationer = (*DiskRotator)(nil)
 )
 
 // ErrNoRotation: the controller cannot rotate disk passphrases (no key
