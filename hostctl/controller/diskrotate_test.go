@@ -824,3 +824,40 @@ func TestDiskRotateEngine(t *testing.T) {
 		t.Fatal(strings.Join(bad, "; "))
 	}
 }
+
+// TestDiskRotateLogsNoSecret: a rotation (and a recovery) logged at
+// debug level names disks, secrets' UUIDs and key slots, never a
+// passphrase, old or new.
+func TestDiskRotateLogsNoSecret(t *testing.T) {
+	f := newRotFixture(t, "bolt")
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	var logBuf testenv.SyncBuffer
+	c.log = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var secrets [][]byte
+	for _, d := range f.disks {
+		p, _ := km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
+		secrets = append(secrets, p)
+	}
+	r := NewDiskRotator(c)
+	if err := r.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}, 2, 0, nil); err != nil || !res.Done {
+		t.Fatalf("Rotate = %+v, %v", res, err)
+	}
+	for _, d := range f.disks {
+		p, _ := km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
+		secrets = append(secrets, p)
+	}
+	logs := logBuf.String()
+	if !strings.Contains(logs, "disk passphrase rotated") {
+		t.Fatalf("no rotation logged:\n%s", logs)
+	}
+	for _, s := range secrets {
+		if strings.Contains(logs, string(s)) {
+			t.Fatal("a passphrase is in the log")
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package encryption_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -192,4 +194,69 @@ func FuzzParseKeySlots(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestKeySlotPassphrasesNeverOnCommandLine runs AddKeySlot and
+// EraseKeySlot (over an encrypted backing file: three passphrases at
+// once) through qemu-img/qemu-io wrappers that record their arguments and
+// environment: no passphrase is there, nor in any file, nor in an error.
+func TestKeySlotPassphrasesNeverOnCommandLine(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "argv.log")
+	wrap := func(name, real string) string {
+		p := filepath.Join(dir, name)
+		script := "#!/bin/sh\n{ printf '%s\\n' \"$0\" \"$@\"; env; cat /proc/$$/cmdline; } >> " + log + "\nexec " + real + " \"$@\"\n"
+		if err := os.WriteFile(p, []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tl := encryption.New(encryption.Options{QemuImg: wrap("qemu-img", testenv.LookPath(t, "qemu-img")), QemuIO: wrap("qemu-io", testenv.LookPath(t, "qemu-io")), IterTime: 50 * time.Millisecond})
+	basePass, oldPass, newPass := []byte("base-secret-never-in-argv"), []byte("old-secret-never-in-argv"), []byte("new-secret-never-in-argv")
+	base, ov := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "ov.qcow2")
+	if err := tl.Create(ctx, encryption.Disk{Path: base, Size: "8M"}, basePass); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Create(ctx, encryption.Disk{Path: ov, Base: &encryption.Base{Path: base, Format: "qcow2"}}, oldPass); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.AddKeySlot(ctx, ov, 2, oldPass, newPass, basePass); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.EraseKeySlot(ctx, ov, 0, newPass, basePass); err != nil {
+		t.Fatal(err)
+	}
+	// Failures carry qemu-img's message and arguments, never a passphrase.
+	errs := []error{
+		tl.AddKeySlot(ctx, ov, 2, newPass, oldPass, basePass),
+		tl.AddKeySlot(ctx, ov, 3, oldPass, newPass, basePass),
+		tl.EraseKeySlot(ctx, ov, 2, newPass, basePass),
+	}
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("error case %d succeeded", i)
+		}
+		for _, p := range [][]byte{basePass, oldPass, newPass} {
+			if strings.Contains(err.Error(), string(p)) {
+				t.Fatalf("error case %d names a passphrase: %v", i, err)
+			}
+		}
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "encrypt.new-secret=secnew") || !strings.Contains(string(b), "file=/dev/fd/5") {
+		t.Fatalf("wrapper did not run amend with three secrets:\n%s", b)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		c, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		for _, p := range [][]byte{basePass, oldPass, newPass} {
+			if bytes.Contains(c, p) {
+				t.Fatalf("a passphrase is in %s (a command line, the environment or a file)", e.Name())
+			}
+		}
+	}
 }
