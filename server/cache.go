@@ -129,7 +129,13 @@ func (s *Server) Invalidate(uuid string) {
 // applyChange handles one message of the store's change feed.
 func (s *Server) applyChange(ctx context.Context, ch store.Change) {
 	if ch.Resync {
+		// Missed changes may include a key rotation.
+		_ = s.ReloadKeys()
 		s.sweep(ctx)
+		return
+	}
+	if ch.Key != nil {
+		_ = s.ReloadKeys()
 		return
 	}
 	c := &s.cache
@@ -295,6 +301,8 @@ func (e *corruptError) Unwrap() error { return e.err }
 
 // Run follows the store's change feed (when the store has one, see
 // Watcher) and sweeps the cache every SweepInterval, until ctx is done.
+// It reloads the key files (Options.KeyFiles) when the feed announces a
+// key rotation or a resync, and every KeyCheckInterval.
 // Without Run, cached views change only through Invalidate. After the
 // feed breaks it is re-subscribed with back-off, and the cache swept,
 // since changes may have been missed meanwhile.
@@ -323,11 +331,16 @@ func (s *Server) Run(ctx context.Context) error {
 	if watching {
 		subscribe()
 	}
-	var tick <-chan time.Time
+	var tick, keyTick <-chan time.Time
 	if s.sweepInterval > 0 {
 		t := time.NewTicker(s.sweepInterval)
 		defer t.Stop()
 		tick = t.C
+	}
+	if s.keyCheck > 0 && len(s.keyFiles) > 0 {
+		t := time.NewTicker(s.keyCheck)
+		defer t.Stop()
+		keyTick = t.C
 	}
 	for {
 		select {
@@ -349,6 +362,8 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-retry:
 			retry = nil
 			subscribe()
+		case <-keyTick:
+			_ = s.ReloadKeys()
 		case <-tick:
 			s.sweep(ctx)
 			if s.limiter != nil {
@@ -356,4 +371,18 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// ReloadKeys re-reads every key file (Options.KeyFiles) whose content
+// changed, replacing the keys in use; a file that cannot be read or
+// parsed keeps its keys (the error is logged and returned). The replica
+// calls it on SIGHUP; Run calls it on key rotations.
+func (s *Server) ReloadKeys() error {
+	var errs []error
+	for _, f := range s.keyFiles {
+		if _, err := f.Reload(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

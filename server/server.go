@@ -124,6 +124,16 @@ type Options struct {
 	TokenKeys Secrets
 	// TokenPolicy is the host's default; "" is TokenOptional.
 	TokenPolicy TokenPolicy
+
+	// KeyFiles are the key files ProxySecrets and TokenKeys were loaded
+	// from (Config.Options makes them): Run reloads them when the store's
+	// change feed says a key rotated (store.Change.Key) or may have
+	// missed it (Resync), and every KeyCheckInterval; ReloadKeys reloads
+	// them at once (SIGHUP).
+	KeyFiles []*KeyFile
+	// KeyCheckInterval is how often Run compares the key files with what
+	// is loaded (0: DefaultKeyCheckInterval; negative: never).
+	KeyCheckInterval time.Duration
 	// InstanceTokenPolicy, when set, may give an instance its own policy
 	// ("" keeps the host's). It is asked once per published version of an
 	// instance (when its view is built), with its document: the seam
@@ -181,6 +191,8 @@ type Server struct {
 	policy         TokenPolicy
 	instancePolicy func(store.Document) TokenPolicy
 	limiter        *rateLimiter // nil: no rate limit
+	keyFiles       []*KeyFile
+	keyCheck       time.Duration
 
 	observe, accessLog bool
 	metrics            *metrics
@@ -201,6 +213,10 @@ func New(docs Documents, opts Options) *Server {
 		policy: opts.TokenPolicy, instancePolicy: opts.InstanceTokenPolicy,
 		observe: opts.Metrics, accessLog: opts.AccessLog,
 		registry: opts.Registry, cache: newCache(),
+		keyFiles: opts.KeyFiles, keyCheck: opts.KeyCheckInterval,
+	}
+	if s.keyCheck == 0 {
+		s.keyCheck = DefaultKeyCheckInterval
 	}
 	if s.registry == nil {
 		s.registry = NewRegistry()
