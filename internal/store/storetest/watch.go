@@ -352,7 +352,7 @@ func testPing(t *testing.T, s store.Store) {
 
 // testWatchKeys: a key rotation announced through one client (NotifyKey)
 // reaches a watcher of another as a Change with Key set and nothing else,
-// among document changes, in order; an empty class is refused.
+// among document changes; an empty class is refused.
 func testWatchKeys(t *testing.T, s, writer store.Store) {
 	kn, ok := writer.(store.KeyNotifier)
 	if !ok {
@@ -394,10 +394,11 @@ func testWatchKeys(t *testing.T, s, writer store.Store) {
 			t.Fatalf("changes within %s: %v, want 4", watchTimeout, got)
 		}
 	}
-	want := []string{"doc 1", "key 1", "key 2", "doc 2"}
+	// On a Redis Cluster messages published through different nodes may
+	// arrive in any order: only the set is compared.
+	want := []string{"doc 1", "doc 2", "key 1", "key 2"}
+	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		// Document and key changes are published on one channel by one
-		// client here, so they arrive in order.
 		t.Fatalf("changes %v, want %v", got, want)
 	}
 }
