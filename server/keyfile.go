@@ -2,15 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -256,6 +259,14 @@ func (f *KeyFile) Reload() (changed bool, err error) {
 	return changed, nil
 }
 
+// reloadQuiet is Reload without logging the error (the first load: its
+// caller reports the error).
+func (f *KeyFile) reloadQuiet() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reload()
+}
+
 func (f *KeyFile) reload() (bool, error) {
 	data, err := os.ReadFile(f.path)
 	if err != nil {
@@ -283,4 +294,35 @@ func (f *KeyFile) reload() (bool, error) {
 		f.log.Info("metadata key file reloaded", "keys", f.name, "file", f.path, "count", len(entries), "generation", entries[0].Generation, "newest_generation", newest)
 	}
 	return true, nil
+}
+
+// KeyFile returns the options' key file named name ("token", "proxy"),
+// or nil.
+func (o Options) KeyFile(name string) *KeyFile {
+	for _, f := range o.KeyFiles {
+		if f.name == name {
+			return f
+		}
+	}
+	return nil
+}
+
+// ReloadOnHangup reloads the key files (ReloadKeys) whenever the process
+// receives SIGHUP, until ctx is done: the operator's manual path after
+// editing a key file.
+func (s *Server) ReloadOnHangup(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			s.log.Info("SIGHUP: reloading the metadata key files")
+			if err := s.ReloadKeys(); err == nil {
+				s.log.Info("metadata key files reloaded", "files", len(s.keyFiles))
+			}
+		}
+	}
 }

@@ -416,6 +416,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(runDone)
 		_ = md.Run(runCtx)
 	}()
+	go md.ReloadOnHangup(runCtx) // SIGHUP: re-read the metadata key files
 	stop := func() {
 		shutdown(srvs...)
 		stopRun()
