@@ -77,6 +77,7 @@ type Store interface {
 	Secrets
 	Passwords
 	Watcher
+	KeyNotifier
 	Records
 
 	// Ping reports whether the backend is reachable.
