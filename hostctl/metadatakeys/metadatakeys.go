@@ -25,7 +25,10 @@
 //     prior, and prior keys past their retention are dropped.
 //
 // The file says which generation each key is and in which state
-// (annotation comments that ReadKeyFile skips), so the procedure is
+// (annotation comments that ReadKeyFile skips; a file created by
+// server.ReadOrCreateKeyFile or written by hand has none: generation 0,
+// so the first rotation always mints a key, whatever generation the
+// keyrotation Engine's status counts from), so the procedure is
 // idempotent for a generation: called again after a crash at any step it
 // finds the next key of that generation and finishes (never minting a
 // second one), and when the file is already at the generation it only
@@ -36,27 +39,31 @@
 // # Wiring (hostctl serve)
 //
 // The daemon builds its metadata options with server.Config.Options,
-// which returns the loaded key files (Options.KeyFile("token"),
-// Options.KeyFile("proxy")); then:
+// which loads the key files and returns them (Options.KeyFile("token"),
+// Options.KeyFile("proxy")); after creating the Engine, and before
+// Engine.Recover:
 //
-//	delay := 2 * cfg.Metadata.KeyCheckInterval // + slack; see Options.Delay
-//	tok := metadatakeys.NewToken(metadatakeys.Options{File: mdOpts.KeyFile("token"), Notifier: st, Delay: delay, Log: log})
-//	engine.Register(keyrotation.Token, tok)
-//	if f := mdOpts.KeyFile("proxy"); f != nil { // --metadata-proxy-secret-file
-//		engine.Register(keyrotation.Proxy, metadatakeys.NewProxy(metadatakeys.Options{File: f, Notifier: st, Delay: delay, Log: log}))
-//	}
+//	tok, prox := metadatakeys.Register(keyEngine, mdOpts, st, log)
 //
-// st is the store (both backends implement store.KeyNotifier). Recover
-// (a keyrotation.Recoverer) drops expired token keys at start-up; the
-// daemon should also call Token.Expire now and then (its key rotation
-// loop), so a prior token key goes once the longest token lifetime
-// (server.MaxTokenTTL) has passed even when no rotation follows. Proxy
-// implements keyrotation.Pruner (`hostctl keys prune proxy`) and
-// Proxy.Current reads the secret `hostctl keys show proxy --reveal`
-// prints. Replicas need no wiring: vmeta-metadata follows the feed,
-// checks its files and handles SIGHUP by itself; they must read the same
-// files (a shared or synchronised directory), with a --key-check-interval
-// no longer than hostctl's.
+// registers the token key rotator (when there is a token key file) and
+// the proxy secret rotator (when there is --metadata-proxy-secret-file),
+// with the store (both backends implement store.KeyNotifier) to announce
+// rotations and a Delay of twice --metadata-key-check-interval and a
+// second (DelayFor). Both are keyrotation.Recoverers (Recover checks the
+// file; for the token it also drops expired prior keys). The daemon's
+// key rotation loop should also call tok.Expire now and then, so a prior
+// token key goes once the longest token lifetime (server.MaxTokenTTL) has
+// passed even when no rotation follows. prox implements
+// keyrotation.Pruner (`hostctl keys prune proxy`) and prox.Current reads
+// the secret `hostctl keys show proxy --reveal` prints (the same as
+// server.ReadKeyFile(file)[0]). Rotate on the token class waits Delay
+// between its phases, holding the Engine's lock for that long (with the
+// default --metadata-key-check-interval of 10s: 21s).
+//
+// Replicas need no wiring: vmeta-metadata follows the feed, checks its
+// files every --key-check-interval and reloads on SIGHUP by itself. They
+// must read the same files (a shared or synchronised directory), with a
+// --key-check-interval no longer than hostctl's.
 package metadatakeys
 
 import (
@@ -516,3 +523,41 @@ func (p *Proxy) State() (State, error) { return p.r.State() }
 
 // ErrNoFile: a rotator without a key file.
 var ErrNoFile = errors.New("no key file")
+
+// Registrar is what Register needs of the keyrotation Engine.
+type Registrar interface {
+	Register(c keyrotation.Class, r keyrotation.Rotator)
+}
+
+// DelayFor returns the Delay that suits readers checking their key files
+// every check (server.Options.KeyCheckInterval; 0 or negative: the
+// default): twice that, and a second.
+func DelayFor(check time.Duration) time.Duration {
+	if check <= 0 {
+		return DefaultDelay
+	}
+	return 2*check + time.Second
+}
+
+// Register registers the token key rotator on e, and the proxy secret
+// rotator when the metadata service has a proxy secret file, for the
+// metadata service options hostctl serve built (server.Config.Options:
+// its key files are reloaded after every write); n announces the
+// rotations (the store). It returns the rotators (the Token for Expire,
+// the Proxy for Current; either nil when its file is not configured).
+func Register(e Registrar, md server.Options, n store.KeyNotifier, log *slog.Logger) (*Token, *Proxy) {
+	var (
+		tok  *Token
+		prox *Proxy
+	)
+	delay := DelayFor(md.KeyCheckInterval)
+	if f := md.KeyFile("token"); f != nil {
+		tok = NewToken(Options{File: f, Notifier: n, Delay: delay, Log: log})
+		e.Register(keyrotation.Token, tok)
+	}
+	if f := md.KeyFile("proxy"); f != nil {
+		prox = NewProxy(Options{File: f, Notifier: n, Delay: delay, Log: log})
+		e.Register(keyrotation.Proxy, prox)
+	}
+	return tok, prox
+}

@@ -358,3 +358,57 @@ func TestAnnounceFailureDoesNotStop(t *testing.T) {
 		t.Errorf("log:\n%s", f.log)
 	}
 }
+
+type registrar map[keyrotation.Class]keyrotation.Rotator
+
+func (r registrar) Register(c keyrotation.Class, rot keyrotation.Rotator) { r[c] = rot }
+
+// TestRegister: the rotators hostctl serve registers rotate the files its
+// metadata service loaded, and that service has the new keys at once; a
+// created token key file (generation 0 in the file) is rotated by the
+// first rotation, whatever generation it asks for.
+func TestRegister(t *testing.T) {
+	dir := t.TempDir()
+	proxyFile := filepath.Join(dir, "proxy.secret")
+	os.WriteFile(proxyFile, []byte("register-proxy-secret\n"), 0o600)
+	cfg := server.Config{TokenKeyFile: filepath.Join(dir, "token.key"), ProxySecretFile: proxyFile, KeyCheckInterval: 2 * time.Second}
+	md, err := cfg.Options(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registrar{}
+	tok, prox := Register(reg, md, &notifier{}, nil)
+	if reg[keyrotation.Token] != tok || reg[keyrotation.Proxy] != prox || tok == nil || prox == nil {
+		t.Fatalf("registered %v", reg)
+	}
+	if tok.r.o.Delay != 5*time.Second {
+		t.Errorf("delay %s, want twice the key check interval and a second", tok.r.o.Delay)
+	}
+	tok.r.o.Wait = func(context.Context, int64, time.Time) error { return nil }
+	prox.r.o.Wait = tok.r.o.Wait
+	before := string(md.TokenKeys.Current())
+	if _, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 1, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cur := string(md.TokenKeys.Current()); cur == before || len(md.TokenKeys.All()) != 2 {
+		t.Error("the in-process metadata service did not get the new token key")
+	}
+	if _, err := prox.Rotate(t.Context(), keyrotation.Subject{}, 3, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := prox.Current(t.Context())
+	if !bytes.Equal(md.ProxySecrets.Current(), cur) || string(md.ProxySecrets.All()[1]) != "register-proxy-secret" {
+		t.Error("the in-process metadata service did not get the new proxy secret")
+	}
+	keys, _ := server.ReadKeyFile(proxyFile)
+	if !bytes.Equal(keys[0], cur) {
+		t.Error("Current is not the file's first key (what ReadKeyFile readers use)")
+	}
+
+	// Without a proxy secret file only the token is registered.
+	md.KeyFiles = []*server.KeyFile{md.KeyFile("token")}
+	reg = registrar{}
+	if _, p := Register(reg, md, nil, nil); p != nil || len(reg) != 1 {
+		t.Errorf("registered %v without a proxy secret file", reg)
+	}
+}
