@@ -90,6 +90,8 @@ type Config struct {
 	Shares ShareConfig
 	// Devices is the passthrough device inventory (--device-spec, …).
 	Devices DevicesConfig
+	// KeyRotation is the key rotation policies (--key-rotation, …).
+	KeyRotation KeyRotationConfig
 
 	// EphemeralEncryptionFormats are the encryption formats this host
 	// creates disks in (comma-separated); EphemeralEncryptionDefaultFormat
@@ -136,6 +138,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	c.Virt.AddFlags(fs)
 	c.Shares.AddFlags(fs)
 	c.Devices.AddFlags(fs)
+	c.KeyRotation.AddFlags(fs)
 }
 
 // encryptionHost checks the ephemeral encryption flags.
@@ -276,7 +279,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("key manager: %w", err)
 	}
 	prober := encryption.NewProber(encryption.ProbeOptions{})
+	// Key rotation: policies from the flags, procedures registered below
+	// once the parts they need exist; interrupted rotations are recovered
+	// before anything starts an instance or serves a request.
+	keyEngine := newKeyEngine(ctlStore, hostName, log)
+	if err := applyPolicies(ctx, keyEngine, cfg.KeyRotation.Policies); err != nil {
+		return err
+	}
+	keyKick := make(kicker, 1)
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
+		Reconciled:  keyKick.kick,
 		Host:        hostName,
 		Hosts:       registry,
 		DataDir:     cfg.DataDir,
@@ -294,6 +306,14 @@ func Run(ctx context.Context, cfg Config) error {
 		EncryptionSupport: prober.Support,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	if err := keyEngine.Recover(ctx); err != nil {
+		return fmt.Errorf("key rotation: %w", err)
+	}
+	keyCtx, stopKeys := context.WithCancel(ctx)
+	keysDone := make(chan struct{})
+	go func() { defer close(keysDone); runKeyRotation(keyCtx, keyEngine, keyKick, cfg.KeyRotation.Interval, log) }()
+	defer func() { stopKeys(); <-keysDone }() // before the controller closes
+	keySvc := keyService{Engine: keyEngine, instances: ctlStore, proxySecretFile: cfg.Metadata.ProxySecretFile}
 	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
 	defer shareSvc.Close() // before the controller's reconciler stops
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
@@ -376,7 +396,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv), api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv), api.WithShares(shareSvc), api.WithKeys(keySvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -398,7 +418,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv), api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv), api.WithShares(shareSvc), api.WithKeys(keySvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()
