@@ -129,7 +129,9 @@ func (s *Server) Invalidate(uuid string) {
 // applyChange handles one message of the store's change feed.
 func (s *Server) applyChange(ctx context.Context, ch store.Change) {
 	if ch.Resync {
-		// Missed changes may include a key rotation.
+		// Missed changes may include a key rotation; and the store may
+		// have lost this reader's record (a Redis restarted empty).
+		s.reported.Store("")
 		_ = s.ReloadKeys()
 		s.sweep(ctx)
 		return
@@ -312,6 +314,17 @@ func (s *Server) Run(ctx context.Context) error {
 		retry   <-chan time.Time
 		backoff = 100 * time.Millisecond
 	)
+	// This reader's record of the keys it has loaded, before the feed is
+	// followed: a rotation announced before the subscription is found by
+	// the reload after it, which rewrites the record.
+	var heartbeat <-chan time.Time
+	if s.keyRecords() != nil {
+		s.reportKeys(ctx)
+		defer s.forgetKeys()
+		t := time.NewTicker(s.heartbeat)
+		defer t.Stop()
+		heartbeat = t.C
+	}
 	w, watching := s.docs.(Watcher)
 	subscribe := func() {
 		ch, err := w.Watch(ctx)
@@ -325,7 +338,9 @@ func (s *Server) Run(ctx context.Context) error {
 			return
 		}
 		feed = ch
-		// Changes made before the subscription was in place were missed.
+		// Changes made before the subscription was in place were missed
+		// (key rotations too).
+		_ = s.ReloadKeys()
 		s.sweep(ctx)
 	}
 	if watching {
@@ -364,6 +379,8 @@ func (s *Server) Run(ctx context.Context) error {
 			subscribe()
 		case <-keyTick:
 			_ = s.ReloadKeys()
+		case <-heartbeat:
+			s.reportKeys(ctx)
 		case <-tick:
 			s.sweep(ctx)
 			if s.limiter != nil {
@@ -377,12 +394,20 @@ func (s *Server) Run(ctx context.Context) error {
 // changed, replacing the keys in use; a file that cannot be read or
 // parsed keeps its keys (the error is logged and returned). The replica
 // calls it on SIGHUP; Run calls it on key rotations.
+//
+// When what is loaded changed it rewrites this reader's record of the generations it
+// has loaded (KeyReaderPrefix), which key rotations wait for.
 func (s *Server) ReloadKeys() error {
 	var errs []error
 	for _, f := range s.keyFiles {
 		if _, err := f.Reload(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// The files may also have been loaded by a key rotation in this
+	// process (KeyFile.Reload): report what differs from the last report.
+	if s.keysState() != s.reported.Load() {
+		s.reportKeys(context.Background())
 	}
 	return errors.Join(errs...)
 }

@@ -134,6 +134,13 @@ type Options struct {
 	// KeyCheckInterval is how often Run compares the key files with what
 	// is loaded (0: DefaultKeyCheckInterval; negative: never).
 	KeyCheckInterval time.Duration
+	// KeyReaderID names this reader in its record of the key generations
+	// it has loaded (see KeyReaderPrefix; "": host name and process id);
+	// KeyReaderHeartbeat is how often the record is rewritten (0:
+	// DefaultKeyReaderHeartbeat). Only with KeyFiles and a store that
+	// keeps records.
+	KeyReaderID        string
+	KeyReaderHeartbeat time.Duration
 	// InstanceTokenPolicy, when set, may give an instance its own policy
 	// ("" keeps the host's). It is asked once per published version of an
 	// instance (when its view is built), with its document: the seam
@@ -193,6 +200,9 @@ type Server struct {
 	limiter        *rateLimiter // nil: no rate limit
 	keyFiles       []*KeyFile
 	keyCheck       time.Duration
+	readerID       string
+	heartbeat      time.Duration
+	reported       atomic.Value // string: keysState of the last record written
 
 	observe, accessLog bool
 	metrics            *metrics
@@ -214,6 +224,13 @@ func New(docs Documents, opts Options) *Server {
 		observe: opts.Metrics, accessLog: opts.AccessLog,
 		registry: opts.Registry, cache: newCache(),
 		keyFiles: opts.KeyFiles, keyCheck: opts.KeyCheckInterval,
+		readerID: opts.KeyReaderID, heartbeat: opts.KeyReaderHeartbeat,
+	}
+	if s.readerID == "" {
+		s.readerID = defaultReaderID()
+	}
+	if s.heartbeat <= 0 {
+		s.heartbeat = DefaultKeyReaderHeartbeat
 	}
 	if s.keyCheck == 0 {
 		s.keyCheck = DefaultKeyCheckInterval

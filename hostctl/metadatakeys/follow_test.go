@@ -1,6 +1,7 @@
 package metadatakeys
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
 	"github.com/vmeta/vmeta/internal/testenv"
 	"github.com/vmeta/vmeta/server"
@@ -42,14 +44,20 @@ func (l *load) fail(format string, args ...any) {
 // GETs, then gets another: tokens signed with a key outlive its rotation)
 // and proxies goroutines (GETs signed with proxySecret), until ctx is
 // done.
-func (l *load) run(ctx context.Context, wg *sync.WaitGroup, base string, guests, proxies int, proxySecret []byte) {
+//
+// There are two replicas behind "one address": a guest gets its token
+// from one and uses it on the other, so a replica that has not loaded a
+// key the other signs with would fail it.
+func (l *load) run(ctx context.Context, wg *sync.WaitGroup, bases []string, guests, proxies int, proxySecret []byte) {
 	for range guests {
 		wg.Go(func() {
 			c := client(guestAddr)
 			var tok string
 			for i := 0; ctx.Err() == nil; i++ {
+				base := bases[i%len(bases)]
 				if i%8 == 0 {
-					code, body, err := do(ctx, c, "PUT", base+"/latest/api/token", map[string][]string{"X-Aws-Ec2-Metadata-Token-Ttl-Seconds": {"21600"}})
+					// Tokens come from each replica in turn.
+					code, body, err := do(ctx, c, "PUT", bases[(i/8)%len(bases)]+"/latest/api/token", map[string][]string{"X-Aws-Ec2-Metadata-Token-Ttl-Seconds": {"21600"}})
 					if ctx.Err() != nil {
 						return
 					}
@@ -75,8 +83,8 @@ func (l *load) run(ctx context.Context, wg *sync.WaitGroup, base string, guests,
 	for range proxies {
 		wg.Go(func() {
 			c := client(proxyAddr)
-			for ctx.Err() == nil {
-				code, body, err := do(ctx, c, "GET", base+"/latest/meta-data/hostname", proxyHeaders(proxySecret))
+			for i := 0; ctx.Err() == nil; i++ {
+				code, body, err := do(ctx, c, "GET", bases[i%len(bases)]+"/latest/meta-data/hostname", proxyHeaders(proxySecret))
 				if ctx.Err() != nil {
 					return
 				}
@@ -105,14 +113,27 @@ func (l *load) progress(t *testing.T, n int64) {
 	}
 }
 
-// TestRotateUnderLoad is the test: the real vmeta-metadata
-// binary, on a real Redis, serves guests that use session tokens and a
+// TestRotateUnderLoad is the test: two replicas of the real
+// vmeta-metadata binary, on a real Redis, serve guests that use session tokens and a
 // proxy that signs with a secret while the token signing key is rotated
 // three times and the proxy secret twice; not one request may fail. The
-// replica checks its key files only every hour here, so what it follows
-// is the store's change feed. Then the operator prunes the proxy secrets:
+// replicas check their key files only every hour here, so what they
+// follow is the store's change feed; the rotations make a key current
+// once every replica's record says it has loaded it. Then the operator prunes the proxy secrets:
 // a request signed with the pruned secret gets 403.
+//
+// Two ways the replicas learn of a rotation: the store's change feed
+// (their key check every hour), and, with nothing announced on the feed,
+// their key check timer alone — each replica then loads a new file at
+// its own moment, which is where a rotation that did not wait for every
+// replica would fail tokens (one replica signing with a key the other has
+// not loaded yet: here one checks every 50ms, the other every 700ms).
 func TestRotateUnderLoad(t *testing.T) {
+	t.Run("feed", func(t *testing.T) { rotateUnderLoad(t, true, "1h", "1h") })
+	t.Run("timer", func(t *testing.T) { rotateUnderLoad(t, false, "50ms", "700ms") })
+}
+
+func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
 	srv := testenv.StartRedisServer(t)
 	st, err := storeurl.Open(t.Context(), srv.URL())
 	if err != nil {
@@ -131,60 +152,74 @@ func TestRotateUnderLoad(t *testing.T) {
 	var keys allKeys
 	keys.add(t, proxyFile, tokenFile)
 
-	r := startReplica(t, srv.URL(), proxyFile, tokenFile, "--key-check-interval", "1h")
+	r := startReplica(t, srv.URL(), proxyFile, tokenFile, "--key-check-interval", check1)
+	r2 := startReplica(t, srv.URL(), proxyFile, tokenFile, "--key-check-interval", check2)
 	base := "http://" + r.listen
+	bases := []string{base, "http://" + r2.listen}
 
 	var logs testenv.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	var l load
-	// The rotation waits until the replica has loaded the next key, then
-	// until the clients have made progress with it distributed.
-	waitFor := func(class string) func(context.Context, int64, time.Time) error {
-		return func(_ context.Context, gen int64, _ time.Time) error {
+	// The rotations are gated as in production: a next key becomes
+	// current once every live reader's record says it has it (Readers),
+	// after a Delay floor; until then Rotate reports pending and is
+	// called again (as the Engine does on its next run) once the clients
+	// have made progress with the key distributed.
+	waitReader(t, st, "token", 2)
+	var notifier store.KeyNotifier
+	if announce {
+		notifier = st
+	}
+	tok := NewToken(Options{Path: tokenFile, Notifier: notifier, Readers: st, Delay: 20 * time.Millisecond, Log: log})
+	prox := NewProxy(Options{Path: proxyFile, Notifier: notifier, Readers: st, Delay: 20 * time.Millisecond, Log: log})
+	pendings := 0
+	rotate := func(rot keyrotation.Rotator, class keyrotation.Class, gen int64, keep int) keyrotation.Result {
+		t.Helper()
+		for {
+			res, err := rot.Rotate(t.Context(), keyrotation.Subject{Class: class}, gen, keep, nil)
+			if err != nil {
+				t.Fatalf("rotate %s to %d: %v", class, gen, err)
+			}
 			keys.add(t, proxyFile, tokenFile)
-			r.waitMetric(t, keyGauge("vmeta_metadata_key_newest_generation", class), func(v float64) bool { return v >= float64(gen) })
-			l.progress(t, 50)
-			return nil
+			if res.Done {
+				return res
+			}
+			pendings++
+			l.progress(t, 20)
 		}
 	}
-	tok := NewToken(Options{Path: tokenFile, Notifier: st, Wait: waitFor("token"), Log: log})
-	prox := NewProxy(Options{Path: proxyFile, Notifier: st, Wait: waitFor("proxy"), Log: log})
 
 	ctx, stop := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
-	l.run(ctx, &wg, base, 3, 2, oldSecret)
+	l.run(ctx, &wg, bases, 3, 2, oldSecret)
 	l.progress(t, 50)
-	for gen := int64(2); gen <= 4; gen++ {
-		if _, err := tok.Rotate(t.Context(), keyrotation.Subject{Class: keyrotation.Token}, gen, 0, nil); err != nil {
-			t.Fatalf("rotate the token key to %d: %v", gen, err)
+	for gen := int64(1); gen <= 3; gen++ {
+		rotate(tok, keyrotation.Token, gen, 0)
+		for _, r := range []*replica{r, r2} {
+			r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == float64(gen) })
 		}
-		keys.add(t, tokenFile)
-		r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == float64(gen) })
 		l.progress(t, 50)
-		if gen > 3 {
+		if gen > 2 {
 			continue
 		}
-		pgen := gen - 1
-		res, err := prox.Rotate(t.Context(), keyrotation.Subject{Class: keyrotation.Proxy}, pgen, 2, nil)
-		if err != nil {
-			t.Fatalf("rotate the proxy secret to %d: %v", pgen, err)
+		res := rotate(prox, keyrotation.Proxy, gen, 2)
+		if *res.PriorKeyCount != int(gen) {
+			t.Errorf("proxy priorKeyCount %d, want %d", *res.PriorKeyCount, gen)
 		}
-		keys.add(t, proxyFile)
-		if *res.PriorKeyCount != int(pgen) {
-			t.Errorf("proxy priorKeyCount %d, want %d", *res.PriorKeyCount, pgen)
+		for _, r := range []*replica{r, r2} {
+			r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "proxy"), func(v float64) bool { return v == float64(gen) })
 		}
-		r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "proxy"), func(v float64) bool { return v == float64(pgen) })
 		l.progress(t, 50)
 	}
 	stop()
 	wg.Wait()
-	t.Logf("requests under rotation: %d succeeded (%d with tokens, %d through the proxy), %d failed",
-		l.ok.Load(), l.tokenOK.Load(), l.proxyOK.Load(), l.failed.Load())
+	t.Logf("requests under rotation: %d succeeded (%d with tokens, %d through the proxy), %d failed; rotations reported pending %d times",
+		l.ok.Load(), l.tokenOK.Load(), l.proxyOK.Load(), l.failed.Load(), pendings)
 	if n := l.failed.Load(); n != 0 {
 		t.Fatalf("%d requests failed during the rotations: %v", n, l.failures)
 	}
-	if st, _ := tok.State(); st.Generation != 4 || st.PriorKeyCount != 3 || st.Next != 0 {
-		t.Errorf("token key file state %+v, want generation 4 with 3 prior keys (all within the token lifetime)", st)
+	if st, _ := tok.State(); st.Generation != 3 || st.PriorKeyCount != 3 || st.Next != 0 {
+		t.Errorf("token key file state %+v, want generation 3 with 3 prior keys (all within the token lifetime)", st)
 	}
 
 	// The proxies take the new current secret (show --reveal) ...
@@ -210,6 +245,7 @@ func TestRotateUnderLoad(t *testing.T) {
 		t.Errorf("with the current secret after the prune: %d %v", code, err)
 	}
 	keys.checkNotIn(t, "the replica's log", r.p.Output())
+	keys.checkNotIn(t, "the second replica's log", r2.p.Output())
 	keys.checkNotIn(t, "the rotation's log", logs.String())
 	for _, p := range []string{proxyFile, tokenFile} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
@@ -307,10 +343,12 @@ func TestReplicaReloadPaths(t *testing.T) {
 }
 
 // TestRotationAcrossRedisOutage: Redis goes away between the phases of a
-// token key rotation. The rotation still finishes (the file is the truth;
-// the announcement is best effort and says it failed), and the replica,
-// which checks its files only hourly here, loads the new current key when
-// Redis is back (its feed resubscribes and resyncs).
+// token key rotation. The rotation cannot learn which readers have the
+// new key, so it fails (the Engine records the error and runs it again)
+// and the new key is not made current; the replica keeps serving with
+// what it has. When Redis is back the rotation finishes with the key it
+// distributed, and the replica, which checks its files only hourly here,
+// follows (its feed resubscribes and resyncs, then the announcement).
 func TestRotationAcrossRedisOutage(t *testing.T) {
 	srv := testenv.StartRedisServer(t)
 	st, err := storeurl.Open(t.Context(), srv.URL())
@@ -326,22 +364,83 @@ func TestRotationAcrossRedisOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startReplica(t, srv.URL(), p, tk, "--key-check-interval", "1h")
+	waitReader(t, st, "token", 1)
+	gc := client(guestAddr)
+	hostname := func() (int, error) {
+		code, _, err := do(t.Context(), gc, "GET", "http://"+r.listen+"/latest/meta-data/hostname", nil)
+		return code, err
+	}
+	if code, err := hostname(); code != 200 || err != nil { // (cached from now on)
+		t.Fatalf("the replica: %d %v", code, err)
+	}
 	var logs testenv.SyncBuffer
-	tok := NewToken(Options{Path: tk, Notifier: st, Log: slog.New(slog.NewTextHandler(&logs, nil)),
-		Wait: func(context.Context, int64, time.Time) error {
-			r.waitMetric(t, keyGauge("vmeta_metadata_key_newest_generation", "token"), func(v float64) bool { return v >= 2 })
-			srv.Stop()
-			return nil
-		}})
-	if _, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); err != nil {
-		t.Fatalf("rotation with Redis away: %v", err)
+	o := Options{Path: tk, Notifier: st, Readers: st, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	o.Wait = func(context.Context, int64, time.Time) error {
+		r.waitMetric(t, keyGauge("vmeta_metadata_key_newest_generation", "token"), func(v float64) bool { return v >= 1 })
+		srv.Stop()
+		return nil
 	}
-	if !strings.Contains(logs.String(), "could not announce") {
-		t.Errorf("the failed announcement was not logged:\n%s", logs.String())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := NewToken(o).Rotate(ctx, keyrotation.Subject{}, 1, 0, nil); err == nil || !strings.Contains(err.Error(), "which readers have generation 1") {
+		t.Fatalf("rotation with Redis away: %v, want an error", err)
 	}
-	if v := r.metric(t, keyGauge("vmeta_metadata_key_generation", "token")); v != 0 {
-		t.Fatalf("the replica has token generation %v while Redis is away, want 0, the created key's (nothing told it)", v)
+	es, err := server.ParseKeyFile(must(os.ReadFile(tk)))
+	if err != nil || shape(es) != "c0 n1" {
+		t.Fatalf("file with Redis away: %s %v, want the new key distributed, not current", shape(es), err)
+	}
+	// The replica serves on with what it has.
+	if code, err := hostname(); code != 200 || err != nil {
+		t.Errorf("the replica with Redis away: %d %v", code, err)
 	}
 	srv.Start()
-	r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == 2 })
+	o.Wait = nil
+	o.Delay = time.Millisecond
+	for {
+		res, err := NewToken(o).Rotate(ctx, keyrotation.Subject{}, 1, 0, nil)
+		if err == nil && res.Done {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the rotation did not finish after Redis came back: %+v %v", res, err)
+		}
+		time.Sleep(10 * time.Millisecond) // the Engine's next run
+	}
+	got, _ := server.ParseKeyFile(must(os.ReadFile(tk)))
+	if shape(got) != "c1 p0" || !bytes.Equal(got[0].Key, es[1].Key) {
+		t.Fatalf("file after: %s (the distributed key current: %v)", shape(got), bytes.Equal(got[0].Key, es[1].Key))
+	}
+	r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == 1 })
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// waitReader waits until n live readers' records list the key file name.
+func waitReader(t *testing.T, st store.Records, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rs, err := server.KeyReaders(t.Context(), st, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := 0
+		for _, r := range rs {
+			if _, ok := r.Keys[name]; ok {
+				c++
+			}
+		}
+		if c >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d readers with %s keys after a minute, want %d", c, name, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -76,6 +76,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,6 +130,12 @@ type Options struct {
 	// Notifier announces each write on the store's change feed (nil:
 	// none; readers then rely on their periodic check).
 	Notifier store.KeyNotifier
+	// Readers holds the records in which every metadata reader says which
+	// key generations it has loaded (server.KeyReaders): a next key
+	// becomes current only once every live reader has it; until then
+	// Rotate reports the rotation pending, naming the readers it waits
+	// for (nil: no such check, Delay alone).
+	Readers store.Records
 	// Delay is how long a new key is accepted before it becomes current
 	// (0: DefaultDelay): at least twice the longest --key-check-interval
 	// of the readers.
@@ -147,6 +154,7 @@ type Options struct {
 type rotator struct {
 	class keyrotation.Class
 	proc  string
+	name  string // the key file's name in the readers' records
 	o     Options
 	path  string
 	mu    sync.Mutex
@@ -185,7 +193,11 @@ func newRotator(class keyrotation.Class, proc string, o Options) *rotator {
 	if o.File != nil {
 		p = o.File.Path()
 	}
-	return &rotator{class: class, proc: proc, o: o, path: p}
+	name := "token"
+	if class == keyrotation.Proxy {
+		name = "proxy"
+	}
+	return &rotator{class: class, proc: proc, name: name, o: o, path: p}
 }
 
 func (r *rotator) hit(step string) { crashpoint.Hit(crashpoint.Name(r.proc, step)) }
@@ -246,29 +258,48 @@ func (r *rotator) newKey() ([]byte, error) {
 	return []byte(hex.EncodeToString(raw)), nil
 }
 
+// lagging returns the live readers that have not loaded generation gen.
+func (r *rotator) lagging(ctx context.Context, gen int64) ([]string, error) {
+	if r.o.Readers == nil {
+		return nil, nil
+	}
+	readers, err := server.KeyReaders(ctx, r.o.Readers, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	var lag []string
+	for _, rd := range readers {
+		if f, ok := rd.Keys[r.name]; ok && f.Newest < gen {
+			lag = append(lag, rd.ID)
+		}
+	}
+	return lag, nil
+}
+
 // rotate brings the file to generation gen (see the package comment);
 // retain chooses the prior keys to keep once the new key is current
-// (given most recent first).
-func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []server.KeyEntry, now time.Time) []server.KeyEntry) ([]server.KeyEntry, error) {
+// (given most recent first). While a live reader has not loaded the next
+// key, it returns what it waits for in pending (and the entries nil).
+func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []server.KeyEntry, now time.Time) []server.KeyEntry) (_ []server.KeyEntry, pending string, _ error) {
 	if gen < 1 {
-		return nil, fmt.Errorf("%s: rotate to generation %d: must be at least 1", r.class, gen)
+		return nil, "", fmt.Errorf("%s: rotate to generation %d: must be at least 1", r.class, gen)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	entries, err := r.read()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if entries[0].Generation >= gen {
 		// Done before (maybe a crash before the announcement): make sure
 		// every reader has it.
-		return entries, r.announce(ctx, entries)
+		return entries, "", r.announce(ctx, entries)
 	}
 	i := slices.IndexFunc(entries, func(e server.KeyEntry) bool { return e.State == server.KeyNext && e.Generation == gen })
 	if i < 0 {
 		key, err := r.newKey()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		// Phase 1. Next keys of other generations (a rotation abandoned
 		// for a higher one) never signed and were never revealed: drop.
@@ -280,22 +311,30 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 			}
 		}
 		if err := r.write(out); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		r.hit(StepNextWritten)
 		r.o.Log.Info("key rotation: new key distributed (accepted, not yet current)", "class", string(r.class), "generation", gen, "current_after", next.Since.Add(r.o.Delay))
 		entries, i = out, 1
 		if err := r.announce(ctx, entries); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		r.hit(StepNextAnnounced)
 	} else if err := r.announce(ctx, entries); err != nil {
 		// Resumed after a crash: the announcement may not have gone out.
-		return nil, err
+		return nil, "", err
 	}
 	next := entries[i]
 	if err := r.o.Wait(ctx, gen, next.Since.Add(r.o.Delay)); err != nil {
-		return nil, fmt.Errorf("%s: waiting for every reader to load generation %d: %w", r.class, gen, err)
+		return nil, "", fmt.Errorf("%s: waiting for every reader to load generation %d: %w", r.class, gen, err)
+	}
+	lag, err := r.lagging(ctx, gen)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: which readers have generation %d: %w", r.class, gen, err)
+	}
+	if len(lag) > 0 {
+		r.o.Log.Info("key rotation: waiting for metadata readers to load the new key", "class", string(r.class), "generation", gen, "readers", strings.Join(lag, ","))
+		return nil, fmt.Sprintf("generation %d distributed; waiting for %d metadata reader(s) to load it: %s", gen, len(lag), strings.Join(lag, ", ")), nil
 	}
 	// Phase 2.
 	now := r.o.Now().UTC()
@@ -313,15 +352,15 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 	}
 	out := append([]server.KeyEntry{next}, retain(priors, now)...)
 	if err := r.write(out); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	r.hit(StepCurrentWritten)
 	r.o.Log.Info("key rotation: new key is current", "class", string(r.class), "generation", gen, "prior_keys", len(out)-1)
 	if err := r.announce(ctx, out); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	r.hit(StepCurrentAnnounced)
-	return out, nil
+	return out, "", nil
 }
 
 // dropPriors rewrites the file keeping the prior keys retain chooses;
@@ -421,8 +460,9 @@ func retainTokens(priors []server.KeyEntry, now time.Time) []server.KeyEntry {
 // them), keeping the prior keys for TokenRetention. keep is ignored (an
 // in-place class).
 func (t *Token) Rotate(ctx context.Context, s keyrotation.Subject, gen int64, _ int, _ func(keyrotation.Progress)) (keyrotation.Result, error) {
-	if _, err := t.r.rotate(ctx, gen, retainTokens); err != nil {
-		return keyrotation.Result{}, err
+	_, pending, err := t.r.rotate(ctx, gen, retainTokens)
+	if err != nil || pending != "" {
+		return keyrotation.Result{Pending: pending}, err
 	}
 	return keyrotation.Result{Done: true}, nil
 }
@@ -469,9 +509,9 @@ func (p *Proxy) Rotate(ctx context.Context, s keyrotation.Subject, gen int64, ke
 	if keep < 0 || keep > keyrotation.MaxKeepPriorKeyCount {
 		return keyrotation.Result{}, fmt.Errorf("%w: %s: keepPriorKeyCount %d: must be 0 to %d", keyrotation.ErrInvalid, keyrotation.Proxy, keep, keyrotation.MaxKeepPriorKeyCount)
 	}
-	entries, err := p.r.rotate(ctx, gen, retainCount(keep))
-	if err != nil {
-		return keyrotation.Result{}, err
+	entries, pending, err := p.r.rotate(ctx, gen, retainCount(keep))
+	if err != nil || pending != "" {
+		return keyrotation.Result{Pending: pending}, err
 	}
 	n := stateOf(entries).PriorKeyCount
 	if n > keep {
@@ -524,6 +564,13 @@ func (p *Proxy) State() (State, error) { return p.r.State() }
 // ErrNoFile: a rotator without a key file.
 var ErrNoFile = errors.New("no key file")
 
+// Store is what Register needs of the store: the change feed to announce
+// on and the readers' records (store.Store has both; nil: neither).
+type Store interface {
+	store.KeyNotifier
+	store.Records
+}
+
 // Registrar is what Register needs of the keyrotation Engine.
 type Registrar interface {
 	Register(c keyrotation.Class, r keyrotation.Rotator)
@@ -543,20 +590,28 @@ func DelayFor(check time.Duration) time.Duration {
 // rotator when the metadata service has a proxy secret file, for the
 // metadata service options hostctl serve built (server.Config.Options:
 // its key files are reloaded after every write); n announces the
-// rotations (the store). It returns the rotators (the Token for Expire,
+// rotations and to learn which readers have loaded a new key (the
+// store). It returns the rotators (the Token for Expire,
 // the Proxy for Current; either nil when its file is not configured).
-func Register(e Registrar, md server.Options, n store.KeyNotifier, log *slog.Logger) (*Token, *Proxy) {
+func Register(e Registrar, md server.Options, st Store, log *slog.Logger) (*Token, *Proxy) {
 	var (
 		tok  *Token
 		prox *Proxy
 	)
 	delay := DelayFor(md.KeyCheckInterval)
+	o := func(f *server.KeyFile) Options {
+		opts := Options{File: f, Delay: delay, Log: log}
+		if st != nil {
+			opts.Notifier, opts.Readers = st, st
+		}
+		return opts
+	}
 	if f := md.KeyFile("token"); f != nil {
-		tok = NewToken(Options{File: f, Notifier: n, Delay: delay, Log: log})
+		tok = NewToken(o(f))
 		e.Register(keyrotation.Token, tok)
 	}
 	if f := md.KeyFile("proxy"); f != nil {
-		prox = NewProxy(Options{File: f, Notifier: n, Delay: delay, Log: log})
+		prox = NewProxy(o(f))
 		e.Register(keyrotation.Proxy, prox)
 	}
 	return tok, prox

@@ -3,6 +3,7 @@ package metadatakeys
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/server"
 )
 
@@ -376,8 +378,13 @@ func TestRegister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	reg := registrar{}
-	tok, prox := Register(reg, md, &notifier{}, nil)
+	tok, prox := Register(reg, md, st, nil)
 	if reg[keyrotation.Token] != tok || reg[keyrotation.Proxy] != prox || tok == nil || prox == nil {
 		t.Fatalf("registered %v", reg)
 	}
@@ -410,5 +417,56 @@ func TestRegister(t *testing.T) {
 	reg = registrar{}
 	if _, p := Register(reg, md, nil, nil); p != nil || len(reg) != 1 {
 		t.Errorf("registered %v without a proxy secret file", reg)
+	}
+}
+
+// TestWaitsForReaders: a next key becomes current only once every live
+// reader's record says it has loaded it; expired records and readers
+// without that key file do not hold it back.
+func TestWaitsForReaders(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	putReader := func(id string, expires time.Time, keys map[string]server.KeyReaderFile) {
+		t.Helper()
+		b, _ := json.Marshal(server.KeyReader{ID: id, Keys: keys, Updated: time.Now(), Expires: expires})
+		if _, err := st.PutRecord(t.Context(), server.KeyReaderPrefix+id, b, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := time.Now().Add(time.Hour)
+	putReader("replica-a", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 1}})
+	putReader("replica-b", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 1}, "proxy": {}})
+	putReader("gone", time.Now().Add(-time.Minute), map[string]server.KeyReaderFile{"token": {}})
+	putReader("long-gone", time.Now().Add(-2*time.Hour), map[string]server.KeyReaderFile{"token": {}})
+	putReader("proxy-only", live, map[string]server.KeyReaderFile{"proxy": {}})
+
+	f := newFixture(t, genOne)
+	o := f.opts()
+	o.Readers = st
+	tok := NewToken(o)
+	res, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil)
+	if err != nil || res.Done || !strings.Contains(res.Pending, "waiting for 2 metadata reader(s) to load it: replica-a, replica-b") {
+		t.Fatalf("Rotate with lagging readers: %+v %v", res, err)
+	}
+	es := f.entries(t)
+	if shape(es) != "c1 n2" {
+		t.Fatalf("file while readers lag: %s", shape(es))
+	}
+	if _, err := st.Record(t.Context(), server.KeyReaderPrefix+"long-gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a reader record expired for hours was not deleted: %v", err)
+	}
+	putReader("replica-a", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 2}})
+	if res, _ := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); res.Done || !strings.Contains(res.Pending, "1 metadata reader(s) to load it: replica-b") {
+		t.Fatalf("Rotate with one reader lagging: %+v", res)
+	}
+	putReader("replica-b", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 2}})
+	if res, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); err != nil || !res.Done {
+		t.Fatalf("Rotate once every reader has the key: %+v %v", res, err)
+	}
+	if got := f.entries(t); shape(got) != "c2 p1" || !bytes.Equal(got[0].Key, es[1].Key) {
+		t.Fatalf("file: %s (the distributed key current: %v)", shape(got), bytes.Equal(got[0].Key, es[1].Key))
 	}
 }
