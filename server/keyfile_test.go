@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -225,5 +226,58 @@ func TestRunFollowsKeys(t *testing.T) {
 	}
 	if err := byFeed.ReloadKeys(); err != nil {
 		t.Errorf("ReloadKeys: %v", err)
+	}
+}
+
+// TestKeyReaderRecord: a server with key files on a store that keeps
+// records says, in a record of its own, which generations it has loaded:
+// at start, after a reload that changed them, and no more once Run ends.
+func TestKeyReaderRecord(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	p := filepath.Join(t.TempDir(), "token.key")
+	os.WriteFile(p, FormatKeyFile([]KeyEntry{{Key: []byte(testTokenKey), Generation: 4, State: KeyCurrent}}), 0o600)
+	f := NewKeyFile("token", p, &KeyRing{}, quietLogger())
+	if _, err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(at("2026-01-01"))
+	o.TokenKeys, o.KeyFiles, o.KeyCheckInterval, o.KeyReaderID = f.Ring(), []*KeyFile{f}, -1, "reader-1"
+	s := New(st, o)
+	reader := func() (KeyReader, bool) {
+		rs, err := KeyReaders(t.Context(), st, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.ID == "reader-1" {
+				return r, true
+			}
+		}
+		return KeyReader{}, false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	eventually(t, "the reader's record", func() bool { r, ok := reader(); return ok && r.Keys["token"].Generation == 4 })
+	os.WriteFile(p, FormatKeyFile([]KeyEntry{{Key: []byte(testTokenKey), Generation: 4, State: KeyCurrent}, {Key: []byte(testPriorSecret), Generation: 5, State: KeyNext}}), 0o600)
+	if err := s.ReloadKeys(); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := reader()
+	if !ok || r.Keys["token"] != (KeyReaderFile{Generation: 4, Newest: 5, Count: 2}) || !r.Expires.After(r.Updated) {
+		t.Fatalf("record after the reload: %+v", r)
+	}
+	rec, _ := st.Record(t.Context(), KeyReaderPrefix+"reader-1")
+	if strings.Contains(string(rec.Value), testTokenKey) || strings.Contains(string(rec.Value), testPriorSecret) {
+		t.Fatal("the reader's record holds a key")
+	}
+	cancel()
+	<-done
+	if _, ok := reader(); ok {
+		t.Error("the record outlived Run")
 	}
 }

@@ -18,11 +18,16 @@
 //
 //  1. next: the new key is added after the current one (accepted by every
 //     reader that has loaded the file, used by none to sign);
-//  2. after Delay (at least twice the readers' --key-check-interval, so a
-//     reader that missed the announcement has re-read the file by then):
+//  2. once every live reader has loaded it — each reader keeps a record
+//     in the store of the key generations it has loaded
+//     (server.KeyReaders; a reader that stopped rewriting it is gone) —
+//     and at least Delay after phase 1 (twice the readers'
+//     --key-check-interval: the bound for a reader that keeps no record):
 //     current: the new key moves to the top (it signs; the proxies are
 //     given it by `hostctl keys show proxy --reveal`), the old one becomes
-//     prior, and prior keys past their retention are dropped.
+//     prior, and prior keys past their retention are dropped. While a
+//     reader lags, Rotate returns Result{Done: false} with Pending naming
+//     the readers, and the Engine asks again on its next run.
 //
 // The file says which generation each key is and in which state
 // (annotation comments that ReadKeyFile skips; a file created by
@@ -32,9 +37,10 @@
 // idempotent for a generation: called again after a crash at any step it
 // finds the next key of that generation and finishes (never minting a
 // second one), and when the file is already at the generation it only
-// makes sure every reader has it. Announcing is best effort: when the
-// store is away (a Redis outage) the rotation goes on and the readers'
-// periodic check picks the file up within the bound.
+// makes sure every reader has it. Announcing is best effort (readers
+// also check their files on a timer); reading the readers' records is
+// not: with the store away (a Redis outage) phase 2 waits, Rotate fails,
+// and the Engine's next run after the store is back finishes it.
 //
 // # Wiring (hostctl serve)
 //
