@@ -39,7 +39,7 @@ func run(proc, file, storeURL string, gen int64, keep int, later time.Duration) 
 		return err
 	}
 	defer st.Close()
-	o := metadatakeys.Options{Path: file, Notifier: st, Delay: time.Millisecond,
+	o := metadatakeys.Options{Path: file, Notifier: st, Readers: st, Delay: time.Millisecond,
 		Now: func() time.Time { return time.Now().Add(later) },
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	switch proc {
