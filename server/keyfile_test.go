@@ -281,3 +281,26 @@ func TestKeyReaderRecord(t *testing.T) {
 		t.Error("the record outlived Run")
 	}
 }
+
+// BenchmarkKeyFileCheck is the cost of one periodic check of an unchanged
+// key file (read and hash; what every --key-check-interval costs per
+// file).
+func BenchmarkKeyFileCheck(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "token.key")
+	var es []KeyEntry
+	for g := int64(1); g <= 4; g++ {
+		es = append(es, KeyEntry{Key: bytes.Repeat([]byte{'a' + byte(g)}, 64), Generation: 5 - g, State: KeyPrior})
+	}
+	es[0].State = KeyCurrent
+	os.WriteFile(p, FormatKeyFile(es), 0o600)
+	f := NewKeyFile("token", p, &KeyRing{}, quietLogger())
+	if _, err := f.Reload(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if changed, err := f.Reload(); changed || err != nil {
+			b.Fatal(changed, err)
+		}
+	}
+}
