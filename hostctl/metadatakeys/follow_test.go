@@ -175,7 +175,11 @@ func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
 	pendings := 0
 	rotate := func(rot keyrotation.Rotator, class keyrotation.Class, gen int64, keep int) keyrotation.Result {
 		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute) // only ends a broken test
 		for {
+			if time.Now().After(deadline) {
+				t.Fatalf("rotate %s to %d: still pending after 2 minutes", class, gen)
+			}
 			res, err := rot.Rotate(t.Context(), keyrotation.Subject{Class: class}, gen, keep, nil)
 			if err != nil {
 				t.Fatalf("rotate %s to %d: %v", class, gen, err)
