@@ -57,9 +57,9 @@
 // rotations and a Delay of twice --metadata-key-check-interval and a
 // second (DelayFor). Both are keyrotation.Recoverers (Recover checks the
 // file; for the token it also drops expired prior keys). The daemon's
-// key rotation loop should also call tok.Expire now and then, so a prior
-// token key goes once the longest token lifetime (server.MaxTokenTTL) has
-// passed even when no rotation follows. prox implements
+// key rotation loop should also run `go tok.ExpireLoop(ctx, 0)`, so a
+// prior token key goes once the longest token lifetime
+// (server.MaxTokenTTL) has passed even when no rotation follows. prox implements
 // keyrotation.Pruner (`hostctl keys prune proxy`) and prox.Current reads
 // the secret `hostctl keys show proxy --reveal` prints (the same as
 // server.ReadKeyFile(file)[0]). Rotate on the token class waits Delay
@@ -478,6 +478,30 @@ func (t *Token) Rotate(ctx context.Context, s keyrotation.Subject, gen int64, _ 
 func (t *Token) Expire(ctx context.Context) (int, error) {
 	_, n, err := t.r.dropPriors(ctx, ProcTokenExpire, retainTokens)
 	return n, err
+}
+
+// DefaultExpireEvery is how often ExpireLoop looks for expired token
+// keys.
+const DefaultExpireEvery = 10 * time.Minute
+
+// ExpireLoop calls Expire every every (0: DefaultExpireEvery) until ctx
+// is done, logging failures: run it in a goroutine of the daemon.
+func (t *Token) ExpireLoop(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = DefaultExpireEvery
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if _, err := t.Expire(ctx); err != nil && ctx.Err() == nil {
+				t.r.o.Log.Warn("token keys: dropping expired prior keys failed", "err", err)
+			}
+		}
+	}
 }
 
 // Recover implements keyrotation.Recoverer: it checks the key file and

@@ -470,3 +470,29 @@ func TestWaitsForReaders(t *testing.T) {
 		t.Fatalf("file: %s (the distributed key current: %v)", shape(got), bytes.Equal(got[0].Key, es[1].Key))
 	}
 }
+
+// TestExpireLoop: the loop drops a prior token key once its tokens have
+// all expired, without a rotation.
+func TestExpireLoop(t *testing.T) {
+	f := newFixture(t, genOne)
+	tok := NewToken(f.opts())
+	if _, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(TokenRetention)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); tok.ExpireLoop(ctx, time.Millisecond) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for shape(f.entries(t)) != "c2" {
+		if time.Now().After(deadline) {
+			t.Fatalf("file %s after 30s of ExpireLoop", shape(f.entries(t)))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if len(f.file.Ring().All()) != 1 {
+		t.Error("the in-process ring still has the expired key")
+	}
+}
