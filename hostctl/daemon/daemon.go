@@ -29,6 +29,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
+	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -306,12 +307,21 @@ func Run(ctx context.Context, cfg Config) error {
 		EncryptionSupport: prober.Support,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	keyEngine.Register(keyrotation.KEK, keyrotation.NewKEKRotator(km))
+	if km.KEK().Created {
+		if err := keyEngine.MarkCreated(ctx, keyrotation.Subject{Class: keyrotation.KEK}); err != nil {
+			return fmt.Errorf("key rotation status: %w", err)
+		}
+	}
 	if err := keyEngine.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
 	keyCtx, stopKeys := context.WithCancel(ctx)
 	keysDone := make(chan struct{})
-	go func() { defer close(keysDone); runKeyRotation(keyCtx, keyEngine, keyKick, cfg.KeyRotation.Interval, log) }()
+	go func() {
+		defer close(keysDone)
+		runKeyRotation(keyCtx, keyEngine, keyKick, cfg.KeyRotation.Interval, log)
+	}()
 	defer func() { stopKeys(); <-keysDone }() // before the controller closes
 	keySvc := keyService{Engine: keyEngine, instances: ctlStore, proxySecretFile: cfg.Metadata.ProxySecretFile}
 	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)

@@ -381,6 +381,16 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 		if !s.Created.IsZero() && !s.Created.Before(since) {
 			st.KeyGeneration, st.KeyVersion = 1, e.opts.Version
 		}
+		// A procedure that knows its keys' generation (the KEK file's)
+		// says where keys made before tracking are: a rotation is then
+		// asked only above it.
+		if g, ok := e.rotator(s.Class).(Generationer); ok {
+			n, err := g.Generation(ctx, s)
+			if err != nil {
+				return fmt.Errorf("key generation of %s: %w", s, err)
+			}
+			st.KeyGeneration = max(st.KeyGeneration, n)
+		}
 		if st, err = e.putStatus(ctx, s, func(cur *Status, exists bool) bool {
 			if exists {
 				return false

@@ -241,6 +241,14 @@ type Recoverer interface {
 	Recover(ctx context.Context) error
 }
 
+// Generationer is a Rotator that knows the generation a subject's keys
+// are at (the KEK file's current generation; the lowest of an instance's
+// disks'): the Engine starts a subject's status there when it first sees
+// it.
+type Generationer interface {
+	Generation(ctx context.Context, s Subject) (int64, error)
+}
+
 // Lister lists the subjects of a per-instance class (the instances with
 // encrypted disks on this host).
 type Lister interface {

@@ -79,6 +79,7 @@ type Store interface {
 	Watcher
 	KeyNotifier
 	Records
+	RecordBatches
 
 	// Ping reports whether the backend is reachable.
 	Ping(ctx context.Context) error

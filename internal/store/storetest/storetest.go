@@ -83,6 +83,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"WatchKeyChanges", func(t *testing.T, s store.Store) { testWatchKeys(t, s, cfg.peer(t, s)) }},
 	}
 	tests = append(tests, recordTests...)
+	tests = append(tests, batchTests...)
 	for _, g := range groupTests {
 		tests = append(tests, struct {
 			name string
