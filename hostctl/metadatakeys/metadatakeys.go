@@ -442,11 +442,13 @@ func NewToken(o Options) *Token {
 }
 
 var (
-	_ keyrotation.Rotator   = (*Token)(nil)
-	_ keyrotation.Recoverer = (*Token)(nil)
-	_ keyrotation.Rotator   = (*Proxy)(nil)
-	_ keyrotation.Pruner    = (*Proxy)(nil)
-	_ keyrotation.Recoverer = (*Proxy)(nil)
+	_ keyrotation.Generationer = (*Token)(nil)
+	_ keyrotation.Generationer = (*Proxy)(nil)
+	_ keyrotation.Rotator      = (*Token)(nil)
+	_ keyrotation.Recoverer    = (*Token)(nil)
+	_ keyrotation.Rotator      = (*Proxy)(nil)
+	_ keyrotation.Pruner       = (*Proxy)(nil)
+	_ keyrotation.Recoverer    = (*Proxy)(nil)
 )
 
 // retainTokens keeps the prior token keys that stopped signing less than
@@ -511,6 +513,14 @@ func (t *Token) ExpireLoop(ctx context.Context, every time.Duration) {
 func (t *Token) Recover(ctx context.Context) error {
 	_, err := t.Expire(ctx)
 	return err
+}
+
+// Generation implements keyrotation.Generationer: the generation of the
+// file's current key (0 for a file no rotation wrote), where the Engine
+// starts the status it first records.
+func (t *Token) Generation(context.Context, keyrotation.Subject) (int64, error) {
+	st, err := t.r.State()
+	return st.Generation, err
 }
 
 // State reads the token key file's state.
@@ -585,6 +595,12 @@ func (p *Proxy) Current(context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return entries[0].Key, nil
+}
+
+// Generation implements keyrotation.Generationer (see Token.Generation).
+func (p *Proxy) Generation(context.Context, keyrotation.Subject) (int64, error) {
+	st, err := p.r.State()
+	return st.Generation, err
 }
 
 // State reads the proxy secret file's state (PriorKeyCount is the

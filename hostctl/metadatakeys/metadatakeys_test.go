@@ -496,3 +496,60 @@ func TestExpireLoop(t *testing.T) {
 		t.Error("the in-process ring still has the expired key")
 	}
 }
+
+// TestWithEngine runs the rotators under the keyrotation Engine on a real
+// store: the status starts at the file's generation, a rotation asked
+// through the Engine reaches the file, a pending second phase is
+// finished by a later run, and Prune's count is the status's
+// priorKeyCount.
+func TestWithEngine(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f := newFixture(t, "# vmeta-key generation=3 state=current\nengine-proxy-secret\n")
+	e := keyrotation.New(st, keyrotation.Options{Host: "kf-host", Version: "v1.0.0"})
+	o := f.opts()
+	o.Readers = st
+	prox := NewProxy(o)
+	e.Register(keyrotation.Proxy, prox)
+	s := keyrotation.Subject{Class: keyrotation.Proxy}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Status(t.Context(), s); got.KeyGeneration != 3 {
+		t.Fatalf("first status generation %d, want the file's 3", got.KeyGeneration)
+	}
+	// A reader that has not loaded the next key holds the rotation.
+	b, _ := json.Marshal(server.KeyReader{ID: "slow", Keys: map[string]server.KeyReaderFile{"proxy": {Generation: 3, Newest: 3}}, Expires: time.Now().Add(time.Hour)})
+	st.PutRecord(t.Context(), server.KeyReaderPrefix+"slow", b, -1)
+	if _, err := e.Rotate(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := e.Status(t.Context(), s)
+	if got.KeyGeneration != 3 || !strings.Contains(got.Pending, "waiting for 1 metadata reader(s) to load it: slow") {
+		t.Fatalf("status while a reader lags: %+v", got)
+	}
+	b, _ = json.Marshal(server.KeyReader{ID: "slow", Keys: map[string]server.KeyReaderFile{"proxy": {Generation: 3, Newest: 4}}, Expires: time.Now().Add(time.Hour)})
+	st.PutRecord(t.Context(), server.KeyReaderPrefix+"slow", b, -1)
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = e.Status(t.Context(), s)
+	if got.KeyGeneration != 4 || got.Pending != "" || got.PriorKeyCount == nil || *got.PriorKeyCount != 1 {
+		t.Fatalf("status after: %+v", got)
+	}
+	if shape(f.entries(t)) != "c4 p3" {
+		t.Fatalf("file %s", shape(f.entries(t)))
+	}
+	if got, err := e.Prune(t.Context(), keyrotation.Proxy, 0); err != nil || *got.PriorKeyCount != 0 {
+		t.Fatalf("Prune: %+v %v", got, err)
+	}
+	if shape(f.entries(t)) != "c4" {
+		t.Fatalf("file after prune %s", shape(f.entries(t)))
+	}
+}
