@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -35,6 +37,49 @@ import (
 // rotation and for the operator. A file without annotations (written by
 // hand) is valid: its first key is current, the others prior, generation
 // unknown (0).
+
+// A key file may also name the key set it holds, on a line of its own:
+//
+//	# vmeta-keyset id=3f9a0c…
+//
+// Readers put it in their records (KeyReaderFile.Set), so a rotation
+// waits only for the readers of its own file, not for those of another
+// host's file of the same name. A file without it (written by hand, or
+// by an older vmeta) gets one at its first rotation.
+
+// keySetLine starts the key set line.
+const keySetLine = "# vmeta-keyset id="
+
+// KeySetOf returns the key set id a key file's text names ("" if none,
+// or if malformed: 1 to 64 of a-z, 0-9 and "-").
+func KeySetOf(data []byte) string {
+	for line := range bytes.Lines(data) {
+		l := bytes.TrimSpace(line)
+		if id, ok := bytes.CutPrefix(l, []byte(keySetLine)); ok && validSetID(string(id)) {
+			return string(id)
+		}
+	}
+	return ""
+}
+
+func validSetID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// NewKeySetID returns a new random key set id.
+func NewKeySetID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 // KeyState is where a key of a key file stands.
 type KeyState string
@@ -84,7 +129,7 @@ func ParseKeyFile(data []byte) ([]KeyEntry, error) {
 		l := bytes.TrimSpace(line)
 		switch {
 		case len(l) == 0:
-		case bytes.HasPrefix(l, []byte(strings.TrimSpace(keyAnnotation))):
+		case bytes.HasPrefix(l, []byte(keyAnnotation)) || string(l) == strings.TrimSpace(keyAnnotation):
 			if pending != nil {
 				return nil, fmt.Errorf("line %d: key annotation not followed by a key", pline)
 			}
@@ -165,9 +210,16 @@ func parseAnnotation(l string) (KeyEntry, error) {
 
 // FormatKeyFile returns the text of a key file holding entries in order
 // (the first must be the current key), each with its annotation.
-func FormatKeyFile(entries []KeyEntry) []byte {
+func FormatKeyFile(entries []KeyEntry) []byte { return FormatKeyFileSet("", entries) }
+
+// FormatKeyFileSet is FormatKeyFile naming the key set (none when set is
+// "").
+func FormatKeyFileSet(set string, entries []KeyEntry) []byte {
 	var b bytes.Buffer
 	b.WriteString("# vmeta key file: one key per line, the current key first; the others are still accepted.\n")
+	if set != "" {
+		b.WriteString(keySetLine + set + "\n")
+	}
 	for _, e := range entries {
 		b.WriteString(keyAnnotation)
 		fmt.Fprintf(&b, "generation=%d state=%s", e.Generation, e.State)
@@ -208,6 +260,7 @@ type KeyFile struct {
 	mu      sync.Mutex // serialises Reload
 	sum     [sha256.Size]byte
 	loaded  bool
+	set     atomic.Pointer[string]
 	gen     atomic.Int64 // generation of the current key
 	newest  atomic.Int64 // highest generation loaded
 	count   atomic.Int64 // keys loaded
@@ -237,6 +290,14 @@ func (f *KeyFile) Ring() *KeyRing { return f.ring }
 // Generation returns the generation of the loaded current key (0:
 // unknown), Newest the highest generation loaded (a next key's).
 func (f *KeyFile) Generation() int64 { return f.gen.Load() }
+
+// Set returns the key set id of the loaded file ("": none).
+func (f *KeyFile) Set() string {
+	if p := f.set.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // Newest returns the highest key generation loaded.
 func (f *KeyFile) Newest() int64 { return f.newest.Load() }
@@ -287,6 +348,8 @@ func (f *KeyFile) reload() (bool, error) {
 	}
 	first := !f.loaded
 	f.sum, f.loaded = sum, true
+	set := KeySetOf(data)
+	f.set.Store(&set)
 	f.gen.Store(entries[0].Generation)
 	f.newest.Store(newest)
 	f.count.Store(int64(len(entries)))

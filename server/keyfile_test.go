@@ -81,6 +81,40 @@ func TestParseKeyFile(t *testing.T) {
 	}
 }
 
+func TestKeySet(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"k\n", ""},
+		{"# vmeta-keyset id=abc-123\nk\n", "abc-123"},
+		{"  # vmeta-keyset id=abc\r\nk\n", "abc"},
+		{"# vmeta-keyset id=ABC\nk\n", ""},
+		{"# vmeta-keyset id=\nk\n", ""},
+		{"# vmeta-keyset id=" + strings.Repeat("a", 65) + "\nk\n", ""},
+	} {
+		if got := KeySetOf([]byte(tc.text)); got != tc.want {
+			t.Errorf("KeySetOf(%q) = %q, want %q", tc.text, got, tc.want)
+		}
+	}
+	es := []KeyEntry{{Key: []byte("k"), Generation: 1, State: KeyCurrent}}
+	id := NewKeySetID()
+	data := FormatKeyFileSet(id, es)
+	if KeySetOf(data) != id {
+		t.Errorf("FormatKeyFileSet lost the set:\n%s", data)
+	}
+	if got, err := ParseKeyFile(data); err != nil || len(got) != 1 {
+		t.Errorf("a file with a set: %v %v", got, err)
+	}
+	// A created key file names a set of its own.
+	p := filepath.Join(t.TempDir(), "token.key")
+	if _, _, err := ReadOrCreateKeyFile(p); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	f := NewKeyFile("token", p, &KeyRing{}, quietLogger())
+	if _, err := f.Reload(); err != nil || KeySetOf(b) == "" || f.Set() != KeySetOf(b) {
+		t.Errorf("created file's set %q, loaded %q (%v)", KeySetOf(b), f.Set(), err)
+	}
+}
+
 func FuzzParseKeyFile(f *testing.F) {
 	f.Add([]byte("k\n"))
 	f.Add([]byte("# vmeta-key generation=5 state=current since=2026-11-24T12:00:00Z\nk5\n# vmeta-key generation=6 state=next\nk6\n"))

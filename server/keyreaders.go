@@ -43,6 +43,8 @@ type KeyReader struct {
 
 // KeyReaderFile is what a reader has loaded from one key file.
 type KeyReaderFile struct {
+	// Set is the file's key set id (KeySetOf; "": the file names none).
+	Set string `json:"set,omitempty"`
 	// Generation of its current key, Newest the highest loaded (a next
 	// key's), Count the keys loaded.
 	Generation int64 `json:"generation"`
@@ -104,7 +106,7 @@ func (s *Server) reportKeys(ctx context.Context) {
 func (s *Server) keyStates() map[string]KeyReaderFile {
 	m := make(map[string]KeyReaderFile, len(s.keyFiles))
 	for _, f := range s.keyFiles {
-		m[f.name] = KeyReaderFile{Generation: f.gen.Load(), Newest: f.newest.Load(), Count: f.count.Load()}
+		m[f.name] = KeyReaderFile{Set: f.Set(), Generation: f.gen.Load(), Newest: f.newest.Load(), Count: f.count.Load()}
 	}
 	return m
 }

@@ -87,9 +87,8 @@ func ReadKeyFile(path string) ([][]byte, error) {
 
 // ReadOrCreateKeyFile reads a key file like ReadKeyFile; when the file
 // does not exist it first creates it (mode 0600, parent directory 0700)
-// holding one new random key of 32 bytes, hex-encoded (with no
-// annotation: generation 0 in the file; the key rotation's status, not
-// the file, says which generation a key is for the operator). Two processes
+// holding one new random key of 32 bytes, hex-encoded, and a new key set
+// id (KeySetOf); the key has no annotation: generation 0 in the file. Two processes
 // creating it at once end up with the same key: the file is written to a
 // temporary name, synced, and linked into place only if still absent.
 func ReadOrCreateKeyFile(path string) (keys [][]byte, created bool, err error) {
@@ -112,7 +111,8 @@ func createKeyFile(path string) (bool, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return false, fmt.Errorf("key file: %w", err)
 	}
-	err := atomicfile.CreateExclusive(path, []byte(hex.EncodeToString(raw)+"\n"), 0o600)
+	data := []byte(keySetLine + NewKeySetID() + "\n" + hex.EncodeToString(raw) + "\n")
+	err := atomicfile.CreateExclusive(path, data, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil // another process won the race; use its key
 	}

@@ -145,7 +145,11 @@ func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
 	dir := t.TempDir()
 	proxyFile, tokenFile := filepath.Join(dir, "proxy.secret"), filepath.Join(dir, "token.key")
 	oldSecret := []byte("the-proxies-secret-before-rotation")
-	writeKeyFile(t, proxyFile, server.KeyEntry{Key: oldSecret, State: server.KeyCurrent})
+	// (A file naming its key set, as one a rotation wrote: the rotations
+	// then wait for every replica, the first one included.)
+	if err := os.WriteFile(proxyFile, server.FormatKeyFileSet(server.NewKeySetID(), []server.KeyEntry{{Key: oldSecret, State: server.KeyCurrent}}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := server.ReadOrCreateKeyFile(tokenFile); err != nil {
 		t.Fatal(err)
 	}

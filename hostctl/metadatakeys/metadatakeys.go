@@ -18,9 +18,11 @@
 //
 //  1. next: the new key is added after the current one (accepted by every
 //     reader that has loaded the file, used by none to sign);
-//  2. once every live reader has loaded it — each reader keeps a record
-//     in the store of the key generations it has loaded
-//     (server.KeyReaders; a reader that stopped rewriting it is gone) —
+//  2. once every live reader of the file has loaded it — each reader
+//     keeps a record in the store of the key generations it has loaded
+//     and of the key set id its file names (server.KeyReaders; a reader
+//     that stopped rewriting it is gone; readers of another host's file
+//     name another set and are not waited for) —
 //     and at least Delay after phase 1 (twice the readers'
 //     --key-check-interval: the bound for a reader that keeps no record):
 //     current: the new key moves to the top (it signs; the proxies are
@@ -30,7 +32,8 @@
 //     the readers, and the Engine asks again on its next run.
 //
 // The file says which generation each key is and in which state
-// (annotation comments that ReadKeyFile skips; a file created by
+// (annotation comments that ReadKeyFile skips, and a key set id line,
+// added by the first rotation when missing; a file created by
 // server.ReadOrCreateKeyFile or written by hand has none: generation 0,
 // so the first rotation always mints a key, whatever generation the
 // keyrotation Engine's status counts from), so the procedure is
@@ -208,25 +211,26 @@ func newRotator(class keyrotation.Class, proc string, o Options) *rotator {
 
 func (r *rotator) hit(step string) { crashpoint.Hit(crashpoint.Name(r.proc, step)) }
 
-// read returns the key file's entries.
-func (r *rotator) read() ([]server.KeyEntry, error) {
+// read returns the key file's entries and key set id.
+func (r *rotator) read() ([]server.KeyEntry, string, error) {
 	if r.path == "" {
-		return nil, fmt.Errorf("%s: %w configured", r.class, ErrNoFile)
+		return nil, "", fmt.Errorf("%s: %w configured", r.class, ErrNoFile)
 	}
 	data, err := os.ReadFile(r.path)
 	if err != nil {
-		return nil, fmt.Errorf("%s key file: %w", r.class, err)
+		return nil, "", fmt.Errorf("%s key file: %w", r.class, err)
 	}
 	entries, err := server.ParseKeyFile(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s key file %s: %w", r.class, r.path, err)
+		return nil, "", fmt.Errorf("%s key file %s: %w", r.class, r.path, err)
 	}
-	return entries, nil
+	return entries, server.KeySetOf(data), nil
 }
 
-// write replaces the key file (whole, 0600, fsynced) with entries.
-func (r *rotator) write(entries []server.KeyEntry) error {
-	if err := atomicfile.WriteFile(r.path, server.FormatKeyFile(entries), 0o600); err != nil {
+// write replaces the key file (whole, 0600, fsynced) with entries, naming
+// the key set set.
+func (r *rotator) write(set string, entries []server.KeyEntry) error {
+	if err := atomicfile.WriteFile(r.path, server.FormatKeyFileSet(set, entries), 0o600); err != nil {
 		return fmt.Errorf("write %s key file: %w", r.class, err)
 	}
 	return nil
@@ -264,8 +268,10 @@ func (r *rotator) newKey() ([]byte, error) {
 	return []byte(hex.EncodeToString(raw)), nil
 }
 
-// lagging returns the live readers that have not loaded generation gen.
-func (r *rotator) lagging(ctx context.Context, gen int64) ([]string, error) {
+// lagging returns the live readers of key set set that have not loaded
+// generation gen. (Readers of other sets read another file — another
+// host's; readers of files naming no set are covered by Delay alone.)
+func (r *rotator) lagging(ctx context.Context, set string, gen int64) ([]string, error) {
 	if r.o.Readers == nil {
 		return nil, nil
 	}
@@ -275,7 +281,7 @@ func (r *rotator) lagging(ctx context.Context, gen int64) ([]string, error) {
 	}
 	var lag []string
 	for _, rd := range readers {
-		if f, ok := rd.Keys[r.name]; ok && f.Newest < gen {
+		if f, ok := rd.Keys[r.name]; ok && f.Set == set && f.Newest < gen {
 			lag = append(lag, rd.ID)
 		}
 	}
@@ -292,9 +298,12 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	entries, err := r.read()
+	entries, set, err := r.read()
 	if err != nil {
 		return nil, "", err
+	}
+	if set == "" {
+		set = server.NewKeySetID() // written with phase 1
 	}
 	if entries[0].Generation >= gen {
 		// Done before (maybe a crash before the announcement): make sure
@@ -316,7 +325,7 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 				out = append(out, e)
 			}
 		}
-		if err := r.write(out); err != nil {
+		if err := r.write(set, out); err != nil {
 			return nil, "", err
 		}
 		r.hit(StepNextWritten)
@@ -334,7 +343,7 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 	if err := r.o.Wait(ctx, gen, next.Since.Add(r.o.Delay)); err != nil {
 		return nil, "", fmt.Errorf("%s: waiting for every reader to load generation %d: %w", r.class, gen, err)
 	}
-	lag, err := r.lagging(ctx, gen)
+	lag, err := r.lagging(ctx, set, gen)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: which readers have generation %d: %w", r.class, gen, err)
 	}
@@ -357,7 +366,7 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 		}
 	}
 	out := append([]server.KeyEntry{next}, retain(priors, now)...)
-	if err := r.write(out); err != nil {
+	if err := r.write(set, out); err != nil {
 		return nil, "", err
 	}
 	r.hit(StepCurrentWritten)
@@ -374,7 +383,7 @@ func (r *rotator) rotate(ctx context.Context, gen int64, retain func(priors []se
 func (r *rotator) dropPriors(ctx context.Context, proc string, retain func(priors []server.KeyEntry, now time.Time) []server.KeyEntry) ([]server.KeyEntry, int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	entries, err := r.read()
+	entries, set, err := r.read()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -392,7 +401,7 @@ func (r *rotator) dropPriors(ctx context.Context, proc string, retain func(prior
 		return entries, 0, nil
 	}
 	out := append(append([]server.KeyEntry{entries[0]}, others...), kept...)
-	if err := r.write(out); err != nil {
+	if err := r.write(set, out); err != nil {
 		return nil, 0, err
 	}
 	crashpoint.Hit(crashpoint.Name(proc, StepWritten))
@@ -426,7 +435,7 @@ func stateOf(entries []server.KeyEntry) State {
 
 // State reads the key file's state.
 func (r *rotator) State() (State, error) {
-	entries, err := r.read()
+	entries, _, err := r.read()
 	if err != nil {
 		return State{}, err
 	}
@@ -582,7 +591,7 @@ func (p *Proxy) Prune(ctx context.Context, keep int) (int, error) {
 // Recover implements keyrotation.Recoverer: it checks that the secret
 // file is readable and well-formed.
 func (p *Proxy) Recover(context.Context) error {
-	_, err := p.r.read()
+	_, _, err := p.r.read()
 	return err
 }
 
@@ -590,7 +599,7 @@ func (p *Proxy) Recover(context.Context) error {
 // configuration (`hostctl keys show proxy --reveal`, admin only). The
 // caller must not log it.
 func (p *Proxy) Current(context.Context) ([]byte, error) {
-	entries, err := p.r.read()
+	entries, _, err := p.r.read()
 	if err != nil {
 		return nil, err
 	}

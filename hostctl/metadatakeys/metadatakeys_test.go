@@ -437,13 +437,16 @@ func TestWaitsForReaders(t *testing.T) {
 		}
 	}
 	live := time.Now().Add(time.Hour)
-	putReader("replica-a", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 1}})
-	putReader("replica-b", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 1}, "proxy": {}})
-	putReader("gone", time.Now().Add(-time.Minute), map[string]server.KeyReaderFile{"token": {}})
-	putReader("long-gone", time.Now().Add(-2*time.Hour), map[string]server.KeyReaderFile{"token": {}})
+	putReader("replica-a", live, map[string]server.KeyReaderFile{"token": {Set: "set-1", Generation: 1, Newest: 1}})
+	putReader("replica-b", live, map[string]server.KeyReaderFile{"token": {Set: "set-1", Generation: 1, Newest: 1}, "proxy": {}})
+	putReader("gone", time.Now().Add(-time.Minute), map[string]server.KeyReaderFile{"token": {Set: "set-1"}})
+	putReader("long-gone", time.Now().Add(-2*time.Hour), map[string]server.KeyReaderFile{"token": {Set: "set-1"}})
 	putReader("proxy-only", live, map[string]server.KeyReaderFile{"proxy": {}})
+	// Readers of another host's token file, or of one naming no set.
+	putReader("other-host", live, map[string]server.KeyReaderFile{"token": {Set: "set-2"}})
+	putReader("no-set", live, map[string]server.KeyReaderFile{"token": {}})
 
-	f := newFixture(t, genOne)
+	f := newFixture(t, "# vmeta-keyset id=set-1\n"+genOne)
 	o := f.opts()
 	o.Readers = st
 	tok := NewToken(o)
@@ -458,16 +461,27 @@ func TestWaitsForReaders(t *testing.T) {
 	if _, err := st.Record(t.Context(), server.KeyReaderPrefix+"long-gone"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a reader record expired for hours was not deleted: %v", err)
 	}
-	putReader("replica-a", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 2}})
+	putReader("replica-a", live, map[string]server.KeyReaderFile{"token": {Set: "set-1", Generation: 1, Newest: 2}})
 	if res, _ := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); res.Done || !strings.Contains(res.Pending, "1 metadata reader(s) to load it: replica-b") {
 		t.Fatalf("Rotate with one reader lagging: %+v", res)
 	}
-	putReader("replica-b", live, map[string]server.KeyReaderFile{"token": {Generation: 1, Newest: 2}})
+	putReader("replica-b", live, map[string]server.KeyReaderFile{"token": {Set: "set-1", Generation: 1, Newest: 2}})
 	if res, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); err != nil || !res.Done {
 		t.Fatalf("Rotate once every reader has the key: %+v %v", res, err)
 	}
 	if got := f.entries(t); shape(got) != "c2 p1" || !bytes.Equal(got[0].Key, es[1].Key) {
 		t.Fatalf("file: %s (the distributed key current: %v)", shape(got), bytes.Equal(got[0].Key, es[1].Key))
+	}
+	if data, _ := os.ReadFile(f.path); server.KeySetOf(data) != "set-1" {
+		t.Error("the rotation lost the file's key set")
+	}
+	// A file naming no set gets one at its first rotation.
+	g := newFixture(t, genOne)
+	if _, err := NewToken(g.opts()).Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(g.path); len(server.KeySetOf(data)) != 24 {
+		t.Errorf("no key set after the first rotation:\n%s", shape(g.entries(t)))
 	}
 }
 
@@ -508,7 +522,7 @@ func TestWithEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	f := newFixture(t, "# vmeta-key generation=3 state=current\nengine-proxy-secret\n")
+	f := newFixture(t, "# vmeta-keyset id=engine-set\n# vmeta-key generation=3 state=current\nengine-proxy-secret\n")
 	e := keyrotation.New(st, keyrotation.Options{Host: "kf-host", Version: "v1.0.0"})
 	o := f.opts()
 	o.Readers = st
@@ -522,7 +536,7 @@ func TestWithEngine(t *testing.T) {
 		t.Fatalf("first status generation %d, want the file's 3", got.KeyGeneration)
 	}
 	// A reader that has not loaded the next key holds the rotation.
-	b, _ := json.Marshal(server.KeyReader{ID: "slow", Keys: map[string]server.KeyReaderFile{"proxy": {Generation: 3, Newest: 3}}, Expires: time.Now().Add(time.Hour)})
+	b, _ := json.Marshal(server.KeyReader{ID: "slow", Keys: map[string]server.KeyReaderFile{"proxy": {Set: "engine-set", Generation: 3, Newest: 3}}, Expires: time.Now().Add(time.Hour)})
 	st.PutRecord(t.Context(), server.KeyReaderPrefix+"slow", b, -1)
 	if _, err := e.Rotate(t.Context(), s); err != nil {
 		t.Fatal(err)
@@ -534,7 +548,7 @@ func TestWithEngine(t *testing.T) {
 	if got.KeyGeneration != 3 || !strings.Contains(got.Pending, "waiting for 1 metadata reader(s) to load it: slow") {
 		t.Fatalf("status while a reader lags: %+v", got)
 	}
-	b, _ = json.Marshal(server.KeyReader{ID: "slow", Keys: map[string]server.KeyReaderFile{"proxy": {Generation: 3, Newest: 4}}, Expires: time.Now().Add(time.Hour)})
+	b, _ = json.Marshal(server.KeyReader{ID: "slow", Keys: map[string]server.KeyReaderFile{"proxy": {Set: "engine-set", Generation: 3, Newest: 4}}, Expires: time.Now().Add(time.Hour)})
 	st.PutRecord(t.Context(), server.KeyReaderPrefix+"slow", b, -1)
 	if err := e.Run(t.Context()); err != nil {
 		t.Fatal(err)
