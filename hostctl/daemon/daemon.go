@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -30,6 +31,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -313,6 +315,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("key rotation status: %w", err)
 		}
 	}
+	// The token signing key and the proxy secret: rotated in two phases
+	// (accepted everywhere, then current), the metadata readers following
+	// on the store's feed.
+	tokenKeys, proxyKeys := metadatakeys.Register(keyEngine, mdOpts, st, log)
 	if err := keyEngine.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
@@ -320,10 +326,16 @@ func Run(ctx context.Context, cfg Config) error {
 	keysDone := make(chan struct{})
 	go func() {
 		defer close(keysDone)
+		var expiring sync.WaitGroup
+		if tokenKeys != nil {
+			// Token keys older than the longest token lifetime go.
+			expiring.Go(func() { tokenKeys.ExpireLoop(keyCtx, 0) })
+		}
 		runKeyRotation(keyCtx, keyEngine, keyKick, cfg.KeyRotation.Interval, log)
+		expiring.Wait()
 	}()
 	defer func() { stopKeys(); <-keysDone }() // before the controller closes
-	keySvc := keyService{Engine: keyEngine, instances: ctlStore, proxySecretFile: cfg.Metadata.ProxySecretFile}
+	keySvc := keyService{Engine: keyEngine, instances: ctlStore, proxy: proxyKeys}
 	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
 	defer shareSvc.Close() // before the controller's reconciler stops
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
@@ -446,6 +458,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(runDone)
 		_ = md.Run(runCtx)
 	}()
+	go md.ReloadOnHangup(runCtx) // SIGHUP: re-read the metadata key files
 	stop := func() {
 		shutdown(srvs...)
 		stopRun()

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/version"
-	"github.com/vmeta/vmeta/server"
 )
 
 // KeyRotationConfig is the key rotation policies of `hostctl serve`.
@@ -96,11 +96,11 @@ type instanceGetter interface {
 }
 
 // keyService is the admin API's keys resource: the engine, instance
-// names, and the proxy secret file.
+// names, and the proxy secret's rotator.
 type keyService struct {
 	*keyrotation.Engine
-	instances       instanceGetter
-	proxySecretFile string
+	instances instanceGetter
+	proxy     *metadatakeys.Proxy // nil without --metadata-proxy-secret-file
 }
 
 func (k keyService) InstanceSubject(ctx context.Context, c keyrotation.Class, name string) (keyrotation.Subject, error) {
@@ -111,15 +111,15 @@ func (k keyService) InstanceSubject(ctx context.Context, c keyrotation.Class, na
 	return keyrotation.Subject{Class: c, InstanceUUID: rec.UUID, InstanceName: rec.Name}, nil
 }
 
-func (k keyService) RevealProxySecret(context.Context) ([]byte, error) {
-	if k.proxySecretFile == "" {
+func (k keyService) RevealProxySecret(ctx context.Context) ([]byte, error) {
+	if k.proxy == nil {
 		return nil, fmt.Errorf("proxy secret: %w: this daemon has no --metadata-proxy-secret-file", store.ErrNotFound)
 	}
-	keys, err := server.ReadKeyFile(k.proxySecretFile)
+	key, err := k.proxy.Current(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("proxy secret: %w", err)
 	}
-	return keys[0], nil
+	return key, nil
 }
 
 func newKeyEngine(st keyrotation.Store, host string, log *slog.Logger) *keyrotation.Engine {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	_ "github.com/vmeta/vmeta/hostctl/metadatakeys" // its procedures' steps
 	"github.com/vmeta/vmeta/internal/crashpoint"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
@@ -294,13 +295,142 @@ func kekScenario() crashScenario {
 	}
 }
 
+// metadataInstance is the instance the token and proxy scenarios read
+// metadata as.
+const (
+	crashInstanceUUID = "6c3e2b4a-1d2f-4e5a-9b8c-7d6e5f4a3b2c"
+	crashInstanceAddr = "127.77.0.9"
+	crashProxyAddr    = "127.98.0.1"
+	crashTenant       = "crash-project"
+	crashProxySecret  = "crash-matrix-proxy-secret-0"
+)
+
+func applyCrashInstance(t *testing.T, d *daemon) {
+	d.Apply(fmt.Sprintf("name: crash-vm\nuuid: %s\nproject_id: %s\naddresses: [%s]\n", crashInstanceUUID, crashTenant, crashInstanceAddr))
+}
+
+// readAsProxy reads the instance's meta_data.json through the trusted
+// proxy, signing with secret; it returns what is wrong ("" when read).
+func readAsProxy(d *daemon, secret string) string {
+	r, err := rawGet(crashProxyAddr, d.MetadataAddr, "/openstack/latest/meta_data.json",
+		"X-Instance-ID: "+crashInstanceUUID, "X-Tenant-ID: "+crashTenant, "X-Instance-ID-Signature: "+novaSignature(secret, crashInstanceUUID))
+	if err != nil || r.status != 200 || !strings.Contains(string(r.body), crashInstanceUUID) {
+		return fmt.Sprintf("proxy read signed with a valid secret: %v status %d body %.80q", err, r.status, r.body)
+	}
+	return ""
+}
+
+// readWithToken reads as the instance with a session token.
+func readWithToken(d *daemon, token string) string {
+	r, err := rawGet(crashInstanceAddr, d.MetadataAddr, "/latest/meta-data/instance-id", "X-aws-ec2-metadata-token: "+token)
+	if err != nil || r.status != 200 {
+		return fmt.Sprintf("read with a token: %v status %d body %.80q", err, r.status, r.body)
+	}
+	return ""
+}
+
+func newToken(t *testing.T, d *daemon) string {
+	t.Helper()
+	r, err := rawPut(crashInstanceAddr, d.MetadataAddr, "/latest/api/token", "X-aws-ec2-metadata-token-ttl-seconds: 3600")
+	if err != nil || r.status != 200 || len(r.body) == 0 {
+		t.Fatalf("PUT /latest/api/token: %v status %d body %q", err, r.status, r.body)
+	}
+	return string(r.body)
+}
+
+// metadataArgs: the token policy, a trusted proxy network with a secret
+// file, key files checked often (the rotations' second phase waits for
+// the readers).
+func metadataArgs(tokens string) func(t *testing.T, dir string) []string {
+	return func(t *testing.T, dir string) []string {
+		return metadataArgsWith(t, dir, tokens)
+	}
+}
+
+func metadataArgsWith(t *testing.T, dir, tokens string) []string {
+	secretFile := filepath.Join(dir, "proxy.secret")
+	if err := os.WriteFile(secretFile, []byte(crashProxySecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--metadata-token-policy", tokens, "--metadata-trusted-proxies", "127.98.0.0/16",
+		"--metadata-proxy-secret-file", secretFile, "--metadata-key-check-interval", "200ms"}
+}
+
+// tokenScenario: a token taken before the rotation keeps working after
+// the crash and the recovery, and so does a new one.
+func tokenScenario() crashScenario {
+	return crashScenario{
+		class:     keyrotation.Token,
+		procedure: "token-rotate",
+		policy:    "token=KeyGeneration,generation=1",
+		gen:       1,
+		args:      metadataArgs("required"),
+		setup: func(t *testing.T, d *daemon) any {
+			applyCrashInstance(t, d)
+			tok := newToken(t, d)
+			if bad := readWithToken(d, tok); bad != "" {
+				t.Fatal(bad)
+			}
+			return tok
+		},
+		online: func(t *testing.T, d *daemon, state any) []string {
+			var lost []string
+			for _, tok := range []string{state.(string), newToken(t, d)} {
+				if bad := readWithToken(d, tok); bad != "" {
+					lost = append(lost, bad)
+				}
+			}
+			return lost
+		},
+		offline: func(*testing.T, string, string, any) []string { return nil },
+	}
+}
+
+// proxyScenario: the proxies' old secret (kept as a prior) and the new
+// current one both read metadata after the crash and the recovery.
+func proxyScenario() crashScenario {
+	return crashScenario{
+		class:     keyrotation.Proxy,
+		procedure: "proxy-rotate",
+		policy:    "proxy=KeyGeneration,generation=1,keep-prior=1",
+		gen:       1,
+		args:      metadataArgs("optional"),
+		setup: func(t *testing.T, d *daemon) any {
+			applyCrashInstance(t, d)
+			if bad := readAsProxy(d, crashProxySecret); bad != "" {
+				t.Fatal(bad)
+			}
+			return nil
+		},
+		online: func(t *testing.T, d *daemon, _ any) []string {
+			var lost []string
+			var rev types.KeyReveal
+			decodeJSON(t, d.MustCtl("keys", "show", "proxy", "--reveal", "--output", "json").stdout, &rev)
+			if rev.Secret == crashProxySecret || rev.Secret == "" {
+				lost = append(lost, "the current proxy secret is still the old one")
+			}
+			for _, sec := range []string{crashProxySecret, rev.Secret} {
+				if bad := readAsProxy(d, sec); bad != "" {
+					lost = append(lost, bad)
+				}
+			}
+			rs := keyReports(t, d, keyrotation.Proxy)
+			if len(rs) != 1 || rs[0].Status.PriorKeyCount == nil || *rs[0].Status.PriorKeyCount != 1 {
+				lost = append(lost, fmt.Sprintf("proxy status %+v, want 1 prior secret", rs))
+			}
+			return lost
+		},
+		offline: func(*testing.T, string, string, any) []string { return nil },
+	}
+}
+
 // TestKeyRotationCrashMatrix kills hostctl serve at every step of every
 // key rotation procedure, on bolt and Redis, and checks that it recovers
 // with nothing lost.
 func TestKeyRotationCrashMatrix(t *testing.T) {
 	var rows []crashRow
 	defer func() { printCrashMatrix(t, rows) }()
-	for _, sc := range []crashScenario{kekScenario()} {
+	for _, sc := range []crashScenario{kekScenario(), tokenScenario(), proxyScenario()} {
 		t.Run(sc.procedure, func(t *testing.T) {
 			rows = append(rows, runCrashMatrix(t, sc)...)
 		})
