@@ -861,3 +861,66 @@ func TestDiskRotateLogsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskRotateFlavorDisks: a flavor's encrypted root, ephemeral and
+// swap disks (Nova's file names disk, disk.eph0, disk.swap; the latter two
+// over blank templates) rotate like any other, and the domain starts with
+// the new passphrases.
+func TestDiskRotateFlavorDisks(t *testing.T) {
+	f := newRotFixture(t, "bolt")
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	if _, err := c.CreateFlavor(ctx, types.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
+		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueRotName(t)
+	testenv.CleanupDomain(t, f.uri, name)
+	inst, err := c.Apply(ctx, []byte("name: "+name+"\nflavor: f.rot\ndisks: [{name: vda, kind: root, tag: rootfs}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	old := map[string][]byte{}
+	for _, bd := range inst.BlockDevices {
+		if !bd.Encrypted {
+			continue
+		}
+		for _, d := range inst.Spec.Disks {
+			if d.Name == bd.Disk {
+				files[bd.Disk] = filepath.Join(f.dir, "instances", name, diskFileOf(d))
+			}
+		}
+		old[bd.Disk], _ = km.Passphrase(ctx, bd.EncryptionSecretUUID)
+	}
+	if len(files) != 3 {
+		t.Fatalf("encrypted flavor disks %v, want root, ephemeral and swap", files)
+	}
+	r := NewDiskRotator(c)
+	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: inst.Spec.UUID, InstanceName: name}
+	if res, err := r.Rotate(ctx, s, 2, 0, nil); err != nil || !res.Done {
+		t.Fatalf("Rotate = %+v, %v", res, err)
+	}
+	for disk, p := range files {
+		pass, _ := km.Passphrase(ctx, mustSecret(t, c, inst.Spec.UUID, disk))
+		if err := f.tool.Verify(ctx, p, pass, nil); err != nil {
+			t.Errorf("%s (%s): the new passphrase does not open it: %v", disk, filepath.Base(p), err)
+		}
+		if err := f.tool.Verify(ctx, p, old[disk], nil); !errors.Is(err, encryption.ErrWrongPassphrase) {
+			t.Errorf("%s (%s): the old passphrase still opens it: %v", disk, filepath.Base(p), err)
+		}
+	}
+	if g, err := r.Generation(ctx, s); err != nil || g != 2 {
+		t.Fatalf("Generation = %d, %v", g, err)
+	}
+	if _, err := c.Start(ctx, name); err != nil {
+		t.Fatalf("start with the rotated flavor disks: %v", err)
+	}
+	if _, err := c.Stop(ctx, name, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+}
