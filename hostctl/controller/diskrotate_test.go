@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -916,6 +917,75 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 	}
 	if _, err := c.Start(ctx, name); err != nil {
 		t.Fatalf("start with the rotated flavor disks: %v", err)
+	}
+	if _, err := c.Stop(ctx, name, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiskRotateOverEncryptedImage: the root disk of an instance from an
+// encrypted image is an encrypted overlay; its own passphrase rotates
+// (qemu-img amend opens the chain with the instance's copy of the image's
+// passphrase), the image's file and passphrase do not (the image is
+// shared), the image's data still reads through the overlay, and the
+// domain starts.
+func TestDiskRotateOverEncryptedImage(t *testing.T) {
+	f := newRotFixture(t, "bolt")
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	imgSec := makeEncryptedImage(t, &env{t: t, dir: f.dir, c: c}, km, "enc-rot", "p1")
+	imgPass, _ := km.Passphrase(ctx, imgSec.UUID)
+	name := uniqueRotName(t)
+	testenv.CleanupDomain(t, f.uri, name)
+	inst, err := c.Apply(ctx, []byte("name: "+name+"\nproject_id: p1\nimage: enc-rot\ndisks: [{name: vda, tag: root, encrypted: true}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd := inst.BlockDevices[0]
+	if bd.BackingEncryptionSecretUUID == "" {
+		t.Fatalf("block device %+v: no backing secret", bd)
+	}
+	overlay := filepath.Join(f.dir, "instances", name, diskFile("vda"))
+	info, err := f.tool.Inspect(ctx, overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgSlotsBefore, _ := f.tool.KeySlots(ctx, info.BackingFile)
+	old, _ := km.Passphrase(ctx, bd.EncryptionSecretUUID)
+	backing, _ := km.Passphrase(ctx, bd.BackingEncryptionSecretUUID)
+	r := NewDiskRotator(c)
+	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: inst.Spec.UUID, InstanceName: name}, 2, 0, nil); err != nil || !res.Done {
+		t.Fatalf("Rotate = %+v, %v", res, err)
+	}
+	cur, _ := km.Passphrase(ctx, bd.EncryptionSecretUUID)
+	if bytes.Equal(cur, old) {
+		t.Fatal("the overlay's passphrase did not change")
+	}
+	if err := f.tool.Verify(ctx, overlay, cur, backing); err != nil {
+		t.Fatalf("the new passphrase does not open the overlay: %v", err)
+	}
+	if err := f.tool.Verify(ctx, overlay, old, backing); !errors.Is(err, encryption.ErrWrongPassphrase) {
+		t.Fatalf("the old passphrase still opens the overlay: %v", err)
+	}
+	if now, _ := km.Passphrase(ctx, bd.BackingEncryptionSecretUUID); !bytes.Equal(now, backing) {
+		t.Fatal("the backing copy's passphrase changed")
+	}
+	if err := f.tool.Verify(ctx, info.BackingFile, imgPass, nil); err != nil {
+		t.Fatalf("the image no longer opens with its own passphrase: %v", err)
+	}
+	if s, _ := f.tool.KeySlots(ctx, info.BackingFile); !slices.Equal(s, imgSlotsBefore) {
+		t.Fatalf("the image's key slots changed: %v, were %v", s, imgSlotsBefore)
+	}
+	if out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--object", "secret,id=s1,file=/dev/fd/4", "--image-opts",
+		"driver=qcow2,file.filename=" + overlay + ",encrypt.key-secret=s0,backing.encrypt.key-secret=s1", "-r", "-U", "-c", "read -P " + imagePattern + " 0 64k"}, cur, backing); err != nil || strings.Contains(out, "Pattern verification failed") {
+		t.Fatalf("the image's data through the rotated overlay: %v: %s", err, out)
+	}
+	if _, err := c.Start(ctx, name); err != nil {
+		t.Fatalf("start after rotating the overlay: %v", err)
 	}
 	if _, err := c.Stop(ctx, name, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
