@@ -365,7 +365,9 @@ func (r *DiskRotator) backingPass(ctx context.Context, bd types.BlockDevice) ([]
 // generation gen, continuing a rotation its record's journal or a pending
 // passphrase says was interrupted.
 func (r *DiskRotator) rotateDisk(ctx context.Context, in *model.Instance, d model.Disk, gen int64) error {
-	for {
+	// At most: finish an interrupted rotation, begin one, run it, and
+	// see it done.
+	for range 4 {
 		bd, path, err := r.disk(ctx, in, d.Name)
 		if err != nil {
 			return err
@@ -387,6 +389,7 @@ func (r *DiskRotator) rotateDisk(ctx context.Context, in *model.Instance, d mode
 			return err
 		}
 	}
+	return fmt.Errorf("disk %s: the rotation to generation %d makes no progress (its journal stays)", d.Name, gen)
 }
 
 // begin starts a rotation of one disk to gen: the pending passphrase (an

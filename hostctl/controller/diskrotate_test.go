@@ -354,8 +354,8 @@ func TestDiskRotateCrashMatrix(t *testing.T) {
 							result = "lost: " + strings.Join(bad, "; ")
 						} else if _, out, err := run(gen, ""); err != nil {
 							result = fmt.Sprintf("lost (recovery run: %v: %s)", err, out)
-						} else if !strings.Contains(out, `"Done":true`) {
-							result = "lost (recovery run not done: " + out + ")"
+						} else if !strings.Contains(out, fmt.Sprintf(`{"keyGeneration":%d,`, gen)) || strings.Contains(out, `"pending"`) || strings.Contains(out, `"error"`) {
+							result = "lost (status after the run: " + out + ")"
 						} else if bad := f.check(gen, true); len(bad) > 0 {
 							result = "lost: " + strings.Join(bad, "; ")
 						}

@@ -1,6 +1,7 @@
-// Command diskrot runs hostctl's disk passphrase rotation for one
-// instance, as the daemon would: start-up recovery, then the rotation to
-// a generation. The crash-matrix test builds it with -tags vmetacrash
+// Command diskrot runs hostctl's disk passphrase rotation as the daemon
+// would: the DiskRotator registered in a keyrotation Engine, start-up
+// recovery, then (with -gen) a run for the policy KeyGeneration=gen of
+// the disk class; it prints the instance's status. The crash-matrix test builds it with -tags vmetacrash
 // and kills it at each step (VMETA_CRASH_AT).
 package main
 
@@ -56,16 +57,25 @@ func run(storeURL, dataDir, uri, name, uuid string, gen int64) error {
 	c := controller.NewStopped(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Keys: km,
 		LUKS: encryption.New(encryption.Options{IterTime: 20 * time.Millisecond})})
 	defer c.Close()
-	r := controller.NewDiskRotator(c)
-	if err := r.Recover(ctx); err != nil {
+	// As the daemon wires it: the rotator registered in the Engine,
+	// recovery first, then a run for the disk class's policy.
+	e := keyrotation.New(st, keyrotation.Options{Host: "local", Version: "v0.0.0-test", Log: log})
+	e.Register(keyrotation.Disk, controller.NewDiskRotator(c))
+	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
 	if gen == 0 {
 		return nil
 	}
-	res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: uuid, InstanceName: name}, gen, 0, nil)
+	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: gen}); err != nil {
+		return err
+	}
+	if err := e.Run(ctx); err != nil {
+		return err
+	}
+	st2, err := e.Status(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: uuid, InstanceName: name})
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return json.NewEncoder(os.Stdout).Encode(st2)
 }
