@@ -290,7 +290,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	keyKick := make(kicker, 1)
-	ctl := controller.New(ctlStore, hv.options(controller.Options{
+	// The reconciler starts once interrupted rotations are recovered.
+	ctl := controller.NewStopped(ctlStore, hv.options(controller.Options{
 		Reconciled:  keyKick.kick,
 		Host:        hostName,
 		Hosts:       registry,
@@ -319,9 +320,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// (accepted everywhere, then current), the metadata readers following
 	// on the store's feed.
 	tokenKeys, proxyKeys := metadatakeys.Register(keyEngine, mdOpts, st, log)
+	keyEngine.Register(keyrotation.Disk, controller.NewDiskRotator(ctl))
 	if err := keyEngine.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
+	ctl.StartReconciler()
 	keyCtx, stopKeys := context.WithCancel(ctx)
 	keysDone := make(chan struct{})
 	go func() {

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	_ "github.com/vmeta/vmeta/hostctl/metadatakeys" // its procedures' steps
 	"github.com/vmeta/vmeta/internal/crashpoint"
@@ -424,6 +426,75 @@ func proxyScenario() crashScenario {
 	}
 }
 
+// diskScenario: a stopped instance with two LUKS disks; after the crash
+// and the recovery each disk opens with the passphrase the key manager
+// holds (and the old one no longer), and the instance starts (QEMU opens
+// its disks with the libvirt secrets set from the key manager).
+func diskScenario(uri string) crashScenario {
+	type disk struct{ name, secret, old string }
+	type state struct {
+		name, uuid string
+		disks      []disk
+	}
+	return crashScenario{
+		class:     keyrotation.Disk,
+		procedure: controller.DiskRotateProc,
+		policy:    "disk=KeyGeneration,generation=1",
+		gen:       1,
+		args: func(*testing.T, string) []string {
+			return []string{"--virt", "libvirt", "--libvirt-uri", uri, "--domain-type", "qemu", "--domain-memory", "128",
+				"--reconcile-interval", "0", "--luks-iter-time", "50ms"}
+		},
+		setup: func(t *testing.T, d *daemon) any {
+			name := testenv.UniqueDomainName(t)
+			testenv.CleanupDomain(t, uri, name)
+			d.Apply("name: " + name + "\ndisks: [{name: vda, size: 8M, encrypted: true}, {name: vdb, size: 8M, encrypted: true}]\n")
+			d.MustCtl("instance", "stop", name)
+			var inst types.Instance
+			decodeJSON(t, d.MustCtl("instance", "show", name, "--output", "json").stdout, &inst)
+			st := state{name: name, uuid: inst.Spec.UUID}
+			for _, bd := range inst.BlockDevices {
+				if bd.Encrypted {
+					st.disks = append(st.disks, disk{name: bd.Disk, secret: bd.EncryptionSecretUUID})
+				}
+			}
+			if len(st.disks) != 2 {
+				t.Fatalf("instance %s: encrypted block devices %+v, want 2", name, inst.BlockDevices)
+			}
+			return &st
+		},
+		online: func(t *testing.T, d *daemon, s any) []string {
+			st := s.(*state)
+			if r := d.Ctl("instance", "start", st.name); r.code != 0 {
+				return []string{"the instance does not start after the rotation: " + r.stderr}
+			}
+			d.MustCtl("instance", "stop", st.name)
+			return nil
+		},
+		offline: func(t *testing.T, dataDir, storeURL string, s any) []string {
+			st := s.(*state)
+			km, _ := openKeys(t, dataDir, storeURL)
+			tool := encryption.New(encryption.Options{})
+			var lost []string
+			for _, dk := range st.disks {
+				path := filepath.Join(dataDir, "instances", st.name, "disk-"+dk.name+".qcow2")
+				pass, err := km.Passphrase(context.Background(), dk.secret)
+				if err != nil {
+					lost = append(lost, fmt.Sprintf("disk %s: secret %s: %v", dk.name, dk.secret, err))
+					continue
+				}
+				if err := tool.Verify(context.Background(), path, pass, nil); err != nil {
+					lost = append(lost, fmt.Sprintf("disk %s does not open with the key manager's passphrase: %v", dk.name, err))
+				}
+				if has, err := km.HasPending(context.Background(), dk.secret); err != nil || has {
+					lost = append(lost, fmt.Sprintf("disk %s: a pending passphrase is left (%v)", dk.name, err))
+				}
+			}
+			return lost
+		},
+	}
+}
+
 // TestKeyRotationCrashMatrix kills hostctl serve at every step of every
 // key rotation procedure, on bolt and Redis, and checks that it recovers
 // with nothing lost.
@@ -435,4 +506,14 @@ func TestKeyRotationCrashMatrix(t *testing.T) {
 			rows = append(rows, runCrashMatrix(t, sc)...)
 		})
 	}
+}
+
+// TestDiskKeyRotationCrashMatrix is the crash matrix of the disk
+// passphrase rotation (real libvirtd, QEMU, qemu-img LUKS disks).
+func TestDiskKeyRotationCrashMatrix(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	requireVirtServe(t)
+	var rows []crashRow
+	defer func() { printCrashMatrix(t, rows) }()
+	rows = runCrashMatrix(t, diskScenario(uri))
 }
