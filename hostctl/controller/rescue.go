@@ -9,7 +9,7 @@ package controller
 // as the second disk, its encryption unchanged; the NICs and the config
 // drive stay, the other disks, shares and passthrough devices are left
 // out. A running instance is shut down first (as `instance stop`, powered
-// off after DefaultStopTimeout).
+// off after the request's timeout, DefaultStopTimeout when 0).
 //
 // The rescue disk (instances/<name>/disk.rescue) is a qcow2 overlay of
 // the image. It is encrypted if and only if the image is (the
@@ -62,6 +62,9 @@ func checkRescue(req RescueRequest) error {
 	}
 	if err := images.CheckName(req.Image); err != nil {
 		return &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: req.Image, Rule: err.Error()}}}
+	}
+	if req.TimeoutSeconds < 0 {
+		return &model.SpecError{Errors: []model.FieldError{{Field: "timeout_seconds", Value: req.TimeoutSeconds, Rule: "must not be negative"}}}
 	}
 	return nil
 }
@@ -134,7 +137,11 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 	r := revert.New(c.log, "rescue "+name)
 	defer r.Fail(&err)
 	if cur.running {
-		if _, err := c.shutdown(ctx, name, DefaultStopTimeout); err != nil {
+		timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
+		if timeout <= 0 {
+			timeout = DefaultStopTimeout
+		}
+		if _, err := c.shutdown(ctx, name, timeout); err != nil {
 			return fmt.Errorf("rescue %s: %w", name, err)
 		}
 		r.Add("start "+name+" again", func(ctx context.Context) error { return c.startWithSecrets(ctx, rec) })
