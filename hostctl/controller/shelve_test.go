@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/images"
@@ -114,7 +115,7 @@ func TestShelveUnshelve(t *testing.T) {
 	if _, err := e.c.Shelve(ctx, "app-1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "stop it first") {
 		t.Errorf("shelve of a running instance = %v", err)
 	}
-	if _, err := e.c.Stop(ctx, "app-1", 0); err != nil {
+	if _, err := e.c.Stop(ctx, "app-1", time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.c.Shelve(ctx, "app-1")
@@ -339,6 +340,11 @@ func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
 }
 
 func shelveSetup(e *env) *faults {
+	// The image catalog's directory exists (a shelve adds an image to it,
+	// and its undo removes the image, not the catalog).
+	if err := os.MkdirAll(filepath.Join(e.dir, "images"), 0o750); err != nil {
+		e.t.Fatal(err)
+	}
 	f := withEncryption(e.t, e)
 	e.mustApply(encSpec)
 	return f
