@@ -129,7 +129,15 @@ func (s *Server) Invalidate(uuid string) {
 // applyChange handles one message of the store's change feed.
 func (s *Server) applyChange(ctx context.Context, ch store.Change) {
 	if ch.Resync {
+		// Missed changes may include a key rotation; and the store may
+		// have lost this reader's record (a Redis restarted empty).
+		s.reported.Store("")
+		_ = s.ReloadKeys()
 		s.sweep(ctx)
+		return
+	}
+	if ch.Key != nil {
+		_ = s.ReloadKeys()
 		return
 	}
 	c := &s.cache
@@ -295,6 +303,8 @@ func (e *corruptError) Unwrap() error { return e.err }
 
 // Run follows the store's change feed (when the store has one, see
 // Watcher) and sweeps the cache every SweepInterval, until ctx is done.
+// It reloads the key files (Options.KeyFiles) when the feed announces a
+// key rotation or a resync, and every KeyCheckInterval.
 // Without Run, cached views change only through Invalidate. After the
 // feed breaks it is re-subscribed with back-off, and the cache swept,
 // since changes may have been missed meanwhile.
@@ -304,6 +314,17 @@ func (s *Server) Run(ctx context.Context) error {
 		retry   <-chan time.Time
 		backoff = 100 * time.Millisecond
 	)
+	// This reader's record of the keys it has loaded, before the feed is
+	// followed: a rotation announced before the subscription is found by
+	// the reload after it, which rewrites the record.
+	var heartbeat <-chan time.Time
+	if s.keyRecords() != nil {
+		s.reportKeys(ctx)
+		defer s.forgetKeys()
+		t := time.NewTicker(s.heartbeat)
+		defer t.Stop()
+		heartbeat = t.C
+	}
 	w, watching := s.docs.(Watcher)
 	subscribe := func() {
 		ch, err := w.Watch(ctx)
@@ -317,17 +338,24 @@ func (s *Server) Run(ctx context.Context) error {
 			return
 		}
 		feed = ch
-		// Changes made before the subscription was in place were missed.
+		// Changes made before the subscription was in place were missed
+		// (key rotations too).
+		_ = s.ReloadKeys()
 		s.sweep(ctx)
 	}
 	if watching {
 		subscribe()
 	}
-	var tick <-chan time.Time
+	var tick, keyTick <-chan time.Time
 	if s.sweepInterval > 0 {
 		t := time.NewTicker(s.sweepInterval)
 		defer t.Stop()
 		tick = t.C
+	}
+	if s.keyCheck > 0 && len(s.keyFiles) > 0 {
+		t := time.NewTicker(s.keyCheck)
+		defer t.Stop()
+		keyTick = t.C
 	}
 	for {
 		select {
@@ -349,6 +377,10 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-retry:
 			retry = nil
 			subscribe()
+		case <-keyTick:
+			_ = s.ReloadKeys()
+		case <-heartbeat:
+			s.reportKeys(ctx)
 		case <-tick:
 			s.sweep(ctx)
 			if s.limiter != nil {
@@ -356,4 +388,26 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// ReloadKeys re-reads every key file (Options.KeyFiles) whose content
+// changed, replacing the keys in use; a file that cannot be read or
+// parsed keeps its keys (the error is logged and returned). The replica
+// calls it on SIGHUP; Run calls it on key rotations.
+//
+// When what is loaded changed it rewrites this reader's record of the generations it
+// has loaded (KeyReaderPrefix), which key rotations wait for.
+func (s *Server) ReloadKeys() error {
+	var errs []error
+	for _, f := range s.keyFiles {
+		if _, err := f.Reload(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The files may also have been loaded by a key rotation in this
+	// process (KeyFile.Reload): report what differs from the last report.
+	if s.keysState() != s.reported.Load() {
+		s.reportKeys(context.Background())
+	}
+	return errors.Join(errs...)
 }

@@ -37,6 +37,10 @@ type Config struct {
 	RateBurst       int
 	MaxConnsPerAddr int
 	SweepInterval   time.Duration
+	// KeyCheckInterval is how often the key files are compared with the
+	// keys loaded (Options.KeyCheckInterval), besides the store's change
+	// feed announcing a rotation and SIGHUP.
+	KeyCheckInterval time.Duration
 }
 
 // AddFlags registers the configuration's flags on fs, each name prefixed
@@ -53,6 +57,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet, prefix, tokenKeyFile string) {
 	fs.IntVar(&c.RateBurst, prefix+"rate-burst", DefaultRateBurst, "burst of requests per instance above the rate")
 	fs.IntVar(&c.MaxConnsPerAddr, prefix+"max-conns-per-address", DefaultMaxConnsPerAddr, "open connections per source address (trusted proxies exempt; 0 or negative: no limit)")
 	fs.DurationVar(&c.SweepInterval, prefix+"sweep-interval", DefaultSweepInterval, "how often cached documents are compared with the store's versions (0 or negative: never)")
+	fs.DurationVar(&c.KeyCheckInterval, prefix+"key-check-interval", DefaultKeyCheckInterval, "how often the proxy secret and token key files are re-read if changed, besides when the store's change feed announces a key rotation and on SIGHUP (0 or negative: never); a key rotation waits this long (twice) before a new token key signs")
 }
 
 // Options reads the key files (creating the token key file if needed)
@@ -62,7 +67,7 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 	o := Options{
 		Logger: log, AccessLog: c.AccessLog, Metrics: c.MetricsListen != "",
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, MaxConnsPerAddr: c.MaxConnsPerAddr,
-		SweepInterval: c.SweepInterval,
+		SweepInterval: c.SweepInterval, KeyCheckInterval: c.KeyCheckInterval,
 	}
 	if o.RateLimit == 0 {
 		o.RateLimit = -1 // 0 on the command line means none, not the default
@@ -73,6 +78,9 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = -1
 	}
+	if o.KeyCheckInterval == 0 {
+		o.KeyCheckInterval = -1
+	}
 	var err error
 	if o.TokenPolicy, err = ParseTokenPolicy(c.TokenPolicy); err != nil {
 		return Options{}, err
@@ -81,13 +89,14 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 		return Options{}, fmt.Errorf("trusted proxies %q: %w", c.TrustedProxies, err)
 	}
 	if c.ProxySecretFile != "" {
-		keys, err := ReadKeyFile(c.ProxySecretFile)
-		if err != nil {
+		f := NewKeyFile("proxy", c.ProxySecretFile, &KeyRing{}, log)
+		if _, err := f.reloadQuiet(); err != nil {
 			return Options{}, fmt.Errorf("proxy secret: %w", err)
 		}
 		warnReadable(log, c.ProxySecretFile)
-		o.ProxySecrets = NewKeyRing(keys...)
-		log.Info("metadata proxy secret loaded", "file", c.ProxySecretFile, "keys", len(keys))
+		o.ProxySecrets = f.Ring()
+		o.KeyFiles = append(o.KeyFiles, f)
+		log.Info("metadata proxy secret loaded", "file", c.ProxySecretFile, "keys", len(f.Ring().All()), "generation", f.Generation())
 	}
 	switch {
 	case len(o.TrustedProxies) == 0 && o.ProxySecrets != nil:
@@ -96,7 +105,7 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 		log.Info("no proxy secret: X-Instance-ID is never honoured; X-Forwarded-For from trusted proxies is")
 	}
 	if c.TokenKeyFile != "" {
-		keys, created, err := ReadOrCreateKeyFile(c.TokenKeyFile)
+		_, created, err := ReadOrCreateKeyFile(c.TokenKeyFile)
 		if err != nil {
 			return Options{}, fmt.Errorf("token key: %w", err)
 		}
@@ -104,7 +113,12 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 			log.Info("metadata token key created", "file", c.TokenKeyFile)
 		}
 		warnReadable(log, c.TokenKeyFile)
-		o.TokenKeys = NewKeyRing(keys...)
+		f := NewKeyFile("token", c.TokenKeyFile, &KeyRing{}, log)
+		if _, err := f.reloadQuiet(); err != nil {
+			return Options{}, fmt.Errorf("token key: %w", err)
+		}
+		o.TokenKeys = f.Ring()
+		o.KeyFiles = append(o.KeyFiles, f)
 	} else {
 		log.Warn("no token key file: session tokens are signed with a key of this process only (they do not survive a restart nor work across replicas)")
 	}

@@ -67,30 +67,28 @@ func (k *KeyRing) All() [][]byte {
 }
 
 // ReadKeyFile reads a key file: one key per line, the current key first,
-// prior keys (still accepted) after it; surrounding white space and empty
-// lines are ignored, and each key is used as the bytes of its line (as
-// Nova uses its shared secret). It fails when the file holds no key. The
-// keys are never logged.
+// the others (prior keys, or a next key being distributed) still
+// accepted; surrounding white space, empty lines and lines starting with
+// "#" (comments, and the "# vmeta-key" annotations a key rotation writes,
+// see ParseKeyFile) are ignored, and each key is used as the bytes of its
+// line (as Nova uses its shared secret). It fails when the file holds no
+// key. The keys are never logged.
 func ReadKeyFile(path string) ([][]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("key file: %w", err)
 	}
-	var keys [][]byte
-	for line := range bytes.Lines(data) {
-		if k := bytes.TrimSpace(line); len(k) > 0 {
-			keys = append(keys, k)
-		}
+	entries, err := ParseKeyFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("key file %s: no key in it", path)
-	}
-	return keys, nil
+	return Keys(entries), nil
 }
 
 // ReadOrCreateKeyFile reads a key file like ReadKeyFile; when the file
 // does not exist it first creates it (mode 0600, parent directory 0700)
-// holding one new random key of 32 bytes, hex-encoded. Two processes
+// holding one new random key of 32 bytes, hex-encoded, and a new key set
+// id (KeySetOf); the key has no annotation: generation 0 in the file. Two processes
 // creating it at once end up with the same key: the file is written to a
 // temporary name, synced, and linked into place only if still absent.
 func ReadOrCreateKeyFile(path string) (keys [][]byte, created bool, err error) {
@@ -113,7 +111,8 @@ func createKeyFile(path string) (bool, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return false, fmt.Errorf("key file: %w", err)
 	}
-	err := atomicfile.CreateExclusive(path, []byte(hex.EncodeToString(raw)+"\n"), 0o600)
+	data := []byte(keySetLine + NewKeySetID() + "\n" + hex.EncodeToString(raw) + "\n")
+	err := atomicfile.CreateExclusive(path, data, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil // another process won the race; use its key
 	}

@@ -95,6 +95,23 @@ func (s *Server) newMetrics(reg prometheus.Registerer, perRequest bool) *metrics
 			return 1
 		}),
 	)
+	for _, f := range s.keyFiles {
+		labels := prometheus.Labels{"keys": f.name}
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "vmeta_metadata_key_generation", Help: "Generation of the current key of a key file (0: unknown).", ConstLabels: labels,
+			}, func() float64 { return float64(f.gen.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "vmeta_metadata_key_newest_generation", Help: "Highest key generation loaded from a key file (a next key being distributed included).", ConstLabels: labels,
+			}, func() float64 { return float64(f.newest.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "vmeta_metadata_keys", Help: "Keys loaded from a key file (current, next and prior).", ConstLabels: labels,
+			}, func() float64 { return float64(f.count.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "vmeta_metadata_key_reload_errors_total", Help: "Reloads of a key file that failed (the keys loaded before stay in use).", ConstLabels: labels,
+			}, func() float64 { return float64(f.errors.Load()) }),
+		)
+	}
 	if !perRequest {
 		return m
 	}

@@ -124,6 +124,23 @@ type Options struct {
 	TokenKeys Secrets
 	// TokenPolicy is the host's default; "" is TokenOptional.
 	TokenPolicy TokenPolicy
+
+	// KeyFiles are the key files ProxySecrets and TokenKeys were loaded
+	// from (Config.Options makes them): Run reloads them when the store's
+	// change feed says a key rotated (store.Change.Key) or may have
+	// missed it (Resync), and every KeyCheckInterval; ReloadKeys reloads
+	// them at once (SIGHUP).
+	KeyFiles []*KeyFile
+	// KeyCheckInterval is how often Run compares the key files with what
+	// is loaded (0: DefaultKeyCheckInterval; negative: never).
+	KeyCheckInterval time.Duration
+	// KeyReaderID names this reader in its record of the key generations
+	// it has loaded (see KeyReaderPrefix; "": host name and process id);
+	// KeyReaderHeartbeat is how often the record is rewritten (0:
+	// DefaultKeyReaderHeartbeat). Only with KeyFiles and a store that
+	// keeps records.
+	KeyReaderID        string
+	KeyReaderHeartbeat time.Duration
 	// InstanceTokenPolicy, when set, may give an instance its own policy
 	// ("" keeps the host's). It is asked once per published version of an
 	// instance (when its view is built), with its document: the seam
@@ -181,6 +198,11 @@ type Server struct {
 	policy         TokenPolicy
 	instancePolicy func(store.Document) TokenPolicy
 	limiter        *rateLimiter // nil: no rate limit
+	keyFiles       []*KeyFile
+	keyCheck       time.Duration
+	readerID       string
+	heartbeat      time.Duration
+	reported       atomic.Value // string: keysState of the last record written
 
 	observe, accessLog bool
 	metrics            *metrics
@@ -201,6 +223,17 @@ func New(docs Documents, opts Options) *Server {
 		policy: opts.TokenPolicy, instancePolicy: opts.InstanceTokenPolicy,
 		observe: opts.Metrics, accessLog: opts.AccessLog,
 		registry: opts.Registry, cache: newCache(),
+		keyFiles: opts.KeyFiles, keyCheck: opts.KeyCheckInterval,
+		readerID: opts.KeyReaderID, heartbeat: opts.KeyReaderHeartbeat,
+	}
+	if s.readerID == "" {
+		s.readerID = defaultReaderID()
+	}
+	if s.heartbeat <= 0 {
+		s.heartbeat = DefaultKeyReaderHeartbeat
+	}
+	if s.keyCheck == 0 {
+		s.keyCheck = DefaultKeyCheckInterval
 	}
 	if s.registry == nil {
 		s.registry = NewRegistry()

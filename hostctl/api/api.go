@@ -30,6 +30,10 @@
 //	GET    /v1/secrets/{uuid}                 show one (never its value)
 //	DELETE /v1/secrets/{uuid}                 delete one (409 while a disk uses it)
 //	GET    /v1/events/{stream}                an audit stream's events (?after=ID&limit=N&wait=30s; admin)
+//	GET    /v1/keys                           key rotation: every class's policy and status (admin; keys.go)
+//	PUT    /v1/keys/{class}/policy            set a class's (?instance=N: an instance's) rotation policy
+//	POST   /v1/keys/{class}/rotate            rotate once more; …/prune drops prior proxy secrets
+//	GET    /v1/keys/proxy-secret/reveal       the current proxy secret (admin)
 //	…      /v1/shares, /v1/servers/{id}/shares the share registry and Nova's server shares API (shares.go)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
@@ -114,6 +118,7 @@ type Option func(*options)
 type options struct {
 	devices DeviceService
 	shares  ShareService
+	keys    KeyService
 }
 
 // routes builds the router: a subrouter per resource under /v1.
@@ -146,8 +151,7 @@ func routes(c Controller, e errorWriter, o options) *mux.Router {
 	} else {
 		noShares{e}.routes(v1)
 	}
-	// Resources still to come each take their own subrouter here:
-	// /v1/keys.
+	keysAPI{svc: o.keys, errorWriter: e}.routes(v1.PathPrefix("/keys").Subrouter()) // keys.go
 
 	hs.routes(v1.PathPrefix("/hosts").Subrouter())
 	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -32,18 +33,19 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &ae) && ae.Status != 0:
 		return ae.Status
-	case errors.Is(err, model.ErrInvalidSpec), errors.Is(err, keys.ErrInvalid):
+	case errors.Is(err, model.ErrInvalidSpec), errors.Is(err, keys.ErrInvalid), errors.Is(err, keyrotation.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, shares.ErrForbidden):
 		return http.StatusForbidden
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState),
-		errors.Is(err, controller.ErrOtherHost), errors.Is(err, controller.ErrOwnerAlive), errors.Is(err, keys.ErrInUse):
+		errors.Is(err, controller.ErrOtherHost), errors.Is(err, controller.ErrOwnerAlive), errors.Is(err, keys.ErrInUse),
+		errors.Is(err, keyrotation.ErrDecrease):
 		return http.StatusConflict
 	case errors.Is(err, virt.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, controller.ErrNoHypervisor):
+	case errors.Is(err, controller.ErrNoHypervisor), errors.Is(err, keyrotation.ErrUnavailable):
 		return http.StatusNotImplemented
 	case errors.Is(err, virt.ErrUnreachable):
 		return http.StatusServiceUnavailable

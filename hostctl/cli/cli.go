@@ -101,6 +101,7 @@ func Commands() []*Command {
 	cmds = append(cmds, imageCommands()...)
 	cmds = append(cmds, deviceCommands()...)
 	cmds = append(cmds, eventCommands()...)
+	cmds = append(cmds, keyCommands()...)
 	cmds = append(cmds, configDriveCommand(), tokenNewCommand(), networkSetupMetadataCommand(), versionCommand())
 	return cmds
 }

@@ -102,6 +102,7 @@ type Controller struct {
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
 	resync        time.Duration
+	onReconciled  func()
 
 	locks     keylock.Map
 	missingMu sync.Mutex
@@ -202,6 +203,11 @@ type Options struct {
 	// with a Hypervisor. Off, a publish takes earlier entries out of the
 	// persistent definition.
 	FirmwareMetadata bool
+	// Reconciled, when set, is called after every reconcile pass of the
+	// watcher (all instances, or those of domain events); it must not
+	// block (the daemon kicks its key rotation loop with it).
+	Reconciled func()
+
 	// ResyncInterval is how often every instance is reconciled besides
 	// the passes events trigger; DefaultResyncInterval when 0, never
 	// when negative.
@@ -245,7 +251,7 @@ func New(st Store, opts Options) *Controller {
 func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
-		resync: opts.ResyncInterval, missing: map[string]bool{},
+		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {

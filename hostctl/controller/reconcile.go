@@ -82,6 +82,7 @@ func (c *Controller) watch(ctx context.Context) {
 			if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("reconcile", "err", err)
 			}
+			c.reconciled()
 			continue
 		}
 		for name := range names {
@@ -89,6 +90,15 @@ func (c *Controller) watch(ctx context.Context) {
 				c.log.Warn("reconcile", "name", name, "err", err)
 			}
 		}
+		c.reconciled()
+	}
+}
+
+// reconciled calls Options.Reconciled (the key rotation engine runs after
+// each reconcile pass: a stopped instance's disks rotate then).
+func (c *Controller) reconciled() {
+	if c.onReconciled != nil {
+		c.onReconciled()
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -29,6 +30,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/hosts"
+	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -90,6 +93,8 @@ type Config struct {
 	Shares ShareConfig
 	// Devices is the passthrough device inventory (--device-spec, …).
 	Devices DevicesConfig
+	// KeyRotation is the key rotation policies (--key-rotation, …).
+	KeyRotation KeyRotationConfig
 
 	// EphemeralEncryptionFormats are the encryption formats this host
 	// creates disks in (comma-separated); EphemeralEncryptionDefaultFormat
@@ -136,6 +141,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	c.Virt.AddFlags(fs)
 	c.Shares.AddFlags(fs)
 	c.Devices.AddFlags(fs)
+	c.KeyRotation.AddFlags(fs)
 }
 
 // encryptionHost checks the ephemeral encryption flags.
@@ -276,7 +282,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("key manager: %w", err)
 	}
 	prober := encryption.NewProber(encryption.ProbeOptions{})
+	// Key rotation: policies from the flags, procedures registered below
+	// once the parts they need exist; interrupted rotations are recovered
+	// before anything starts an instance or serves a request.
+	keyEngine := newKeyEngine(ctlStore, hostName, log)
+	if err := applyPolicies(ctx, keyEngine, cfg.KeyRotation.Policies); err != nil {
+		return err
+	}
+	keyKick := make(kicker, 1)
 	ctl := controller.New(ctlStore, hv.options(controller.Options{
+		Reconciled:  keyKick.kick,
 		Host:        hostName,
 		Hosts:       registry,
 		DataDir:     cfg.DataDir,
@@ -294,6 +309,33 @@ func Run(ctx context.Context, cfg Config) error {
 		EncryptionSupport: prober.Support,
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
+	keyEngine.Register(keyrotation.KEK, keyrotation.NewKEKRotator(km))
+	if km.KEK().Created {
+		if err := keyEngine.MarkCreated(ctx, keyrotation.Subject{Class: keyrotation.KEK}); err != nil {
+			return fmt.Errorf("key rotation status: %w", err)
+		}
+	}
+	// The token signing key and the proxy secret: rotated in two phases
+	// (accepted everywhere, then current), the metadata readers following
+	// on the store's feed.
+	tokenKeys, proxyKeys := metadatakeys.Register(keyEngine, mdOpts, st, log)
+	if err := keyEngine.Recover(ctx); err != nil {
+		return fmt.Errorf("key rotation: %w", err)
+	}
+	keyCtx, stopKeys := context.WithCancel(ctx)
+	keysDone := make(chan struct{})
+	go func() {
+		defer close(keysDone)
+		var expiring sync.WaitGroup
+		if tokenKeys != nil {
+			// Token keys older than the longest token lifetime go.
+			expiring.Go(func() { tokenKeys.ExpireLoop(keyCtx, 0) })
+		}
+		runKeyRotation(keyCtx, keyEngine, keyKick, cfg.KeyRotation.Interval, log)
+		expiring.Wait()
+	}()
+	defer func() { stopKeys(); <-keysDone }() // before the controller closes
+	keySvc := keyService{Engine: keyEngine, instances: ctlStore, proxy: proxyKeys}
 	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
 	defer shareSvc.Close() // before the controller's reconciler stops
 	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
@@ -376,7 +418,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv), api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: api.NewHandler(ctl, log, auth.LocalAuth{}, api.WithDevices(inv), api.WithShares(shareSvc), api.WithKeys(keySvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := md.HTTPServer()
@@ -398,7 +440,7 @@ func Run(ctx context.Context, cfg Config) error {
 			shutdown(srvs...)
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv), api.WithShares(shareSvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: api.NewHandler(ctl, log, tokenAuth, api.WithDevices(inv), api.WithShares(shareSvc), api.WithKeys(keySvc)), ReadHeaderTimeout: adminReadHeaderTimeout}
 		srvs = append(srvs, tcpSrv)
 		if cfg.AdminTLSCert != "" {
 			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()
@@ -416,6 +458,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(runDone)
 		_ = md.Run(runCtx)
 	}()
+	go md.ReloadOnHangup(runCtx) // SIGHUP: re-read the metadata key files
 	stop := func() {
 		shutdown(srvs...)
 		stopRun()

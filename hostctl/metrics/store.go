@@ -102,3 +102,9 @@ func (s *countingStore) Records(ctx context.Context, prefix string) ([]store.Rec
 	s.m.storeFailed(err)
 	return rs, err
 }
+
+func (s *countingStore) PutRecords(ctx context.Context, writes []store.RecordWrite) ([]store.RecordResult, error) {
+	rs, err := s.Store.PutRecords(ctx, writes)
+	s.m.storeFailed(err)
+	return rs, err
+}

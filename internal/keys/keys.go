@@ -6,9 +6,9 @@
 // Every ciphertext binds, as additional data, the KEK's id and generation
 // and the secret's UUID: a wrapped value copied onto another secret's
 // record, or one presented under another generation, does not unwrap. The
-// KEK file keeps every generation it has had (the current one wraps, all
-// of them unwrap), so a later key-rotation procedure can re-wrap secrets
-// one by one.
+// KEK file keeps the generations still in use (the current one wraps, all
+// of them unwrap): RotateKEK adds a generation, rewraps every secret in
+// batches and then retires the older ones (see rotate.go).
 //
 // The store holds, besides the secrets, a check record per KEK (its id,
 // generation and a wrapped known value). Open refuses to start when the
@@ -33,6 +33,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
@@ -130,23 +132,78 @@ type Secret struct {
 type secretRecord struct {
 	Secret
 	Wrapped store.WrappedSecret `json:"wrapped"`
+	// Pending is the new passphrase of a disk passphrase rotation in
+	// progress (persisted before it is added to a LUKS key slot, made
+	// current in one write with Wrapped once it is proven to open the
+	// disk). Its additional data names the secret as PendingID(UUID), so
+	// it cannot be swapped with Wrapped. A KEK rotation rewraps it too.
+	Pending *store.WrappedSecret `json:"pending,omitempty"`
 }
 
+// PendingID is the id bound into a pending passphrase's ciphertext.
+func PendingID(uuid string) string { return uuid + "#pending" }
+
 // Manager creates, reads and deletes secrets. It is safe for concurrent
-// use.
+// use, a KEK rotation (RotateKEK) included.
 type Manager struct {
 	st    Store
 	keyID string
-	cur   int64
-	keys  map[int64][]byte
 	host  string
 	now   func() time.Time
+
+	// ring is the KEK's generations as the file has them; a rotation
+	// replaces it whole.
+	ring atomic.Pointer[keyring]
+	// sealMu is held shared by every write of a newly wrapped value (wrap
+	// and store write), and exclusively by a rotation while it switches
+	// the current generation: once the switch is done no write of the
+	// older generation is still in flight (see sealing).
+	sealMu sync.RWMutex
+
+	// path is the KEK file; created says whether Open created it.
+	path    string
+	created bool
+	// rotateMu makes rotations one at a time; batch is their write batch.
+	rotateMu sync.Mutex
+	batch    int
+}
+
+// keyring is the generations of a KEK: cur wraps, all of them unwrap.
+type keyring struct {
+	cur  int64
+	keys map[int64][]byte
+}
+
+// current returns the generation new wraps use.
+func (m *Manager) current() int64 { return m.ring.Load().cur }
+
+// sealing runs fn, which wraps a value (m.wrap) and writes it to the
+// store, so that a KEK rotation switching generations waits for it: a
+// value wrapped under the old generation is then in the store before the
+// rotation lists what it has to rewrap.
+//
+// A write that creates a record (expect version 0) or writes it blindly
+// (-1) with a newly wrapped value must go through it: without it, a value
+// wrapped just before the switch could land after the rotation's last
+// listing, and its generation be retired. A read-modify-write under
+// compare-and-swap on the version it read needs no sealing: if it read a
+// value of the old generation, the rotation rewrites that record (one of
+// the two writes then conflicts and is redone, or the rotation's next
+// listing finds the value); if it read one of the new generation, it
+// wraps after the switch.
+func (m *Manager) sealing(fn func() error) error {
+	m.sealMu.RLock()
+	defer m.sealMu.RUnlock()
+	return fn()
 }
 
 // Options configure Open.
 type Options struct {
 	// Host names this host: its check record is keys/kek/<host>.
 	Host string
+	// RotateBatch is how many secrets a KEK rotation rewraps per store
+	// write (1 to store.MaxRecordWrites; 0: DefaultRotateBatch).
+	RotateBatch int
 }
 
 // Open loads (or, on the very first start, creates) the KEK in
@@ -161,6 +218,12 @@ type Options struct {
 func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager, error) {
 	if opts.Host == "" {
 		opts.Host = "local"
+	}
+	switch {
+	case opts.RotateBatch == 0:
+		opts.RotateBatch = DefaultRotateBatch
+	case opts.RotateBatch < 0 || opts.RotateBatch > store.MaxRecordWrites:
+		return nil, fmt.Errorf("%w: rotate batch %d: must be 1 to %d", ErrInvalid, opts.RotateBatch, store.MaxRecordWrites)
 	}
 	if err := store.CheckKey(checkPrefix + opts.Host); err != nil {
 		return nil, fmt.Errorf("key manager: host %q: %w", opts.Host, err)
@@ -181,6 +244,7 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 	}
 
 	kf, err := readKEK(path)
+	created := false
 	if errors.Is(err, fs.ErrNotExist) && check != nil {
 		// A check record without its key: fatal if any secret depends on
 		// that key; with none (a data directory replaced before anything
@@ -204,29 +268,28 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 		if kf, err = createKEK(path); err != nil {
 			return nil, fmt.Errorf("key manager: %w", err)
 		}
+		created = true
 	case err != nil:
 		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
 	}
-	m := &Manager{st: st, keyID: kf.KeyID, cur: kf.Current, keys: map[int64][]byte{}, host: opts.Host, now: time.Now}
-	for g, k := range kf.Keys {
-		gen, err := strconv.ParseInt(g, 10, 64)
-		if err != nil || gen < 1 {
-			return nil, fmt.Errorf("%w: %s: generation %q is not a positive number", ErrKEK, path, g)
-		}
-		b, err := hex.DecodeString(k)
-		if err != nil || len(b) != keyLen {
-			return nil, fmt.Errorf("%w: %s: generation %d is not %d hex-encoded bytes", ErrKEK, path, gen, keyLen)
-		}
-		m.keys[gen] = b
+	m := &Manager{st: st, keyID: kf.KeyID, host: opts.Host, now: time.Now, path: path, created: created, batch: opts.RotateBatch}
+	ring, err := kf.ring()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
 	}
-	if _, ok := m.keys[m.cur]; !ok {
-		return nil, fmt.Errorf("%w: %s: current generation %d has no key", ErrKEK, path, m.cur)
-	}
+	m.ring.Store(ring)
 
 	if check != nil {
 		if check.KeyID != kf.KeyID {
 			return nil, fmt.Errorf("%w: %s holds key %s, but the store's secrets of host %s are wrapped by key %s: this is not this host's key file",
 				ErrKEK, path, kf.KeyID, check.Host, check.KeyID)
+		}
+		if g := check.Check.Generation; ring.keys[g] == nil {
+			// The store was rotated past this file: a backup from
+			// before a key rotation (or the file of an unfinished one,
+			// replaced).
+			return nil, fmt.Errorf("%w: %s (key %s) has generations %v, but the store's check record %s is wrapped by generation %d: restore the key file written by that rotation (a backup older than the last key rotation does not open the secrets rewrapped since)",
+				ErrKEK, path, kf.KeyID, m.KEK().Generations, checkKey, g)
 		}
 		got, err := m.unwrap(check.Check, "check:"+opts.Host)
 		if err != nil || subtle.ConstantTimeCompare(got, checkValue) != 1 {
@@ -335,8 +398,14 @@ func (m *Manager) aad(gen int64, id string) []byte {
 	return []byte("vmeta-keys-v1\x00" + m.keyID + "\x00" + strconv.FormatInt(gen, 10) + "\x00" + id)
 }
 
+// wrap seals plain under the current generation, bound to id. A caller
+// that stores the result does so inside m.sealing.
 func (m *Manager) wrap(plain []byte, id string) (store.WrappedSecret, error) {
-	aead, err := newAEAD(m.keys[m.cur])
+	return m.wrapWith(m.ring.Load(), plain, id)
+}
+
+func (m *Manager) wrapWith(r *keyring, plain []byte, id string) (store.WrappedSecret, error) {
+	aead, err := newAEAD(r.keys[r.cur])
 	if err != nil {
 		return store.WrappedSecret{}, err
 	}
@@ -344,16 +413,31 @@ func (m *Manager) wrap(plain []byte, id string) (store.WrappedSecret, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return store.WrappedSecret{}, fmt.Errorf("wrap: nonce: %w", err)
 	}
-	return store.WrappedSecret{KeyID: m.keyID, Generation: m.cur, Nonce: nonce,
-		Ciphertext: aead.Seal(nil, nonce, plain, m.aad(m.cur, id))}, nil
+	return store.WrappedSecret{KeyID: m.keyID, Generation: r.cur, Nonce: nonce,
+		Ciphertext: aead.Seal(nil, nonce, plain, m.aad(r.cur, id))}, nil
 }
 
+// errRetired is wrapped (with ErrKEK) by unwrap's error for a generation
+// older than the current one that the key file no longer has: a KEK
+// rotation rewrapped the value and then retired the generation after the
+// caller had read the record, so reading the record again gives the
+// rewrapped value. A reader that loads a record and unwraps it retries
+// once on it (Passphrase does).
+var errRetired = errors.New("generation retired")
+
 func (m *Manager) unwrap(w store.WrappedSecret, id string) ([]byte, error) {
+	return m.unwrapWith(m.ring.Load(), w, id)
+}
+
+func (m *Manager) unwrapWith(r *keyring, w store.WrappedSecret, id string) ([]byte, error) {
 	if w.KeyID != m.keyID {
 		return nil, fmt.Errorf("%w: secret %s is wrapped by key %s, this host's key is %s", ErrKEK, id, w.KeyID, m.keyID)
 	}
-	key, ok := m.keys[w.Generation]
+	key, ok := r.keys[w.Generation]
 	if !ok {
+		if w.Generation < r.cur {
+			return nil, fmt.Errorf("%w: %w: secret %s is wrapped by generation %d of key %s, which the key file does not have", ErrKEK, errRetired, id, w.Generation, m.keyID)
+		}
 		return nil, fmt.Errorf("%w: secret %s is wrapped by generation %d of key %s, which the key file does not have", ErrKEK, id, w.Generation, m.keyID)
 	}
 	aead, err := newAEAD(key)
@@ -428,20 +512,27 @@ func (m *Manager) Create(ctx context.Context, req Request) (Secret, error) {
 		defer clear(pass)
 	}
 	s := Secret{UUID: NewUUID(), Name: req.Name, ProjectID: req.ProjectID, Type: "passphrase",
-		Created: m.now().UTC().Truncate(time.Second), Owner: req.Owner, KeyID: m.keyID, Generation: m.cur}
-	w, err := m.wrap(pass, s.UUID)
+		Created: m.now().UTC().Truncate(time.Second), Owner: req.Owner, KeyID: m.keyID}
+	err := m.sealing(func() error {
+		w, err := m.wrap(pass, s.UUID)
+		if err != nil {
+			return err
+		}
+		s.Generation = w.Generation
+		val, err := json.Marshal(secretRecord{Secret: s, Wrapped: w})
+		if err != nil {
+			return err
+		}
+		rec, err := m.st.PutRecord(ctx, secretPrefix+s.UUID, val, 0)
+		if err != nil {
+			return fmt.Errorf("create secret: %w", err)
+		}
+		s.Version = rec.Version
+		return nil
+	})
 	if err != nil {
 		return Secret{}, err
 	}
-	val, err := json.Marshal(secretRecord{Secret: s, Wrapped: w})
-	if err != nil {
-		return Secret{}, err
-	}
-	rec, err := m.st.PutRecord(ctx, secretPrefix+s.UUID, val, 0)
-	if err != nil {
-		return Secret{}, fmt.Errorf("create secret: %w", err)
-	}
-	s.Version = rec.Version
 	return s, nil
 }
 
@@ -487,7 +578,16 @@ func (m *Manager) Passphrase(ctx context.Context, id string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.unwrap(sr.Wrapped, id)
+	p, err := m.unwrap(sr.Wrapped, id)
+	if errors.Is(err, errRetired) {
+		// Read before a KEK rotation rewrapped it and retired its
+		// generation: the record now holds the rewrapped value.
+		if sr, err = m.load(ctx, id); err != nil {
+			return nil, err
+		}
+		p, err = m.unwrap(sr.Wrapped, id)
+	}
+	return p, err
 }
 
 // List returns every secret's metadata (of one project when project is

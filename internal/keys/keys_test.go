@@ -22,21 +22,21 @@ import (
 
 type backend struct {
 	name string
-	open func(t *testing.T) (store.Store, func(t *testing.T) [][]byte)
+	open func(t testing.TB) (store.Store, func(t testing.TB) [][]byte)
 }
 
 // backends are the real stores; each also returns a function that reads
 // every byte the backend holds (the raw bolt file, every Redis key's dump).
 func backends() []backend {
 	return []backend{
-		{"bolt", func(t *testing.T) (store.Store, func(t *testing.T) [][]byte) {
+		{"bolt", func(t testing.TB) (store.Store, func(t testing.TB) [][]byte) {
 			p := filepath.Join(t.TempDir(), "vmeta.db")
 			st, err := bolt.Open(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			return st, func(t *testing.T) [][]byte {
+			return st, func(t testing.TB) [][]byte {
 				b, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -44,20 +44,20 @@ func backends() []backend {
 				return [][]byte{b}
 			}
 		}},
-		{"redis", func(t *testing.T) (store.Store, func(t *testing.T) [][]byte) {
+		{"redis", func(t testing.TB) (store.Store, func(t testing.TB) [][]byte) {
 			url := testenv.StartRedis(t)
 			st, err := redis.Open(context.Background(), url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			return st, func(t *testing.T) [][]byte { return redisDump(t, url) }
+			return st, func(t testing.TB) [][]byte { return redisDump(t, url) }
 		}},
 	}
 }
 
 // redisDump returns DUMP of every key (and the key names themselves).
-func redisDump(t *testing.T, url string) [][]byte {
+func redisDump(t testing.TB, url string) [][]byte {
 	opt, err := goredis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -114,28 +114,51 @@ func TestSecretsNeverStoredInPlain(t *testing.T) {
 				t.Fatal(err)
 			}
 			passes = append(passes, brought)
-			kek := kekBytes(t, dir)
-			for _, blob := range raw(t) {
-				for i, p := range passes {
-					raw, _ := hex.DecodeString(string(p))
-					for _, needle := range [][]byte{p, raw} {
-						if len(needle) > 0 && bytes.Contains(blob, needle) {
-							t.Fatalf("passphrase %d found in the store's raw bytes", i)
+			// A pending passphrase (a disk passphrase rotation in
+			// progress), then a KEK rotation: neither the passphrases
+			// nor any generation of the KEK is ever in the store.
+			list, err := m.List(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending := []byte(strings.Repeat("9f", keys.PassphraseBytes))
+			if err := m.SetPendingForTest(ctx, list[0].UUID, pending); err != nil {
+				t.Fatal(err)
+			}
+			passes = append(passes, pending)
+			keks := [][]byte{kekBytes(t, dir, "1")}
+			checkRaw := func(when string) {
+				t.Helper()
+				for _, blob := range raw(t) {
+					for i, p := range passes {
+						raw, _ := hex.DecodeString(string(p))
+						for _, needle := range [][]byte{p, raw} {
+							if len(needle) > 0 && bytes.Contains(blob, needle) {
+								t.Fatalf("%s: passphrase %d found in the store's raw bytes", when, i)
+							}
+						}
+					}
+					for g, kek := range keks {
+						if bytes.Contains(blob, kek) || bytes.Contains(blob, []byte(hex.EncodeToString(kek))) {
+							t.Fatalf("%s: generation %d of the key-encryption key is in the store", when, g+1)
 						}
 					}
 				}
-				if bytes.Contains(blob, kek) || bytes.Contains(blob, []byte(hex.EncodeToString(kek))) {
-					t.Fatal("the key-encryption key is in the store")
+				if fi, err := os.Stat(filepath.Join(dir, keys.KEKFile)); err != nil || fi.Mode().Perm() != 0o600 {
+					t.Fatalf("%s: key file: %v, %v; want mode 0600", when, fi, err)
 				}
 			}
-			if fi, err := os.Stat(filepath.Join(dir, keys.KEKFile)); err != nil || fi.Mode().Perm() != 0o600 {
-				t.Fatalf("key file: %v, %v; want mode 0600", fi, err)
+			checkRaw("before rotation")
+			if _, err := m.RotateKEK(ctx, 2, nil); err != nil {
+				t.Fatal(err)
 			}
+			keks = append(keks, kekBytes(t, dir, "2"))
+			checkRaw("after a key-encryption key rotation")
 		})
 	}
 }
 
-func kekBytes(t *testing.T, dir string) []byte {
+func kekBytes(t *testing.T, dir, gen string) []byte {
 	b, err := os.ReadFile(filepath.Join(dir, keys.KEKFile))
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +169,7 @@ func kekBytes(t *testing.T, dir string) []byte {
 	if err := json.Unmarshal(b, &kf); err != nil {
 		t.Fatal(err)
 	}
-	k, _ := hex.DecodeString(kf.Keys["1"])
+	k, _ := hex.DecodeString(kf.Keys[gen])
 	if len(k) != 32 {
 		t.Fatalf("key of %d bytes", len(k))
 	}

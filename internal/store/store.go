@@ -77,7 +77,9 @@ type Store interface {
 	Secrets
 	Passwords
 	Watcher
+	KeyNotifier
 	Records
+	RecordBatches
 
 	// Ping reports whether the backend is reachable.
 	Ping(ctx context.Context) error
@@ -170,6 +172,28 @@ type Change struct {
 	// Resync means changes may have been missed (the feed reconnected):
 	// the reader must re-check everything it caches.
 	Resync bool `json:"resync,omitempty"`
+	// Key, when set, says that a key class rotated (KeyNotifier): readers
+	// re-read their key files. UUID is empty then.
+	Key *KeyVersion `json:"key,omitempty"`
+}
+
+// KeyVersion names a generation of a class of keys (the metadata
+// service's token signing key, its proxy secret): what a key rotation
+// announces on the change feed.
+type KeyVersion struct {
+	// Class is the key class ("token-signing-key", "proxy-secret").
+	Class string `json:"class"`
+	// Generation is the newest generation of the class's keys.
+	Generation int64 `json:"generation"`
+}
+
+// KeyNotifier announces key rotations on the change feed (both backends
+// have it): every Watch of the store, in any process, receives a Change
+// with Key set. Delivery is as for document changes (at most once,
+// covered by a later Resync), so a reader also re-checks its key files
+// on Resync and on a timer of its own.
+type KeyNotifier interface {
+	NotifyKey(ctx context.Context, k KeyVersion) error
 }
 
 // Streams is an append-only log of events that other tools follow (the

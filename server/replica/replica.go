@@ -35,7 +35,8 @@ Usage:
 
 It serves the documents hostctl publishes to the store, identifies guests by
 source address (or trusted proxies' headers), and follows the store's change
-feed. Flags:
+feed. It re-reads the proxy secret and token key files when a key rotation is
+announced on the feed, every --key-check-interval, and on SIGHUP. Flags:
 `
 
 // Run runs vmeta-metadata with args (without the program name) until ctx
@@ -140,6 +141,7 @@ func Serve(ctx context.Context, s *server.Server, ln, mln net.Listener, log *slo
 	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Run(runCtx) })
+	wg.Go(func() { s.ReloadOnHangup(runCtx) })
 	log.Info("vmeta-metadata serving", append(attrs, logArgs...)...)
 
 	var err error

@@ -122,6 +122,7 @@ type daemon struct {
 	store        string
 	args         []string
 	env          []string
+	bin          string
 
 	proc *testenv.Process
 }
@@ -136,6 +137,9 @@ type daemonOptions struct {
 	Args []string
 	// Env is more environment for the daemon (NAME=value).
 	Env []string
+	// Bin is the hostctl binary; hostctlBin when empty (the key rotation
+	// crash matrix uses one built with -tags vmetacrash).
+	Bin string
 }
 
 // startDaemon starts `hostctl serve` on its own admin socket and a free
@@ -153,7 +157,7 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store, args: opts.Args, env: opts.Env}
+	d := &daemon{t: t, DataDir: opts.DataDir, Socket: filepath.Join(sockDir, "hostctl.sock"), store: opts.Store, args: opts.Args, env: opts.Env, bin: opts.Bin}
 	t.Cleanup(func() {
 		d.Stop()
 		if t.Failed() {
@@ -184,7 +188,11 @@ func (d *daemon) start() error {
 		args = append(args, "--store", d.store)
 	}
 	args = append(args, d.args...)
-	cmd := exec.Command(hostctlBin, args...)
+	bin := hostctlBin
+	if d.bin != "" {
+		bin = d.bin
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = testenv.ChildEnv(nil, d.env...)
 	d.proc, err = testenv.StartProcess(d.t, "hostctl serve", cmd)
 	if err != nil {
@@ -213,7 +221,7 @@ func (d *daemon) Log() string { return d.proc.Output() }
 func (d *daemon) Restart() *daemon {
 	d.t.Helper()
 	d.Stop()
-	return startDaemon(d.t, daemonOptions{DataDir: d.DataDir, Store: d.store, Args: d.args})
+	return startDaemon(d.t, daemonOptions{DataDir: d.DataDir, Store: d.store, Args: d.args, Env: d.env, Bin: d.bin})
 }
 
 // Ctl runs a hostctl client command against this daemon (--socket is

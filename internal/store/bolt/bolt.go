@@ -525,6 +525,26 @@ func (s *Store) Watch(ctx context.Context) (<-chan store.Change, error) {
 	return w.C(), nil
 }
 
+// NotifyKey implements store.KeyNotifier: every watcher of this Store
+// receives a Change with Key set (bbolt is single-process, so the feed is
+// too).
+func (s *Store) NotifyKey(ctx context.Context, k store.KeyVersion) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("notify key %s: %w", k.Class, err)
+	}
+	if k.Class == "" {
+		return fmt.Errorf("notify key: class is empty")
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return fmt.Errorf("notify key %s: store %s is closed", k.Class, s.path)
+	}
+	s.notify(store.Change{Key: &k})
+	return nil
+}
+
 // notify hands c to every watcher without waiting for any.
 func (s *Store) notify(c store.Change) {
 	s.mu.Lock()

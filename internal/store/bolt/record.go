@@ -149,3 +149,34 @@ func (s *Store) Records(ctx context.Context, prefix string) ([]store.Record, err
 	}
 	return list, nil
 }
+
+// PutRecords implements store.RecordBatches in one read-write transaction
+// (one fsync for the whole batch); a write whose version does not match is
+// skipped with its conflict, the others are committed.
+func (s *Store) PutRecords(ctx context.Context, writes []store.RecordWrite) ([]store.RecordResult, error) {
+	if err := store.CheckRecordWrites(writes); err != nil {
+		return nil, err
+	}
+	out := make([]store.RecordResult, len(writes))
+	err := s.update(ctx, func(b buckets) error {
+		for i, w := range writes {
+			stored, err := storedVersion(b.records, w.Key)
+			if err != nil {
+				return fmt.Errorf("record %s: %w", w.Key, err)
+			}
+			if w.ExpectVersion >= 0 && w.ExpectVersion != stored {
+				out[i] = store.RecordResult{Err: fmt.Errorf("put record %s: %w", w.Key, check.RecordVersion(w.ExpectVersion, stored))}
+				continue
+			}
+			if err := b.records.Put([]byte(w.Key), encodeRecord(stored+1, w.Value)); err != nil {
+				return fmt.Errorf("record %s: %w", w.Key, err)
+			}
+			out[i] = store.RecordResult{Record: store.Record{Key: w.Key, Value: cloneValue(w.Value), Version: stored + 1}}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("put %d records: %w", len(writes), err)
+	}
+	return out, nil
+}

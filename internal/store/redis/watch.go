@@ -22,17 +22,28 @@ const changesChannel = prefix + "changes"
 // wireChange is the message the scripts publish: the addresses before and
 // after the change are sent apart (each is a JSON list the Go side wrote)
 // and merged here.
+//
+// A key rotation (NotifyKey) is published as {"key":{"class":…,
+// "generation":…}} with no uuid: a reader of an older version takes it for
+// a garbled message and resyncs, which is harmless.
 type wireChange struct {
-	UUID    string   `json:"uuid"`
-	Version int64    `json:"version"`
-	Old     []string `json:"old"`
-	New     []string `json:"new"`
+	UUID    string            `json:"uuid"`
+	Version int64             `json:"version"`
+	Old     []string          `json:"old"`
+	New     []string          `json:"new"`
+	Key     *store.KeyVersion `json:"key,omitempty"`
 }
 
 func decodeChange(payload string) (store.Change, error) {
 	var w wireChange
 	if err := json.Unmarshal([]byte(payload), &w); err != nil {
 		return store.Change{}, err
+	}
+	if w.Key != nil {
+		if w.Key.Class == "" {
+			return store.Change{}, errors.New("key change without a class")
+		}
+		return store.Change{Key: w.Key}, nil
 	}
 	if w.UUID == "" {
 		return store.Change{}, errors.New("no uuid")
@@ -238,6 +249,25 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// NotifyKey implements store.KeyNotifier: it publishes the key version on
+// the changes channel, which every Watch of any client receives (on a
+// Redis Cluster, PUBLISH reaches every node's subscribers).
+func (s *Store) NotifyKey(ctx context.Context, k store.KeyVersion) error {
+	if k.Class == "" {
+		return fmt.Errorf("notify key: class is empty")
+	}
+	msg, err := json.Marshal(struct {
+		Key store.KeyVersion `json:"key"`
+	}{k})
+	if err != nil {
+		return fmt.Errorf("notify key %s: %w", k.Class, err)
+	}
+	if err := s.rdb.Publish(ctx, changesChannel, msg).Err(); err != nil {
+		return fmt.Errorf("notify key %s on %s: %w", k.Class, s.addr, err)
+	}
+	return nil
 }
 
 // Ping implements store.Store: every primary must answer (on a cluster,

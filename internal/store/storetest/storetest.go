@@ -80,8 +80,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"WatchOwnWrites", func(t *testing.T, s store.Store) { testWatch(t, s, s) }},
 		{"WatchCancel", testWatchCancel},
 		{"WatchConcurrentWatchers", func(t *testing.T, s store.Store) { testWatchConcurrent(t, s, cfg.peer(t, s)) }},
+		{"WatchKeyChanges", func(t *testing.T, s store.Store) { testWatchKeys(t, s, cfg.peer(t, s)) }},
 	}
 	tests = append(tests, recordTests...)
+	tests = append(tests, batchTests...)
 	for _, g := range groupTests {
 		tests = append(tests, struct {
 			name string

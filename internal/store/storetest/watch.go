@@ -19,8 +19,8 @@ import (
 // takes to fail.
 const watchTimeout = 10 * time.Second
 
-// Next returns the next change from ch that is not a Resync (a Resync is
-// always allowed: delivery is at most once), failing the test when none
+// Next returns the next document change from ch, skipping Resyncs (a
+// Resync is always allowed: delivery is at most once) and key changes, failing the test when none
 // comes within a generous timeout or ch is closed. Backend tests use it
 // too.
 func Next(t testing.TB, ch <-chan store.Change) store.Change {
@@ -44,7 +44,7 @@ func NextFor(t testing.TB, ch <-chan store.Change, uuids ...string) store.Change
 			if !ok {
 				t.Fatalf("watch channel closed while waiting for a change")
 			}
-			if c.Resync || len(uuids) > 0 && !slices.Contains(uuids, c.UUID) {
+			if c.Resync || c.Key != nil || len(uuids) > 0 && !slices.Contains(uuids, c.UUID) {
 				continue
 			}
 			return c
@@ -347,5 +347,58 @@ func testPasswordConcurrent(t *testing.T, s store.Store) {
 func testPing(t *testing.T, s store.Store) {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// testWatchKeys: a key rotation announced through one client (NotifyKey)
+// reaches a watcher of another as a Change with Key set and nothing else,
+// among document changes; an empty class is refused.
+func testWatchKeys(t *testing.T, s, writer store.Store) {
+	kn, ok := writer.(store.KeyNotifier)
+	if !ok {
+		t.Fatalf("%T does not implement store.KeyNotifier", writer)
+	}
+	ch, _ := watch(t, s)
+	a := newInstance("vm-k", newWatchUUID())
+	put(t, writer, a, "a1", 0)
+	class := fmt.Sprintf("test-key-%d", watchUUIDs.Add(1))
+	for gen := int64(1); gen <= 2; gen++ {
+		if err := kn.NotifyKey(t.Context(), store.KeyVersion{Class: class, Generation: gen}); err != nil {
+			t.Fatalf("NotifyKey: %v", err)
+		}
+	}
+	put(t, writer, a, "a2", 1)
+	if err := kn.NotifyKey(t.Context(), store.KeyVersion{}); err == nil {
+		t.Fatal("NotifyKey with an empty class: no error")
+	}
+	var got []string
+	timer := time.NewTimer(watchTimeout)
+	defer timer.Stop()
+	for len(got) < 4 {
+		select {
+		case c, ok := <-ch:
+			if !ok {
+				t.Fatal("watch channel closed")
+			}
+			switch {
+			case c.Resync:
+			case c.Key != nil && c.Key.Class == class:
+				if c.UUID != "" || c.Version != 0 || len(c.Addresses) != 0 {
+					t.Fatalf("key change carries document data: %+v", c)
+				}
+				got = append(got, fmt.Sprintf("key %d", c.Key.Generation))
+			case c.UUID == a.UUID:
+				got = append(got, fmt.Sprintf("doc %d", c.Version))
+			}
+		case <-timer.C:
+			t.Fatalf("changes within %s: %v, want 4", watchTimeout, got)
+		}
+	}
+	// On a Redis Cluster messages published through different nodes may
+	// arrive in any order: only the set is compared.
+	want := []string{"doc 1", "doc 2", "key 1", "key 2"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("changes %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,553 @@
+package keyrotation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// Store is what the Engine keeps its records in.
+type Store interface {
+	store.Records
+}
+
+// Record keys, per host:
+//
+//	keyrotation/<host>/policy/<class>[/<instance uuid>]
+//	keyrotation/<host>/status/<class>[/<instance uuid>]
+//	keyrotation/<host>/tracking   when this host began tracking key status
+const recordPrefix = "keyrotation/"
+
+// Options configure an Engine.
+type Options struct {
+	// Host names this host controller (its records are its own).
+	Host string
+	// Version is the running vmeta version (version.String()), compared
+	// with the version that minted the keys for WithVersionUpgrade.
+	Version string
+	Log     *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Engine keeps policies and statuses and runs the rotations they call
+// for. It is safe for concurrent use; Run is serialised.
+type Engine struct {
+	st       Store
+	opts     Options
+	log      *slog.Logger
+	mu       sync.Mutex // held by Run, Prune and Recover
+	regMu    sync.RWMutex
+	rotators map[Class]Rotator
+	progMu   sync.Mutex
+	progress map[string]Progress // live progress of running rotations, by subject
+	kick     chan struct{}
+}
+
+// New returns an Engine on st.
+func New(st Store, opts Options) *Engine {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Engine{st: st, opts: opts, log: opts.Log, rotators: map[Class]Rotator{},
+		progress: map[string]Progress{}, kick: make(chan struct{}, 1)}
+}
+
+// Register sets the procedure of a class. A class without one is neither
+// rotated nor reported.
+func (e *Engine) Register(c Class, r Rotator) {
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	e.rotators[c] = r
+}
+
+func (e *Engine) rotator(c Class) Rotator {
+	e.regMu.RLock()
+	defer e.regMu.RUnlock()
+	return e.rotators[c]
+}
+
+// Registered returns the classes with a procedure, in rotation order.
+func (e *Engine) Registered() []Class {
+	e.regMu.RLock()
+	defer e.regMu.RUnlock()
+	var out []Class
+	for _, c := range Classes {
+		if e.rotators[c] != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Kicked is signalled when a policy changes, so the caller's loop runs
+// the Engine without waiting for its next period.
+func (e *Engine) Kicked() <-chan struct{} { return e.kick }
+
+func (e *Engine) signal() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) key(kind string, s Subject) string {
+	k := recordPrefix + e.opts.Host + "/" + kind + "/" + string(s.Class)
+	if s.InstanceUUID != "" {
+		k += "/" + s.InstanceUUID
+	}
+	return k
+}
+
+// Recover runs every registered Recoverer, in class order: call it at
+// start-up before anything uses the keys. It returns every failure.
+func (e *Engine) Recover(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	for _, c := range e.Registered() {
+		if r, ok := e.rotator(c).(Recoverer); ok {
+			if err := r.Recover(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("recover %s rotation: %w", c, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tracking returns when this host began tracking key status (recording
+// now on the first call): keys created before it existed before rotation
+// was tracked (generation 0).
+func (e *Engine) tracking(ctx context.Context) (time.Time, error) {
+	type rec struct {
+		Since   time.Time `json:"since"`
+		Version string    `json:"version"`
+	}
+	now := e.opts.Now().UTC()
+	v, err := store.UpdateJSON(ctx, e.st, recordPrefix+e.opts.Host+"/tracking", func(r *rec, exists bool) (bool, error) {
+		if exists {
+			return false, nil
+		}
+		*r = rec{Since: now, Version: e.opts.Version}
+		return true, nil
+	})
+	return v.Since, err
+}
+
+// MarkCreated records that a subject's keys were just created by this
+// version (generation 1), unless it has a status already. The daemon
+// calls it when it creates a key (the first KEK, the token key file).
+func (e *Engine) MarkCreated(ctx context.Context, s Subject) error {
+	_, err := store.UpdateJSON(ctx, e.st, e.key("status", s), func(st *Status, exists bool) (bool, error) {
+		if exists {
+			return false, nil
+		}
+		*st = Status{KeyGeneration: 1, KeyVersion: e.opts.Version, Updated: e.opts.Now().UTC()}
+		return true, nil
+	})
+	return err
+}
+
+// ForgetInstance deletes an instance's policy and status (the instance
+// is gone).
+func (e *Engine) ForgetInstance(ctx context.Context, uuid string) error {
+	var errs []error
+	for _, kind := range []string{"policy", "status"} {
+		err := e.st.DeleteRecord(ctx, e.key(kind, Subject{Class: Disk, InstanceUUID: uuid}), -1)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Policy returns the policy of a subject: its own record, else (for an
+// instance) its class's, else Disabled.
+func (e *Engine) Policy(ctx context.Context, s Subject) (Policy, error) {
+	p, _, err := store.GetJSON[Policy](ctx, e.st, e.key("policy", s))
+	if errors.Is(err, store.ErrNotFound) && s.InstanceUUID != "" {
+		p, _, err = store.GetJSON[Policy](ctx, e.st, e.key("policy", Subject{Class: s.Class}))
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return Policy{KeyRotationPolicy: Disabled}, nil
+	}
+	if err != nil {
+		return Policy{}, fmt.Errorf("key rotation policy of %s: %w", s, err)
+	}
+	if p.KeyRotationPolicy == "" {
+		p.KeyRotationPolicy = Disabled
+	}
+	return p, nil
+}
+
+// SetPolicy stores a subject's policy: refused (ErrInvalid, ErrDecrease)
+// when it is not valid for the class or lowers the wanted generation
+// below the stored policy's or the generation the keys are already at —
+// nothing changes then.
+func (e *Engine) SetPolicy(ctx context.Context, s Subject, p Policy) (Policy, error) {
+	if err := p.Check(s.Class); err != nil {
+		return Policy{}, err
+	}
+	if p.KeyRotationPolicy == "" {
+		p.KeyRotationPolicy = Disabled
+	}
+	out, err := store.UpdateJSON(ctx, e.st, e.key("policy", s), func(cur *Policy, exists bool) (bool, error) {
+		if exists {
+			if err := CheckUpdate(s.Class, *cur, p); err != nil {
+				return false, err
+			}
+		}
+		changed := !exists || !equalPolicy(*cur, p)
+		*cur = p
+		return changed, nil
+	})
+	if err != nil {
+		return Policy{}, fmt.Errorf("set key rotation policy of %s: %w", s, err)
+	}
+	e.log.Info("key rotation policy set", "subject", s.String(), "policy", string(p.KeyRotationPolicy), "generation", p.KeyGeneration)
+	e.signal()
+	return out, nil
+}
+
+func equalPolicy(a, b Policy) bool {
+	ka, kb := -1, -1
+	if a.KeepPriorKeyCount != nil {
+		ka = *a.KeepPriorKeyCount
+	}
+	if b.KeepPriorKeyCount != nil {
+		kb = *b.KeepPriorKeyCount
+	}
+	return a.KeyRotationPolicy == b.KeyRotationPolicy && a.KeyGeneration == b.KeyGeneration && ka == kb
+}
+
+// Status returns a subject's status (the zero Status, generation 0, when
+// none is recorded) with the live progress of a running rotation.
+func (e *Engine) Status(ctx context.Context, s Subject) (Status, error) {
+	st, _, err := store.GetJSON[Status](ctx, e.st, e.key("status", s))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return Status{}, fmt.Errorf("key rotation status of %s: %w", s, err)
+	}
+	e.progMu.Lock()
+	if p, ok := e.progress[s.String()]; ok {
+		st.Progress = &p
+	}
+	e.progMu.Unlock()
+	return st, nil
+}
+
+// Report is a subject's policy and status.
+type Report struct {
+	Subject
+	Policy Policy `json:"policy"`
+	Status Status `json:"status"`
+	// Complete: the status generation has reached the wanted one and
+	// nothing is pending.
+	Complete bool `json:"complete"`
+}
+
+// Reports returns the policy and status of every subject of the
+// registered classes (of class c only, when c is not empty).
+func (e *Engine) Reports(ctx context.Context, c Class) ([]Report, error) {
+	var out []Report
+	for _, cl := range e.Registered() {
+		if c != "" && cl != c {
+			continue
+		}
+		subjects, err := e.subjects(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range subjects {
+			p, err := e.Policy(ctx, s)
+			if err != nil {
+				return nil, err
+			}
+			st, err := e.Status(ctx, s)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Report{Subject: s, Policy: p, Status: st,
+				Complete: Complete(p, st) && st.Pending == "" && st.Target == 0})
+		}
+	}
+	return out, nil
+}
+
+func (e *Engine) subjects(ctx context.Context, c Class) ([]Subject, error) {
+	if !c.PerInstance() {
+		return []Subject{{Class: c}}, nil
+	}
+	l, ok := e.rotator(c).(Lister)
+	if !ok {
+		return nil, nil
+	}
+	ss, err := l.Subjects(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list %s subjects: %w", c, err)
+	}
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b Subject) int {
+		if a.InstanceName != b.InstanceName {
+			if a.InstanceName < b.InstanceName {
+				return -1
+			}
+			return 1
+		}
+		if a.InstanceUUID < b.InstanceUUID {
+			return -1
+		}
+		if a.InstanceUUID > b.InstanceUUID {
+			return 1
+		}
+		return 0
+	})
+	return ss, nil
+}
+
+// target returns the generation a subject must be rotated to (0: none),
+// from its policy and status: an interrupted rotation's target first (a
+// rotation once begun is finished, whatever the policy says since), then
+// KeyGeneration above the status, then a newer vmeta version than the one
+// that minted the keys.
+func (e *Engine) target(p Policy, st Status) int64 {
+	if st.Target > st.KeyGeneration {
+		return st.Target
+	}
+	switch p.KeyRotationPolicy {
+	case KeyGeneration:
+		if p.KeyGeneration > st.KeyGeneration {
+			return p.KeyGeneration
+		}
+	case WithVersionUpgrade:
+		if Newer(e.opts.Version, st.KeyVersion) {
+			return max(st.KeyGeneration+1, p.KeyGeneration)
+		}
+	}
+	return 0
+}
+
+// Run brings every subject of every registered class to what its policy
+// wants, one class at a time (in Classes order), one subject at a time,
+// persisting each subject's status as soon as it is done. A failing
+// subject is recorded in its status and the run goes on with the next;
+// Run returns every failure.
+func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	since, err := e.tracking(ctx)
+	if err != nil {
+		return fmt.Errorf("key rotation: %w", err)
+	}
+	var errs []error
+	for _, c := range e.Registered() {
+		subjects, err := e.subjects(ctx, c)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, s := range subjects {
+			if err := e.runOne(ctx, s, since); err != nil {
+				errs = append(errs, err)
+			}
+			if ctx.Err() != nil {
+				return errors.Join(append(errs, ctx.Err())...)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
+	p, err := e.Policy(ctx, s)
+	if err != nil {
+		return err
+	}
+	key := e.key("status", s)
+	st, _, err := store.GetJSON[Status](ctx, e.st, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// First sight: keys made since tracking began are generation 1
+		// of this version; older ones existed before tracking (0).
+		st = Status{Updated: e.opts.Now().UTC()}
+		if !s.Created.IsZero() && !s.Created.Before(since) {
+			st.KeyGeneration, st.KeyVersion = 1, e.opts.Version
+		}
+		// A procedure that knows its keys' generation (the KEK file's)
+		// says where keys made before tracking are: a rotation is then
+		// asked only above it.
+		if g, ok := e.rotator(s.Class).(Generationer); ok {
+			n, err := g.Generation(ctx, s)
+			if err != nil {
+				return fmt.Errorf("key generation of %s: %w", s, err)
+			}
+			st.KeyGeneration = max(st.KeyGeneration, n)
+		}
+		if st, err = e.putStatus(ctx, s, func(cur *Status, exists bool) bool {
+			if exists {
+				return false
+			}
+			*cur = st
+			return true
+		}); err != nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("key rotation status of %s: %w", s, err)
+	}
+	gen := e.target(p, st)
+	if gen == 0 {
+		if st.Pending != "" || st.Error != "" {
+			_, err := e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+				cur.Pending, cur.Error = "", ""
+				return true
+			})
+			return err
+		}
+		return nil
+	}
+	if st.Target != gen {
+		// The intent first: a restart finishes this rotation.
+		if st, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+			cur.Target = gen
+			cur.Pending = fmt.Sprintf("rotation to generation %d", gen)
+			return true
+		}); err != nil {
+			return err
+		}
+	}
+	r := e.rotator(s.Class)
+	e.log.Info("key rotation", "subject", s.String(), "from", st.KeyGeneration, "to", gen)
+	res, rerr := r.Rotate(ctx, s, gen, p.Keep(s.Class), e.progressFunc(ctx, s))
+	e.progMu.Lock()
+	delete(e.progress, s.String())
+	e.progMu.Unlock()
+	if rerr != nil {
+		e.log.Error("key rotation failed", "subject", s.String(), "to", gen, "err", rerr)
+		_, _ = e.putStatus(context.WithoutCancel(ctx), s, func(cur *Status, _ bool) bool {
+			cur.Error = rerr.Error()
+			return true
+		})
+		return fmt.Errorf("rotate %s to generation %d: %w", s, gen, rerr)
+	}
+	if !res.Done {
+		_, err := e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+			cur.Pending, cur.Error = res.Pending, ""
+			return true
+		})
+		return err
+	}
+	_, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+		cur.KeyGeneration = max(cur.KeyGeneration, gen)
+		cur.KeyVersion = e.opts.Version
+		cur.PriorKeyCount = res.PriorKeyCount
+		cur.Target, cur.Pending, cur.Error, cur.Progress = 0, "", "", nil
+		return true
+	})
+	if err == nil {
+		e.log.Info("key rotation complete", "subject", s.String(), "generation", gen)
+	}
+	return err
+}
+
+// putStatus changes a subject's status record (stamping Updated).
+func (e *Engine) putStatus(ctx context.Context, s Subject, change func(*Status, bool) bool) (Status, error) {
+	st, err := store.UpdateJSON(ctx, e.st, e.key("status", s), func(cur *Status, exists bool) (bool, error) {
+		if !change(cur, exists) {
+			return false, nil
+		}
+		cur.Updated = e.opts.Now().UTC()
+		return true, nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("key rotation status of %s: %w", s, err)
+	}
+	return st, nil
+}
+
+// progressFunc keeps a rotation's progress for Status, and persists it
+// in the status record every twentieth of the way (so a restart shows
+// where an interrupted rotation was).
+func (e *Engine) progressFunc(ctx context.Context, s Subject) func(Progress) {
+	last := -1
+	return func(p Progress) {
+		e.progMu.Lock()
+		e.progress[s.String()] = p
+		e.progMu.Unlock()
+		step := max(p.Total/20, 1)
+		if p.Done/step == last && p.Done != p.Total {
+			return
+		}
+		last = p.Done / step
+		_, _ = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+			cur.Progress = &p
+			return true
+		})
+	}
+}
+
+// Prune drops an overlapping class's prior keys beyond keep (the operator
+// says every party holding the keys has the current one).
+func (e *Engine) Prune(ctx context.Context, c Class, keep int) (Status, error) {
+	if !c.Overlapping() {
+		return Status{}, fmt.Errorf("%w: %s: prune: only overlapping classes keep prior keys (%s)", ErrInvalid, c, Proxy)
+	}
+	if keep < 0 || keep > MaxKeepPriorKeyCount {
+		return Status{}, fmt.Errorf("%w: %s: keep %d: must be 0 to %d", ErrInvalid, c, keep, MaxKeepPriorKeyCount)
+	}
+	pr, ok := e.rotator(c).(Pruner)
+	if !ok {
+		return Status{}, fmt.Errorf("%w: %s: this host has no procedure for it", ErrUnavailable, c)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n, err := pr.Prune(ctx, keep)
+	if err != nil {
+		return Status{}, fmt.Errorf("prune %s: %w", c, err)
+	}
+	return e.putStatus(ctx, Subject{Class: c}, func(cur *Status, _ bool) bool {
+		cur.PriorKeyCount = &n
+		return true
+	})
+}
+
+// Rotate asks for one rotation of a subject now: its policy becomes
+// KeyGeneration at one above the highest of its status and policy
+// generations (a decrease is impossible by construction). It returns the
+// new policy; the rotation itself runs in the next Run.
+func (e *Engine) Rotate(ctx context.Context, s Subject) (Policy, error) {
+	if e.rotator(s.Class) == nil {
+		return Policy{}, fmt.Errorf("%w: %s: this host has no procedure for it", ErrUnavailable, s.Class)
+	}
+	st, err := e.Status(ctx, s)
+	if err != nil {
+		return Policy{}, err
+	}
+	p, err := e.Policy(ctx, s)
+	if err != nil {
+		return Policy{}, err
+	}
+	if s.InstanceUUID != "" {
+		// An instance's own policy (not the class's it inherited).
+		if own, _, err := store.GetJSON[Policy](ctx, e.st, e.key("policy", s)); err == nil {
+			p = own
+		}
+	}
+	next := Policy{KeyRotationPolicy: KeyGeneration, KeyGeneration: max(st.KeyGeneration, st.Target, p.KeyGeneration) + 1,
+		KeepPriorKeyCount: p.KeepPriorKeyCount}
+	if !s.Class.Overlapping() {
+		next.KeepPriorKeyCount = nil
+	}
+	return e.SetPolicy(ctx, s, next)
+}
+
+// ErrUnavailable: the class has no procedure on this host.
+var ErrUnavailable = errors.New("key rotation unavailable")
