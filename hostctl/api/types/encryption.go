@@ -27,6 +27,21 @@ type BlockDevice struct {
 	EncryptionOptions map[string]string `json:"encryption_options,omitempty"`
 	// Created is when hostctl created the disk.
 	Created time.Time `json:"created,omitzero"`
+	// KeyGeneration is the generation of the disk's passphrase, raised by
+	// each passphrase rotation (0: never rotated); KeySlot the LUKS key
+	// slot that passphrase is in (nil: never rotated, slot 0 as qemu-img
+	// create writes it). KeyRotation is a rotation in progress.
+	KeyGeneration int64            `json:"key_generation,omitempty"`
+	KeySlot       *int             `json:"key_slot,omitempty"`
+	KeyRotation   *DiskKeyRotation `json:"key_rotation,omitempty"`
+}
+
+// DiskKeyRotation is the journal of a disk passphrase rotation in
+// progress: the generation it reaches and the free key slot chosen for
+// the new (pending) passphrase, recorded before the slot is written.
+type DiskKeyRotation struct {
+	Generation int64 `json:"generation"`
+	Slot       int   `json:"slot"`
 }
 
 // Secret is a key-manager secret's metadata (never its value).
