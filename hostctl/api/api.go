@@ -18,6 +18,10 @@
 //	POST   /v1/instances/{name}/resize        a stopped instance to another flavor (types.ResizeRequest)
 //	POST   /v1/instances/{name}/rebuild       a stopped instance's root disk anew from an image (types.RebuildRequest)
 //	POST   /v1/instances/{name}/snapshot      a stopped instance's root disk into a new image (types.SnapshotRequest; admin)
+//	POST   /v1/instances/{name}/shelve        a stopped instance's root disk into the catalog, its host resources released
+//	POST   /v1/instances/{name}/unshelve      a shelved instance's disks and domain back, started
+//	POST   /v1/instances/{name}/rescue        boot a rescue disk made from an image (types.RescueRequest)
+//	POST   /v1/instances/{name}/unrescue      the original domain back, started
 //	GET    /v1/flavors[/{flavor}]             flavors (flavors.go); POST, DELETE (admin)
 //	GET    /v1/images[/{image}]               the image directory (images.go); POST (multipart import), DELETE (admin)
 //	GET    /v1/hosts                          the hosts sharing the store (admin)
@@ -79,6 +83,7 @@ type Controller interface {
 	imageService
 	resizeService
 	snapshotService
+	shelveService
 	eventService
 }
 
@@ -136,6 +141,7 @@ func routes(c Controller, e errorWriter, o options) *mux.Router {
 	hotplug{svc: c, errorWriter: e}.routes(one)
 	resize{svc: c, errorWriter: e}.routes(one)
 	snapshot{svc: c, errorWriter: e}.routes(one)
+	shelve{svc: c, errorWriter: e}.routes(one)
 
 	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
 	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())

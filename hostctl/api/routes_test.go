@@ -92,7 +92,7 @@ func TestMethodNotAllowed(t *testing.T) {
 // naming it.
 func TestUnknownRoute(t *testing.T) {
 	do, _ := rawAPI(t)
-	for _, path := range []string{"/", "/v1", "/v1/nope", "/v2/instances", "/v1/instances/a-1/shelve", "/v1/instances/a-1/disks/extra"} {
+	for _, path := range []string{"/", "/v1", "/v1/nope", "/v2/instances", "/v1/instances/a-1/frobnicate", "/v1/instances/a-1/disks/extra"} {
 		resp, e := do(1, http.MethodGet, path, "")
 		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(e.Message, path) {
 			t.Errorf("GET %s: %d %q %q, want a JSON 404 naming the path", path, resp.StatusCode, resp.Header.Get("Content-Type"), e.Message)

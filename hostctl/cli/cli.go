@@ -96,6 +96,7 @@ func Commands() []*Command {
 	cmds = append(cmds, shareCommands()...)
 	cmds = append(cmds, resizeCommands()...)
 	cmds = append(cmds, snapshotCommands()...)
+	cmds = append(cmds, shelveCommands()...)
 	cmds = append(cmds, flavorCommands()...)
 	cmds = append(cmds, imageCommands()...)
 	cmds = append(cmds, deviceCommands()...)

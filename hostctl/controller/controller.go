@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -392,6 +393,9 @@ func (c *Controller) existing(ctx context.Context, in *model.Instance) (*model.I
 		if !c.owns(rec) {
 			return nil, 0, c.otherHost("apply", rec)
 		}
+		if err := c.refuseVMState(ctx, "apply", rec); err != nil { // vmstate.go
+			return nil, 0, err
+		}
 		if in.UUID != "" && in.UUID != rec.UUID {
 			return nil, 0, fmt.Errorf("apply %s: %w: uuid %s differs from the existing instance's %s (delete it first)", in.Name, store.ErrConflict, in.UUID, rec.UUID)
 		}
@@ -585,6 +589,9 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 	} else {
 		inst.Fault = reason
 	}
+	if st, _, err := c.vmStateOf(ctx, rec.UUID); err == nil && st.State != "" {
+		inst.State = st.State // vmstate.go
+	}
 	return inst, nil
 }
 
@@ -611,6 +618,10 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
+	vmStates, err := c.vmStates(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*types.Instance, 0, len(recs))
 	for _, rec := range recs {
 		own := c.owns(rec)
@@ -626,6 +637,9 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 			showFault(inst, faultFor(faults, rec.UUID))
 		} else {
 			inst.Fault = faultFor(faults, rec.UUID)
+		}
+		if st := vmStates[strings.ToLower(rec.UUID)]; st != "" {
+			inst.State = st // vmstate.go
 		}
 		out = append(out, inst)
 	}
@@ -699,6 +713,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
 		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
+	c.forgetVMState(ctx, name, rec.UUID) // a shelved instance's image (vmstate.go)
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

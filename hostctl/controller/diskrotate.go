@@ -86,6 +86,11 @@ var diskRotateSteps = crashpoint.Declare(DiskRotateProc,
 
 func hitDisk(step string) { crashpoint.Hit(crashpoint.Name(DiskRotateProc, step)) }
 
+// PendingVMState is the Result.Pending of a shelved or rescued instance.
+func PendingVMState(state string) string {
+	return "instance " + state + ": its disks rotate when it is back and stopped"
+}
+
 // PendingRunning is the Result.Pending of a running instance.
 const PendingRunning = "instance running: its disks rotate when it next stops"
 
@@ -227,6 +232,14 @@ func (r *DiskRotator) Rotate(ctx context.Context, s keyrotation.Subject, gen int
 	}
 	if todo == 0 {
 		return keyrotation.Result{Done: true}, nil
+	}
+	// A shelved instance has no disk files (its root disk is an image
+	// under the same secret), a rescued one runs another definition: both
+	// rotate once unshelved or unrescued and stopped (vmstate.go).
+	if st, _, err := r.c.vmStateOf(ctx, in.UUID); err != nil {
+		return keyrotation.Result{}, err
+	} else if st.State != "" {
+		return keyrotation.Result{Pending: PendingVMState(st.State)}, nil
 	}
 	running, err := r.running(ctx, in)
 	if err != nil {

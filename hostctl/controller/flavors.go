@@ -110,7 +110,12 @@ func (c *Controller) Images(ctx context.Context) ([]types.Image, error) {
 func (c *Controller) DeleteImage(ctx context.Context, name string) error {
 	img, _ := c.imageDir.Get(ctx, name)
 	err := c.imageDir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
-		return c.instancesUsing(ctx, false, func(in *model.Instance) bool { return in.Image == name })
+		using, err := c.instancesUsing(ctx, false, func(in *model.Instance) bool { return in.Image == name })
+		if err != nil {
+			return nil, err
+		}
+		shelved, err := c.shelvedUsing(ctx, name) // vmstate.go
+		return append(using, shelved...), err
 	})
 	if err == nil {
 		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": name})

@@ -67,6 +67,9 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 	if err := c.drv.require(op, name); err != nil {
 		return nil, err
 	}
+	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
+		return nil, err
+	}
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return nil, err

@@ -153,7 +153,7 @@ func (e *env) snapshot() string {
 		e.t.Fatal(err)
 	}
 	for _, r := range others {
-		if strings.HasPrefix(r.Key, "blockdev/") || strings.HasPrefix(r.Key, "keys/secret/") {
+		if strings.HasPrefix(r.Key, "blockdev/") || strings.HasPrefix(r.Key, "keys/secret/") || strings.HasPrefix(r.Key, "instance-vmstate/") {
 			fmt.Fprintf(&b, "store record %s %x\n", r.Key, sha256.Sum256(r.Value))
 		}
 	}

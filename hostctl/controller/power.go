@@ -171,6 +171,9 @@ func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.In
 	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
+	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
+		return store.Instance{}, nil, err
+	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)
 	if err != nil {
 		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)

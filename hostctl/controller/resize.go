@@ -219,6 +219,9 @@ func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (stor
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
+	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
+		return store.Instance{}, nil, err
+	}
 	if h := c.sharesHook(); h != nil {
 		if err := h.Refuse(ctx, rec.UUID, op); err != nil {
 			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)

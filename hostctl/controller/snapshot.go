@@ -101,6 +101,22 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 	if c.domains == nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w: this host runs without a hypervisor (--virt none) and made no disk to copy", name, ErrState)
 	}
+	r := revert.New(c.log, "snapshot "+name)
+	defer r.Fail(&err)
+	img, err := c.snapshotRoot(ctx, r, in, req)
+	if err != nil {
+		return types.Image{}, err
+	}
+	r.Success()
+	c.emit(ctx, StreamImages, "image.imported", img)
+	return img, nil
+}
+
+// snapshotRoot copies the stopped instance in's root disk into a new
+// image as req says (checked); the undo steps on r delete what it made.
+// Shelve uses it too (shelve.go).
+func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest) (_ types.Image, err error) {
+	name := in.Name
 	root := rootDisk(in)
 	if root < 0 && len(in.Disks) > 0 {
 		root = 0
@@ -131,8 +147,6 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 		}
 	}
 
-	r := revert.New(c.log, "snapshot "+name)
-	defer r.Fail(&err)
 	keyID, deletion, pass, err := c.snapshotKey(ctx, r, in, req, src.Pass)
 	if err != nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
@@ -183,8 +197,6 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 	}
 	r.Add("delete image "+img.Name, func(ctx context.Context) error { return c.imageDir.Delete(ctx, img.Name, nil) })
 	c.log.Info("instance snapshot", "instance", name, "image", img.Name, "encryption_key", req.EncryptionKey, "secret", keyID)
-	r.Success()
-	c.emit(ctx, StreamImages, "image.imported", img)
 	return img, nil
 }
 

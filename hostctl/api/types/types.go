@@ -25,7 +25,8 @@ type Instance struct {
 	// State is the domain's state (running, shutoff, paused, ...),
 	// "missing" when libvirt has no domain of this name and UUID
 	// (deleted behind hostctl's back), "unknown" when libvirtd does not
-	// answer; empty without a hypervisor.
+	// answer; empty without a hypervisor. "shelved_offloaded" and
+	// "rescue" while the instance is shelved or rescued.
 	State string `json:"state,omitempty"`
 	// Fault says why the instance is in ERROR (state "error"): a start
 	// failed because a share could not be mounted on the host. Only a

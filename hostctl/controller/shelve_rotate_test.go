@@ -1,0 +1,52 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/keyrotation"
+)
+
+// TestDiskRotateShelved: against the real libvirtd and qemu-img, a
+// shelved instance's disk passphrases are not rotated (it has no disk
+// files; its shelved image is under the root disk's secret): Rotate
+// reports it pending and changes no passphrase; after unshelve and stop
+// the rotation runs.
+func TestDiskRotateShelved(t *testing.T) {
+	f := newRotFixture(t, "bolt")
+	f.cleanupSecrets()
+	ctx := context.Background()
+	c, km, done := f.open()
+	defer done()
+	r := NewDiskRotator(c)
+	id := mustSecret(t, c, f.uuid, "vda")
+	before, err := km.Passphrase(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Shelve(ctx, f.name); err != nil {
+		t.Fatal(err)
+	}
+	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
+	res, err := r.Rotate(ctx, s, 2, 0, nil)
+	if err != nil || res.Done || res.Pending != PendingVMState(StateShelved) {
+		t.Fatalf("Rotate while shelved = %+v, %v", res, err)
+	}
+	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, before) {
+		t.Fatal("the root disk's passphrase changed while shelved (the shelved image is under it)")
+	}
+	if _, err := c.Unshelve(ctx, f.name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stop(ctx, f.name, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Rotate(ctx, s, 2, 0, nil); err != nil || !res.Done {
+		t.Fatalf("Rotate after unshelve and stop = %+v, %v", res, err)
+	}
+	if now, _ := km.Passphrase(ctx, id); bytes.Equal(now, before) {
+		t.Error("the passphrase did not rotate after the unshelve")
+	}
+}

@@ -1,0 +1,560 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// Shelve, unshelve, rescue and unrescue with the fake hypervisor
+// (fakehv_test.go) and the real qemu-img/qemu-io LUKS tool; the same on
+// the real libvirtd in shelve_libvirt_test.go.
+
+// writePattern writes imagePattern into the first 64 KiB of the LUKS
+// qcow2 at p (pass nil: a plain qcow2).
+func writePattern(t *testing.T, p string, pass []byte) {
+	t.Helper()
+	args := []string{"-f", "qcow2", p, "-c", "write -P " + imagePattern + " 0 64k"}
+	var secrets [][]byte
+	if pass != nil {
+		args = []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts", "driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}
+		secrets = [][]byte{pass}
+	}
+	if out, err := qemuIOSecrets(t, args, secrets...); err != nil {
+		t.Fatalf("qemu-io write: %v: %s", err, out)
+	}
+}
+
+// readPattern reads imagePattern back from the LUKS qcow2 at p with pass
+// (-U: the domain may run).
+func readPattern(t *testing.T, p string, pass []byte) error {
+	t.Helper()
+	out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "-r", "-U", "--image-opts",
+		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "read -P " + imagePattern + " 0 64k"}, pass)
+	if err != nil || strings.Contains(out, "Pattern verification failed") {
+		return fmt.Errorf("qemu-io read: %v: %s", err, out)
+	}
+	return nil
+}
+
+func diskSecretsOf(inst *types.Instance) map[string]string {
+	out := map[string]string{}
+	for _, bd := range inst.BlockDevices {
+		if bd.Encrypted {
+			out[bd.Disk] = bd.EncryptionSecretUUID
+		}
+	}
+	return out
+}
+
+// refusedIn checks that every instance operation on name is refused with
+// ErrState naming state, and changes nothing.
+func refusedIn(t *testing.T, e *env, name, state string) {
+	t.Helper()
+	ctx := context.Background()
+	before := e.snapshot()
+	ops := map[string]func() error{
+		"start":    func() error { _, err := e.c.Start(ctx, name); return err },
+		"stop":     func() error { _, err := e.c.Stop(ctx, name, 0); return err },
+		"reboot":   func() error { _, err := e.c.Reboot(ctx, name, true); return err },
+		"resize":   func() error { _, err := e.c.Resize(ctx, name, "f.big"); return err },
+		"rebuild":  func() error { _, err := e.c.Rebuild(ctx, name, "deb2"); return err },
+		"snapshot": func() error { _, err := e.c.Snapshot(ctx, name, SnapshotRequest{Image: "snap-x"}); return err },
+		"attach":   func() error { _, err := e.c.AttachDisk(ctx, name, types.DiskRequest{Tag: "x", Size: "8M"}); return err },
+		"shelve":   func() error { _, err := e.c.Shelve(ctx, name); return err },
+		"rescue":   func() error { _, err := e.c.Rescue(ctx, name, RescueRequest{Image: "plain-img"}); return err },
+		"apply":    func() error { _, err := e.apply(encSpec); return err },
+	}
+	for op, f := range ops {
+		if err := f(); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), state) {
+			t.Errorf("%s of a %s instance = %v, want ErrState naming %s", op, state, err, state)
+		}
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("refused operations left changes:\n%s", diffLines(before, after))
+	}
+}
+
+// TestShelveUnshelve: shelve keeps the stopped instance's encrypted root
+// disk as an image under the root disk's own secret and releases the
+// domain, the files and the libvirt secrets, keeping the key-manager
+// secrets; every other operation is refused, the reconciler changes
+// nothing; unshelve makes the disks again (the root disk with the same
+// secret UUID and passphrase, the data written before the shelve read
+// back), starts the instance and deletes the image.
+func TestShelveUnshelve(t *testing.T) {
+	e := newEnv(t)
+	withEncryption(t, e)
+	ctx := context.Background()
+	inst := e.mustApply(encSpec)
+	secs := diskSecretsOf(inst)
+	vda := filepath.Join(e.dir, "instances", "app-1", "disk-vda.qcow2")
+	pass, err := e.c.keys.Passphrase(ctx, secs["vda"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePattern(t, vda, pass)
+
+	if _, err := e.c.Start(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Shelve(ctx, "app-1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "stop it first") {
+		t.Errorf("shelve of a running instance = %v", err)
+	}
+	if _, err := e.c.Stop(ctx, "app-1", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.c.Shelve(ctx, "app-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateShelved {
+		t.Errorf("state after shelve %q", got.State)
+	}
+	if _, ok := e.hv.domains["app-1"]; ok {
+		t.Error("the domain is still defined")
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "instances", "app-1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("instance directory after shelve: %v", err)
+	}
+	if ss, _ := e.hv.Secrets(ctx, ""); len(ss) != 0 {
+		t.Errorf("libvirt secrets after shelve: %+v", ss)
+	}
+	for d, id := range secs {
+		if _, err := e.c.keys.Get(ctx, id); err != nil {
+			t.Errorf("secret of %s gone after shelve: %v", d, err)
+		}
+	}
+	img, err := e.c.Image(ctx, "app-1-shelved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Properties["os_encrypt_key_id"] != secs["vda"] || img.Properties["os_encrypt_key_deletion_policy"] != "do_not_delete" {
+		t.Errorf("shelved image properties %v, want the root disk's secret %s, do_not_delete", img.Properties, secs["vda"])
+	}
+	if err := readImage(t, e, "app-1-shelved", pass); err != nil {
+		t.Errorf("the shelved image does not read the root disk's data with its passphrase: %v", err)
+	}
+	list, err := e.c.List(ctx)
+	if err != nil || len(list) != 1 || list[0].State != StateShelved {
+		t.Errorf("list = %+v, %v", list, err)
+	}
+
+	flavorSetup(e) // a flavor and an image for the refusals
+	e.fileView = nil
+	refusedIn(t, e, "app-1", StateShelved)
+	before := e.snapshot()
+	if err := e.c.DeleteImage(ctx, "app-1-shelved"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "app-1") {
+		t.Errorf("delete of the shelved image = %v", err)
+	}
+	if err := e.c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("reconcile of a shelved instance changed:\n%s", diffLines(before, after))
+	}
+	if g, _ := e.c.Get(ctx, "app-1"); g.State != StateShelved {
+		t.Errorf("state after reconcile %q", g.State)
+	}
+
+	got, err = e.c.Unshelve(ctx, "app-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "running" {
+		t.Errorf("state after unshelve %q", got.State)
+	}
+	if after := diskSecretsOf(got); !mapsEqual(after, secs) {
+		t.Errorf("secrets after unshelve %v, want %v (the same)", after, secs)
+	}
+	if err := readPattern(t, vda, pass); err != nil {
+		t.Errorf("root disk after unshelve: %v", err)
+	}
+	if _, err := e.c.Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("shelved image after unshelve: %v", err)
+	}
+	for d, id := range secs {
+		if _, ok := e.hv.secretValue(id); !ok {
+			t.Errorf("libvirt secret of %s not defined for the start", d)
+		}
+	}
+	if _, err := e.c.Unshelve(ctx, "app-1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "not shelved") {
+		t.Errorf("unshelve of a running instance = %v", err)
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestShelvedDelete: deleting a shelved instance deletes its shelved
+// image, its secrets and its state record.
+func TestShelvedDelete(t *testing.T) {
+	e := newEnv(t)
+	withEncryption(t, e)
+	ctx := context.Background()
+	e.mustApply(encSpec)
+	if _, err := e.c.Shelve(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("shelved image after delete: %v", err)
+	}
+	if l, _ := e.c.keys.List(ctx, ""); len(l) != 0 {
+		t.Errorf("secrets after delete: %+v", l)
+	}
+	if recs, _ := e.st.Records(ctx, vmStatePrefix); len(recs) != 0 {
+		t.Errorf("state records after delete: %+v", recs)
+	}
+}
+
+// failingRecords fails the n-th record write (PutRecord, DeleteRecord).
+type failingRecords struct {
+	inner  store.Records
+	mu     sync.Mutex
+	calls  int
+	failAt int
+}
+
+func (r *failingRecords) write(op string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.calls == r.failAt {
+		return fmt.Errorf("%s: %w", op, errInjected)
+	}
+	return nil
+}
+
+func (r *failingRecords) PutRecord(ctx context.Context, key string, value []byte, expect int64) (store.Record, error) {
+	if err := r.write("PutRecord " + key); err != nil {
+		return store.Record{}, err
+	}
+	return r.inner.PutRecord(ctx, key, value, expect)
+}
+
+func (r *failingRecords) DeleteRecord(ctx context.Context, key string, expect int64) error {
+	if err := r.write("DeleteRecord " + key); err != nil {
+		return err
+	}
+	return r.inner.DeleteRecord(ctx, key, expect)
+}
+
+func (r *failingRecords) Record(ctx context.Context, key string) (store.Record, error) {
+	return r.inner.Record(ctx, key)
+}
+
+func (r *failingRecords) Records(ctx context.Context, prefix string) ([]store.Record, error) {
+	return r.inner.Records(ctx, prefix)
+}
+
+// opFaults fails, in turn, every hypervisor call, every key-manager and
+// LUKS tool call, every record write and qemu-img's image creation that
+// op makes (counted in a reference run), each in a fresh env made by
+// setup: op must fail and leave everything as it was — files, store,
+// libvirt, every secret. A failing read whose only cost is the display
+// after the commit may let op succeed.
+func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
+	t.Helper()
+	ref := newEnv(t)
+	rf := setup(ref)
+	recs := &failingRecords{inner: ref.c.records}
+	ref.c.records = recs
+	hv0, f0 := ref.hv.callCount(), len(rf.calls)
+	if err := op(ref); err != nil {
+		t.Fatalf("reference run: %v", err)
+	}
+	nHV, nF, nRec := ref.hv.callCount()-hv0, len(rf.calls)-f0, recs.calls
+	check := func(what string, e *env, before string, err error, mayPass bool) {
+		t.Helper()
+		if err == nil {
+			if !mayPass {
+				t.Errorf("%s: no error", what)
+			}
+			return
+		}
+		if after := e.snapshot(); after != before {
+			t.Errorf("%s (%v) left changes behind:\n%s", what, err, diffLines(before, after))
+		}
+	}
+	for k := 1; k <= nHV; k++ {
+		e := newEnv(t)
+		setup(e)
+		before := e.snapshot()
+		base := e.hv.callCount()
+		e.hv.setFailAt(base + k)
+		err := op(e)
+		call := "?"
+		if base+k <= len(e.hv.calls) {
+			call = e.hv.calls[base+k-1]
+		}
+		check(fmt.Sprintf("failing hypervisor call %d/%d (%s)", k, nHV, call), e, before, err, slices.Contains([]string{"XML", "List", "State", "Secrets", "Shutdown"}, call))
+	}
+	for k := 1; k <= nF; k++ {
+		e := newEnv(t)
+		f := setup(e)
+		before := e.snapshot()
+		f.failAt = len(f.calls) + k
+		err := op(e)
+		check(fmt.Sprintf("failing key/LUKS call %d/%d (%s)", k, nF, f.calls[len(f.calls)-1]), e, before, err, false)
+	}
+	for k := 1; k <= nRec; k++ {
+		e := newEnv(t)
+		setup(e)
+		before := e.snapshot()
+		e.c.records = &failingRecords{inner: e.c.records, failAt: k}
+		check(fmt.Sprintf("failing record write %d/%d", k, nRec), e, before, op(e), false)
+	}
+	e := newEnv(t)
+	setup(e)
+	before := e.snapshot()
+	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(t)})
+	if err := op(e); err != nil {
+		check("failing qemu-img create", e, before, err, true)
+	}
+}
+
+func shelveSetup(e *env) *faults {
+	// The image catalog's directory exists (a shelve adds an image to it,
+	// and its undo removes the image, not the catalog).
+	if err := os.MkdirAll(filepath.Join(e.dir, "images"), 0o750); err != nil {
+		e.t.Fatal(err)
+	}
+	f := withEncryption(e.t, e)
+	e.mustApply(faultSpec)
+	return f
+}
+
+// faultSpec is encSpec made small for the fault matrices (each step of
+// an operation is failed in a fresh env): an encrypted root disk and an
+// encrypted data disk, which unshelve makes again under its secret.
+const faultSpec = "name: app-1\nproject_id: p1\ndisks: [{name: vda, size: 8M, tag: root, encrypted: true}, {name: vdb, size: 8M, encrypted: true}]\n"
+
+func TestFaultsShelve(t *testing.T) {
+	testenv.LookPath(t, "qemu-io")
+	opFaults(t, shelveSetup, func(e *env) error { _, err := e.c.Shelve(context.Background(), "app-1"); return err })
+}
+
+func TestFaultsUnshelve(t *testing.T) {
+	testenv.LookPath(t, "qemu-io")
+	opFaults(t, func(e *env) *faults {
+		f := shelveSetup(e)
+		if _, err := e.c.Shelve(context.Background(), "app-1"); err != nil {
+			e.t.Fatal(err)
+		}
+		return f
+	}, func(e *env) error { _, err := e.c.Unshelve(context.Background(), "app-1"); return err })
+}
+
+// rescueSetup: the encSpec instance, running, and a plain and an
+// encrypted image (of its project) to rescue it with.
+func rescueSetup(e *env) *faults {
+	f := shelveSetup(e)
+	makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1")
+	p := filepath.Join(e.t.TempDir(), "plain.qcow2")
+	if err := images.New(e.t.TempDir(), images.Options{QemuImg: e.qemuImg}).Create(context.Background(), images.Disk{Path: p, Size: "16M"}); err != nil {
+		e.t.Fatal(err)
+	}
+	writePattern(e.t, p, nil)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.c.ImportImage(context.Background(), "plain-img", nil, strings.NewReader(string(b))); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+		e.t.Fatal(err)
+	}
+	return f
+}
+
+// TestRescueUnrescue: a rescue boots a rescue disk over the image as
+// the first disk, the root disk as vdb; the rescue disk is encrypted if
+// and only if the image is, with a libvirt secret (the instance's copy of
+// the image's) that unrescue removes, with the copy; the reconciler
+// leaves the rescue definition alone; unrescue restores the definition.
+func TestRescueUnrescue(t *testing.T) {
+	for _, tc := range []struct {
+		image     string
+		encrypted bool
+	}{{"plain-img", false}, {"enc-img", true}} {
+		t.Run(tc.image, func(t *testing.T) {
+			e := newEnv(t)
+			rescueSetup(e)
+			ctx := context.Background()
+			origXML := normalizeXML(e.hv.domains["app-1"].xml)
+			secretsBefore, _ := e.c.keys.List(ctx, "")
+			if _, err := e.c.Rescue(ctx, "app-1", RescueRequest{Image: "no-such"}); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("rescue with a missing image = %v", err)
+			}
+			got, err := e.c.Rescue(ctx, "app-1", RescueRequest{Image: tc.image, TimeoutSeconds: 0.2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != StateRescue {
+				t.Errorf("state %q", got.State)
+			}
+			d := e.hv.domains["app-1"]
+			if !d.running {
+				t.Error("the rescue domain does not run")
+			}
+			first := strings.Index(d.xml, "disk.rescue")
+			rootAt := strings.Index(d.xml, "disk-vda.qcow2")
+			if first < 0 || rootAt < first || !strings.Contains(d.xml, `dev="vdb"`) || strings.Contains(d.xml, "disk-vdb.qcow2") {
+				t.Errorf("rescue domain disks:\n%s", d.xml)
+			}
+			rescue := filepath.Join(e.dir, "instances", "app-1", "disk.rescue")
+			info, err := e.c.luks.Inspect(ctx, rescue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Encrypted != tc.encrypted {
+				t.Errorf("rescue disk encrypted=%t, image encrypted=%t", info.Encrypted, tc.encrypted)
+			}
+			bds, _, _ := e.c.loadBlockDevices(ctx, got.Spec.UUID)
+			bd, has := bds.Disks[rescueDisk]
+			if has != tc.encrypted {
+				t.Fatalf("rescue block-device record %+v", bds.Disks)
+			}
+			if tc.encrypted {
+				if _, ok := e.hv.secretValue(bd.EncryptionSecretUUID); !ok {
+					t.Error("no libvirt secret for the rescue disk")
+				}
+				img, _ := e.c.Image(ctx, "enc-img")
+				imgPass, _ := e.c.keys.Passphrase(ctx, img.Properties["os_encrypt_key_id"])
+				if err := readThrough(t, rescue, imgPass, imgPass); err != nil {
+					t.Errorf("the rescue disk does not read the image's data with the image's passphrase: %v", err)
+				}
+			} else if err := readPlain(t, rescue); err != nil {
+				t.Errorf("the plain rescue disk does not read the image's data: %v", err)
+			}
+			// Another rescue, a shelve, a reconcile: nothing changes.
+			refusedIn(t, e, "app-1", StateRescue)
+			before := e.snapshot()
+			if err := e.c.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if after := e.snapshot(); after != before {
+				t.Errorf("reconcile of a rescued instance changed:\n%s", diffLines(before, after))
+			}
+			if err := e.c.DeleteImage(ctx, tc.image); !errors.Is(err, store.ErrConflict) {
+				t.Errorf("delete of the rescue image during the rescue = %v", err)
+			}
+
+			got, err = e.c.Unrescue(ctx, "app-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != "running" {
+				t.Errorf("state after unrescue %q", got.State)
+			}
+			if x := normalizeXML(e.hv.domains["app-1"].xml); x != origXML {
+				t.Errorf("definition after unrescue:\n%s", diffLines(origXML, x))
+			}
+			if fileExists(rescue) || fileExists(rescue+".old") {
+				t.Error("rescue disk left")
+			}
+			if tc.encrypted {
+				if _, ok := e.hv.secretValue(bd.EncryptionSecretUUID); ok {
+					t.Error("the rescue disk's libvirt secret outlived the rescue")
+				}
+				if _, err := e.c.keys.Get(ctx, bd.EncryptionSecretUUID); !errors.Is(err, keys.ErrNotFound) {
+					t.Errorf("the rescue disk's secret copy outlived the rescue: %v", err)
+				}
+			}
+			if after, _ := e.c.keys.List(ctx, ""); len(after) != len(secretsBefore) {
+				t.Errorf("secrets after unrescue %d, before %d", len(after), len(secretsBefore))
+			}
+			if _, err := e.c.Unrescue(ctx, "app-1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "not in rescue") {
+				t.Errorf("unrescue of a running instance = %v", err)
+			}
+		})
+	}
+}
+
+// readPlain reads imagePattern through the plain overlay at p.
+func readPlain(t *testing.T, p string) error {
+	t.Helper()
+	out, err := qemuIOSecrets(t, []string{"-r", "-U", "-f", "qcow2", p, "-c", "read -P " + imagePattern + " 0 64k"})
+	if err != nil || strings.Contains(out, "Pattern verification failed") {
+		return fmt.Errorf("qemu-io read: %v: %s", err, out)
+	}
+	return nil
+}
+
+// TestRescueRefusals: bad input is a 400 naming the field, a shelved
+// instance and a double rescue a 409; nothing changes.
+func TestRescueRefusals(t *testing.T) {
+	e := newEnv(t)
+	rescueSetup(e)
+	ctx := context.Background()
+	before := e.snapshot()
+	for _, req := range []RescueRequest{{}, {Image: "../x"}, {Image: "plain-img", TimeoutSeconds: -1}} {
+		var se *model.SpecError
+		_, err := e.c.Rescue(ctx, "app-1", req)
+		if err == nil || errors.Is(err, store.ErrConflict) || !errors.As(err, &se) {
+			t.Errorf("Rescue(%+v) = %v, want a field error", req, err)
+		}
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("refused rescues left changes:\n%s", diffLines(before, after))
+	}
+}
+
+// The fault matrices rescue with the encrypted image (every step of the
+// plain image's rescue is one of its steps, but for the plain overlay's
+// qemu-img create, failed here too).
+func TestFaultsRescue(t *testing.T) {
+	testenv.LookPath(t, "qemu-io")
+	opFaults(t, rescueSetup, func(e *env) error {
+		_, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: 0.01})
+		return err
+	})
+	e := newEnv(t)
+	rescueSetup(e)
+	before := e.snapshot()
+	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(t)})
+	if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "plain-img", TimeoutSeconds: 0.01}); !errors.Is(err, ErrState) && err == nil {
+		t.Error("rescue with a failing qemu-img create succeeded")
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("a failed plain rescue left changes:\n%s", diffLines(before, after))
+	}
+}
+
+func TestFaultsUnrescue(t *testing.T) {
+	testenv.LookPath(t, "qemu-io")
+	opFaults(t, func(e *env) *faults {
+		f := rescueSetup(e)
+		if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: 0.01}); err != nil {
+			e.t.Fatal(err)
+		}
+		return f
+	}, func(e *env) error { _, err := e.c.Unrescue(context.Background(), "app-1"); return err })
+}
