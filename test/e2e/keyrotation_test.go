@@ -439,8 +439,8 @@ func diskScenario(uri string) crashScenario {
 	return crashScenario{
 		class:     keyrotation.Disk,
 		procedure: controller.DiskRotateProc,
-		policy:    "disk=KeyGeneration,generation=1",
-		gen:       1,
+		policy:    "disk=KeyGeneration,generation=2", // made by this hostctl: generation 1
+		gen:       2,
 		args: func(*testing.T, string) []string {
 			return []string{"--virt", "libvirt", "--libvirt-uri", uri, "--domain-type", "qemu", "--domain-memory", "128",
 				"--reconcile-interval", "0", "--luks-iter-time", "50ms"}
@@ -449,7 +449,7 @@ func diskScenario(uri string) crashScenario {
 			name := testenv.UniqueDomainName(t)
 			testenv.CleanupDomain(t, uri, name)
 			d.Apply("name: " + name + "\ndisks: [{name: vda, size: 8M, encrypted: true}, {name: vdb, size: 8M, encrypted: true}]\n")
-			d.MustCtl("instance", "stop", name)
+			d.MustCtl("instance", "stop", name, "--timeout", "1ms")
 			var inst types.Instance
 			decodeJSON(t, d.MustCtl("instance", "show", name, "--output", "json").stdout, &inst)
 			st := state{name: name, uuid: inst.Spec.UUID}
@@ -468,7 +468,7 @@ func diskScenario(uri string) crashScenario {
 			if r := d.Ctl("instance", "start", st.name); r.code != 0 {
 				return []string{"the instance does not start after the rotation: " + r.stderr}
 			}
-			d.MustCtl("instance", "stop", st.name)
+			d.MustCtl("instance", "stop", st.name, "--timeout", "1ms") // no guest OS to shut down: power off
 			return nil
 		},
 		offline: func(t *testing.T, dataDir, storeURL string, s any) []string {
