@@ -356,11 +356,13 @@ func shelveSetup(e *env) *faults {
 const faultSpec = "name: app-1\nproject_id: p1\ndisks: [{name: vda, size: 8M, tag: root, encrypted: true}, {name: vdb, size: 8M, encrypted: true}]\n"
 
 func TestFaultsShelve(t *testing.T) {
+	t.Parallel() // minutes each (two LUKS disks made per case): overlap them
 	testenv.LookPath(t, "qemu-io")
 	opFaults(t, shelveSetup, func(e *env) error { _, err := e.c.Shelve(context.Background(), "app-1"); return err })
 }
 
 func TestFaultsUnshelve(t *testing.T) {
+	t.Parallel() // minutes each (two LUKS disks made per case): overlap them
 	testenv.LookPath(t, "qemu-io")
 	opFaults(t, func(e *env) *faults {
 		f := shelveSetup(e)
@@ -531,6 +533,7 @@ func TestRescueRefusals(t *testing.T) {
 // plain image's rescue is one of its steps, but for the plain overlay's
 // qemu-img create, failed here too).
 func TestFaultsRescue(t *testing.T) {
+	t.Parallel() // minutes each (two LUKS disks made per case): overlap them
 	testenv.LookPath(t, "qemu-io")
 	opFaults(t, rescueSetup, func(e *env) error {
 		_, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: 0.01})
@@ -549,6 +552,7 @@ func TestFaultsRescue(t *testing.T) {
 }
 
 func TestFaultsUnrescue(t *testing.T) {
+	t.Parallel() // minutes each (two LUKS disks made per case): overlap them
 	testenv.LookPath(t, "qemu-io")
 	opFaults(t, func(e *env) *faults {
 		f := rescueSetup(e)
