@@ -81,7 +81,7 @@ import (
 const DiskRotateProc = "disk-rotate"
 
 // The steps of the procedure, in order (crashpoint names).
-var diskRotateSteps = crashpoint.Declare(DiskRotateProc,
+var _ = crashpoint.Declare(DiskRotateProc,
 	"pending-stored", "slot-chosen", "slot-added", "verified", "promoted", "libvirt-updated", "old-erased", "recorded")
 
 func hitDisk(step string) { crashpoint.Hit(crashpoint.Name(DiskRotateProc, step)) }

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,11 +51,7 @@ func buildReplica(t *testing.T) string {
 			return
 		}
 		bin := filepath.Join(dir, "vmeta-metadata")
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
-		}
-		cmd := exec.Command(goBin, "build", "-o", bin, "github.com/vmeta/vmeta/server/cmd/vmeta-metadata")
+		cmd := exec.Command(testenv.GoTool(), "build", "-o", bin, "github.com/vmeta/vmeta/server/cmd/vmeta-metadata")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			replicaBin.err = fmt.Errorf("go build vmeta-metadata: %v\n%s", err, out)
 			return

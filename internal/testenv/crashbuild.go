@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -21,7 +20,7 @@ func BuildCrashBinary(t testing.TB, pkg string) string {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command(goTool(), append(args, pkg)...)
+	cmd := exec.Command(GoTool(), append(args, pkg)...)
 	cmd.Env = os.Environ()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s with -tags vmetacrash: %v\n%s", pkg, err, out)
@@ -29,14 +28,10 @@ func BuildCrashBinary(t testing.TB, pkg string) string {
 	return bin
 }
 
-func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+// GoTool is the go command: "go" on PATH (the one running the tests).
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
 	return "go"
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

@@ -431,7 +431,7 @@ func proxyScenario() crashScenario {
 // holds (and the old one no longer), and the instance starts (QEMU opens
 // its disks with the libvirt secrets set from the key manager).
 func diskScenario(uri string) crashScenario {
-	type disk struct{ name, secret, old string }
+	type disk struct{ name, secret string }
 	type state struct {
 		name, uuid string
 		disks      []disk
