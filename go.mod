@@ -10,19 +10,10 @@ require (
 	github.com/pilebones/go-udev v0.10.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1
-	github.com/vbauerster/mpb/v8 v8.16.2
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.47.0
 	sigs.k8s.io/yaml v1.6.0
-)
-
-require (
-	github.com/VividCortex/ewma v1.2.0 // indirect
-	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect
-	github.com/clipperhouse/uax29/v2 v2.7.0 // indirect
-	github.com/mattn/go-runewidth v0.0.30 // indirect
-	github.com/vbauerster/cupwriter v0.0.5 // indirect
 )
 
 require (

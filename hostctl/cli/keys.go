@@ -7,11 +7,10 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -194,12 +193,9 @@ func keysRotate(fs *flag.FlagSet) func(context.Context, *Call) error {
 // reached gen, failed or is pending, drawing a progress bar on a
 // terminal and a line per change otherwise.
 func followRotation(ctx context.Context, c *Call, cl keyrotation.Class, instance string, gen int64) error {
-	var bar *mpb.Bar
-	var prog *mpb.Progress
+	var bar *progressBar
 	if f, ok := c.Stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !c.JSON() {
-		prog = mpb.NewWithContext(ctx, mpb.WithOutput(c.Stdout), mpb.WithWidth(40))
-		bar = prog.AddBar(0, mpb.PrependDecorators(decor.Name(string(cl)+" ")),
-			mpb.AppendDecorators(decor.CountersNoUnit("%d / %d"), decor.Percentage(decor.WCSyncSpace)))
+		bar = &progressBar{w: c.Stdout, name: string(cl)}
 	}
 	var last string
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -229,31 +225,24 @@ func followRotation(ctx context.Context, c *Call, cl keyrotation.Class, instance
 				p.Total += r.Status.Progress.Total
 			}
 		}
-		if bar != nil && p.Total > 0 {
-			bar.SetTotal(int64(p.Total), false)
-			bar.SetCurrent(int64(p.Done))
-		} else if line := fmt.Sprintf("%d/%d", p.Done, p.Total); bar == nil && p.Total > 0 && line != last && !c.JSON() {
+		switch line := fmt.Sprintf("%d/%d", p.Done, p.Total); {
+		case p.Total == 0:
+		case bar != nil:
+			bar.draw(p)
+		case line != last && !c.JSON():
 			fmt.Fprintf(c.Stdout, "%s: %s\n", cl, line)
 			last = line
 		}
-		finish := func() {
-			if bar != nil {
-				bar.SetTotal(-1, true)
-				prog.Wait()
-			}
+		if failed != "" || done {
+			bar.finish()
 		}
 		switch {
 		case failed != "":
-			finish()
 			return fmt.Errorf("%s: rotation to generation %d failed: %s", subjectName(cl, instance), gen, failed)
-		case done && pending == "":
-			finish()
+		case done && pending != "" && !c.JSON():
+			fmt.Fprintf(c.Stdout, "%s: pending: %s\n", subjectName(cl, instance), pending)
 			return printKeyReports(c, rs)
 		case done:
-			finish()
-			if !c.JSON() {
-				fmt.Fprintf(c.Stdout, "%s: pending: %s\n", subjectName(cl, instance), pending)
-			}
 			return printKeyReports(c, rs)
 		}
 		select {
@@ -261,6 +250,36 @@ func followRotation(ctx context.Context, c *Call, cl keyrotation.Class, instance
 			return ctx.Err()
 		case <-tick.C:
 		}
+	}
+}
+
+// progressBar draws one line, redrawn in place ("\r"), on a terminal. It
+// is written here rather than taken from a progress-bar library: the one
+// considered pulls in a module without a licence file, which the host
+// package (internal/pkgbuild) refuses to ship.
+type progressBar struct {
+	w     io.Writer
+	name  string
+	drawn bool
+}
+
+const progressWidth = 40
+
+func (b *progressBar) draw(p keyrotation.Progress) {
+	filled := 0
+	if p.Total > 0 {
+		filled = min(progressWidth, p.Done*progressWidth/p.Total)
+	}
+	fmt.Fprintf(b.w, "\r%s [%s%s] %d / %d %3d%%", b.name, strings.Repeat("=", filled), strings.Repeat(" ", progressWidth-filled),
+		p.Done, p.Total, p.Done*100/max(p.Total, 1))
+	b.drawn = true
+}
+
+// finish ends the bar's line (a nil bar does nothing).
+func (b *progressBar) finish() {
+	if b != nil && b.drawn {
+		fmt.Fprintln(b.w)
+		b.drawn = false
 	}
 }
 
