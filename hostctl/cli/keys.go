@@ -120,10 +120,12 @@ func keyState(r types.KeyReport) string {
 	switch {
 	case s.Error != "":
 		return "failed: " + s.Error
-	case s.Progress != nil && s.Target > 0:
-		return fmt.Sprintf("rotating to %d: %d/%d", s.Target, s.Progress.Done, s.Progress.Total)
 	case s.Pending != "":
 		return "pending: " + s.Pending
+	case s.Progress != nil && s.Target > 0:
+		return fmt.Sprintf("rotating to %d: %d/%d", s.Target, s.Progress.Done, s.Progress.Total)
+	case s.Target > 0:
+		return fmt.Sprintf("rotating to %d", s.Target)
 	case !r.Complete:
 		return "rotation due"
 	}
@@ -215,7 +217,7 @@ func followRotation(ctx context.Context, c *Call, cl keyrotation.Class, instance
 			case r.Status.Error != "":
 				failed = r.Status.Error
 			case r.Status.KeyGeneration >= gen && r.Status.Target == 0:
-			case r.Status.Pending != "" && r.Status.Target > 0 && !rotating(r.Status):
+			case r.Status.Pending != "" && r.Status.Target > 0:
 				pending = r.Status.Pending
 			default:
 				done = false
@@ -281,13 +283,6 @@ func (b *progressBar) finish() {
 		fmt.Fprintln(b.w)
 		b.drawn = false
 	}
-}
-
-// rotating: the engine wrote "rotation to generation N" as the pending
-// reason of a rotation it is running; any other reason is the
-// procedure's (a running instance).
-func rotating(s keyrotation.Status) bool {
-	return s.Pending == fmt.Sprintf("rotation to generation %d", s.Target)
 }
 
 func keysPrune(fs *flag.FlagSet) func(context.Context, *Call) error {

@@ -418,7 +418,6 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 		// The intent first: a restart finishes this rotation.
 		if st, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
 			cur.Target = gen
-			cur.Pending = fmt.Sprintf("rotation to generation %d", gen)
 			return true
 		}); err != nil {
 			return err

@@ -40,7 +40,6 @@ type fakeRotator struct {
 	fail     error
 	pending  map[string]string // subject → pending reason (not done)
 	subjects []keyrotation.Subject
-	prior    int
 }
 
 func (f *fakeRotator) Rotate(_ context.Context, s keyrotation.Subject, gen int64, keep int, progress func(keyrotation.Progress)) (keyrotation.Result, error) {
@@ -65,7 +64,6 @@ func (f *fakeRotator) Subjects(context.Context) ([]keyrotation.Subject, error) {
 }
 
 func (f *fakeRotator) Prune(_ context.Context, keep int) (int, error) {
-	f.prior = keep
 	return keep, nil
 }
 

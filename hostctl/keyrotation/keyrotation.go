@@ -165,9 +165,9 @@ type Status struct {
 	// PriorKeyCount is how many prior keys are still valid (overlapping
 	// classes).
 	PriorKeyCount *int `json:"priorKeyCount,omitempty"`
-	// Pending says what is left to do ("" when nothing): a rotation in
-	// progress, or one deferred (a running instance's disks rotate when
-	// it next stops).
+	// Pending says why a begun rotation (Target) waits ("" when it does
+	// not): the procedure's reason, such as a running instance whose disks
+	// rotate when it next stops.
 	Pending string `json:"pending,omitempty"`
 	// Progress of a rotation in progress (items done of total).
 	Progress *Progress `json:"progress,omitempty"`

@@ -2,19 +2,26 @@ package crashpoint
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
+	"sync/atomic"
 	"testing"
 )
 
+// runs makes TestDeclare's procedure name unique per run (-count=N):
+// declarations are process-wide.
+var runs atomic.Int64
+
 func TestDeclare(t *testing.T) {
-	Declare("test-proc", "a", "b")
-	Declare("test-proc", "c")
-	if got := Steps("test-proc"); !slices.Equal(got, []string{"a", "b", "c"}) {
+	proc := fmt.Sprintf("test-proc-%d", runs.Add(1))
+	Declare(proc, "a", "b")
+	Declare(proc, "c")
+	if got := Steps(proc); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("Steps = %v", got)
 	}
-	if !slices.Contains(Procedures(), "test-proc") {
+	if !slices.Contains(Procedures(), proc) {
 		t.Fatalf("Procedures = %v", Procedures())
 	}
 	if Name("p", "s") != "p/s" {
