@@ -32,8 +32,8 @@
 //   - store reads time out after DefaultStoreTimeout (3 s): 503.
 //
 // Operability: MetricsHandler (/metrics, /healthz) for a separate
-// listener, /healthz on the guest listener too (without error details),
-// and an access log line per request (Options.AccessLog) that never holds
+// listener that guests cannot reach (the guest listener has no /healthz:
+// the store's state is the operator's business), and an access log line per request (Options.AccessLog) that never holds
 // a query string, a header, a body, user data, a password or a token.
 package server
 
@@ -343,9 +343,6 @@ const tokenPath = "latest/api/token"
 // serve answers a request; start is when it arrived, if ServeHTTP took
 // the time (zero otherwise).
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) result {
-	if r.URL.Path == "/healthz" {
-		return s.serveHealth(w, r, false)
-	}
 	isOS, rest := splitPath(r.URL.Path)
 	res := result{class: classOf(isOS, rest)}
 	isToken := !isOS && rest == tokenPath
@@ -690,12 +687,11 @@ func (s *Server) checkStore(ctx context.Context) error {
 	return err
 }
 
-// serveHealth answers /healthz: 200 {"status":"ok"} or 503
-// {"status":"degraded","store":"unreachable…"}. The store is pinged when
-// nothing was heard from it for a second (at most one ping at a time).
-// detail adds the store error (for the operator listener; guests only
-// learn that the store is unreachable).
-func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, detail bool) result {
+// serveHealth answers /healthz on the operator listener: 200
+// {"status":"ok"} or 503 {"status":"degraded","store":"unreachable: …"}
+// with the store error. The store is pinged when nothing was heard from
+// it for a second (at most one ping at a time).
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) result {
 	res := result{class: classOther}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -717,10 +713,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, detail bool
 		_, _ = io.WriteString(w, `{"status":"ok","store":"ok"}`+"\n")
 		return res
 	}
-	msg := "unreachable"
-	if detail {
-		msg = "unreachable: " + (*errp).Error()
-	}
+	msg := "unreachable: " + (*errp).Error()
 	res.status = http.StatusServiceUnavailable
 	w.WriteHeader(res.status)
 	b, _ := json.Marshal(struct {
