@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,8 @@ type Controller struct {
 	hostName string
 	hosts    Hosts
 	audit    *events.Log
+	// proxyNets are Options.ProxyNetworks (proxynets.go).
+	proxyNets []netip.Prefix
 
 	drv           driver
 	domains       Domains
@@ -236,6 +239,11 @@ type Options struct {
 	// EncryptionSupport tells which formats this host supports
 	// (encryption.Prober); not checked when nil.
 	EncryptionSupport func(context.Context) (encryption.Support, error)
+
+	// ProxyNetworks are the metadata service's trusted proxy networks
+	// (--metadata-trusted-proxies): an instance address inside one is
+	// refused at apply (proxynets.go).
+	ProxyNetworks []netip.Prefix
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -252,7 +260,8 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices,
+		proxyNets: opts.ProxyNetworks}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -427,6 +436,9 @@ func decodeSpec(rec store.Instance) (*model.Instance, error) {
 // re-checks atomically, so a race still ends in a (less specific)
 // conflict.
 func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) error {
+	if err := c.checkProxyAddresses(in); err != nil {
+		return err
+	}
 	for i, a := range in.Addresses {
 		owner, err := c.store.LookupAddress(ctx, a)
 		switch {

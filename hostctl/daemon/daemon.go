@@ -308,6 +308,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Keys:              km,
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: prober.Support,
+		ProxyNetworks:     mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	keyEngine.Register(keyrotation.KEK, keyrotation.NewKEKRotator(km))
