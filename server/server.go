@@ -12,7 +12,8 @@
 //
 // Who is asking: the source address (the store's address index), or, from
 // a trusted proxy network only, Nova's signed proxy headers (X-Instance-ID,
-// X-Tenant-ID, X-Instance-ID-Signature) or X-Forwarded-For. Session tokens
+// X-Tenant-ID, X-Instance-ID-Signature) when a proxy secret is configured,
+// else the X-Forwarded-For entry the proxy added (identify.go). Session tokens
 // (PUT /latest/api/token, IMDSv2 style) can be optional or required.
 //
 // Limits and their defaults (Options; none of them bothers cloud-init,
