@@ -230,6 +230,7 @@ func (s *Server) fillUUID(ctx context.Context, uuid string) (*view, error) {
 	var v *view
 	if err == nil {
 		doc.InstanceUUID = uuid
+		s.warnProxyAddresses(uuid, doc.Addresses)
 		v, err = buildView(doc, s.policyFor(doc))
 		if err != nil {
 			err = &corruptError{uuid: uuid, err: err}

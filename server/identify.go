@@ -228,6 +228,23 @@ func parseForwarded(entry string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// warnProxyAddresses logs an instance whose document claims an address
+// inside a trusted proxy network (published by a host that does not trust
+// that network, or before it was trusted): that address never identifies
+// it here (identify), which its guest will notice; the operator should
+// know why. Called once per fill of the instance's view.
+func (s *Server) warnProxyAddresses(uuid string, addrs []string) {
+	for _, str := range addrs {
+		a, err := netip.ParseAddr(str)
+		if err != nil {
+			continue
+		}
+		if a = a.Unmap().WithZone(""); s.trusted(a) {
+			s.log.Warn("instance claims an address in a trusted proxy network; requests from that address never identify it", "instance", uuid, "address", a.String())
+		}
+	}
+}
+
 // ParsePrefixes parses a comma-separated list of networks (CIDR) or single
 // addresses, e.g. "10.0.0.0/8,192.0.2.7,fd00::/8".
 func ParsePrefixes(list string) ([]netip.Prefix, error) {

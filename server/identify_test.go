@@ -4,12 +4,14 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 const (
@@ -146,6 +148,9 @@ func TestForwardedFor(t *testing.T) {
 	o := testOptions(at("2026-01-01"))
 	o.ProxySecrets = nil
 	o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:1::/48")}
+	var logs testenv.SyncBuffer
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	o.AccessLog = false
 	s := New(docs, o)
 	xff := func(v ...string) http.Header { return http.Header{"X-Forwarded-For": v} }
 	const (
@@ -205,6 +210,16 @@ func TestForwardedFor(t *testing.T) {
 				t.Errorf("refusal carries a document: %q", r.body)
 			}
 		})
+	}
+	// px-1 was read (by its own address): the operator is told that its
+	// trusted addresses never identify it.
+	for _, a := range []string{"192.0.2.10", "2001:db8:1::10"} {
+		if !strings.Contains(logs.String(), "address in a trusted proxy network") || !strings.Contains(logs.String(), "address="+a) || !strings.Contains(logs.String(), proxiedUUID) {
+			t.Errorf("no warning about px-1's trusted address %s in the log:\n%s", a, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "address=10.0.0.7") {
+		t.Errorf("warning about an untrusted address:\n%s", logs.String())
 	}
 }
 
