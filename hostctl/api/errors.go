@@ -121,6 +121,11 @@ func allowed(root *mux.Router, r *http.Request, known []string) []string {
 			out = append(out, m)
 		}
 	}
+	if slices.Contains(out, http.MethodGet) && !slices.Contains(out, http.MethodHead) {
+		// A GET route takes HEAD too (headAsGet), as in net/http.
+		out = append(out, http.MethodHead)
+		slices.Sort(out)
+	}
 	return out
 }
 
