@@ -121,6 +121,9 @@ func (a *app) run(ctx context.Context, args []string, env Env) int {
 		return a.noCommand(env, lead, words, rest[len(words):])
 	}
 	err = a.runCommand(ctx, cmd, append(lead, rest[len(words):]...), env)
+	if code, ok := interruptedExit(ctx, env, cmd.Name, err); ok {
+		return code
+	}
 	switch {
 	case err == nil:
 		return 0
@@ -241,7 +244,7 @@ func (a *app) runCommand(ctx context.Context, cmd *Command, args []string, env E
 		return UsageError(err)
 	}
 	if config != nil && *config != "" {
-		if err := LoadConfigFile(fs, *config); err != nil {
+		if err := loadConfigFile(ctx, fs, *config); err != nil {
 			return UsageError(err)
 		}
 	}
