@@ -68,6 +68,7 @@ func (e errorWriter) fail(w http.ResponseWriter, r *http.Request, err error) {
 		for _, fe := range se.Errors {
 			body.Fields = append(body.Fields, types.FieldError{Field: fe.Field, Value: fe.Value, Rule: fe.Rule})
 		}
+		body.Summary = summary(body.Message, se) // summary.go
 	}
 	if status == http.StatusInternalServerError {
 		e.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
