@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"net"
@@ -205,4 +206,51 @@ func tail(s string) string {
 		return "…" + s[len(s)-2000:]
 	}
 	return s
+}
+
+// TestSignalStopsServe: SIGTERM shuts the daemon down, and that is a
+// success (exit 0), not a command stopped halfway: systemd's stop.
+func TestSignalStopsServe(t *testing.T) {
+	bin := hostctlBinary(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--virt", "none",
+		"--metadata-listen", "127.0.0.1:0", "--socket", filepath.Join(dir, "s.sock"))
+	cmd.Env = testenv.ChildEnv([]string{"VMETA_SOCKET", "VMETA_API", "VMETA_TOKEN"})
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	serving := make(chan bool, 1)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(stderr)
+		said := false
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if !said && strings.Contains(sc.Text(), "hostctl serving") {
+				said = true
+				serving <- true
+			}
+		}
+		if !said {
+			serving <- false
+		}
+	}()
+	if !<-serving {
+		<-copied
+		cmd.Wait()
+		t.Fatalf("serve did not start:\n%s", log.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-copied
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("serve after SIGTERM: %v, want exit 0\n%s", err, log.String())
+	}
 }
