@@ -157,7 +157,7 @@ func routes(c Controller, e errorWriter, o options) *mux.Router {
 	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())
 	system{errorWriter: e}.routes(v1)
 
-	root.NotFoundHandler = unmatched(root, e)
+	root.NotFoundHandler = headAsGet(root, unmatched(root, e)) // head.go
 	root.MethodNotAllowedHandler = root.NotFoundHandler
 	return root
 }

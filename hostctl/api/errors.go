@@ -68,6 +68,7 @@ func (e errorWriter) fail(w http.ResponseWriter, r *http.Request, err error) {
 		for _, fe := range se.Errors {
 			body.Fields = append(body.Fields, types.FieldError{Field: fe.Field, Value: fe.Value, Rule: fe.Rule})
 		}
+		body.Summary = summary(body.Message, se) // summary.go
 	}
 	if status == http.StatusInternalServerError {
 		e.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -120,6 +121,11 @@ func allowed(root *mux.Router, r *http.Request, known []string) []string {
 		if root.Match(probe, &match) && match.MatchErr == nil {
 			out = append(out, m)
 		}
+	}
+	if slices.Contains(out, http.MethodGet) && !slices.Contains(out, http.MethodHead) {
+		// A GET route takes HEAD too (headAsGet), as in net/http.
+		out = append(out, http.MethodHead)
+		slices.Sort(out)
 	}
 	return out
 }

@@ -28,7 +28,7 @@ const DefaultKeyRotationInterval = time.Minute
 
 // AddFlags registers the key rotation flags.
 func (c *KeyRotationConfig) AddFlags(fs *flag.FlagSet) {
-	fs.Func("key-rotation", "a key class's rotation policy, CLASS=POLICY[,generation=N][,keep-prior=N] (repeatable; classes key-encryption-key, token-signing-key, proxy-secret, disk-passphrases; policies Disabled, WithVersionUpgrade, KeyGeneration); applied at start-up, never lowering a stored generation; `hostctl keys policy` changes it at run time", func(s string) error {
+	fs.Func("key-rotation", "a key class's rotation policy, CLASS=POLICY[,generation=N][,keep-prior=N] (repeatable; classes key-encryption-key, token-signing-key, proxy-secret, disk-passphrases; policies Disabled, WithVersionUpgrade, KeyGeneration); applied at start-up, never lowering a stored generation; 'hostctl keys policy' changes it at run time", func(s string) error {
 		if _, _, err := keyrotation.ParseFlag(s); err != nil {
 			return err
 		}

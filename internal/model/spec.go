@@ -36,7 +36,7 @@ func ParseSpec(data []byte) (*Instance, error) {
 	if err := schema.ValidateJSON(schema.InstanceSpec, js); err != nil {
 		var se *schema.Error
 		if errors.As(err, &se) {
-			return nil, specErrorFromSchema(se)
+			return nil, withRuleErrors(js, se) // schemarules.go
 		}
 		return nil, fmt.Errorf("validate spec: %w", err)
 	}

@@ -52,17 +52,17 @@ func formatValue(v any) string {
 	}
 }
 
-// SpecError lists every problem found in a spec.
+// SpecError lists every problem found in a spec, or in the fields of
+// another request (Of says which).
 type SpecError struct {
 	Errors []FieldError
+	// Of is what the fields belong to, as the message names it ("invalid
+	// flavor: …"): "flavor", "image", "share"…; empty for an instance spec.
+	Of string
 }
 
 func (e *SpecError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, fe := range e.Errors {
-		parts[i] = fe.Error()
-	}
-	return "invalid instance spec: " + strings.Join(parts, "; ")
+	return "invalid " + e.Subject() + ": " + JoinFieldErrors(e.Errors) // specerror.go
 }
 
 // ErrInvalidSpec is matched by errors.Is for every *SpecError.
