@@ -121,6 +121,7 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 
 	shareHooks shareHooksPtr // sharehooks.go
+	keyForget  keyForgetPtr  // diskrotate.go
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 	devices    Devices
@@ -699,6 +700,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
+	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -402,6 +403,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		if err := e.sweep(ctx, c, subjects); err != nil {
+			errs = append(errs, err)
+		}
 		for _, s := range subjects {
 			if err := e.runOne(ctx, s, since); err != nil {
 				errs = append(errs, err)
@@ -509,6 +513,50 @@ func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Statu
 		*cur = st
 		return true
 	})
+}
+
+// sweep deletes this host's records of a per-instance class that name
+// an instance which no longer exists (subjects: the class's subjects,
+// which do), when the class's procedure can tell (InstanceChecker).
+func (e *Engine) sweep(ctx context.Context, c Class, subjects []Subject) error {
+	check, ok := e.rotator(c).(InstanceChecker)
+	if !c.PerInstance() || !ok {
+		return nil
+	}
+	live := map[string]bool{}
+	for _, s := range subjects {
+		live[s.InstanceUUID] = true
+	}
+	var errs []error
+	for _, kind := range []string{"policy", "status"} {
+		prefix := recordPrefix + e.opts.Host + "/" + kind + "/" + string(c) + "/"
+		recs, err := e.st.Records(ctx, prefix)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s records: %w", prefix, err))
+			continue
+		}
+		for _, r := range recs {
+			uuid := strings.TrimPrefix(r.Key, prefix)
+			if uuid == "" || strings.Contains(uuid, "/") || live[uuid] {
+				continue
+			}
+			exists, err := check.InstanceExists(ctx, uuid)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("key rotation records of instance %s: %w", uuid, err))
+				continue
+			}
+			if exists {
+				live[uuid] = true
+				continue
+			}
+			if err := e.st.DeleteRecord(ctx, r.Key, r.Version); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", r.Key, err))
+				continue
+			}
+			e.log.Info("key rotation record of a deleted instance deleted", "record", r.Key)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // putStatus changes a subject's status record (stamping Updated).

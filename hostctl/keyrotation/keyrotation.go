@@ -270,6 +270,14 @@ type Lister interface {
 	Subjects(ctx context.Context) ([]Subject, error)
 }
 
+// InstanceChecker is a per-instance class's procedure that says whether
+// an instance still exists (on any host): the Engine's Run deletes the
+// records of the instances that do not (one whose records could not be
+// deleted with it, or was deleted before they were).
+type InstanceChecker interface {
+	InstanceExists(ctx context.Context, uuid string) (bool, error)
+}
+
 // Pruner drops the prior keys of an overlapping class beyond keep (the
 // operator says the proxies are updated: `hostctl keys prune proxy`).
 type Pruner interface {

@@ -1,6 +1,7 @@
 package keyrotation_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -260,5 +261,56 @@ func TestForgetInstance(t *testing.T) {
 				t.Errorf("forgetting again: %v", err)
 			}
 		})
+	}
+}
+
+// checkingRotator is a fakeRotator that says which instances exist.
+type checkingRotator struct {
+	*fakeRotator
+	exists map[string]bool
+}
+
+func (c checkingRotator) InstanceExists(_ context.Context, uuid string) (bool, error) {
+	return c.exists[uuid], nil
+}
+
+// TestSweepDeletedInstances (issue 20 item 10): the records of an
+// instance deleted while they could not be deleted with it (or before
+// they were) go at the next run; those of an instance that still exists
+// (with no encrypted disk now, or on another host) stay.
+func TestSweepDeletedInstances(t *testing.T) {
+	st := backends(t)["bolt"]
+	ctx := t.Context()
+	e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
+	later := time.Now().Add(time.Hour)
+	r := checkingRotator{&fakeRotator{}, map[string]bool{"u-live": true, "u-plain": true}}
+	for _, uuid := range []string{"u-live", "u-gone", "u-plain"} {
+		r.subjects = append(r.subjects, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: uuid, InstanceName: uuid, Created: later})
+	}
+	e.Register(keyrotation.Disk, r)
+	for _, s := range r.subjects {
+		if _, err := e.SetPolicy(ctx, s, keyrotation.Policy{KeyRotationPolicy: keyrotation.Disabled}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// u-gone is deleted, u-plain loses its encrypted disks: neither is a
+	// subject now.
+	r.subjects = r.subjects[:1]
+	if err := e.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		uuid string
+		want bool
+	}{{"u-live", true}, {"u-gone", false}, {"u-plain", true}} {
+		for _, kind := range []string{"policy", "status"} {
+			_, err := st.Record(ctx, "keyrotation/h1/"+kind+"/disk-passphrases/"+c.uuid)
+			if got := err == nil; got != c.want {
+				t.Errorf("%s record of %s: present %v, want %v (%v)", kind, c.uuid, got, c.want, err)
+			}
+		}
 	}
 }
