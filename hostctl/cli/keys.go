@@ -24,16 +24,18 @@ const keysHelp = `Classes (short names in brackets):
   disk-passphrases (disk)    each LUKS disk's passphrase, per instance; in place through LUKS key slots
 Policies: Disabled (default), WithVersionUpgrade (rotate when hostctl runs a newer version than the one that
 minted the keys; not for the proxy secret), KeyGeneration (rotate when --generation is above the status
-generation). A rotation is complete when the status generation is at least the wanted generation.`
+generation; the other policies ignore --generation). A rotation is complete when the status generation is at
+least the wanted generation.`
 
 // keyCommands are `hostctl keys status|policy|rotate|prune|show`.
 func keyCommands() []*Command {
 	return []*Command{
 		{Name: "keys status", Args: "[CLASS]", Summary: "show every key class's rotation policy and status (disk passphrases per instance)", Client: true, Help: keysHelp, Setup: keysStatus},
 		{Name: "keys policy", Args: "CLASS --policy P [--generation N] [--keep-prior N] [--instance NAME]", Summary: "set a class's (or one instance's disk) key rotation policy", Client: true,
-			Help: keysHelp + "\nThe wanted generation never decreases: a lower --generation is refused (409).", Setup: keysPolicy},
-		{Name: "keys rotate", Args: "CLASS [--instance NAME] [--wait]", Summary: "rotate a class's keys once more (its policy becomes KeyGeneration, one above)", Client: true,
-			Help: keysHelp + "\nWith --wait the command follows the rotation (a progress bar on a terminal) until it is complete,\nfails, or is pending (a running instance's disks rotate when it next stops).", Setup: keysRotate},
+			Help: keysHelp + "\nThe wanted generation never decreases: a lower --generation is refused with KeyGeneration (409);\nDisabled and WithVersionUpgrade ignore it (the wanted generation is kept).", Setup: keysPolicy},
+		{Name: "keys rotate", Args: "CLASS [--instance NAME] [--wait]", Summary: "rotate a class's keys once more (its policy becomes KeyGeneration, one above the highest generation of its keys)", Client: true,
+			Help: keysHelp + "\nWithout --instance, disk-passphrases rotates every instance's disks (an instance's own policy becomes the new\ngeneration too); with no key to rotate the command says so and changes nothing." +
+				"\nWith --wait the command follows the rotation (a progress bar on a terminal) until it is complete,\nfails, or is pending (a running instance's disks rotate when it next stops).", Setup: keysRotate},
 		{Name: "keys prune", Args: "proxy [--keep N]", Summary: "drop prior proxy secrets beyond --keep, once every proxy has the current one", Client: true, Setup: keysPrune},
 		{Name: "keys show", Args: "CLASS [--reveal]", Summary: "show a class's status; --reveal prints the current proxy secret (administrators)", Client: true,
 			Help: "--reveal is only for the proxy secret, which the metadata proxies must be configured with; no other key leaves the daemon.", Setup: keysShow},
