@@ -63,8 +63,8 @@ func New(st Store, opts Options) *Engine {
 		progress: map[string]Progress{}, kick: make(chan struct{}, 1)}
 }
 
-// Register sets the procedure of a class. A class without one is neither
-// rotated nor reported.
+// Register sets the procedure of a class. A class without one is not
+// rotated (Reports lists it with NoKeys).
 func (e *Engine) Register(c Class, r Rotator) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
