@@ -468,17 +468,23 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 		})
 		return err
 	}
-	_, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+	st, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
 		cur.KeyGeneration = max(cur.KeyGeneration, gen)
 		cur.KeyVersion = e.opts.Version
 		cur.PriorKeyCount = res.PriorKeyCount
 		cur.Target, cur.Pending, cur.Error, cur.Progress = 0, "", "", nil
 		return true
 	})
-	if err == nil {
-		e.log.Info("key rotation complete", "subject", s.String(), "generation", gen)
+	if err != nil {
+		return err
 	}
-	return err
+	e.log.Info("key rotation complete", "subject", s.String(), "generation", gen)
+	if p, err := e.Policy(ctx, s); err == nil && e.target(p, st) > gen {
+		// A rotation begun before a higher one was asked (it waited for
+		// an instance to stop): the higher one now, not a run later.
+		return e.runOne(ctx, s, since)
+	}
+	return nil
 }
 
 // current returns a subject's status, recording it first when the

@@ -91,6 +91,31 @@ func TestRotateClassWide(t *testing.T) {
 			if c := disk.took(); !slices.Equal(c, []string{"disk-passphrases/u-a@6"}) {
 				t.Fatalf("rotations %v, want a to 6", c)
 			}
+
+			// b is running: its rotation to 7 waits; a second request
+			// goes above that target (8); once b stops, one run takes it
+			// to 7 and then 8.
+			disk.mu.Lock()
+			disk.pending = map[string]string{"disk-passphrases/u-b": "instance running"}
+			disk.mu.Unlock()
+			for _, want := range []int64{7, 8} {
+				if rot, err = e.Rotate(ctx, class); err != nil || rot.KeyGeneration != want {
+					t.Fatalf("rotate: %+v %v, want %d", rot, err, want)
+				}
+				if err := e.Run(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			disk.took()
+			disk.mu.Lock()
+			disk.pending = nil
+			disk.mu.Unlock()
+			if err := e.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if c := disk.took(); !slices.Equal(c, []string{"disk-passphrases/u-b@7", "disk-passphrases/u-b@8"}) {
+				t.Fatalf("rotations after b stopped %v, want b to 7 then 8", c)
+			}
 		})
 	}
 }
