@@ -118,6 +118,7 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 		}
 		warnReadable(log, c.TokenKeyFile)
 		f := NewKeyFile("token", c.TokenKeyFile, &KeyRing{}, log)
+		f.created = created
 		if _, err := f.reloadQuiet(); err != nil {
 			return Options{}, fmt.Errorf("token key: %w", err)
 		}

@@ -124,6 +124,7 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 
 	shareHooks shareHooksPtr // sharehooks.go
+	keyForget  keyForgetPtr  // diskrotate.go
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 	devices    Devices
@@ -711,6 +712,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
+	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {

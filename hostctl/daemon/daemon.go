@@ -328,7 +328,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// (accepted everywhere, then current), the metadata readers following
 	// on the store's feed.
 	tokenKeys, proxyKeys := metadatakeys.Register(keyEngine, mdOpts, st, log)
-	keyEngine.Register(keyrotation.Disk, controller.NewDiskRotator(ctl))
+	if err := markKeyFilesCreated(ctx, keyEngine, mdOpts); err != nil { // keyrotation.go
+		return err
+	}
+	registerDiskRotation(keyEngine, ctl) // keyrotation.go
 	if err := keyEngine.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
