@@ -312,6 +312,16 @@ func TestReplicaReloadPaths(t *testing.T) {
 	t.Run("sighup and a broken file", func(t *testing.T) {
 		p, tk := newFiles("hup")
 		r := startReplica(t, srv.URL(), p, tk, "--key-check-interval", "1h")
+		// The replica reloads its key files once more when it has
+		// subscribed to the feed; write the new file only after that.
+		if err := r.p.WaitReady(30*time.Second, 5*time.Millisecond, func() error {
+			if !strings.Contains(r.p.Output(), "metadata change feed: following") {
+				return fmt.Errorf("not following the change feed yet")
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%v\n%s", err, r.p.Output())
+		}
 		secret1 := []byte("reload-paths-secret-one")
 		writeKeyFile(t, p, server.KeyEntry{Key: secret1, Generation: 7, State: server.KeyCurrent})
 		if c := signedStatus(r, secret1); c != 403 {
