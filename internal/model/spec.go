@@ -33,6 +33,11 @@ func ParseSpec(data []byte) (*Instance, error) {
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Rule: "spec is empty"}}}
 	}
+	// Depth and free-form sizes first (bounds.go): nothing else reads a
+	// document past them.
+	if err := checkDocument(js); err != nil {
+		return nil, err
+	}
 	if err := schema.ValidateJSON(schema.InstanceSpec, js); err != nil {
 		var se *schema.Error
 		if errors.As(err, &se) {
