@@ -42,7 +42,9 @@ func TestSpecBounds(t *testing.T) {
 		{"129 meta items", `{"name":"a","meta":{` + many(129, func(i int) string { return fmt.Sprintf(`"k%d":"v"`, i) }) + `}}`, "meta", "at most 128 items"},
 		{"128 meta items", `{"name":"a","meta":{` + many(128, func(i int) string { return fmt.Sprintf(`"k%d":"v"`, i) }) + `}}`, "", ""},
 		{"user_data over 65535 bytes (in fewer characters)", `{"name":"a","user_data":"` + strings.Repeat("é", 40000) + `"}`, "user_data", "at most 65535 bytes"},
-		{"files over 256 KiB together", `{"name":"a","files":[` + many(5, func(i int) string { return fmt.Sprintf(`{"path":"/f%d","content":"%s"}`, i, strings.Repeat("x", 60<<10)) }) + `]}`, "files", "at most 262144 bytes"},
+		{"files over 256 KiB together", `{"name":"a","files":[` + many(5, func(i int) string {
+			return fmt.Sprintf(`{"path":"/f%d","content":"%s"}`, i, strings.Repeat("x", 60<<10))
+		}) + `]}`, "files", "at most 262144 bytes"},
 
 		{"meta value with NUL", `{"name":"a","meta":{"k":"a\u0000b"}}`, "meta.k", "control characters"},
 		{"meta value with ESC", `{"name":"a","meta":{"k":"\u001b[31mred"}}`, "meta.k", "control characters"},
