@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,39 @@ func TestDeepSpecRefusedQuickly(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Logf("%d-byte spec nested 9,000 levels refused in %v", len(spec), time.Since(start))
+}
+
+// TestWideSpecRefusedCheaply: a 900 KB JSON spec of small objects in
+// vendor_data is refused before the YAML reader (120 MB of allocations
+// for it) sees it: the allocations are printed and bounded.
+func TestWideSpecRefusedCheaply(t *testing.T) {
+	var wide strings.Builder
+	wide.WriteString(`{"name":"wide","vendor_data":{`)
+	for i := 0; wide.Len() < 900<<10; i++ {
+		if i > 0 {
+			wide.WriteByte(',')
+		}
+		fmt.Fprintf(&wide, `"k%d":{"a":[1,{"b":[2]}]}`, i)
+	}
+	wide.WriteString("}}")
+	spec := []byte(wide.String())
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	_, err := model.ParseSpec(spec)
+	runtime.ReadMemStats(&m1)
+	if err == nil || !strings.Contains(err.Error(), "at most 65535 bytes") {
+		t.Fatalf("err = %.300v", err)
+	}
+	alloc := m1.TotalAlloc - m0.TotalAlloc
+	t.Logf("a %d-byte spec refused with %d KiB allocated", len(spec), alloc>>10)
+	if alloc > 40<<20 {
+		t.Errorf("refusing a %d-byte spec allocated %d MiB", len(spec), alloc>>20)
+	}
+	// Indentation does not count: 60 KB of vendor_data, pretty-printed.
+	pretty := `{"name":"a","vendor_data":{` + "\n" + strings.Repeat(`    "k": "`+strings.Repeat("v", 60000)+`"`, 1) + "\n" + strings.Repeat(" ", 10000) + `}}`
+	if _, err := model.ParseSpec([]byte(pretty)); err != nil {
+		t.Errorf("60 KB of vendor_data, indented: %.300v", err)
+	}
 }
 
 // FuzzParseDiskSize: every accepted size is at most MaxDiskSize, and
