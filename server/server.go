@@ -387,8 +387,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	c, ierr := s.identify(r.Header, r.RemoteAddr)
 	if ierr != nil {
 		if ierr == errBadSignature {
-			id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
-			s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id)
+			// Within the proxy's refusal budget: a proxy relaying a
+			// flood of forged ids writes a burst of these, not one each.
+			if ok, suppressed := s.refusals.Allow("signature/" + c.peer.String()); ok {
+				id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
+				s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id, "suppressed", suppressed)
+			}
 		}
 		return fail(w, res, ierr.status, ierr.msg)
 	}
