@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
-
-	"github.com/vmeta/vmeta/internal/clip"
 )
 
 // Error is returned by Validate and ValidateJSON for a document that does
@@ -230,14 +228,22 @@ func comparePointers(a, b string) int {
 }
 
 // MaxQuoted bounds the runes of a value QuoteValue quotes whole.
-const MaxQuoted = clip.Value
+const MaxQuoted = 64
 
 // QuoteValue quotes s, a value from user input, for an error message: whole
 // when it has at most MaxQuoted runes, else its first MaxQuoted runes
 // followed by "… (N bytes)", so that a 70,000-byte user_data does not fill
-// the terminal. The cut never splits a rune. It is clip.Quote, the one
-// helper every request value goes through.
-func QuoteValue(s string) string { return clip.Quote(s, MaxQuoted) }
+// the terminal. The cut never splits a rune.
+func QuoteValue(s string) string {
+	n := 0
+	for i := range s {
+		if n == MaxQuoted {
+			return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:i]), len(s))
+		}
+		n++
+	}
+	return strconv.Quote(s)
+}
 
 // quotedNames extracts the strings the library quoted in a message. The
 // library quotes with %q, then turns the double quotes into single quotes:

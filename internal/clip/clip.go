@@ -3,7 +3,9 @@
 // line, an error message or an error body. Every such value goes through
 // String (or Quote, or Any), so that a 1 MB path or a 900 KB user_data is
 // never copied whole into a log or an answer: what is kept is the start
-// of the value and its length.
+// of the value and its length. (Package schema, which imports nothing of
+// vmeta, has its own schema.QuoteValue for its messages; a test keeps it
+// cutting exactly as Quote does.)
 package clip
 
 import (

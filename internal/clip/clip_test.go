@@ -3,6 +3,8 @@ package clip
 import (
 	"strings"
 	"testing"
+
+	"github.com/vmeta/vmeta/schema"
 )
 
 func TestString(t *testing.T) {
@@ -64,5 +66,16 @@ func TestAny(t *testing.T) {
 				t.Errorf("Any = %#v, want %#v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestQuoteMatchesSchema: package schema imports nothing of vmeta, so it
+// keeps its own QuoteValue for the schema's messages; it must cut exactly
+// as Quote does.
+func TestQuoteMatchesSchema(t *testing.T) {
+	for _, s := range []string{"", "oracledb", strings.Repeat("x", Value), strings.Repeat("x", Value+1), strings.Repeat("é", 100), "a\nb\u202e", strings.Repeat("a", 70000)} {
+		if got, want := Quote(s, Value), schema.QuoteValue(s); got != want {
+			t.Errorf("Quote(%.20q) = %s, schema.QuoteValue = %s", s, got, want)
+		}
 	}
 }
