@@ -36,7 +36,7 @@ func TestAccessLogRefusalsBounded(t *testing.T) {
 	}
 	t.Logf("2,000 refused requests from one address: %d lines, %d bytes of log", lines(), buf.Len())
 
-	// A known guest's requests are all logged, refused or not.
+	// A known guest's answered requests are all logged.
 	for range 3 {
 		req(s, "GET", "/openstack/latest/meta_data.json", richAddr+":1234", nil, "")
 	}
