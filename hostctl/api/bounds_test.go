@@ -101,6 +101,14 @@ func TestOversizedRequestValuesBounded(t *testing.T) {
 	}
 	t.Logf("unix socket: a 1 MB unknown path: a %d-byte body, a %d-byte log line", len(body), len(line))
 
+	// An authenticated caller asking for an instance with a 1 MB name:
+	// the 404 names it cut.
+	before = logs.Len()
+	code, body = do(t, http.MethodGet, tcp.URL+long, tt.alice, "")
+	if line := logs.String()[before:]; code != http.StatusNotFound || len(body) > 1024 || len(line) > 2048 {
+		t.Errorf("member, 1 MB instance name: %d, %d-byte body, %d-byte log line", code, len(body), len(line))
+	}
+
 	// A flood from one peer: a burst of lines, not one per request.
 	before = logs.Len()
 	for range 200 {
