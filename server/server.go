@@ -57,6 +57,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vmeta/vmeta/internal/clip"
+	"github.com/vmeta/vmeta/internal/logbudget"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -206,6 +208,7 @@ type Server struct {
 	reported       atomic.Value // string: keysState of the last record written
 
 	observe, accessLog bool
+	refusals           *logbudget.Budget // access-log lines of refused requests, per peer
 	metrics            *metrics
 	registry           *prometheus.Registry
 	health             health
@@ -246,6 +249,7 @@ func New(docs Documents, opts Options) *Server {
 	if s.now == nil {
 		s.now, s.realClock = time.Now, true
 	}
+	s.refusals = logbudget.New(0, 0, s.now)
 	if s.storeTimeout <= 0 {
 		s.storeTimeout = DefaultStoreTimeout
 	}
@@ -381,11 +385,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	c, ierr := s.identify(r.Header, r.RemoteAddr)
 	if ierr != nil {
 		if ierr == errBadSignature {
-			id := r.Header.Get(hdrInstanceID)
-			if len(id) > 64 {
-				id = id[:64] + "…"
+			// Within the proxy's refusal budget: a proxy relaying a
+			// flood of forged ids writes a burst of these, not one each.
+			if ok, suppressed := s.refusals.Allow("signature/" + c.peer.String()); ok {
+				id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
+				s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id, "suppressed", suppressed)
 			}
-			s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id)
 		}
 		return fail(w, res, ierr.status, ierr.msg)
 	}
@@ -636,21 +641,38 @@ func (s *Server) openstackListing() []byte {
 	return l.body
 }
 
+// logAccess writes a request's access-log line. Of the request it holds
+// only the method and the path, each cut by clip (never the query string:
+// it may carry anything). Refused requests (status 400 and up) are logged
+// within a budget per peer address: a peer sending thousands of them — an
+// address with no instance, a guest over its rate limit — writes a burst
+// of lines, then one a second, which says how many were suppressed.
 func (s *Server) logAccess(r *http.Request, res result, d time.Duration) {
-	p := r.URL.Path // never the query string: it may carry anything
-	if len(p) > 256 {
-		p = p[:256] + "…"
+	var suppressed int
+	if res.status >= 400 {
+		peer := r.RemoteAddr
+		if host, _, err := net.SplitHostPort(peer); err == nil {
+			peer = host
+		}
+		var ok bool
+		if ok, suppressed = s.refusals.Allow(peer); !ok {
+			return
+		}
 	}
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "metadata request",
-		slog.String("method", r.Method),
-		slog.String("path", p),
+	attrs := []slog.Attr{
+		slog.String("method", clip.String(r.Method, clip.Log)),
+		slog.String("path", clip.String(r.URL.Path, clip.Log)),
 		slog.String("class", res.class.String()),
 		slog.Int("status", res.status),
 		slog.Duration("duration", d),
 		slog.String("peer", r.RemoteAddr),
 		slog.String("via", res.via),
 		slog.String("instance", res.uuid),
-	)
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "metadata request", attrs...)
 }
 
 // health is what the server knows about the store: the error of the last

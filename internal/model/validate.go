@@ -120,12 +120,7 @@ func ValidateTag(tag string) error {
 	case strings.ContainsAny(tag, ",/"):
 		return errors.New("must not contain ',' or '/' (Nova's tag rule)")
 	}
-	for _, r := range tag {
-		if r < 0x20 || r == 0x7f {
-			return errors.New("must not contain control characters")
-		}
-	}
-	return nil
+	return checkText(tag) // control and bidirectional characters (bounds.go)
 }
 
 // ValidateShareTag checks a virtiofs share tag.
@@ -430,6 +425,7 @@ func (in *Instance) Validate() error {
 	for i, cpu := range in.DedicatedCPUs {
 		uniq(fmt.Sprintf("dedicated_cpus[%d]", i), "CPU id", strconv.Itoa(cpu), cpus, i)
 	}
+	in.validateInputs(&c) // bounds.go
 	return c.err()
 }
 
