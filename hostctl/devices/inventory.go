@@ -227,6 +227,10 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 	if _, err := inv.st.PutRecord(ctx, hostIndexPrefix+inv.host, []byte(`{}`), -1); err != nil {
 		return nil, fmt.Errorf("device inventory: index host %s: %w", inv.host, err)
 	}
+	foundAt := map[string]Found{}
+	for _, f := range found {
+		foundAt[f.Address] = f
+	}
 	var healed []types.Device
 	err = inv.retry(ctx, "sync devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
@@ -272,9 +276,14 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 				devs = append(devs, e.dev)
 				continue
 			}
-			if e.dev.Present {
-				d := e.dev
-				d.Present = false
+			d := e.dev
+			d.Present = false
+			if f, ok := foundAt[d.Address]; ok && d.Alias == "" {
+				// A device named directly in pci_devices: its ids, for the
+				// operator and the cleanup workflow (which wipes by class).
+				d.VendorID, d.ProductID, d.Class = f.VendorID, f.ProductID, f.Class
+			}
+			if !same(d, e.dev) {
 				ops = append(ops, putOp(d, e.version))
 				devs = append(devs, d)
 			}

@@ -166,6 +166,16 @@ func TestDirectOneTimeUse(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantCounters(t, inv, addr, `total=1 reserved=1 used=0 consumer="vm1" needs_cleaning=true traits=[HW_PCI_ONE_TIME_USE]`)
+		// A sync that finds it in sysfs gives its record the device's ids
+		// (the cleanup workflow wipes by class); it stays burned.
+		found, _ := Discover(writeSysfs(t, append(gpuServer[:len(gpuServer):len(gpuServer)],
+			fixtureDevice{addr: addr, vendor: "0x8086", device: "0x0b60", class: "0x010802"})))
+		if _, err := inv.Sync(ctx, found); err != nil {
+			t.Fatal(err)
+		}
+		if d := wantCounters(t, inv, addr, `total=1 reserved=1 used=0 consumer="vm1" needs_cleaning=true traits=[HW_PCI_ONE_TIME_USE]`); d.VendorID != "8086" || d.Class != "010802" || d.Present || d.Alias != "" {
+			t.Fatalf("direct record after a sync that found it: %+v", d)
+		}
 		if nc, _ := inv.List(ctx, Filter{NeedsCleaning: true}); len(nc) != 2 {
 			t.Fatalf("--needs-cleaning = %+v; want the gpu and %s", nc, addr)
 		}
@@ -195,7 +205,7 @@ func TestDirectOneTimeUse(t *testing.T) {
 			t.Fatalf("a cleaned device used plainly = %+v, %v", held, err)
 		}
 		// The next sync drops the cleaned record (neither used nor reserved).
-		found, _ := Discover(writeSysfs(t, gpuServer))
+		found, _ = Discover(writeSysfs(t, gpuServer))
 		if _, err := inv.Sync(ctx, found); err != nil {
 			t.Fatal(err)
 		}
