@@ -350,18 +350,19 @@ type Filter struct {
 	AllHosts bool
 }
 
-// Traits are the traits vmeta sets on devices: the only ones a device
-// list can be filtered by.
-var Traits = []string{types.TraitOneTimeUse}
+// Traits returns the traits vmeta sets on devices: the only ones a
+// device list can be filtered by.
+func Traits() []string { return []string{types.TraitOneTimeUse} }
 
 // checkTrait refuses a trait vmeta never sets (Nova's tentative
 // HW_ONE_TIME_USE, a typo): filtering by it would silently list nothing.
 func checkTrait(t string) error {
-	if t == "" || slices.Contains(Traits, t) {
+	known := Traits()
+	if t == "" || slices.Contains(known, t) {
 		return nil
 	}
 	return &model.SpecError{Errors: []model.FieldError{{Field: "trait", Value: t,
-		Rule: "unknown trait: vmeta sets only " + strings.Join(Traits, ", ")}}}
+		Rule: "unknown trait: vmeta sets only " + strings.Join(known, ", ")}}}
 }
 
 // List returns the devices of this host (of every host with AllHosts),
