@@ -89,8 +89,9 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 // restoreHostdevs puts back into the domain's definition the <hostdev> of
 // every held device it lacks: an earlier hostctl's failed start took them
 // out, and a device claimed again unchanged leaves the spec unchanged, so
-// the apply did not redefine the domain. Each goes back at the guest address the stored
-// spec has for it, where the published metadata says it is.
+// the apply did not redefine the domain. Each goes back at the guest
+// address the stored spec has for it, where the published metadata says
+// it is.
 func (c *Controller) restoreHostdevs(ctx context.Context, in *model.Instance, held []string) error {
 	name := in.Name
 	if c.domains == nil || c.hotplug == nil || len(held) == 0 {
