@@ -42,11 +42,20 @@ func deviceList(fs *flag.FlagSet) func(context.Context, *Call) error {
 		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "HOST\tADDRESS\tALIAS\tVENDOR:PRODUCT\tTOTAL\tRESERVED\tUSED\tSTATE\tINSTANCE\tTRAITS")
 		for _, d := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%s\t%d\t%d\t%d\t%s\t%s\t%s\n", d.Host, d.Address, orDash(d.Alias), d.VendorID, d.ProductID,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", d.Host, d.Address, orDash(d.Alias), deviceIDs(d),
 				d.Total, d.Reserved, d.Used, deviceState(d), orDash(d.ConsumerName), orDash(strings.Join(d.Traits, ",")))
 		}
 		return tw.Flush()
 	}
+}
+
+// deviceIDs is vendor:product, or - when unknown (a device named
+// directly in pci_devices that no sync has found in sysfs).
+func deviceIDs(d types.Device) string {
+	if d.VendorID == "" && d.ProductID == "" {
+		return "-"
+	}
+	return d.VendorID + ":" + d.ProductID
 }
 
 // deviceState says in a word where a device stands.
@@ -117,7 +126,7 @@ func printDevice(c *Call, d types.Device) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	for _, kv := range [][2]string{
 		{"Address", d.Address}, {"Host", d.Host}, {"Alias", orDash(d.Alias)},
-		{"Vendor:product", d.VendorID + ":" + d.ProductID}, {"Class", orDash(d.Class)},
+		{"Vendor:product", deviceIDs(d)}, {"Class", orDash(d.Class)},
 		{"State", deviceState(d)},
 		{"Total/reserved/used", fmt.Sprintf("%d/%d/%d", d.Total, d.Reserved, d.Used)},
 		{"Traits", orDash(strings.Join(d.Traits, ","))},

@@ -422,3 +422,44 @@ func TestServeUnmarkedDeviceNeedsCleaning(t *testing.T) {
 		t.Fatalf("%d device.released events:\n%s", released, out)
 	}
 }
+
+// Issue 20 item 13 through `hostctl serve` and the CLI: a device outside
+// the device spec named in pci_devices with one_time_use is burned while
+// the instance holds it, refused to another instance, needs cleaning
+// after delete, and is usable again once cleaned.
+func TestServeDirectOneTimeUse(t *testing.T) {
+	dir := t.TempDir()
+	d := serveDevices(t, dir)
+	const addr = "0000:d8:00.0"
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	if code, out := d.hostctl("instance", "apply", "-f", write("vm1.yaml", "name: vm1\npci_devices:\n  - address: \""+addr+"\"\n    one_time_use: true\n")); code != 0 {
+		t.Fatalf("apply vm1: %s", out)
+	}
+	code, out := d.hostctl("device", "list")
+	if code != 0 || !regexp.MustCompile(`gpu-host\s+`+regexp.QuoteMeta(addr)+`\s+-\s+-\s+1\s+1\s+1\s+in-use\s+vm1\s+HW_PCI_ONE_TIME_USE`).MatchString(out) {
+		t.Fatalf("device list:\n%s", out)
+	}
+	vm2 := write("vm2.yaml", "name: vm2\npci_devices:\n  - address: \""+addr+"\"\n")
+	if code, out := d.hostctl("instance", "apply", "-f", vm2); code == 0 || !strings.Contains(out, "pci_devices[0] "+addr+": one-time-use, in use by instance vm1") {
+		t.Fatalf("apply vm2 naming vm1's device: exit %d %s", code, out)
+	}
+	if code, out := d.hostctl("instance", "delete", "vm1"); code != 0 {
+		t.Fatalf("delete vm1: %s", out)
+	}
+	if nc := d.devices("--needs-cleaning"); len(nc) != 1 || nc[0].Address != addr {
+		t.Fatalf("needs cleaning: %+v", nc)
+	}
+	if code, out := d.hostctl("instance", "apply", "-f", vm2); code == 0 || !strings.Contains(out, "burned awaiting cleaning") {
+		t.Fatalf("apply vm2 naming the burned device: exit %d %s", code, out)
+	}
+	if code, out := d.hostctl("device", "clean", addr); code != 0 || !strings.Contains(out, "device "+addr+" is clean: reserved 0, usable again in pci_devices") {
+		t.Fatalf("clean: %d %s", code, out)
+	}
+	if code, out := d.hostctl("instance", "apply", "-f", vm2); code != 0 {
+		t.Fatalf("apply vm2 after cleaning: %s", out)
+	}
+}
