@@ -362,7 +362,7 @@ func checkTrait(t string) error {
 		return nil
 	}
 	return &model.SpecError{Errors: []model.FieldError{{Field: "trait", Value: t,
-		Rule: "unknown trait: vmeta sets only " + strings.Join(known, ", ")}}}
+		Rule: "unknown trait: vmeta sets only " + strings.Join(known, ", ")}}, Of: "device list request"}
 }
 
 // List returns the devices of this host (of every host with AllHosts),

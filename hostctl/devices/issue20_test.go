@@ -103,7 +103,7 @@ func TestListUnknownTrait(t *testing.T) {
 		for _, tr := range []string{"HW_ONE_TIME_USE", "hw_pci_one_time_use", "CUSTOM_GPU"} {
 			for _, all := range []bool{false, true} {
 				list, err := inv.List(ctx, Filter{Trait: tr, AllHosts: all})
-				if !errors.Is(err, model.ErrInvalidSpec) || !strings.Contains(err.Error(), `trait: "`+tr+`": unknown trait: vmeta sets only HW_PCI_ONE_TIME_USE`) {
+				if !errors.Is(err, model.ErrInvalidSpec) || !strings.Contains(err.Error(), `invalid device list request: trait: "`+tr+`": unknown trait: vmeta sets only HW_PCI_ONE_TIME_USE`) {
 					t.Errorf("List(trait %s, all hosts %v) = %v, %v; want an unknown-trait error", tr, all, list, err)
 				}
 			}

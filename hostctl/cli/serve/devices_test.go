@@ -363,6 +363,7 @@ func TestServeUnmarkedDeviceNeedsCleaning(t *testing.T) {
 
 	for _, tr := range []string{"HW_ONE_TIME_USE", "hw_pci_one_time_use"} {
 		code, out := d.hostctl("device", "list", "--trait", tr)
+		t.Logf("device list --trait %s: exit %d: %s", tr, code, out)
 		if code == 0 || !strings.Contains(out, `trait: "`+tr+`": unknown trait: vmeta sets only HW_PCI_ONE_TIME_USE`) {
 			t.Errorf("device list --trait %s: exit %d %s", tr, code, out)
 		}
