@@ -23,7 +23,8 @@ type DeviceService interface {
 func WithDevices(svc DeviceService) Option { return func(o *options) { o.devices = svc } }
 
 // devices is /v1/devices: the operator's view of the inventory
-// (GET ?needs_cleaning=1&trait=T&all_hosts=1), one device
+// (GET ?needs_cleaning=1&trait=T&all_hosts=1; a trait vmeta never sets is
+// a 400 naming the ones it does), one device
 // (GET /v1/devices/{address}) and the operator saying a device is clean
 // (POST /v1/devices/{address}/clean). All for administrators.
 type devices struct {

@@ -16,16 +16,17 @@ import (
 func deviceCommands() []*Command {
 	return []*Command{
 		{Name: "device list", Summary: "list the passthrough device inventory (--needs-cleaning, --trait T, --all-hosts)", Client: true, Setup: deviceList,
-			Help: "A device needs cleaning when it is one-time-use (trait HW_PCI_ONE_TIME_USE), reserved == total and used == 0:\n" +
-				"an instance used it and it stays out of the pool until `hostctl device clean ADDR`."},
+			Help: "A device needs cleaning when reserved == total and used == 0 (the counters alone, whatever its traits):\n" +
+				"an instance used it while it was one-time-use (trait HW_PCI_ONE_TIME_USE), and it stays out of the pool\n" +
+				"until `hostctl device clean ADDR`. --trait takes only a trait vmeta sets: HW_PCI_ONE_TIME_USE."},
 		{Name: "device show", Args: "ADDR", Summary: "show one device of this host (counters, traits, last use, cleanup hook outcome)", Client: true, Setup: noFlags(deviceShow)},
 		{Name: "device clean", Args: "ADDR", Summary: "say a device is clean: reserved back to 0, so it rejoins the pool (refused while in use)", Client: true, Setup: noFlags(deviceClean)},
 	}
 }
 
 func deviceList(fs *flag.FlagSet) func(context.Context, *Call) error {
-	nc := fs.Bool("needs-cleaning", false, "only one-time-use devices released and awaiting cleaning")
-	trait := fs.String("trait", "", "only devices with this trait (HW_PCI_ONE_TIME_USE)")
+	nc := fs.Bool("needs-cleaning", false, "only devices released burned and awaiting cleaning (reserved == total, used == 0)")
+	trait := fs.String("trait", "", "only devices with this trait (vmeta sets only HW_PCI_ONE_TIME_USE)")
 	all := fs.Bool("all-hosts", false, "every host's devices, not only this host's")
 	return func(ctx context.Context, c *Call) error {
 		if err := c.NoArgs(); err != nil {
@@ -41,22 +42,31 @@ func deviceList(fs *flag.FlagSet) func(context.Context, *Call) error {
 		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "HOST\tADDRESS\tALIAS\tVENDOR:PRODUCT\tTOTAL\tRESERVED\tUSED\tSTATE\tINSTANCE\tTRAITS")
 		for _, d := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%s\t%d\t%d\t%d\t%s\t%s\t%s\n", d.Host, d.Address, d.Alias, d.VendorID, d.ProductID,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", d.Host, d.Address, orDash(d.Alias), deviceIDs(d),
 				d.Total, d.Reserved, d.Used, deviceState(d), orDash(d.ConsumerName), orDash(strings.Join(d.Traits, ",")))
 		}
 		return tw.Flush()
 	}
 }
 
+// deviceIDs is vendor:product, or - when unknown (a device named
+// directly in pci_devices that no sync has found in sysfs).
+func deviceIDs(d types.Device) string {
+	if d.VendorID == "" && d.ProductID == "" {
+		return "-"
+	}
+	return d.VendorID + ":" + d.ProductID
+}
+
 // deviceState says in a word where a device stands.
 func deviceState(d types.Device) string {
 	switch {
-	case !d.Present:
-		return "not-present"
 	case d.Used > 0:
 		return "in-use"
 	case d.NeedsCleaning:
 		return "needs-cleaning"
+	case !d.Present:
+		return "not-present"
 	case d.Reserved >= d.Total:
 		return "reserved"
 	}
@@ -87,6 +97,11 @@ func deviceClean(ctx context.Context, c *Call) error {
 	if c.JSON() {
 		return c.PrintJSON(d)
 	}
+	if d.Alias == "" {
+		// Named directly in an instance's pci_devices, outside the device spec.
+		fmt.Fprintf(c.Stdout, "device %s is clean: reserved %d, usable again in pci_devices\n", d.Address, d.Reserved)
+		return nil
+	}
 	fmt.Fprintf(c.Stdout, "device %s is clean: reserved %d, back in the pool of alias %s\n", d.Address, d.Reserved, d.Alias)
 	return nil
 }
@@ -110,8 +125,8 @@ func printDevice(c *Call, d types.Device) error {
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	for _, kv := range [][2]string{
-		{"Address", d.Address}, {"Host", d.Host}, {"Alias", d.Alias},
-		{"Vendor:product", d.VendorID + ":" + d.ProductID}, {"Class", orDash(d.Class)},
+		{"Address", d.Address}, {"Host", d.Host}, {"Alias", orDash(d.Alias)},
+		{"Vendor:product", deviceIDs(d)}, {"Class", orDash(d.Class)},
 		{"State", deviceState(d)},
 		{"Total/reserved/used", fmt.Sprintf("%d/%d/%d", d.Total, d.Reserved, d.Used)},
 		{"Traits", orDash(strings.Join(d.Traits, ","))},

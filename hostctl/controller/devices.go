@@ -13,29 +13,37 @@ import (
 // Devices is the host's passthrough device inventory (hostctl/devices) as
 // the controller uses it: an instance's pci_aliases are claimed (and
 // one-time-use devices burned, in the same atomic write) before its
-// domain is defined, and released when it is deleted or the apply that
-// claimed them fails.
+// domain is defined, as are its direct pci_devices entries marked
+// one_time_use. The instance holds them while it exists — stopped,
+// running, in ERROR, after a failed start — and they are released only
+// when it is deleted (or no longer asks for them, or the apply that
+// claimed them for a new instance fails).
 type Devices interface {
-	// ClaimFor gives the instance the devices its aliases request
-	// (idempotent: what it holds counts) and returns them as pci_devices
-	// entries (Alias set), and the addresses claimed by this call.
-	ClaimFor(ctx context.Context, uuid, name string, reqs []model.PCIAlias) (held []model.PCIDevice, claimed []string, err error)
+	// ClaimFor gives the instance the devices its aliases request and
+	// burns its direct one-time-use entries (idempotent: what it holds
+	// counts). It returns what the instance holds as pci_devices entries
+	// (Alias set for the alias ones, empty for the direct ones), and the
+	// addresses claimed by this call.
+	ClaimFor(ctx context.Context, uuid, name string, reqs []model.PCIAlias, direct []model.PCIDevice) (held []model.PCIDevice, claimed []string, err error)
 	// ReleaseFor releases what the instance holds (only addrs when not
 	// nil). Released one-time-use devices stay burned.
 	ReleaseFor(ctx context.Context, uuid string, addrs []string) error
 	// HeldBy lists the addresses the instance holds.
 	HeldBy(ctx context.Context, uuid string) ([]string, error)
-	// Managed reports whether addr is an inventory device, and its alias.
+	// Managed reports whether addr is a device of the device spec, and
+	// its alias.
 	Managed(ctx context.Context, addr string) (alias string, ok bool, err error)
 }
 
 // claimDevices resolves in's pci_aliases into pci_devices: entries a
 // previous apply added (Alias set) are dropped and claimed again (the
 // inventory knows what the instance holds), and a pci_devices address of
-// an inventory device is refused (it would skip the burn). It returns
-// what undoes the claims of this call, and what releases, after a
-// successful apply, the devices the instance holds but no longer asks
-// for.
+// an inventory device is refused (it would skip the burn). A direct
+// pci_devices entry marked one_time_use is burned like an alias claim;
+// without an inventory that field is refused (nothing could keep the
+// device from the next instance). It returns what undoes the claims of
+// this call, and what releases, after a successful apply, the devices the
+// instance holds but no longer asks for.
 //
 // fresh says the instance has no stored record yet: when its claim fails,
 // whatever the store did take for it (a write whose reply was lost) is
@@ -50,9 +58,18 @@ func (c *Controller) claimDevices(ctx context.Context, in *model.Instance, fresh
 	}
 	in.PCIDevices = kept
 	if c.devices == nil {
+		var fe []model.FieldError
 		if len(in.PCIAliases) > 0 {
-			return nil, nil, fmt.Errorf("apply %s: %w", in.Name, &model.SpecError{Errors: []model.FieldError{{
-				Field: "pci_aliases", Rule: "this host has no device inventory (hostctl serve --device-spec)"}}})
+			fe = append(fe, model.FieldError{Field: "pci_aliases", Rule: "this host has no device inventory (hostctl serve --device-spec)"})
+		}
+		for i, p := range in.PCIDevices {
+			if p.OneTimeUse {
+				fe = append(fe, model.FieldError{Field: fmt.Sprintf("pci_devices[%d].one_time_use", i), Value: true,
+					Rule: "this host has no device inventory (hostctl serve --device-spec) to burn the device in: nothing would keep it from the next instance"})
+			}
+		}
+		if len(fe) > 0 {
+			return nil, nil, fmt.Errorf("apply %s: %w", in.Name, &model.SpecError{Errors: fe})
 		}
 		return nop, nop, nil
 	}
@@ -70,9 +87,9 @@ func (c *Controller) claimDevices(ctx context.Context, in *model.Instance, fresh
 	if len(fe) > 0 {
 		return nil, nil, fmt.Errorf("apply %s: %w", in.Name, &model.SpecError{Errors: fe})
 	}
-	held, claimed, err := c.devices.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases)
+	held, claimed, err := c.devices.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases, in.PCIDevices)
 	if err != nil {
-		if fresh && len(in.PCIAliases) > 0 {
+		if fresh && (len(in.PCIAliases) > 0 || slices.ContainsFunc(in.PCIDevices, func(p model.PCIDevice) bool { return p.OneTimeUse })) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 			if rerr := c.devices.ReleaseFor(rctx, in.UUID, nil); rerr != nil {
 				c.log.Error("release what a failed claim may have taken (the next start releases it)", "instance", in.Name, "err", rerr)
@@ -87,10 +104,13 @@ func (c *Controller) claimDevices(ctx context.Context, in *model.Instance, fresh
 	for _, a := range in.PCIAliases {
 		tags[a.Name] = a.Tag
 	}
-	for i := range held {
-		held[i].Tag = tags[held[i].Alias]
+	for _, p := range held {
+		if p.Alias == "" {
+			continue // a direct entry: already in the spec
+		}
+		p.Tag = tags[p.Alias]
+		in.PCIDevices = append(in.PCIDevices, p)
 	}
-	in.PCIDevices = append(in.PCIDevices, held...)
 	undo = func() {
 		if len(claimed) == 0 {
 			return

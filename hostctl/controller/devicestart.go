@@ -11,23 +11,27 @@ import (
 
 // Devices across start: apply claims an instance's pci_aliases (and burns
 // one-time-use devices) before it defines the domain with their
-// <hostdev>s, and the instance holds them while it is stopped and
-// running. A start that fails releases them (used = 0; a one-time-use
-// device stays reserved, needing cleaning): the issue's rule "releasing
-// (instance deleted, or its start failed) sets used = 0". The next start
-// claims again before it boots: when the instance no longer holds every
-// device its domain names, the stored spec is applied again — its
-// pci_aliases are claimed (a burned device is not free, so another one is
-// taken), the shut-off domain is redefined with the new <hostdev>s and
-// the metadata (the devices' guest addresses) republished — and only
-// then does the domain boot. The failed start also takes the released
-// devices' <hostdev>s out of the domain's definition (virsh start cannot
-// boot it with them), and the next start puts back the <hostdev> of each
-// device it holds that the definition lacks. A domain is therefore never
-// started with a device its instance does not hold.
+// <hostdev>s, and the instance holds them while it exists: stopped,
+// running, and after a start that fails (a share that cannot be mounted,
+// libvirt refusing the domain, each hard reboot of an instance in ERROR)
+// — the specification burns only on allocation, and Nova keeps an
+// instance's allocations until it is deleted. A failed start therefore
+// changes nothing about devices: the domain's definition keeps its
+// <hostdev>s and the retry boots with the same device. Only delete (or a
+// move: the old host releases what an adopted instance held) releases
+// them, as burned.
+//
+// Before each start, reclaimForStart still checks that the instance holds
+// every device its domain names, and heals one that does not (a hostctl
+// before this rule released the devices of a failed start and took their
+// <hostdev>s out of the definition): its pci_aliases are claimed again —
+// another device when the released one is burned — and the shut-off
+// domain is redefined with the devices held (or an unchanged device's
+// <hostdev> put back) before it boots. A domain is therefore never started
+// with a device its instance does not hold.
 
-// reclaimForStart claims again what a failed start released, before
-// Start takes the instance's lock (the apply takes it too).
+// reclaimForStart makes sure the instance holds the devices of its spec
+// before Start takes the instance's lock (the apply takes it too).
 func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 	if c.devices == nil {
 		return nil
@@ -47,11 +51,13 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
+	held = aliasHeld(in, held)
 	if holdsAll(in, held) {
 		return c.restoreHostdevs(ctx, in, held)
 	}
-	c.log.Info("the instance no longer holds the devices of its domain (an earlier start failed); claiming again", "name", name)
-	got, _, err := c.devices.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases)
+	c.log.Warn("the instance no longer holds the devices of its domain (released by an earlier hostctl when a start failed); claiming again", "name", name)
+	direct := slices.DeleteFunc(slices.Clone(in.PCIDevices), func(p model.PCIDevice) bool { return p.Alias != "" })
+	got, _, err := c.devices.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases, direct)
 	if err != nil {
 		return fmt.Errorf("start %s: claim devices again: %w", name, err)
 	}
@@ -61,7 +67,9 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 	// guest addresses) republished.
 	held = held[:0]
 	for _, p := range got {
-		held = append(held, p.Address)
+		if p.Alias != "" {
+			held = append(held, p.Address)
+		}
 	}
 	if err := c.restoreHostdevs(ctx, in, slices.DeleteFunc(slices.Clone(held), func(a string) bool {
 		return !slices.ContainsFunc(in.PCIDevices, func(p model.PCIDevice) bool { return p.Alias != "" && p.Address == a })
@@ -79,10 +87,11 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 }
 
 // restoreHostdevs puts back into the domain's definition the <hostdev> of
-// every held device it lacks: a failed start took them out, and a device
-// claimed again unchanged leaves the spec unchanged, so the apply did not
-// redefine the domain. Each goes back at the guest address the stored
-// spec has for it, where the published metadata says it is.
+// every held device it lacks: an earlier hostctl's failed start took them
+// out, and a device claimed again unchanged leaves the spec unchanged, so
+// the apply did not redefine the domain. Each goes back at the guest
+// address the stored spec has for it, where the published metadata says
+// it is.
 func (c *Controller) restoreHostdevs(ctx context.Context, in *model.Instance, held []string) error {
 	name := in.Name
 	if c.domains == nil || c.hotplug == nil || len(held) == 0 {
@@ -140,40 +149,26 @@ func holdsAll(in *model.Instance, held []string) bool {
 	return slices.Equal(mine, held)
 }
 
-// releaseAfterFailedStart gives back what the instance holds after its
-// start failed; a failure to release is logged (the device stays out of
-// the pool, held, until the instance is deleted or started again).
-func (c *Controller) releaseAfterFailedStart(ctx context.Context, name, uuid string, cause error) {
+// aliasHeld keeps of held the addresses that are not direct pci_devices
+// entries of in (a direct one-time-use entry is held too, but is no
+// pci_aliases device).
+func aliasHeld(in *model.Instance, held []string) []string {
+	return slices.DeleteFunc(slices.Clone(held), func(a string) bool {
+		return slices.ContainsFunc(in.PCIDevices, func(p model.PCIDevice) bool { return p.Alias == "" && p.Address == a })
+	})
+}
+
+// keepDevicesAfterFailedStart is what a failed start does about devices:
+// nothing. The instance keeps its claims and burned devices, and its
+// domain's definition their <hostdev>s, so the retry uses the same
+// devices; only delete releases them.
+func (c *Controller) keepDevicesAfterFailedStart(ctx context.Context, name, uuid string, cause error) {
 	if c.devices == nil {
 		return
 	}
 	held, err := c.devices.HeldBy(ctx, uuid)
 	if err != nil || len(held) == 0 {
-		if err != nil {
-			c.log.Error("list the devices of an instance whose start failed", "instance", name, "err", err)
-		}
 		return
 	}
-	c.log.Warn("start failed: releasing the instance's devices (one-time-use ones stay burned)", "instance", name, "devices", held, "cause", cause)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	if err := c.devices.ReleaseFor(rctx, uuid, nil); err != nil {
-		c.log.Error("release the devices of an instance whose start failed (they stay held)", "instance", name, "err", err)
-		return
-	}
-	// The domain's definition no longer names them, so nothing boots it
-	// with a device it does not hold (the next start puts back what it
-	// claims).
-	if c.hotplug == nil {
-		return
-	}
-	for _, a := range held {
-		x, err := virt.HostdevXML(a, "")
-		if err == nil {
-			err = c.hotplug.DetachDevice(rctx, name, x, virt.AffectConfig)
-		}
-		if err != nil {
-			c.log.Error("remove a released device's hostdev from the domain definition", "instance", name, "device", a, "err", err)
-		}
-	}
+	c.log.Info("start failed: the instance keeps its devices for the next start", "instance", name, "devices", held, "cause", cause)
 }

@@ -7,22 +7,69 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// A start that fails releases the instance's device (used 0, reserved
-// kept: it needs cleaning); the next start claims another one, redefines
-// the domain with it and boots; with no free device the start is refused
-// and nothing boots; after the operator cleans one, start succeeds. On
-// bolt and on a real Redis (the inventory's store).
-func TestFailedStartReleasesDevices(t *testing.T) {
+// failingMounts is a share service whose mounts fail while fail is set:
+// each start then puts the instance in ERROR, as a real NFS mount failure
+// does (hostctl/shares).
+type failingMounts struct{ fail bool }
+
+func (f *failingMounts) SpecShares(_ context.Context, _ string, s []model.Share) ([]model.Share, error) {
+	return s, nil
+}
+
+func (f *failingMounts) PrepareStart(_ context.Context, uuid string) error {
+	if f.fail {
+		return &MountError{Share: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Instance: uuid, Err: errInjected}
+	}
+	return nil
+}
+func (f *failingMounts) StartDone(context.Context, string, error)     {}
+func (f *failingMounts) Stopped(context.Context, string)              {}
+func (f *failingMounts) Deleted(context.Context, string)              {}
+func (f *failingMounts) Refuse(context.Context, string, string) error { return nil }
+
+// poolCounts counts the inventory's devices: free (neither used nor
+// reserved), burned (reserved = total) and held by uuid.
+func poolCounts(t *testing.T, inv *devices.Inventory, uuid string) (free, burned, held int) {
+	t.Helper()
+	list, err := inv.List(context.Background(), devices.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list {
+		switch {
+		case d.Used == 0 && d.Reserved == 0:
+			free++
+		case d.Reserved >= d.Total:
+			burned++
+		}
+		if d.Consumer == uuid && d.Used > 0 {
+			held++
+		}
+	}
+	return free, burned, held
+}
+
+// Issue 20 item 12: an instance keeps its devices while it exists. Starts
+// that fail (libvirt refusing the domain), a share mount failure that
+// puts the instance in ERROR and every hard reboot of it in ERROR that
+// fails again all keep the instance's claim and its burned gpu: the
+// domain's definition keeps the <hostdev>, the other gpu stays free, and
+// the start that finally succeeds boots with the same gpu. The pool loses
+// exactly one device, and delete releases it, burned. On bolt and on a
+// real Redis (the inventory's store).
+func TestFailedStartKeepsDevices(t *testing.T) {
 	t.Run("bolt", func(t *testing.T) {
 		e := newEnv(t)
-		testFailedStartReleases(t, e, withDevices(t, e))
+		testFailedStartKeeps(t, e, withDevices(t, e))
 	})
 	t.Run("redis", func(t *testing.T) {
 		e := newEnv(t)
@@ -31,182 +78,203 @@ func TestFailedStartReleasesDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rs.Close() })
-		testFailedStartReleases(t, e, withDevices(t, e, func(devices.Store) devices.Store { return rs }))
+		testFailedStartKeeps(t, e, withDevices(t, e, func(devices.Store) devices.Store { return rs }))
 	})
 }
 
-func testFailedStartReleases(t *testing.T, e *env, inv *devices.Inventory) {
+func testFailedStartKeeps(t *testing.T, e *env, inv *devices.Inventory) {
 	ctx := context.Background()
+	mounts := &failingMounts{}
+	e.c.SetShareHooks(mounts)
 	inst := e.mustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
-	first := inst.Spec.PCIDevices[0].Address
+	gpu := inst.Spec.PCIDevices[0].Address
 	uuid := inst.Spec.UUID
-	if d, _ := inv.Show(ctx, first); d.Used != 1 || d.Reserved != 1 {
-		t.Fatalf("after apply: %+v", d)
+	bus := `bus="0x` + gpu[5:7] + `"`
+
+	check := func(when string) {
+		t.Helper()
+		d, err := inv.Show(ctx, gpu)
+		if err != nil || d.Used != 1 || d.Reserved != 1 || d.Consumer != uuid || d.NeedsCleaning {
+			t.Fatalf("%s: %s is %+v, %v; want held by vm1 and burned", when, gpu, d, err)
+		}
+		if free, burned, held := poolCounts(t, inv, uuid); free != 1 || burned != 1 || held != 1 {
+			t.Fatalf("%s: %d free, %d burned, %d held by vm1; want 1, 1, 1", when, free, burned, held)
+		}
+		if x := e.hv.domains["vm1"].xml; !strings.Contains(x, "<hostdev") || !strings.Contains(x, bus) {
+			t.Fatalf("%s: the domain's definition lost the hostdev of %s:\n%s", when, gpu, x)
+		}
+	}
+	check("after apply")
+
+	const tries = 3
+	for i := range tries {
+		e.hv.failStarts = 1
+		if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
+			t.Fatalf("start %d = %v, want the injected failure", i+1, err)
+		}
+		check(fmt.Sprintf("after failed start %d", i+1))
 	}
 
-	// The start fails: the device is released, burned.
-	e.hv.failStarts = 1
-	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
-		t.Fatalf("start = %v, want the injected failure", err)
+	// A share that cannot be mounted: ERROR, and each hard reboot fails
+	// again.
+	mounts.fail = true
+	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, ErrMountFailed) {
+		t.Fatalf("start with the mount failing = %v", err)
 	}
-	d, _ := inv.Show(ctx, first)
-	if d.Used != 0 || d.Reserved != 1 || !d.NeedsCleaning {
-		t.Fatalf("after the failed start: %+v; want released and burned", d)
+	if got, err := e.c.Get(ctx, "vm1"); err != nil || got.State != StateError {
+		t.Fatalf("after the mount failure: %+v, %v; want ERROR", got, err)
 	}
-	if held, _ := inv.HeldBy(ctx, uuid); len(held) != 0 {
-		t.Fatalf("the instance still holds %v", held)
-	}
-	if x := e.hv.domains["vm1"].xml; strings.Contains(x, "<hostdev") {
-		t.Fatalf("the domain definition still names the released device:\n%s", x)
+	check("after the mount failure")
+	for i := range tries {
+		if _, err := e.c.Reboot(ctx, "vm1", true); !errors.Is(err, ErrMountFailed) {
+			t.Fatalf("hard reboot %d in ERROR = %v", i+1, err)
+		}
+		check(fmt.Sprintf("after failed hard reboot %d in ERROR", i+1))
 	}
 
-	// The next start claims the other gpu, redefines, boots.
-	inst, err := e.c.Start(ctx, "vm1")
+	mounts.fail = false
+	got, err := e.c.Reboot(ctx, "vm1", true)
 	if err != nil {
-		t.Fatalf("second start: %v", err)
+		t.Fatalf("hard reboot with the mount working: %v", err)
 	}
-	if len(inst.Spec.PCIDevices) != 1 || inst.Spec.PCIDevices[0].Address == first {
-		t.Fatalf("after the second start the spec has %+v; want the other gpu", inst.Spec.PCIDevices)
+	if got.State == StateError || len(got.Spec.PCIDevices) != 1 || got.Spec.PCIDevices[0].Address != gpu || !e.hv.domains["vm1"].running {
+		t.Fatalf("after the successful hard reboot: state %s, devices %+v, running %v; want running with %s",
+			got.State, got.Spec.PCIDevices, e.hv.domains["vm1"].running, gpu)
 	}
-	second := inst.Spec.PCIDevices[0].Address
-	xml := e.hv.domains["vm1"].xml
-	if !e.hv.domains["vm1"].running || !strings.Contains(xml, "bus='0x"+second[5:7]+"'") && !strings.Contains(xml, `bus="0x`+second[5:7]+`"`) || strings.Contains(xml, "0x"+first[5:7]) {
-		t.Fatalf("domain after the second start (running %v) does not name only %s:\n%s", e.hv.domains["vm1"].running, second, xml)
-	}
-	if d, _ := inv.Show(ctx, second); d.Used != 1 || d.Reserved != 1 || d.Consumer != uuid {
-		t.Fatalf("second gpu: %+v", d)
-	}
+	check("after the successful hard reboot")
+	free, burned, _ := poolCounts(t, inv, uuid)
+	t.Logf("after %d failed starts, a mount failure and %d failed hard reboots in ERROR: %d of 2 gpus burned, %d free", tries, tries, burned, free)
 
-	// Stopped, and the start fails again: both are burned, none is free,
-	// so the next start is refused before anything boots.
-	// The fake guest ignores ACPI: a short grace, then power off.
-	if _, err := e.c.Stop(ctx, "vm1", time.Millisecond); err != nil {
+	if err := e.c.Delete(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
-	e.hv.failStarts = 1
-	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
-		t.Fatalf("third start = %v", err)
+	if d, _ := inv.Show(ctx, gpu); d.Used != 0 || !d.NeedsCleaning {
+		t.Fatalf("after delete: %+v; want released, needing cleaning", d)
 	}
-	_, err = e.c.Start(ctx, "vm1")
-	if !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "2 burned awaiting cleaning") {
-		t.Fatalf("start with every device burned = %v", err)
-	}
-	if e.hv.domains["vm1"].running {
-		t.Fatal("the domain runs without a device")
-	}
-	nc, _ := inv.List(ctx, devices.Filter{NeedsCleaning: true})
-	if len(nc) != 2 {
-		t.Fatalf("%d need cleaning, want 2: %+v", len(nc), nc)
-	}
-
-	// The operator cleans the first: start takes it.
-	if _, err := inv.Clean(ctx, first); err != nil {
-		t.Fatal(err)
-	}
-	inst, err = e.c.Start(ctx, "vm1")
-	if err != nil {
-		t.Fatalf("start after cleaning: %v", err)
-	}
-	if inst.Spec.PCIDevices[0].Address != first || !e.hv.domains["vm1"].running {
-		t.Fatalf("after cleaning: %+v", inst.Spec.PCIDevices)
-	}
-	if d, _ := inv.Show(ctx, second); d.Used != 0 || !d.NeedsCleaning {
-		t.Fatalf("the second gpu after its failed start: %+v", d)
+	if free, burned, _ := poolCounts(t, inv, uuid); free != 1 || burned != 1 {
+		t.Fatalf("after delete: %d free, %d burned; want 1 and 1", free, burned)
 	}
 }
 
-// The real libvirtd refuses to start a domain whose hostdev is not on
-// this machine (it has no spare PCI device): a real failed start. It
-// releases the device, burned, and takes its hostdev out of the domain's
-// definition; the next start claims the other gpu and
-// redefines the domain with it before it boots — and fails too (and its
-// hostdev goes too); with both burned the third start is refused
-// before libvirt is asked.
-func TestLibvirtFailedStartReleases(t *testing.T) {
+// On the real libvirtd, which refuses to start a domain whose hostdev is
+// not on this machine (it has no spare PCI device): each real failed
+// start keeps the device, burned and held, and its <hostdev> in the
+// domain's definition; the other gpu stays free; delete releases the one
+// burned.
+func TestLibvirtFailedStartKeepsDevice(t *testing.T) {
 	e, uri := realEnv(t)
 	inv := withDevices(t, e)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
 	inst := e.mustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu, tag: ml}]\n")
-	first := inst.Spec.PCIDevices[0].Address
+	gpu, uuid := inst.Spec.PCIDevices[0].Address, inst.Spec.UUID
 
-	_, err := e.c.Start(ctx, name)
-	if err == nil {
-		t.Fatal("a domain with a hostdev of a missing device started")
-	}
-	t.Logf("first start: %v", err)
-	if d, _ := inv.Show(ctx, first); d.Used != 0 || !d.NeedsCleaning {
-		t.Fatalf("after the failed start: %+v", d)
-	}
-	if x := virshOut(t, uri, "dumpxml", "--inactive", name); strings.Contains(x, "<hostdev") {
-		t.Fatalf("the domain definition still names the released device:\n%s", x)
-	}
-
-	_, err = e.c.Start(ctx, name)
-	if err == nil {
-		t.Fatal("the second start succeeded")
-	}
-	got, gerr := e.c.Get(ctx, name)
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	second := got.Spec.PCIDevices[0].Address
-	if second == first {
-		t.Fatalf("the second start reused the burned %s", first)
-	}
-	// It failed too, so its hostdev is out of the definition again.
-	if x := virshOut(t, uri, "dumpxml", "--inactive", name); strings.Contains(x, "<hostdev") {
-		t.Fatalf("the domain definition still names a released device:\n%s", x)
-	}
-	if d, _ := inv.Show(ctx, second); d.Used != 0 || !d.NeedsCleaning {
-		t.Fatalf("the second gpu after its failed start: %+v", d)
-	}
-
-	if _, err := e.c.Start(ctx, name); !errors.Is(err, devices.ErrUnavailable) {
-		t.Fatalf("third start = %v, want no device available", err)
-	}
-	if out := virshOut(t, uri, "domstate", name); !strings.Contains(out, "shut off") {
-		t.Fatalf("domain state %q", out)
+	for i := range 3 {
+		_, err := e.c.Start(ctx, name)
+		if err == nil {
+			t.Fatal("a domain with a hostdev of a missing device started")
+		}
+		if i == 0 {
+			t.Logf("start: %v", err)
+		}
+		if d, _ := inv.Show(ctx, gpu); d.Used != 1 || d.Reserved != 1 || d.Consumer != uuid {
+			t.Fatalf("after failed start %d: %+v; want held and burned", i+1, d)
+		}
+		if free, burned, held := poolCounts(t, inv, uuid); free != 1 || burned != 1 || held != 1 {
+			t.Fatalf("after failed start %d: %d free, %d burned, %d held; want 1, 1, 1", i+1, free, burned, held)
+		}
+		if x := virshOut(t, uri, "dumpxml", "--inactive", name); !strings.Contains(x, "bus='0x"+gpu[5:7]+"'") {
+			t.Fatalf("after failed start %d the definition lost the hostdev of %s:\n%s", i+1, gpu, x)
+		}
+		got, err := e.c.Get(ctx, name)
+		if err != nil || got.Spec.PCIDevices[0].Address != gpu {
+			t.Fatalf("after failed start %d: %+v, %v", i+1, got, err)
+		}
 	}
 	if err := e.c.Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
+	if nc, _ := inv.List(ctx, devices.Filter{NeedsCleaning: true}); len(nc) != 1 || nc[0].Address != gpu {
+		t.Fatalf("after delete, needing cleaning: %+v; want only %s", nc, gpu)
+	}
 }
 
-// A device that is not one-time-use is free again after a failed start;
-// the next start claims the same one, so the spec (and the domain's
-// definition) would be unchanged — the start puts its hostdev back into
-// the definition before it boots.
-func TestFailedStartSameDeviceBack(t *testing.T) {
-	e := newEnv(t)
-	ds := e.st.Store.(devices.Store)
-	spec, err := devices.ParseSpec([]byte(`[{"address":"0000:3b:00.0","alias":"nic"}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := devices.New(ds, devices.Options{Host: "h1", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv.Sync(t.Context(), []devices.Found{{Address: "0000:3b:00.0", VendorID: "8086", ProductID: "1572", Class: "020000"}}); err != nil {
-		t.Fatal(err)
-	}
-	e.c.devices = inv
+// releaseAsBefore puts an instance in the state a hostctl before issue
+// 20 left it in after a failed start: its devices released and their
+// <hostdev>s out of the domain's definition.
+func releaseAsBefore(t *testing.T, e *env, inv *devices.Inventory, name, uuid string) {
+	t.Helper()
 	ctx := context.Background()
-	e.mustApply("name: vm1\npci_aliases: [{name: nic, tag: fast}]\n")
-	e.hv.failStarts = 1
-	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
-		t.Fatalf("start = %v", err)
+	held, err := inv.HeldBy(ctx, uuid)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d, _ := inv.Show(ctx, "0000:3b:00.0"); d.Used != 0 || d.Reserved != 0 || d.NeedsCleaning {
-		t.Fatalf("after the failed start: %+v; want free", d)
+	if err := inv.ReleaseFor(ctx, uuid, nil); err != nil {
+		t.Fatal(err)
 	}
+	for _, a := range held {
+		x, err := virt.HostdevXML(a, "")
+		if err == nil {
+			err = e.c.hotplug.DetachDevice(ctx, name, x, virt.AffectConfig)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An instance left without its devices by an earlier hostctl (which
+// released them when a start failed) is healed by the next start before
+// it boots: a burned gpu is replaced by the other one (the domain
+// redefined with it), and the start is refused with nothing booted when
+// none is free.
+func TestStartHealsReleasedDevices(t *testing.T) {
+	e := newEnv(t)
+	inv := withDevices(t, e)
+	ctx := context.Background()
+	inst := e.mustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
+	first, uuid := inst.Spec.PCIDevices[0].Address, inst.Spec.UUID
+	releaseAsBefore(t, e, inv, "vm1", uuid)
+
+	inst, err := e.c.Start(ctx, "vm1")
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if len(inst.Spec.PCIDevices) != 1 || inst.Spec.PCIDevices[0].Address == first {
+		t.Fatalf("after the start the spec has %+v; want the other gpu", inst.Spec.PCIDevices)
+	}
+	second := inst.Spec.PCIDevices[0].Address
+	xml := e.hv.domains["vm1"].xml
+	if !e.hv.domains["vm1"].running || !strings.Contains(xml, `bus="0x`+second[5:7]+`"`) || strings.Contains(xml, "0x"+first[5:7]) {
+		t.Fatalf("domain (running %v) does not name only %s:\n%s", e.hv.domains["vm1"].running, second, xml)
+	}
+	if _, err := e.c.Stop(ctx, "vm1", 1); err != nil {
+		t.Fatal(err)
+	}
+	releaseAsBefore(t, e, inv, "vm1", uuid)
+	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "2 burned awaiting cleaning") {
+		t.Fatalf("start with every device burned = %v", err)
+	}
+	if e.hv.domains["vm1"].running {
+		t.Fatal("the domain runs without a device")
+	}
+}
+
+// A device that is not one-time-use, released by an earlier hostctl, is
+// claimed again unchanged, so the spec (and the domain's definition)
+// would be unchanged — the start puts its hostdev back into the
+// definition before it boots.
+func TestStartHealsSameDeviceBack(t *testing.T) {
+	e := newEnv(t)
+	inv := nicInventory(t, e)
+	ctx := context.Background()
+	inst := e.mustApply("name: vm1\npci_aliases: [{name: nic, tag: fast}]\n")
+	releaseAsBefore(t, e, inv, "vm1", inst.Spec.UUID)
 	if x := e.hv.domains["vm1"].xml; strings.Contains(x, "<hostdev") {
 		t.Fatalf("the definition still names the released device:\n%s", x)
 	}
-	inst, err := e.c.Start(ctx, "vm1")
-	if err != nil {
+	if _, err := e.c.Start(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
 	x := e.hv.domains["vm1"].xml
@@ -214,23 +282,18 @@ func TestFailedStartSameDeviceBack(t *testing.T) {
 		t.Fatalf("running %v with definition:\n%s", e.hv.domains["vm1"].running, x)
 	}
 	if d, _ := inv.Show(ctx, "0000:3b:00.0"); d.Used != 1 || d.Consumer != inst.Spec.UUID {
-		t.Fatalf("after the second start: %+v", d)
+		t.Fatalf("after the start: %+v", d)
 	}
 }
 
-// On the real libvirtd: a device that is not one-time-use, released by a
-// real failed start, is claimed again unchanged by the next start, which
-// puts its hostdev back into the definition at the guest address the
-// published metadata names (checked before the boot, which fails here
-// again: no passthrough on this machine).
-func TestLibvirtSameDeviceBack(t *testing.T) {
-	e, uri := realEnv(t)
-	ds := e.st.Store.(devices.Store)
+// nicInventory gives e's controller an inventory of one plain nic.
+func nicInventory(t *testing.T, e *env) *devices.Inventory {
+	t.Helper()
 	spec, err := devices.ParseSpec([]byte(`[{"address":"0000:3b:00.0","alias":"nic"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := devices.New(ds, devices.Options{Host: "h1", Spec: spec})
+	inv, err := devices.New(e.st.Store.(devices.Store), devices.Options{Host: "h1", Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +301,17 @@ func TestLibvirtSameDeviceBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.c.devices = inv
+	return inv
+}
+
+// On the real libvirtd: a plain device released by an earlier hostctl is
+// claimed again unchanged by the next start, which puts its hostdev back
+// into the definition at the guest address the published metadata names
+// (checked before the boot, which fails here: no passthrough on this
+// machine).
+func TestLibvirtStartHealsSameDeviceBack(t *testing.T) {
+	e, uri := realEnv(t)
+	inv := nicInventory(t, e)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
@@ -246,9 +320,7 @@ func TestLibvirtSameDeviceBack(t *testing.T) {
 	if guest == "" {
 		t.Fatal("no guest address read back")
 	}
-	if _, err := e.c.Start(ctx, name); err == nil {
-		t.Fatal("started without passthrough support")
-	}
+	releaseAsBefore(t, e, inv, name, inst.Spec.UUID)
 	if x := virshOut(t, uri, "dumpxml", "--inactive", name); strings.Contains(x, "<hostdev") {
 		t.Fatalf("the definition still names the released device:\n%s", x)
 	}
@@ -267,5 +339,71 @@ func TestLibvirtSameDeviceBack(t *testing.T) {
 	}
 	if err := e.c.Delete(ctx, name); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 20 item 13: one_time_use on a direct pci_devices entry burns the
+// device like an alias claim. The instance holds it (with its alias
+// device) through re-applies and failed starts; no other instance gets it
+// while held or burned; delete releases it needing cleaning. A host
+// without an inventory refuses the field, saying why.
+func TestDirectOneTimeUseDevice(t *testing.T) {
+	e := newEnv(t)
+	inv := withDevices(t, e)
+	ctx := context.Background()
+	const direct = "0000:d8:00.0"
+	spec := "name: vm1\npci_aliases: [{name: gpu}]\npci_devices: [{address: \"" + direct + "\", one_time_use: true}]\n"
+	inst := e.mustApply(spec)
+	uuid := inst.Spec.UUID
+	want := func(when, counters string) types.Device {
+		t.Helper()
+		d, err := inv.Show(ctx, direct)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if got := fmt.Sprintf("reserved=%d used=%d consumer=%s needs_cleaning=%v", d.Reserved, d.Used, d.Consumer, d.NeedsCleaning); got != counters {
+			t.Fatalf("%s: %s, want %s", when, got, counters)
+		}
+		return d
+	}
+	want("after apply", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
+	if n := len(inst.Spec.PCIDevices); n != 2 {
+		t.Fatalf("pci_devices after apply: %+v", inst.Spec.PCIDevices)
+	}
+	e.mustApply(spec)
+	want("after a re-apply", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
+	e.hv.failStarts = 1
+	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
+		t.Fatalf("start = %v", err)
+	}
+	want("after a failed start", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
+	if _, err := e.c.Start(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	want("after the start", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
+
+	vm2 := "name: vm2\npci_devices: [{address: \"" + direct + "\"}]\n"
+	if _, err := e.apply(vm2); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "in use by instance vm1") {
+		t.Fatalf("vm2 asking for the held device = %v", err)
+	}
+	if err := e.c.Delete(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	want("after delete", "reserved=1 used=0 consumer= needs_cleaning=true")
+	if _, err := e.apply(vm2); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "burned awaiting cleaning") {
+		t.Fatalf("vm2 asking for the burned device = %v", err)
+	}
+	if _, err := inv.Clean(ctx, direct); err != nil {
+		t.Fatal(err)
+	}
+	e.mustApply(vm2)
+
+	bare := newEnv(t)
+	_, err := bare.apply("name: vm3\npci_devices: [{address: \"" + direct + "\", one_time_use: true}]\n")
+	if !errors.Is(err, model.ErrInvalidSpec) || !strings.Contains(err.Error(), `pci_devices[0].one_time_use: true: this host has no device inventory (hostctl serve --device-spec)`) {
+		t.Fatalf("one_time_use without an inventory = %v", err)
+	}
+	if len(bare.hv.domains) != 0 {
+		t.Fatal("the refused apply defined a domain")
 	}
 }

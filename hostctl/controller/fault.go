@@ -205,7 +205,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *typ
 	if err == nil {
 		err = c.startDomain(ctx, rec)
 		if err != nil {
-			c.releaseAfterFailedStart(ctx, name, rec.UUID, err)
+			c.keepDevicesAfterFailedStart(ctx, name, rec.UUID, err)
 		}
 	}
 	if err == nil {

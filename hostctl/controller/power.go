@@ -28,8 +28,8 @@ const shutdownPollInterval = 200 * time.Millisecond
 // config drive missing from the data directory is rebuilt from the
 // published metadata first; media swapped into the cdrom during an
 // earlier run are deleted (the domain boots from disk.config). A start
-// that fails releases the instance's passthrough devices, and the next
-// start claims them again first (devicestart.go).
+// that fails keeps the instance's passthrough devices for the next start
+// (devicestart.go).
 func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance, err error) {
 	defer c.observe("start", time.Now(), &err)
 	if err := c.reclaimForStart(ctx, name); err != nil {
@@ -51,7 +51,7 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance,
 			err = c.startDomain(ctx, rec)
 		}
 		if err != nil {
-			c.releaseAfterFailedStart(ctx, name, rec.UUID, err)
+			c.keepDevicesAfterFailedStart(ctx, name, rec.UUID, err)
 		}
 	}
 	unlock()

@@ -27,7 +27,22 @@ import (
 // alias's pool (pci_aliases[i].count), and no free device (ErrUnavailable
 // with store.ErrConflict, saying how many are burned and in use).
 func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAlias) (held []types.Device, claimed []string, err error) {
-	if len(reqs) == 0 {
+	return inv.ClaimDevices(ctx, c, reqs, nil)
+}
+
+// ClaimDevices is Claim with the instance's direct pci_devices entries
+// too (devices named by address, outside the device spec; entries hostctl
+// added for pci_aliases, Alias set, are not direct). A direct entry marked
+// one_time_use is claimed and burned like an alias claim, in the same
+// compare-and-swap: its record (alias empty, not present: never claimed by
+// an alias) is created on first use, and after release it needs cleaning
+// like any other. Any direct entry naming a record held by another
+// instance, or burned and awaiting cleaning, is refused (ErrUnavailable),
+// whether it is marked one_time_use or not; one the consumer already
+// holds stays held even if no longer marked (un-marking never un-burns).
+// The devices returned include the direct ones the consumer holds.
+func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model.PCIAlias, direct []model.PCIDevice) (held []types.Device, claimed []string, err error) {
+	if len(reqs) == 0 && len(direct) == 0 {
 		return nil, nil, nil
 	}
 	aliases := inv.spec.Load().Aliases()
@@ -36,6 +51,12 @@ func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAli
 		if !aliases[r.Name] {
 			fe = append(fe, model.FieldError{Field: fmt.Sprintf("pci_aliases[%d].name", i), Value: r.Name,
 				Rule: fmt.Sprintf("unknown alias: no device_spec entry of host %s has it", inv.host)})
+		}
+	}
+	for i, p := range direct {
+		if err := checkAddress(p.Address); err != nil || p.Alias != "" {
+			fe = append(fe, model.FieldError{Field: fmt.Sprintf("pci_devices[%d].address", i), Value: p.Address,
+				Rule: "is not a direct entry (a PCI address without an alias)"})
 		}
 	}
 	if len(fe) > 0 {
@@ -116,6 +137,36 @@ func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAli
 					d.BurnedAt = &now
 					d.ReleasedAt, d.LastCleanupHook = nil, nil
 				}
+				ops = append(ops, putOp(d, e.version))
+				devs = append(devs, d)
+			}
+		}
+		byAddr := map[string]entry{}
+		for _, e := range cur {
+			byAddr[e.dev.Address] = e
+		}
+		for i, p := range direct {
+			e, exists := byAddr[p.Address]
+			d := e.dev
+			switch {
+			case exists && d.Alias != "":
+				fe = append(fe, model.FieldError{Field: fmt.Sprintf("pci_devices[%d].address", i), Value: p.Address,
+					Rule: fmt.Sprintf("is a device of host %s's inventory (alias %s): request it through pci_aliases", inv.host, d.Alias)})
+			case exists && d.Used > 0 && d.Consumer == c.UUID:
+				held = append(held, d)
+			case exists && d.Used > 0:
+				unavailable = append(unavailable, fmt.Sprintf("pci_devices[%d] %s: one-time-use, in use by instance %s", i, p.Address, d.ConsumerName))
+			case exists && d.Reserved >= d.Total:
+				unavailable = append(unavailable, fmt.Sprintf("pci_devices[%d] %s: burned awaiting cleaning (used by instance %s; hostctl device clean %s)", i, p.Address, d.ConsumerName, p.Address))
+			case p.OneTimeUse:
+				if !exists {
+					d = types.Device{Address: p.Address, Host: inv.host, Total: 1}
+				}
+				d.OneTimeUse, d.Present = true, false
+				d.Traits = traits(d)
+				d.Used, d.Consumer, d.ConsumerName = 1, c.UUID, c.Name
+				d.Reserved, d.BurnedAt = d.Total, &now
+				d.ReleasedAt, d.LastCleanupHook = nil, nil
 				ops = append(ops, putOp(d, e.version))
 				devs = append(devs, d)
 			}
@@ -250,8 +301,10 @@ func (inv *Inventory) Held(ctx context.Context, consumerUUID string) ([]types.De
 	return out, nil
 }
 
-// Managed reports whether addr is a device of this host's inventory (an
-// instance may then get it only through pci_aliases), and its alias.
+// Managed reports whether addr is a device of this host's device spec
+// (an instance may then get it only through pci_aliases), and its alias.
+// The record of a one-time-use device named directly in pci_devices (no
+// alias) is not: ClaimDevices decides about it.
 func (inv *Inventory) Managed(ctx context.Context, addr string) (string, bool, error) {
 	d, err := inv.Show(ctx, addr)
 	if errors.Is(err, store.ErrNotFound) {
@@ -260,7 +313,7 @@ func (inv *Inventory) Managed(ctx context.Context, addr string) (string, bool, e
 	if err != nil {
 		return "", false, err
 	}
-	return d.Alias, true, nil
+	return d.Alias, d.Alias != "", nil
 }
 
 // Clean is the operator saying the device is clean: reserved back to 0,
@@ -314,10 +367,11 @@ func (inv *Inventory) ListDevices(ctx context.Context, needsCleaning bool, trait
 	return inv.List(ctx, Filter{NeedsCleaning: needsCleaning, Trait: trait, AllHosts: allHosts})
 }
 
-// ClaimFor is Claim for the controller (controller.Devices): the devices
-// as pci_devices entries of the instance spec.
-func (inv *Inventory) ClaimFor(ctx context.Context, uuid, name string, reqs []model.PCIAlias) ([]model.PCIDevice, []string, error) {
-	held, claimed, err := inv.Claim(ctx, Consumer{UUID: uuid, Name: name}, reqs)
+// ClaimFor is ClaimDevices for the controller (controller.Devices): the
+// devices held as pci_devices entries of the instance spec (Alias empty
+// for the direct ones).
+func (inv *Inventory) ClaimFor(ctx context.Context, uuid, name string, reqs []model.PCIAlias, direct []model.PCIDevice) ([]model.PCIDevice, []string, error) {
+	held, claimed, err := inv.ClaimDevices(ctx, Consumer{UUID: uuid, Name: name}, reqs, direct)
 	if err != nil {
 		return nil, nil, err
 	}

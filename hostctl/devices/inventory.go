@@ -148,8 +148,12 @@ func (inv *Inventory) load(ctx context.Context, group string) ([]entry, error) {
 	return out, nil
 }
 
+// needsCleaning is the specification's definition, by the counters alone
+// (total = reserved, used = 0): a device burned while it was one-time-use
+// still needs cleaning after the operator un-marks it, and nothing else
+// sets reserved.
 func needsCleaning(d types.Device) bool {
-	return d.OneTimeUse && d.Total > 0 && d.Reserved >= d.Total && d.Used == 0
+	return d.Total > 0 && d.Reserved >= d.Total && d.Used == 0
 }
 
 func putOp(d types.Device, expect int64) store.GroupOp {
@@ -223,6 +227,10 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 	if _, err := inv.st.PutRecord(ctx, hostIndexPrefix+inv.host, []byte(`{}`), -1); err != nil {
 		return nil, fmt.Errorf("device inventory: index host %s: %w", inv.host, err)
 	}
+	foundAt := map[string]Found{}
+	for _, f := range found {
+		foundAt[f.Address] = f
+	}
 	var healed []types.Device
 	err = inv.retry(ctx, "sync devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
@@ -268,9 +276,14 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 				devs = append(devs, e.dev)
 				continue
 			}
-			if e.dev.Present {
-				d := e.dev
-				d.Present = false
+			d := e.dev
+			d.Present = false
+			if f, ok := foundAt[d.Address]; ok && d.Alias == "" {
+				// A device named directly in pci_devices: its ids, for the
+				// operator and the cleanup workflow (which wipes by class).
+				d.VendorID, d.ProductID, d.Class = f.VendorID, f.ProductID, f.Class
+			}
+			if !same(d, e.dev) {
 				ops = append(ops, putOp(d, e.version))
 				devs = append(devs, d)
 			}
@@ -332,13 +345,32 @@ func (inv *Inventory) Show(ctx context.Context, addr string) (types.Device, erro
 // Filter selects devices in List.
 type Filter struct {
 	NeedsCleaning bool
-	Trait         string
-	AllHosts      bool
+	// Trait is one of Traits (empty: any).
+	Trait    string
+	AllHosts bool
+}
+
+// Traits returns the traits vmeta sets on devices: the only ones a
+// device list can be filtered by.
+func Traits() []string { return []string{types.TraitOneTimeUse} }
+
+// checkTrait refuses a trait vmeta never sets (Nova's tentative
+// HW_ONE_TIME_USE, a typo): filtering by it would silently list nothing.
+func checkTrait(t string) error {
+	known := Traits()
+	if t == "" || slices.Contains(known, t) {
+		return nil
+	}
+	return &model.SpecError{Errors: []model.FieldError{{Field: "trait", Value: t,
+		Rule: "unknown trait: vmeta sets only " + strings.Join(known, ", ")}}, Of: "device list request"}
 }
 
 // List returns the devices of this host (of every host with AllHosts),
-// sorted by host and address.
+// sorted by host and address. A trait vmeta never sets is refused.
 func (inv *Inventory) List(ctx context.Context, f Filter) ([]types.Device, error) {
+	if err := checkTrait(f.Trait); err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
+	}
 	groups := []string{inv.group}
 	if f.AllHosts {
 		recs, err := inv.st.Records(ctx, hostIndexPrefix)

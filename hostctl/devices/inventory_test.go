@@ -271,9 +271,10 @@ func TestHealOneTimeUseMarkedLate(t *testing.T) {
 		if _, err := inv.Release(ctx, "u-1", nil); err != nil {
 			t.Fatal(err)
 		}
-		// And takes it back: reserved stays (hostctl never lowers it).
+		// And takes it back: reserved stays (hostctl never lowers it), and
+		// it still needs cleaning (the counters say so, not the trait).
 		inv = newInventory(t, b, "h1", plain, gpuServer, nil)
-		wantCounters(t, inv, "0000:3b:00.0", `total=1 reserved=1 used=0 consumer="vm1" needs_cleaning=false traits=[]`)
+		wantCounters(t, inv, "0000:3b:00.0", `total=1 reserved=1 used=0 consumer="vm1" needs_cleaning=true traits=[]`)
 		if _, _, err := inv.Claim(ctx, Consumer{UUID: "u-2", Name: "vm2"}, []model.PCIAlias{{Name: "gpu", Count: 1}}); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("claim of reserved devices = %v", err)
 		}

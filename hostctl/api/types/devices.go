@@ -14,7 +14,8 @@ type Device struct {
 	VendorID  string `json:"vendor_id"`
 	ProductID string `json:"product_id"`
 	Class     string `json:"class,omitempty"`
-	// Alias is the device_spec alias instance specs request it by.
+	// Alias is the device_spec alias instance specs request it by; empty
+	// for a one-time-use device an instance named directly in pci_devices.
 	Alias string `json:"alias"`
 
 	// Total is 1 (one whole device); Reserved is total while burned;
@@ -27,8 +28,9 @@ type Device struct {
 	OneTimeUse     bool `json:"one_time_use"`
 	LiveMigratable bool `json:"live_migratable"`
 	// Present is false for a device the last sync did not find in sysfs
-	// or the device spec no longer matches: it is kept (it may be burned
-	// or in use) but never claimed.
+	// or the device spec no longer matches (or never matched: a device
+	// named directly in pci_devices): it is kept (it may be burned or in
+	// use) but never claimed by an alias.
 	Present bool `json:"present"`
 
 	// Consumer is the UUID of the instance using it; ConsumerName its
@@ -36,7 +38,8 @@ type Device struct {
 	Consumer     string `json:"consumer,omitempty"`
 	ConsumerName string `json:"consumer_name,omitempty"`
 
-	// NeedsCleaning: one-time-use, reserved == total and used == 0.
+	// NeedsCleaning: reserved == total and used == 0, by the counters
+	// alone (a device burned while one-time-use, whatever its traits now).
 	NeedsCleaning bool `json:"needs_cleaning"`
 
 	BurnedAt   *time.Time `json:"burned_at,omitempty"`

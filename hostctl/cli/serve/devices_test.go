@@ -348,3 +348,119 @@ func TestServeHealsDeviceMarkedOneTimeUse(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Issue 20 items 14 and 15 through `hostctl serve` and the CLI: an
+// unknown --trait (the specification's tentative HW_ONE_TIME_USE) is
+// refused naming the traits vmeta sets; a gpu burned while one-time-use
+// and un-marked by the operator (the next device sync) while in use is,
+// once its instance is deleted, listed by --needs-cleaning, shown as
+// needs-cleaning, and its device.released event says needs_cleaning: true
+// (what examples/device-cleanup-listener.sh acts on).
+func TestServeUnmarkedDeviceNeedsCleaning(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "devices.yaml")
+	d := serveDevices(t, dir, "--device-sync-interval", "20ms")
+
+	for _, tr := range []string{"HW_ONE_TIME_USE", "hw_pci_one_time_use"} {
+		code, out := d.hostctl("device", "list", "--trait", tr)
+		t.Logf("device list --trait %s: exit %d: %s", tr, code, out)
+		if code == 0 || !strings.Contains(out, `trait: "`+tr+`": unknown trait: vmeta sets only HW_PCI_ONE_TIME_USE`) {
+			t.Errorf("device list --trait %s: exit %d %s", tr, code, out)
+		}
+	}
+	if l := d.devices("--trait", types.TraitOneTimeUse); len(l) != 2 {
+		t.Fatalf("--trait %s: %+v", types.TraitOneTimeUse, l)
+	}
+
+	vm := filepath.Join(dir, "vm.yaml")
+	os.WriteFile(vm, []byte("name: vm1\npci_aliases: [{name: gpu}]\n"), 0o600)
+	if code, out := d.hostctl("instance", "apply", "-f", vm); code != 0 {
+		t.Fatalf("apply: %s", out)
+	}
+	var held types.Device
+	for _, dev := range d.devices() {
+		if dev.Used == 1 {
+			held = dev
+		}
+	}
+	if held.Reserved != 1 {
+		t.Fatalf("not burned: %+v", held)
+	}
+	os.WriteFile(spec+".new", []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n"), 0o600)
+	os.Rename(spec+".new", spec)
+	for deadline := time.Now().Add(30 * time.Second); len(d.devices("--trait", types.TraitOneTimeUse)) != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the device sync did not un-mark the gpus:\n%s", d.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, out := d.hostctl("instance", "delete", "vm1"); code != 0 {
+		t.Fatalf("delete: %s", out)
+	}
+	if nc := d.devices("--needs-cleaning"); len(nc) != 1 || nc[0].Address != held.Address || nc[0].OneTimeUse || len(nc[0].Traits) != 0 {
+		t.Fatalf("needs cleaning: %+v; want %s, no longer one-time-use", nc, held.Address)
+	}
+	if code, out := d.hostctl("device", "show", held.Address); code != 0 || !strings.Contains(out, "needs-cleaning") {
+		t.Fatalf("device show: %s", out)
+	}
+	code, out := d.hostctl("events", "list", "devices", "--output", "json")
+	var evs []types.Event
+	if code != 0 || json.Unmarshal([]byte(out), &evs) != nil {
+		t.Fatalf("events list: %d %s", code, out)
+	}
+	released := 0
+	for _, ev := range evs {
+		var dev types.Device
+		if ev.Type != "device.released" || json.Unmarshal(ev.Payload, &dev) != nil {
+			continue
+		}
+		released++
+		if dev.Address != held.Address || !dev.NeedsCleaning {
+			t.Errorf("device.released %s", ev.Payload)
+		}
+	}
+	if released != 1 {
+		t.Fatalf("%d device.released events:\n%s", released, out)
+	}
+}
+
+// Issue 20 item 13 through `hostctl serve` and the CLI: a device outside
+// the device spec named in pci_devices with one_time_use is burned while
+// the instance holds it, refused to another instance, needs cleaning
+// after delete, and is usable again once cleaned.
+func TestServeDirectOneTimeUse(t *testing.T) {
+	dir := t.TempDir()
+	d := serveDevices(t, dir)
+	const addr = "0000:d8:00.0"
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	if code, out := d.hostctl("instance", "apply", "-f", write("vm1.yaml", "name: vm1\npci_devices:\n  - address: \""+addr+"\"\n    one_time_use: true\n")); code != 0 {
+		t.Fatalf("apply vm1: %s", out)
+	}
+	code, out := d.hostctl("device", "list")
+	if code != 0 || !regexp.MustCompile(`gpu-host\s+`+regexp.QuoteMeta(addr)+`\s+-\s+-\s+1\s+1\s+1\s+in-use\s+vm1\s+HW_PCI_ONE_TIME_USE`).MatchString(out) {
+		t.Fatalf("device list:\n%s", out)
+	}
+	vm2 := write("vm2.yaml", "name: vm2\npci_devices:\n  - address: \""+addr+"\"\n")
+	if code, out := d.hostctl("instance", "apply", "-f", vm2); code == 0 || !strings.Contains(out, "pci_devices[0] "+addr+": one-time-use, in use by instance vm1") {
+		t.Fatalf("apply vm2 naming vm1's device: exit %d %s", code, out)
+	}
+	if code, out := d.hostctl("instance", "delete", "vm1"); code != 0 {
+		t.Fatalf("delete vm1: %s", out)
+	}
+	if nc := d.devices("--needs-cleaning"); len(nc) != 1 || nc[0].Address != addr {
+		t.Fatalf("needs cleaning: %+v", nc)
+	}
+	if code, out := d.hostctl("instance", "apply", "-f", vm2); code == 0 || !strings.Contains(out, "burned awaiting cleaning") {
+		t.Fatalf("apply vm2 naming the burned device: exit %d %s", code, out)
+	}
+	if code, out := d.hostctl("device", "clean", addr); code != 0 || !strings.Contains(out, "device "+addr+" is clean: reserved 0, usable again in pci_devices") {
+		t.Fatalf("clean: %d %s", code, out)
+	}
+	if code, out := d.hostctl("instance", "apply", "-f", vm2); code != 0 {
+		t.Fatalf("apply vm2 after cleaning: %s", out)
+	}
+}
