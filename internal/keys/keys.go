@@ -140,6 +140,10 @@ type secretRecord struct {
 	Pending *store.WrappedSecret `json:"pending,omitempty"`
 }
 
+// CheckRecordKey is the store key of host's check record: a store that
+// has it has held this host's secrets.
+func CheckRecordKey(host string) string { return checkPrefix + host }
+
 // PendingID is the id bound into a pending passphrase's ciphertext.
 func PendingID(uuid string) string { return uuid + "#pending" }
 
