@@ -27,8 +27,8 @@ type target struct {
 	// setPassword replaces the password of the servers that hold the data
 	// (WithPassword).
 	setPassword func(string)
-	desc      string
-	secrets   []string
+	desc        string
+	secrets     []string
 	// defaultReplicas is the scheme's default of min_replicas; replicas
 	// what the URL's options set.
 	defaultReplicas int
@@ -108,8 +108,8 @@ func parseClient(rawURL, safe string) (target, error) {
 		return target{
 			newClient:   func() goredis.UniversalClient { return goredis.NewClient(opts) },
 			setPassword: func(pw string) { opts.Password = pw },
-			desc:      fmt.Sprintf("%s (db %d)", opts.Addr, opts.DB),
-			secrets:   []string{opts.Password},
+			desc:        fmt.Sprintf("%s (db %d)", opts.Addr, opts.DB),
+			secrets:     []string{opts.Password},
 		}, nil
 	case "cluster":
 		if base != "redis" && base != "rediss" {
@@ -222,8 +222,8 @@ func parseCluster(base, rest, safe string) (target, error) {
 	return target{
 		newClient:   func() goredis.UniversalClient { return goredis.NewClusterClient(opts) },
 		setPassword: func(pw string) { opts.Password = pw },
-		desc:      "cluster " + strings.Join(hosts, ","),
-		secrets:   []string{password},
+		desc:        "cluster " + strings.Join(hosts, ","),
+		secrets:     []string{password},
 	}, nil
 }
 
