@@ -33,7 +33,7 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data directory lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockWait(f); err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -52,6 +52,24 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 		_, _ = f.WriteAt([]byte(who+"\n"), 0)
 	}
 	return &dataDirLock{f: f}, nil
+}
+
+// lockWait is how long lockDataDir waits for a lock held by another
+// process: a daemon that is stopping, or a child process forked by one
+// between its fork and exec (the lock belongs to the open file, which a
+// fork shares), lets go within it.
+const lockWait = 2 * time.Second
+
+// flockWait takes an exclusive flock on f, retrying for up to lockWait.
+func flockWait(f *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Close releases the lock (the file stays: removing it would let a third
