@@ -245,16 +245,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
-	if err != nil {
-		return configErrorf("--host: %v", err)
-	}
 
 	st, err := cfg.openStore(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// The host name is kept in the data directory once the store opened
+	// (a first start that cannot reach its store leaves no sign of use).
+	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
+	if err != nil {
+		return configErrorf("--host: %v", err)
+	}
 	if err := checkStoreNotLost(ctx, st, hostName, prior, cfg); err != nil {
 		return err
 	}
