@@ -66,12 +66,12 @@ func TestOneDaemonPerDataDirAndHostName(t *testing.T) {
 
 	// The same data directory, whatever host name it is given.
 	r := expectRefused(t, serveArgs(t, d1.DataDir, redis, hostArgs("h1")...), "data directory in use", "hostctl.lock", "is locked by hostctl pid")
-	t.Logf("same data directory: %s", firstLine(r.stderr))
+	t.Logf("same data directory: %s", errorLine(r.stderr))
 
 	// Another data directory, the same host name.
 	other := t.TempDir()
 	r = expectRefused(t, serveArgs(t, other, redis, hostArgs("h1")...), "host name held by another process", "host h1 is held by hostctl pid", "data directory "+d1.DataDir)
-	t.Logf("same host name: %s", firstLine(r.stderr))
+	t.Logf("same host name: %s", errorLine(r.stderr))
 
 	// Stopped cleanly, the name is free for the other data directory…
 	d1.Stop()
@@ -81,9 +81,10 @@ func TestOneDaemonPerDataDirAndHostName(t *testing.T) {
 	startDaemon(t, daemonOptions{DataDir: other, Store: redis, Args: append(hostArgs("h1"), "--virt", "none")})
 }
 
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return line
+// errorLine is the line of a refused command's stderr that says why.
+func errorLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // TestServeRefusesLostOrCorruptStore: a data directory that shows a store
@@ -122,7 +123,7 @@ func TestServeRefusesLostOrCorruptStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.damage()
 			r := expectRefused(t, serveArgs(t, d.DataDir, ""), tc.want...)
-			t.Logf("%s: %s", tc.name, firstLine(r.stderr))
+			t.Logf("%s: %s", tc.name, errorLine(r.stderr))
 			if err := os.WriteFile(db, good, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +148,7 @@ func TestServeRefusesLostOrCorruptStore(t *testing.T) {
 	rd.Stop()
 	empty := testenv.StartRedis(t)
 	r := expectRefused(t, serveArgs(t, rd.DataDir, empty), append(lost[:4:4], "web-2", "holds nothing of host h2")...)
-	t.Logf("empty Redis: %s", firstLine(r.stderr))
+	t.Logf("empty Redis: %s", errorLine(r.stderr))
 }
 
 // racerEnv makes this test binary a socket racer (see runRacer) instead of
