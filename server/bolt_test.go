@@ -96,7 +96,7 @@ func TestWithBolt(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "deletion", func() bool { return do(s, http.MethodGet, "/latest/meta-data/hostname", otherAddr).status == 404 })
-	if r := do(s, "GET", "/healthz", "192.0.2.1:1"); r.status != 200 {
+	if r := do(s.MetricsHandler(), "GET", "/healthz", "192.0.2.1:1"); r.status != 200 {
 		t.Errorf("healthz: %d %s", r.status, r.body)
 	}
 }

@@ -230,6 +230,7 @@ func (s *Server) fillUUID(ctx context.Context, uuid string) (*view, error) {
 	var v *view
 	if err == nil {
 		doc.InstanceUUID = uuid
+		s.warnProxyAddresses(uuid, doc.Addresses)
 		v, err = buildView(doc, s.policyFor(doc))
 		if err != nil {
 			err = &corruptError{uuid: uuid, err: err}
@@ -342,6 +343,10 @@ func (s *Server) Run(ctx context.Context) error {
 		// (key rotations too).
 		_ = s.ReloadKeys()
 		s.sweep(ctx)
+		// After the reload: from here on a key file changes what is
+		// loaded only through the feed, the key check timer or SIGHUP
+		// (tests wait for this line).
+		s.log.Info("metadata change feed: following")
 	}
 	if watching {
 		subscribe()

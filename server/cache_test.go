@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -219,8 +218,7 @@ func TestStoreOutage(t *testing.T) {
 	docs.publish(t, richInstance(t))
 	docs.publish(t, otherInstance(t))
 	s := New(docs, testOptions(at("2026-01-01")))
-	ops := httptest.NewServer(s.MetricsHandler())
-	t.Cleanup(ops.Close)
+	ops := s.MetricsHandler()
 
 	if h := hostname(s, richAddr); h != "web-1.novalocal" {
 		t.Fatal(h)
@@ -236,7 +234,7 @@ func TestStoreOutage(t *testing.T) {
 		}
 		return r.status, m
 	}
-	if code, m := health(s); code != 200 || m["status"] != "ok" {
+	if code, m := health(ops); code != 200 || m["status"] != "ok" {
 		t.Errorf("healthz before the outage: %d %v", code, m)
 	}
 
@@ -257,22 +255,12 @@ func TestStoreOutage(t *testing.T) {
 	if h := hostname(s, richAddr); h != "web-1.novalocal" {
 		t.Errorf("after a sweep during the outage: %q", h)
 	}
-	// Health: degraded, without details for guests, with them for the
-	// operator.
-	code, m := health(s)
-	if code != 503 || m["status"] != "degraded" || m["store"] != "unreachable" {
-		t.Errorf("guest healthz during the outage: %d %v", code, m)
+	// Health: degraded, with the store error, for the operator only; a
+	// guest's /healthz is an unknown path like any other.
+	if code, m := health(ops); code != 503 || m["status"] != "degraded" || !strings.HasPrefix(m["store"], "unreachable: ") || !strings.Contains(m["store"], "connection refused") {
+		t.Errorf("operator healthz during the outage: %d %v", code, m)
 	}
-	resp, err := http.Get(ops.URL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var om map[string]string
-	json.NewDecoder(resp.Body).Decode(&om)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || om["status"] != "degraded" || !strings.HasPrefix(om["store"], "unreachable: ") || !strings.Contains(om["store"], "connection refused") {
-		t.Errorf("operator healthz during the outage: %d %v", resp.StatusCode, om)
-	}
+	guestHealthHidden(t, s)
 	if !strings.Contains(scrape(t, s), "vmeta_metadata_store_up 0") {
 		t.Error("store_up is not 0 during the outage")
 	}
@@ -288,20 +276,44 @@ func TestStoreOutage(t *testing.T) {
 	if h := hostname(s, otherAddr); h != "db-1.novalocal" {
 		t.Errorf("miss after the outage: %q", h)
 	}
-	if code, m := health(s); code != 200 || m["status"] != "ok" {
+	if code, m := health(ops); code != 200 || m["status"] != "ok" {
 		t.Errorf("healthz after the outage: %d %v", code, m)
+	}
+	guestHealthHidden(t, s)
+}
+
+// guestHealthHidden checks that the guest listener answers /healthz
+// exactly as an unknown path (the same status and body as
+// /no-such-path from the same caller), from a known guest and from
+// unknown addresses: no health document, nothing about the store beyond
+// what any request tells.
+func guestHealthHidden(t *testing.T, s *Server) {
+	t.Helper()
+	for _, remote := range []string{richAddr, "203.0.113.9:1"} {
+		want := do(s, "GET", "/no-such-path", remote)
+		for _, p := range []string{"/healthz", "/healthz/", "/latest/../healthz"} {
+			r := do(s, "GET", p, remote)
+			if r.status != want.status || r.body != want.body || strings.Contains(r.body, "degraded") || strings.Contains(r.body, `"status"`) {
+				t.Errorf("guest GET %s from %s: %d %q, want an unknown path's answer %d %q", p, remote, r.status, r.body, want.status, want.body)
+			}
+		}
+	}
+	if r := do(s, "GET", "/healthz", richAddr); r.status != http.StatusNotFound {
+		t.Errorf("guest GET /healthz from a known guest: %d %q, want 404", r.status, r.body)
 	}
 }
 
-// TestHealthzPings: with no traffic, /healthz asks the store itself.
+// TestHealthzPings: with no traffic, the operator's /healthz asks the
+// store itself.
 func TestHealthzPings(t *testing.T) {
 	docs := newFakeDocs()
 	s := New(docs, testOptions(at("2026-01-01")))
 	docs.setDown(errors.New("no route to host"))
-	if r := do(s, "GET", "/healthz", "192.0.2.1:1"); r.status != 503 {
+	ops := s.MetricsHandler()
+	if r := do(ops, "GET", "/healthz", "192.0.2.1:1"); r.status != 503 || !strings.Contains(r.body, "no route to host") {
 		t.Errorf("healthz with the store down and no traffic: %d %s", r.status, r.body)
 	}
-	if r := do(s, "POST", "/healthz", "192.0.2.1:1"); r.status != 405 {
+	if r := do(ops, "POST", "/healthz", "192.0.2.1:1"); r.status != 405 {
 		t.Errorf("POST /healthz: %d", r.status)
 	}
 }

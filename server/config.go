@@ -16,8 +16,10 @@ type Config struct {
 	// /healthz); "" for none.
 	MetricsListen string
 	// TrustedProxies is a comma-separated list of networks (CIDR) or
-	// addresses whose peers may name the guest (proxy headers,
-	// X-Forwarded-For).
+	// addresses whose peers may name the guest: by the signed proxy
+	// headers when ProxySecretFile is set, else by X-Forwarded-For (its
+	// right-most entry outside these networks). An address in them never
+	// names a guest itself.
 	TrustedProxies string
 	// ProxySecretFile holds the shared secret(s) of X-Instance-ID-Signature,
 	// current first (ReadKeyFile). Without it X-Instance-ID is never
@@ -48,8 +50,8 @@ type Config struct {
 // token key file flag.
 func (c *Config) AddFlags(fs *flag.FlagSet, prefix, tokenKeyFile string) {
 	fs.StringVar(&c.MetricsListen, prefix+"metrics-listen", "", "address of the operator listener for /metrics and /healthz (empty: none)")
-	fs.StringVar(&c.TrustedProxies, prefix+"trusted-proxies", "", "comma-separated networks (CIDR) or addresses of metadata proxies whose X-Instance-ID or X-Forwarded-For headers are honoured")
-	fs.StringVar(&c.ProxySecretFile, prefix+"proxy-secret-file", "", "file holding the proxy shared secret (one per line, current first); without it X-Instance-ID is never honoured")
+	fs.StringVar(&c.TrustedProxies, prefix+"trusted-proxies", "", "comma-separated networks (CIDR) or addresses of metadata proxies that name the guest: by signed X-Instance-ID headers with a proxy secret, else by the X-Forwarded-For entry they added (right-most outside these networks); no instance may have an address in them")
+	fs.StringVar(&c.ProxySecretFile, prefix+"proxy-secret-file", "", "file holding the proxy shared secret (one per line, current first); with it trusted proxies must sign (X-Instance-ID-Signature) and X-Forwarded-For is not honoured; without it X-Instance-ID is never honoured")
 	fs.StringVar(&c.TokenKeyFile, prefix+"token-key-file", tokenKeyFile, "file holding the session-token signing key (one per line, current first); created (mode 0600) when absent; empty: a random key per process. Replicas must share it")
 	fs.StringVar(&c.TokenPolicy, prefix+"token-policy", string(TokenOptional), "session tokens (PUT /latest/api/token): optional or required")
 	fs.BoolVar(&c.AccessLog, prefix+"access-log", true, "log one line per metadata request (never query strings, headers, bodies or tokens)")
@@ -102,7 +104,9 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 	case len(o.TrustedProxies) == 0 && o.ProxySecrets != nil:
 		log.Warn("a proxy secret without trusted proxies: proxy headers are never honoured")
 	case len(o.TrustedProxies) > 0 && o.ProxySecrets == nil:
-		log.Info("no proxy secret: X-Instance-ID is never honoured; X-Forwarded-For from trusted proxies is")
+		log.Info("no proxy secret: trusted proxies name the guest by the X-Forwarded-For entry they add (the right-most outside the trusted networks); X-Instance-ID is never honoured")
+	case len(o.TrustedProxies) > 0:
+		log.Info("proxy secret: trusted proxies must name the guest with signed X-Instance-ID headers; X-Forwarded-For is not honoured")
 	}
 	if c.TokenKeyFile != "" {
 		_, created, err := ReadOrCreateKeyFile(c.TokenKeyFile)
@@ -114,6 +118,7 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 		}
 		warnReadable(log, c.TokenKeyFile)
 		f := NewKeyFile("token", c.TokenKeyFile, &KeyRing{}, log)
+		f.created = created
 		if _, err := f.reloadQuiet(); err != nil {
 			return Options{}, fmt.Errorf("token key: %w", err)
 		}

@@ -27,8 +27,9 @@ type caller struct {
 	// peer is the TCP peer (unmapped, without zone); invalid if the
 	// remote address does not parse.
 	peer netip.Addr
-	// addr identifies the guest by address: the peer, or the first
-	// X-Forwarded-For address from a trusted proxy. Invalid in proxy
+	// addr identifies the guest by address: the peer (outside the
+	// trusted proxy networks), or the X-Forwarded-For entry a trusted
+	// proxy added. Never inside a trusted proxy network; invalid in proxy
 	// mode.
 	addr netip.Addr
 	// instanceID and tenantID are set in proxy mode (signed X-Instance-ID
@@ -50,6 +51,9 @@ var (
 	errMultiTenantID     = &identifyError{http.StatusBadRequest, "Multiple X-Tenant-ID headers found within request."}
 	errMultiSignature    = &identifyError{http.StatusBadRequest, "Multiple X-Instance-ID-Signature headers found within request."}
 	errBadForwardedFor   = &identifyError{http.StatusBadRequest, "Invalid X-Forwarded-For header."}
+	errMultiForwardedFor = &identifyError{http.StatusBadRequest, "Multiple X-Forwarded-For headers found within request."}
+	errNoForwardedFor    = &identifyError{http.StatusBadRequest, "X-Forwarded-For header is missing from request (a trusted proxy must name the guest)."}
+	errProxyForwardedFor = &identifyError{http.StatusBadRequest, "X-Forwarded-For names no address outside the trusted proxy networks."}
 	errBadSignature      = &identifyError{http.StatusForbidden, "Invalid proxy request signature."}
 )
 
@@ -87,34 +91,43 @@ func (s *Server) trusted(peer netip.Addr) bool {
 //   - From a peer outside the trusted proxy networks, only the peer address
 //     counts; X-Instance-ID, X-Tenant-ID, the signature and X-Forwarded-For
 //     are ignored.
-//   - From a trusted proxy with X-Instance-ID (and proxy secrets
-//     configured), the signed headers name the instance: 400 for a missing
-//     or duplicated header, 403 for a signature that no secret produces.
+//   - A trusted proxy's own address names no guest: an instance that
+//     claims it is never served by it (hostctl refuses such an address at
+//     apply; a replica may trust other networks than the host that
+//     published the instance, so the server does not rely on that).
+//   - From a trusted proxy, with a proxy secret configured: the signed
+//     headers name the instance, and nothing else does (X-Forwarded-For is
+//     not signed, so it is never honoured then): 400 for a missing or
+//     duplicated header, 403 for a signature that no secret produces.
 //     (The project check, 404, needs the document and is done by the
 //     caller.)
-//   - From a trusted proxy without X-Instance-ID, the first X-Forwarded-For
-//     address names the guest (the peer address when there is none).
+//   - From a trusted proxy, without a proxy secret: X-Forwarded-For names
+//     the guest by the entry the trusted proxies added, the right-most
+//     address outside the trusted networks (entries to its left came
+//     from the client and are ignored). One X-Forwarded-For header only
+//     (proxies that add a header of their own beside the client's would
+//     let the client's come first): several, none, an entry that does not
+//     parse right of the chosen one, or only trusted addresses are 400.
 func (s *Server) identify(h http.Header, remote string) (caller, *identifyError) {
 	c := caller{peer: peerAddr(remote)}
 	c.addr = c.peer
 	if len(s.trustedProxies) == 0 || !c.peer.IsValid() || !s.trusted(c.peer) {
 		return c, nil
 	}
-	if ids, ok := h[hdrInstanceID]; ok && s.proxySecrets != nil && len(s.proxySecrets.All()) > 0 {
-		id, tenant, err := proxyHeaders(ids, h[hdrTenantID], h[hdrSignature], s.proxySecrets)
+	c.addr = netip.Addr{}
+	if s.proxySecrets != nil {
+		id, tenant, err := proxyHeaders(h[hdrInstanceID], h[hdrTenantID], h[hdrSignature], s.proxySecrets)
 		if err != nil {
 			return c, err
 		}
-		c.addr, c.instanceID, c.tenantID = netip.Addr{}, id, tenant
+		c.instanceID, c.tenantID = id, tenant
 		return c, nil
 	}
-	if xff, ok := h[hdrForwardedFor]; ok {
-		a, ok := firstForwarded(xff)
-		if !ok {
-			return c, errBadForwardedFor
-		}
-		c.addr = a
+	a, err := s.forwardedClient(h[hdrForwardedFor])
+	if err != nil {
+		return c, err
 	}
+	c.addr = a
 	return c, nil
 }
 
@@ -169,23 +182,67 @@ func validSignature(id, sig string, secrets Secrets) bool {
 	return ok
 }
 
-// firstForwarded returns the first address of X-Forwarded-For (the
-// original client, as the proxy in front of us saw it). The header may be
-// repeated and hold a comma-separated list; an entry may carry a port
-// ("192.0.2.1:1234", "[2001:db8::1]:80").
-func firstForwarded(values []string) (netip.Addr, bool) {
-	if len(values) == 0 {
-		return netip.Addr{}, false
+// forwardedClient returns the guest a trusted proxy names in
+// X-Forwarded-For (values as received, one element per header line): the
+// right-most entry outside the trusted proxy networks, i.e. the address
+// the last untrusted hop was seen from by the first trusted proxy. An
+// entry may carry a port ("192.0.2.1:1234", "[2001:db8::1]:80").
+func (s *Server) forwardedClient(values []string) (netip.Addr, *identifyError) {
+	switch {
+	case len(values) == 0:
+		return netip.Addr{}, errNoForwardedFor
+	case len(values) > 1:
+		return netip.Addr{}, errMultiForwardedFor
 	}
-	first, _, _ := strings.Cut(values[0], ",")
-	first = strings.TrimSpace(first)
-	if a, err := netip.ParseAddr(first); err == nil {
+	list := values[0]
+	if strings.TrimSpace(list) == "" {
+		return netip.Addr{}, errBadForwardedFor
+	}
+	for list != "" {
+		entry := list
+		if i := strings.LastIndexByte(list, ','); i >= 0 {
+			entry, list = list[i+1:], list[:i]
+		} else {
+			list = ""
+		}
+		a, ok := parseForwarded(strings.TrimSpace(entry))
+		if !ok {
+			return netip.Addr{}, errBadForwardedFor
+		}
+		if !s.trusted(a) {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, errProxyForwardedFor
+}
+
+// parseForwarded parses one X-Forwarded-For entry, an address with or
+// without a port, into an unmapped address without zone.
+func parseForwarded(entry string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(entry); err == nil {
 		return a.Unmap().WithZone(""), true
 	}
-	if ap, err := netip.ParseAddrPort(first); err == nil {
+	if ap, err := netip.ParseAddrPort(entry); err == nil {
 		return ap.Addr().Unmap().WithZone(""), true
 	}
 	return netip.Addr{}, false
+}
+
+// warnProxyAddresses logs an instance whose document claims an address
+// inside a trusted proxy network (published by a host that does not trust
+// that network, or before it was trusted): that address never identifies
+// it here (identify), which its guest will notice; the operator should
+// know why. Called once per fill of the instance's view.
+func (s *Server) warnProxyAddresses(uuid string, addrs []string) {
+	for _, str := range addrs {
+		a, err := netip.ParseAddr(str)
+		if err != nil {
+			continue
+		}
+		if a = a.Unmap().WithZone(""); s.trusted(a) {
+			s.log.Warn("instance claims an address in a trusted proxy network; requests from that address never identify it", "instance", uuid, "address", a.String())
+		}
+	}
 }
 
 // ParsePrefixes parses a comma-separated list of networks (CIDR) or single

@@ -266,7 +266,12 @@ type KeyFile struct {
 	count   atomic.Int64 // keys loaded
 	errors  atomic.Int64 // failed reloads
 	lastErr atomic.Pointer[string]
+	created bool // this process created the file (Config.Options)
 }
+
+// Created reports whether this process created the key file (its key
+// is generation 1, minted now).
+func (f *KeyFile) Created() bool { return f.created }
 
 // NewKeyFile returns a KeyFile named name ("token", "proxy": in logs and
 // metrics) for path, loading into ring. It does not read the file: call

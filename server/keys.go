@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
 )
@@ -88,7 +89,9 @@ func ReadKeyFile(path string) ([][]byte, error) {
 // ReadOrCreateKeyFile reads a key file like ReadKeyFile; when the file
 // does not exist it first creates it (mode 0600, parent directory 0700)
 // holding one new random key of 32 bytes, hex-encoded, and a new key set
-// id (KeySetOf); the key has no annotation: generation 0 in the file. Two processes
+// id (KeySetOf); the key is annotated generation 1, current (every key
+// vmeta creates starts at generation 1; a file written by hand has no
+// annotation: generation 0). Two processes
 // creating it at once end up with the same key: the file is written to a
 // temporary name, synced, and linked into place only if still absent.
 func ReadOrCreateKeyFile(path string) (keys [][]byte, created bool, err error) {
@@ -111,7 +114,7 @@ func createKeyFile(path string) (bool, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return false, fmt.Errorf("key file: %w", err)
 	}
-	data := []byte(keySetLine + NewKeySetID() + "\n" + hex.EncodeToString(raw) + "\n")
+	data := FormatKeyFileSet(NewKeySetID(), []KeyEntry{{Key: []byte(hex.EncodeToString(raw)), Generation: 1, State: KeyCurrent, Since: time.Now().UTC()}})
 	err := atomicfile.CreateExclusive(path, data, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil // another process won the race; use its key

@@ -95,3 +95,37 @@ func TestKeyRing(t *testing.T) {
 		t.Error("Set does not copy")
 	}
 }
+
+// TestCreatedTokenKeyIsGeneration1 (issue 20 item 9): a key file vmeta
+// creates holds generation 1, current, since its creation, and the
+// configuration that created it says so (Created) once: the next start
+// reads the same file and did not create it.
+func TestCreatedTokenKeyIsGeneration1(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "token.key")
+	log := quietLogger()
+	for i, wantCreated := range []bool{true, false} {
+		c := Config{TokenKeyFile: p, TokenPolicy: "optional"}
+		o, err := c.Options(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := o.KeyFile("token")
+		if f == nil || f.Created() != wantCreated {
+			t.Fatalf("start %d: token key file %v, created %v, want %v", i, f, f != nil && f.Created(), wantCreated)
+		}
+		if f.Generation() != 1 {
+			t.Errorf("start %d: loaded generation %d, want 1", i, f.Generation())
+		}
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := ParseKeyFile(data)
+	if err != nil || len(es) != 1 || es[0].Generation != 1 || es[0].State != KeyCurrent || es[0].Since.IsZero() || len(es[0].Key) != 64 {
+		t.Fatalf("created file: %v %v", es, err)
+	}
+	if KeySetOf(data) == "" {
+		t.Error("created file names no key set")
+	}
+}

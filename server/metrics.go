@@ -155,7 +155,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		s.serveHealth(w, r, true)
+		s.serveHealth(w, r)
 	})
 	return mux
 }

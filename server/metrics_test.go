@@ -115,7 +115,7 @@ func TestMetricsExposition(t *testing.T) {
 		{"POST", "/openstack/latest/password", richAddr, nil, testPassword},
 		{"PUT", "/latest/api/token", richAddr, http.Header{"X-aws-ec2-metadata-token-ttl-seconds": {"10"}}, ""},
 		{"GET", "/latest/meta-data/hostname", proxyPeer, proxyHdr(richUUID, "demo", "bad"), ""},
-		{"GET", "/latest/meta-data/hostname", "192.0.2.99:1", nil, ""},
+		{"GET", "/latest/meta-data/hostname", "198.51.100.99:1", nil, ""}, // an unknown address
 		{"DELETE", "/latest/meta-data/hostname", richAddr, nil, ""},
 	} {
 		r := req(s, tc.method, tc.target, tc.remote, tc.header, tc.body)
@@ -133,8 +133,7 @@ func TestMetricsExposition(t *testing.T) {
 		`vmeta_metadata_requests_total{path_class="ec2",code="403"}`:                                 1,
 		`vmeta_metadata_requests_total{path_class="ec2",code="405"}`:                                 1,
 		`vmeta_metadata_requests_total{path_class="listing",code="200"}`:                             3,
-		`vmeta_metadata_requests_total{path_class="other",code="404"}`:                               1,
-		`vmeta_metadata_requests_total{path_class="other",code="200"}`:                               1,
+		`vmeta_metadata_requests_total{path_class="other",code="404"}`:                               2, // /nonsense, /healthz (operator listener only)
 		`vmeta_metadata_requests_total{path_class="password",code="200"}`:                            1,
 		`vmeta_metadata_requests_total{path_class="password",code="409"}`:                            1,
 		`vmeta_metadata_requests_total{path_class="token",code="200"}`:                               1,

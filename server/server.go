@@ -12,7 +12,8 @@
 //
 // Who is asking: the source address (the store's address index), or, from
 // a trusted proxy network only, Nova's signed proxy headers (X-Instance-ID,
-// X-Tenant-ID, X-Instance-ID-Signature) or X-Forwarded-For. Session tokens
+// X-Tenant-ID, X-Instance-ID-Signature) when a proxy secret is configured,
+// else the X-Forwarded-For entry the proxy added (identify.go). Session tokens
 // (PUT /latest/api/token, IMDSv2 style) can be optional or required.
 //
 // Limits and their defaults (Options; none of them bothers cloud-init,
@@ -32,8 +33,8 @@
 //   - store reads time out after DefaultStoreTimeout (3 s): 503.
 //
 // Operability: MetricsHandler (/metrics, /healthz) for a separate
-// listener, /healthz on the guest listener too (without error details),
-// and an access log line per request (Options.AccessLog) that never holds
+// listener that guests cannot reach (the guest listener has no /healthz:
+// the store's state is the operator's business), and an access log line per request (Options.AccessLog) that never holds
 // a query string, a header, a body, user data, a password or a token.
 package server
 
@@ -56,6 +57,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vmeta/vmeta/internal/clip"
+	"github.com/vmeta/vmeta/internal/logbudget"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -205,6 +208,7 @@ type Server struct {
 	reported       atomic.Value // string: keysState of the last record written
 
 	observe, accessLog bool
+	refusals           *logbudget.Budget // access-log lines of refused requests, per peer
 	metrics            *metrics
 	registry           *prometheus.Registry
 	health             health
@@ -245,6 +249,7 @@ func New(docs Documents, opts Options) *Server {
 	if s.now == nil {
 		s.now, s.realClock = time.Now, true
 	}
+	s.refusals = logbudget.New(0, 0, s.now)
 	if s.storeTimeout <= 0 {
 		s.storeTimeout = DefaultStoreTimeout
 	}
@@ -343,9 +348,6 @@ const tokenPath = "latest/api/token"
 // serve answers a request; start is when it arrived, if ServeHTTP took
 // the time (zero otherwise).
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) result {
-	if r.URL.Path == "/healthz" {
-		return s.serveHealth(w, r, false)
-	}
 	isOS, rest := splitPath(r.URL.Path)
 	res := result{class: classOf(isOS, rest)}
 	isToken := !isOS && rest == tokenPath
@@ -383,11 +385,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	c, ierr := s.identify(r.Header, r.RemoteAddr)
 	if ierr != nil {
 		if ierr == errBadSignature {
-			id := r.Header.Get(hdrInstanceID)
-			if len(id) > 64 {
-				id = id[:64] + "…"
+			// Within the proxy's refusal budget: a proxy relaying a
+			// flood of forged ids writes a burst of these, not one each.
+			if ok, suppressed := s.refusals.Allow("signature/" + c.peer.String()); ok {
+				id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
+				s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id, "suppressed", suppressed)
 			}
-			s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id)
 		}
 		return fail(w, res, ierr.status, ierr.msg)
 	}
@@ -638,21 +641,38 @@ func (s *Server) openstackListing() []byte {
 	return l.body
 }
 
+// logAccess writes a request's access-log line. Of the request it holds
+// only the method and the path, each cut by clip (never the query string:
+// it may carry anything). Refused requests (status 400 and up) are logged
+// within a budget per peer address: a peer sending thousands of them — an
+// address with no instance, a guest over its rate limit — writes a burst
+// of lines, then one a second, which says how many were suppressed.
 func (s *Server) logAccess(r *http.Request, res result, d time.Duration) {
-	p := r.URL.Path // never the query string: it may carry anything
-	if len(p) > 256 {
-		p = p[:256] + "…"
+	var suppressed int
+	if res.status >= 400 {
+		peer := r.RemoteAddr
+		if host, _, err := net.SplitHostPort(peer); err == nil {
+			peer = host
+		}
+		var ok bool
+		if ok, suppressed = s.refusals.Allow(peer); !ok {
+			return
+		}
 	}
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "metadata request",
-		slog.String("method", r.Method),
-		slog.String("path", p),
+	attrs := []slog.Attr{
+		slog.String("method", clip.String(r.Method, clip.Log)),
+		slog.String("path", clip.String(r.URL.Path, clip.Log)),
 		slog.String("class", res.class.String()),
 		slog.Int("status", res.status),
 		slog.Duration("duration", d),
 		slog.String("peer", r.RemoteAddr),
 		slog.String("via", res.via),
 		slog.String("instance", res.uuid),
-	)
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "metadata request", attrs...)
 }
 
 // health is what the server knows about the store: the error of the last
@@ -690,12 +710,11 @@ func (s *Server) checkStore(ctx context.Context) error {
 	return err
 }
 
-// serveHealth answers /healthz: 200 {"status":"ok"} or 503
-// {"status":"degraded","store":"unreachable…"}. The store is pinged when
-// nothing was heard from it for a second (at most one ping at a time).
-// detail adds the store error (for the operator listener; guests only
-// learn that the store is unreachable).
-func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, detail bool) result {
+// serveHealth answers /healthz on the operator listener: 200
+// {"status":"ok"} or 503 {"status":"degraded","store":"unreachable: …"}
+// with the store error. The store is pinged when nothing was heard from
+// it for a second (at most one ping at a time).
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) result {
 	res := result{class: classOther}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -717,10 +736,7 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, detail bool
 		_, _ = io.WriteString(w, `{"status":"ok","store":"ok"}`+"\n")
 		return res
 	}
-	msg := "unreachable"
-	if detail {
-		msg = "unreachable: " + (*errp).Error()
-	}
+	msg := "unreachable: " + (*errp).Error()
 	res.status = http.StatusServiceUnavailable
 	w.WriteHeader(res.status)
 	b, _ := json.Marshal(struct {

@@ -68,6 +68,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/internal/logbudget"
 )
 
 // Controller is everything the API's resources need from hostctl's
@@ -105,7 +106,7 @@ func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Op
 	for _, opt := range opts {
 		opt(&o)
 	}
-	e := errorWriter{log: log}
+	e := errorWriter{log: log, refusals: logbudget.New(0, 0, nil)}
 	root := routes(c, e, o)
 	devices{svc: o.devices, errorWriter: e}.routes(root.PathPrefix("/v1/devices").Subrouter())
 	return authenticate(a, e, root)
@@ -157,7 +158,7 @@ func routes(c Controller, e errorWriter, o options) *mux.Router {
 	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())
 	system{errorWriter: e}.routes(v1)
 
-	root.NotFoundHandler = unmatched(root, e)
+	root.NotFoundHandler = headAsGet(root, unmatched(root, e)) // head.go
 	root.MethodNotAllowedHandler = root.NotFoundHandler
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,7 +17,9 @@ import (
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/clip"
 	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/logbudget"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -56,25 +59,58 @@ func statusOf(err error) int {
 
 // errorWriter answers failed requests: the status from statusOf, the body
 // a types.Error listing an invalid spec's fields, and one log line.
+//
+// Nothing a caller sent is copied whole into the body or the log: the
+// message, the path and every field value go through package clip. The
+// log lines of refusals to callers not authenticated (the 401s of the TCP
+// listener) are bounded per peer by refusals: a flood of them from one
+// address writes a burst of lines, then one per interval saying how many
+// were suppressed. An authenticated caller's refusals are all logged.
 type errorWriter struct {
-	log *slog.Logger
+	log      *slog.Logger
+	refusals *logbudget.Budget // nil: every refusal is logged
 }
 
 func (e errorWriter) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
-	body := &types.Error{Message: err.Error()}
+	msg := clip.String(err.Error(), clip.Message)
+	body := &types.Error{Message: msg}
 	var se *model.SpecError
 	if errors.As(err, &se) {
 		for _, fe := range se.Errors {
-			body.Fields = append(body.Fields, types.FieldError{Field: fe.Field, Value: fe.Value, Rule: fe.Rule})
+			body.Fields = append(body.Fields, types.FieldError{Field: clip.String(fe.Field, clip.Log), Value: clip.Any(fe.Value, clip.Value), Rule: clip.String(fe.Rule, clip.Log)})
+		}
+		body.Summary = summary(body.Message, se) // summary.go
+	}
+	path := clip.String(r.URL.Path, clip.Log)
+	switch {
+	case status == http.StatusInternalServerError:
+		e.log.Error("admin request failed", "method", clip.String(r.Method, clip.Log), "path", path, "err", msg)
+	case e.refusals == nil || principalFrom(r.Context()).Role != "":
+		e.log.Info("admin request refused", "method", clip.String(r.Method, clip.Log), "path", path, "status", status, "err", msg)
+	default:
+		peer := peerOf(r)
+		if ok, suppressed := e.refusals.Allow(peer); ok {
+			args := []any{"method", clip.String(r.Method, clip.Log), "path", path, "status", status, "peer", peer, "err", msg}
+			if suppressed > 0 {
+				args = append(args, "suppressed", suppressed)
+			}
+			e.log.Info("admin request refused", args...)
 		}
 	}
-	if status == http.StatusInternalServerError {
-		e.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	} else {
-		e.log.Info("admin request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	}
 	writeJSON(w, status, body)
+}
+
+// peerOf names the peer of a request for the refusal budget: the
+// client's address without its port on TCP, "unix" on the admin socket.
+func peerOf(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	if r.RemoteAddr == "" || r.RemoteAddr == "@" {
+		return "unix"
+	}
+	return clip.String(r.RemoteAddr, clip.Log)
 }
 
 // unmatched answers a request no route takes: 405 with the Allow header
@@ -101,11 +137,11 @@ func unmatched(root *mux.Router, e errorWriter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		allow := allowed(root, r, known)
 		if len(allow) == 0 {
-			e.fail(w, r, httpError(http.StatusNotFound, "%s: no such endpoint of the admin API", r.URL.Path))
+			e.fail(w, r, httpError(http.StatusNotFound, "%s: no such endpoint of the admin API", clip.Quote(r.URL.Path, clip.Log)))
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		e.fail(w, r, httpError(http.StatusMethodNotAllowed, "%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		e.fail(w, r, httpError(http.StatusMethodNotAllowed, "%s %s: method not allowed (allowed: %s)", clip.String(r.Method, clip.Log), clip.Quote(r.URL.Path, clip.Log), strings.Join(allow, ", ")))
 	})
 }
 
@@ -121,13 +157,18 @@ func allowed(root *mux.Router, r *http.Request, known []string) []string {
 			out = append(out, m)
 		}
 	}
+	if slices.Contains(out, http.MethodGet) && !slices.Contains(out, http.MethodHead) {
+		// A GET route takes HEAD too (headAsGet), as in net/http.
+		out = append(out, http.MethodHead)
+		slices.Sort(out)
+	}
 	return out
 }
 
+// writeJSON answers with v as compact JSON: indenting would make the
+// answer grow with the square of a nested value's depth.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/clip"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -84,7 +85,7 @@ func (h auditEvents) read(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Entries that are not events are logged; the ones that are
 		// still reach the follower.
-		h.log.Warn("audit stream has entries that are not events", "stream", stream, "err", err)
+		h.log.Warn("audit stream has entries that are not events", "stream", clip.String(stream, clip.Log), "err", err)
 	}
 	writeJSON(w, http.StatusOK, evs)
 }

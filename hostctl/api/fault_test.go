@@ -174,7 +174,7 @@ func TestInstanceErrorAPI(t *testing.T) {
 	var body bytes.Buffer
 	_, _ = body.ReadFrom(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.String(), `"field": "type"`) || !strings.Contains(body.String(), "HARD or SOFT") {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.String(), `"field":"type"`) || !strings.Contains(body.String(), "HARD or SOFT") {
 		t.Errorf("reboot type WARM: %d %s", resp.StatusCode, body.String())
 	}
 

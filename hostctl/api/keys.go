@@ -16,7 +16,7 @@ import (
 type KeyService interface {
 	Reports(ctx context.Context, c keyrotation.Class) ([]keyrotation.Report, error)
 	SetPolicy(ctx context.Context, s keyrotation.Subject, p keyrotation.Policy) (keyrotation.Policy, error)
-	Rotate(ctx context.Context, s keyrotation.Subject) (keyrotation.Policy, error)
+	Rotate(ctx context.Context, s keyrotation.Subject) (keyrotation.Rotation, error)
 	Prune(ctx context.Context, c keyrotation.Class, keep int) (keyrotation.Status, error)
 	// InstanceSubject resolves an instance name for a per-instance class.
 	InstanceSubject(ctx context.Context, c keyrotation.Class, name string) (keyrotation.Subject, error)
@@ -32,7 +32,7 @@ func WithKeys(svc KeyService) Option { return func(o *options) { o.keys = svc } 
 //
 //	GET  /v1/keys[?class=C]                   every subject's policy and status
 //	PUT  /v1/keys/{class}/policy[?instance=N] set a policy (types.KeyPolicy); 409 on a decrease
-//	POST /v1/keys/{class}/rotate[?instance=N] rotate once more (the policy becomes KeyGeneration+1)
+//	POST /v1/keys/{class}/rotate[?instance=N] rotate once more (the policy becomes KeyGeneration+1; subjects 0: nothing to rotate)
 //	POST /v1/keys/{class}/prune               drop prior keys beyond keep (types.KeyPruneRequest)
 //	GET  /v1/keys/proxy-secret/reveal         the current proxy secret
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/clip"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -64,7 +65,7 @@ func scopeInstance(svc instanceGetter, e errorWriter) mux.MiddlewareFunc {
 			if errors.Is(err, store.ErrNotFound) || (err == nil && !sees(principalFrom(r.Context()), inst.Spec.ProjectID)) {
 				// One answer for both, so the message does not tell
 				// them apart either.
-				err = fmt.Errorf("instance %s: %w", name, store.ErrNotFound)
+				err = fmt.Errorf("instance %s: %w", clip.String(name, clip.Log), store.ErrNotFound)
 			}
 			if err != nil {
 				e.fail(w, r, err)

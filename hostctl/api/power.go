@@ -46,7 +46,7 @@ func (h power) reboot(w http.ResponseWriter, r *http.Request) {
 		case types.RebootSoft:
 			return h.svc.Reboot(ctx, name, false)
 		}
-		return nil, &model.SpecError{Errors: []model.FieldError{{Field: "type", Value: req.Type, Rule: "must be HARD or SOFT"}}}
+		return nil, &model.SpecError{Errors: []model.FieldError{{Field: "type", Value: req.Type, Rule: "must be HARD or SOFT"}}, Of: "reboot request"}
 	})
 }
 

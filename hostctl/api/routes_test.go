@@ -58,14 +58,14 @@ func TestMethodNotAllowed(t *testing.T) {
 	for _, tc := range []struct {
 		method, path, allow string
 	}{
-		{http.MethodPut, "/v1/instances", "GET, POST"},
-		{http.MethodDelete, "/v1/instances", "GET, POST"},
-		{http.MethodPost, "/v1/instances/a-1", "DELETE, GET"},
+		{http.MethodPut, "/v1/instances", "GET, HEAD, POST"},
+		{http.MethodDelete, "/v1/instances", "GET, HEAD, POST"},
+		{http.MethodPost, "/v1/instances/a-1", "DELETE, GET, HEAD"},
 		{http.MethodGet, "/v1/instances/a-1/start", "POST"},
 		{http.MethodGet, "/v1/instances/a-1/disks", "DELETE, POST"},
 		{http.MethodPatch, "/v1/instances/a-1/nics", "DELETE, POST"},
-		{http.MethodPost, "/v1/instances/a-1/configdrive", "GET"},
-		{http.MethodPost, "/v1/whoami", "GET"},
+		{http.MethodPost, "/v1/instances/a-1/configdrive", "GET, HEAD"},
+		{http.MethodPost, "/v1/whoami", "GET, HEAD"},
 		// Project scoping runs only on a matched route: a wrong method on
 		// another project's instance is 405 too, and nothing is looked up.
 		{http.MethodGet, "/v1/instances/b-9/stop", "POST"},

@@ -65,7 +65,8 @@ func (h sharesAPI) routes(v1 *mux.Router) {
 // fail answers a failed share request; the error's field values are left
 // out of the log line (an export location is one).
 func (h sharesAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
-	e := errorWriter{log: slog.New(redactingHandler{h.errorWriter.log.Handler(), err})}
+	e := h.errorWriter
+	e.log = slog.New(redactingHandler{h.errorWriter.log.Handler(), err})
 	e.fail(w, r, err)
 }
 

@@ -167,7 +167,7 @@ func TestServerSharesAPI(t *testing.T) {
 		t.Errorf("member list: %+v %v", ms, err)
 	}
 	code, body = s.raw(t, http.MethodGet, "/v1/servers/web-1/shares", "")
-	if code != http.StatusOK || !strings.Contains(body, `"shares": [`) || !strings.Contains(body, `"export_location": "`+dir) {
+	if code != http.StatusOK || !strings.Contains(body, `"shares":[`) || !strings.Contains(body, `"export_location":"`+dir) {
 		t.Errorf("admin list: %d %s", code, body)
 	}
 	m, err := s.a.ServerShare(ctx, inst.Spec.UUID, sh.ID)
@@ -183,7 +183,7 @@ func TestServerSharesAPI(t *testing.T) {
 		t.Errorf("delete of a locked share: %d %s", code, body)
 	}
 	code, body = s.raw(t, http.MethodDelete, "/v1/servers/web-1/shares/"+sh.ID, "")
-	if code != http.StatusAccepted || !strings.Contains(body, `"status": "detaching"`) {
+	if code != http.StatusAccepted || !strings.Contains(body, `"status":"detaching"`) {
 		t.Errorf("detach: %d %s", code, body)
 	}
 	if code, body = s.raw(t, http.MethodDelete, "/v1/shares/"+sh.ID, ""); code != http.StatusNoContent {
@@ -289,7 +289,7 @@ func TestServerSharesRefused(t *testing.T) {
 
 	// Field errors come back as fields.
 	code, body := s.raw(t, http.MethodPost, "/v1/servers/a-2/shares", `{"share": {"share_id": "x", "tag": "`+strings.Repeat("y", 70)+`"}}`)
-	if code != 400 || !strings.Contains(body, `"field": "share.share_id"`) {
+	if code != 400 || !strings.Contains(body, `"field":"share.share_id"`) {
 		t.Errorf("bad body: %d %s", code, body)
 	}
 	if code, body = s.raw(t, http.MethodPost, "/v1/servers/a-2/shares", `{"share": {"share_id": "`+shA2+`", "bogus": 1}}`); code != 400 {

@@ -121,6 +121,9 @@ func (a *app) run(ctx context.Context, args []string, env Env) int {
 		return a.noCommand(env, lead, words, rest[len(words):])
 	}
 	err = a.runCommand(ctx, cmd, append(lead, rest[len(words):]...), env)
+	if code, ok := interruptedExit(ctx, env, cmd.Name, err); ok {
+		return code
+	}
 	switch {
 	case err == nil:
 		return 0
@@ -241,7 +244,7 @@ func (a *app) runCommand(ctx context.Context, cmd *Command, args []string, env E
 		return UsageError(err)
 	}
 	if config != nil && *config != "" {
-		if err := LoadConfigFile(fs, *config); err != nil {
+		if err := loadConfigFile(ctx, fs, *config); err != nil {
 			return UsageError(err)
 		}
 	}
@@ -336,11 +339,17 @@ func splitLeadingFlags(args []string) (lead, rest []string, err error) {
 	return lead, rest, nil
 }
 
-// printError prints an error; a spec error lists one field per line.
+// printError prints an error; a refusal naming fields is headed by what
+// was refused (the daemon's summary: "invalid flavor", "invalid instance
+// spec"…), then lists one field per line.
 func printError(w io.Writer, err error) {
 	var ae *types.Error
 	if errors.As(err, &ae) && len(ae.Fields) > 0 {
-		fmt.Fprintln(w, "hostctl: invalid instance spec:")
+		heading := ae.Summary
+		if heading == "" { // a daemon from before summaries
+			heading = "invalid request"
+		}
+		fmt.Fprintf(w, "hostctl: %s:\n", heading)
 		for _, f := range ae.Fields {
 			if f.Value != nil {
 				fmt.Fprintf(w, "  %s: %s: %s\n", f.Field, quote(f.Value), f.Rule)

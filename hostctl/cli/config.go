@@ -2,12 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"time"
 
@@ -24,9 +24,13 @@ const configFlag = "config"
 // of the wrong type names the key and the value. A repeatable flag takes
 // a list.
 func LoadConfigFile(fs *flag.FlagSet, path string) error {
-	b, err := os.ReadFile(path)
+	return loadConfigFile(context.Background(), fs, path)
+}
+
+func loadConfigFile(ctx context.Context, fs *flag.FlagSet, path string) error {
+	b, err := readFile(ctx, nil, "config file", path, maxConfigFile)
 	if err != nil {
-		return fmt.Errorf("config file: %w", err)
+		return err
 	}
 	j, err := yaml.YAMLToJSON(b)
 	if err != nil {

@@ -43,6 +43,14 @@ func imageImport(fs *flag.FlagSet) func(context.Context, *Call) error {
 			return err
 		}
 		defer f.Close()
+		// The image is streamed to the daemon, never held here; a device
+		// or a pipe (/dev/zero) may have no end, and the daemon would
+		// write it until its disk is full.
+		if fi, err := f.Stat(); err != nil {
+			return err
+		} else if !fi.Mode().IsRegular() {
+			return Usagef("image import: %s is not a regular file (%s): import an image file", file, fi.Mode().Type())
+		}
 		img, err := c.Client().ImportImage(ctx, *name, props, f)
 		if err != nil {
 			return err

@@ -4,14 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/model"
 )
 
 // instanceCommands are `hostctl instance apply|list|show|delete`.
@@ -39,15 +38,9 @@ func instanceApply(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if *file == "" {
 			return Usagef("instance apply needs -f SPEC")
 		}
-		var spec []byte
-		var err error
-		if *file == "-" {
-			spec, err = io.ReadAll(c.Stdin)
-		} else {
-			spec, err = os.ReadFile(*file)
-		}
+		spec, err := readFile(ctx, c.Stdin, "spec", *file, model.MaxSpecSize)
 		if err != nil {
-			return fmt.Errorf("read spec: %w", err)
+			return err
 		}
 		inst, err := c.Client().Apply(ctx, spec)
 		if err != nil {

@@ -24,16 +24,18 @@ const keysHelp = `Classes (short names in brackets):
   disk-passphrases (disk)    each LUKS disk's passphrase, per instance; in place through LUKS key slots
 Policies: Disabled (default), WithVersionUpgrade (rotate when hostctl runs a newer version than the one that
 minted the keys; not for the proxy secret), KeyGeneration (rotate when --generation is above the status
-generation). A rotation is complete when the status generation is at least the wanted generation.`
+generation; the other policies ignore --generation). A rotation is complete when the status generation is at
+least the wanted generation.`
 
 // keyCommands are `hostctl keys status|policy|rotate|prune|show`.
 func keyCommands() []*Command {
 	return []*Command{
 		{Name: "keys status", Args: "[CLASS]", Summary: "show every key class's rotation policy and status (disk passphrases per instance)", Client: true, Help: keysHelp, Setup: keysStatus},
 		{Name: "keys policy", Args: "CLASS --policy P [--generation N] [--keep-prior N] [--instance NAME]", Summary: "set a class's (or one instance's disk) key rotation policy", Client: true,
-			Help: keysHelp + "\nThe wanted generation never decreases: a lower --generation is refused (409).", Setup: keysPolicy},
-		{Name: "keys rotate", Args: "CLASS [--instance NAME] [--wait]", Summary: "rotate a class's keys once more (its policy becomes KeyGeneration, one above)", Client: true,
-			Help: keysHelp + "\nWith --wait the command follows the rotation (a progress bar on a terminal) until it is complete,\nfails, or is pending (a running instance's disks rotate when it next stops).", Setup: keysRotate},
+			Help: keysHelp + "\nThe wanted generation never decreases: a lower --generation is refused with KeyGeneration (409);\nDisabled and WithVersionUpgrade ignore it (the wanted generation is kept).", Setup: keysPolicy},
+		{Name: "keys rotate", Args: "CLASS [--instance NAME] [--wait]", Summary: "rotate a class's keys once more (its policy becomes KeyGeneration, one above the highest generation of its keys)", Client: true,
+			Help: keysHelp + "\nWithout --instance, disk-passphrases rotates every instance's disks (an instance's own policy becomes the new\ngeneration too); with no key to rotate the command says so and changes nothing." +
+				"\nWith --wait the command follows the rotation (a progress bar on a terminal) until it is complete,\nfails, or is pending (a running instance's disks rotate when it next stops).", Setup: keysRotate},
 		{Name: "keys prune", Args: "proxy [--keep N]", Summary: "drop prior proxy secrets beyond --keep, once every proxy has the current one", Client: true, Setup: keysPrune},
 		{Name: "keys show", Args: "CLASS [--reveal]", Summary: "show a class's status; --reveal prints the current proxy secret (administrators)", Client: true,
 			Help: "--reveal is only for the proxy secret, which the metadata proxies must be configured with; no other key leaves the daemon.", Setup: keysShow},
@@ -90,13 +92,18 @@ func printKeyReports(c *Call, rs []types.KeyReport) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLASS\tINSTANCE\tPOLICY\tWANTED\tGENERATION\tMINTED BY\tPRIOR\tCOMPLETE\tSTATE")
 	for _, r := range rs {
+		wanted := "-"
+		if r.Policy.KeyRotationPolicy == keyrotation.KeyGeneration {
+			// (The other policies ignore the wanted generation.)
+			wanted = strconv.FormatInt(r.Policy.KeyGeneration, 10)
+		}
+		if r.NoKeys != "" {
+			fmt.Fprintf(tw, "%s\t-\t%s\t%s\t-\t-\t-\t-\tno keys yet (%s)\n", r.Class, r.Policy.KeyRotationPolicy, wanted, r.NoKeys)
+			continue
+		}
 		prior := "-"
 		if r.Status.PriorKeyCount != nil {
 			prior = strconv.Itoa(*r.Status.PriorKeyCount)
-		}
-		wanted := "-"
-		if r.Policy.KeyRotationPolicy == keyrotation.KeyGeneration || r.Policy.KeyGeneration > 0 {
-			wanted = strconv.FormatInt(r.Policy.KeyGeneration, 10)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Class, orDash(r.InstanceName), r.Policy.KeyRotationPolicy, wanted,
 			r.Status.KeyGeneration, orDash(r.Status.KeyVersion), prior, yesNo(r.Complete), keyState(r))
@@ -156,7 +163,11 @@ func keysPolicy(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if c.JSON() {
 			return c.PrintJSON(out)
 		}
-		fmt.Fprintf(c.Stdout, "%s: policy %s, generation %d\n", subjectName(cl, *instance), out.KeyRotationPolicy, out.KeyGeneration)
+		if out.KeyRotationPolicy == keyrotation.KeyGeneration {
+			fmt.Fprintf(c.Stdout, "%s: policy %s, generation %d\n", subjectName(cl, *instance), out.KeyRotationPolicy, out.KeyGeneration)
+		} else {
+			fmt.Fprintf(c.Stdout, "%s: policy %s\n", subjectName(cl, *instance), out.KeyRotationPolicy)
+		}
 		return nil
 	}
 }
@@ -180,15 +191,41 @@ func keysRotate(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if err != nil {
 			return err
 		}
+		if p.Subjects == 0 {
+			if c.JSON() {
+				return c.PrintJSON(p)
+			}
+			fmt.Fprintf(c.Stdout, "%s: nothing to rotate: %s\n", subjectName(cl, *instance), nothingToRotate(cl, *instance))
+			return nil
+		}
 		if !*wait {
 			if c.JSON() {
 				return c.PrintJSON(p)
 			}
-			fmt.Fprintf(c.Stdout, "%s: rotation to generation %d requested; `hostctl keys status` shows when it is complete\n", subjectName(cl, *instance), p.KeyGeneration)
+			fmt.Fprintf(c.Stdout, "%s: rotation to generation %d requested (%s); `hostctl keys status` shows when it is complete\n",
+				subjectName(cl, *instance), p.KeyGeneration, plural(p.Subjects, "subject"))
 			return nil
 		}
 		return followRotation(ctx, c, cl, *instance, p.KeyGeneration)
 	}
+}
+
+// nothingToRotate says why a rotation request found no keys to rotate.
+func nothingToRotate(cl keyrotation.Class, instance string) string {
+	switch {
+	case instance != "":
+		return "the instance has no encrypted disk with a passphrase of its own"
+	case cl.PerInstance():
+		return "no instance on this host has an encrypted disk with a passphrase of its own"
+	}
+	return "this host has no keys of this class"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 // followRotation polls the status of the rotated subjects until each has
@@ -210,7 +247,7 @@ func followRotation(ctx context.Context, c *Call, cl keyrotation.Class, instance
 		done, failed, pending := true, "", ""
 		var p keyrotation.Progress
 		for _, r := range rs {
-			if instance != "" && r.InstanceName != instance {
+			if r.NoKeys != "" || instance != "" && r.InstanceName != instance {
 				continue
 			}
 			switch {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/keys"
 )
 
 // secretCommands are `hostctl secret create|list|show|delete`.
@@ -36,20 +35,20 @@ func secretCreate(fs *flag.FlagSet) func(context.Context, *Call) error {
 		}
 		req := types.SecretRequest{Name: *name, ProjectID: *project}
 		if *file != "" {
-			var b []byte
-			var err error
-			if *file == "-" {
-				b, err = io.ReadAll(io.LimitReader(c.Stdin, 64<<10))
-			} else {
-				b, err = os.ReadFile(*file)
-			}
+			// The daemon takes a passphrase of at most keys.MaxPayload
+			// bytes; the file may end with a line ending besides.
+			b, err := readFile(ctx, c.Stdin, "--payload-file", *file, keys.MaxPayload+2)
 			if err != nil {
-				return fmt.Errorf("read --payload-file: %w", err)
+				return err
 			}
 			if !*keepNL {
 				for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
 					b = b[:len(b)-1]
 				}
+			}
+			if len(b) > keys.MaxPayload {
+				clear(b)
+				return Usagef("--payload-file %s: %d bytes, more than the %d a passphrase may have", *file, len(b), keys.MaxPayload)
 			}
 			if len(b) == 0 {
 				return Usagef("--payload-file %s: empty passphrase", *file)

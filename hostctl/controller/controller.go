@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,8 @@ type Controller struct {
 	hostName string
 	hosts    Hosts
 	audit    *events.Log
+	// proxyNets are Options.ProxyNetworks (proxynets.go).
+	proxyNets []netip.Prefix
 
 	drv           driver
 	domains       Domains
@@ -121,6 +124,7 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 
 	shareHooks shareHooksPtr // sharehooks.go
+	keyForget  keyForgetPtr  // diskrotate.go
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 	devices    Devices
@@ -236,6 +240,11 @@ type Options struct {
 	// EncryptionSupport tells which formats this host supports
 	// (encryption.Prober); not checked when nil.
 	EncryptionSupport func(context.Context) (encryption.Support, error)
+
+	// ProxyNetworks are the metadata service's trusted proxy networks
+	// (--metadata-trusted-proxies): an instance address inside one is
+	// refused at apply (proxynets.go).
+	ProxyNetworks []netip.Prefix
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -252,7 +261,8 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices}
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices,
+		proxyNets: opts.ProxyNetworks}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -427,6 +437,9 @@ func decodeSpec(rec store.Instance) (*model.Instance, error) {
 // re-checks atomically, so a race still ends in a (less specific)
 // conflict.
 func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) error {
+	if err := c.checkProxyAddresses(in); err != nil {
+		return err
+	}
 	for i, a := range in.Addresses {
 		owner, err := c.store.LookupAddress(ctx, a)
 		switch {
@@ -434,6 +447,43 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 			return fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))
 		case err != nil && !errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("apply %s: %w", in.Name, err)
+		}
+	}
+	return c.checkMACs(ctx, in)
+}
+
+// checkMACs refuses a NIC whose MAC address another instance already has,
+// on any host sharing the store (two guests with one MAC break each
+// other's networking). The store has no MAC index: the other instances'
+// stored specs are read, their NICs only.
+func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
+	if len(in.NICs) == 0 {
+		return nil
+	}
+	mine := make(map[string]int, len(in.NICs))
+	for i, n := range in.NICs {
+		mine[strings.ToLower(n.MAC)] = i
+	}
+	recs, err := c.store.Instances(ctx)
+	if err != nil {
+		return fmt.Errorf("apply %s: check MAC addresses: %w", in.Name, err)
+	}
+	for _, rec := range recs {
+		if rec.Name == in.Name || (in.UUID != "" && rec.UUID == in.UUID) {
+			continue
+		}
+		var other struct {
+			NICs []struct {
+				MAC string `json:"mac"`
+			} `json:"nics"`
+		}
+		if err := json.Unmarshal(rec.Spec, &other); err != nil {
+			return fmt.Errorf("apply %s: check MAC addresses: instance %s: decode stored spec: %w", in.Name, rec.Name, err)
+		}
+		for _, n := range other.NICs {
+			if i, dup := mine[strings.ToLower(n.MAC)]; dup {
+				return fmt.Errorf("apply %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
+			}
 		}
 	}
 	return nil
@@ -699,6 +749,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
+	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {

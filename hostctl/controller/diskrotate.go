@@ -46,6 +46,11 @@ package controller
 //	if err := keyEngine.Recover(ctx); err != nil { … } // runs DiskRotator.Recover
 //	ctl.StartReconciler()
 //
+// The key rotation records of an instance (its policy and status,
+// keyrotation/<host>/…/disk-passphrases/<uuid>) go with it: the daemon
+// installs Engine.ForgetInstance with SetKeyRotationForget, which Delete
+// and ForceDeleteFromStore call once the record is gone.
+//
 // Recover must run before anything starts an instance (the API is not
 // served yet); with controller.New the reconciler runs alongside it,
 // which is safe (both take the instance's lock, and the reconciler only
@@ -65,6 +70,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
@@ -124,10 +130,11 @@ type DiskRotator struct {
 }
 
 var (
-	_ keyrotation.Rotator      = (*DiskRotator)(nil)
-	_ keyrotation.Recoverer    = (*DiskRotator)(nil)
-	_ keyrotation.Lister       = (*DiskRotator)(nil)
-	_ keyrotation.Generationer = (*DiskRotator)(nil)
+	_ keyrotation.Rotator         = (*DiskRotator)(nil)
+	_ keyrotation.Recoverer       = (*DiskRotator)(nil)
+	_ keyrotation.Lister          = (*DiskRotator)(nil)
+	_ keyrotation.Generationer    = (*DiskRotator)(nil)
+	_ keyrotation.InstanceChecker = (*DiskRotator)(nil)
 )
 
 // ErrNoRotation: the controller cannot rotate disk passphrases (no key
@@ -183,6 +190,17 @@ func (r *DiskRotator) Subjects(ctx context.Context) ([]keyrotation.Subject, erro
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// InstanceExists implements keyrotation.InstanceChecker: whether an
+// instance with the UUID is in the store (on any host), so the key
+// rotation engine deletes only the records of instances that are gone.
+func (r *DiskRotator) InstanceExists(ctx context.Context, uuid string) (bool, error) {
+	recs, err := r.c.store.Instances(ctx)
+	if err != nil {
+		return false, fmt.Errorf("instances: %w", err)
+	}
+	return slices.ContainsFunc(recs, func(rec store.Instance) bool { return strings.EqualFold(rec.UUID, uuid) }), nil
 }
 
 func mapValues(m map[string]types.BlockDevice) []types.BlockDevice {
@@ -731,4 +749,37 @@ func (r *DiskRotator) opens(ctx context.Context, bd types.BlockDevice, path stri
 		}
 	}
 	return cur, pend, nil
+}
+
+// KeyRotationForget deletes the key rotation records of a deleted
+// instance of host (keyrotation.Engine.ForgetInstance).
+type KeyRotationForget func(ctx context.Context, host, uuid string) error
+
+// keyForgetPtr is the controller's field type (set while the reconciler
+// may run).
+type keyForgetPtr = atomic.Pointer[KeyRotationForget]
+
+// SetKeyRotationForget installs what deletes a deleted instance's key
+// rotation records (nil removes it). The daemon calls it once, with the
+// disk rotator's registration.
+func (c *Controller) SetKeyRotationForget(f KeyRotationForget) {
+	if f == nil {
+		c.keyForget.Store(nil)
+		return
+	}
+	c.keyForget.Store(&f)
+}
+
+// forgetKeyRotation deletes the key rotation records of rec, whose
+// record is gone. A failure is logged: the records name an instance
+// that no longer exists, and the key rotation engine's sweep deletes
+// them on a later run.
+func (c *Controller) forgetKeyRotation(ctx context.Context, rec store.Instance) {
+	f := c.keyForget.Load()
+	if f == nil {
+		return
+	}
+	if err := (*f)(context.WithoutCancel(ctx), rec.Host, rec.UUID); err != nil {
+		c.log.Warn("key rotation records of a deleted instance not deleted (the key rotation sweep retries)", "name", rec.Name, "uuid", rec.UUID, "err", err)
+	}
 }

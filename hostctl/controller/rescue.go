@@ -58,13 +58,13 @@ const rescueFile = "disk.rescue"
 // checkRescue validates a request (400s naming field, value and rule).
 func checkRescue(req RescueRequest) error {
 	if req.Image == "" {
-		return &model.SpecError{Errors: []model.FieldError{{Field: "image", Rule: "is required (the rescue image)"}}}
+		return &model.SpecError{Errors: []model.FieldError{{Field: "image", Rule: "is required (the rescue image)"}}, Of: "rescue request"}
 	}
 	if err := images.CheckName(req.Image); err != nil {
-		return &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: req.Image, Rule: err.Error()}}}
+		return &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: req.Image, Rule: err.Error()}}, Of: "rescue request"}
 	}
 	if req.TimeoutSeconds < 0 {
-		return &model.SpecError{Errors: []model.FieldError{{Field: "timeout_seconds", Value: req.TimeoutSeconds, Rule: "must not be negative"}}}
+		return &model.SpecError{Errors: []model.FieldError{{Field: "timeout_seconds", Value: req.TimeoutSeconds, Rule: "must not be negative"}}, Of: "rescue request"}
 	}
 	return nil
 }

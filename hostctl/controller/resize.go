@@ -183,7 +183,7 @@ func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *ty
 	}
 	if f != nil && f.Disk > 0 && newImg.VirtualSize > int64(f.Disk)<<30 {
 		return nil, fmt.Errorf("rebuild %s: %w", name, &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: newImg.Name,
-			Rule: fmt.Sprintf("its %d bytes do not fit flavor %s's %d GiB root disk", newImg.VirtualSize, f.Name, f.Disk)}}})
+			Rule: fmt.Sprintf("its %d bytes do not fit flavor %s's %d GiB root disk", newImg.VirtualSize, f.Name, f.Disk)}}, Of: "rebuild request"})
 	}
 	in := clone(old)
 	in.Image = newImg.Name

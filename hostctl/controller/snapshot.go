@@ -80,7 +80,7 @@ func checkSnapshot(r *SnapshotRequest) error {
 		errs = append(errs, model.FieldError{Field: "encryption_key", Value: r.EncryptionKey, Rule: "must be same, new, existing or none"})
 	}
 	if len(errs) > 0 {
-		return &model.SpecError{Errors: errs}
+		return &model.SpecError{Errors: errs, Of: "snapshot request"}
 	}
 	return nil
 }

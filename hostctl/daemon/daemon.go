@@ -136,7 +136,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigDriveFormat, "config-drive-format", "iso9660", "format of the config drives kept in the data directory: iso9660 or vfat")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.AdminListen, "admin-listen", "", "TCP address of the admin API for remote clients (needs --admin-tokens-file)")
-	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", "", "JSON list of admin API tokens (name, role admin|member, project, sha256); see `hostctl token new`")
+	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", "", "JSON list of admin API tokens (name, role admin|member, project, sha256); see 'hostctl token new'")
 	fs.StringVar(&c.AdminTLSCert, "admin-tls-cert", "", "TLS certificate for --admin-listen (with --admin-tls-key; without them the listener is plain HTTP: bind it to a management network)")
 	fs.StringVar(&c.AdminTLSKey, "admin-tls-key", "", "TLS key for --admin-listen")
 	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
@@ -147,6 +147,13 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
 	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
+	// The key is in the data directory wherever --data-dir puts it
+	// (hostctl serve sets it after parsing): the help says so instead of
+	// naming the default directory's file.
+	if f := fs.Lookup("metadata-token-key-file"); f != nil {
+		f.DefValue = ""
+		f.Usage += " (default DATA-DIR/" + TokenKeyFile + ")"
+	}
 	c.Virt.AddFlags(fs)
 	c.Shares.AddFlags(fs)
 	c.Devices.AddFlags(fs)
@@ -337,6 +344,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Keys:              km,
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: prober.Support,
+		ProxyNetworks:     mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	keyEngine.Register(keyrotation.KEK, keyrotation.NewKEKRotator(km))
@@ -349,7 +357,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// (accepted everywhere, then current), the metadata readers following
 	// on the store's feed.
 	tokenKeys, proxyKeys := metadatakeys.Register(keyEngine, mdOpts, st, log)
-	keyEngine.Register(keyrotation.Disk, controller.NewDiskRotator(ctl))
+	if err := markKeyFilesCreated(ctx, keyEngine, mdOpts); err != nil { // keyrotation.go
+		return err
+	}
+	registerDiskRotation(keyEngine, ctl) // keyrotation.go
 	if err := keyEngine.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}

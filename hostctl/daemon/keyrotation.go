@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/version"
+	"github.com/vmeta/vmeta/server"
 )
 
 // KeyRotationConfig is the key rotation policies of `hostctl serve`.
@@ -28,7 +30,7 @@ const DefaultKeyRotationInterval = time.Minute
 
 // AddFlags registers the key rotation flags.
 func (c *KeyRotationConfig) AddFlags(fs *flag.FlagSet) {
-	fs.Func("key-rotation", "a key class's rotation policy, CLASS=POLICY[,generation=N][,keep-prior=N] (repeatable; classes key-encryption-key, token-signing-key, proxy-secret, disk-passphrases; policies Disabled, WithVersionUpgrade, KeyGeneration); applied at start-up, never lowering a stored generation; `hostctl keys policy` changes it at run time", func(s string) error {
+	fs.Func("key-rotation", "a key class's rotation policy, CLASS=POLICY[,generation=N][,keep-prior=N] (repeatable; classes key-encryption-key, token-signing-key, proxy-secret, disk-passphrases; policies Disabled, WithVersionUpgrade, KeyGeneration); applied at start-up, never lowering a stored generation; 'hostctl keys policy' changes it at run time", func(s string) error {
 		if _, _, err := keyrotation.ParseFlag(s); err != nil {
 			return err
 		}
@@ -124,4 +126,24 @@ func (k keyService) RevealProxySecret(ctx context.Context) ([]byte, error) {
 
 func newKeyEngine(st keyrotation.Store, host string, log *slog.Logger) *keyrotation.Engine {
 	return keyrotation.New(st, keyrotation.Options{Host: host, Version: version.String(), Log: log})
+}
+
+// registerDiskRotation registers the disk passphrase rotator of ctl, and
+// has ctl delete an instance's key rotation records with the instance.
+func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller) {
+	e.Register(keyrotation.Disk, controller.NewDiskRotator(ctl))
+	ctl.SetKeyRotationForget(e.ForgetInstance)
+}
+
+// markKeyFilesCreated records generation 1, minted by this version, for
+// the key files this start created (the token signing key), as
+// keys.Open's Created does for the key-encryption key: every key vmeta
+// creates starts at generation 1 with its minter known.
+func markKeyFilesCreated(ctx context.Context, e *keyrotation.Engine, md server.Options) error {
+	if f := md.KeyFile("token"); f != nil && f.Created() {
+		if err := e.MarkCreated(ctx, keyrotation.Subject{Class: keyrotation.Token}); err != nil {
+			return fmt.Errorf("key rotation status: %w", err)
+		}
+	}
+	return nil
 }

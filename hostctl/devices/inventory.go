@@ -307,7 +307,7 @@ func same(a, b types.Device) bool {
 
 func checkAddress(addr string) error {
 	if !model.IsPCIAddress(addr) {
-		return &model.SpecError{Errors: []model.FieldError{{Field: "address", Value: addr, Rule: "is not a PCI address dddd:bb:ss.f (lower-case hex)"}}}
+		return &model.SpecError{Errors: []model.FieldError{{Field: "address", Value: addr, Rule: "is not a PCI address dddd:bb:ss.f (lower-case hex)"}}, Of: "device"}
 	}
 	return nil
 }

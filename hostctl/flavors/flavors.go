@@ -85,7 +85,7 @@ func Check(f types.Flavor) error {
 	}
 	errs = append(errs, policy.CheckFlavorSpecs("extra_specs", f.ExtraSpecs)...)
 	if len(errs) > 0 {
-		return &model.SpecError{Errors: errs}
+		return &model.SpecError{Errors: errs, Of: "flavor"}
 	}
 	return nil
 }

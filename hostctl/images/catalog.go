@@ -92,10 +92,10 @@ func (d *Dir) info(ctx context.Context, path string) (info, error) {
 // (imported or legacy) is ErrConflict. Nothing is left behind on error.
 func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (_ types.Image, err error) {
 	if err := CheckName(name); err != nil {
-		return types.Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}}
+		return types.Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}, Of: "image"}
 	}
 	if errs := policy.CheckImageProperties("properties", props); len(errs) > 0 {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: errs})
+		return types.Image{}, fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: errs, Of: "image"})
 	}
 	defer d.locks.Lock(name)()
 	if err := d.free(name); err != nil {
@@ -208,7 +208,7 @@ func checkImported(in info, props map[string]string) error {
 		errs = append(errs, model.FieldError{Field: "properties[" + policy.ImageEncryptKeyID + "]", Value: keyID, Rule: "qemu-img finds the file not encrypted: only an encrypted image has a key"})
 	}
 	if len(errs) > 0 {
-		return &model.SpecError{Errors: errs}
+		return &model.SpecError{Errors: errs, Of: "image"}
 	}
 	return nil
 }

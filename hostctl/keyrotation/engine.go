@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,8 +63,8 @@ func New(st Store, opts Options) *Engine {
 		progress: map[string]Progress{}, kick: make(chan struct{}, 1)}
 }
 
-// Register sets the procedure of a class. A class without one is neither
-// rotated nor reported.
+// Register sets the procedure of a class. A class without one is not
+// rotated (Reports lists it with NoKeys).
 func (e *Engine) Register(c Class, r Rotator) {
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
@@ -157,16 +158,33 @@ func (e *Engine) MarkCreated(ctx context.Context, s Subject) error {
 	return err
 }
 
-// ForgetInstance deletes an instance's policy and status (the instance
-// is gone).
-func (e *Engine) ForgetInstance(ctx context.Context, uuid string) error {
+// ForgetInstance deletes the policy and status records of an instance
+// of host (this engine's host when empty; a force-deleted instance's
+// host is another) for every per-instance class: the instance is gone.
+func (e *Engine) ForgetInstance(ctx context.Context, host, uuid string) error {
+	if uuid == "" {
+		return fmt.Errorf("forget key rotation records: %w: no instance UUID", ErrInvalid)
+	}
+	if host == "" {
+		host = e.opts.Host
+	}
 	var errs []error
-	for _, kind := range []string{"policy", "status"} {
-		err := e.st.DeleteRecord(ctx, e.key(kind, Subject{Class: Disk, InstanceUUID: uuid}), -1)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			errs = append(errs, err)
+	for _, c := range Classes {
+		if !c.PerInstance() {
+			continue
+		}
+		for _, kind := range []string{"policy", "status"} {
+			k := recordPrefix + host + "/" + kind + "/" + string(c) + "/" + uuid
+			if err := e.st.DeleteRecord(ctx, k, -1); err != nil && !errors.Is(err, store.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", k, err))
+			}
 		}
 	}
+	e.progMu.Lock()
+	for _, c := range Classes {
+		delete(e.progress, Subject{Class: c, InstanceUUID: uuid}.String())
+	}
+	e.progMu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -190,9 +208,10 @@ func (e *Engine) Policy(ctx context.Context, s Subject) (Policy, error) {
 }
 
 // SetPolicy stores a subject's policy: refused (ErrInvalid, ErrDecrease)
-// when it is not valid for the class or lowers the wanted generation
-// below the stored policy's or the generation the keys are already at —
-// nothing changes then.
+// when it is not valid for the class or, with the KeyGeneration policy,
+// lowers the wanted generation below the stored policy's — nothing
+// changes then. The other policies ignore keyGeneration: the stored
+// wanted generation is kept (Merge).
 func (e *Engine) SetPolicy(ctx context.Context, s Subject, p Policy) (Policy, error) {
 	if err := p.Check(s.Class); err != nil {
 		return Policy{}, err
@@ -201,13 +220,15 @@ func (e *Engine) SetPolicy(ctx context.Context, s Subject, p Policy) (Policy, er
 		p.KeyRotationPolicy = Disabled
 	}
 	out, err := store.UpdateJSON(ctx, e.st, e.key("policy", s), func(cur *Policy, exists bool) (bool, error) {
+		next := p
 		if exists {
 			if err := CheckUpdate(s.Class, *cur, p); err != nil {
 				return false, err
 			}
+			next = Merge(*cur, p)
 		}
-		changed := !exists || !equalPolicy(*cur, p)
-		*cur = p
+		changed := !exists || !equalPolicy(*cur, next)
+		*cur = next
 		return changed, nil
 	})
 	if err != nil {
@@ -252,19 +273,47 @@ type Report struct {
 	// Complete: the status generation has reached the wanted one and
 	// nothing is pending.
 	Complete bool `json:"complete"`
+	// NoKeys says why the class has no keys on this host yet ("": it
+	// has): no instance with keys of a per-instance class, or no
+	// procedure (its key file is not configured). Such a report is the
+	// class's: its policy, nothing to rotate.
+	NoKeys string `json:"no_keys,omitempty"`
 }
 
-// Reports returns the policy and status of every subject of the
-// registered classes (of class c only, when c is not empty).
+// Reasons of Report.NoKeys.
+const (
+	NoKeysNoInstance    = "no instance on this host has keys of this class"
+	NoKeysNotConfigured = "not configured on this host"
+)
+
+// Reports returns the policy and status of every subject of every class
+// (of class c only, when c is not empty); a class without a subject (no
+// instance with keys of it, or no procedure on this host) is reported
+// once, with its policy and NoKeys saying why.
 func (e *Engine) Reports(ctx context.Context, c Class) ([]Report, error) {
 	var out []Report
-	for _, cl := range e.Registered() {
+	for _, cl := range Classes {
 		if c != "" && cl != c {
 			continue
 		}
-		subjects, err := e.subjects(ctx, cl)
-		if err != nil {
-			return nil, err
+		var (
+			subjects []Subject
+			none     = NoKeysNotConfigured
+		)
+		if e.rotator(cl) != nil {
+			var err error
+			if subjects, err = e.subjects(ctx, cl); err != nil {
+				return nil, err
+			}
+			none = NoKeysNoInstance
+		}
+		if len(subjects) == 0 {
+			p, err := e.Policy(ctx, Subject{Class: cl})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Report{Subject: Subject{Class: cl}, Policy: p, Complete: true, NoKeys: none})
+			continue
 		}
 		for _, s := range subjects {
 			p, err := e.Policy(ctx, s)
@@ -354,6 +403,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		if err := e.sweep(ctx, c, subjects); err != nil {
+			errs = append(errs, err)
+		}
 		for _, s := range subjects {
 			if err := e.runOne(ctx, s, since); err != nil {
 				errs = append(errs, err)
@@ -371,37 +423,9 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 	if err != nil {
 		return err
 	}
-	key := e.key("status", s)
-	st, _, err := store.GetJSON[Status](ctx, e.st, key)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		// First sight: keys made since tracking began are generation 1
-		// of this version; older ones existed before tracking (0).
-		st = Status{Updated: e.opts.Now().UTC()}
-		if !s.Created.IsZero() && !s.Created.Before(since) {
-			st.KeyGeneration, st.KeyVersion = 1, e.opts.Version
-		}
-		// A procedure that knows its keys' generation (the KEK file's)
-		// says where keys made before tracking are: a rotation is then
-		// asked only above it.
-		if g, ok := e.rotator(s.Class).(Generationer); ok {
-			n, err := g.Generation(ctx, s)
-			if err != nil {
-				return fmt.Errorf("key generation of %s: %w", s, err)
-			}
-			st.KeyGeneration = max(st.KeyGeneration, n)
-		}
-		if st, err = e.putStatus(ctx, s, func(cur *Status, exists bool) bool {
-			if exists {
-				return false
-			}
-			*cur = st
-			return true
-		}); err != nil {
-			return err
-		}
-	case err != nil:
-		return fmt.Errorf("key rotation status of %s: %w", s, err)
+	st, err := e.current(ctx, s, since)
+	if err != nil {
+		return err
 	}
 	gen := e.target(p, st)
 	if gen == 0 {
@@ -444,17 +468,101 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 		})
 		return err
 	}
-	_, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+	st, err = e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
 		cur.KeyGeneration = max(cur.KeyGeneration, gen)
 		cur.KeyVersion = e.opts.Version
 		cur.PriorKeyCount = res.PriorKeyCount
 		cur.Target, cur.Pending, cur.Error, cur.Progress = 0, "", "", nil
 		return true
 	})
-	if err == nil {
-		e.log.Info("key rotation complete", "subject", s.String(), "generation", gen)
+	if err != nil {
+		return err
 	}
-	return err
+	e.log.Info("key rotation complete", "subject", s.String(), "generation", gen)
+	if p, err := e.Policy(ctx, s); err == nil && e.target(p, st) > gen {
+		// A rotation begun before a higher one was asked (it waited for
+		// an instance to stop): the higher one now, not a run later.
+		return e.runOne(ctx, s, since)
+	}
+	return nil
+}
+
+// current returns a subject's status, recording it first when the
+// subject has none yet: keys made since tracking began (since) are
+// generation 1 of this version; older ones existed before tracking (0),
+// unless the class's procedure knows their generation (the KEK file's).
+func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Status, error) {
+	st, _, err := store.GetJSON[Status](ctx, e.st, e.key("status", s))
+	switch {
+	case err == nil:
+		return st, nil
+	case !errors.Is(err, store.ErrNotFound):
+		return Status{}, fmt.Errorf("key rotation status of %s: %w", s, err)
+	}
+	st = Status{Updated: e.opts.Now().UTC()}
+	if !s.Created.IsZero() && !s.Created.Before(since) {
+		st.KeyGeneration, st.KeyVersion = 1, e.opts.Version
+	}
+	// A procedure that knows its keys' generation says where keys made
+	// before tracking are: a rotation is then asked only above it.
+	if g, ok := e.rotator(s.Class).(Generationer); ok {
+		n, err := g.Generation(ctx, s)
+		if err != nil {
+			return Status{}, fmt.Errorf("key generation of %s: %w", s, err)
+		}
+		st.KeyGeneration = max(st.KeyGeneration, n)
+	}
+	return e.putStatus(ctx, s, func(cur *Status, exists bool) bool {
+		if exists {
+			return false
+		}
+		*cur = st
+		return true
+	})
+}
+
+// sweep deletes this host's records of a per-instance class that name
+// an instance which no longer exists (subjects: the class's subjects,
+// which do), when the class's procedure can tell (InstanceChecker).
+func (e *Engine) sweep(ctx context.Context, c Class, subjects []Subject) error {
+	check, ok := e.rotator(c).(InstanceChecker)
+	if !c.PerInstance() || !ok {
+		return nil
+	}
+	live := map[string]bool{}
+	for _, s := range subjects {
+		live[s.InstanceUUID] = true
+	}
+	var errs []error
+	for _, kind := range []string{"policy", "status"} {
+		prefix := recordPrefix + e.opts.Host + "/" + kind + "/" + string(c) + "/"
+		recs, err := e.st.Records(ctx, prefix)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s records: %w", prefix, err))
+			continue
+		}
+		for _, r := range recs {
+			uuid := strings.TrimPrefix(r.Key, prefix)
+			if uuid == "" || strings.Contains(uuid, "/") || live[uuid] {
+				continue
+			}
+			exists, err := check.InstanceExists(ctx, uuid)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("key rotation records of instance %s: %w", uuid, err))
+				continue
+			}
+			if exists {
+				live[uuid] = true
+				continue
+			}
+			if err := e.st.DeleteRecord(ctx, r.Key, r.Version); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", r.Key, err))
+				continue
+			}
+			e.log.Info("key rotation record of a deleted instance deleted", "record", r.Key)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // putStatus changes a subject's status record (stamping Updated).
@@ -518,34 +626,92 @@ func (e *Engine) Prune(ctx context.Context, c Class, keep int) (Status, error) {
 	})
 }
 
-// Rotate asks for one rotation of a subject now: its policy becomes
-// KeyGeneration at one above the highest of its status and policy
-// generations (a decrease is impossible by construction). It returns the
-// new policy; the rotation itself runs in the next Run.
-func (e *Engine) Rotate(ctx context.Context, s Subject) (Policy, error) {
+// Rotation is what a rotation request did.
+type Rotation struct {
+	// Policy is the subject's policy after the request (unchanged when
+	// there is nothing to rotate).
+	Policy
+	// Subjects is how many subjects the rotation rotates (each is below
+	// its generation); 0: the class (or the instance) has no keys on this
+	// host yet, so nothing was asked.
+	Subjects int `json:"subjects"`
+}
+
+// Rotate asks for one rotation now of a subject — for a per-instance
+// class without an instance, of every instance of the class. The new
+// target is one above the highest generation any of those subjects is
+// at, is rotating to or is wanted at (a decrease is impossible by
+// construction, and every subject is below it): the subject's policy
+// becomes KeyGeneration at that target, and so does the own policy of
+// every instance a class-wide request covers (an instance's own policy
+// overrides its class's, and the request is for every instance). The
+// rotations themselves run in the next Run. With no subject (no instance
+// with keys of the class) nothing changes and Subjects is 0.
+func (e *Engine) Rotate(ctx context.Context, s Subject) (Rotation, error) {
 	if e.rotator(s.Class) == nil {
-		return Policy{}, fmt.Errorf("%w: %s: this host has no procedure for it", ErrUnavailable, s.Class)
+		return Rotation{}, fmt.Errorf("%w: %s: this host has no procedure for it", ErrUnavailable, s.Class)
 	}
-	st, err := e.Status(ctx, s)
+	since, err := e.tracking(ctx)
 	if err != nil {
-		return Policy{}, err
+		return Rotation{}, fmt.Errorf("key rotation: %w", err)
+	}
+	targets := []Subject{s}
+	if s.Class.PerInstance() {
+		all, err := e.subjects(ctx, s.Class)
+		if err != nil {
+			return Rotation{}, err
+		}
+		targets = all
+		if s.InstanceUUID != "" {
+			targets = slices.DeleteFunc(all, func(t Subject) bool { return t.InstanceUUID != s.InstanceUUID })
+		}
 	}
 	p, err := e.Policy(ctx, s)
 	if err != nil {
-		return Policy{}, err
+		return Rotation{}, err
 	}
-	if s.InstanceUUID != "" {
-		// An instance's own policy (not the class's it inherited).
-		if own, _, err := store.GetJSON[Policy](ctx, e.st, e.key("policy", s)); err == nil {
-			p = own
+	if len(targets) == 0 {
+		return Rotation{Policy: p}, nil
+	}
+	top := p.KeyGeneration
+	own := map[string]Policy{} // the instances' own policies
+	for _, t := range targets {
+		st, err := e.current(ctx, t, since)
+		if err != nil {
+			return Rotation{}, err
+		}
+		top = max(top, st.KeyGeneration, st.Target)
+		if t.InstanceUUID == "" {
+			continue
+		}
+		tp, _, err := store.GetJSON[Policy](ctx, e.st, e.key("policy", t))
+		switch {
+		case err == nil:
+			own[t.InstanceUUID] = tp
+			top = max(top, tp.KeyGeneration)
+		case !errors.Is(err, store.ErrNotFound):
+			return Rotation{}, fmt.Errorf("key rotation policy of %s: %w", t, err)
 		}
 	}
-	next := Policy{KeyRotationPolicy: KeyGeneration, KeyGeneration: max(st.KeyGeneration, st.Target, p.KeyGeneration) + 1,
-		KeepPriorKeyCount: p.KeepPriorKeyCount}
+	next := Policy{KeyRotationPolicy: KeyGeneration, KeyGeneration: top + 1, KeepPriorKeyCount: p.KeepPriorKeyCount}
 	if !s.Class.Overlapping() {
 		next.KeepPriorKeyCount = nil
 	}
-	return e.SetPolicy(ctx, s, next)
+	out, err := e.SetPolicy(ctx, s, next)
+	if err != nil {
+		return Rotation{}, err
+	}
+	if s.InstanceUUID == "" {
+		for _, t := range targets {
+			if _, ok := own[t.InstanceUUID]; !ok || t.InstanceUUID == "" {
+				continue
+			}
+			if _, err := e.SetPolicy(ctx, t, next); err != nil {
+				return Rotation{}, err
+			}
+		}
+	}
+	return Rotation{Policy: out, Subjects: len(targets)}, nil
 }
 
 // ErrUnavailable: the class has no procedure on this host.

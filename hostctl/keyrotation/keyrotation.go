@@ -141,16 +141,31 @@ func (p Policy) Check(c Class) error {
 	return nil
 }
 
-// CheckUpdate reports whether next may replace prev: valid, and its
-// wanted generation not lower.
+// CheckUpdate reports whether next may replace prev: valid, and, for
+// the KeyGeneration policy, its wanted generation not lower. The other
+// policies ignore keyGeneration (as the specification says), so a
+// switch to Disabled or WithVersionUpgrade is never a decrease; Merge
+// keeps the stored wanted generation across it.
 func CheckUpdate(c Class, prev, next Policy) error {
 	if err := next.Check(c); err != nil {
 		return err
 	}
-	if next.KeyGeneration < prev.KeyGeneration {
+	if next.KeyRotationPolicy == KeyGeneration && next.KeyGeneration < prev.KeyGeneration {
 		return fmt.Errorf("%w: %s: keyGeneration %d is below %d", ErrDecrease, c, next.KeyGeneration, prev.KeyGeneration)
 	}
 	return nil
+}
+
+// Merge returns the policy stored when next replaces prev (CheckUpdate
+// has accepted it): next, with a policy other than KeyGeneration keeping
+// prev's wanted generation when next names a lower one (it ignores it),
+// so the wanted generation never decreases, also across a time spent
+// Disabled or WithVersionUpgrade.
+func Merge(prev, next Policy) Policy {
+	if next.KeyRotationPolicy != KeyGeneration {
+		next.KeyGeneration = max(next.KeyGeneration, prev.KeyGeneration)
+	}
+	return next
 }
 
 // Status is where a subject's keys are.
@@ -253,6 +268,14 @@ type Generationer interface {
 // encrypted disks on this host).
 type Lister interface {
 	Subjects(ctx context.Context) ([]Subject, error)
+}
+
+// InstanceChecker is a per-instance class's procedure that says whether
+// an instance still exists (on any host): the Engine's Run deletes the
+// records of the instances that do not (one whose records could not be
+// deleted with it, or was deleted before they were).
+type InstanceChecker interface {
+	InstanceExists(ctx context.Context, uuid string) (bool, error)
 }
 
 // Pruner drops the prior keys of an overlapping class beyond keep (the

@@ -202,9 +202,10 @@ func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
 	l.run(ctx, &wg, bases, 3, 2, oldSecret)
 	l.progress(t, 50)
 	for gen := int64(1); gen <= 3; gen++ {
-		rotate(tok, keyrotation.Token, gen, 0)
+		// (The created token key file is generation 1.)
+		rotate(tok, keyrotation.Token, gen+1, 0)
 		for _, r := range []*replica{r, r2} {
-			r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == float64(gen) })
+			r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == float64(gen+1) })
 		}
 		l.progress(t, 50)
 		if gen > 2 {
@@ -226,8 +227,8 @@ func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
 	if n := l.failed.Load(); n != 0 {
 		t.Fatalf("%d requests failed during the rotations: %v", n, l.failures)
 	}
-	if st, _ := tok.State(); st.Generation != 3 || st.PriorKeyCount != 3 || st.Next != 0 {
-		t.Errorf("token key file state %+v, want generation 3 with 3 prior keys (all within the token lifetime)", st)
+	if st, _ := tok.State(); st.Generation != 4 || st.PriorKeyCount != 3 || st.Next != 0 {
+		t.Errorf("token key file state %+v, want generation 4 with 3 prior keys (all within the token lifetime)", st)
 	}
 
 	// The proxies take the new current secret (show --reveal) ...
@@ -311,6 +312,16 @@ func TestReplicaReloadPaths(t *testing.T) {
 	t.Run("sighup and a broken file", func(t *testing.T) {
 		p, tk := newFiles("hup")
 		r := startReplica(t, srv.URL(), p, tk, "--key-check-interval", "1h")
+		// The replica reloads its key files once more when it has
+		// subscribed to the feed; write the new file only after that.
+		if err := r.p.WaitReady(30*time.Second, 5*time.Millisecond, func() error {
+			if !strings.Contains(r.p.Output(), "metadata change feed: following") {
+				return fmt.Errorf("not following the change feed yet")
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%v\n%s", err, r.p.Output())
+		}
 		secret1 := []byte("reload-paths-secret-one")
 		writeKeyFile(t, p, server.KeyEntry{Key: secret1, Generation: 7, State: server.KeyCurrent})
 		if c := signedStatus(r, secret1); c != 403 {
@@ -384,17 +395,17 @@ func TestRotationAcrossRedisOutage(t *testing.T) {
 	var logs testenv.SyncBuffer
 	o := Options{Path: tk, Notifier: st, Readers: st, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	o.Wait = func(context.Context, int64, time.Time) error {
-		r.waitMetric(t, keyGauge("vmeta_metadata_key_newest_generation", "token"), func(v float64) bool { return v >= 1 })
+		r.waitMetric(t, keyGauge("vmeta_metadata_key_newest_generation", "token"), func(v float64) bool { return v >= 2 })
 		srv.Stop()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if _, err := NewToken(o).Rotate(ctx, keyrotation.Subject{}, 1, 0, nil); err == nil || !strings.Contains(err.Error(), "which readers have generation 1") {
+	if _, err := NewToken(o).Rotate(ctx, keyrotation.Subject{}, 2, 0, nil); err == nil || !strings.Contains(err.Error(), "which readers have generation 2") {
 		t.Fatalf("rotation with Redis away: %v, want an error", err)
 	}
 	es, err := server.ParseKeyFile(must(os.ReadFile(tk)))
-	if err != nil || shape(es) != "c0 n1" {
+	if err != nil || shape(es) != "c1 n2" {
 		t.Fatalf("file with Redis away: %s %v, want the new key distributed, not current", shape(es), err)
 	}
 	// The replica serves on with what it has.
@@ -405,7 +416,7 @@ func TestRotationAcrossRedisOutage(t *testing.T) {
 	o.Wait = nil
 	o.Delay = time.Millisecond
 	for {
-		res, err := NewToken(o).Rotate(ctx, keyrotation.Subject{}, 1, 0, nil)
+		res, err := NewToken(o).Rotate(ctx, keyrotation.Subject{}, 2, 0, nil)
 		if err == nil && res.Done {
 			break
 		}
@@ -415,10 +426,10 @@ func TestRotationAcrossRedisOutage(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the Engine's next run
 	}
 	got, _ := server.ParseKeyFile(must(os.ReadFile(tk)))
-	if shape(got) != "c1 p0" || !bytes.Equal(got[0].Key, es[1].Key) {
+	if shape(got) != "c2 p1" || !bytes.Equal(got[0].Key, es[1].Key) {
 		t.Fatalf("file after: %s (the distributed key current: %v)", shape(got), bytes.Equal(got[0].Key, es[1].Key))
 	}
-	r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == 1 })
+	r.waitMetric(t, keyGauge("vmeta_metadata_key_generation", "token"), func(v float64) bool { return v == 2 })
 }
 
 func must[T any](v T, err error) T {

@@ -34,9 +34,9 @@
 // The file says which generation each key is and in which state
 // (annotation comments that ReadKeyFile skips, and a key set id line,
 // added by the first rotation when missing; a file created by
-// server.ReadOrCreateKeyFile or written by hand has none: generation 0,
-// so the first rotation always mints a key, whatever generation the
-// keyrotation Engine's status counts from), so the procedure is
+// server.ReadOrCreateKeyFile is generation 1, as the status the daemon
+// records for it; one written by hand has no annotation: generation 0,
+// so its first rotation always mints a key), so the procedure is
 // idempotent for a generation: called again after a crash at any step it
 // finds the next key of that generation and finishes (never minting a
 // second one), and when the file is already at the generation it only

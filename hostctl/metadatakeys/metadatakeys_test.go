@@ -367,8 +367,8 @@ func (r registrar) Register(c keyrotation.Class, rot keyrotation.Rotator) { r[c]
 
 // TestRegister: the rotators hostctl serve registers rotate the files its
 // metadata service loaded, and that service has the new keys at once; a
-// created token key file (generation 0 in the file) is rotated by the
-// first rotation, whatever generation it asks for.
+// created token key file is at generation 1 (as its status), so the
+// first rotation asks for 2.
 func TestRegister(t *testing.T) {
 	dir := t.TempDir()
 	proxyFile := filepath.Join(dir, "proxy.secret")
@@ -394,7 +394,7 @@ func TestRegister(t *testing.T) {
 	tok.r.o.Wait = func(context.Context, int64, time.Time) error { return nil }
 	prox.r.o.Wait = tok.r.o.Wait
 	before := string(md.TokenKeys.Current())
-	if _, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 1, 0, nil); err != nil {
+	if _, err := tok.Rotate(t.Context(), keyrotation.Subject{}, 2, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if cur := string(md.TokenKeys.Current()); cur == before || len(md.TokenKeys.All()) != 2 {

@@ -30,18 +30,17 @@ func field(name string, value any, format string, args ...any) error {
 }
 
 // requestError is an invalid share request: a *model.SpecError (the API
-// lists its fields, 400) that does not call itself an instance spec.
+// lists its fields, 400) that calls itself a share, not an instance spec.
 type requestError struct{ se *model.SpecError }
 
-func invalid(se *model.SpecError) error { return &requestError{se} }
-
-func (e *requestError) Error() string {
-	parts := make([]string, len(e.se.Errors))
-	for i, fe := range e.se.Errors {
-		parts[i] = fe.Error()
+func invalid(se *model.SpecError) error {
+	if se.Of == "" {
+		se.Of = "share"
 	}
-	return "invalid request: " + strings.Join(parts, "; ")
+	return &requestError{se}
 }
+
+func (e *requestError) Error() string { return e.se.Error() }
 
 func (e *requestError) Unwrap() error { return e.se }
 

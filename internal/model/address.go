@@ -1,7 +1,6 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 	"net"
 )
@@ -105,24 +104,10 @@ func IsMAC(s string) bool {
 
 // CheckDiskSize checks a disk size as qemu-img takes it and the spec
 // schema allows it: a byte count with an optional K, M, G or T suffix
-// ("10G").
+// ("10G"), at most MaxDiskSize (ParseDiskSize, bounds.go).
 func CheckDiskSize(size string) error {
-	digits := size
-	if n := len(size); n > 0 {
-		switch size[n-1] {
-		case 'K', 'M', 'G', 'T':
-			digits = size[:n-1]
-		}
-	}
-	if digits == "" {
-		return errors.New("must be a byte count with an optional K, M, G or T suffix")
-	}
-	for i := 0; i < len(digits); i++ {
-		if digits[i] < '0' || digits[i] > '9' {
-			return errors.New("must be a byte count with an optional K, M, G or T suffix")
-		}
-	}
-	return nil
+	_, err := ParseDiskSize(size)
+	return err
 }
 
 // DefaultNetwork is the libvirt network of a NIC whose spec names none

@@ -24,6 +24,12 @@ func ParseSpec(data []byte) (*Instance, error) {
 	if len(data) > MaxSpecSize {
 		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Value: len(data), Rule: fmt.Sprintf("spec is larger than %d bytes", MaxSpecSize)}}}
 	}
+	// A JSON spec is checked against the bounds (bounds.go) before the
+	// YAML reader, which costs a hundred times its size in memory, reads
+	// it.
+	if err := checkJSONInput(data); err != nil {
+		return nil, err
+	}
 	// YAMLToJSONStrict refuses duplicate keys, which plain YAML decoding
 	// would silently resolve to the last one.
 	js, err := yaml.YAMLToJSONStrict(data)
@@ -33,10 +39,15 @@ func ParseSpec(data []byte) (*Instance, error) {
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Rule: "spec is empty"}}}
 	}
+	// Depth and free-form sizes first (bounds.go): nothing else reads a
+	// document past them.
+	if err := checkDocument(js); err != nil {
+		return nil, err
+	}
 	if err := schema.ValidateJSON(schema.InstanceSpec, js); err != nil {
 		var se *schema.Error
 		if errors.As(err, &se) {
-			return nil, specErrorFromSchema(se)
+			return nil, withRuleErrors(js, se) // schemarules.go
 		}
 		return nil, fmt.Errorf("validate spec: %w", err)
 	}

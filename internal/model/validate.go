@@ -52,17 +52,17 @@ func formatValue(v any) string {
 	}
 }
 
-// SpecError lists every problem found in a spec.
+// SpecError lists every problem found in a spec, or in the fields of
+// another request (Of says which).
 type SpecError struct {
 	Errors []FieldError
+	// Of is what the fields belong to, as the message names it ("invalid
+	// flavor: …"): "flavor", "image", "share"…; empty for an instance spec.
+	Of string
 }
 
 func (e *SpecError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, fe := range e.Errors {
-		parts[i] = fe.Error()
-	}
-	return "invalid instance spec: " + strings.Join(parts, "; ")
+	return "invalid " + e.Subject() + ": " + JoinFieldErrors(e.Errors) // specerror.go
 }
 
 // ErrInvalidSpec is matched by errors.Is for every *SpecError.
@@ -120,12 +120,7 @@ func ValidateTag(tag string) error {
 	case strings.ContainsAny(tag, ",/"):
 		return errors.New("must not contain ',' or '/' (Nova's tag rule)")
 	}
-	for _, r := range tag {
-		if r < 0x20 || r == 0x7f {
-			return errors.New("must not contain control characters")
-		}
-	}
-	return nil
+	return checkText(tag) // control and bidirectional characters (bounds.go)
 }
 
 // ValidateShareTag checks a virtiofs share tag.
@@ -430,6 +425,7 @@ func (in *Instance) Validate() error {
 	for i, cpu := range in.DedicatedCPUs {
 		uniq(fmt.Sprintf("dedicated_cpus[%d]", i), "CPU id", strconv.Itoa(cpu), cpus, i)
 	}
+	in.validateInputs(&c) // bounds.go
 	return c.err()
 }
 

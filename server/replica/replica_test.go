@@ -126,6 +126,11 @@ func TestRun(t *testing.T) {
 	if code, body := get("http://"+metrics+"/healthz", nil); code != 200 || !strings.Contains(body, `"ok"`) {
 		t.Errorf("healthz: %d %s", code, body)
 	}
+	// The guest port has no /healthz: the store's state is the
+	// operator's (a guest at 127.0.0.1 gets an unknown path's 404).
+	if code, body := get("http://"+listen+"/healthz", nil); code != 404 || strings.Contains(body, "store") || strings.Contains(body, "ok") {
+		t.Errorf("healthz on the guest port: %d %q, want 404 without the store's state", code, body)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d", code)

@@ -364,8 +364,8 @@ func tokenScenario() crashScenario {
 	return crashScenario{
 		class:     keyrotation.Token,
 		procedure: "token-rotate",
-		policy:    "token=KeyGeneration,generation=1",
-		gen:       1,
+		policy:    "token=KeyGeneration,generation=2", // created by this hostctl: generation 1
+		gen:       2,
 		args:      metadataArgs("required"),
 		setup: func(t *testing.T, d *daemon) any {
 			applyCrashInstance(t, d)

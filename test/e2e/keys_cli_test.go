@@ -8,7 +8,8 @@ import (
 )
 
 // TestKeysCLI: hostctl keys status|rotate|policy|show through a daemon:
-// a KEK rotation asked with `keys rotate kek --wait` reaches generation 2
+// every class listed ("no keys yet" where so; the created token key at
+// generation 1), a rotation of nothing says so, a KEK rotation asked with `keys rotate kek --wait` reaches generation 2
 // and says it is complete, a lower generation is refused naming both, a
 // keep-prior count on a class that has none is refused, and --reveal
 // without a proxy secret file says so.
@@ -24,6 +25,36 @@ func TestKeysCLI(t *testing.T) {
 			t.Errorf("keys status lacks %q:\n%s", want, st.stdout)
 		}
 	}
+	// Every class is listed with its policy, "no keys yet" where it has
+	// none (issue 20 item 11): no proxy secret file, no instance with an
+	// encrypted disk (--virt none). The token key this start created is
+	// generation 1, minted by this hostctl (item 9).
+	t.Logf("hostctl keys status:\n%s", st.stdout)
+	rows := map[string][]string{}
+	for _, line := range strings.Split(st.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = f
+		}
+	}
+	for _, class := range []string{"proxy-secret", "disk-passphrases"} {
+		if r := rows[class]; len(r) < 3 || r[2] != "Disabled" || !strings.Contains(strings.Join(r, " "), "no keys yet") {
+			t.Errorf("keys status: %s row %q, want its policy and no keys yet:\n%s", class, r, st.stdout)
+		}
+	}
+	version := strings.TrimSpace(hostctl(t, nil, "version").stdout)
+	if r := rows["token-signing-key"]; len(r) < 6 || r[4] != "1" || r[5] != version {
+		t.Errorf("keys status: token-signing-key row %q, want generation 1 minted by this hostctl (%s)", r, version)
+	}
+	// A rotation with nothing to rotate says so (item 11).
+	for _, args := range [][]string{{"keys", "rotate", "disk"}, {"keys", "rotate", "disk", "--wait"}} {
+		r := d.MustCtl(args...)
+		if !strings.Contains(r.stdout, "disk-passphrases: nothing to rotate") || strings.Contains(r.stdout, "shows when it is complete") {
+			t.Errorf("%v with no instance:\n%s", args, r.stdout)
+		}
+	}
+	if rs := keyReports(t, d, keyrotation.Disk); len(rs) != 1 || rs[0].NoKeys == "" || rs[0].Policy.KeyRotationPolicy != keyrotation.Disabled {
+		t.Errorf("disk-passphrases after rotating nothing: %+v", rs)
+	}
 	if rs := keyReports(t, d, keyrotation.KEK); len(rs) != 1 || rs[0].Status.KeyGeneration != 1 {
 		t.Fatalf("kek before: %+v", rs)
 	}
@@ -37,6 +68,12 @@ func TestKeysCLI(t *testing.T) {
 	}
 	if r := d.Ctl("keys", "policy", "kek", "--policy", "KeyGeneration", "--generation", "1"); r.code == 0 || !strings.Contains(r.stderr, "keyGeneration 1 is below 2") {
 		t.Errorf("decrease: %s", r)
+	}
+	// The other policies ignore the generation (item 8).
+	for _, p := range []string{"Disabled", "WithVersionUpgrade"} {
+		if r := d.Ctl("keys", "policy", "kek", "--policy", p); r.code != 0 || !strings.Contains(r.stdout, "key-encryption-key: policy "+p) {
+			t.Errorf("kek policy %s after a rotation: %s", p, r)
+		}
 	}
 	if r := d.Ctl("keys", "policy", "token", "--policy", "KeyGeneration", "--keep-prior", "1"); r.code == 0 || !strings.Contains(r.stderr, "keepPriorKeyCount 1: only for overlapping rotation") {
 		t.Errorf("keep-prior on the token key: %s", r)

@@ -34,9 +34,10 @@ func (c *Client) SetKeyPolicy(ctx context.Context, class, instance string, p typ
 	return out, c.doJSON(ctx, http.MethodPut, keysPath(class, "policy", instance), p, &out)
 }
 
-// RotateKeys asks for one more rotation; it returns the new policy.
-func (c *Client) RotateKeys(ctx context.Context, class, instance string) (types.KeyPolicy, error) {
-	var out types.KeyPolicy
+// RotateKeys asks for one more rotation; it returns the new policy and
+// how many subjects it rotates (0: nothing to rotate).
+func (c *Client) RotateKeys(ctx context.Context, class, instance string) (types.KeyRotation, error) {
+	var out types.KeyRotation
 	return out, c.doJSON(ctx, http.MethodPost, keysPath(class, "rotate", instance), struct{}{}, &out)
 }
 

@@ -11,6 +11,9 @@ type (
 	KeyStatus = keyrotation.Status
 	// KeyReport is a subject's policy and status (GET /v1/keys).
 	KeyReport = keyrotation.Report
+	// KeyRotation is POST /v1/keys/{class}/rotate: the new policy and
+	// how many subjects it rotates (0: nothing to rotate).
+	KeyRotation = keyrotation.Rotation
 )
 
 // KeyPruneRequest is POST /v1/keys/{class}/prune.

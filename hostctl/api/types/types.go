@@ -168,6 +168,10 @@ type RebootRequest struct {
 type Error struct {
 	Message string       `json:"error"`
 	Fields  []FieldError `json:"fields,omitempty"`
+	// Summary is, with Fields, the message without their list: what was
+	// refused ("create flavor f1: invalid flavor"), the heading under
+	// which a client lists the fields.
+	Summary string `json:"summary,omitempty"`
 	// Status is the HTTP status the error came with (set by clients; not
 	// part of the body).
 	Status int `json:"-"`

@@ -5,15 +5,16 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/vmeta/vmeta/hostctl/cli"
 	"github.com/vmeta/vmeta/hostctl/cli/serve"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT and SIGTERM stop every command: the context reaches its
+	// reads and the daemon's client; a stopped client command exits 130
+	// or 143, serve shuts down and exits 0.
+	ctx, stop := cli.SignalContext(context.Background())
 	code := cli.Run(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin}, serve.Command())
 	stop()
 	os.Exit(code)
