@@ -78,6 +78,14 @@ type Config struct {
 	DHCPDomain        string
 	ConfigDriveFormat string
 	LogLevel          string
+	// StorePasswordFile holds the store's password (never in the URL:
+	// a command line is visible to every user); InitEmptyStore starts on
+	// an empty store even though the data directory shows one was used
+	// (storecheck.go); SocketGroup may use the admin socket besides root
+	// (socket.go).
+	StorePasswordFile string
+	InitEmptyStore    bool
+	SocketGroup       string
 	// Apply lists instance spec files applied at start-up.
 	Apply    []string
 	Metadata server.Config
@@ -123,6 +131,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Socket, "socket", client.DefaultSocket(), "admin API unix socket")
 	fs.StringVar(&c.MetadataListen, "metadata-listen", DefaultMetadataListen, "address of the guest-facing metadata service")
 	fs.StringVar(&c.Store, "store", "bolt", "store: bolt (embedded, in the data directory), bolt:///path/file.db, redis://host:port/db, redis+cluster://h1:p1,h2:p2 or redis+sentinel://master@h1:p1/db")
+	c.addHardeningFlags(fs)
 	fs.StringVar(&c.DHCPDomain, "dhcp-domain", "novalocal", "domain appended to short hostnames in metadata (Nova's dhcp_domain)")
 	fs.StringVar(&c.ConfigDriveFormat, "config-drive-format", "iso9660", "format of the config drives kept in the data directory: iso9660 or vfat")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -220,6 +229,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	// One daemon per data directory, whatever the store (lock.go); then
+	// the directory's mode, leftovers and signs of a store (storecheck.go).
+	dirLock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer dirLock.Close()
+	prior, err := prepareDataDir(cfg.DataDir, log)
+	if err != nil {
+		return err
+	}
 	if cfg.Host != "" {
 		if err := hosts.CheckName(cfg.Host); err != nil {
 			return configErrorf("--host: %v", err)
@@ -232,16 +252,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+
+	st, err := cfg.openStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// The host name is kept in the data directory once the store opened
+	// (a first start that cannot reach its store leaves no sign of use).
 	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
 	if err != nil {
 		return configErrorf("--host: %v", err)
 	}
-
-	st, err := OpenStore(ctx, cfg.Store, cfg.DataDir)
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+	if err := checkStoreNotLost(ctx, st, hostName, prior, cfg); err != nil {
+		return err
 	}
-	defer st.Close()
+	holder, err := holdHost(ctx, st, hostName, cfg)
+	if err != nil {
+		return err
+	}
 
 	mdOpts, err := cfg.Metadata.Options(log)
 	if err != nil {
@@ -362,6 +391,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	beater := &hosts.Beater{Store: ctlStore, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
+		Holder: holder, DownAfter: cfg.HostDownAfter,
 		Traits: func() []string {
 			if s, ok := prober.Ready(); ok {
 				return s.Only(encryption.Creatable...).Traits()
@@ -414,7 +444,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	adminLn, err := listenUnix(cfg.Socket)
+	adminLn, err := listenAdmin(cfg.Socket, cfg.SocketGroup, log)
 	if err != nil {
 		return err
 	}
@@ -519,33 +549,6 @@ func shutdown(srvs ...*http.Server) {
 // staleSocketProbe bounds the dial that tells a running daemon's socket
 // from a stale one.
 const staleSocketProbe = time.Second
-
-// listenUnix listens on a unix socket readable by its owner only,
-// replacing a stale socket file left by a crashed daemon but refusing to
-// steal the socket of a running one.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("admin socket: %w", err)
-	}
-	if _, err := os.Stat(path); err == nil {
-		if c, err := net.DialTimeout("unix", path, staleSocketProbe); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("admin socket %s: another hostctl daemon is listening", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("admin socket: remove stale %s: %w", path, err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("admin socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("admin socket: %w", err)
-	}
-	return ln, nil
-}
 
 func applyAtStart(ctx context.Context, ctl *controller.Controller, file, mdAddr, socket string, stdout io.Writer) error {
 	spec, err := os.ReadFile(file)

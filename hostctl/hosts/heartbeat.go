@@ -42,6 +42,9 @@ type Heartbeat struct {
 	// Traits are the host's capability traits (COMPUTE_EPHEMERAL_ENCRYPTION
 	// and its formats), from what its tools were probed to support.
 	Traits []string `json:"traits,omitempty"`
+	// Holder is the process that holds the host name (lease.go); absent
+	// in records written before leases.
+	Holder *Holder `json:"holder,omitempty"`
 }
 
 // Status is a heartbeat as a reader sees it at a given time.
@@ -77,6 +80,12 @@ type Beater struct {
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	Log *slog.Logger
+	// Holder, when set, is this process: every beat first checks that the
+	// record is not held by another live process (ErrHostHeld), and
+	// writes Holder into it. DownAfter is when another holder's record
+	// counts as abandoned (DefaultDownAfter when 0).
+	Holder    *Holder
+	DownAfter time.Duration
 
 	started time.Time
 }
@@ -104,7 +113,7 @@ func (b *Beater) write(ctx context.Context, stopped bool) error {
 	if b.started.IsZero() {
 		b.started = b.now().UTC()
 	}
-	hb := Heartbeat{Host: b.Host, Version: b.Version, Started: b.started, Stopped: stopped}
+	hb := Heartbeat{Host: b.Host, Version: b.Version, Started: b.started, Stopped: stopped, Holder: b.Holder}
 	if b.Traits != nil {
 		hb.Traits = b.Traits()
 	}
@@ -122,6 +131,11 @@ func (b *Beater) write(ctx context.Context, stopped bool) error {
 		switch {
 		case err == nil:
 			expect = cur.Version
+			if b.Holder != nil {
+				if err := b.Holder.mayTake(cur, b.now(), b.DownAfter); err != nil {
+					return err
+				}
+			}
 		case !errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("heartbeat of %s: %w", b.Host, err)
 		}

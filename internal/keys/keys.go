@@ -140,6 +140,10 @@ type secretRecord struct {
 	Pending *store.WrappedSecret `json:"pending,omitempty"`
 }
 
+// CheckRecordKey is the store key of host's check record: a store that
+// has it has held this host's secrets.
+func CheckRecordKey(host string) string { return checkPrefix + host }
+
 // PendingID is the id bound into a pending passphrase's ciphertext.
 func PendingID(uuid string) string { return uuid + "#pending" }
 
@@ -166,6 +170,10 @@ type Manager struct {
 	// rotateMu makes rotations one at a time; batch is their write batch.
 	rotateMu sync.Mutex
 	batch    int
+
+	// fileInfo is the key file as last read (refresh.go).
+	fileMu   sync.Mutex
+	fileInfo os.FileInfo
 }
 
 // keyring is the generations of a KEK: cur wraps, all of them unwrap.
@@ -192,6 +200,7 @@ func (m *Manager) current() int64 { return m.ring.Load().cur }
 // listing finds the value); if it read one of the new generation, it
 // wraps after the switch.
 func (m *Manager) sealing(fn func() error) error {
+	m.refresh()
 	m.sealMu.RLock()
 	defer m.sealMu.RUnlock()
 	return fn()
@@ -243,6 +252,7 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 		return nil, fmt.Errorf("key manager: read check record %s: %w", checkKey, err)
 	}
 
+	fi, _ := os.Stat(path)
 	kf, err := readKEK(path)
 	created := false
 	if errors.Is(err, fs.ErrNotExist) && check != nil {
@@ -273,6 +283,10 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
 	}
 	m := &Manager{st: st, keyID: kf.KeyID, host: opts.Host, now: time.Now, path: path, created: created, batch: opts.RotateBatch}
+	if created {
+		fi, _ = os.Stat(path)
+	}
+	m.fileInfo = fi
 	ring, err := kf.ring()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
@@ -426,7 +440,14 @@ func (m *Manager) wrapWith(r *keyring, plain []byte, id string) (store.WrappedSe
 var errRetired = errors.New("generation retired")
 
 func (m *Manager) unwrap(w store.WrappedSecret, id string) ([]byte, error) {
-	return m.unwrapWith(m.ring.Load(), w, id)
+	r := m.ring.Load()
+	if _, ok := r.keys[w.Generation]; !ok && w.KeyID == m.keyID {
+		// A generation this manager has not read (or has retired):
+		// another process may have rotated the key file.
+		m.refresh()
+		r = m.ring.Load()
+	}
+	return m.unwrapWith(r, w, id)
 }
 
 func (m *Manager) unwrapWith(r *keyring, w store.WrappedSecret, id string) ([]byte, error) {

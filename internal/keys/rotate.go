@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
@@ -142,7 +143,7 @@ func (m *Manager) RotateKEK(ctx context.Context, gen int64, progress func(done, 
 	if err != nil {
 		return res, err
 	}
-	retired, err := m.retire()
+	retired, err := m.retire(ctx)
 	res.Retired = retired
 	if err != nil {
 		return res, err
@@ -179,7 +180,12 @@ func (m *Manager) addGeneration(gen int64) error {
 	if err := writeKEK(m.path, kf); err != nil {
 		return fmt.Errorf("rotate: write generation %d: %w", gen, err)
 	}
-	return m.useRing(kf)
+	fi := m.statFile()
+	if err := m.useRing(kf); err != nil {
+		return err
+	}
+	m.noteFile(fi)
+	return nil
 }
 
 // useRing makes kf the manager's key ring, waiting for writes under the old
@@ -478,7 +484,12 @@ func (m *Manager) rewrapCheck(ctx context.Context) (int, error) {
 
 // retire deletes from the key file the generations below the current one
 // (called when nothing uses them any more).
-func (m *Manager) retire() ([]int64, error) {
+//
+// Right before it writes the file it lists the stored values once more
+// (refresh.go): a generation one of them still uses (written by another
+// process that shares the key file, or restored from a backup) is kept,
+// and the rotation reports it; the next call rewraps that value.
+func (m *Manager) retire(ctx context.Context) ([]int64, error) {
 	kf, err := readKEK(m.path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rotate: read %s: %v", ErrKEK, m.path, err)
@@ -487,17 +498,44 @@ func (m *Manager) retire() ([]int64, error) {
 	for g := range kf.Keys {
 		if gen, _ := strconv.ParseInt(g, 10, 64); gen < kf.Current {
 			old = append(old, gen)
-			delete(kf.Keys, g)
 		}
 	}
 	if len(old) == 0 {
 		return nil, nil
 	}
 	slices.Sort(old)
-	if err := writeKEK(m.path, kf); err != nil {
-		return nil, fmt.Errorf("rotate: retire generations %v: %w", old, err)
+	used, err := m.stillUsed(ctx, old)
+	if err != nil {
+		return nil, fmt.Errorf("rotate key-encryption key: before retiring generations %v: %w", old, err)
 	}
-	return old, m.useRing(kf)
+	var retired []int64
+	for _, gen := range old {
+		if used[gen] == "" {
+			retired = append(retired, gen)
+			delete(kf.Keys, strconv.FormatInt(gen, 10))
+		}
+	}
+	var keptErr error
+	if len(retired) < len(old) {
+		var what []string
+		for _, gen := range old {
+			if used[gen] != "" {
+				what = append(what, fmt.Sprintf("generation %d (still used by %s)", gen, used[gen]))
+			}
+		}
+		keptErr = fmt.Errorf("rotate key-encryption key: kept %s: a value was written under it after the rotation's last listing (by another process sharing the key file?); rotate again to rewrap it", strings.Join(what, ", "))
+	}
+	if len(retired) == 0 {
+		return nil, keptErr
+	}
+	if err := writeKEK(m.path, kf); err != nil {
+		return nil, fmt.Errorf("rotate: retire generations %v: %w", retired, err)
+	}
+	if err := m.useRing(kf); err != nil {
+		return retired, err
+	}
+	m.noteFile(m.statFile())
+	return retired, keptErr
 }
 
 // writeKEK replaces the key file atomically (0600).

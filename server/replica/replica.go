@@ -26,6 +26,9 @@ const DefaultListen = "127.0.0.1:8775"
 // Env is what Run may touch.
 type Env struct {
 	Stdout, Stderr io.Writer
+	// Getenv reads the environment (the store password,
+	// storeurl.PasswordEnv); os.Getenv when nil.
+	Getenv func(string) string
 }
 
 const usage = `vmeta-metadata — a vmeta metadata service replica
@@ -65,8 +68,10 @@ func run(ctx context.Context, args []string, env Env) error {
 	var (
 		cfg      server.Config
 		storeURL string
-		listen   string
-		logLevel string
+		// passwordFile holds the store's password.
+		passwordFile string
+		listen       string
+		logLevel     string
 	)
 	fs := flag.NewFlagSet("vmeta-metadata", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
@@ -74,7 +79,8 @@ func run(ctx context.Context, args []string, env Env) error {
 		fmt.Fprint(env.Stderr, usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&storeURL, "store", "", "store: redis://[user:password@]host:port/db, rediss://…, redis+cluster://…, redis+sentinel://…, or bolt:///path/file.db (a file no other process has open)")
+	fs.StringVar(&storeURL, "store", "", "store: redis://[user@]host:port/db, rediss://…, redis+cluster://…, redis+sentinel://…, or bolt:///path/file.db (a file no other process has open); the password goes in --store-password-file or $"+storeurl.PasswordEnv+", never in the URL (every user sees a command line)")
+	fs.StringVar(&passwordFile, "store-password-file", "", "file holding the store's password (first line); without it $"+storeurl.PasswordEnv+" is used when set")
 	fs.StringVar(&listen, "listen", DefaultListen, "address of the guest-facing metadata service")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	cfg.AddFlags(fs, "", "")
@@ -100,7 +106,14 @@ func run(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	st, err := storeurl.Open(ctx, storeURL)
+	pw, err := storeurl.Password(passwordFile, env.Getenv)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if storeurl.URLHasPassword(storeURL) {
+		log.Warn(storeurl.PasswordWarning, "store", storeurl.Redact(storeURL))
+	}
+	st, err := storeurl.Open(ctx, storeURL, storeurl.WithPassword(pw))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

@@ -127,14 +127,18 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: o.lockTimeout})
+	db, err := openDB(path, o.lockTimeout)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open store %s: %w (gave up after %s): %w", path, ErrLocked, o.lockTimeout, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bbolt.Tx) error {
+	if err := checkDB(db, path); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = update(db, path, func(tx *bbolt.Tx) error {
 		for _, name := range [][]byte{bucketInstances, bucketUUIDs, bucketDocuments, bucketAddresses, bucketSecrets, bucketPasswords, bucketRecords, bucketGroups} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)

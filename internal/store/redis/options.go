@@ -35,6 +35,7 @@ type options struct {
 	healthInterval   time.Duration
 	subscribeTimeout time.Duration
 	hooks            *hooks
+	password         string
 
 	// replicas is the durability setting: minReplicas (-1: the URL
 	// scheme's default) and its timeout (0: DefaultReplicaTimeout).
@@ -79,6 +80,13 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) {
 		o.replicas = durability{minReplicas: max(n, 0), timeout: max(timeout, 0)}
 	}
+}
+
+// WithPassword sets the password of the Redis servers that hold the data,
+// replacing one in the URL: read from a file or the environment, it stays
+// off the command line. "" keeps the URL's.
+func WithPassword(pw string) Option {
+	return func(o *options) { o.password = pw }
 }
 
 // WithLockLease sets the TTL of the instance write locks (see

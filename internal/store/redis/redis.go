@@ -242,6 +242,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		opt(&o)
 	}
 	d := durability{minReplicas: t.defaultReplicas, timeout: DefaultReplicaTimeout}.over(o.replicas).over(t.replicas)
+	if o.password != "" {
+		t.setPassword(o.password)
+		t.secrets = append(t.secrets, o.password)
+	}
 	rdb := t.newClient()
 	_, cluster := rdb.(*goredis.ClusterClient)
 	closing, cancel := context.WithCancel(context.Background())

@@ -24,8 +24,11 @@ const (
 // errors.
 type target struct {
 	newClient func() goredis.UniversalClient
-	desc      string
-	secrets   []string
+	// setPassword replaces the password of the servers that hold the data
+	// (WithPassword).
+	setPassword func(string)
+	desc        string
+	secrets     []string
 	// defaultReplicas is the scheme's default of min_replicas; replicas
 	// what the URL's options set.
 	defaultReplicas int
@@ -103,9 +106,10 @@ func parseClient(rawURL, safe string) (target, error) {
 		}
 		opts.MaintNotificationsConfig = disabledMaint()
 		return target{
-			newClient: func() goredis.UniversalClient { return goredis.NewClient(opts) },
-			desc:      fmt.Sprintf("%s (db %d)", opts.Addr, opts.DB),
-			secrets:   []string{opts.Password},
+			newClient:   func() goredis.UniversalClient { return goredis.NewClient(opts) },
+			setPassword: func(pw string) { opts.Password = pw },
+			desc:        fmt.Sprintf("%s (db %d)", opts.Addr, opts.DB),
+			secrets:     []string{opts.Password},
 		}, nil
 	case "cluster":
 		if base != "redis" && base != "rediss" {
@@ -216,9 +220,10 @@ func parseCluster(base, rest, safe string) (target, error) {
 	opts.Username, opts.Password = user, password
 	opts.MaintNotificationsConfig = disabledMaint()
 	return target{
-		newClient: func() goredis.UniversalClient { return goredis.NewClusterClient(opts) },
-		desc:      "cluster " + strings.Join(hosts, ","),
-		secrets:   []string{password},
+		newClient:   func() goredis.UniversalClient { return goredis.NewClusterClient(opts) },
+		setPassword: func(pw string) { opts.Password = pw },
+		desc:        "cluster " + strings.Join(hosts, ","),
+		secrets:     []string{password},
 	}, nil
 }
 
@@ -280,6 +285,7 @@ func parseSentinel(base, rest, safe string) (target, error) {
 	opts.SentinelUsername, opts.SentinelPassword = sentinelUser, sentinelPassword
 	return target{
 		newClient:       func() goredis.UniversalClient { return goredis.NewFailoverClient(opts) },
+		setPassword:     func(pw string) { opts.Password = pw },
 		desc:            fmt.Sprintf("sentinel %s@%s (db %d)", master, strings.Join(hosts, ","), opts.DB),
 		secrets:         []string{password, sentinelPassword},
 		defaultReplicas: DefaultSentinelReplicas,
@@ -382,4 +388,21 @@ func scrub(err error, secret string) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), secret, "xxxxx"))
+}
+
+// URLHasPassword reports whether rawURL carries a password (in its user
+// information, or a password or sentinel_password option): a URL given on
+// a command line shows it to every user of the machine (ps). A URL that
+// does not parse reports false (Open reports the error).
+func URLHasPassword(rawURL string) bool {
+	t, err := parseTarget(rawURL)
+	if err != nil {
+		return false
+	}
+	for _, s := range t.secrets {
+		if s != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -44,7 +44,15 @@ const Schemes = "bolt, redis, rediss, unix, redis+cluster, rediss+cluster, redis
 type Option func(*options)
 
 type options struct {
-	dataDir string
+	dataDir  string
+	password string
+}
+
+// WithPassword sets the password of the Redis servers that hold the data
+// (replacing one in the URL); see Password for where it comes from. ""
+// changes nothing; a bolt store ignores it.
+func WithPassword(pw string) Option {
+	return func(o *options) { o.password = pw }
 }
 
 // WithDataDir sets the data directory that holds the embedded store ("" or
@@ -84,7 +92,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (store.Store, erro
 	case kindBolt:
 		return bolt.Open(path, bolt.WithLockTimeout(FileLockTimeout))
 	default:
-		return redis.Open(ctx, rawURL)
+		return redis.Open(ctx, rawURL, redis.WithPassword(o.password))
 	}
 }
 
