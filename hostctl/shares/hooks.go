@@ -85,6 +85,19 @@ func (s *Service) PrepareStart(ctx context.Context, uuid string) error {
 		case types.ShareAttaching, types.ShareDetaching:
 			release()
 			return fmt.Errorf("%w: %v is %s; start the instance once it is done (the reconciler completes it)", controller.ErrState, m, m.Status)
+		case types.ShareError:
+			// Only inactive mappings start. One in error is brought back
+			// first, as the reconciler does: its host mount released
+			// (the unmount that failed retried); if that fails again,
+			// the start is refused naming it.
+			if err := s.recoverError(ctx, &m); err != nil {
+				release()
+				return fmt.Errorf("%w: %v is in error and could not be made inactive again: %v; a start needs every share inactive (the reconciler retries; or hostctl share detach)", controller.ErrState, m, err)
+			}
+		case types.ShareInactive, types.ShareActive:
+		default:
+			release()
+			return fmt.Errorf("%w: %v is %s; a start needs every share inactive", controller.ErrState, m, m.Status)
 		}
 		if m.Proto != types.ShareProtoNFS {
 			continue
@@ -167,6 +180,28 @@ func (s *Service) Stopped(ctx context.Context, uuid string) {
 			s.log.Warn("share mapping not moved after stop", "share", m.ShareID, "err", err)
 		}
 	}
+}
+
+// recoverError brings a mapping left in error (a host mount or unmount
+// that failed) back to inactive for an instance that does not run: its
+// NFS host mount is released for the instance (the unmount retried; kept
+// when another instance on this host uses it), then the mapping moves to
+// inactive. On failure the mapping stays in error with the new reason.
+func (s *Service) recoverError(ctx context.Context, m *Mapping) error {
+	if m.Proto == types.ShareProtoNFS {
+		if err := s.mounts.Release(ctx, m.ShareID, m.Instance); err != nil {
+			if terr := transition(ctx, s.st, m, types.ShareError, err.Error(), types.ShareError); terr != nil {
+				s.log.Warn("share mapping error not updated", "share", m.ShareID, "err", terr)
+			}
+			return err
+		}
+	}
+	if err := transition(ctx, s.st, m, types.ShareInactive, "", types.ShareError); err != nil {
+		return err
+	}
+	s.log.Info("share mapping in error is inactive again (its host mount released)", "share", m.ShareID, "instance", m.InstanceName)
+	s.instanceUpdate(ctx, m.Instance, m.InstanceName)
+	return nil
 }
 
 // Deleted is told that an instance was deleted: each mapping is detached

@@ -61,6 +61,9 @@ func (s *Service) Close() error {
 //   - an active mapping of an instance that is not running becomes
 //     inactive (its mount released), an inactive one of a running
 //     instance active (its mount taken);
+//   - a mapping in error (a failed unmount or mount) of an instance that
+//     is not running has its host mount released again (the unmount
+//     retried) and becomes inactive when that succeeds;
 //   - a share lock held by an instance of this host without a mapping is
 //     released;
 //   - the mount reference counts are rebuilt from the active mappings,
@@ -181,6 +184,13 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 	}
 	running := inst.State == "running" || inst.State == "paused" || inst.State == "blocked"
 	switch {
+	case m.Status == types.ShareError && !running && inst.State != controller.StateUnknown:
+		// Left in error by an unmount (or a mount) that failed: retry
+		// the unmount; once it succeeds the mapping is inactive again.
+		if err := s.recoverError(ctx, &m); err != nil {
+			return fmt.Errorf("%v: still in error: %w (retried on the next pass)", m, err)
+		}
+		return nil
 	case m.Status == types.ShareActive && !running && inst.State != controller.StateUnknown:
 		s.log.Info("instance no longer runs; share mapping inactive", "share", m.ShareID, "instance", m.InstanceName, "state", inst.State)
 		return transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareActive)

@@ -340,12 +340,29 @@ func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, erro
 	return inst.State, nil
 }
 
-// shutOff reports whether a state allows attach and detach (the
-// specification: SHUTOFF or ERROR): shut off, in ERROR (the domain is
-// not running: a start failed on a share mount), or no hypervisor at
-// all (nothing runs).
+// shutOff reports whether a state allows a detach (the specification:
+// SHUTOFF or ERROR): shut off, in ERROR (the domain is not running: a
+// start failed on a share mount), or no hypervisor at all (nothing runs,
+// and a mapping made before must be removable).
 func shutOff(state string) bool {
 	return state == "shutoff" || state == controller.StateError || state == ""
+}
+
+// attachable refuses, with ErrState naming the state, an attach to an
+// instance that is not SHUTOFF: the specification attaches only to
+// SHUTOFF instances, so not in ERROR (a hard reboot or a detach first),
+// and not without a hypervisor (--virt none), where an instance has no
+// domain state at all.
+func attachable(name, state string) error {
+	switch state {
+	case "shutoff":
+		return nil
+	case "":
+		return fmt.Errorf("%w: %s has no hypervisor state (hostctl serve runs with --virt none): shares are attached to SHUTOFF instances only, which needs a hypervisor", controller.ErrState, name)
+	case controller.StateError:
+		return fmt.Errorf("%w: %s is in ERROR; shares are attached to SHUTOFF instances only (hard reboot it, or stop it, first)", controller.ErrState, name)
+	}
+	return fmt.Errorf("%w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", controller.ErrState, state)
 }
 
 // AttachShare attaches a share to a server that is shut off: the mapping
@@ -387,12 +404,18 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if err != nil {
 		return types.ShareMapping{}, err
 	}
-	live := req.Live && !shutOff(state)
+	live := req.Live && state != "shutoff"
 	switch {
+	case state == "" || state == controller.StateError:
+		if err := attachable(rec.Name, state); err != nil {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
+		}
 	case live && state != "running":
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, state)
-	case !shutOff(state) && !live:
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", id, rec.Name, controller.ErrState, state)
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, orDash(state))
+	case !live:
+		if err := attachable(rec.Name, state); err != nil {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
+		}
 	}
 	li, _ := s.inst.(LiveInstances)
 	if live && li == nil {
