@@ -97,6 +97,13 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		if exists && !s.owns(rec) {
 			continue
 		}
+		if s.isApplying(m.Instance) {
+			// An apply attaching the shares its spec names is under
+			// way (the instance may not be stored yet): it finishes or
+			// undoes them itself.
+			mapped[m.Instance+"/"+m.ShareID] = true
+			continue
+		}
 		if err := s.reconcileMapping(ctx, m, rec, exists, users); err != nil {
 			errs = append(errs, err)
 		}
@@ -208,4 +215,12 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 		users[m.ShareID] = append(users[m.ShareID], m.Instance)
 	}
 	return nil
+}
+
+// isApplying reports whether an apply attaching shares to the instance is
+// under way (attachFromSpec).
+func (s *Service) isApplying(uuid string) bool {
+	s.applyingMu.Lock()
+	defer s.applyingMu.Unlock()
+	return s.applying[uuid] > 0
 }
