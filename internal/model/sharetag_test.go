@@ -39,3 +39,25 @@ func TestShareTagRuleDescribed(t *testing.T) {
 		t.Error("the instance-spec schema does not state the share tag limit")
 	}
 }
+
+// TestShareSourceAtInput: a share source with '..', or not absolute, is
+// refused when the spec is parsed, whatever the hypervisor (issue 21,
+// item 10; where a source must be, inside the share root, is the share
+// service's check).
+func TestShareSourceAtInput(t *testing.T) {
+	for _, tc := range []struct{ source, says string }{
+		{"/srv/../etc", "must not contain '..'"},
+		{"/var/lib/vmeta/shares/../../../etc", "must not contain '..'"},
+		{"data/..", "must be an absolute host directory"},
+		{"nfs.example.com:/export", "must be an absolute host directory"},
+		{"/srv/a\nb", "control characters"},
+	} {
+		_, err := model.ParseSpec([]byte(`{"name":"a","shares":[{"share_id":"7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99","source":` + strconv.Quote(tc.source) + `}]}`))
+		if err == nil || !strings.Contains(err.Error(), "shares[0].source") || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("source %q: %v; want shares[0].source saying %q", tc.source, err, tc.says)
+		}
+	}
+	if _, err := model.ParseSpec([]byte("name: a\nshares: [{share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99, source: /var/lib/vmeta/shares/data}]\n")); err != nil {
+		t.Errorf("a clean absolute source (as hostctl records it): %v", err)
+	}
+}
