@@ -60,15 +60,6 @@ func CheckTag(tag string) error {
 	return nil
 }
 
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
 // ParseNFSExport checks an NFS export: host:/path, with host a DNS name,
 // an IPv4 address or a bracketed IPv6 address, and an absolute path
 // without whitespace, commas or control characters (it goes to mount(8)
