@@ -188,6 +188,9 @@ func (s *Service) attachFromSpec(ctx context.Context, tgt attachTarget, qs []sha
 	}
 	return func(applyErr error) {
 		defer unmark()
+		// The apply is over: its outcome is recorded even if its caller
+		// went away meanwhile.
+		ctx := context.WithoutCancel(ctx)
 		if applyErr != nil {
 			r.Fail(&applyErr)
 			return

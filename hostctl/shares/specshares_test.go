@@ -198,3 +198,31 @@ func TestSpecShareUndone(t *testing.T) {
 		t.Errorf("events of an undone attach: %+v", evs)
 	}
 }
+
+// TestReconcileLeavesSpecAttachAlone: while an apply attaches the shares
+// its spec names (the new instance not stored yet), the reconciler does
+// not take its attaching mappings for leftovers of a deleted instance;
+// once the apply is over (here: it never stored the instance), it does.
+func TestReconcileLeavesSpecAttachAlone(t *testing.T) {
+	e := newEnv(t, stores(t)["bolt"](t))
+	ctx := context.Background()
+	id := e.localShare("demo")
+	const u = "0b6e4a52-1b0e-4a8e-8f7e-5d3c2b1a0f99"
+	done, err := e.svc.attachFromSpec(ctx, attachTarget{UUID: u, Name: "new-1", Host: "host-a", Project: "demo"}, []shareTag{{sh: e.share(id), tag: "data"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := e.mapping(u, id); !ok || m.Status != types.ShareAttaching || len(e.share(id).Holders) != 1 {
+		t.Fatalf("the reconciler touched an attach in progress: %+v %v, holders %+v", m, ok, e.share(id).Holders)
+	}
+	done(errors.New("the apply failed"))
+	if _, ok := e.mapping(u, id); ok || len(e.share(id).Holders) != 0 {
+		t.Errorf("a failed apply left its attach: holders %+v", e.share(id).Holders)
+	}
+	if e.svc.isApplying(u) {
+		t.Error("still marked applying")
+	}
+}
