@@ -64,9 +64,14 @@ func (s *Service) SpecShares(ctx context.Context, a controller.ShareApply) ([]mo
 	var requests []shareTag
 	for i, x := range a.Shares {
 		id := strings.ToLower(x.ShareID)
+		// stored: the entry is the stored spec's own (an apply of the
+		// stored spec, or of an instance shown), source and all.
+		stored := x.Source != "" && slices.ContainsFunc(a.Old, func(o model.Share) bool {
+			return strings.EqualFold(o.ShareID, id) && o.Source == x.Source && o.EffectiveTag() == x.EffectiveTag()
+		})
 		if m, ok := mapped(id); ok {
 			switch {
-			case m.Status == types.ShareDetaching:
+			case m.Status == types.ShareDetaching || stored:
 			case x.Tag != "" && x.Tag != m.Tag && x.Tag != id:
 				bad(i, "tag", x.Tag, "share %s is attached with tag %q; a tag is chosen when the share is attached (detach it and attach it again to change it)", m.ShareID, m.Tag)
 			case x.Source != "" && x.Source != s.sourceOf(m):
@@ -74,9 +79,6 @@ func (s *Service) SpecShares(ctx context.Context, a controller.ShareApply) ([]mo
 			}
 			continue
 		}
-		stored := x.Source != "" && slices.ContainsFunc(a.Old, func(o model.Share) bool {
-			return strings.EqualFold(o.ShareID, id) && o.Source == x.Source && o.EffectiveTag() == x.EffectiveTag()
-		})
 		if x.Source != "" && !stored {
 			bad(i, "source", x.Source, "%s", s.sourceRule(x.Source))
 		}
