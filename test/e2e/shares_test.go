@@ -354,6 +354,17 @@ func TestSharesInSpec(t *testing.T) {
 		t.Errorf("metadata lacks the share:\n%s", md)
 	}
 
+	// One share tag rule, with its reason, at every input: the spec and
+	// the attach request, from the CLI (issue 20, item 19).
+	const why = "a share tag is at most 36 bytes, the size of the tag field of QEMU's virtio-fs device"
+	long := strings.Repeat("t", 40)
+	if r := d.Ctl("instance", "apply", "-f", writeSpec(t, "name: "+name+"\nproject_id: demo\nshares: [{share_id: "+id+", tag: "+long+"}]\n")); r.code != 1 || !strings.Contains(r.stderr, "shares[0].tag") || !strings.Contains(r.stderr, why) {
+		t.Errorf("spec with a 40-byte share tag: %s", r)
+	}
+	if r := d.Ctl("share", "attach", name, id, "--tag", long); r.code != 1 || !strings.Contains(r.stderr, "share.tag") || !strings.Contains(r.stderr, why) {
+		t.Errorf("attach with a 40-byte tag: %s", r)
+	}
+
 	// Without a hypervisor an instance has no SHUTOFF state to attach in.
 	n := startDaemon(t, daemonOptions{})
 	ndir := shareDir(t, n, "data")
