@@ -362,11 +362,11 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	if h := c.sharesHook(); h != nil {
-		if in.Shares, err = h.SpecShares(ctx, in.UUID, in.Shares); err != nil {
-			return nil, fmt.Errorf("apply %s: shares: %w", in.Name, err)
-		}
+	sharesDone, err := c.specShares(ctx, in, old) // sharehooks.go
+	if err != nil {
+		return nil, err
 	}
+	defer func() { sharesDone(err) }()
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
 		defer c.imageDir.Use(in.Image)()

@@ -156,7 +156,7 @@ func TestLibvirtMediumAndShares(t *testing.T) {
 	spec := "name: " + name + "\n" +
 		"disks: [{name: vda, size: 8M, tag: root}, {name: sda, bus: scsi, size: 8M, tag: db, serial: d1}]\n" +
 		"shares: [{share_id: " + shareID + ", tag: shared-data, source: " + share + "}]\n"
-	if _, err := e.apply(strings.Replace(spec, share, "nfs.example.com:/export", 1)); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+	if _, err := e.apply(strings.Replace(spec, share, "nfs.example.com:/export", 1)); err == nil || !strings.Contains(err.Error(), "must be an absolute host directory") {
 		t.Fatalf("NFS share: %v", err)
 	}
 	if out := virshOut(t, uri, "list", "--all", "--name"); strings.Contains(out, name) {

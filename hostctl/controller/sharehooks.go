@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/vmeta/vmeta/internal/model"
@@ -14,8 +15,11 @@ import (
 // deletes.
 type ShareHooks interface {
 	// SpecShares returns the shares the instance's domain and metadata
-	// must have: the spec's, with the instance's mapped shares merged in.
-	SpecShares(ctx context.Context, uuid string, shares []model.Share) ([]model.Share, error)
+	// must have: the instance's mapped shares. A spec entry naming a
+	// registered share the instance does not have yet is attached as an
+	// attach request would be; done, when not nil, is called once with
+	// the apply's outcome (nil: applied) to finish or undo those attaches.
+	SpecShares(ctx context.Context, a ShareApply) (shares []model.Share, done func(err error), err error)
 	// PrepareStart mounts what the instance's shares need on the host; an
 	// error refuses the start.
 	PrepareStart(ctx context.Context, uuid string) error
@@ -28,6 +32,44 @@ type ShareHooks interface {
 	// Refuse returns an ErrState error when op (resize, rebuild) may not
 	// run because shares are attached to the instance.
 	Refuse(ctx context.Context, uuid, op string) error
+}
+
+// ShareApply is what an apply tells the share service about the
+// instance it applies.
+type ShareApply struct {
+	UUID, Name, Project string
+	// Shares are the shares of the spec being applied.
+	Shares []model.Share
+	// Old are the shares of the stored spec (nil for a new instance).
+	Old []model.Share
+	// New: the instance does not exist yet.
+	New bool
+	// Hypervisor: the daemon runs with one (a new instance's domain is
+	// defined shut off); without one an instance has no domain state.
+	Hypervisor bool
+}
+
+// specShares runs the share service's SpecShares for an apply of in
+// (old: the stored spec, nil for a new instance); done finishes it.
+func (c *Controller) specShares(ctx context.Context, in, old *model.Instance) (func(error), error) {
+	h := c.sharesHook()
+	if h == nil {
+		return func(error) {}, nil
+	}
+	a := ShareApply{UUID: in.UUID, Name: in.Name, Project: in.ProjectID, Shares: in.Shares, New: old == nil}
+	if old != nil {
+		a.Old = old.Shares
+	}
+	_, a.Hypervisor = c.drv.(libvirtDriver)
+	shares, done, err := h.SpecShares(ctx, a)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: shares: %w", in.Name, err)
+	}
+	in.Shares = shares
+	if done == nil {
+		done = func(error) {}
+	}
+	return done, nil
 }
 
 type shareHooksBox struct{ h ShareHooks }

@@ -82,8 +82,12 @@ func TestSharesRefused(t *testing.T) {
 	mutating := []string{"Define", "Remove", "Start", "Destroy", "AttachDevice", "DetachDevice", "UpdateDevice", "AddDHCPHost", "RemoveDHCPHost"}
 	for _, tc := range []struct{ name, source, says string }{
 		{"no source", "", "is required with a hypervisor"},
-		{"NFS export", "nfs.example.com:/exports/data", "NFS export (host:/path), which is not supported yet"},
-		{"NFS export, IPv6", "[fd00::5]:/exports/data", "not supported yet"},
+		// An NFS export is a share of the registry (hostctl share
+		// create --proto nfs), which hostctl mounts: a source is a host
+		// directory.
+		{"NFS export", "nfs.example.com:/exports/data", "must be an absolute host directory"},
+		{"NFS export, IPv6", "[fd00::5]:/exports/data", "must be an absolute host directory"},
+		{"dot-dot", root + "/../../etc", "must not contain '..'"},
 		{"relative", "shares/data", "must be an absolute host directory"},
 		{"missing", filepath.Join(root, "nope"), "does not exist"},
 		{"a file", filepath.Join(root, "file"), "is not a directory"},

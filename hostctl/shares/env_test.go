@@ -76,8 +76,10 @@ func (r *recorder) Calls() []string {
 }
 
 // env is a share service over a real store and a real controller
-// without a hypervisor (its instances are never running: SHUTOFF for
-// attach and detach); the libvirt tests use one with libvirt.
+// without a hypervisor, whose instances the service sees SHUTOFF (the
+// state a share is attached in: the controller itself has no state
+// without a hypervisor, and an attach there is refused, which rawState
+// shows); the libvirt tests use one with libvirt.
 type env struct {
 	t      *testing.T
 	st     store.Store
@@ -88,6 +90,9 @@ type env struct {
 	events store.Streams
 	logs   *bytes.Buffer
 	inst   Instances
+	// rawState: the service sees the controller's own state ("" without
+	// a hypervisor) instead of SHUTOFF.
+	rawState bool
 }
 
 // stores are the backends every share test runs on.
@@ -178,7 +183,11 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 type instancesFunc struct{ e *env }
 
 func (f instancesFunc) Get(ctx context.Context, name string) (*types.Instance, error) {
-	return f.e.inst.Get(ctx, name)
+	inst, err := f.e.inst.Get(ctx, name)
+	if err == nil && inst.State == "" && !f.e.rawState {
+		inst.State = "shutoff"
+	}
+	return inst, err
 }
 
 func (f instancesFunc) ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error) {

@@ -237,3 +237,52 @@ func TestLibvirtLiveAttach(t *testing.T) {
 		t.Errorf("the refused live attach changed something:\n%s\n---\n%s", before, after)
 	}
 }
+
+// TestLibvirtSpecShare: against real libvirtd, an instance created from a
+// spec naming a registered share gets the share through the share model:
+// the domain is defined (shut off) with the share's virtiofs filesystem
+// of the registry's directory, the mapping is inactive and the share
+// locked; a spec naming it for a running instance is refused, and after
+// a start the mapping is active. Issue 20, item 16.
+func TestLibvirtSpecShare(t *testing.T) {
+	e, uri := libvirtEnv(t)
+	ctx := context.Background()
+	name := domainName(t, uri)
+	id := e.localShare("demo")
+	dir := e.share(id).Export
+	inst, err := e.ctl.Apply(ctx, []byte("name: "+name+"\nproject_id: demo\ndisks: [{name: vda, size: 8M}]\nshares: [{share_id: "+id+", tag: data}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := inst.Spec.UUID
+	if m, ok := e.mapping(u, id); !ok || m.Status != types.ShareInactive || m.Host != "host-a" {
+		t.Fatalf("mapping %+v %v, want inactive", m, ok)
+	}
+	if sh := e.share(id); len(sh.Holders) != 1 || sh.Holders[0].Instance != u {
+		t.Errorf("holders %+v", sh.Holders)
+	}
+	xml := virsh(t, uri, "dumpxml", "--inactive", name)
+	for _, want := range []string{"<access mode='shared'/>", "<driver type='virtiofs'/>", "<source dir='" + dir + "'/>", "<target dir='data'/>"} {
+		if !strings.Contains(xml, want) {
+			t.Errorf("domain XML lacks %s:\n%s", want, xml)
+		}
+	}
+	if st := strings.TrimSpace(virsh(t, uri, "domstate", name)); st != "shut off" {
+		t.Errorf("domain state %q, want shut off", st)
+	}
+	if _, err := e.ctl.Start(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.ctl.Stop(context.Background(), name, time.Second) })
+	if m, _ := e.mapping(u, id); m.Status != types.ShareActive {
+		t.Errorf("after the start: %+v, want active", m)
+	}
+	other := e.localShare("demo")
+	_, err = e.ctl.Apply(ctx, []byte("name: "+name+"\nproject_id: demo\ndisks: [{name: vda, size: 8M}]\nshares: [{share_id: "+id+", tag: data}, {share_id: "+other+"}]\n"))
+	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "the instance is running; shares are attached to SHUTOFF instances") {
+		t.Errorf("a spec attaching a share to a running instance: %v", err)
+	}
+	if _, ok := e.mapping(u, other); ok {
+		t.Error("the refused spec left a mapping")
+	}
+}

@@ -61,6 +61,9 @@ func (s *Service) Close() error {
 //   - an active mapping of an instance that is not running becomes
 //     inactive (its mount released), an inactive one of a running
 //     instance active (its mount taken);
+//   - a mapping in error (a failed unmount or mount) of an instance that
+//     is not running has its host mount released again (the unmount
+//     retried) and becomes inactive when that succeeds;
 //   - a share lock held by an instance of this host without a mapping is
 //     released;
 //   - the mount reference counts are rebuilt from the active mappings,
@@ -92,6 +95,13 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			continue // another host's instance's mapping: that host cleans it
 		}
 		if exists && !s.owns(rec) {
+			continue
+		}
+		if s.isApplying(m.Instance) {
+			// An apply attaching the shares its spec names is under
+			// way (the instance may not be stored yet): it finishes or
+			// undoes them itself.
+			mapped[m.Instance+"/"+m.ShareID] = true
 			continue
 		}
 		if err := s.reconcileMapping(ctx, m, rec, exists, users); err != nil {
@@ -181,6 +191,13 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 	}
 	running := inst.State == "running" || inst.State == "paused" || inst.State == "blocked"
 	switch {
+	case m.Status == types.ShareError && !running && inst.State != controller.StateUnknown:
+		// Left in error by an unmount (or a mount) that failed: retry
+		// the unmount; once it succeeds the mapping is inactive again.
+		if err := s.recoverError(ctx, &m); err != nil {
+			return fmt.Errorf("%v: still in error: %w (retried on the next pass)", m, err)
+		}
+		return nil
 	case m.Status == types.ShareActive && !running && inst.State != controller.StateUnknown:
 		s.log.Info("instance no longer runs; share mapping inactive", "share", m.ShareID, "instance", m.InstanceName, "state", inst.State)
 		return transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareActive)
@@ -198,4 +215,12 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 		users[m.ShareID] = append(users[m.ShareID], m.Instance)
 	}
 	return nil
+}
+
+// isApplying reports whether an apply attaching shares to the instance is
+// under way (attachFromSpec).
+func (s *Service) isApplying(uuid string) bool {
+	s.applyingMu.Lock()
+	defer s.applyingMu.Unlock()
+	return s.applying[uuid] > 0
 }

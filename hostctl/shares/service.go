@@ -111,6 +111,12 @@ type Service struct {
 
 	locks keylock.Map
 
+	// applying counts, per instance UUID, the applies of a spec that
+	// attach shares (attachFromSpec) under way: the reconciler leaves
+	// their mappings alone meanwhile.
+	applyingMu sync.Mutex
+	applying   map[string]int
+
 	reconcileMu sync.Mutex
 	rebuilt     bool // the first Reconcile rebuilt the mount counts
 
@@ -340,12 +346,29 @@ func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, erro
 	return inst.State, nil
 }
 
-// shutOff reports whether a state allows attach and detach (the
-// specification: SHUTOFF or ERROR): shut off, in ERROR (the domain is
-// not running: a start failed on a share mount), or no hypervisor at
-// all (nothing runs).
+// shutOff reports whether a state allows a detach (the specification:
+// SHUTOFF or ERROR): shut off, in ERROR (the domain is not running: a
+// start failed on a share mount), or no hypervisor at all (nothing runs,
+// and a mapping made before must be removable).
 func shutOff(state string) bool {
 	return state == "shutoff" || state == controller.StateError || state == ""
+}
+
+// attachable refuses, with ErrState naming the state, an attach to an
+// instance that is not SHUTOFF: the specification attaches only to
+// SHUTOFF instances, so not in ERROR (a hard reboot or a detach first),
+// and not without a hypervisor (--virt none), where an instance has no
+// domain state at all.
+func attachable(name, state string) error {
+	switch state {
+	case "shutoff":
+		return nil
+	case "":
+		return fmt.Errorf("%w: %s has no hypervisor state (hostctl serve runs with --virt none): shares are attached to SHUTOFF instances only, which needs a hypervisor", controller.ErrState, name)
+	case controller.StateError:
+		return fmt.Errorf("%w: %s is in ERROR; shares are attached to SHUTOFF instances only (hard reboot it, or stop it, first)", controller.ErrState, name)
+	}
+	return fmt.Errorf("%w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", controller.ErrState, state)
 }
 
 // AttachShare attaches a share to a server that is shut off: the mapping
@@ -380,19 +403,26 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if err := s.visible(p, sh); err != nil {
 		return types.ShareMapping{}, err
 	}
-	if rec.ProjectID != "" && sh.Project != rec.ProjectID {
-		return types.ShareMapping{}, fmt.Errorf("share %s: %w: it belongs to project %s, server %s to project %s", id, ErrForbidden, sh.Project, rec.Name, rec.ProjectID)
+	tgt := attachTarget{UUID: rec.UUID, Name: rec.Name, Host: rec.Host, Project: rec.ProjectID}
+	if err := tgt.checkProject(sh); err != nil {
+		return types.ShareMapping{}, err
 	}
 	state, err := s.stateOf(ctx, rec)
 	if err != nil {
 		return types.ShareMapping{}, err
 	}
-	live := req.Live && !shutOff(state)
+	live := req.Live && state != "shutoff"
 	switch {
+	case state == "" || state == controller.StateError:
+		if err := attachable(rec.Name, state); err != nil {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
+		}
 	case live && state != "running":
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, state)
-	case !shutOff(state) && !live:
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", id, rec.Name, controller.ErrState, state)
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, orDash(state))
+	case !live:
+		if err := attachable(rec.Name, state); err != nil {
+			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
+		}
 	}
 	li, _ := s.inst.(LiveInstances)
 	if live && li == nil {
@@ -403,10 +433,8 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 			return types.ShareMapping{}, err
 		}
 	}
-	if sc, ok := s.inst.(SupportChecker); ok {
-		if err := sc.CheckShareSupport(ctx); err != nil {
-			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
-		}
+	if err := s.checkSupport(ctx); err != nil {
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
@@ -416,48 +444,14 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if err != nil {
 		return types.ShareMapping{}, err
 	}
-	for _, m := range existing {
-		switch {
-		case m.ShareID == id:
-			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: it is already attached (status %s); a share is attached at most once to an instance", id, rec.Name, store.ErrConflict, m.Status)
-		case m.Tag == tag:
-			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: share.tag %q is already used on the instance by share %s", id, rec.Name, store.ErrConflict, tag, m.ShareID)
-		}
-	}
-	for _, x := range in.Shares {
-		if x.EffectiveTag() == tag && x.ShareID != id {
-			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: share.tag %q is already used on the instance by share %s", id, rec.Name, store.ErrConflict, tag, x.ShareID)
-		}
-	}
-	if sh.Proto == types.ShareProtoLocal {
-		if _, err := checkLocalExport(s.root, s.mounts.base, sh.Export); err != nil {
-			// Not the caller's input, and the export location is
-			// admin-only: no details here, nor in the log line.
-			return types.ShareMapping{}, fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, controller.ErrState)
-		}
-	} else if err := os.MkdirAll(s.mounts.Dir(id), 0o700); err != nil {
-		return types.ShareMapping{}, fmt.Errorf("attach share %s: %w", id, err)
+	if err := s.checkAttach(tgt, sh, tag, existing, in.Shares); err != nil {
+		return types.ShareMapping{}, err
 	}
 
 	r := revert.New(s.log, "attach share "+id+" to "+rec.Name)
 	defer r.Fail(&err)
-	m := Mapping{Instance: rec.UUID, InstanceName: rec.Name, Host: rec.Host, Project: rec.ProjectID, ShareID: id, Tag: tag,
-		Status: types.ShareAttaching, Proto: sh.Proto, Export: sh.Export, Updated: now()}
-	if err := createMapping(ctx, s.st, &m); err != nil {
-		return types.ShareMapping{}, err
-	}
-	r.Add("remove the mapping", func(ctx context.Context) error { return s.dropMapping(ctx, m) })
-	if err := s.step(ctx, "lock"); err != nil {
-		return types.ShareMapping{}, err
-	}
-	if _, err := lock(ctx, s.st, id, Holder{Instance: rec.UUID, Name: rec.Name, Host: rec.Host}); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return types.ShareMapping{}, fmt.Errorf("attach share %s: the share was deleted meanwhile: %w", id, err)
-		}
-		return types.ShareMapping{}, err
-	}
-	r.Add("unlock the share", func(ctx context.Context) error { _, err := unlock(ctx, s.st, id, rec.UUID); return err })
-	if err := s.step(ctx, "apply"); err != nil {
+	m := tgt.mapping(sh, tag)
+	if err := s.beginAttach(ctx, r, &m); err != nil {
 		return types.ShareMapping{}, err
 	}
 	if live {
@@ -467,23 +461,113 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		return types.ShareMapping{}, err
 	}
 	// Undone after the mapping is gone, so that the apply drops the share.
+	mm := m
 	r.Add("redefine the instance without the share", func(ctx context.Context) error {
-		if err := s.dropMapping(ctx, m); err != nil {
+		if err := s.dropMapping(ctx, mm); err != nil {
 			return err
 		}
 		_, err := s.reapply(ctx, rec.Name)
 		return err
 	})
-	if err := s.step(ctx, "inactive"); err != nil {
-		return types.ShareMapping{}, err
-	}
-	if err := transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareAttaching); err != nil {
+	if err := s.finishAttach(ctx, &m); err != nil {
 		return types.ShareMapping{}, err
 	}
 	r.Success()
-	s.log.Info("share attached", "share", id, "instance", rec.Name, "tag", tag, "status", m.Status)
-	s.emit(ctx, EventAttached, m)
 	return m.View(isAdmin(p)), nil
+}
+
+// checkSupport asks the controller whether this host can give instances
+// shares at all.
+func (s *Service) checkSupport(ctx context.Context) error {
+	if sc, ok := s.inst.(SupportChecker); ok {
+		return sc.CheckShareSupport(ctx)
+	}
+	return nil
+}
+
+// attachTarget is the instance a share is attached to.
+type attachTarget struct{ UUID, Name, Host, Project string }
+
+// mapping is the new mapping (attaching) of sh to t with tag.
+func (t attachTarget) mapping(sh Share, tag string) Mapping {
+	return Mapping{Instance: t.UUID, InstanceName: t.Name, Host: t.Host, Project: t.Project, ShareID: sh.ID, Tag: tag,
+		Status: types.ShareAttaching, Proto: sh.Proto, Export: sh.Export, Updated: now()}
+}
+
+// checkProject refuses a share of another project than the instance's.
+func (t attachTarget) checkProject(sh Share) error {
+	if t.Project != "" && sh.Project != t.Project {
+		return fmt.Errorf("share %s: %w: it belongs to project %s, server %s to project %s", sh.ID, ErrForbidden, sh.Project, t.Name, t.Project)
+	}
+	return nil
+}
+
+// checkAttach is what an attach checks of the share against the instance
+// (an attach request and an apply of a spec naming the share alike):
+// neither the share nor its tag is attached already (existing: the
+// instance's mappings; specShares: the shares of its spec), and its
+// directory is there: a local export still inside the share root, the
+// mount point of an NFS one made.
+func (s *Service) checkAttach(t attachTarget, sh Share, tag string, existing []Mapping, specShares []model.Share) error {
+	id := sh.ID
+	for _, m := range existing {
+		switch {
+		case m.ShareID == id:
+			return fmt.Errorf("attach share %s to %s: %w: it is already attached (status %s); a share is attached at most once to an instance", id, t.Name, store.ErrConflict, m.Status)
+		case m.Tag == tag:
+			return fmt.Errorf("attach share %s to %s: %w: share.tag %q is already used on the instance by share %s", id, t.Name, store.ErrConflict, tag, m.ShareID)
+		}
+	}
+	for _, x := range specShares {
+		if x.EffectiveTag() == tag && !strings.EqualFold(x.ShareID, id) {
+			return fmt.Errorf("attach share %s to %s: %w: share.tag %q is already used on the instance by share %s", id, t.Name, store.ErrConflict, tag, x.ShareID)
+		}
+	}
+	if sh.Proto == types.ShareProtoLocal {
+		if _, err := checkLocalExport(s.root, s.mounts.base, sh.Export); err != nil {
+			// Not the caller's input, and the export location is
+			// admin-only: no details here, nor in the log line.
+			return fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, controller.ErrState)
+		}
+	} else if err := os.MkdirAll(s.mounts.Dir(id), 0o700); err != nil {
+		return fmt.Errorf("attach share %s: %w", id, err)
+	}
+	return nil
+}
+
+// beginAttach records a new mapping m (attaching) and locks its share for
+// the instance; r undoes both.
+func (s *Service) beginAttach(ctx context.Context, r *revert.Reverter, m *Mapping) error {
+	if err := createMapping(ctx, s.st, m); err != nil {
+		return err
+	}
+	mm := *m
+	r.Add("remove the mapping", func(ctx context.Context) error { return s.dropMapping(ctx, mm) })
+	if err := s.step(ctx, "lock"); err != nil {
+		return err
+	}
+	if _, err := lock(ctx, s.st, m.ShareID, Holder{Instance: m.Instance, Name: m.InstanceName, Host: m.Host}); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("attach share %s: the share was deleted meanwhile: %w", m.ShareID, err)
+		}
+		return err
+	}
+	r.Add("unlock the share", func(ctx context.Context) error { _, err := unlock(ctx, s.st, mm.ShareID, mm.Instance); return err })
+	return s.step(ctx, "apply")
+}
+
+// finishAttach moves a mapping whose instance was redefined with its
+// share from attaching to inactive.
+func (s *Service) finishAttach(ctx context.Context, m *Mapping) error {
+	if err := s.step(ctx, "inactive"); err != nil {
+		return err
+	}
+	if err := transition(ctx, s.st, m, types.ShareInactive, "", types.ShareAttaching); err != nil {
+		return err
+	}
+	s.log.Info("share attached", "share", m.ShareID, "instance", m.InstanceName, "tag", m.Tag, "status", m.Status)
+	s.emit(ctx, EventAttached, *m)
+	return nil
 }
 
 // attachLive finishes an attach to a running instance: the NFS export

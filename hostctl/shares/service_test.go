@@ -13,7 +13,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/metadata"
-	"github.com/vmeta/vmeta/internal/model"
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -405,21 +404,22 @@ func TestInstanceUpdateEvents(t *testing.T) {
 	}
 }
 
-// TestSpecLineTagClash: a share line written in the spec may not take the
-// tag of a share attached through the registry; the apply is refused
-// naming the field, and nothing changes.
+// TestSpecLineTagClash: a share a spec names may not take the tag of a
+// share already attached; the apply is refused naming the tag and the
+// share that has it, and nothing changes.
 func TestSpecLineTagClash(t *testing.T) {
 	e := newEnv(t, stores(t)["bolt"](t))
 	ctx := context.Background()
 	e.instance("a", "demo")
 	id := e.localShare("demo")
+	other := e.localShare("demo")
 	if _, err := e.svc.AttachShare(ctx, admin, "a", types.ServerShareAttach{ShareID: id, Tag: "data"}); err != nil {
 		t.Fatal(err)
 	}
 	before := e.snapshot()
-	_, err := e.ctl.Apply(ctx, []byte("name: a\nproject_id: demo\nshares: [{share_id: 00000000-0000-4000-8000-000000000001, tag: data, source: /x}]\n"))
-	if !errors.Is(err, model.ErrInvalidSpec) || !strings.Contains(err.Error(), "shares[0].tag") || !strings.Contains(err.Error(), id) {
-		t.Errorf("apply with a clashing share line: %v", err)
+	_, err := e.ctl.Apply(ctx, []byte("name: a\nproject_id: demo\nshares: [{share_id: "+other+", tag: data}]\n"))
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), `share.tag "data"`) || !strings.Contains(err.Error(), id) {
+		t.Errorf("apply with a clashing tag: %v", err)
 	}
 	if after := e.snapshot(); after != before {
 		t.Errorf("the refused apply changed something")

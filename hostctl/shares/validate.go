@@ -13,10 +13,6 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// MaxSpecTagLength is the longest tag the specification allows (64 ASCII
-// bytes); model.MaxShareTagLength, QEMU's, is shorter and wins.
-const MaxSpecTagLength = 64
-
 var (
 	uuidRE     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 	hostnameRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
@@ -53,32 +49,14 @@ func CheckUUID(name, v string) (string, error) {
 	return strings.ToLower(v), nil
 }
 
-// CheckTag checks a virtiofs mount tag: the specification allows 64 ASCII
-// bytes, but QEMU's vhost-user-fs device takes at most 36 (the tag field
-// of the virtio-fs configuration space), and libvirt's alias and the
-// guest's mount point need a plain name: the stricter rule wins.
+// CheckTag checks the tag of an attach request (share.tag) against the
+// one share tag rule, model.ValidateShareTag: the instance spec, the API
+// and the CLI all refuse the same tags with the same reason.
 func CheckTag(tag string) error {
-	switch {
-	case len(tag) > MaxSpecTagLength:
-		return field("share.tag", tag, "is %d bytes: the specification allows at most %d ASCII bytes (and QEMU at most %d)", len(tag), MaxSpecTagLength, model.MaxShareTagLength)
-	case !isASCII(tag):
-		return field("share.tag", tag, "must be ASCII (the specification's rule): letters, digits and '-'")
-	case len(tag) > model.MaxShareTagLength:
-		return field("share.tag", tag, "is %d bytes: QEMU's virtio-fs tag field holds at most %d, stricter than the specification's %d", len(tag), model.MaxShareTagLength, MaxSpecTagLength)
-	}
 	if err := model.ValidateShareTag(tag); err != nil {
-		return field("share.tag", tag, "%v; it becomes the guest's mount point /mnt/shares/<tag> and libvirt's device alias", err)
+		return field("share.tag", tag, "%v", err)
 	}
 	return nil
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
 
 // ParseNFSExport checks an NFS export: host:/path, with host a DNS name,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -71,9 +72,24 @@ func ParseSpec(data []byte) (*Instance, error) {
 func specErrorFromSchema(se *schema.Error) *SpecError {
 	out := &SpecError{}
 	for _, v := range se.Violations {
-		out.Errors = append(out.Errors, FieldError{Field: pointerToField(v.Pointer), Value: v.Value, Rule: v.Message})
+		out.Errors = append(out.Errors, FieldError{Field: pointerToField(v.Pointer), Value: v.Value, Rule: schemaRule(v.Pointer, v.Value, v.Message)})
 	}
 	return out
+}
+
+// shareTagPointer matches the JSON pointer of a share's tag.
+var shareTagPointer = regexp.MustCompile(`^/shares/[0-9]+/tag$`)
+
+// schemaRule is the rule a schema violation reports: the schema's own
+// message, or for a share tag the share tag rule with its reason (the
+// schema's pattern alone does not say why a tag is limited to 36 bytes).
+func schemaRule(ptr string, value any, msg string) string {
+	if tag, ok := value.(string); ok && shareTagPointer.MatchString(ptr) {
+		if err := ValidateShareTag(tag); err != nil {
+			return err.Error()
+		}
+	}
+	return msg
 }
 
 // pointerToField renders "/disks/1/tag" as "disks[1].tag".

@@ -33,6 +33,7 @@ const (
 const (
 	shareTag  = "shared-data"
 	shareText = "hello-from-the-host"
+	shareID   = "6c1e4f0a-8d7b-4c2e-9a3f-5b6d7e8f9a0b"
 	sshKey    = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGj8cJb0mJm3nWq0ZkKqJbq6Gf0x2Z1Zs8c6s6j8c9Xx vmeta-test@host"
 	hostname  = "debian-guest"
 	// userData is run by the guest's cloud-init (write_files).
@@ -300,6 +301,11 @@ func TestDebianGuest(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(share, "hello.txt"), []byte(shareText), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The guests' specs name this share of the registry; each apply
+	// attaches it.
+	if _, err := d.run("share", "create", "--id", shareID, "--proto", "local", "--export", share, "--project", "demo"); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("config drive", func(t *testing.T) {
 		name, console, addr, bootStart := bootGuest(t, d, uri, work, share, true)
@@ -399,8 +405,8 @@ disks:
 nics:
   - {mac: "%s", tag: nfvfunc1, ips: [{address: %s/24, gateway: 192.168.122.1, dns: [192.168.122.1]}]}
 shares:
-  - {share_id: 6c1e4f0a-8d7b-4c2e-9a3f-5b6d7e8f9a0b, tag: %s, source: %s}
-`, name, hostname, configDrive, key, ud, mac, addr, shareTag, share)
+  - {share_id: %s, tag: %s}
+`, name, hostname, configDrive, key, ud, mac, addr, shareID, shareTag)
 	specFile := filepath.Join(work, name+".yaml")
 	if err := os.WriteFile(specFile, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)

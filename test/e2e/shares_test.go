@@ -56,22 +56,34 @@ func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
 	}
 }
 
+// shareDomain is a unique libvirt domain name for a share test, removed
+// when the test ends. Shares are attached to SHUTOFF instances only, so
+// the share tests run `hostctl serve --virt libvirt`.
+func shareDomain(t *testing.T, uri string) string {
+	t.Helper()
+	name := "shares-" + strings.TrimPrefix(testenv.UniqueDomainName(t), "vmeta-test-")
+	testenv.CleanupDomain(t, uri, name)
+	return name
+}
+
 // TestSharesCLI: the share commands end to end against `hostctl serve`:
 // create, list, show, attach, mappings, delete refused while attached
 // (409 naming the instance), detach, delete; --output json; the guest's
 // metadata lists the share while it is attached.
 func TestSharesCLI(t *testing.T) {
-	d := startDaemon(t, daemonOptions{})
-	d.Apply("name: web-1\nproject_id: demo\naddresses: [127.0.0.1]\n")
+	uri := testenv.RequireLibvirt(t)
+	d := startLibvirtDaemon(t, uri)
+	web1 := shareDomain(t, uri)
+	d.Apply("name: " + web1 + "\nproject_id: demo\naddresses: [127.0.0.1]\n")
 	dir := shareDir(t, d, "data")
 	id := "7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99"
 	out := d.MustCtl("share", "create", "--id", id, "--proto", "local", "--export", dir, "--project", "demo", "--name", "data")
 	if !strings.Contains(out.stdout, "share "+id+" created") {
 		t.Errorf("create: %s", out)
 	}
-	d.MustCtl("share", "attach", "web-1", id, "--tag", "data")
+	d.MustCtl("share", "attach", web1, id, "--tag", "data")
 	var ms types.ServerSharesBody
-	decodeJSON(t, d.MustCtl("share", "mappings", "web-1", "--output", "json").stdout, &ms)
+	decodeJSON(t, d.MustCtl("share", "mappings", web1, "--output", "json").stdout, &ms)
 	if len(ms.Shares) != 1 || ms.Shares[0].Status != types.ShareInactive || ms.Shares[0].Tag != "data" || ms.Shares[0].ExportLocation != dir {
 		t.Errorf("mappings: %+v", ms)
 	}
@@ -80,14 +92,14 @@ func TestSharesCLI(t *testing.T) {
 		t.Errorf("metadata lacks the share device:\n%s", md)
 	}
 	r := d.Ctl("share", "delete", id)
-	if r.code != 1 || !strings.Contains(r.stderr, "locked") || !strings.Contains(r.stderr, "web-1") {
+	if r.code != 1 || !strings.Contains(r.stderr, "locked") || !strings.Contains(r.stderr, web1) {
 		t.Errorf("delete of an attached share: %s", r)
 	}
-	r = d.Ctl("share", "attach", "web-1", id)
+	r = d.Ctl("share", "attach", web1, id)
 	if r.code != 1 || !strings.Contains(r.stderr, "already attached") {
 		t.Errorf("second attach: %s", r)
 	}
-	r = d.Ctl("share", "attach", "web-1", "not-a-uuid")
+	r = d.Ctl("share", "attach", web1, "not-a-uuid")
 	if r.code != 1 || !strings.Contains(r.stderr, "must be a UUID") {
 		t.Errorf("malformed uuid: %s", r)
 	}
@@ -99,7 +111,7 @@ func TestSharesCLI(t *testing.T) {
 	if out := d.MustCtl("share", "list"); !strings.Contains(out.stdout, id) {
 		t.Errorf("list: %s", out)
 	}
-	d.MustCtl("share", "detach", "web-1", id)
+	d.MustCtl("share", "detach", web1, id)
 	if md := string(mustGet(t, d.URL()+"/openstack/latest/meta_data.json")); strings.Contains(md, id) {
 		t.Errorf("metadata still lists the detached share:\n%s", md)
 	}
@@ -123,9 +135,9 @@ func TestSharesCLI(t *testing.T) {
 // that the start-up reconciler converges: an interrupted attach ends
 // inactive (locked, in the spec and the metadata, and with libvirt in the
 // domain's persistent XML), an interrupted detach ends with no trace. It
-// runs without a hypervisor and with the real libvirtd.
+// runs with the real libvirtd (without a hypervisor nothing is attached).
 func TestSharesKilledBetweenSteps(t *testing.T) {
-	for _, mode := range []string{"none", "libvirt"} {
+	for _, mode := range []string{"libvirt"} {
 		t.Run(mode, func(t *testing.T) {
 			var uri string
 			var args []string
@@ -219,9 +231,13 @@ func killBetweenSteps(t *testing.T, uri string, args []string, step string, deta
 // and no mapping is ever left to a deleted share. The counts are printed.
 func TestSharesRaceTwoHosts(t *testing.T) {
 	url := testenv.StartRedis(t)
-	a := startDaemon(t, daemonOptions{Store: url, Args: []string{"--host", "host-a"}})
+	uri := testenv.RequireLibvirt(t)
+	requireVirtServe(t)
+	// Host a attaches (to a SHUTOFF domain); host b only deletes shares.
+	a := startDaemon(t, daemonOptions{Store: url, Args: []string{"--host", "host-a", "--virt", "libvirt", "--libvirt-uri", uri, "--domain-type", "qemu", "--domain-memory", "128", "--reconcile-interval", "0"}})
 	b := startDaemon(t, daemonOptions{Store: url, Args: []string{"--host", "host-b"}})
-	a.Apply("name: race-1\nproject_id: demo\n")
+	race1 := shareDomain(t, uri)
+	a.Apply("name: " + race1 + "\nproject_id: demo\nconfig_drive: false\n")
 	dir := shareDir(t, a, "data")
 	if err := os.MkdirAll(filepath.Join(b.DataDir, "shares"), 0o755); err != nil {
 		t.Fatal(err)
@@ -234,7 +250,7 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cb.AttachShare(ctx, "race-1", types.ServerShareAttach{ShareID: sh.ID}); statusOf(err) != 409 || !strings.Contains(err.Error(), "host-a") {
+	if _, err := cb.AttachShare(ctx, race1, types.ServerShareAttach{ShareID: sh.ID}); statusOf(err) != 409 || !strings.Contains(err.Error(), "host-a") {
 		t.Errorf("attach from the other host: %v", err)
 	}
 	if err := cb.DeleteShare(ctx, sh.ID); err != nil {
@@ -255,7 +271,7 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, attachErr = ca.AttachShare(ctx, "race-1", types.ServerShareAttach{ShareID: sh.ID})
+			_, attachErr = ca.AttachShare(ctx, race1, types.ServerShareAttach{ShareID: sh.ID})
 		}()
 		// The delete starts 0-9 ms after the attach, so that both orders
 		// happen; what is checked holds for any timing.
@@ -267,11 +283,11 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 		case attachErr == nil && deleteErr == nil:
 			t.Fatalf("round %d: both the attach and the delete succeeded", i)
 		case attachErr == nil:
-			if statusOf(deleteErr) != 409 || !strings.Contains(deleteErr.Error(), "race-1") {
+			if statusOf(deleteErr) != 409 || !strings.Contains(deleteErr.Error(), race1) {
 				t.Fatalf("round %d: attach won, delete answered %v (want 409 naming race-1)", i, deleteErr)
 			}
 			attachWon++
-			if _, err := ca.DetachShare(ctx, "race-1", sh.ID, false); err != nil {
+			if _, err := ca.DetachShare(ctx, race1, sh.ID, false); err != nil {
 				t.Fatal(err)
 			}
 			if err := cb.DeleteShare(ctx, sh.ID); err != nil {
@@ -285,12 +301,79 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 		default:
 			t.Fatalf("round %d: both failed: attach %v, delete %v", i, attachErr, deleteErr)
 		}
-		if ms, err := ca.ServerShares(ctx, "race-1"); err != nil || len(ms) != 0 {
+		if ms, err := ca.ServerShares(ctx, race1); err != nil || len(ms) != 0 {
 			t.Fatalf("round %d: mappings left %+v, %v", i, ms, err)
 		}
 	}
 	t.Logf("FIGURE shares race, %d rounds, two hostctl processes on one Redis: attach won %d (delete 409), delete won %d (attach 404), both won 0", rounds, attachWon, deleteWon)
-	if inst, err := ca.Get(ctx, "race-1"); err != nil || len(inst.Spec.Shares) != 0 {
+	if inst, err := ca.Get(ctx, race1); err != nil || len(inst.Spec.Shares) != 0 {
 		t.Errorf("instance spec still has shares: %+v %v", inst, err)
+	}
+}
+
+// TestSharesInSpec: a share the instance spec names is a share of the
+// registry, attached by `hostctl instance apply` through the share model:
+// listed by `hostctl share mappings` (GET /v1/servers/{id}/shares),
+// locking the share, in the domain and the metadata. An unknown share, a
+// source written in the spec, and any spec share under --virt none are
+// refused with the field and nothing is stored. Issue 20, item 16.
+func TestSharesInSpec(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	d := startLibvirtDaemon(t, uri)
+	name := shareDomain(t, uri)
+	dir := shareDir(t, d, "data")
+	const id = "7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99"
+	d.MustCtl("share", "create", "--id", id, "--proto", "local", "--export", dir, "--project", "demo")
+
+	r := d.Ctl("instance", "apply", "-f", writeSpec(t, "name: "+name+"\nproject_id: demo\nshares: [{share_id: 6c1e4f0a-8d7b-4c2e-9a3f-5b6d7e8f9a0b, tag: data}]\n"))
+	if r.code != 1 || !strings.Contains(r.stderr, "shares[0].share_id") || !strings.Contains(r.stderr, "is not a share of the share registry") {
+		t.Errorf("apply naming an unknown share: %s", r)
+	}
+	r = d.Ctl("instance", "apply", "-f", writeSpec(t, "name: "+name+"\nproject_id: demo\nshares: [{share_id: "+id+", tag: data, source: /srv/webdata}]\n"))
+	if r.code != 1 || !strings.Contains(r.stderr, "shares[0].source") || !strings.Contains(r.stderr, "outside the share root") {
+		t.Errorf("apply with a source outside the share root: %s", r)
+	}
+	if r := d.Ctl("instance", "show", name); r.code != 1 {
+		t.Fatalf("a refused spec created the instance: %s", r)
+	}
+
+	d.Apply("name: " + name + "\nproject_id: demo\naddresses: [127.0.0.1]\nshares: [{share_id: " + id + ", tag: data}]\n")
+	var ms types.ServerSharesBody
+	decodeJSON(t, d.MustCtl("share", "mappings", name, "--output", "json").stdout, &ms)
+	if len(ms.Shares) != 1 || ms.Shares[0].ShareID != id || ms.Shares[0].Status != types.ShareInactive || ms.Shares[0].Tag != "data" || ms.Shares[0].ExportLocation != dir {
+		t.Errorf("mappings of the spec's share: %+v", ms)
+	}
+	if r := d.Ctl("share", "delete", id); r.code != 1 || !strings.Contains(r.stderr, "locked") || !strings.Contains(r.stderr, name) {
+		t.Errorf("delete of a share a spec attached: %s", r)
+	}
+	if xml := mustVirsh(t, uri, "dumpxml", "--inactive", name); !strings.Contains(xml, "<source dir='"+dir+"'/>") || !strings.Contains(xml, "<target dir='data'/>") {
+		t.Errorf("the domain lacks the share:\n%s", xml)
+	}
+	md := string(mustGet(t, d.URL()+"/openstack/latest/meta_data.json"))
+	if !strings.Contains(md, `"share_id":"`+id+`","tag":"data"`) {
+		t.Errorf("metadata lacks the share:\n%s", md)
+	}
+
+	// One share tag rule, with its reason, at every input: the spec and
+	// the attach request, from the CLI (issue 20, item 19).
+	const why = "a share tag is at most 36 bytes, the size of the tag field of QEMU's virtio-fs device"
+	long := strings.Repeat("t", 40)
+	if r := d.Ctl("instance", "apply", "-f", writeSpec(t, "name: "+name+"\nproject_id: demo\nshares: [{share_id: "+id+", tag: "+long+"}]\n")); r.code != 1 || !strings.Contains(r.stderr, "shares[0].tag") || !strings.Contains(r.stderr, why) {
+		t.Errorf("spec with a 40-byte share tag: %s", r)
+	}
+	if r := d.Ctl("share", "attach", name, id, "--tag", long); r.code != 1 || !strings.Contains(r.stderr, "share.tag") || !strings.Contains(r.stderr, why) {
+		t.Errorf("attach with a 40-byte tag: %s", r)
+	}
+
+	// Without a hypervisor an instance has no SHUTOFF state to attach in.
+	n := startDaemon(t, daemonOptions{})
+	ndir := shareDir(t, n, "data")
+	n.MustCtl("share", "create", "--id", id, "--proto", "local", "--export", ndir, "--project", "demo")
+	r = n.Ctl("instance", "apply", "-f", writeSpec(t, "name: web-1\nproject_id: demo\nshares: [{share_id: "+id+", tag: webdata}]\n"))
+	if r.code != 1 || !strings.Contains(r.stderr, "no hypervisor state (hostctl serve runs with --virt none)") {
+		t.Errorf("apply with a share under --virt none: %s", r)
+	}
+	if r := n.Ctl("instance", "show", "web-1"); r.code != 1 {
+		t.Errorf("the refused spec created the instance: %s", r)
 	}
 }

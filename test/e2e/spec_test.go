@@ -83,10 +83,6 @@ nics:
     tag: nfvfunc2
     vlan: 100
     vf_trusted: true
-shares:
-  - share_id: 7f3c9a52-1b0e-4a8e-8f7e-5d3c2b1a0f99
-    tag: webdata
-    source: /srv/webdata
 pci_devices:
   - address: "0000:af:10.7"
     tag: scratch-nvme

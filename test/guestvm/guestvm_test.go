@@ -238,9 +238,10 @@ func randomUUID(t *testing.T) string {
 // instanceSpec is the spec the test applies: two tagged virtio disks (one
 // encrypted, with a weird tag), two tagged SCSI disks (one found by its
 // serial, one by its address), a tagged SATA disk, two tagged NICs and a
-// virtiofs share of a directory under the daemon's share root. hostctl
-// creates the disks; libvirt chooses every address the spec leaves open.
-func instanceSpec(name, mac1, mac2, shareID, shareDir, addrTag string) string {
+// virtiofs share (a share of the registry: a directory under the
+// daemon's share root, registered first). hostctl creates the disks;
+// libvirt chooses every address the spec leaves open.
+func instanceSpec(name, mac1, mac2, shareID, addrTag string) string {
 	return fmt.Sprintf(`name: %s
 disks:
   - {name: vda, size: 16M, serial: %s, tag: squidcache}
@@ -254,8 +255,8 @@ nics:
   - {mac: "%s", tag: nfvfunc1}
   - {mac: "%s", tag: nfvfunc2}
 shares:
-  - {share_id: %s, tag: %s, source: %s}
-`, name, longSer[:20], weirdTag, addrTag, mac1, mac2, shareID, shareTag, shareDir)
+  - {share_id: %s, tag: %s}
+`, name, longSer[:20], weirdTag, addrTag, mac1, mac2, shareID, shareTag)
 }
 
 // TestAgentInBootedGuest is the acceptance test of vmeta-agent, with
@@ -302,12 +303,14 @@ func TestAgentInBootedGuest(t *testing.T) {
 	mac1, mac2, shareID := mac(t), mac(t), randomUUID(t)
 	writeSpec := func(addrTag string) string {
 		p := filepath.Join(work, addrTag+".yaml")
-		if err := os.WriteFile(p, []byte(instanceSpec(name, mac1, mac2, shareID, share, addrTag)), 0o600); err != nil {
+		if err := os.WriteFile(p, []byte(instanceSpec(name, mac1, mac2, shareID, addrTag)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	specFile := writeSpec("scsi-by-address")
+	// The spec names the share; the apply attaches it (share mappings).
+	d.ctl("share", "create", "--id", shareID, "--proto", "local", "--export", share, "--project", "demo")
 
 	// Apply: hostctl defines the domain and publishes what libvirt chose.
 	start = time.Now()
