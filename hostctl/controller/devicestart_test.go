@@ -21,8 +21,8 @@ import (
 // does (hostctl/shares).
 type failingMounts struct{ fail bool }
 
-func (f *failingMounts) SpecShares(_ context.Context, _ string, s []model.Share) ([]model.Share, error) {
-	return s, nil
+func (f *failingMounts) SpecShares(_ context.Context, a ShareApply) ([]model.Share, func(error), error) {
+	return a.Shares, func(error) {}, nil
 }
 
 func (f *failingMounts) PrepareStart(_ context.Context, uuid string) error {
