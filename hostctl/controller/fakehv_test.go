@@ -379,7 +379,9 @@ func (f *fakeHV) RemoveDHCPHost(ctx context.Context, network, mac string) error 
 		return err
 	}
 	f.nets[network] = slices.DeleteFunc(f.nets[network], func(h virt.DHCPHost) bool { return h.MAC == mac })
-	f.live[network] = slices.DeleteFunc(f.live[network], func(h virt.DHCPHost) bool { return h.MAC == mac })
+	if f.live != nil {
+		f.live[network] = slices.DeleteFunc(f.live[network], func(h virt.DHCPHost) bool { return h.MAC == mac })
+	}
 	return nil
 }
 
