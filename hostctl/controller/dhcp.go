@@ -27,6 +27,7 @@ type DHCP interface {
 // network that starts later reads its leases from its definition.
 type LiveDHCP interface {
 	AddDHCPHostConfig(ctx context.Context, network string, h virt.DHCPHost) error
+	LiveDHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error)
 	SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error)
 }
 
@@ -202,11 +203,31 @@ func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l leas
 		return nil
 	}
 	h := hs[i]
+	ld, split := c.dhcp.(LiveDHCP)
+	wasLive := false
+	if split {
+		live, err := ld.LiveDHCPHosts(ctx, l.network)
+		if err != nil {
+			return fmt.Errorf("DHCP lease %s: %w", l, err)
+		}
+		wasLive = slices.Contains(live, h)
+	}
 	if err := c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac); err != nil {
 		return fmt.Errorf("remove DHCP lease %s: %w", l, err)
 	}
 	r.Add("restore DHCP lease "+l.String(), func(ctx context.Context) error {
-		return c.dhcp.AddDHCPHost(ctx, l.network, h)
+		if !split {
+			return c.dhcp.AddDHCPHost(ctx, l.network, h)
+		}
+		// As it was: in the definition, and live if it was.
+		if err := ld.AddDHCPHostConfig(ctx, l.network, h); err != nil {
+			return err
+		}
+		if wasLive {
+			_, err := ld.SyncLiveDHCPHosts(ctx, l.network, []string{l.mac})
+			return err
+		}
+		return nil
 	})
 	return nil
 }

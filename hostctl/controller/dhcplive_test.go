@@ -55,6 +55,15 @@ func (f *fakeHV) AddDHCPHostConfig(ctx context.Context, network string, h virt.D
 	return nil
 }
 
+func (f *fakeHV) LiveDHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("LiveDHCPHosts"); err != nil {
+		return nil, err
+	}
+	return slices.Clone(f.live[network]), nil
+}
+
 // SyncLiveDHCPHosts counts each live update as a call "NetworkUpdateLive".
 func (f *fakeHV) SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error) {
 	f.mu.Lock()

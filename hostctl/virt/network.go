@@ -89,6 +89,25 @@ func dhcpHostsOf(l *libvirt.Libvirt, n libvirt.Network, flags uint32) ([]DHCPHos
 	return hosts, nil
 }
 
+// LiveDHCPHosts lists the fixed DHCP leases of the running network (none
+// when it does not run).
+func (c *Conn) LiveDHCPHosts(ctx context.Context, network string) ([]DHCPHost, error) {
+	var hosts []DHCPHost
+	err := c.call(ctx, "list live DHCP hosts of", "network "+network, func(l *libvirt.Libvirt) error {
+		n, err := l.NetworkLookupByName(network)
+		if err != nil {
+			return err
+		}
+		active, err := l.NetworkIsActive(n)
+		if err != nil || active != 1 {
+			return err
+		}
+		hosts, err = dhcpHostsOf(l, n, 0)
+		return err
+	})
+	return hosts, err
+}
+
 // networkUpdateFlags apply a change to the definition, and to the running
 // network when it runs (libvirt refuses "live" on an inactive one).
 func networkUpdateFlags(l *libvirt.Libvirt, n libvirt.Network) (libvirt.NetworkUpdateFlags, error) {
