@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 )
@@ -149,7 +151,14 @@ func TestApplyLibvirtCalls(t *testing.T) {
 		}
 	})
 	checkFirmwareCurrent(t, e, "app-1", 1) // the entries of revision 1 are still current
-	if _, err := e.c.Stop(ctx, "app-1", 0); err != nil {
+	got, err := e.c.Get(ctx, "app-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fw := transportMap(got)[types.TransportFirmware]; fw.NextBoot != 1 || !strings.Contains(fw.Note, "unchanged since") {
+		t.Errorf("firmware transport after an unchanged republish: %+v", fw)
+	}
+	if _, err := e.c.Stop(ctx, "app-1", 300*time.Millisecond); err != nil { // the fake guest ignores ACPI
 		t.Fatal(err)
 	}
 	step("second start", nil, func() {

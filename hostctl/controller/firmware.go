@@ -266,6 +266,10 @@ func (c *Controller) transports(ctx context.Context, inst *types.Instance, tree 
 	if err != nil {
 		fw.Note = err.Error()
 	}
+	if tree != nil && fw.NextBoot > 0 && fw.NextBoot < metadata.TreeRevision(tree) {
+		// setFirmware leaves entries alone that a publish did not change.
+		fw.Note += fmt.Sprintf("; the next boot's entries are revision %d's, unchanged since (current)", fw.NextBoot)
+	}
 	return append(out, fw)
 }
 
