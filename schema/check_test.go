@@ -13,7 +13,6 @@ import (
 	"github.com/vmeta/vmeta/schema/check"
 )
 
-
 // agree fails t unless package schema (jsonschema, the authority) and
 // package check (the generated validator the guest agent uses) give the
 // same verdict on data under every device kind: both accept, or both
