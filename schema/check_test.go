@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/vmeta/vmeta/schema"
@@ -37,15 +38,15 @@ func agree(t testing.TB, what string, data []byte) (valid bool) {
 	return valid
 }
 
-// pointers are the distinct pointers of an error's violations, in order.
+// pointers are the distinct pointers of an error's violations, sorted
+// (violations order "/0" and "/00" alike, so their order may differ).
 func pointers(e *schema.Error) []string {
 	var out []string
 	for _, v := range e.Violations {
-		if len(out) == 0 || out[len(out)-1] != v.Pointer {
-			out = append(out, v.Pointer)
-		}
+		out = append(out, v.Pointer)
 	}
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // TestCheckAgreesWithSchema: the guest agent's generated validator and

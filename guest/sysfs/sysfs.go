@@ -33,8 +33,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/vmeta/vmeta/internal/model"
 )
 
 // DefaultRoot is where sysfs is mounted.
@@ -266,7 +264,7 @@ func describeDisk(root, real, devPath string, d *Disk) {
 	ataLink := ""
 	for i, c := range comps {
 		switch {
-		case model.IsPCIAddress(c):
+		case isPCIAddress(c):
 			d.PCI = append(d.PCI, c)
 		case reATA.MatchString(c):
 			ataLink = c
@@ -364,7 +362,7 @@ func scanNet(root string) ([]NIC, error) {
 		n := NIC{Name: e.Name(), DevPath: devPath, MAC: strings.ToLower(readAttr(filepath.Join(real, "address")))}
 		n.Index, _ = strconv.Atoi(readAttr(filepath.Join(real, "ifindex")))
 		for _, c := range strings.Split(devPath, "/") {
-			if model.IsPCIAddress(c) {
+			if isPCIAddress(c) {
 				n.PCI = append(n.PCI, c)
 			}
 		}
@@ -443,4 +441,23 @@ func readAttr(p string) string {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// isPCIAddress reports whether s is a PCI function's sysfs name,
+// dddd:bb:ss.f in lower-case hex with a function 0-7: the form
+// model.ParsePCIAddress accepts (TestIsPCIAddressAgreesWithModel), written
+// here so that the agent does not link the host's instance model.
+func isPCIAddress(s string) bool {
+	if len(s) != len("dddd:bb:ss.f") || s[4] != ':' || s[7] != ':' || s[10] != '.' || s[11] < '0' || s[11] > '7' {
+		return false
+	}
+	for i := 0; i < 10; i++ {
+		if i == 4 || i == 7 {
+			continue
+		}
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
