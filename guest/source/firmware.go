@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,7 +98,7 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
 	uuid, err := wire.ParseFirmwareLine(wire.FirmwareUUID, uuidRaw)
-	if err == nil && !uuidRE.MatchString(uuid) {
+	if err == nil && !isUUID(uuid) {
 		err = fmt.Errorf("firmware entry %s: %q is not a uuid", wire.FirmwareUUID, uuid)
 	}
 	if err != nil {
@@ -113,7 +112,28 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 	return doc, nil
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+// isUUID reports whether s is a uuid, 8-4-4-4-12 hex digits of either
+// case (`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`;
+// no regular expressions are compiled at the agent's start).
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // ParseFirmware parses the devices entry ({"devices": [...]} and a
 // newline) the way Parse parses meta_data.json: the same schema, the same
