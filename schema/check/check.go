@@ -26,9 +26,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"regexp"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -150,17 +148,117 @@ type scalar struct {
 	kind, text string
 }
 
-// pattern is a regular expression compiled on its first use.
+// pattern is a regular expression, compiled by the generator as package
+// regexp compiles it (regexp/syntax: Perl syntax, simplified) into a
+// program that match runs: no regular expression is compiled in the
+// guest.
 type pattern struct {
-	src  string
-	once sync.Once
-	re   *regexp.Regexp
+	src   string
+	prog  []inst
+	start uint32
 }
 
-func (p *pattern) match(s string) bool {
-	p.once.Do(func() { p.re = regexp.MustCompile(p.src) })
-	return p.re.MatchString(s)
+// inst is one instruction of a pattern's program (regexp/syntax.Inst,
+// reduced to what the generator lets through).
+type inst struct {
+	op     uint8
+	out    uint32
+	arg    uint32 // opAlt: the other branch
+	ranges []rune // opRune: lo, hi pairs
 }
+
+const (
+	opFail uint8 = iota
+	opAlt
+	opNop
+	opMatch
+	opBeginText
+	opEndText
+	opRune
+)
+
+// match reports whether s holds a match of the pattern, as
+// regexp.MatchString: a Pike VM (every thread in step, O(len(s) ×
+// len(prog))), reading s rune by rune as package regexp does (an invalid
+// byte is U+FFFD).
+func (p *pattern) match(s string) bool {
+	n := len(p.prog)
+	cur, next := newThreads(n), newThreads(n)
+	for pos := 0; ; {
+		// A match may start anywhere (the device schemas' patterns
+		// begin with ^, whose opBeginText ends threads started later).
+		if p.add(cur, p.start, pos, len(s)) {
+			return true
+		}
+		if pos >= len(s) {
+			return false
+		}
+		r, w := utf8.DecodeRuneInString(s[pos:])
+		next.clear()
+		for _, pc := range cur.dense {
+			in := &p.prog[pc]
+			if in.op == opRune && inRanges(r, in.ranges) && p.add(next, in.out, pos+w, len(s)) {
+				return true
+			}
+		}
+		cur, next = next, cur
+		pos += w
+	}
+}
+
+// add adds the thread at pc and what it reaches without reading at pos
+// to t; it reports whether one of them matches.
+func (p *pattern) add(t *threads, pc uint32, pos, end int) bool {
+	if t.has(pc) {
+		return false
+	}
+	t.put(pc)
+	in := &p.prog[pc]
+	switch in.op {
+	case opMatch:
+		return true
+	case opAlt:
+		return p.add(t, in.out, pos, end) || p.add(t, in.arg, pos, end)
+	case opNop:
+		return p.add(t, in.out, pos, end)
+	case opBeginText:
+		return pos == 0 && p.add(t, in.out, pos, end)
+	case opEndText:
+		return pos == end && p.add(t, in.out, pos, end)
+	}
+	return false // opRune waits for the next rune; opFail
+}
+
+func inRanges(r rune, ranges []rune) bool {
+	for i := 0; i+1 < len(ranges); i += 2 {
+		if r >= ranges[i] && r <= ranges[i+1] {
+			return true
+		}
+	}
+	return false
+}
+
+// threads is a sparse set of program counters, in insertion order.
+type threads struct {
+	sparse []uint32
+	dense  []uint32
+}
+
+func newThreads(n int) *threads {
+	return &threads{sparse: make([]uint32, n), dense: make([]uint32, 0, n)}
+}
+
+func (t *threads) has(pc uint32) bool {
+	i := t.sparse[pc]
+	return int(i) < len(t.dense) && t.dense[i] == pc
+}
+
+func (t *threads) put(pc uint32) {
+	t.sparse[pc] = uint32(len(t.dense))
+	t.dense = append(t.dense, pc)
+}
+
+func (t *threads) clear() { t.dense = t.dense[:0] }
 
 // jsonType is the JSON type of v: "null", "boolean", "number", "string",
 // "array" or "object" (the generator made sure v is a JSON value).

@@ -17,6 +17,7 @@ import (
 	"go/format"
 	"os"
 	"path/filepath"
+	"regexp/syntax"
 	"sort"
 	"strconv"
 	"strings"
@@ -315,7 +316,11 @@ func (g *gen) object(s map[string]any, loc string) (string, error) {
 			if !ok {
 				return "", fmt.Errorf("%s: not a string", at)
 			}
-			fields = append(fields, fmt.Sprintf("pattern: &pattern{src: %q}", p))
+			prog, err := compilePattern(p)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", at, err)
+			}
+			fields = append(fields, fmt.Sprintf("pattern: &pattern{src: %q, %s}", p, prog))
 		case k == "minLength" || k == "minItems":
 			n, ok := v.(json.Number)
 			i, err := strconv.Atoi(string(n))
@@ -365,4 +370,76 @@ func scalarOf(v any, at string) (string, error) {
 		return fmt.Sprintf(`scalar{"number", %q}`, string(v)), nil
 	}
 	return "", fmt.Errorf("%s: only scalar values are supported in const and enum", at)
+}
+
+// compilePattern compiles a pattern as package regexp does (Perl syntax,
+// simplified) into the program check's matcher runs, as the Go fields
+// "prog: []inst{...}, start: N". Case folding is refused (no device
+// schema pattern uses it).
+func compilePattern(p string) (string, error) {
+	re, err := syntax.Parse(p, syntax.Perl)
+	if err != nil {
+		return "", err
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("prog: []inst{\n")
+	for _, in := range prog.Inst {
+		var op string
+		var ranges []rune
+		switch in.Op {
+		case syntax.InstAlt, syntax.InstAltMatch:
+			op = "opAlt"
+		case syntax.InstCapture, syntax.InstNop:
+			op = "opNop"
+		case syntax.InstMatch:
+			op = "opMatch"
+		case syntax.InstFail:
+			op = "opFail"
+		case syntax.InstEmptyWidth:
+			switch syntax.EmptyOp(in.Arg) {
+			case syntax.EmptyBeginText:
+				op = "opBeginText"
+			case syntax.EmptyEndText:
+				op = "opEndText"
+			default:
+				return "", fmt.Errorf("pattern %q: the assertion %v is not supported", p, syntax.EmptyOp(in.Arg))
+			}
+		case syntax.InstRune, syntax.InstRune1, syntax.InstRuneAny, syntax.InstRuneAnyNotNL:
+			op = "opRune"
+			if syntax.Flags(in.Arg)&syntax.FoldCase != 0 && in.Op != syntax.InstRuneAny && in.Op != syntax.InstRuneAnyNotNL {
+				return "", fmt.Errorf("pattern %q: case folding is not supported", p)
+			}
+			switch in.Op {
+			case syntax.InstRuneAny:
+				ranges = []rune{0, 0x10ffff}
+			case syntax.InstRuneAnyNotNL:
+				ranges = []rune{0, '\n' - 1, '\n' + 1, 0x10ffff}
+			default:
+				if len(in.Rune) == 1 {
+					ranges = []rune{in.Rune[0], in.Rune[0]}
+				} else {
+					ranges = in.Rune
+				}
+			}
+		default:
+			return "", fmt.Errorf("pattern %q: instruction %v is not supported", p, in.Op)
+		}
+		fmt.Fprintf(&b, "{op: %s, out: %d, arg: %d", op, in.Out, in.Arg)
+		if op == "opAlt" || op == "opRune" {
+			if ranges != nil {
+				r := make([]string, len(ranges))
+				for i, x := range ranges {
+					r[i] = fmt.Sprintf("%#x", x)
+				}
+				fmt.Fprintf(&b, ", ranges: []rune{%s}", strings.Join(r, ", "))
+			}
+		}
+		b.WriteString("},\n")
+	}
+	fmt.Fprintf(&b, "}, start: %d", prog.Start)
+	return b.String(), nil
 }
