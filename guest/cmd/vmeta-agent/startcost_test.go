@@ -19,11 +19,11 @@ import (
 // The agent holds boot, and under emulation (TCG) every allocation and
 // every instruction before its first log line shows in the unit's start
 // time. With jsonschema v5 linked it was 10,600 allocations and 1.2 MB
-// (the library compiles its meta-schemas at init); now about 300 and
-// 55 KB, the standard library's.
+// (the library compiles its meta-schemas at init); now about 140 and
+// 23 KB, the standard library's.
 const (
-	maxInitAllocs = 1500
-	maxInitBytes  = 256 << 10
+	maxInitAllocs = 500
+	maxInitBytes  = 64 << 10
 )
 
 // TestStartInitCost builds the agent as "make agent" does and checks
