@@ -52,7 +52,7 @@ func do(ctx context.Context, method, rawURL string, hdr []string, limit int64) (
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if u.Scheme != "http" || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("%w: %s: want http://host[:port]/...", ErrInvalid, rawURL)
+		return nil, fmt.Errorf("%w: %s: want http://host[:port]/path", ErrInvalid, rawURL)
 	}
 	host, port := u.Hostname(), u.Port()
 	if port == "" {
@@ -239,7 +239,7 @@ func (c *chunked) line() (string, error) {
 		if err == nil {
 			break
 		}
-		if err != bufio.ErrBufferFull {
+		if !errors.Is(err, bufio.ErrBufferFull) {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
