@@ -18,6 +18,13 @@
 // so Validate and ValidateJSON are safe for concurrent use. An invalid document
 // yields an *Error listing every violation with a JSON pointer into the
 // document.
+//
+// This package (santhosh-tekuri/jsonschema) is the authority the host
+// uses. The guest agent validates device documents with package check
+// instead, whose validators are generated from the same files (go
+// generate ./schema/check); TestCheckAgreesWithSchema and
+// FuzzCheckAgreesWithSchema prove that both accept and refuse the same
+// documents. After changing a device schema, run go generate.
 package schema
 
 import (
