@@ -160,7 +160,8 @@ func TestSharesKilledBetweenSteps(t *testing.T) {
 }
 
 func killBetweenSteps(t *testing.T, uri string, args []string, step string, detach bool) {
-	d := startDaemon(t, daemonOptions{Args: args, Env: []string{shares.PauseEnv + "=" + step}})
+	// The pause exists only in a hostctl built with -tags vmetacrash.
+	d := startDaemon(t, daemonOptions{Args: args, Env: []string{shares.PauseEnv + "=" + step}, Bin: crashHostctl(t)})
 	name := "web-1"
 	if uri != "" {
 		name = "shares-" + strings.TrimPrefix(testenv.UniqueDomainName(t), "vmeta-test-")
