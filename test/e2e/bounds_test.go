@@ -93,6 +93,7 @@ func call(t *testing.T, c *http.Client, method, url, tok, body string) (int, []b
 // with the limit in the answer, nothing is stored, the daemon's memory
 // stays bounded, and the API answers in compact JSON.
 func TestFreeFormSpecsBoundedAsMember(t *testing.T) {
+	t.Parallel()
 	d, base, tok := boundsDaemon(t)
 	c := &http.Client{Timeout: 30 * time.Second}
 	pid := d.proc.Pid()
@@ -151,6 +152,7 @@ func TestFreeFormSpecsBoundedAsMember(t *testing.T) {
 // unix socket, 2,000 metadata requests from an address with no instance
 // — adds a bounded amount of log.
 func TestUnauthenticatedFloodLogBounded(t *testing.T) {
+	t.Parallel()
 	d, base, _ := boundsDaemon(t)
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
