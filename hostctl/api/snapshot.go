@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
+
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -11,7 +13,7 @@ import (
 
 // snapshotService copies an instance's root disk into a new image.
 type snapshotService interface {
-	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
+	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
 }
 
 // snapshot is POST /v1/instances/{name}/snapshot (types.SnapshotRequest)
@@ -45,5 +47,5 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, img)
+	writeJSON(w, http.StatusCreated, wireImage(img))
 }

@@ -71,7 +71,7 @@ func checkRescue(req RescueRequest) error {
 
 // Rescue boots the instance name from a rescue disk made from
 // req.Image (see the top of this file).
-func (c *Controller) Rescue(ctx context.Context, name string, req RescueRequest) (_ *types.Instance, err error) {
+func (c *Controller) Rescue(ctx context.Context, name string, req RescueRequest) (_ *Instance, err error) {
 	defer c.observe("rescue", time.Now(), &err)
 	if err := checkRescue(req); err != nil {
 		return nil, fmt.Errorf("rescue %s: %w", name, err)
@@ -154,7 +154,7 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
 	if bd != nil {
-		if err := c.updateBlockDevices(ctx, r, in, map[string]*types.BlockDevice{rescueDisk: bd}); err != nil {
+		if err := c.updateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{rescueDisk: bd}); err != nil {
 			return fmt.Errorf("rescue %s: %w", name, err)
 		}
 		src := host.Disks[in.Disks[root].Name]
@@ -195,7 +195,7 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 // checkRescueImage refuses an encrypted rescue image whose secret this
 // host cannot use for the instance (409 naming the image): no key
 // manager, no os_encrypt_key_id, a secret missing or of another project.
-func (c *Controller) checkRescueImage(ctx context.Context, in *model.Instance, img types.Image) error {
+func (c *Controller) checkRescueImage(ctx context.Context, in *model.Instance, img images.Image) error {
 	keyID := img.Properties[policy.ImageEncryptKeyID]
 	conflict := func(rule string) error {
 		return &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: img.Name, Rule: rule}}}}
@@ -262,7 +262,7 @@ func nextTarget(name string) (string, error) {
 // plain image (nil record), or a LUKS overlay under the instance's copy
 // of an encrypted image's secret (its record). Undo steps remove the file
 // and the copy.
-func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (*types.BlockDevice, error) {
+func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (*encryption.BlockDevice, error) {
 	r.Add("remove rescue disk "+p.Path, func(context.Context) error { return removeFile(p.Path) })
 	if !p.encrypt {
 		if err := c.images.Create(ctx, p.Disk); err != nil {
@@ -292,13 +292,13 @@ func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, in 
 	if err := c.luks.Verify(ctx, p.Path, cp.pass, cp.pass); err != nil {
 		return nil, fmt.Errorf("rescue disk: the image's passphrase does not open it: %w", err)
 	}
-	return &types.BlockDevice{Disk: rescueDisk, Encrypted: true, EncryptionSecretUUID: cp.uuid, BackingEncryptionSecretUUID: cp.uuid,
+	return &encryption.BlockDevice{Disk: rescueDisk, Encrypted: true, EncryptionSecretUUID: cp.uuid, BackingEncryptionSecretUUID: cp.uuid,
 		EncryptionFormat: encryption.FormatLUKS, EncryptionOptions: info.Options(), Created: time.Now().UTC().Truncate(time.Second)}, nil
 }
 
 // defineRescueSecret puts the rescue disk's passphrase (both layers have
 // it) into libvirt; the undo step undefines it.
-func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, bd types.BlockDevice) error {
+func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, bd encryption.BlockDevice) error {
 	id := bd.EncryptionSecretUUID
 	pass, err := c.keys.Passphrase(ctx, id)
 	if err != nil {
@@ -315,7 +315,7 @@ func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter,
 
 // Unrescue ends a rescue: the original definition back, the rescue disk
 // and its secrets gone, the instance started.
-func (c *Controller) Unrescue(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Unrescue(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("unrescue", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	copyID, err := c.unrescueLocked(ctx, name)
@@ -408,7 +408,7 @@ func (c *Controller) unrescueLocked(ctx context.Context, name string) (_ string,
 		}
 	}
 	if encrypted {
-		if err := c.updateBlockDevices(ctx, r, in, map[string]*types.BlockDevice{rescueDisk: nil}); err != nil {
+		if err := c.updateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{rescueDisk: nil}); err != nil {
 			return "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}

@@ -1,14 +1,14 @@
 package encryption_test
 
 import (
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden stored formats in testdata")
@@ -28,29 +28,48 @@ func golden(t *testing.T, name string, got []byte) []byte {
 	return want
 }
 
-// The controller's block-device record as of this commit
-// (hostctl/controller/encryption.go blockDevRecord).
-type blockDevRecord struct {
-	Instance string                       `json:"instance"`
-	Host     string                       `json:"host,omitempty"`
-	Disks    map[string]types.BlockDevice `json:"disks"`
-}
-
-func TestStoredBlockDevicesGolden(t *testing.T) {
+func goldenBlockDevices() encryption.BlockDevices {
 	slot := 1
-	rec := blockDevRecord{Instance: "web-1", Host: "h1", Disks: map[string]types.BlockDevice{
+	return encryption.BlockDevices{Instance: "web-1", Host: "h1", Disks: map[string]encryption.BlockDevice{
 		"vda": {Disk: "vda", Encrypted: true, EncryptionSecretUUID: "6f1c2a56-0d3e-4c2b-9a57-2b1f3c4d5e6f",
 			BackingEncryptionSecretUUID: "7a2d3b67-1e4f-4d3c-8b68-3c2e4d5f6a7b", EncryptionFormat: "luks",
 			EncryptionOptions: map[string]string{"cipher": "aes-256", "mode": "xts", "hash": "sha256", "ivgen": "plain64", "key_size": "512"},
 			Created:           time.Date(2026, 11, 26, 11, 0, 0, 0, time.UTC),
-			KeyGeneration:     2, KeySlot: &slot, KeyRotation: &types.DiskKeyRotation{Generation: 3, Slot: 0}},
+			KeyGeneration:     2, KeySlot: &slot, KeyRotation: &encryption.DiskKeyRotation{Generation: 3, Slot: 0}},
 		"vdb": {Disk: "vdb"},
 	}}
-	got, err := json.Marshal(rec)
+}
+
+func TestStoredBlockDevicesGolden(t *testing.T) {
+	got, err := encryption.EncodeBlockDevices(goldenBlockDevices())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := golden(t, "blockdevices.v1.json", got); string(got) != string(want) {
 		t.Errorf("stored block-device format changed:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestStoredBlockDevicesReads: a record as the controller wrote it before
+// the stored format had its own struct (testdata/blockdevices.v1.json,
+// written then, as a map of the wire type) still reads, whole.
+func TestStoredBlockDevicesReads(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "blockdevices.v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := encryption.DecodeBlockDevices(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := goldenBlockDevices(); !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	got, err = encryption.DecodeBlockDevices([]byte(`{"instance":"a"}`))
+	if err != nil || got.Disks == nil {
+		t.Errorf("a record without disks: %+v, %v; want an empty map", got, err)
+	}
+	if _, err := encryption.DecodeBlockDevices([]byte(`{"disks": []}`)); err == nil {
+		t.Error("a record with a list for disks decoded")
 	}
 }

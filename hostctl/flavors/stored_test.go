@@ -1,19 +1,17 @@
 package flavors
 
 import (
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
-
-	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden stored formats in testdata")
 
-var goldenFlavor = types.Flavor{
+var goldenFlavor = Flavor{
 	Name: "m1.enc", VCPUs: 2, RAM: 2048, Disk: 20, Ephemeral: 5, Swap: 512,
 	Description: "an encrypted flavor",
 	ExtraSpecs:  map[string]string{"hw:ephemeral_encryption": "true", "hw:ephemeral_encryption_format": "luks"},
@@ -36,11 +34,35 @@ func golden(t *testing.T, name string, got []byte) []byte {
 }
 
 func TestStoredFlavorGolden(t *testing.T) {
-	got, err := json.Marshal(goldenFlavor)
+	f := goldenFlavor
+	f.Version = 7 // the record's, never stored
+	got, err := encodeFlavor(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := golden(t, "flavor.v1.json", got); string(got) != string(want) {
 		t.Errorf("stored flavor format changed:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestStoredFlavorReads: a record as the code before the stored format
+// had its own struct wrote it (testdata/flavor.v1.json, written then)
+// still reads, whole.
+func TestStoredFlavorReads(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "flavor.v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeFlavor(b, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := goldenFlavor
+	want.Version = 3
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	if _, err := decodeFlavor([]byte(`{"name": 1}`), 1); err == nil {
+		t.Error("a record with a number for a name decoded")
 	}
 }
