@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -13,55 +12,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
-
-// fill sets every field of the value v points to, recursively, to a
-// non-zero value (one element in each slice and map), so that a
-// conversion that forgets a field shows.
-func fill(t *testing.T, v reflect.Value) {
-	t.Helper()
-	switch v.Kind() {
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		fill(t, v.Elem())
-	case reflect.Struct:
-		if v.Type() == reflect.TypeFor[time.Time]() {
-			v.Set(reflect.ValueOf(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)))
-			return
-		}
-		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
-				fill(t, v.Field(i))
-			}
-		}
-	case reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
-		fill(t, v.Index(0))
-	case reflect.Map:
-		m := reflect.MakeMap(v.Type())
-		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-		fill(t, k)
-		fill(t, e)
-		m.SetMapIndex(k, e)
-		v.Set(m)
-	case reflect.String:
-		v.SetString("s")
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Int, reflect.Int64:
-		v.SetInt(7)
-	case reflect.Interface:
-		v.Set(reflect.ValueOf("any"))
-	default:
-		t.Fatalf("fill: %s", v.Type())
-	}
-}
-
-func filled[T any](t *testing.T) T {
-	var v T
-	fill(t, reflect.ValueOf(&v).Elem())
-	return v
-}
 
 func jsonOf(t *testing.T, v any) string {
 	t.Helper()
@@ -79,11 +31,11 @@ func jsonOf(t *testing.T, v any) string {
 // and marshals to the same JSON. A field added to a domain struct and
 // not to its conversion fails here.
 func TestWireBodiesUnchanged(t *testing.T) {
-	spec := filled[model.Instance](t)
-	dev := filled[metadata.Device](t)
-	report := filled[keyrotation.Report](t)
-	rotation := filled[keyrotation.Rotation](t)
-	bd := filled[encryption.BlockDevice](t)
+	spec := testenv.Filled[model.Instance](t)
+	dev := testenv.Filled[metadata.Device](t)
+	report := testenv.Filled[keyrotation.Report](t)
+	rotation := testenv.Filled[keyrotation.Rotation](t)
+	bd := testenv.Filled[encryption.BlockDevice](t)
 	tests := []struct {
 		name      string
 		got, want any
@@ -128,7 +80,7 @@ func storedDisk(t *testing.T, bd encryption.BlockDevice) json.RawMessage {
 // TestWireInstance: every field of the controller's instance reaches the
 // wire instance.
 func TestWireInstance(t *testing.T) {
-	in := filled[controller.Instance](t)
+	in := testenv.Filled[controller.Instance](t)
 	got := wireInstance(&in)
 	want := `{"spec":` + jsonOf(t, in.Spec) + `,"revision":7,"document_version":7,"config_drive":"s","host":"s","state":"s","fault":"s",` +
 		`"devices":[` + jsonOf(t, in.Devices[0]) + `],"transports":[{"name":"s","revision":7,"next_boot":7,"note":"s"}],"warnings":["s"],` +
@@ -144,7 +96,7 @@ func TestWireInstance(t *testing.T) {
 // TestWireDevice: every field of an inventory record reaches the wire
 // device, under the names the API used.
 func TestWireDevice(t *testing.T) {
-	d := filled[devinv.Device](t)
+	d := testenv.Filled[devinv.Device](t)
 	got := jsonOf(t, wireDevice(d))
 	want := `{"address":"s","host":"s","vendor_id":"s","product_id":"s","class":"s","alias":"s","total":7,"reserved":7,"used":7,"traits":["s"],` +
 		`"one_time_use":true,"live_migratable":true,"present":true,"consumer":"s","consumer_name":"s","needs_cleaning":true,` +

@@ -9,24 +9,10 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden stored formats in testdata")
-
-func golden(t *testing.T, name string, got []byte) []byte {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	return want
-}
 
 func goldenBlockDevices() encryption.BlockDevices {
 	slot := 1
@@ -45,9 +31,7 @@ func TestStoredBlockDevicesGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := golden(t, "blockdevices.v1.json", got); string(got) != string(want) {
-		t.Errorf("stored block-device format changed:\n got %s\nwant %s", got, want)
-	}
+	testenv.Golden(t, filepath.Join("testdata", "blockdevices.v1.json"), got, *update)
 }
 
 // TestStoredBlockDevicesReads: a record as the controller wrote it before
@@ -71,5 +55,20 @@ func TestStoredBlockDevicesReads(t *testing.T) {
 	}
 	if _, err := encryption.DecodeBlockDevices([]byte(`{"disks": []}`)); err == nil {
 		t.Error("a record with a list for disks decoded")
+	}
+}
+
+// TestStoredBlockDevicesKeepEveryField: every field of the records
+// survives the stored format; a field added to BlockDevice and not to
+// blockDeviceV1 fails here.
+func TestStoredBlockDevicesKeepEveryField(t *testing.T) {
+	rec := testenv.Filled[encryption.BlockDevices](t)
+	b, err := encryption.EncodeBlockDevices(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := encryption.DecodeBlockDevices(b)
+	if err != nil || !reflect.DeepEqual(got, rec) {
+		t.Errorf("round trip: %+v, %v; want %+v", got, err, rec)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden stored formats in testdata")
@@ -18,29 +20,12 @@ var goldenImage = Image{
 	Created:    time.Date(2026, 11, 26, 11, 0, 0, 0, time.UTC),
 }
 
-func golden(t *testing.T, name string, got []byte) []byte {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	return want
-}
-
 func TestStoredSidecarGolden(t *testing.T) {
 	got, err := encodeSidecar(goldenImage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := golden(t, "sidecar.v1.json", got); string(got) != string(want) {
-		t.Errorf("stored sidecar format changed:\n got %s\nwant %s", got, want)
-	}
+	testenv.Golden(t, filepath.Join("testdata", "sidecar.v1.json"), got, *update)
 }
 
 // TestStoredSidecarReads: a sidecar as the code before the stored format
@@ -72,5 +57,21 @@ func TestStoredSidecarReads(t *testing.T) {
 	}
 	if _, err := decodeSidecar([]byte(`{"size": "big"}`)); err == nil {
 		t.Error("a sidecar with a string for a size decoded")
+	}
+}
+
+// TestStoredSidecarKeepsEveryField: every field of an imported image
+// survives its sidecar (Legacy is for images without one); a field added
+// to Image and not to sidecarV1 fails here.
+func TestStoredSidecarKeepsEveryField(t *testing.T) {
+	img := testenv.Filled[Image](t)
+	img.Legacy = false
+	b, err := encodeSidecar(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeSidecar(b)
+	if err != nil || !reflect.DeepEqual(got, img) {
+		t.Errorf("round trip: %+v, %v; want %+v", got, err, img)
 	}
 }
