@@ -9,7 +9,7 @@ import (
 // Flavor is a flavor of the registry: Nova's sizes (RAM and swap in MiB,
 // disks in GiB) and extra specs, among them hw:ephemeral_encryption and
 // hw:ephemeral_encryption_format. The admin API shows it as a
-// types.Flavor; the store keeps it as a flavorV1 (see stored.go).
+// types.Flavor; the store keeps it as a flavorV1.
 type Flavor struct {
 	Name  string
 	VCPUs int
