@@ -5,11 +5,10 @@ import (
 	"net/http"
 	"strconv"
 
-	devinv "github.com/vmeta/vmeta/hostctl/devices"
-
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	devinv "github.com/vmeta/vmeta/hostctl/devices"
 )
 
 // DeviceService is the host's passthrough device inventory

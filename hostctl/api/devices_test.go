@@ -9,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	devinv "github.com/vmeta/vmeta/hostctl/devices"
-
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	devinv "github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )

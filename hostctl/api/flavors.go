@@ -4,11 +4,10 @@ import (
 	"context"
 	"net/http"
 
-	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
-
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
 )
 
 // flavorService is what the flavors resource needs: the flavor registry

@@ -7,11 +7,10 @@ import (
 	"io"
 	"net/http"
 
-	imagecat "github.com/vmeta/vmeta/hostctl/images"
-
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
 )
 
 // imageService is what the images resource needs: the image directory.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/gorilla/mux"
+
 	"github.com/vmeta/vmeta/hostctl/controller"
 )
 

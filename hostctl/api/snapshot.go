@@ -4,11 +4,10 @@ import (
 	"context"
 	"net/http"
 
-	imagecat "github.com/vmeta/vmeta/hostctl/images"
-
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
 )
 
 // snapshotService copies an instance's root disk into a new image.
