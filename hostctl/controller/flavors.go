@@ -117,11 +117,17 @@ func (c *Controller) DeleteImage(ctx context.Context, name string) error {
 		shelved, err := c.shelvedUsing(ctx, name) // vmstate.go
 		return append(using, shelved...), err
 	})
-	if err == nil {
-		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": name})
-		// os_encrypt_key_deletion_policy (snapshot.go).
-		err = c.deleteImageSecret(ctx, img)
+	if err != nil {
+		return err
 	}
+	// os_encrypt_key_deletion_policy (snapshot.go): the secret goes only
+	// when nothing else names it.
+	kept, err := c.deleteImageSecret(ctx, img)
+	ev := map[string]string{"name": name}
+	if kept != "" {
+		ev["secret_kept"] = kept
+	}
+	c.emit(ctx, StreamImages, "image.deleted", ev)
 	return err
 }
 

@@ -242,7 +242,9 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 	if err != nil {
 		return "", "", nil, err
 	}
-	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error { return c.keys.Delete(ctx, sec.UUID) })
+	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
+		return c.deleteSecret(ctx, sec.UUID, secretRelease{image: req.Image})
+	})
 	pass, err := c.keys.Passphrase(ctx, sec.UUID)
 	if err != nil {
 		return "", "", nil, err
@@ -251,16 +253,23 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 }
 
 // deleteImageSecret deletes the secret of a deleted image when its
-// os_encrypt_key_deletion_policy is on_image_deletion (after the image is
-// gone: a failure is logged and returned as a warning).
-func (c *Controller) deleteImageSecret(ctx context.Context, img types.Image) error {
+// os_encrypt_key_deletion_policy is on_image_deletion and nothing else
+// names it (secretuse.go): a secret another image, a disk or a rotation
+// still names stays, and the returned note says why (empty when there is
+// nothing to say). A failure is returned as an error (the image is gone).
+func (c *Controller) deleteImageSecret(ctx context.Context, img types.Image) (string, error) {
 	id := img.Properties[policy.ImageEncryptKeyID]
 	if id == "" || c.keys == nil || img.Properties[policy.ImageEncryptKeyDeletion] != KeyDeletionOnImageDeletion {
-		return nil
+		return "", nil
 	}
-	if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) && !errors.Is(err, store.ErrNotFound) {
-		c.log.Warn("secret of a deleted image not deleted", "image", img.Name, "secret", id, "err", err)
-		return fmt.Errorf("image %s deleted, its secret %s not: %w", img.Name, id, err)
+	err := c.deleteSecret(ctx, id, secretRelease{image: img.Name})
+	switch {
+	case err == nil, errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return "", nil
+	case errors.Is(err, keys.ErrInUse):
+		c.log.Info("secret of a deleted image kept: something else names it", "image", img.Name, "secret", id, "err", err)
+		return err.Error(), nil
 	}
-	return nil
+	c.log.Warn("secret of a deleted image not deleted", "image", img.Name, "secret", id, "err", err)
+	return "", fmt.Errorf("image %s deleted, its secret %s not: %w", img.Name, id, err)
 }

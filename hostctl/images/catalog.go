@@ -341,3 +341,43 @@ func removeIfExists(p string) error {
 	}
 	return nil
 }
+
+// NamingSecret returns the imported images whose os_encrypt_key_id is the
+// secret id, sorted (read from their sidecars; a legacy image names no
+// secret). A sidecar that does not decode is an error: the image may name
+// the secret, and a caller deleting it must not guess.
+func (d *Dir) NamingSecret(ctx context.Context, id string) ([]string, error) {
+	ents, err := os.ReadDir(d.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("images naming secret %s: %w", id, err)
+	}
+	var out []string
+	for _, e := range ents {
+		n, ok := strings.CutSuffix(e.Name(), sidecarExt)
+		if !ok || !e.Type().IsRegular() || strings.HasPrefix(n, ".") || CheckName(n) != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		b, err := os.ReadFile(d.sidecar(n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("images naming secret %s: %w", id, err)
+		}
+		var img types.Image
+		if err := json.Unmarshal(b, &img); err != nil {
+			return nil, fmt.Errorf("images naming secret %s: sidecar %s: %w", id, d.sidecar(n), err)
+		}
+		if img.Properties[policy.ImageEncryptKeyID] == id {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
