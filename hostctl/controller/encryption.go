@@ -55,6 +55,7 @@ type LUKS interface {
 	Verify(ctx context.Context, path string, pass, backing []byte) error
 	Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error
 	Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error
+	VerifyImage(ctx context.Context, path, format string, pass []byte) error
 }
 
 var _ LUKS = (*encryption.Tool)(nil)

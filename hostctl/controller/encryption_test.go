@@ -211,6 +211,10 @@ func (fakeLUKS) Verify(ctx context.Context, path string, pass, backing []byte) e
 	return nil
 }
 
+func (fakeLUKS) VerifyImage(ctx context.Context, path, format string, pass []byte) error {
+	return fakeLUKS{}.Verify(ctx, path, pass, nil)
+}
+
 // withFakeEncryption is withEncryption with fakeLUKS.
 func withFakeEncryption(t *testing.T, e *env) *faults {
 	f := withEncryption(t, e)

@@ -191,6 +191,14 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer f.Close()
+	if keyID != "" {
+		// The image is about to name the secret: it is not deleted
+		// meanwhile (secretuse.go).
+		defer c.secretLocks.Lock(keyID)()
+		if _, err := c.keys.Get(ctx, keyID); err != nil {
+			return types.Image{}, fmt.Errorf("snapshot %s: secret %s: %w", name, keyID, err)
+		}
+	}
 	img, err := c.imageDir.Import(ctx, req.Image, props, f)
 	if err != nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)

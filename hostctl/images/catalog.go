@@ -90,7 +90,19 @@ func (d *Dir) info(ctx context.Context, path string) (info, error) {
 // external data file; encrypted exactly when os_encrypt_key_id is set),
 // and only then put in place with its sidecar. An image of that name
 // (imported or legacy) is ErrConflict. Nothing is left behind on error.
-func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (_ types.Image, err error) {
+func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
+	return d.ImportVerified(ctx, name, props, r, nil)
+}
+
+// VerifyFunc checks an imported file (its temporary path and the format
+// qemu-img found) before it is kept: an encrypted one opens with its
+// secret's passphrase. Its error refuses the import.
+type VerifyFunc func(ctx context.Context, path, format string) error
+
+// ImportVerified is Import with a check of the file, run (when verify is
+// not nil) on an encrypted image after qemu-img's checks passed and before
+// anything is put in place.
+func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]string, r io.Reader, verify VerifyFunc) (_ types.Image, err error) {
 	if err := CheckName(name); err != nil {
 		return types.Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}}
 	}
@@ -140,6 +152,11 @@ func (d *Dir) Import(ctx context.Context, name string, props map[string]string, 
 	}
 	if err := checkImported(in, props); err != nil {
 		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+	}
+	if verify != nil && in.Encrypted {
+		if err := verify(ctx, tmp.Name(), in.Format); err != nil {
+			return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		}
 	}
 	img := types.Image{
 		Name: name, File: name + "." + in.Format, Format: in.Format, VirtualSize: in.VirtualSize,
