@@ -211,7 +211,7 @@ func TestImportImageKeyChecks(t *testing.T) {
 		{"no such secret", missing, qcow, "names no secret"},
 		{"wrong passphrase", wrong.UUID, qcow, "does not open"},
 		{"wrong passphrase, raw LUKS", wrong.UUID, raw, "does not open"},
-		{"not a uuid", "key-1", qcow, "not a secret UUID"},
+		{"not a uuid", "key-1", qcow, "UUID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.c.ImportImage(ctx, "img-x", map[string]string{"os_encrypt_key_id": tc.keyID, "os_encrypt_format": "luks"}, bytes.NewReader(tc.file))
