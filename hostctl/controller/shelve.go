@@ -101,7 +101,7 @@ func (c *Controller) shelveLocked(ctx context.Context, in *model.Instance) (err 
 
 	r := revert.New(c.log, "shelve "+in.Name)
 	defer r.Fail(&err)
-	img, err := c.snapshotRoot(ctx, r, in, req)
+	img, err := c.snapshotRoot(ctx, r, in, req, false)
 	if err != nil {
 		return err
 	}
