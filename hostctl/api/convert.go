@@ -63,7 +63,14 @@ func wireSpec(in *model.Instance) *types.InstanceSpec {
 	}
 	out.PublicKeys = convertAll(in.PublicKeys, func(k model.PublicKey) types.PublicKey { return types.PublicKey(k) })
 	out.Files = convertAll(in.Files, func(f model.File) types.File { return types.File(f) })
-	out.Disks = convertAll(in.Disks, func(d model.Disk) types.Disk { return types.Disk(d) })
+	out.Disks = convertAll(in.Disks, func(d model.Disk) types.Disk {
+		// (Unencrypted is the parse's note of an explicit "encrypted:
+		// false", never shown.)
+		return types.Disk{
+			Name: d.Name, Bus: d.Bus, Kind: d.Kind, Address: d.Address, Serial: d.Serial, Tag: d.Tag, Size: d.Size,
+			Encrypted: d.Encrypted, EncryptionFormat: d.EncryptionFormat,
+		}
+	})
 	out.NICs = convertAll(in.NICs, func(n model.NIC) types.NIC {
 		return types.NIC{
 			MAC: n.MAC, Bus: n.Bus, Address: n.Address, Tag: n.Tag, Network: n.Network, VLAN: n.VLAN,

@@ -130,3 +130,19 @@ func DecodeBlockDevices(b []byte) (BlockDevices, error) {
 	}
 	return rec, nil
 }
+
+// MarshalJSON writes the stored format (EncodeBlockDevices), so that a
+// record marshalled by hand is still the record.
+func (rec BlockDevices) MarshalJSON() ([]byte, error) { return EncodeBlockDevices(rec) }
+
+// UnmarshalJSON reads the stored format (DecodeBlockDevices), so that a
+// record unmarshalled by hand reads whole: the domain struct has no JSON
+// names of its own.
+func (rec *BlockDevices) UnmarshalJSON(b []byte) error {
+	r, err := DecodeBlockDevices(b)
+	if err != nil {
+		return err
+	}
+	*rec = r
+	return nil
+}

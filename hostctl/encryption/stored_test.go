@@ -1,6 +1,7 @@
 package encryption_test
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -48,6 +49,14 @@ func TestStoredBlockDevicesReads(t *testing.T) {
 	}
 	if want := goldenBlockDevices(); !reflect.DeepEqual(got, want) {
 		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	// By hand, too: the record's JSON is its stored format.
+	var byHand encryption.BlockDevices
+	if err := json.Unmarshal(b, &byHand); err != nil || !reflect.DeepEqual(byHand, goldenBlockDevices()) {
+		t.Errorf("json.Unmarshal: %+v, %v", byHand, err)
+	}
+	if again, err := json.Marshal(byHand); err != nil || string(again) != string(b) {
+		t.Errorf("json.Marshal: %s, %v; want %s", again, err, b)
 	}
 	got, err = encryption.DecodeBlockDevices([]byte(`{"instance":"a"}`))
 	if err != nil || got.Disks == nil {
