@@ -333,13 +333,14 @@ func TestDebianGuest(t *testing.T) {
 	d.ctlJSON(t, &sh, "share", "create", "--proto", "local", "--export", shareDir, "--project", project)
 	shareID := sh.Share.ID
 
+	top := t
 	bootsStart := time.Now()
 	var times bootTimes
 	var driveName string
 	t.Run("boots", func(t *testing.T) {
 		t.Run("config drive", func(t *testing.T) {
 			t.Parallel()
-			name, addr := applyGuest(t, d, uri, work, true)
+			name, addr := applyGuest(t, top, d, uri, work, true)
 			driveName = name
 			var m types.ServerShareBody
 			d.ctlJSON(t, &m, "share", "attach", name, shareID, "--tag", shareTag)
@@ -395,7 +396,7 @@ func TestDebianGuest(t *testing.T) {
 			t.Parallel()
 			testenv.LockMetadataRoute(t)
 			setupMetadata(t, bin, d.Metadata)
-			name, addr := applyGuest(t, d, uri, work, false)
+			name, addr := applyGuest(t, t, d, uri, work, false)
 			console, bootStart := startGuest(t, d, name)
 			out := waitConsole(t, console, 0, "vmeta-debian: phase1-done", bootTimeout)
 			times.add(t, "metadata service", bootStart)
@@ -505,11 +506,13 @@ func waitLog(t *testing.T, d *hostd, text string, timeout time.Duration) {
 // applyGuest applies an instance of the image: a tagged data disk, a LUKS
 // disk hostctl creates (tagged "secure"), a tagged NIC with a static
 // address, keys, user data; a config drive or not. It checks that hostctl
-// made and verified the encrypted disk, and only that one.
-func applyGuest(t *testing.T, d *hostd, uri, work string, configDrive bool) (name, addr string) {
+// made and verified the encrypted disk, and only that one. The domain is
+// removed when owner ends (the instance of the config drive boot outlives
+// its subtest: the firmware boot starts it again).
+func applyGuest(t, owner *testing.T, d *hostd, uri, work string, configDrive bool) (name, addr string) {
 	t.Helper()
 	name = testenv.UniqueDomainName(t)
-	testenv.CleanupDomain(t, uri, name)
+	testenv.CleanupDomain(owner, uri, name)
 	mac, err := virt.GenerateMAC()
 	if err != nil {
 		t.Fatal(err)
