@@ -691,6 +691,7 @@ func checkShare(t *testing.T, r report, attached bool) {
 	if r.text("virtiofs-devices") != "0" || r.text("share") != "" {
 		t.Errorf("share: virtiofs devices %q, findmnt %q; want none", r.text("virtiofs-devices"), r.text("share"))
 	}
+	t.Logf("console: vmeta-debian: virtiofs-devices %s, share mount %q", r.text("virtiofs-devices"), r.text("share"))
 }
 
 // logTimings prints the figures of the Measure section.
