@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // DeviceService is the host's passthrough device inventory
@@ -40,11 +41,11 @@ func (h devices) routes(r *mux.Router) {
 
 func (h devices) ready(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	if h.svc == nil {
-		h.fail(w, r, httpError(http.StatusNotImplemented, "this hostctl has no device inventory"))
+		h.fail(w, r, errkind.Errorf(errkind.Unsupported, "this hostctl has no device inventory"))
 		return false
 	}
 	return true
@@ -57,7 +58,7 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, httpError(http.StatusBadRequest, "%s: %q: must be true or false (1 or 0)", name, v)
+		return false, errkind.Errorf(errkind.Invalid, "%s: %q: must be true or false (1 or 0)", name, v)
 	}
 	return b, nil
 }

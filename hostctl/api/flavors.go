@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // flavorService is what the flavors resource needs: the flavor registry
@@ -40,7 +41,7 @@ func (h flavors) routes(r *mux.Router) {
 // adminOnly answers 403 to a caller that is not an administrator.
 func (e errorWriter) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		e.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		e.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	return true
@@ -49,7 +50,7 @@ func (e errorWriter) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 // member answers 403 to a caller with no role.
 func (e errorWriter) member(w http.ResponseWriter, r *http.Request) bool {
 	if p := principalFrom(r.Context()); p.Role != types.RoleAdmin && p.Role != types.RoleMember {
-		e.fail(w, r, httpError(http.StatusForbidden, "not allowed"))
+		e.fail(w, r, errkind.Errorf(errkind.Forbidden, "not allowed"))
 		return false
 	}
 	return true

@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // hostService is what the hosts resource and the ownership calls need:
@@ -38,7 +39,7 @@ func (h hosts) instanceRoutes(r *mux.Router) {
 
 func (h hosts) admin(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	return true
@@ -73,7 +74,7 @@ func (h hosts) forceDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := mux.Vars(r)["force"]; v != "1" && v != "true" {
-		h.fail(w, r, httpError(http.StatusBadRequest, "force_from_store: %q: must be 1 or true", v))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "force_from_store: %q: must be 1 or true", v))
 		return
 	}
 	left, err := h.svc.ForceDeleteFromStore(r.Context(), mux.Vars(r)["name"])

@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // hotplugService attaches and detaches disks and NICs.
@@ -82,7 +83,7 @@ func detachRequest(r *http.Request) (types.DetachRequest, error) {
 		if v := q.Get(f.key); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return req, httpError(http.StatusBadRequest, "%s=%q: must be true or false", f.key, v)
+				return req, errkind.Errorf(errkind.Invalid, "%s=%q: must be true or false", f.key, v)
 			}
 			*f.dst = b
 		}

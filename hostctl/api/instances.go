@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
@@ -50,7 +51,7 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		list = h.svc.ListAll
 	default:
-		h.fail(w, r, httpError(http.StatusBadRequest, "all_hosts: %q: must be 1 or true", v))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "all_hosts: %q: must be 1 or true", v))
 		return
 	}
 	insts, err := list(r.Context())
@@ -71,7 +72,7 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSpecBody))
 	if err != nil {
-		h.fail(w, r, httpError(http.StatusRequestEntityTooLarge, "read spec: %v", err))
+		h.fail(w, r, errkind.Errorf(errkind.TooLarge, "read spec: %v", err))
 		return
 	}
 	in, err := model.ParseSpec(body)
@@ -84,16 +85,16 @@ func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 		// means its own.
 		switch {
 		case p.Role != types.RoleMember:
-			h.fail(w, r, httpError(http.StatusForbidden, "not allowed"))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "not allowed"))
 			return
 		case in.ProjectID == "":
 			in.ProjectID = p.Project
 		case in.ProjectID != p.Project:
-			h.fail(w, r, httpError(http.StatusForbidden, "project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project))
 			return
 		}
 		if old, err := h.svc.Get(r.Context(), in.Name); err == nil && !sees(p, old.Spec.ProjectID) {
-			h.fail(w, r, httpError(http.StatusConflict, "name: %q: already in use", in.Name))
+			h.fail(w, r, errkind.Errorf(errkind.Conflict, "name: %q: already in use", in.Name))
 			return
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
@@ -63,7 +64,7 @@ func (h power) stop(w http.ResponseWriter, r *http.Request) {
 	}
 	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
 		if req.TimeoutSeconds < 0 {
-			return nil, httpError(http.StatusBadRequest, "timeout_seconds: must not be negative")
+			return nil, errkind.Errorf(errkind.Invalid, "timeout_seconds: must not be negative")
 		}
 		return h.svc.Stop(ctx, name, time.Duration(req.TimeoutSeconds*float64(time.Second)))
 	})

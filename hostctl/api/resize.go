@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // resizeService changes an instance's flavor or image.
@@ -36,7 +37,7 @@ func (h resize) resize(w http.ResponseWriter, r *http.Request) {
 	}
 	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
 		if req.Flavor == "" {
-			return nil, httpError(http.StatusBadRequest, "flavor: required")
+			return nil, errkind.Errorf(errkind.Invalid, "flavor: required")
 		}
 		return h.svc.Resize(ctx, name, req.Flavor)
 	})
@@ -49,7 +50,7 @@ func (h resize) rebuild(w http.ResponseWriter, r *http.Request) {
 	}
 	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
 		if req.Image == "" {
-			return nil, httpError(http.StatusBadRequest, "image: required")
+			return nil, errkind.Errorf(errkind.Invalid, "image: required")
 		}
 		return h.svc.Rebuild(ctx, name, req.Image)
 	})

@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -45,7 +46,7 @@ func (h secrets) list(w http.ResponseWriter, r *http.Request) {
 	project := r.URL.Query().Get("project")
 	if p.Role != types.RoleAdmin {
 		if project != "" && project != p.Project {
-			h.fail(w, r, httpError(http.StatusForbidden, "project %q: a member lists its own project's secrets only", project))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project %q: a member lists its own project's secrets only", project))
 			return
 		}
 		project = p.Project
@@ -71,7 +72,7 @@ func (h secrets) create(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p.Role == types.RoleAdmin:
 		if req.ProjectID == "" {
-			h.fail(w, r, httpError(http.StatusBadRequest, "project_id: required (an administrator names the project that owns the secret)"))
+			h.fail(w, r, errkind.Errorf(errkind.Invalid, "project_id: required (an administrator names the project that owns the secret)"))
 			return
 		}
 	case p.Role == types.RoleMember && p.Project != "":
@@ -79,11 +80,11 @@ func (h secrets) create(w http.ResponseWriter, r *http.Request) {
 			req.ProjectID = p.Project
 		}
 		if req.ProjectID != p.Project {
-			h.fail(w, r, httpError(http.StatusForbidden, "project_id %q: a member creates secrets of its own project only", req.ProjectID))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project_id %q: a member creates secrets of its own project only", req.ProjectID))
 			return
 		}
 	default:
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator or a project member may create secrets"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator or a project member may create secrets"))
 		return
 	}
 	s, err := h.svc.CreateSecret(r.Context(), req)

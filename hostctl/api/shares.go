@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
@@ -194,7 +195,7 @@ func liveQuery(r *http.Request) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, httpError(http.StatusBadRequest, "query parameter live=%q: must be true or false", v)
+		return false, errkind.Errorf(errkind.Invalid, "query parameter live=%q: must be true or false", v)
 	}
 	return b, nil
 }
@@ -204,7 +205,7 @@ type noShares struct{ errorWriter }
 
 func (h noShares) routes(v1 *mux.Router) {
 	fail := func(w http.ResponseWriter, r *http.Request) {
-		h.errorWriter.fail(w, r, httpError(http.StatusNotImplemented, "shares are not served by this daemon"))
+		h.errorWriter.fail(w, r, errkind.Errorf(errkind.Unsupported, "shares are not served by this daemon"))
 	}
 	v1.PathPrefix("/shares").HandlerFunc(fail)
 	v1.PathPrefix("/servers/{id}/shares").HandlerFunc(fail)

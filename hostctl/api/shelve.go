@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // shelveService shelves and rescues instances.
@@ -55,7 +56,7 @@ func (h shelve) rescue(w http.ResponseWriter, r *http.Request) {
 	}
 	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
 		if req.Image == "" {
-			return nil, httpError(http.StatusBadRequest, "image: required (the rescue image)")
+			return nil, errkind.Errorf(errkind.Invalid, "image: required (the rescue image)")
 		}
 		return h.svc.Rescue(ctx, name, req)
 	})

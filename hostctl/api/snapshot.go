@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // snapshotService copies an instance's root disk into a new image.
@@ -37,7 +38,7 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Image == "" {
-		h.fail(w, r, httpError(http.StatusBadRequest, "name: required (the new image's name)"))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "name: required (the new image's name)"))
 		return
 	}
 	img, err := h.svc.Snapshot(r.Context(), mux.Vars(r)["name"], req)

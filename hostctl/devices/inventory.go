@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -30,7 +31,7 @@ const (
 
 // ErrUnavailable is wrapped (with store.ErrConflict) when no device of an
 // alias is free.
-var ErrUnavailable = errors.New("no device available")
+var ErrUnavailable = errkind.New(errkind.Conflict, "no device available")
 
 // Emitter appends audit events (an *events.Log).
 type Emitter interface {
@@ -210,7 +211,7 @@ type refusal struct{ msg string }
 
 func (r *refusal) Error() string { return r.msg }
 func (r *refusal) Is(target error) bool {
-	return target == errRefused || target == store.ErrConflict
+	return target == errRefused || errors.Is(store.ErrConflict, target)
 }
 
 // Sync brings the inventory in line with the devices found and the spec:
