@@ -13,14 +13,14 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// configDriveService builds an instance's config drive.
-type configDriveService interface {
+// ConfigDriveService builds an instance's config drive.
+type ConfigDriveService interface {
 	WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error)
 }
 
 // configDrives is /v1/instances/{name}/configdrive.
 type configDrives struct {
-	svc configDriveService
+	svc ConfigDriveService
 	errorWriter
 }
 

@@ -19,10 +19,6 @@ type DeviceService interface {
 	Clean(ctx context.Context, addr string) (types.Device, error)
 }
 
-// WithDevices serves /v1/devices from svc; without it the devices
-// resource answers 501.
-func WithDevices(svc DeviceService) Option { return func(o *options) { o.devices = svc } }
-
 // devices is /v1/devices: the operator's view of the inventory
 // (GET ?needs_cleaning=1&trait=T&all_hosts=1; a trait vmeta never sets is
 // a 400 naming the ones it does), one device

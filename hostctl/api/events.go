@@ -23,8 +23,8 @@ const MaxEventWait = 60 * time.Second
 // maxEventLimit bounds ?limit=.
 const maxEventLimit = 1000
 
-// eventService reads the audit streams.
-type eventService interface {
+// EventService reads the audit streams.
+type EventService interface {
 	ReadEvents(ctx context.Context, stream, after string, limit int, wait time.Duration) ([]types.Event, error)
 }
 
@@ -34,7 +34,7 @@ type eventService interface {
 // (at most MaxEventWait) when there are none yet: a long poll followers
 // repeat with the last ID they saw. For administrators only.
 type auditEvents struct {
-	svc eventService
+	svc EventService
 	errorWriter
 }
 

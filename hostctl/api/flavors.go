@@ -10,9 +10,9 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// flavorService is what the flavors resource needs: the flavor registry
+// FlavorService is what the flavors resource needs: the flavor registry
 // and the in-use check of a delete.
-type flavorService interface {
+type FlavorService interface {
 	CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error)
 	Flavor(ctx context.Context, name string) (types.Flavor, error)
 	Flavors(ctx context.Context) ([]types.Flavor, error)
@@ -27,7 +27,7 @@ type flavorService interface {
 //	GET    /v1/flavors/{flavor} show
 //	DELETE /v1/flavors/{flavor} delete (409 naming the instances using it)
 type flavors struct {
-	svc flavorService
+	svc FlavorService
 	errorWriter
 }
 

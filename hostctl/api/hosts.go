@@ -10,10 +10,10 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// hostService is what the hosts resource and the ownership calls need:
+// HostService is what the hosts resource and the ownership calls need:
 // the hosts sharing the store, and moving or forgetting another host's
 // instance.
-type hostService interface {
+type HostService interface {
 	Hosts(ctx context.Context) ([]types.HostStatus, error)
 	ListAll(ctx context.Context) ([]*types.Instance, error)
 	Adopt(ctx context.Context, name string) (*types.Instance, error)
@@ -24,7 +24,7 @@ type hostService interface {
 // (POST /v1/instances/{name}/adopt, DELETE …?force_from_store=1). All of
 // them are for administrators: hosts are the operator's business.
 type hosts struct {
-	svc hostService
+	svc HostService
 	errorWriter
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// hotplugService attaches and detaches disks and NICs.
-type hotplugService interface {
+// HotplugService attaches and detaches disks and NICs.
+type HotplugService interface {
 	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error)
 	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
 	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error)
@@ -21,7 +21,7 @@ type hotplugService interface {
 
 // hotplug is /v1/instances/{name}/disks and /nics.
 type hotplug struct {
-	svc hotplugService
+	svc HotplugService
 	errorWriter
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// imageService is what the images resource needs: the image directory.
-type imageService interface {
+// ImageService is what the images resource needs: the image directory.
+type ImageService interface {
 	ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error)
 	Image(ctx context.Context, name string) (types.Image, error)
 	Images(ctx context.Context) ([]types.Image, error)
@@ -31,7 +31,7 @@ type imageService interface {
 //	GET    /v1/images/{image}  show
 //	DELETE /v1/images/{image}  delete (409 naming the instances using it)
 type images struct {
-	svc imageService
+	svc ImageService
 	errorWriter
 }
 

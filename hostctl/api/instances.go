@@ -12,9 +12,9 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// instanceService is what the instances resource needs: the instance
+// InstanceService is what the instances resource needs: the instance
 // records.
-type instanceService interface {
+type InstanceService interface {
 	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
 	Get(ctx context.Context, name string) (*types.Instance, error)
 	List(ctx context.Context) ([]*types.Instance, error)
@@ -27,7 +27,7 @@ const maxSpecBody = model.MaxSpecSize + 1
 
 // instances is the /v1/instances resource.
 type instances struct {
-	svc instanceService
+	svc InstanceService
 	errorWriter
 }
 

@@ -25,10 +25,6 @@ type KeyService interface {
 	RevealProxySecret(ctx context.Context) ([]byte, error)
 }
 
-// WithKeys serves /v1/keys from svc; without it the keys resource answers
-// 501.
-func WithKeys(svc KeyService) Option { return func(o *options) { o.keys = svc } }
-
 // keysAPI is /v1/keys, for administrators only:
 //
 //	GET  /v1/keys[?class=C]                   every subject's policy and status

@@ -13,8 +13,8 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// powerService boots and shuts down instances' domains.
-type powerService interface {
+// PowerService boots and shuts down instances' domains.
+type PowerService interface {
 	Start(ctx context.Context, name string) (*types.Instance, error)
 	Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error)
 	Reboot(ctx context.Context, name string, hard bool) (*types.Instance, error)
@@ -22,7 +22,7 @@ type powerService interface {
 
 // power is /v1/instances/{name}/start, /stop and /reboot.
 type power struct {
-	svc powerService
+	svc PowerService
 	errorWriter
 }
 

@@ -10,8 +10,8 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// resizeService changes an instance's flavor or image.
-type resizeService interface {
+// ResizeService changes an instance's flavor or image.
+type ResizeService interface {
 	Resize(ctx context.Context, name, flavor string) (*types.Instance, error)
 	Rebuild(ctx context.Context, name, image string) (*types.Instance, error)
 }
@@ -21,7 +21,7 @@ type resizeService interface {
 // image whose ephemeral encryption settings differ from the instance's
 // is refused with 409 naming both.
 type resize struct {
-	svc resizeService
+	svc ResizeService
 	errorWriter
 }
 

@@ -12,9 +12,9 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// secretService is what the secrets resource needs: the key manager's
+// SecretService is what the secrets resource needs: the key manager's
 // secrets, as metadata (a passphrase never leaves the daemon).
-type secretService interface {
+type SecretService interface {
 	CreateSecret(ctx context.Context, req types.SecretRequest) (*types.Secret, error)
 	Secrets(ctx context.Context, project string) ([]types.Secret, error)
 	Secret(ctx context.Context, uuid string) (*types.Secret, error)
@@ -30,7 +30,7 @@ type secretService interface {
 //
 // To a member another project's secret does not exist (404).
 type secrets struct {
-	svc secretService
+	svc SecretService
 	errorWriter
 }
 

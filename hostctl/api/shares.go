@@ -27,11 +27,6 @@ type ShareService interface {
 	DetachShare(ctx context.Context, p types.Principal, server, shareID string, live bool) (types.ShareMapping, error)
 }
 
-// WithShares serves the share registry (/v1/shares) and Nova's server
-// shares API (/v1/servers/{id}/shares) from svc. Without it those paths
-// answer 501.
-func WithShares(svc ShareService) Option { return func(o *options) { o.shares = svc } }
-
 // sharesAPI is the share registry and the server shares API:
 //
 //	GET    /v1/shares                             the registry (a member: its project's)

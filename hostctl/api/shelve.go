@@ -10,8 +10,8 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// shelveService shelves and rescues instances.
-type shelveService interface {
+// ShelveService shelves and rescues instances.
+type ShelveService interface {
 	Shelve(ctx context.Context, name string) (*types.Instance, error)
 	Unshelve(ctx context.Context, name string) (*types.Instance, error)
 	Rescue(ctx context.Context, name string, req types.RescueRequest) (*types.Instance, error)
@@ -26,7 +26,7 @@ type shelveService interface {
 // its state; a missing rescue image a 404; bad input a 400 naming the
 // field.
 type shelve struct {
-	svc shelveService
+	svc ShelveService
 	errorWriter
 }
 

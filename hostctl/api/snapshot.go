@@ -10,8 +10,8 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// snapshotService copies an instance's root disk into a new image.
-type snapshotService interface {
+// SnapshotService copies an instance's root disk into a new image.
+type SnapshotService interface {
 	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
 }
 
@@ -21,7 +21,7 @@ type snapshotService interface {
 // 400 naming the field; a secret of another project, a name taken or a
 // running instance a 409.
 type snapshot struct {
-	svc snapshotService
+	svc SnapshotService
 	errorWriter
 }
 
