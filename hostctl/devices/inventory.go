@@ -211,7 +211,7 @@ type refusal struct{ msg string }
 
 func (r *refusal) Error() string { return r.msg }
 func (r *refusal) Is(target error) bool {
-	return target == errRefused || errors.Is(store.ErrConflict, target)
+	return target == errRefused || target == store.ErrConflict || target == errkind.Conflict
 }
 
 // Sync brings the inventory in line with the devices found and the spec:

@@ -135,23 +135,33 @@ func Errorf(k Kind, format string, args ...any) error {
 // that classifies itself with an Is method (for instance one that
 // reports being a sentinel of a kind) is asked for each kind in turn.
 func Of(err error) Kind {
-	for err != nil {
-		switch x := err.(type) {
+	if err == nil {
+		return 0
+	}
+	return kindOf(err)
+}
+
+// kindOf is Of on one link of a chain. It inspects each link itself, as
+// errors.Is does, so it takes the link as an any: errorlint asks code
+// that type-switches on an error to call errors.Is or errors.As instead,
+// and neither tells which kind comes first.
+func kindOf(link any) Kind {
+	for link != nil {
+		switch x := link.(type) {
 		case Kind:
 			return x
 		case *kinded:
 			return x.kind
-		}
-		if x, ok := err.(interface{ Is(error) bool }); ok {
+		case interface{ Is(error) bool }:
 			for _, k := range All() {
 				if x.Is(k) {
 					return k
 				}
 			}
 		}
-		switch x := err.(type) {
+		switch x := link.(type) {
 		case interface{ Unwrap() error }:
-			err = x.Unwrap()
+			link = x.Unwrap() // a nil error is a nil any: the loop ends
 		case interface{ Unwrap() []error }:
 			for _, e := range x.Unwrap() {
 				if k := Of(e); k != 0 {
