@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
+	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -27,15 +28,15 @@ import (
 // failingFlavors is a flavor registry whose every call fails with err.
 type failingFlavors struct{ err error }
 
-func (f failingFlavors) CreateFlavor(context.Context, types.Flavor) (types.Flavor, error) {
-	return types.Flavor{}, f.err
+func (f failingFlavors) CreateFlavor(context.Context, flavorreg.Flavor) (flavorreg.Flavor, error) {
+	return flavorreg.Flavor{}, f.err
 }
 
-func (f failingFlavors) Flavor(_ context.Context, name string) (types.Flavor, error) {
-	return types.Flavor{}, fmt.Errorf("flavor %q: %w", name, f.err)
+func (f failingFlavors) Flavor(_ context.Context, name string) (flavorreg.Flavor, error) {
+	return flavorreg.Flavor{}, fmt.Errorf("flavor %q: %w", name, f.err)
 }
-func (f failingFlavors) Flavors(context.Context) ([]types.Flavor, error) { return nil, f.err }
-func (f failingFlavors) DeleteFlavor(context.Context, string) error      { return f.err }
+func (f failingFlavors) Flavors(context.Context) ([]flavorreg.Flavor, error) { return nil, f.err }
+func (f failingFlavors) DeleteFlavor(context.Context, string) error          { return f.err }
 
 // TestErrorKindsAcrossTheWire: an error of a kind, made anywhere (a
 // package's sentinel, wrapped; a sentinel the API has never heard of),

@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -15,10 +16,10 @@ import (
 // InstanceService is what the instances resource needs: the instance
 // records.
 type InstanceService interface {
-	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
-	Get(ctx context.Context, name string) (*types.Instance, error)
-	List(ctx context.Context) ([]*types.Instance, error)
-	ListAll(ctx context.Context) ([]*types.Instance, error)
+	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
+	List(ctx context.Context) ([]*controller.Instance, error)
+	ListAll(ctx context.Context) ([]*controller.Instance, error)
 	Delete(ctx context.Context, name string) error
 }
 
@@ -60,13 +61,13 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	visible := make([]*types.Instance, 0, len(insts))
+	visible := make([]*controller.Instance, 0, len(insts))
 	for _, in := range insts {
 		if sees(p, in.Spec.ProjectID) {
 			visible = append(visible, in)
 		}
 	}
-	writeJSON(w, http.StatusOK, visible)
+	writeJSON(w, http.StatusOK, wireInstances(visible))
 }
 
 func (h instances) apply(w http.ResponseWriter, r *http.Request) {
@@ -103,11 +104,11 @@ func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }
 
 func (h instances) get(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, scopedInstance(r))
+	writeJSON(w, http.StatusOK, wireInstance(scopedInstance(r)))
 }
 
 func (h instances) delete(w http.ResponseWriter, r *http.Request) {
