@@ -191,7 +191,7 @@ func (h *HTTP) fetchOne(ctx context.Context, base string) (*Document, error) {
 		h.dropToken()
 		tok, terr := h.fetchToken(ctx, base)
 		if terr != nil {
-			return nil, fmt.Errorf("%w (and the session token: %v)", err, terr)
+			return nil, fmt.Errorf("%w (and the session token: %w)", err, terr)
 		}
 		body, err = h.get(ctx, base, u, tok)
 	}
@@ -209,7 +209,7 @@ func (h *HTTP) fetchOne(ctx context.Context, base string) (*Document, error) {
 func (h *HTTP) get(ctx context.Context, base, u, token string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if token != "" {
 		req.Header.Set(hdrToken, token)

@@ -194,7 +194,10 @@ func (inv *Inventory) retry(ctx context.Context, what string, fn func() error) e
 		}
 		inv.conflicts.Add(1)
 		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%s: %w (last conflict: %v)", what, cerr, err)
+			// The last conflict is told, not wrapped: the claim ended
+			// because ctx did, and errors.Is(store.ErrConflict) would
+			// have the API answer 409 for a cancelled request.
+			return fmt.Errorf("%s: %w (last conflict: %s)", what, cerr, err.Error())
 		}
 	}
 	return fmt.Errorf("%s: gave up after %d conflicting attempts: %w", what, maxAttempts, err)

@@ -196,7 +196,7 @@ func checkAddressGlob(a string) error {
 		return nil
 	}
 	if _, err := path.Match(a, ""); err != nil {
-		return fmt.Errorf("bad glob: %v", err)
+		return fmt.Errorf("bad glob: %w", err)
 	}
 	dom, rest, ok1 := strings.Cut(a, ":")
 	bus, rest, ok2 := strings.Cut(rest, ":")

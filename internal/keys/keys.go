@@ -280,7 +280,7 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 		}
 		created = true
 	case err != nil:
-		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKEK, path, err)
 	}
 	m := &Manager{st: st, keyID: kf.KeyID, host: opts.Host, now: time.Now, path: path, created: created, batch: opts.RotateBatch}
 	if created {
@@ -289,7 +289,7 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 	m.fileInfo = fi
 	ring, err := kf.ring()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKEK, path, err)
 	}
 	m.ring.Store(ring)
 

@@ -160,7 +160,7 @@ func (m *Manager) RotateKEK(ctx context.Context, gen int64, progress func(done, 
 func (m *Manager) addGeneration(gen int64) error {
 	kf, err := readKEK(m.path)
 	if err != nil {
-		return fmt.Errorf("%w: rotate: read %s: %v", ErrKEK, m.path, err)
+		return fmt.Errorf("%w: rotate: read %s: %w", ErrKEK, m.path, err)
 	}
 	if kf.KeyID != m.keyID {
 		return fmt.Errorf("%w: rotate: %s now holds key %s, not %s: it was replaced while hostctl ran", ErrKEK, m.path, kf.KeyID, m.keyID)
@@ -193,7 +193,7 @@ func (m *Manager) addGeneration(gen int64) error {
 func (m *Manager) useRing(kf *kekFile) error {
 	r, err := kf.ring()
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrKEK, m.path, err)
+		return fmt.Errorf("%w: %s: %w", ErrKEK, m.path, err)
 	}
 	m.sealMu.Lock()
 	m.ring.Store(r)
@@ -492,7 +492,7 @@ func (m *Manager) rewrapCheck(ctx context.Context) (int, error) {
 func (m *Manager) retire(ctx context.Context) ([]int64, error) {
 	kf, err := readKEK(m.path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rotate: read %s: %v", ErrKEK, m.path, err)
+		return nil, fmt.Errorf("%w: rotate: read %s: %w", ErrKEK, m.path, err)
 	}
 	var old []int64
 	for g := range kf.Keys {
