@@ -8,12 +8,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
 )
 
 // DefaultFirmwareDir is where Linux's qemu_fw_cfg module lists the fw_cfg
@@ -99,7 +99,7 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
 	uuid, err := metadata.ParseFirmwareLine(metadata.FirmwareUUID, uuidRaw)
-	if err == nil && !uuidRE.MatchString(uuid) {
+	if err == nil && !model.IsUUID(uuid) {
 		err = fmt.Errorf("firmware entry %s: %q is not a uuid", metadata.FirmwareUUID, uuid)
 	}
 	if err != nil {
@@ -112,8 +112,6 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 	doc.Origin = "firmware (fw_cfg " + metadata.FirmwarePrefix + "*)"
 	return doc, nil
 }
-
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // ParseFirmware parses the devices entry ({"devices": [...]} and a
 // newline) the way Parse parses meta_data.json: the same schema, the same

@@ -269,7 +269,7 @@ func orDash(s string) string {
 func (s *Service) server(ctx context.Context, p types.Principal, id string) (store.Instance, error) {
 	var rec store.Instance
 	var err error
-	if uuidRE.MatchString(id) {
+	if model.IsUUID(id) {
 		err = store.ErrNotFound
 		recs, lerr := s.st.Instances(ctx)
 		if lerr != nil {

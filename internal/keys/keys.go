@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -557,18 +558,25 @@ func (m *Manager) Create(ctx context.Context, req Request) (Secret, error) {
 	return s, nil
 }
 
-// CheckUUID validates a secret UUID.
+// CheckUUID validates a secret UUID (either case: model.IsUUID).
 func CheckUUID(id string) error {
-	if !uuidRE.MatchString(id) {
-		return fmt.Errorf("%w: secret uuid %q: not a UUID (8-4-4-4-12 lower-case hex digits)", ErrInvalid, id)
-	}
-	return nil
+	_, err := secretID(id)
+	return err
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+// secretID returns a secret UUID in the canonical (lower-case) form its
+// record is named by and its passphrase sealed to.
+func secretID(id string) (string, error) {
+	c, ok := model.CanonicalUUID(id)
+	if !ok {
+		return "", fmt.Errorf("%w: secret uuid %q: not a UUID (8-4-4-4-12 hex digits)", ErrInvalid, id)
+	}
+	return c, nil
+}
 
 func (m *Manager) load(ctx context.Context, id string) (secretRecord, error) {
-	if err := CheckUUID(id); err != nil {
+	id, err := secretID(id)
+	if err != nil {
 		return secretRecord{}, err
 	}
 	rec, err := m.st.Record(ctx, secretPrefix+id)
@@ -595,6 +603,10 @@ func (m *Manager) Get(ctx context.Context, id string) (Secret, error) {
 // Passphrase returns a secret's passphrase, unwrapped. The caller clears
 // it (clear(b)) when done and never logs it.
 func (m *Manager) Passphrase(ctx context.Context, id string) ([]byte, error) {
+	id, err := secretID(id)
+	if err != nil {
+		return nil, err
+	}
 	sr, err := m.load(ctx, id)
 	if err != nil {
 		return nil, err
@@ -634,7 +646,8 @@ func (m *Manager) List(ctx context.Context, project string) ([]Secret, error) {
 
 // Delete removes a secret; a missing one is ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if err := CheckUUID(id); err != nil {
+	id, err := secretID(id)
+	if err != nil {
 		return err
 	}
 	if err := m.st.DeleteRecord(ctx, secretPrefix+id, -1); err != nil {
