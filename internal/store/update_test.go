@@ -71,7 +71,7 @@ func TestUpdate(t *testing.T) {
 	refused := fmt.Errorf("no: %w", ErrConflict)
 	c = &conflicting{exists: true, rec: Record{Key: "k", Value: []byte("v"), Version: 3}}
 	_, err = Update(ctx, c, "k", func(Record, bool) ([]byte, error) { return nil, refused })
-	if err != refused || c.writes != 0 {
+	if !errors.Is(err, refused) || errors.As(err, new(*finalError)) || c.writes != 0 {
 		t.Errorf("change refusing: %v, %d writes; want its error as it is, no write", err, c.writes)
 	}
 	rec, err := Update(ctx, c, "k", func(Record, bool) ([]byte, error) { return nil, nil })
@@ -99,7 +99,7 @@ func TestRetryConflictsFinal(t *testing.T) {
 	refusal := fmt.Errorf("device in use: %w", ErrConflict)
 	calls := 0
 	err := RetryConflicts(context.Background(), "clean", func() error { calls++; return Final(refusal) })
-	if err != refusal || calls != 1 {
+	if !errors.Is(err, refusal) || errors.As(err, new(*finalError)) || calls != 1 {
 		t.Errorf("Final conflict: %v after %d calls; want it as it is after 1", err, calls)
 	}
 	if Final(nil) != nil {
