@@ -96,6 +96,7 @@ fuzz: ## run each fuzz target for a short while
 	$(GO) test -run '^$$' -fuzz FuzzCheckAgreesWithSchema -fuzztime 30s ./schema/
 	$(GO) test -run '^$$' -fuzz FuzzPatterns -fuzztime 30s ./schema/check/
 	$(GO) test -run '^$$' -fuzz FuzzReadResponse -fuzztime 30s ./guest/source/
+	$(GO) test -run '^$$' -fuzz FuzzUUID -fuzztime 30s ./internal/uuid/
 
 .PHONY: clean
 clean: ## remove build output and the `make run` data

@@ -22,6 +22,7 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // Stream is the event stream of share attachments.
@@ -270,7 +271,7 @@ func orDash(s string) string {
 func (s *Service) server(ctx context.Context, p types.Principal, id string) (store.Instance, error) {
 	var rec store.Instance
 	var err error
-	if model.IsUUID(id) {
+	if uuid.Valid(id) {
 		err = store.ErrNotFound
 		recs, lerr := s.st.Instances(ctx)
 		if lerr != nil {

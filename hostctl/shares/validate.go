@@ -11,6 +11,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 var (
@@ -42,7 +43,7 @@ func (e *requestError) Unwrap() error { return e.se }
 // CheckUUID checks that v, the value of field name, is a UUID, and
 // returns it lower-cased.
 func CheckUUID(name, v string) (string, error) {
-	c, ok := model.CanonicalUUID(v)
+	c, ok := uuid.Canonical(v)
 	if !ok {
 		return "", field(name, v, "must be a UUID (8-4-4-4-12 hexadecimal digits)")
 	}

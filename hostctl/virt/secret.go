@@ -10,7 +10,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
-	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // secretUsageVolume is libvirt's VIR_SECRET_USAGE_TYPE_VOLUME.
@@ -52,7 +52,7 @@ func SecretXML(s LibvirtSecret) ([]byte, error) {
 
 func parseSecretUUID(s string) (libvirt.UUID, error) {
 	var u libvirt.UUID
-	if !model.IsUUID(s) {
+	if !uuid.Valid(s) {
 		return u, fmt.Errorf("libvirt secret: %q is not a UUID", s)
 	}
 	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))

@@ -38,8 +38,8 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
-	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // KEKFile is the key-encryption key file's name in the data directory.
@@ -567,7 +567,7 @@ func CheckUUID(id string) error {
 // secretID returns a secret UUID in the canonical (lower-case) form its
 // record is named by and its passphrase sealed to.
 func secretID(id string) (string, error) {
-	c, ok := model.CanonicalUUID(id)
+	c, ok := uuid.Canonical(id)
 	if !ok {
 		return "", fmt.Errorf("%w: secret uuid %q: not a UUID (8-4-4-4-12 hex digits)", ErrInvalid, id)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/vmeta/vmeta/internal/uuid"
 	"github.com/vmeta/vmeta/schema"
 )
 
@@ -271,7 +272,7 @@ func (in *Instance) Validate() error {
 	if in.Name == "" {
 		c.add("name", nil, "is required")
 	}
-	if in.UUID != "" && !IsUUID(in.UUID) {
+	if in.UUID != "" && !uuid.Valid(in.UUID) {
 		c.add("uuid", in.UUID, "must be a UUID (8-4-4-4-12 hex digits)")
 	}
 	seenAddr := map[netip.Addr]int{}
@@ -376,7 +377,7 @@ func (in *Instance) Validate() error {
 	shareIDs, shareTags := map[string]int{}, map[string]int{}
 	for i, s := range in.Shares {
 		f := fmt.Sprintf("shares[%d]", i)
-		if !IsUUID(s.ShareID) {
+		if !uuid.Valid(s.ShareID) {
 			c.add(f+".share_id", s.ShareID, "must be a UUID")
 		} else {
 			uniq(f+".share_id", "share id", s.ShareID, shareIDs, i)

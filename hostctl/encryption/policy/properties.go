@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // The flavor extra specs and image properties that ask for ephemeral
@@ -114,7 +115,7 @@ func oneOf(allowed []string) checker {
 }
 
 func uuidValue(v string) error {
-	if !model.IsUUID(v) {
+	if !uuid.Valid(v) {
 		return fmt.Errorf("must be a UUID (8-4-4-4-12 hex digits)")
 	}
 	return nil

@@ -1,6 +1,9 @@
-package model
+package uuid
 
-import "testing"
+import (
+	"regexp"
+	"testing"
+)
 
 // TestUUID: the one UUID check accepts 8-4-4-4-12 hex digits in either
 // case (RFC 4122: case-insensitive on input) and canonicalizes to lower
@@ -22,27 +25,37 @@ func TestUUID(t *testing.T) {
 		{"{0f8e6d5c-4b3a-4291-8c7d-6e5f4a3b2c1}", "", false},
 		{"../../../../../../../../../etc/passwd", "", false},
 	} {
-		if got := IsUUID(tc.in); got != tc.ok {
-			t.Errorf("IsUUID(%q) = %t, want %t", tc.in, got, tc.ok)
+		if got := Valid(tc.in); got != tc.ok {
+			t.Errorf("Valid(%q) = %t, want %t", tc.in, got, tc.ok)
 		}
-		if got, ok := CanonicalUUID(tc.in); got != tc.want || ok != tc.ok {
-			t.Errorf("CanonicalUUID(%q) = %q, %t; want %q, %t", tc.in, got, ok, tc.want, tc.ok)
+		if got, ok := Canonical(tc.in); got != tc.want || ok != tc.ok {
+			t.Errorf("Canonical(%q) = %q, %t; want %q, %t", tc.in, got, ok, tc.want, tc.ok)
 		}
 	}
 }
 
+// uuidRE is the regular expression the hand-written copies replaced.
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// FuzzUUID: Valid accepts what the regular expression accepts, and
+// Canonical is stable.
 func FuzzUUID(f *testing.F) {
 	f.Add("0f8e6d5c-4b3a-4291-8c7d-6e5f4a3b2c1d")
 	f.Add("0F8E6D5C-4B3A-4291-8C7D-6E5F4A3B2C1D")
+	f.Add("1f5a1f4e-7a4b-4c1e-9b0e-2f3a4b5c6d7e\n")
+	f.Add("1f5a1f4e7a4b-4c1e-9b0e-2f3a4b5c6d7e0")
 	f.Fuzz(func(t *testing.T, s string) {
-		c, ok := CanonicalUUID(s)
-		if ok != IsUUID(s) {
-			t.Fatalf("%q: CanonicalUUID ok %t, IsUUID %t", s, ok, IsUUID(s))
+		if got, want := Valid(s), uuidRE.MatchString(s); got != want {
+			t.Fatalf("Valid(%q) = %t, the regexp says %t", s, got, want)
 		}
-		if ok && (!IsUUID(c) || len(c) != 36) {
+		c, ok := Canonical(s)
+		if ok != Valid(s) {
+			t.Fatalf("%q: Canonical ok %t, Valid %t", s, ok, Valid(s))
+		}
+		if ok && (!Valid(c) || len(c) != 36) {
 			t.Fatalf("%q: canonical %q is not a UUID", s, c)
 		}
-		if c2, _ := CanonicalUUID(c); ok && c2 != c {
+		if c2, _ := Canonical(c); ok && c2 != c {
 			t.Fatalf("%q: canonical form not stable: %q then %q", s, c, c2)
 		}
 	})
