@@ -67,7 +67,7 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 		})
 		if _, err := os.Stat(dir); err != nil {
 			if f.loadErr != nil {
-				return nil, fmt.Errorf("%w: %s does not exist and the qemu_fw_cfg module could not be loaded: %v", ErrNoFirmware, dir, f.loadErr)
+				return nil, fmt.Errorf("%w: %s does not exist and the qemu_fw_cfg module could not be loaded: %w", ErrNoFirmware, dir, f.loadErr)
 			}
 			return nil, fmt.Errorf("%w: %s does not exist (qemu_fw_cfg loaded; not a QEMU guest?)", ErrNoFirmware, dir)
 		}
