@@ -146,7 +146,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.LUKSIterTime, "luks-iter-time", 0, "PBKDF iteration time of the keyslot of each new encrypted (LUKS) disk; 0 keeps QEMU's default (2s: about that much CPU time to create a disk and to open it at every start)")
-	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
+	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated; only what hostctl can create is accepted (luks: LUKS1 in qcow2); a flavor or image asking for another is refused")
 	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	// The key is in the data directory wherever --data-dir puts it
@@ -170,8 +170,8 @@ func (c *Config) encryptionHost() (policy.Host, error) {
 		if f == "" {
 			continue
 		}
-		if !slices.Contains(policy.Formats, f) {
-			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(policy.Formats, ", "))
+		if err := creatableFormat(f); err != nil {
+			return h, err
 		}
 		h.Formats = append(h.Formats, f)
 	}
@@ -511,11 +511,12 @@ func (s *serve) startMetrics(context.Context) error {
 // encryption probe is done.
 func (s *serve) startHeartbeat(ctx context.Context) error {
 	cfg, ctl, prober := s.cfg, s.ctl, s.prober
+	libvirt, formats := s.hv.conn != nil, s.chk.encHost.Formats
 	s.beater = &hosts.Beater{Store: s.ctlStore, Host: s.hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: s.log,
 		Holder: s.holder, DownAfter: cfg.HostDownAfter,
 		Traits: func() []string {
-			if s, ok := prober.Ready(); ok {
-				return s.Only(encryption.Creatable...).Traits()
+			if sup, ok := prober.Ready(); ok {
+				return hostTraits(libvirt, sup, formats)
 			}
 			return nil
 		},
@@ -534,9 +535,11 @@ func (s *serve) startHeartbeat(ctx context.Context) error {
 	probeBeat := make(chan struct{})
 	go func() {
 		defer close(probeBeat)
-		if _, err := prober.Support(beatCtx); err == nil {
+		if sup, err := prober.Support(beatCtx); err == nil {
 			if err := s.beater.Beat(beatCtx); err != nil && beatCtx.Err() == nil {
 				s.log.Warn("heartbeat with the host's traits not written", "err", err)
+			} else if err == nil {
+				s.log.Info("host traits published", "traits", strings.Join(hostTraits(libvirt, sup, formats), ","))
 			}
 		}
 	}()
