@@ -8,14 +8,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	devinv "github.com/vmeta/vmeta/hostctl/devices"
 )
 
 // DeviceService is the host's passthrough device inventory
 // (hostctl/devices.Inventory) as the devices resource needs it.
 type DeviceService interface {
-	ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]types.Device, error)
-	Show(ctx context.Context, addr string) (types.Device, error)
-	Clean(ctx context.Context, addr string) (types.Device, error)
+	ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]devinv.Device, error)
+	Show(ctx context.Context, addr string) (devinv.Device, error)
+	Clean(ctx context.Context, addr string) (devinv.Device, error)
 }
 
 // WithDevices serves /v1/devices from svc; without it the devices
@@ -81,7 +82,7 @@ func (h devices) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, types.DeviceList{Devices: list})
+	writeJSON(w, http.StatusOK, types.DeviceList{Devices: convertAll(list, wireDevice)})
 }
 
 func (h devices) show(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +94,7 @@ func (h devices) show(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	writeJSON(w, http.StatusOK, wireDevice(d))
 }
 
 func (h devices) clean(w http.ResponseWriter, r *http.Request) {
@@ -105,5 +106,5 @@ func (h devices) clean(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	writeJSON(w, http.StatusOK, wireDevice(d))
 }

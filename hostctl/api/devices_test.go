@@ -12,6 +12,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	devinv "github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -23,19 +24,19 @@ type fakeDevices struct {
 	err   error
 }
 
-func (f *fakeDevices) ListDevices(_ context.Context, nc bool, trait string, all bool) ([]types.Device, error) {
+func (f *fakeDevices) ListDevices(_ context.Context, nc bool, trait string, all bool) ([]devinv.Device, error) {
 	f.calls = append(f.calls, fmt.Sprintf("list %v %q %v", nc, trait, all))
-	return []types.Device{{Address: "0000:3b:00.0", Total: 1}}, f.err
+	return []devinv.Device{{Address: "0000:3b:00.0", Total: 1}}, f.err
 }
 
-func (f *fakeDevices) Show(_ context.Context, addr string) (types.Device, error) {
+func (f *fakeDevices) Show(_ context.Context, addr string) (devinv.Device, error) {
 	f.calls = append(f.calls, "show "+addr)
-	return types.Device{Address: addr, Total: 1}, f.err
+	return devinv.Device{Address: addr, Total: 1}, f.err
 }
 
-func (f *fakeDevices) Clean(_ context.Context, addr string) (types.Device, error) {
+func (f *fakeDevices) Clean(_ context.Context, addr string) (devinv.Device, error) {
 	f.calls = append(f.calls, "clean "+addr)
-	return types.Device{Address: addr, Total: 1}, f.err
+	return devinv.Device{Address: addr, Total: 1}, f.err
 }
 
 func TestDevicesResource(t *testing.T) {

@@ -7,14 +7,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
 )
 
 // flavorService is what the flavors resource needs: the flavor registry
 // and the in-use check of a delete.
 type flavorService interface {
-	CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error)
-	Flavor(ctx context.Context, name string) (types.Flavor, error)
-	Flavors(ctx context.Context) ([]types.Flavor, error)
+	CreateFlavor(ctx context.Context, f flavorreg.Flavor) (flavorreg.Flavor, error)
+	Flavor(ctx context.Context, name string) (flavorreg.Flavor, error)
+	Flavors(ctx context.Context) ([]flavorreg.Flavor, error)
 	DeleteFlavor(ctx context.Context, name string) error
 }
 
@@ -22,7 +23,7 @@ type flavorService interface {
 // choose among them); only an administrator creates and deletes them.
 //
 //	GET    /v1/flavors          list
-//	POST   /v1/flavors          create (types.Flavor; 201)
+//	POST   /v1/flavors          create (flavorreg.Flavor; 201)
 //	GET    /v1/flavors/{flavor} show
 //	DELETE /v1/flavors/{flavor} delete (409 naming the instances using it)
 type flavors struct {
@@ -64,7 +65,7 @@ func (h flavors) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, fs)
+	writeJSON(w, http.StatusOK, wireFlavors(fs))
 }
 
 func (h flavors) create(w http.ResponseWriter, r *http.Request) {
@@ -75,12 +76,12 @@ func (h flavors) create(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &f) {
 		return
 	}
-	out, err := h.svc.CreateFlavor(r.Context(), f)
+	out, err := h.svc.CreateFlavor(r.Context(), domainFlavor(f))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, wireFlavor(out))
 }
 
 func (h flavors) get(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +93,7 @@ func (h flavors) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f)
+	writeJSON(w, http.StatusOK, wireFlavor(f))
 }
 
 func (h flavors) delete(w http.ResponseWriter, r *http.Request) {

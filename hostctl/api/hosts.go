@@ -7,6 +7,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // hostService is what the hosts resource and the ownership calls need:
@@ -14,8 +15,8 @@ import (
 // instance.
 type hostService interface {
 	Hosts(ctx context.Context) ([]types.HostStatus, error)
-	ListAll(ctx context.Context) ([]*types.Instance, error)
-	Adopt(ctx context.Context, name string) (*types.Instance, error)
+	ListAll(ctx context.Context) ([]*controller.Instance, error)
+	Adopt(ctx context.Context, name string) (*controller.Instance, error)
 	ForceDeleteFromStore(ctx context.Context, name string) ([]string, error)
 }
 
@@ -65,7 +66,7 @@ func (h hosts) adopt(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }
 
 func (h hosts) forceDelete(w http.ResponseWriter, r *http.Request) {

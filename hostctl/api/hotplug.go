@@ -8,14 +8,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // hotplugService attaches and detaches disks and NICs.
 type hotplugService interface {
-	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error)
-	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
-	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error)
-	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
+	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*controller.Instance, error)
+	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error)
+	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*controller.Instance, error)
+	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error)
 }
 
 // hotplug is /v1/instances/{name}/disks and /nics.
@@ -36,13 +37,13 @@ func (h hotplug) attachDisk(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		return h.svc.AttachDisk(ctx, name, req)
 	})
 }
 
 func (h hotplug) detachDisk(w http.ResponseWriter, r *http.Request) {
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		req, err := detachRequest(r)
 		if err != nil {
 			return nil, err
@@ -56,13 +57,13 @@ func (h hotplug) attachNIC(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		return h.svc.AttachNIC(ctx, name, req)
 	})
 }
 
 func (h hotplug) detachNIC(w http.ResponseWriter, r *http.Request) {
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		req, err := detachRequest(r)
 		if err != nil {
 			return nil, err

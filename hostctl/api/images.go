@@ -10,13 +10,14 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
 )
 
 // imageService is what the images resource needs: the image directory.
 type imageService interface {
-	ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error)
-	Image(ctx context.Context, name string) (types.Image, error)
-	Images(ctx context.Context) ([]types.Image, error)
+	ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (imagecat.Image, error)
+	Image(ctx context.Context, name string) (imagecat.Image, error)
+	Images(ctx context.Context) ([]imagecat.Image, error)
 	DeleteImage(ctx context.Context, name string) error
 }
 
@@ -53,7 +54,7 @@ func (h images) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, is)
+	writeJSON(w, http.StatusOK, wireImages(is))
 }
 
 func (h images) importImage(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +93,7 @@ func (h images) importImage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, img)
+	writeJSON(w, http.StatusCreated, wireImage(img))
 }
 
 func (h images) get(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +105,7 @@ func (h images) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, img)
+	writeJSON(w, http.StatusOK, wireImage(img))
 }
 
 func (h images) delete(w http.ResponseWriter, r *http.Request) {

@@ -8,16 +8,17 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
 // instanceService is what the instances resource needs: the instance
 // records.
 type instanceService interface {
-	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
-	Get(ctx context.Context, name string) (*types.Instance, error)
-	List(ctx context.Context) ([]*types.Instance, error)
-	ListAll(ctx context.Context) ([]*types.Instance, error)
+	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
+	List(ctx context.Context) ([]*controller.Instance, error)
+	ListAll(ctx context.Context) ([]*controller.Instance, error)
 	Delete(ctx context.Context, name string) error
 }
 
@@ -59,13 +60,13 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	visible := make([]*types.Instance, 0, len(insts))
+	visible := make([]*controller.Instance, 0, len(insts))
 	for _, in := range insts {
 		if sees(p, in.Spec.ProjectID) {
 			visible = append(visible, in)
 		}
 	}
-	writeJSON(w, http.StatusOK, visible)
+	writeJSON(w, http.StatusOK, wireInstances(visible))
 }
 
 func (h instances) apply(w http.ResponseWriter, r *http.Request) {
@@ -102,11 +103,11 @@ func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }
 
 func (h instances) get(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, scopedInstance(r))
+	writeJSON(w, http.StatusOK, wireInstance(scopedInstance(r)))
 }
 
 func (h instances) delete(w http.ResponseWriter, r *http.Request) {

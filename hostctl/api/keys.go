@@ -81,10 +81,11 @@ func (h keysAPI) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if reports == nil {
-		reports = []keyrotation.Report{}
+	out := make([]types.KeyReport, len(reports))
+	for i, rep := range reports {
+		out[i] = wireKeyReport(rep)
 	}
-	writeJSON(w, http.StatusOK, reports)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // subject is the {class} and ?instance= of a request.
@@ -109,16 +110,16 @@ func (h keysAPI) setPolicy(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	var p keyrotation.Policy
+	var p types.KeyPolicy
 	if !h.decode(w, r, &p) {
 		return
 	}
-	out, err := h.svc.SetPolicy(r.Context(), s, p)
+	out, err := h.svc.SetPolicy(r.Context(), s, domainKeyPolicy(p))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wireKeyPolicy(out))
 }
 
 func (h keysAPI) rotate(w http.ResponseWriter, r *http.Request) {
@@ -132,7 +133,7 @@ func (h keysAPI) rotate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, out)
+	writeJSON(w, http.StatusAccepted, wireKeyRotation(out))
 }
 
 func (h keysAPI) prune(w http.ResponseWriter, r *http.Request) {
@@ -150,7 +151,7 @@ func (h keysAPI) prune(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, wireKeyStatus(st))
 }
 
 func (h keysAPI) reveal(w http.ResponseWriter, r *http.Request) {

@@ -71,15 +71,15 @@ func TestKeysResource(t *testing.T) {
 	}
 	// Every class is listed; the token key has no procedure here.
 	rs, err := admin.Keys(ctx, "")
-	if err != nil || len(rs) != 4 || rs[1].Class != keyrotation.Token || rs[1].NoKeys == "" {
+	if err != nil || len(rs) != 4 || rs[1].Class != string(keyrotation.Token) || rs[1].NoKeys == "" {
 		t.Fatalf("list: %v %+v", err, rs)
 	}
 
-	p, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 2})
+	p, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeyGeneration: 2})
 	if err != nil || p.KeyGeneration != 2 {
 		t.Fatalf("set policy: %+v %v", p, err)
 	}
-	if _, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 1}); status(err) != http.StatusConflict {
+	if _, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeyGeneration: 1}); status(err) != http.StatusConflict {
 		t.Errorf("decrease: %v, want 409", err)
 	}
 	for _, bad := range []struct {
@@ -87,8 +87,8 @@ func TestKeysResource(t *testing.T) {
 		p               types.KeyPolicy
 	}{
 		{"kek", "", types.KeyPolicy{KeyRotationPolicy: "Sometimes"}},
-		{"kek", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeepPriorKeyCount: new(int)}},
-		{"proxy", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.WithVersionUpgrade}},
+		{"kek", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeepPriorKeyCount: new(int)}},
+		{"proxy", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyWithVersionUpgrade}},
 		{"nonsense", "", types.KeyPolicy{}},
 		{"kek", "web-1", types.KeyPolicy{}},
 	} {
@@ -99,7 +99,7 @@ func TestKeysResource(t *testing.T) {
 	if _, err := admin.SetKeyPolicy(ctx, "disk", "nope", types.KeyPolicy{}); status(err) != http.StatusNotFound {
 		t.Errorf("unknown instance: %v, want 404", err)
 	}
-	if _, err := admin.SetKeyPolicy(ctx, "disk", "web-1", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 5}); err != nil {
+	if _, err := admin.SetKeyPolicy(ctx, "disk", "web-1", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeyGeneration: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Run(ctx); err != nil {

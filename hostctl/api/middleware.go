@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/clip"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -50,7 +51,7 @@ type instanceKey struct{}
 
 // instanceGetter is what project scoping needs: one instance by name.
 type instanceGetter interface {
-	Get(ctx context.Context, name string) (*types.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
 }
 
 // scopeInstance is the middleware of every /v1/instances/{name} route: it
@@ -77,7 +78,7 @@ func scopeInstance(svc instanceGetter, e errorWriter) mux.MiddlewareFunc {
 }
 
 // scopedInstance is the instance scopeInstance resolved for the request.
-func scopedInstance(r *http.Request) *types.Instance {
-	inst, _ := r.Context().Value(instanceKey{}).(*types.Instance)
+func scopedInstance(r *http.Request) *controller.Instance {
+	inst, _ := r.Context().Value(instanceKey{}).(*controller.Instance)
 	return inst
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // maxRequestBody bounds the JSON body of a device or power request.
@@ -38,11 +38,11 @@ func (e errorWriter) decode(w http.ResponseWriter, r *http.Request, req any) boo
 
 // answer runs op on the request's (project-scoped) instance and answers
 // with the instance op returns.
-func (e errorWriter) answer(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, name string) (*types.Instance, error)) {
+func (e errorWriter) answer(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, name string) (*controller.Instance, error)) {
 	inst, err := op(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		e.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }

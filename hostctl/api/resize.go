@@ -7,12 +7,13 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // resizeService changes an instance's flavor or image.
 type resizeService interface {
-	Resize(ctx context.Context, name, flavor string) (*types.Instance, error)
-	Rebuild(ctx context.Context, name, image string) (*types.Instance, error)
+	Resize(ctx context.Context, name, flavor string) (*controller.Instance, error)
+	Rebuild(ctx context.Context, name, image string) (*controller.Instance, error)
 }
 
 // resize is POST /v1/instances/{name}/resize (types.ResizeRequest) and
@@ -34,7 +35,7 @@ func (h resize) resize(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.Flavor == "" {
 			return nil, httpError(http.StatusBadRequest, "flavor: required")
 		}
@@ -47,7 +48,7 @@ func (h resize) rebuild(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.Image == "" {
 			return nil, httpError(http.StatusBadRequest, "image: required")
 		}

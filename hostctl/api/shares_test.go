@@ -44,7 +44,7 @@ func (s *stateCtl) CheckShareSupport(ctx context.Context) error {
 	return s.Controller.CheckShareSupport(ctx)
 }
 
-func (s *stateCtl) Get(ctx context.Context, name string) (*types.Instance, error) {
+func (s *stateCtl) Get(ctx context.Context, name string) (*controller.Instance, error) {
 	inst, err := s.Controller.Get(ctx, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()

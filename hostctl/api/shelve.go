@@ -7,14 +7,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 )
 
 // shelveService shelves and rescues instances.
 type shelveService interface {
-	Shelve(ctx context.Context, name string) (*types.Instance, error)
-	Unshelve(ctx context.Context, name string) (*types.Instance, error)
-	Rescue(ctx context.Context, name string, req types.RescueRequest) (*types.Instance, error)
-	Unrescue(ctx context.Context, name string) (*types.Instance, error)
+	Shelve(ctx context.Context, name string) (*controller.Instance, error)
+	Unshelve(ctx context.Context, name string) (*controller.Instance, error)
+	Rescue(ctx context.Context, name string, req types.RescueRequest) (*controller.Instance, error)
+	Unrescue(ctx context.Context, name string) (*controller.Instance, error)
 }
 
 // shelve is POST /v1/instances/{name}/shelve, /unshelve, /rescue
@@ -53,7 +54,7 @@ func (h shelve) rescue(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.Image == "" {
 			return nil, httpError(http.StatusBadRequest, "image: required (the rescue image)")
 		}

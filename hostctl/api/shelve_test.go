@@ -31,7 +31,7 @@ type shelveCtl struct {
 	calls []string
 }
 
-func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*types.Instance, error) {
+func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*controller.Instance, error) {
 	inst, err := s.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -47,19 +47,19 @@ func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*types
 	return inst, nil
 }
 
-func (s *shelveCtl) Shelve(ctx context.Context, name string) (*types.Instance, error) {
+func (s *shelveCtl) Shelve(ctx context.Context, name string) (*controller.Instance, error) {
 	return s.move(ctx, name, "shelve", "shutoff", controller.StateShelved)
 }
 
-func (s *shelveCtl) Unshelve(ctx context.Context, name string) (*types.Instance, error) {
+func (s *shelveCtl) Unshelve(ctx context.Context, name string) (*controller.Instance, error) {
 	return s.move(ctx, name, "unshelve", controller.StateShelved, "running")
 }
 
-func (s *shelveCtl) Rescue(ctx context.Context, name string, req types.RescueRequest) (*types.Instance, error) {
+func (s *shelveCtl) Rescue(ctx context.Context, name string, req types.RescueRequest) (*controller.Instance, error) {
 	return s.move(ctx, name, "rescue "+req.Image, "running", controller.StateRescue)
 }
 
-func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*types.Instance, error) {
+func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*controller.Instance, error) {
 	return s.move(ctx, name, "unrescue", controller.StateRescue, "running")
 }
 

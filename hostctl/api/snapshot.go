@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -17,8 +18,8 @@ import (
 // project only; SnapshotAnyProject, the administrator's, a secret of any
 // project.
 type snapshotService interface {
-	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
-	SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
+	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
+	SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
 	Secret(ctx context.Context, uuid string) (*types.Secret, error)
 }
 
@@ -78,10 +79,10 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 	h.created(w, r, img, err)
 }
 
-func (h snapshot) created(w http.ResponseWriter, r *http.Request, img types.Image, err error) {
+func (h snapshot) created(w http.ResponseWriter, r *http.Request, img imagecat.Image, err error) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, img)
+	writeJSON(w, http.StatusCreated, wireImage(img))
 }

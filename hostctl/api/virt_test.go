@@ -27,34 +27,34 @@ type recordingCtl struct {
 	calls []string
 }
 
-func (r *recordingCtl) rec(ctx context.Context, name, call string) (*types.Instance, error) {
+func (r *recordingCtl) rec(ctx context.Context, name, call string) (*controller.Instance, error) {
 	r.mu.Lock()
 	r.calls = append(r.calls, name+" "+call)
 	r.mu.Unlock()
 	return r.Get(ctx, name)
 }
 
-func (r *recordingCtl) Start(ctx context.Context, name string) (*types.Instance, error) {
+func (r *recordingCtl) Start(ctx context.Context, name string) (*controller.Instance, error) {
 	return r.rec(ctx, name, "start")
 }
 
-func (r *recordingCtl) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
+func (r *recordingCtl) Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error) {
 	return r.rec(ctx, name, "stop "+timeout.String())
 }
 
-func (r *recordingCtl) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error) {
+func (r *recordingCtl) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "attach-disk "+js(req))
 }
 
-func (r *recordingCtl) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
+func (r *recordingCtl) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "detach-disk "+js(req))
 }
 
-func (r *recordingCtl) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error) {
+func (r *recordingCtl) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "attach-nic "+js(req))
 }
 
-func (r *recordingCtl) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
+func (r *recordingCtl) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "detach-nic "+js(req))
 }
 

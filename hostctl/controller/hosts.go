@@ -78,7 +78,7 @@ func (c *Controller) Host() string { return c.hostName }
 // compare-and-swap, so of two hosts adopting at once exactly one wins.
 // The domain is not defined here: `instance apply` (or start, which
 // reconciles) does that with this host's disks.
-func (c *Controller) Adopt(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("adopt", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)
