@@ -59,6 +59,12 @@ const TokenKeyFile = "metadata-token.key"
 // its request headers.
 const adminReadHeaderTimeout = 10 * time.Second
 
+// adminMaxHeaderBytes bounds an admin request's line and headers: a path
+// or header larger than any the API names is refused (431) before a
+// handler, a log line or an error body sees it (net/http's default is
+// 1 MiB).
+const adminMaxHeaderBytes = 64 << 10
+
 // shutdownTimeout bounds how long the servers may take to finish their
 // requests at shutdown.
 const shutdownTimeout = 5 * time.Second
@@ -610,7 +616,7 @@ func (s *serve) startServers(context.Context) error {
 		}
 	}
 
-	adminSrv := &http.Server{Handler: s.adminHandler(auth.LocalAuth{}), ReadHeaderTimeout: adminReadHeaderTimeout}
+	adminSrv := &http.Server{Handler: s.adminHandler(auth.LocalAuth{}), ReadHeaderTimeout: adminReadHeaderTimeout, MaxHeaderBytes: adminMaxHeaderBytes}
 	// The guest-facing server carries the metadata service's timeouts,
 	// header limit and per-address connection limit.
 	mdSrv := s.md.HTTPServer()
@@ -626,7 +632,7 @@ func (s *serve) startServers(context.Context) error {
 		logArgs = append(logArgs, "metadata_metrics", metricsLn.Addr().String())
 	}
 	if tcpLn != nil {
-		tcpSrv := &http.Server{Handler: s.adminHandler(s.chk.tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
+		tcpSrv := &http.Server{Handler: s.adminHandler(s.chk.tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout, MaxHeaderBytes: adminMaxHeaderBytes}
 		s.srvs = append(s.srvs, tcpSrv)
 		if s.chk.tlsCert != nil {
 			// The pair the validation loaded (ServeTLS takes it from
