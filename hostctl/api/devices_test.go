@@ -40,11 +40,10 @@ func (f *fakeDevices) Clean(_ context.Context, addr string) (devinv.Device, erro
 }
 
 func TestDevicesResource(t *testing.T) {
-	c, _ := newController(t)
 	tt := newTestTokens(t)
 	fake := &fakeDevices{}
 	log := slog.New(slog.DiscardHandler)
-	base := newTestServer(t, api.NewHandler(c, log, tt.auth, api.WithDevices(fake)))
+	base := newTestServer(t, api.NewHandler(api.Services{Devices: fake}, log, tt.auth))
 	admin, member := client.NewTCP(base, tt.root), client.NewTCP(base, tt.alice)
 	ctx := t.Context()
 
@@ -104,7 +103,7 @@ func TestDevicesResource(t *testing.T) {
 	resp.Body.Close()
 
 	// A daemon without an inventory answers 501.
-	bare := client.NewTCP(newTestServer(t, api.NewHandler(c, log, tt.auth)), tt.root)
+	bare := client.NewTCP(newTestServer(t, api.NewHandler(api.Services{}, log, tt.auth)), tt.root)
 	if _, err := bare.Devices(ctx, false, "", false); status(err) != http.StatusNotImplemented {
 		t.Errorf("no inventory: %v, want 501", err)
 	}

@@ -8,11 +8,12 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// flavorService is what the flavors resource needs: the flavor registry
+// FlavorService is what the flavors resource needs: the flavor registry
 // and the in-use check of a delete.
-type flavorService interface {
+type FlavorService interface {
 	CreateFlavor(ctx context.Context, f flavorreg.Flavor) (flavorreg.Flavor, error)
 	Flavor(ctx context.Context, name string) (flavorreg.Flavor, error)
 	Flavors(ctx context.Context) ([]flavorreg.Flavor, error)
@@ -27,7 +28,7 @@ type flavorService interface {
 //	GET    /v1/flavors/{flavor} show
 //	DELETE /v1/flavors/{flavor} delete (409 naming the instances using it)
 type flavors struct {
-	svc flavorService
+	svc FlavorService
 	errorWriter
 }
 
@@ -41,7 +42,7 @@ func (h flavors) routes(r *mux.Router) {
 // adminOnly answers 403 to a caller that is not an administrator.
 func (e errorWriter) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		e.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		e.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	return true
@@ -50,7 +51,7 @@ func (e errorWriter) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 // member answers 403 to a caller with no role.
 func (e errorWriter) member(w http.ResponseWriter, r *http.Request) bool {
 	if p := principalFrom(r.Context()); p.Role != types.RoleAdmin && p.Role != types.RoleMember {
-		e.fail(w, r, httpError(http.StatusForbidden, "not allowed"))
+		e.fail(w, r, errkind.Errorf(errkind.Forbidden, "not allowed"))
 		return false
 	}
 	return true

@@ -9,10 +9,11 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// hotplugService attaches and detaches disks and NICs.
-type hotplugService interface {
+// HotplugService attaches and detaches disks and NICs.
+type HotplugService interface {
 	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*controller.Instance, error)
 	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error)
 	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*controller.Instance, error)
@@ -21,7 +22,7 @@ type hotplugService interface {
 
 // hotplug is /v1/instances/{name}/disks and /nics.
 type hotplug struct {
-	svc hotplugService
+	svc HotplugService
 	errorWriter
 }
 
@@ -83,7 +84,7 @@ func detachRequest(r *http.Request) (types.DetachRequest, error) {
 		if v := q.Get(f.key); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return req, httpError(http.StatusBadRequest, "%s=%q: must be true or false", f.key, v)
+				return req, errkind.Errorf(errkind.Invalid, "%s=%q: must be true or false", f.key, v)
 			}
 			*f.dst = b
 		}

@@ -9,12 +9,13 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// instanceService is what the instances resource needs: the instance
+// InstanceService is what the instances resource needs: the instance
 // records.
-type instanceService interface {
+type InstanceService interface {
 	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
 	Get(ctx context.Context, name string) (*controller.Instance, error)
 	List(ctx context.Context) ([]*controller.Instance, error)
@@ -27,7 +28,7 @@ const maxSpecBody = model.MaxSpecSize + 1
 
 // instances is the /v1/instances resource.
 type instances struct {
-	svc instanceService
+	svc InstanceService
 	errorWriter
 }
 
@@ -51,7 +52,7 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		list = h.svc.ListAll
 	default:
-		h.fail(w, r, httpError(http.StatusBadRequest, "all_hosts: %q: must be 1 or true", v))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "all_hosts: %q: must be 1 or true", v))
 		return
 	}
 	insts, err := list(r.Context())
@@ -72,7 +73,7 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSpecBody))
 	if err != nil {
-		h.fail(w, r, httpError(http.StatusRequestEntityTooLarge, "read spec: %v", err))
+		h.fail(w, r, errkind.Errorf(errkind.TooLarge, "read spec: %v", err))
 		return
 	}
 	in, err := model.ParseSpec(body)
@@ -85,16 +86,16 @@ func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 		// means its own.
 		switch {
 		case p.Role != types.RoleMember:
-			h.fail(w, r, httpError(http.StatusForbidden, "not allowed"))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "not allowed"))
 			return
 		case in.ProjectID == "":
 			in.ProjectID = p.Project
 		case in.ProjectID != p.Project:
-			h.fail(w, r, httpError(http.StatusForbidden, "project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project))
 			return
 		}
 		if old, err := h.svc.Get(r.Context(), in.Name); err == nil && !sees(p, old.Spec.ProjectID) {
-			h.fail(w, r, httpError(http.StatusConflict, "name: %q: already in use", in.Name))
+			h.fail(w, r, errkind.Errorf(errkind.Conflict, "name: %q: already in use", in.Name))
 			return
 		}
 	}

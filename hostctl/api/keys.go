@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // KeyService is what the keys resource needs: the key rotation engine,
@@ -23,10 +24,6 @@ type KeyService interface {
 	// RevealProxySecret returns the current proxy shared secret.
 	RevealProxySecret(ctx context.Context) ([]byte, error)
 }
-
-// WithKeys serves /v1/keys from svc; without it the keys resource answers
-// 501.
-func WithKeys(svc KeyService) Option { return func(o *options) { o.keys = svc } }
 
 // keysAPI is /v1/keys, for administrators only:
 //
@@ -46,7 +43,7 @@ func (h keysAPI) routes(r *mux.Router) {
 	r.Use(h.adminOnly)
 	if h.svc == nil {
 		r.PathPrefix("").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h.fail(w, r, httpError(http.StatusNotImplemented, "key rotation is not served by this daemon"))
+			h.fail(w, r, errkind.Errorf(errkind.Unsupported, "key rotation is not served by this daemon"))
 		})
 		return
 	}
@@ -60,7 +57,7 @@ func (h keysAPI) routes(r *mux.Router) {
 func (h keysAPI) adminOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if principalFrom(r.Context()).Role != types.RoleAdmin {
-			h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may read or change key rotation"))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may read or change key rotation"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -99,7 +96,7 @@ func (h keysAPI) subject(r *http.Request) (keyrotation.Subject, error) {
 	case name == "":
 		return keyrotation.Subject{Class: c}, nil
 	case !c.PerInstance():
-		return keyrotation.Subject{}, httpError(http.StatusBadRequest, "instance %q: %s has no per-instance keys (only %s)", name, c, keyrotation.Disk)
+		return keyrotation.Subject{}, errkind.Errorf(errkind.Invalid, "instance %q: %s has no per-instance keys (only %s)", name, c, keyrotation.Disk)
 	}
 	return h.svc.InstanceSubject(r.Context(), c, name)
 }
@@ -161,7 +158,7 @@ func (h keysAPI) reveal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.Class != keyrotation.Proxy {
-		h.fail(w, r, httpError(http.StatusBadRequest, "class %s: only the %s is revealed (other keys never leave the daemon)", s.Class, keyrotation.Proxy))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "class %s: only the %s is revealed (other keys never leave the daemon)", s.Class, keyrotation.Proxy))
 		return
 	}
 	secret, err := h.svc.RevealProxySecret(r.Context())

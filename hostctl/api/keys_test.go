@@ -46,7 +46,6 @@ func (k keyService) InstanceSubject(_ context.Context, c keyrotation.Class, name
 func (k keyService) RevealProxySecret(context.Context) ([]byte, error) { return []byte(k.secret), nil }
 
 func TestKeysResource(t *testing.T) {
-	c, _ := newController(t)
 	tt := newTestTokens(t)
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "keys.db"))
 	if err != nil {
@@ -59,7 +58,7 @@ func TestKeysResource(t *testing.T) {
 	e.Register(keyrotation.Proxy, proxy)
 	e.Register(keyrotation.Disk, disk)
 	log := slog.New(slog.DiscardHandler)
-	base := newTestServer(t, api.NewHandler(c, log, tt.auth, api.WithKeys(keyService{Engine: e, secret: "proxy-secret-value"})))
+	base := newTestServer(t, api.NewHandler(api.Services{Keys: keyService{Engine: e, secret: "proxy-secret-value"}}, log, tt.auth))
 	admin, member := client.NewTCP(base, tt.root), client.NewTCP(base, tt.alice)
 	ctx := t.Context()
 
@@ -125,7 +124,7 @@ func TestKeysResource(t *testing.T) {
 	}
 
 	// Without the service: 501.
-	bare := client.NewTCP(newTestServer(t, api.NewHandler(c, log, tt.auth)), tt.root)
+	bare := client.NewTCP(newTestServer(t, api.NewHandler(api.Services{}, log, tt.auth)), tt.root)
 	if _, err := bare.Keys(ctx, ""); status(err) != http.StatusNotImplemented {
 		t.Errorf("no key service: %v, want 501", err)
 	}

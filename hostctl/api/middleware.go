@@ -12,6 +12,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/clip"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -40,7 +41,7 @@ func authenticate(a auth.Authenticator, e errorWriter, next http.Handler) http.H
 		p, err := a.Authenticate(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hostctl"`)
-			e.fail(w, r, httpError(http.StatusUnauthorized, "%v", err))
+			e.fail(w, r, errkind.Errorf(errkind.Unauthenticated, "%v", err))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))

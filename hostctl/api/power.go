@@ -10,11 +10,12 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// powerService boots and shuts down instances' domains.
-type powerService interface {
+// PowerService boots and shuts down instances' domains.
+type PowerService interface {
 	Start(ctx context.Context, name string) (*controller.Instance, error)
 	Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error)
 	Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error)
@@ -22,7 +23,7 @@ type powerService interface {
 
 // power is /v1/instances/{name}/start, /stop and /reboot.
 type power struct {
-	svc powerService
+	svc PowerService
 	errorWriter
 }
 
@@ -64,7 +65,7 @@ func (h power) stop(w http.ResponseWriter, r *http.Request) {
 	}
 	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.TimeoutSeconds < 0 {
-			return nil, httpError(http.StatusBadRequest, "timeout_seconds: must not be negative")
+			return nil, errkind.Errorf(errkind.Invalid, "timeout_seconds: must not be negative")
 		}
 		return h.svc.Stop(ctx, name, time.Duration(req.TimeoutSeconds*float64(time.Second)))
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // maxRequestBody bounds the JSON body of a device or power request.
@@ -21,7 +22,7 @@ const maxRequestBody = 64 << 10
 func (e errorWriter) decode(w http.ResponseWriter, r *http.Request, req any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
-		e.fail(w, r, httpError(http.StatusRequestEntityTooLarge, "read request: %v", err))
+		e.fail(w, r, errkind.Errorf(errkind.TooLarge, "read request: %v", err))
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -30,7 +31,7 @@ func (e errorWriter) decode(w http.ResponseWriter, r *http.Request, req any) boo
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(req); err != nil {
-		e.fail(w, r, httpError(http.StatusBadRequest, "request body: %v", err))
+		e.fail(w, r, errkind.Errorf(errkind.Invalid, "request body: %v", err))
 		return false
 	}
 	return true

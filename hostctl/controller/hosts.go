@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -21,11 +22,11 @@ import (
 
 // ErrOtherHost: the instance belongs to another host. The admin API
 // answers 409.
-var ErrOtherHost = errors.New("another host's instance")
+var ErrOtherHost = errkind.New(errkind.Conflict, "another host's instance")
 
 // ErrOwnerAlive: an adopt or a forced delete of another host's instance
 // while that host's heartbeat is fresh. The admin API answers 409.
-var ErrOwnerAlive = errors.New("the owning host is alive")
+var ErrOwnerAlive = errkind.New(errkind.Conflict, "the owning host is alive")
 
 // Hosts knows the hosts sharing the store (their heartbeats).
 type Hosts interface {

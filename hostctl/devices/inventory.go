@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -28,7 +29,7 @@ const (
 
 // ErrUnavailable is wrapped (with store.ErrConflict) when no device of an
 // alias is free.
-var ErrUnavailable = errors.New("no device available")
+var ErrUnavailable = errkind.New(errkind.Conflict, "no device available")
 
 // Emitter appends audit events (an *events.Log).
 type Emitter interface {
@@ -177,25 +178,20 @@ func (inv *Inventory) commit(ctx context.Context, ops []store.GroupOp, devs []De
 	return out, nil
 }
 
-// maxAttempts bounds the compare-and-swap retries of one change. A
-// conflict means another writer changed one of the same records, which
-// is progress for the inventory; a claim conflicts at most once per
-// device another claimer took, so this is far above what a pool sees.
-const maxAttempts = 1000
-
-// retry runs fn until it does not conflict.
+// retry runs fn until it does not conflict (store.RetryConflicts),
+// counting the conflicts; a device unavailable or a refusal is a
+// conflict that another attempt would not change.
 func (inv *Inventory) retry(ctx context.Context, what string, fn func() error) error {
-	var err error
-	for range maxAttempts {
-		if err = fn(); !errors.Is(err, store.ErrConflict) || errors.Is(err, ErrUnavailable) || errors.Is(err, errRefused) {
-			return err
+	return store.RetryConflicts(ctx, what, func() error {
+		err := fn()
+		switch {
+		case errors.Is(err, ErrUnavailable), errors.Is(err, errRefused):
+			return store.Final(err)
+		case errors.Is(err, store.ErrConflict):
+			inv.conflicts.Add(1)
 		}
-		inv.conflicts.Add(1)
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%s: %w (last conflict: %v)", what, cerr, err)
-		}
-	}
-	return fmt.Errorf("%s: gave up after %d conflicting attempts: %w", what, maxAttempts, err)
+		return err
+	})
 }
 
 // errRefused marks a conflict that retrying does not change (a device in
@@ -208,7 +204,7 @@ type refusal struct{ msg string }
 
 func (r *refusal) Error() string { return r.msg }
 func (r *refusal) Is(target error) bool {
-	return target == errRefused || target == store.ErrConflict
+	return target == errRefused || target == store.ErrConflict || target == errkind.Conflict
 }
 
 // Sync brings the inventory in line with the devices found and the spec:

@@ -130,10 +130,16 @@ var importRules = []importRule{
 		forbidden: []string{module + "/hostctl", "github.com/digitalocean/go-libvirt"},
 	},
 	{
-		name:      "internal/store imports no other vmeta package",
+		name:      "internal/store imports no other vmeta package (but errkind, for its sentinels' kinds)",
 		from:      module + "/internal/store",
 		forbidden: []string{module},
-		allowed:   []string{module + "/internal/store"},
+		allowed:   []string{module + "/internal/store", module + "/internal/errkind"},
+	},
+	{
+		name:      "internal/errkind imports nothing of vmeta",
+		from:      module + "/internal/errkind",
+		forbidden: []string{module},
+		allowed:   []string{module + "/internal/errkind"},
 	},
 	{
 		name:      "internal/metadata never imports the store",
