@@ -103,8 +103,37 @@ func guestAddr() string {
 
 // leaseIP is an address of the default network for a fixed lease:
 // 192.168.122.40-99 is the e2e tests' share (the virt tests take 100-249,
-// the controller's 10-39).
-func leaseIP() string { return fmt.Sprintf("192.168.122.%d", 40+rand.IntN(60)) }
+// the controller's 10-39). The tests run in parallel, so an address is
+// never one the network already has a lease for, nor one another test of
+// this process holds (until the test ends): a random pick of 60 collided
+// often enough to fail a run.
+func leaseIP(t *testing.T, uri string) string {
+	t.Helper()
+	leaseMu.Lock()
+	defer leaseMu.Unlock()
+	xml := mustVirsh(t, uri, "net-dumpxml", "default", "--inactive") + mustVirsh(t, uri, "net-dumpxml", "default")
+	start := rand.IntN(60)
+	for i := range 60 {
+		ip := fmt.Sprintf("192.168.122.%d", 40+(start+i)%60)
+		if leaseHeld[ip] || strings.Contains(xml, "ip='"+ip+"'") {
+			continue
+		}
+		leaseHeld[ip] = true
+		t.Cleanup(func() {
+			leaseMu.Lock()
+			defer leaseMu.Unlock()
+			delete(leaseHeld, ip)
+		})
+		return ip
+	}
+	t.Fatalf("no free address in 192.168.122.40-99 on the default network:\n%s", xml)
+	return ""
+}
+
+var (
+	leaseMu   sync.Mutex
+	leaseHeld = map[string]bool{}
+)
 
 // The independent reading of `virsh dumpxml`: regular expressions over
 // libvirt's own formatting, no encoding/xml, no code from hostctl.
@@ -293,7 +322,7 @@ func TestLibvirtDevices(t *testing.T) {
 	testenv.CleanupDomain(t, uri, name)
 	addr := guestAddr()
 	mac1, mac2, hotMAC := randomMAC(), randomMAC(), randomMAC()
-	ip := leaseIP()
+	ip := leaseIP(t, uri)
 	for _, m := range []string{mac1, mac2, hotMAC} {
 		cleanupLease(t, uri, m)
 	}
@@ -812,7 +841,7 @@ func TestGuestReachesMetadata(t *testing.T) {
 // listens on listen, and a guest that fetches its metadata from
 // 169.254.169.254:80.
 func guestFetchesMetadata(t *testing.T, uri, listen string, setup []string, dryRun string, left func() bool) {
-	ip := leaseIP()
+	ip := leaseIP(t, uri)
 	mac := randomMAC()
 	cleanupLease(t, uri, mac)
 	name := testenv.UniqueDomainName(t)
