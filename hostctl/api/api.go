@@ -17,7 +17,7 @@
 //	POST   /v1/instances/{name}/adopt         take over a dead host's instance (admin)
 //	POST   /v1/instances/{name}/resize        a stopped instance to another flavor (types.ResizeRequest)
 //	POST   /v1/instances/{name}/rebuild       a stopped instance's root disk anew from an image (types.RebuildRequest)
-//	POST   /v1/instances/{name}/snapshot      a stopped instance's root disk into a new image (types.SnapshotRequest; admin)
+//	POST   /v1/instances/{name}/snapshot      a stopped instance's root disk into a new image (types.SnapshotRequest; a member: its project's)
 //	POST   /v1/instances/{name}/shelve        a stopped instance's root disk into the catalog, its host resources released
 //	POST   /v1/instances/{name}/unshelve      a shelved instance's disks and domain back, started
 //	POST   /v1/instances/{name}/rescue        boot a rescue disk made from an image (types.RescueRequest)

@@ -2,23 +2,36 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/store"
 )
 
 // snapshotService copies an instance's root disk into a new image.
+// Snapshot lets encryption_key existing name a secret of the instance's
+// project only; SnapshotAnyProject, the administrator's, a secret of any
+// project.
 type snapshotService interface {
 	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
+	SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
+	Secret(ctx context.Context, uuid string) (*types.Secret, error)
 }
 
 // snapshot is POST /v1/instances/{name}/snapshot (types.SnapshotRequest)
-// on a stopped instance, answered with the new image (201). Only an
-// administrator makes images (as only one imports them). Bad input is a
-// 400 naming the field; a secret of another project, a name taken or a
-// running instance a 409.
+// on a stopped instance, answered with the new image (201). The
+// specification's createImage is the owner's: a project member snapshots
+// its own project's instances (another project's instance does not exist
+// to it: 404), with encryption_key same, new, none, or existing naming a
+// secret of the instance's project; existing with another project's
+// secret is for an administrator (403 to a member). Bad input is a 400
+// naming the field; a secret missing or of another project (to the
+// administrator: of a project the instance's cannot read), a name taken
+// or a running instance a 409.
 type snapshot struct {
 	svc snapshotService
 	errorWriter
@@ -29,7 +42,7 @@ func (h snapshot) routes(r *mux.Router) {
 }
 
 func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
-	if !h.adminOnly(w, r) {
+	if !h.member(w, r) {
 		return
 	}
 	var req types.SnapshotRequest
@@ -40,7 +53,32 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, httpError(http.StatusBadRequest, "name: required (the new image's name)"))
 		return
 	}
-	img, err := h.svc.Snapshot(r.Context(), mux.Vars(r)["name"], req)
+	name := mux.Vars(r)["name"]
+	p := principalFrom(r.Context())
+	if p.Role == types.RoleAdmin {
+		img, err := h.svc.SnapshotAnyProject(r.Context(), name, req)
+		h.created(w, r, img, err)
+		return
+	}
+	if req.EncryptionKey == controller.SnapshotKeyExisting && req.SecretUUID != "" {
+		// The same answer for a secret of another project and for none
+		// at all: to a member, another project's secret does not exist.
+		s, err := h.svc.Secret(r.Context(), req.SecretUUID)
+		switch {
+		case errors.Is(err, store.ErrNotFound) || err == nil && s.ProjectID != scopedInstance(r).Spec.ProjectID:
+			h.fail(w, r, httpError(http.StatusForbidden, "secret_uuid: %q: not a secret of project %q: a member snapshots with its own project's secrets (encryption_key existing with another project's secret is for an administrator)",
+				req.SecretUUID, scopedInstance(r).Spec.ProjectID))
+			return
+		case err != nil && !errors.Is(err, controller.ErrNoKeyManager):
+			h.fail(w, r, err)
+			return
+		}
+	}
+	img, err := h.svc.Snapshot(r.Context(), name, req)
+	h.created(w, r, img, err)
+}
+
+func (h snapshot) created(w http.ResponseWriter, r *http.Request, img types.Image, err error) {
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -127,7 +127,9 @@ func (c *Controller) copyImageSecret(ctx context.Context, r *revert.Reverter, in
 		clear(pass)
 		return backingCopy{}, fmt.Errorf("copy the secret of image %s for disk %s: %w", img.Name, p.target, err)
 	}
-	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error { return c.keys.Delete(ctx, sec.UUID) })
+	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
+		return c.deleteSecret(ctx, sec.UUID, secretRelease{instanceUUID: in.UUID, disks: []string{p.target}})
+	})
 	return backingCopy{uuid: sec.UUID, pass: pass}, nil
 }
 

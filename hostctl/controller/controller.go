@@ -122,6 +122,7 @@ type Controller struct {
 	luks           LUKS
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
+	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
 	shareHooks shareHooksPtr // sharehooks.go
 	keyForget  keyForgetPtr  // diskrotate.go

@@ -55,6 +55,7 @@ type LUKS interface {
 	Verify(ctx context.Context, path string, pass, backing []byte) error
 	Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error
 	Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error
+	VerifyImage(ctx context.Context, path, format string, pass []byte) error
 }
 
 var _ LUKS = (*encryption.Tool)(nil)
@@ -187,7 +188,9 @@ func (c *Controller) createEncrypted(ctx context.Context, r *revert.Reverter, in
 	if err != nil {
 		return types.BlockDevice{}, fmt.Errorf("create the secret of disk %s: %w", p.target, err)
 	}
-	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error { return c.keys.Delete(ctx, sec.UUID) })
+	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
+		return c.deleteSecret(ctx, sec.UUID, secretRelease{instanceUUID: in.UUID, disks: []string{p.target}})
+	})
 	pass, err := c.keys.Passphrase(ctx, sec.UUID)
 	if err != nil {
 		return types.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
@@ -431,7 +434,7 @@ func (c *Controller) forgetDisks(ctx context.Context, in *model.Instance, disks 
 			if c.keys == nil {
 				break
 			}
-			if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) {
+			if err := c.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: in.UUID, disks: disks}); err != nil {
 				c.log.Warn("secret of a removed disk not deleted", "instance", in.Name, "disk", d, "secret", id, "err", err)
 			}
 		}
@@ -458,11 +461,12 @@ func (c *Controller) replacedSecrets(ctx context.Context, in *model.Instance, pl
 	return out, nil
 }
 
-// deleteSecrets deletes secrets no disk uses any more, after the commit;
-// failures are logged (the reconciler's sweep retries).
+// deleteSecrets deletes secrets no disk of instance in (its UUID set)
+// uses any more, after the commit; failures are logged (the reconciler's
+// sweep retries), and a secret something else names stays.
 func (c *Controller) deleteSecrets(ctx context.Context, in *model.Instance, ids []string) {
 	for _, id := range ids {
-		if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) {
+		if err := c.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: in.UUID}); err != nil {
 			c.log.Warn("secret of a replaced disk not deleted (the reconciler retries)", "instance", in.Name, "secret", id, "err", err)
 		}
 	}
@@ -514,7 +518,7 @@ func (c *Controller) forgetInstance(ctx context.Context, name, uuid string) erro
 	if c.keys != nil {
 		for _, bd := range rec.Disks {
 			for _, id := range diskSecrets(bd) {
-				if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) {
+				if err := c.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: uuid, allDisks: true}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -566,7 +570,7 @@ func (c *Controller) sweepSecrets(ctx context.Context) error {
 		id := s.UUID
 		if err := c.sweepOwned(ctx, o.InstanceName, o.InstanceUUID, func(ctx context.Context) error {
 			c.log.Warn("deleting the secret of a disk that is gone", "secret", id, "instance", o.InstanceName, "disk", o.Disk)
-			return c.keys.Delete(ctx, id)
+			return c.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: o.InstanceUUID, allDisks: true})
 		}, func(rec blockDevRecord) bool {
 			for _, bd := range rec.Disks {
 				if slices.Contains(diskSecrets(bd), id) {

@@ -86,9 +86,17 @@ func (c *Controller) DeleteFlavor(ctx context.Context, name string) error {
 
 var errNoRecords = errors.New("the store of this controller keeps no records (flavors)")
 
-// ImportImage reads an image into the image directory.
+// ImportImage reads an image into the image directory. An image naming a
+// secret (os_encrypt_key_id) is refused unless the key manager has that
+// secret and its passphrase opens the image's LUKS header
+// (importKeyCheck, secretuse.go).
 func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
-	img, err := c.imageDir.Import(ctx, name, props, r)
+	verify, unlock, err := c.importKeyCheck(ctx, name, props)
+	if err != nil {
+		return types.Image{}, err
+	}
+	defer unlock()
+	img, err := c.imageDir.ImportVerified(ctx, name, props, r, verify)
 	if err == nil {
 		c.emit(ctx, StreamImages, "image.imported", img)
 	}
@@ -117,11 +125,17 @@ func (c *Controller) DeleteImage(ctx context.Context, name string) error {
 		shelved, err := c.shelvedUsing(ctx, name) // vmstate.go
 		return append(using, shelved...), err
 	})
-	if err == nil {
-		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": name})
-		// os_encrypt_key_deletion_policy (snapshot.go).
-		err = c.deleteImageSecret(ctx, img)
+	if err != nil {
+		return err
 	}
+	// os_encrypt_key_deletion_policy (snapshot.go): the secret goes only
+	// when nothing else names it.
+	kept, err := c.deleteImageSecret(ctx, img)
+	ev := map[string]string{"name": name}
+	if kept != "" {
+		ev["secret_kept"] = kept
+	}
+	c.emit(ctx, StreamImages, "image.deleted", ev)
 	return err
 }
 

@@ -15,19 +15,22 @@ package controller
 // the image. It is encrypted if and only if the image is (the
 // specification: no unencrypted data at rest made from encrypted data):
 // an encrypted image's rescue disk is a LUKS overlay under the image's
-// passphrase, its backing file opened with the same passphrase. The
-// passphrase reaches libvirt through the instance's own copy of the
-// image's secret (backing.go's copyImageSecret: a key-manager secret
-// owned by the instance, kept in its block-device records under
-// rescueDisk), so a libvirt secret of this instance carries it, defined
-// for the rescue and removed at unrescue, and deleting the image's secret
-// meanwhile breaks nothing.
+// passphrase, its backing file opened with the same passphrase. As the
+// specification says, the rescue image's own key-manager secret is used:
+// no secret is created or deleted in the key manager. Only a new libvirt
+// secret (a UUID of its own, usage vmeta/<key id>/<instance>/_rescue)
+// carries the passphrase to QEMU, defined for the rescue and undefined at
+// unrescue. The instance's state record names the image's secret
+// (RescueSecret) for the whole rescue, so the secret cannot be deleted
+// meanwhile (secretuse.go), nor the image (shelvedUsing).
 //
 // The persistent definition before the rescue is kept in the instance's
 // state record (vmstate.go). Unrescue powers the rescue domain off,
-// restores that definition, removes the rescue disk, its libvirt secret
-// and its secret copy, and starts the instance. Every step of both is
-// undone when a later one fails.
+// restores that definition, removes the rescue disk and its libvirt
+// secret, and starts the instance. Every step of both is undone when a
+// later one fails. (A rescue begun by an older hostctl, with a copy of
+// the image's secret in a block-device record under rescueDisk, is
+// ended the same way and the copy deleted.)
 
 import (
 	"context"
@@ -149,20 +152,18 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 			return fmt.Errorf("rescue %s: %w", name, err)
 		}
 	}
-	bd, err := c.makeRescueDisk(ctx, r, in, plan)
+	rk, err := c.makeRescueDisk(ctx, r, plan, img)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	if bd != nil {
-		if err := c.updateBlockDevices(ctx, r, in, map[string]*types.BlockDevice{rescueDisk: bd}); err != nil {
-			return fmt.Errorf("rescue %s: %w", name, err)
-		}
+	if rk.keyID != "" {
 		src := host.Disks[in.Disks[root].Name]
-		src.SecretUUID = bd.EncryptionSecretUUID
-		src.Backing = &virt.BackingSource{Path: base.Path, Format: base.Format, SecretUUID: bd.BackingEncryptionSecretUUID}
+		src.SecretUUID = rk.libvirtUUID
+		src.Backing = &virt.BackingSource{Path: base.Path, Format: base.Format, SecretUUID: rk.libvirtUUID}
 		host.Disks[in.Disks[root].Name] = src
 	}
-	if err := c.putVMState(ctx, r, rec.UUID, vmState{Instance: name, State: StateRescue, RescueImage: img.Name, Domain: cur.inactive}); err != nil {
+	if err := c.putVMState(ctx, r, rec.UUID, vmState{Instance: name, State: StateRescue, RescueImage: img.Name, Domain: cur.inactive,
+		RescueSecret: rk.keyID, RescueLibvirtSecret: rk.libvirtUUID}); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
 	doc, err := virt.BuildDomain(rin, host, c.dom)
@@ -180,8 +181,8 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 	if err := c.defineSecrets(ctx, r, in); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	if bd != nil {
-		if err := c.defineRescueSecret(ctx, r, in, *bd); err != nil {
+	if rk.keyID != "" {
+		if err := c.defineRescueSecret(ctx, r, in, rk); err != nil {
 			return fmt.Errorf("rescue %s: %w", name, err)
 		}
 	}
@@ -258,52 +259,57 @@ func nextTarget(name string) (string, error) {
 	return name[:len(name)-1] + string(name[len(name)-1]+1), nil
 }
 
-// makeRescueDisk creates the rescue disk of plan p: a plain overlay of a
-// plain image (nil record), or a LUKS overlay under the instance's copy
-// of an encrypted image's secret (its record). Undo steps remove the file
-// and the copy.
-func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (*types.BlockDevice, error) {
+// rescueKey is how an encrypted rescue disk opens: the rescue image's
+// key-manager secret (keyID, the image's own) and the libvirt secret made
+// for this rescue (libvirtUUID). Zero for a plain rescue disk.
+type rescueKey struct {
+	keyID, libvirtUUID string
+}
+
+// makeRescueDisk creates the rescue disk of plan p over image img: a
+// plain overlay of a plain image, or a LUKS overlay under the image's own
+// passphrase (its key-manager secret, no copy). Undo steps remove the
+// file.
+func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, p diskPlan, img types.Image) (rescueKey, error) {
 	r.Add("remove rescue disk "+p.Path, func(context.Context) error { return removeFile(p.Path) })
 	if !p.encrypt {
 		if err := c.images.Create(ctx, p.Disk); err != nil {
-			return nil, fmt.Errorf("create the rescue disk: %w", err)
+			return rescueKey{}, fmt.Errorf("create the rescue disk: %w", err)
 		}
-		return nil, nil
+		return rescueKey{}, nil
 	}
-	cp, err := c.copyImageSecret(ctx, r, in, p)
+	keyID := img.Properties[policy.ImageEncryptKeyID]
+	pass, err := c.keys.Passphrase(ctx, keyID)
 	if err != nil {
-		return nil, err
+		return rescueKey{}, fmt.Errorf("rescue image %s: its secret %s: %w", img.Name, keyID, err)
 	}
-	if cp.uuid == "" {
-		return nil, fmt.Errorf("rescue image %s: not encrypted after all", p.image)
-	}
-	defer clear(cp.pass)
+	defer clear(pass)
 	d := encryption.Disk{Path: p.Path, Base: &encryption.Base{Path: p.Base.Path, Format: p.Base.Format}}
-	if err := c.luks.Create(ctx, d, cp.pass); err != nil {
-		return nil, fmt.Errorf("create the encrypted rescue disk: %w", err)
+	if err := c.luks.Create(ctx, d, pass); err != nil {
+		return rescueKey{}, fmt.Errorf("create the encrypted rescue disk: %w", err)
 	}
 	info, err := c.luks.Inspect(ctx, p.Path)
 	if err != nil {
-		return nil, fmt.Errorf("rescue disk: %w", err)
+		return rescueKey{}, fmt.Errorf("rescue disk: %w", err)
 	}
 	if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
-		return nil, fmt.Errorf("rescue disk: qemu-img info reads no LUKS header (encrypted=%t, format %q)", info.Encrypted, info.EncryptFormat)
+		return rescueKey{}, fmt.Errorf("rescue disk: qemu-img info reads no LUKS header (encrypted=%t, format %q)", info.Encrypted, info.EncryptFormat)
 	}
-	if err := c.luks.Verify(ctx, p.Path, cp.pass, cp.pass); err != nil {
-		return nil, fmt.Errorf("rescue disk: the image's passphrase does not open it: %w", err)
+	if err := c.luks.Verify(ctx, p.Path, pass, pass); err != nil {
+		return rescueKey{}, fmt.Errorf("rescue disk: the image's passphrase does not open it: %w", err)
 	}
-	return &types.BlockDevice{Disk: rescueDisk, Encrypted: true, EncryptionSecretUUID: cp.uuid, BackingEncryptionSecretUUID: cp.uuid,
-		EncryptionFormat: encryption.FormatLUKS, EncryptionOptions: info.Options(), Created: time.Now().UTC().Truncate(time.Second)}, nil
+	return rescueKey{keyID: keyID, libvirtUUID: keys.NewUUID()}, nil
 }
 
 // defineRescueSecret puts the rescue disk's passphrase (both layers have
-// it) into libvirt; the undo step undefines it.
-func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, bd types.BlockDevice) error {
-	id := bd.EncryptionSecretUUID
-	pass, err := c.keys.Passphrase(ctx, id)
+// it: the rescue image's secret) into libvirt under the rescue's own
+// libvirt secret; the undo step undefines it.
+func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, rk rescueKey) error {
+	pass, err := c.keys.Passphrase(ctx, rk.keyID)
 	if err != nil {
 		return fmt.Errorf("rescue disk: %w", err)
 	}
+	id := rk.libvirtUUID
 	err = c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: c.secretUsage(in.UUID, rescueDisk)}, pass)
 	clear(pass)
 	if err != nil {
@@ -318,60 +324,67 @@ func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter,
 func (c *Controller) Unrescue(ctx context.Context, name string) (_ *types.Instance, err error) {
 	defer c.observe("unrescue", time.Now(), &err)
 	unlock := c.locks.Lock(name)
-	copyID, err := c.unrescueLocked(ctx, name)
+	uuid, copyID, err := c.unrescueLocked(ctx, name)
 	unlock()
 	if err != nil {
 		return nil, err
 	}
 	if copyID != "" {
-		c.deleteSecrets(ctx, &model.Instance{Name: name}, []string{copyID})
+		c.deleteSecrets(ctx, &model.Instance{Name: name, UUID: uuid}, []string{copyID})
 	}
 	c.log.Info("instance unrescued", "name", name)
 	c.emit(ctx, StreamInstances, "instance.unrescued", map[string]string{"name": name})
 	return c.Get(ctx, name)
 }
 
-// unrescueLocked returns the rescue disk's secret copy, to delete after
-// the commit.
-func (c *Controller) unrescueLocked(ctx context.Context, name string) (_ string, err error) {
+// unrescueLocked returns the instance's UUID and the secret copy of a
+// rescue begun by an older hostctl (none now: the rescue image's own
+// secret is used), to delete after the commit.
+func (c *Controller) unrescueLocked(ctx context.Context, name string) (_, _ string, err error) {
 	rec, err := c.ownRecord(ctx, "unrescue", name)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err := c.drv.require("unrescue", name); err != nil {
-		return "", err
+		return "", "", err
 	}
 	st, ver, err := c.vmStateOf(ctx, rec.UUID)
 	if err != nil {
-		return "", fmt.Errorf("unrescue %s: %w", name, err)
+		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	if st.State != StateRescue {
 		state := st.State
 		if state == "" {
 			state = c.drv.state(ctx, name, rec.UUID)
 		}
-		return "", fmt.Errorf("unrescue %s: %w: the instance is not in rescue (state %s)", name, ErrState, state)
+		return "", "", fmt.Errorf("unrescue %s: %w: the instance is not in rescue (state %s)", name, ErrState, state)
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)
 	if err != nil {
-		return "", fmt.Errorf("unrescue %s: %w", name, err)
+		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	bds, _, err := c.loadBlockDevices(ctx, rec.UUID)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	bd, encrypted := bds.Disks[rescueDisk]
+	// The rescue disk's key: the rescue image's secret (st), or the copy
+	// of a rescue begun by an older hostctl (its block-device record).
+	bd, legacy := bds.Disks[rescueDisk]
+	rk := rescueKey{keyID: st.RescueSecret, libvirtUUID: st.RescueLibvirtSecret}
+	if legacy && rk.keyID == "" {
+		rk = rescueKey{keyID: bd.EncryptionSecretUUID, libvirtUUID: bd.EncryptionSecretUUID}
+	}
 
 	r := revert.New(c.log, "unrescue "+name)
 	defer r.Fail(&err)
 	if cur.running {
 		// The rescue system is disposable: powered off at once.
 		if err := c.domains.Destroy(ctx, name); err != nil {
-			return "", fmt.Errorf("unrescue %s: %w", name, err)
+			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 		r.Add("start the rescue domain "+name+" again", func(ctx context.Context) error {
 			rr := revert.New(c.log, "restart rescue "+name)
@@ -380,8 +393,8 @@ func (c *Controller) unrescueLocked(ctx context.Context, name string) (_ string,
 			if err = c.defineSecrets(ctx, rr, in); err != nil {
 				return err
 			}
-			if encrypted {
-				if err = c.defineRescueSecret(ctx, rr, in, bd); err != nil {
+			if rk.keyID != "" {
+				if err = c.defineRescueSecret(ctx, rr, in, rk); err != nil {
 					return err
 				}
 			}
@@ -391,12 +404,13 @@ func (c *Controller) unrescueLocked(ctx context.Context, name string) (_ string,
 			rr.Success()
 			return nil
 		})
-		if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
-			return "", fmt.Errorf("unrescue %s: %w", name, err)
-		}
+	}
+	// The domain does not run: its libvirt secrets, the rescue's too, go.
+	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	if _, err := c.domains.Define(ctx, st.Domain); err != nil {
-		return "", fmt.Errorf("unrescue %s: restore the definition: %w", name, err)
+		return "", "", fmt.Errorf("unrescue %s: restore the definition: %w", name, err)
 	}
 	prev := cur.inactive
 	r.Add("redefine the rescue domain "+name, func(ctx context.Context) error { _, err := c.domains.Define(ctx, prev); return err })
@@ -404,19 +418,19 @@ func (c *Controller) unrescueLocked(ctx context.Context, name string) (_ string,
 	var aside string
 	if fileExists(p) {
 		if aside, err = c.setAside(r, p); err != nil {
-			return "", fmt.Errorf("unrescue %s: %w", name, err)
+			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}
-	if encrypted {
+	if legacy {
 		if err := c.updateBlockDevices(ctx, r, in, map[string]*types.BlockDevice{rescueDisk: nil}); err != nil {
-			return "", fmt.Errorf("unrescue %s: %w", name, err)
+			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}
 	if err := c.dropVMState(ctx, r, rec.UUID, st, ver); err != nil {
-		return "", fmt.Errorf("unrescue %s: %w", name, err)
+		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	if err := c.startDomain(ctx, rec); err != nil {
-		return "", fmt.Errorf("unrescue %s: %w", name, err)
+		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	r.Success()
 	if aside != "" {
@@ -424,8 +438,8 @@ func (c *Controller) unrescueLocked(ctx context.Context, name string) (_ string,
 			c.log.Warn("rescue disk not removed", "name", name, "file", aside, "err", err)
 		}
 	}
-	if encrypted {
-		return bd.EncryptionSecretUUID, nil
+	if legacy {
+		return rec.UUID, bd.EncryptionSecretUUID, nil
 	}
-	return "", nil
+	return rec.UUID, "", nil
 }

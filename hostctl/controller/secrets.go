@@ -63,28 +63,14 @@ func (c *Controller) Secret(ctx context.Context, uuid string) (*types.Secret, er
 	return secretOf(s), nil
 }
 
-// DeleteSecret deletes a secret; one a disk of an existing instance uses
-// is refused (it goes with the disk).
+// DeleteSecret deletes a secret nothing names any more; one an image, a
+// disk, a backing file, a rescue or a pending rotation still names is
+// refused (keys.ErrInUse, 409) naming them (secretuse.go).
 func (c *Controller) DeleteSecret(ctx context.Context, uuid string) error {
 	if c.keys == nil {
 		return ErrNoKeyManager
 	}
-	s, err := c.keys.Get(ctx, uuid)
-	if err != nil {
-		return err
-	}
-	if o := s.Owner; o != nil && o.InstanceName != "" {
-		if rec, err := c.store.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
-			return fmt.Errorf("delete secret %s: %w: it is the passphrase of disk %s of instance %s (it is deleted with the disk)", uuid, keys.ErrInUse, o.Disk, o.InstanceName)
-		} else if err != nil && !isStoreNotFound(err) {
-			return err
-		}
-	}
-	if err := c.keys.Delete(ctx, uuid); err != nil {
-		return err
-	}
-	c.log.Info("secret deleted", "secret", uuid)
-	return nil
+	return c.deleteSecret(ctx, uuid, secretRelease{})
 }
 
 func isStoreNotFound(err error) bool { return err != nil && errors.Is(err, store.ErrNotFound) }

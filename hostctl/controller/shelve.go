@@ -101,7 +101,7 @@ func (c *Controller) shelveLocked(ctx context.Context, in *model.Instance) (err 
 
 	r := revert.New(c.log, "shelve "+in.Name)
 	defer r.Fail(&err)
-	img, err := c.snapshotRoot(ctx, r, in, req)
+	img, err := c.snapshotRoot(ctx, r, in, req, false)
 	if err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func (c *Controller) Unshelve(ctx context.Context, name string) (_ *types.Instan
 	} else {
 		c.emit(ctx, StreamImages, "image.deleted", map[string]string{"name": st.ShelvedImage})
 	}
-	c.deleteSecrets(ctx, &model.Instance{Name: name}, unused)
+	c.deleteSecrets(ctx, &model.Instance{Name: name, UUID: rec.UUID}, unused)
 	c.log.Info("instance unshelved", "name", name, "uuid", rec.UUID)
 	c.emit(ctx, StreamInstances, "instance.unshelved", map[string]string{"name": name, "uuid": rec.UUID})
 	return c.Get(ctx, name)

@@ -11,8 +11,9 @@ package controller
 //	same     (default) a new key-manager secret holding the root disk's
 //	         passphrase; a plain root disk gives a plain image
 //	new      a newly generated secret: the image is re-encrypted
-//	existing a secret the user brings (--secret-uuid), which the
-//	         instance's project may read
+//	existing a secret the user brings (--secret-uuid): one of the
+//	         instance's project (Snapshot, a member's), or of any project
+//	         (SnapshotAnyProject, the administrator's)
 //	none     a plain image
 //
 // An encrypted image gets os_encrypt_format, os_encrypt_cipher (read back
@@ -86,9 +87,21 @@ func checkSnapshot(r *SnapshotRequest) error {
 }
 
 // Snapshot copies the stopped instance name's root disk into a new image
-// of the catalog, encrypted as req says. Every step is undone on failure:
-// the partial file, the key-manager secret the snapshot made, the image.
-func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequest) (_ types.Image, err error) {
+// of the catalog, encrypted as req says; encryption_key existing names a
+// secret of the instance's project. Every step is undone on failure: the
+// partial file, the key-manager secret the snapshot made, the image.
+func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequest) (types.Image, error) {
+	return c.snapshot(ctx, name, req, false)
+}
+
+// SnapshotAnyProject is Snapshot where encryption_key existing may name a
+// secret of any project (the administrator's: sharing an encrypted image
+// with another project).
+func (c *Controller) SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (types.Image, error) {
+	return c.snapshot(ctx, name, req, true)
+}
+
+func (c *Controller) snapshot(ctx context.Context, name string, req SnapshotRequest, anyProject bool) (_ types.Image, err error) {
 	defer c.observe("snapshot", time.Now(), &err)
 	if err := checkSnapshot(&req); err != nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
@@ -103,7 +116,7 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 	}
 	r := revert.New(c.log, "snapshot "+name)
 	defer r.Fail(&err)
-	img, err := c.snapshotRoot(ctx, r, in, req)
+	img, err := c.snapshotRoot(ctx, r, in, req, anyProject)
 	if err != nil {
 		return types.Image{}, err
 	}
@@ -114,8 +127,9 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 
 // snapshotRoot copies the stopped instance in's root disk into a new
 // image as req says (checked); the undo steps on r delete what it made.
-// Shelve uses it too (shelve.go).
-func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest) (_ types.Image, err error) {
+// Shelve uses it too (shelve.go). anyProject lets encryption_key existing
+// name another project's secret.
+func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest, anyProject bool) (_ types.Image, err error) {
 	name := in.Name
 	root := rootDisk(in)
 	if root < 0 && len(in.Disks) > 0 {
@@ -147,7 +161,7 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 		}
 	}
 
-	keyID, deletion, pass, err := c.snapshotKey(ctx, r, in, req, src.Pass)
+	keyID, deletion, pass, err := c.snapshotKey(ctx, r, in, req, src.Pass, anyProject)
 	if err != nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
@@ -191,6 +205,14 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer f.Close()
+	if keyID != "" {
+		// The image is about to name the secret: it is not deleted
+		// meanwhile (secretuse.go).
+		defer c.secretLocks.Lock(keyID)()
+		if _, err := c.keys.Get(ctx, keyID); err != nil {
+			return types.Image{}, fmt.Errorf("snapshot %s: secret %s: %w", name, keyID, err)
+		}
+	}
 	img, err := c.imageDir.Import(ctx, req.Image, props, f)
 	if err != nil {
 		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
@@ -203,7 +225,7 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 // snapshotKey returns the secret (its id, deletion policy and
 // passphrase) the snapshot image is encrypted under, nil for a plain
 // image; the undo step deletes a secret it made.
-func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest, rootPass []byte) (string, string, []byte, error) {
+func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest, rootPass []byte, anyProject bool) (string, string, []byte, error) {
 	mode := req.EncryptionKey
 	if mode == SnapshotKeyNone || mode == SnapshotKeySame && rootPass == nil {
 		return "", "", nil, nil
@@ -220,7 +242,7 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 				Rule: "no such secret in the key manager"}}}}
 		case err != nil:
 			return "", "", nil, err
-		case sec.ProjectID != in.ProjectID:
+		case sec.ProjectID != in.ProjectID && !anyProject:
 			return "", "", nil, &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: "secret_uuid", Value: req.SecretUUID,
 				Rule: fmt.Sprintf("the secret belongs to project %q and the instance to project %q: the instance's project may not read it", sec.ProjectID, in.ProjectID)}}}}
 		}
@@ -242,7 +264,9 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 	if err != nil {
 		return "", "", nil, err
 	}
-	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error { return c.keys.Delete(ctx, sec.UUID) })
+	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
+		return c.deleteSecret(ctx, sec.UUID, secretRelease{image: req.Image})
+	})
 	pass, err := c.keys.Passphrase(ctx, sec.UUID)
 	if err != nil {
 		return "", "", nil, err
@@ -251,16 +275,23 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 }
 
 // deleteImageSecret deletes the secret of a deleted image when its
-// os_encrypt_key_deletion_policy is on_image_deletion (after the image is
-// gone: a failure is logged and returned as a warning).
-func (c *Controller) deleteImageSecret(ctx context.Context, img types.Image) error {
+// os_encrypt_key_deletion_policy is on_image_deletion and nothing else
+// names it (secretuse.go): a secret another image, a disk or a rotation
+// still names stays, and the returned note says why (empty when there is
+// nothing to say). A failure is returned as an error (the image is gone).
+func (c *Controller) deleteImageSecret(ctx context.Context, img types.Image) (string, error) {
 	id := img.Properties[policy.ImageEncryptKeyID]
 	if id == "" || c.keys == nil || img.Properties[policy.ImageEncryptKeyDeletion] != KeyDeletionOnImageDeletion {
-		return nil
+		return "", nil
 	}
-	if err := c.keys.Delete(ctx, id); err != nil && !errors.Is(err, keys.ErrNotFound) && !errors.Is(err, store.ErrNotFound) {
-		c.log.Warn("secret of a deleted image not deleted", "image", img.Name, "secret", id, "err", err)
-		return fmt.Errorf("image %s deleted, its secret %s not: %w", img.Name, id, err)
+	err := c.deleteSecret(ctx, id, secretRelease{image: img.Name})
+	switch {
+	case err == nil, errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return "", nil
+	case errors.Is(err, keys.ErrInUse):
+		c.log.Info("secret of a deleted image kept: something else names it", "image", img.Name, "secret", id, "err", err)
+		return err.Error(), nil
 	}
-	return nil
+	c.log.Warn("secret of a deleted image not deleted", "image", img.Name, "secret", id, "err", err)
+	return "", fmt.Errorf("image %s deleted, its secret %s not: %w", img.Name, id, err)
 }

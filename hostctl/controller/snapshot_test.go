@@ -114,6 +114,12 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 	if after := e.snapshot(); after != before {
 		t.Errorf("refused snapshots left changes:\n%s", diffLines(before, after))
 	}
+	// The administrator's snapshot may name another project's secret
+	// (issue 20, item 4).
+	if got, err := e.c.SnapshotAnyProject(ctx, "src-1", SnapshotRequest{Image: "snap-other", EncryptionKey: "existing", SecretUUID: other.UUID}); err != nil ||
+		got.Properties["os_encrypt_key_id"] != other.UUID {
+		t.Errorf("SnapshotAnyProject with project p2's secret = %v, %v", got.Properties, err)
+	}
 	if _, err := e.c.Start(ctx, "src-1"); err != nil {
 		t.Fatal(err)
 	}

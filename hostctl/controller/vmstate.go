@@ -57,6 +57,12 @@ type vmState struct {
 	// persistent definition before the rescue (restored by unrescue).
 	RescueImage string `json:"rescue_image,omitempty"`
 	Domain      []byte `json:"domain,omitempty"`
+	// RescueSecret is the rescue image's key-manager secret an encrypted
+	// rescue disk opens with (the image's own, no copy), and
+	// RescueLibvirtSecret the libvirt secret made for it, undefined at
+	// unrescue (rescue.go).
+	RescueSecret        string `json:"rescue_secret,omitempty"`
+	RescueLibvirtSecret string `json:"rescue_libvirt_secret,omitempty"`
 }
 
 // vmStateOf returns the instance's state record (State "" when it has

@@ -144,7 +144,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.LUKSIterTime, "luks-iter-time", 0, "PBKDF iteration time of the keyslot of each new encrypted (LUKS) disk; 0 keeps QEMU's default (2s: about that much CPU time to create a disk and to open it at every start)")
-	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated (luks, luksv2, plain); a flavor or image asking for another is refused")
+	fs.StringVar(&c.EphemeralEncryptionFormats, "ephemeral-encryption-formats", policy.FormatLUKS, "encryption formats this host creates ephemeral disks in, comma-separated; only what hostctl can create is accepted (luks: LUKS1 in qcow2); a flavor or image asking for another is refused")
 	fs.StringVar(&c.EphemeralEncryptionDefaultFormat, "ephemeral-encryption-default-format", policy.FormatLUKS, "encryption format of ephemeral disks when neither the flavor, nor the image, nor an encrypted source image names one (Nova's [ephemeral_storage_encryption]/default_format)")
 	c.Metadata.AddFlags(fs, "metadata-", TokenKeyFilePath(DefaultDataDir))
 	// The key is in the data directory wherever --data-dir puts it
@@ -168,8 +168,8 @@ func (c *Config) encryptionHost() (policy.Host, error) {
 		if f == "" {
 			continue
 		}
-		if !slices.Contains(policy.Formats, f) {
-			return h, configErrorf("--ephemeral-encryption-formats: %q: must be among %s", f, strings.Join(policy.Formats, ", "))
+		if err := creatableFormat(f); err != nil {
+			return h, err
 		}
 		h.Formats = append(h.Formats, f)
 	}
@@ -394,7 +394,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Holder: holder, DownAfter: cfg.HostDownAfter,
 		Traits: func() []string {
 			if s, ok := prober.Ready(); ok {
-				return s.Only(encryption.Creatable...).Traits()
+				return hostTraits(hv.conn != nil, s, encHost.Formats)
 			}
 			return nil
 		},
@@ -413,9 +413,11 @@ func Run(ctx context.Context, cfg Config) error {
 	probeBeat := make(chan struct{})
 	go func() {
 		defer close(probeBeat)
-		if _, err := prober.Support(beatCtx); err == nil {
+		if s, err := prober.Support(beatCtx); err == nil {
 			if err := beater.Beat(beatCtx); err != nil && beatCtx.Err() == nil {
 				log.Warn("heartbeat with the host's traits not written", "err", err)
+			} else if err == nil {
+				log.Info("host traits published", "traits", strings.Join(hostTraits(hv.conn != nil, s, encHost.Formats), ","))
 			}
 		}
 	}()

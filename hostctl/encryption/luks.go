@@ -316,6 +316,32 @@ func (t *Tool) Verify(ctx context.Context, path string, pass, backing []byte) er
 	return nil
 }
 
+// VerifyImage proves that pass unlocks the encrypted image at path of
+// format (qemu-img info's: "qcow2" for a LUKS qcow2, "luks" for a raw
+// LUKS file) by opening it with qemu-io and reading its first sector; an
+// image import proves this before an image naming a secret is kept. A
+// passphrase that does not unlock is ErrWrongPassphrase.
+func (t *Tool) VerifyImage(ctx context.Context, path, format string, pass []byte) error {
+	var opts string
+	switch format {
+	case "qcow2":
+		return t.Verify(ctx, path, pass, nil)
+	case FormatLUKS:
+		opts = "driver=luks,file.filename=" + optEscape(path) + ",key-secret=sec0"
+	default:
+		return fmt.Errorf("open %s: format %q is not an encrypted image format (qcow2 with LUKS, or raw LUKS)", path, format)
+	}
+	args := []string{"--object", "secret,id=sec0,file=/dev/fd/3", "--image-opts", opts, "-r", "-U", "-c", "read 0 512"}
+	err := runWithSecrets(ctx, t.qemuIO, args, pass)
+	if err != nil && strings.Contains(err.Error(), "Invalid password") {
+		return fmt.Errorf("open %s: %w", path, ErrWrongPassphrase)
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	return nil
+}
+
 // optEscape escapes a value for QEMU's key=value option syntax (a comma
 // is doubled).
 func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }

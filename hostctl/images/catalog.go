@@ -90,7 +90,19 @@ func (d *Dir) info(ctx context.Context, path string) (info, error) {
 // external data file; encrypted exactly when os_encrypt_key_id is set),
 // and only then put in place with its sidecar. An image of that name
 // (imported or legacy) is ErrConflict. Nothing is left behind on error.
-func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (_ types.Image, err error) {
+func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
+	return d.ImportVerified(ctx, name, props, r, nil)
+}
+
+// VerifyFunc checks an imported file (its temporary path and the format
+// qemu-img found) before it is kept: an encrypted one opens with its
+// secret's passphrase. Its error refuses the import.
+type VerifyFunc func(ctx context.Context, path, format string) error
+
+// ImportVerified is Import with a check of the file, run (when verify is
+// not nil) on an encrypted image after qemu-img's checks passed and before
+// anything is put in place.
+func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]string, r io.Reader, verify VerifyFunc) (_ types.Image, err error) {
 	if err := CheckName(name); err != nil {
 		return types.Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}, Of: "image"}
 	}
@@ -140,6 +152,11 @@ func (d *Dir) Import(ctx context.Context, name string, props map[string]string, 
 	}
 	if err := checkImported(in, props); err != nil {
 		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+	}
+	if verify != nil && in.Encrypted {
+		if err := verify(ctx, tmp.Name(), in.Format); err != nil {
+			return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		}
 	}
 	img := types.Image{
 		Name: name, File: name + "." + in.Format, Format: in.Format, VirtualSize: in.VirtualSize,
@@ -340,4 +357,44 @@ func removeIfExists(p string) error {
 		return err
 	}
 	return nil
+}
+
+// NamingSecret returns the imported images whose os_encrypt_key_id is the
+// secret id, sorted (read from their sidecars; a legacy image names no
+// secret). A sidecar that does not decode is an error: the image may name
+// the secret, and a caller deleting it must not guess.
+func (d *Dir) NamingSecret(ctx context.Context, id string) ([]string, error) {
+	ents, err := os.ReadDir(d.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("images naming secret %s: %w", id, err)
+	}
+	var out []string
+	for _, e := range ents {
+		n, ok := strings.CutSuffix(e.Name(), sidecarExt)
+		if !ok || !e.Type().IsRegular() || strings.HasPrefix(n, ".") || CheckName(n) != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		b, err := os.ReadFile(d.sidecar(n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("images naming secret %s: %w", id, err)
+		}
+		var img types.Image
+		if err := json.Unmarshal(b, &img); err != nil {
+			return nil, fmt.Errorf("images naming secret %s: sidecar %s: %w", id, d.sidecar(n), err)
+		}
+		if img.Properties[policy.ImageEncryptKeyID] == id {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -138,6 +138,10 @@ type Disk struct {
 	// It is a request: what the guest is told comes only from what hostctl
 	// created and verified.
 	EncryptionFormat string `json:"encryption_format,omitempty"`
+	// Unencrypted records that the spec said `encrypted: false` itself
+	// (ParseSpec sets it; never stored): an explicit request an encrypting
+	// flavor or image must not silently override (a conflict instead).
+	Unencrypted bool `json:"-"`
 }
 
 // NIC is a network interface of the instance.

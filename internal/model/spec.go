@@ -60,6 +60,7 @@ func ParseSpec(data []byte) (*Instance, error) {
 		// a safety net for a schema that drifted from the Go types.
 		return nil, &SpecError{Errors: []FieldError{{Field: "(document)", Rule: err.Error()}}}
 	}
+	markUnencrypted(js, &in)
 	in.Normalize()
 	if err := in.Validate(); err != nil {
 		return nil, err

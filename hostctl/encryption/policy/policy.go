@@ -127,7 +127,8 @@ func formatList(fs []string) string {
 // Apply turns the decision into per-disk requests on the local disks of
 // an instance (every disk hostctl creates for it is local storage):
 // with encryption on, every disk is asked to be encrypted in the
-// decided format, and a disk that names another format is a conflict;
+// decided format, and a disk that names another format, or whose spec
+// says encrypted: false (model.Disk.Unencrypted), is a conflict;
 // with encryption off, disks keep what the spec asked of them, except
 // that a side's explicit false refuses a disk asking for encryption, and
 // a format this host does not support is refused.
@@ -136,6 +137,12 @@ func (d Decision) Apply(disks []model.Disk, host Host) error {
 		disk := &disks[i]
 		switch {
 		case d.Encrypt:
+			if disk.Unencrypted {
+				// The specification's rule: an explicit false under an
+				// encrypting flavor or image is a conflict, never overridden.
+				return conflict("disks[%d] (%s) says encrypted=false, and %s says encrypted=true: an explicit false is not overridden (leave encrypted out, or use a flavor and image without ephemeral encryption)",
+					i, disk.Name, d.Why)
+			}
 			if disk.EncryptionFormat != "" && disk.EncryptionFormat != d.Format {
 				return conflict("disks[%d] (%s) asks for encryption format %q, and %s chose %q", i, disk.Name, disk.EncryptionFormat, d.FormatFrom, d.Format)
 			}

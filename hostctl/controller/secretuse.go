@@ -1,0 +1,271 @@
+package controller
+
+// One rule for every deletion of a key-manager secret (issue 20, item 1):
+// a secret goes only when nothing names it any more — no image of the
+// catalog (its os_encrypt_key_id: an imported image, a snapshot, a
+// shelved instance's image), no disk or backing file of any instance's
+// block-device records (any host's: the records are in the store), no
+// rescued instance (its rescue disk opens with the rescue image's
+// secret), no pending passphrase rotation, and no existing instance that
+// owns it as a disk's. A refusal is keys.ErrInUse (409) naming every
+// holder.
+//
+// Every path that deletes a secret — `secret delete`, an image deleted
+// with os_encrypt_key_deletion_policy on_image_deletion, an instance or
+// disk deleted, a replaced or flattened disk, the reconciler's sweep, an
+// undo step — calls deleteSecret, the only caller of the key manager's
+// Delete. What the caller is in the middle of releasing (the disks of an
+// instance being deleted, the image being deleted) is said in a
+// secretRelease, so the holder being removed does not keep its own secret.
+//
+// Deletions and the steps that make something name an existing secret
+// (an image import naming os_encrypt_key_id, a rescue) hold the secret's
+// lock (Controller.secretLocks) over the check and the act, so on this
+// host nothing starts naming a secret between the check and the delete.
+// Image directories are per host: an image of another host's directory
+// is not seen (that host's own deletions check it).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// secretRelease is what a deletion is releasing: those holders do not
+// keep the secret.
+type secretRelease struct {
+	// image is an image being deleted.
+	image string
+	// instanceUUID is an instance whose disks are being removed (or
+	// replaced): its ownership of the secret (keys.Owner) does not count,
+	// nor a pending rotation of it.
+	instanceUUID string
+	// disks of that instance being removed: their block-device records do
+	// not count. allDisks: every disk, the rescue disk and the state
+	// record (the instance is deleted).
+	disks    []string
+	allDisks bool
+}
+
+func (r secretRelease) releasesDisk(instUUID, disk string) bool {
+	return r.instanceUUID != "" && strings.EqualFold(instUUID, r.instanceUUID) && (r.allDisks || slices.Contains(r.disks, disk))
+}
+
+// pendingChecker is the key manager's view of a rotation in progress
+// (internal/keys: a pending passphrase).
+type pendingChecker interface {
+	HasPending(ctx context.Context, id string) (bool, error)
+}
+
+// secretHolders returns what names the secret id, except what rel
+// releases, as phrases for an error ("image enc-b", "disk vda of instance
+// web"), sorted.
+func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRelease) ([]string, error) {
+	var out []string
+	released := map[string]bool{}
+	if rel.image != "" {
+		released[rel.image] = true
+	}
+	states := map[string]vmState{}
+	if c.records != nil {
+		recs, err := c.records.Records(ctx, vmStatePrefix)
+		if err != nil {
+			return nil, fmt.Errorf("instance states: %w", err)
+		}
+		for _, sr := range recs {
+			var st vmState
+			if err := json.Unmarshal(sr.Value, &st); err != nil {
+				return nil, fmt.Errorf("state record %s: %w", sr.Key, err)
+			}
+			uuid := strings.TrimPrefix(sr.Key, vmStatePrefix)
+			states[uuid] = st
+			if rel.allDisks && strings.EqualFold(uuid, rel.instanceUUID) && st.ShelvedImage != "" {
+				released[st.ShelvedImage] = true // deleted with the instance
+			}
+		}
+	}
+	// Images of this host's catalog (snapshots and shelved images are
+	// images too).
+	if c.imageDir != nil {
+		imgs, err := c.imageDir.NamingSecret(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range imgs {
+			if !released[n] {
+				out = append(out, "image "+n)
+			}
+		}
+	}
+	// Disks, backing files and rescue disks of every instance with
+	// block-device records.
+	if c.records != nil {
+		recs, err := c.records.Records(ctx, blockDevPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("block devices: %w", err)
+		}
+		for _, sr := range recs {
+			var rec blockDevRecord
+			if err := json.Unmarshal(sr.Value, &rec); err != nil {
+				return nil, fmt.Errorf("block-device record %s: %w", sr.Key, err)
+			}
+			uuid := strings.TrimPrefix(sr.Key, blockDevPrefix)
+			inst := rec.Instance
+			if inst == "" {
+				inst = uuid
+			}
+			if st := states[uuid].State; st != "" {
+				inst += " (" + st + ")"
+			}
+			for disk, bd := range rec.Disks {
+				if rel.releasesDisk(uuid, disk) {
+					continue
+				}
+				what := "disk " + disk
+				if disk == rescueDisk {
+					what = "rescue disk"
+				}
+				if bd.EncryptionSecretUUID == id {
+					out = append(out, what+" of instance "+inst)
+				}
+				if bd.BackingEncryptionSecretUUID == id && bd.BackingEncryptionSecretUUID != bd.EncryptionSecretUUID {
+					out = append(out, "backing file of "+what+" of instance "+inst)
+				}
+			}
+		}
+		// A rescued instance's rescue disk opens with the rescue image's
+		// own secret (rescue.go).
+		for uuid, st := range states {
+			if st.RescueSecret == id && !rel.releasesDisk(uuid, rescueDisk) {
+				out = append(out, "rescue disk of instance "+st.Instance+" (rescue image "+st.RescueImage+")")
+			}
+		}
+	}
+	if c.keys != nil {
+		s, err := c.keys.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		// The instance a disk's secret was made for, while it exists.
+		if o := s.Owner; o != nil && o.InstanceName != "" && !strings.EqualFold(o.InstanceUUID, rel.instanceUUID) {
+			if rec, err := c.store.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
+				out = append(out, fmt.Sprintf("disk %s of instance %s (made for it)", o.Disk, o.InstanceName))
+			} else if err != nil && !isStoreNotFound(err) {
+				return nil, err
+			}
+		}
+		// A passphrase rotation in progress (its new passphrase is
+		// pending): it goes with the disk it rotates, nothing else.
+		if pk, ok := c.keys.(pendingChecker); ok && (s.Owner == nil || !strings.EqualFold(s.Owner.InstanceUUID, rel.instanceUUID) || rel.instanceUUID == "") {
+			pending, err := pk.HasPending(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if pending {
+				out = append(out, "a pending passphrase rotation (hostctl keys status)")
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
+}
+
+// deleteSecret deletes the key-manager secret id unless something other
+// than what rel releases names it: then keys.ErrInUse naming the holders,
+// and the secret stays. A secret already gone is keys.ErrNotFound.
+func (c *Controller) deleteSecret(ctx context.Context, id string, rel secretRelease) error {
+	if c.keys == nil {
+		return ErrNoKeyManager
+	}
+	defer c.secretLocks.Lock(id)()
+	holders, err := c.secretHolders(ctx, id, rel)
+	if err != nil {
+		return fmt.Errorf("delete secret %s: %w", id, err)
+	}
+	if len(holders) > 0 {
+		return fmt.Errorf("delete secret %s: %w: named by %s", id, keys.ErrInUse, strings.Join(holders, ", "))
+	}
+	if err := c.keys.Delete(ctx, id); err != nil {
+		return err
+	}
+	c.log.Info("secret deleted", "secret", id)
+	return nil
+}
+
+// deleteSecretQuietly is deleteSecret after a commit: a secret already
+// gone is no error, one still named is kept (logged), other failures are
+// returned.
+func (c *Controller) deleteSecretQuietly(ctx context.Context, id string, rel secretRelease) error {
+	err := c.deleteSecret(ctx, id, rel)
+	switch {
+	case err == nil, errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return nil
+	case errors.Is(err, keys.ErrInUse):
+		c.log.Info("secret kept: something else names it", "secret", id, "err", err)
+		return nil
+	}
+	return err
+}
+
+// importKeyCheck is the check of an image import naming a secret in
+// os_encrypt_key_id (issue 20, item 2): the key manager must have the
+// secret (a field error naming the key id otherwise), and the returned
+// VerifyFunc proves that its passphrase opens the file's LUKS header. The
+// secret's lock is held until unlock, so it is not deleted before the
+// image names it. Nothing to check (no key id): a nil VerifyFunc.
+func (c *Controller) importKeyCheck(ctx context.Context, name string, props map[string]string) (_ images.VerifyFunc, _ func(), err error) {
+	keyID, ok := props[policy.ImageEncryptKeyID]
+	if !ok {
+		return nil, func() {}, nil
+	}
+	field := "properties[" + policy.ImageEncryptKeyID + "]"
+	refuse := func(rule string) error {
+		return fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: []model.FieldError{{Field: field, Value: keyID, Rule: rule}}})
+	}
+	if err := keys.CheckUUID(keyID); err != nil {
+		return nil, nil, refuse("not a secret UUID (8-4-4-4-12 lower-case hex digits)")
+	}
+	if c.keys == nil {
+		return nil, nil, fmt.Errorf("import image %s: %w", name, &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: field, Value: keyID,
+			Rule: "this host has no key manager: it cannot check that the secret opens the image"}}}})
+	}
+	release := c.secretLocks.Lock(keyID)
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	if _, err := c.keys.Get(ctx, keyID); errors.Is(err, keys.ErrNotFound) {
+		return nil, nil, refuse("names no secret in the key manager (hostctl secret list shows them; hostctl secret create makes one)")
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("import image %s: secret %s: %w", name, keyID, err)
+	}
+	verify := func(ctx context.Context, path, format string) error {
+		pass, err := c.keys.Passphrase(ctx, keyID)
+		if err != nil {
+			return fmt.Errorf("secret %s: %w", keyID, err)
+		}
+		defer clear(pass)
+		err = c.luks.VerifyImage(ctx, path, format, pass)
+		if errors.Is(err, encryption.ErrWrongPassphrase) {
+			return &model.SpecError{Errors: []model.FieldError{{Field: field, Value: keyID,
+				Rule: "the secret's passphrase does not open the image's LUKS header: the image is encrypted under another key"}}}
+		}
+		if err != nil {
+			return fmt.Errorf("open the image with secret %s: %w", keyID, err)
+		}
+		return nil
+	}
+	return verify, release, nil
+}
