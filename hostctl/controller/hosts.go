@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -91,6 +92,9 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *types.Instance,
 	if err := c.ownerDown(ctx, "adopt "+name, rec); err != nil {
 		return nil, err
 	}
+	if err := c.checkRecordParts(ctx, part.Adopt, rec); err != nil { // parts.go
+		return nil, err
+	}
 	doc, err := c.store.Document(ctx, rec.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("adopt %s: %w", name, err)
@@ -129,6 +133,9 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		return nil, fmt.Errorf("delete %s from the store: %w: it lives on this host (%s): use a plain delete, which cleans up here", name, ErrState, c.hostName)
 	}
 	if err := c.ownerDown(ctx, "delete "+name+" from the store", rec); err != nil {
+		return nil, err
+	}
+	if err := c.checkRecordParts(ctx, part.ForceDelete, rec); err != nil { // parts.go
 		return nil, err
 	}
 	if err := c.store.Delete(ctx, name); err != nil {

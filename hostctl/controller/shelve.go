@@ -32,6 +32,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
 	"path/filepath"
 	"time"
@@ -61,6 +62,9 @@ func (c *Controller) Shelve(ctx context.Context, name string) (_ *types.Instance
 	defer c.observe("shelve", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	rec, in, err := c.stoppedInstance(ctx, "shelve", name)
+	if err == nil {
+		err = c.checkRecordParts(ctx, part.Shelve, rec) // parts.go
+	}
 	if err != nil {
 		unlock()
 		return nil, err
@@ -147,6 +151,10 @@ func (c *Controller) Unshelve(ctx context.Context, name string) (_ *types.Instan
 		return nil, err
 	}
 	if err := c.drv.require("unshelve", name); err != nil {
+		unlock()
+		return nil, err
+	}
+	if err := c.checkRecordParts(ctx, part.Unshelve, rec); err != nil { // parts.go
 		unlock()
 		return nil, err
 	}
@@ -248,6 +256,9 @@ func (c *Controller) unshelveLocked(ctx context.Context, uuid string, st vmState
 	}
 	host := c.host(in)
 	if err := c.encryptedSources(ctx, in, &host); err != nil {
+		return nil, err
+	}
+	if err := c.prepareParts(ctx, part.Unshelve, r, in, &host); err != nil { // parts.go
 		return nil, err
 	}
 	doc, err := virt.BuildDomain(in, host, c.dom)
