@@ -96,6 +96,11 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		changes = []string{"the domain exists but hostctl has no record of it"}
 	default:
 		changes = hardwareChanges(old, in)
+		if ch, err := c.partsChange(ctx, old, in); err != nil { // parts.go
+			return nil, fmt.Errorf("%s %s: %w", op, name, err)
+		} else if ch != "" {
+			changes = append(changes, ch)
+		}
 	}
 	if cur != nil && cur.running && len(changes) > 0 {
 		return nil, fmt.Errorf("apply %s: %w: the domain is running and the spec changes its hardware (%s); "+

@@ -167,3 +167,43 @@ func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]typ
 	}
 	return out, nil
 }
+
+// partsChange names the change of the parts' devices from old to in (a
+// new flavor's or image's watchdog), "" when there is none: the domain is
+// then redefined as for any other hardware change.
+func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (string, error) {
+	if len(c.parts) == 0 {
+		return "", nil
+	}
+	xmlOf := func(in *model.Instance) (string, error) {
+		pi, err := c.partView(ctx, in)
+		if err != nil {
+			return "", err
+		}
+		var b []byte
+		for _, p := range c.parts {
+			devs, err := p.Devices(pi)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", p.Name(), err)
+			}
+			for _, d := range devs {
+				b = append(append(b, d.XML...), '\n')
+			}
+		}
+		return string(b), nil
+	}
+	was, err := xmlOf(old)
+	if err != nil {
+		// The stored instance's parts no longer agree with it (a flavor
+		// changed under it): treat as changed, the new view decides.
+		was = "?"
+	}
+	now, err := xmlOf(in)
+	if err != nil {
+		return "", err
+	}
+	if was == now {
+		return "", nil
+	}
+	return "the host parts' devices", nil
+}

@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
+	"github.com/vmeta/vmeta/internal/model"
+)
+
+var reWatchdog = regexp.MustCompile(`<watchdog model="i6300esb" action="([a-z]+)"`)
+
+// watchdogOf is the action of the watchdog in the fake libvirt's
+// definition of name ("" without one); more than one is an error.
+func watchdogOf(t *testing.T, e *env, name string) string {
+	t.Helper()
+	e.hv.mu.Lock()
+	defer e.hv.mu.Unlock()
+	d := e.hv.domains[name]
+	if d == nil {
+		t.Fatalf("no domain %s", name)
+	}
+	m := reWatchdog.FindAllStringSubmatch(d.xml, -1)
+	switch len(m) {
+	case 0:
+		return ""
+	case 1:
+		return m[0][1]
+	}
+	t.Fatalf("%d watchdogs in\n%s", len(m), d.xml)
+	return ""
+}
+
+func hostDevicesOf(inst *types.Instance) []string {
+	var out []string
+	for _, d := range inst.HostDevices {
+		out = append(out, d.Kind+": "+d.Detail)
+	}
+	return out
+}
+
+// TestWatchdogPart: the watchdog part, registered with the core, puts
+// the flavor's hw:watchdog_action (or the image's hw_watchdog_action,
+// which wins) into every domain the core builds — apply, rebuild,
+// resize, unshelve — and instance show lists it; a value that is not
+// one of Nova's is refused naming it, changing nothing.
+func TestWatchdogPart(t *testing.T) {
+	e := newEnv(t)
+	e.c.parts = []part.Part{watchdog.New()}
+	flavorSetup(e)
+	ctx := context.Background()
+	for _, f := range []types.Flavor{
+		{Name: "f.wd", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "reset"}},
+		{Name: "f.wdbig", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "poweroff"}},
+		{Name: "f.wdbad", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "dump"}},
+	} {
+		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "src")
+	if out, err := exec.Command(e.qemuImg, "create", "-q", "-f", "qcow2", p, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.ImportImage(ctx, "deb-pause", map[string]string{watchdog.ImageProperty: "pause"}, bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A plain flavor: no watchdog.
+	e.mustApply(flavorSpec)
+	if got := watchdogOf(t, e, "app-1"); got != "" {
+		t.Errorf("f.small: watchdog %q, want none", got)
+	}
+	if err := e.c.Delete(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	inst := e.mustApply(strings.Replace(flavorSpec, "flavor: f.small", "flavor: f.wd", 1))
+	if got := watchdogOf(t, e, "app-1"); got != "reset" {
+		t.Errorf("apply: watchdog %q, want reset", got)
+	}
+	shown, err := e.c.Get(ctx, "app-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(hostDevicesOf(shown), ";"); got != "watchdog: i6300esb, action reset" {
+		t.Errorf("instance show: host devices %q", got)
+	}
+	_ = inst
+
+	// Rebuild onto an image whose property wins over the flavor.
+	if _, err := e.c.Rebuild(ctx, "app-1", "deb-pause"); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchdogOf(t, e, "app-1"); got != "pause" {
+		t.Errorf("rebuild: watchdog %q, want pause (the image's)", got)
+	}
+	// Resize: the image's still wins.
+	if _, err := e.c.Resize(ctx, "app-1", "f.wdbig"); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchdogOf(t, e, "app-1"); got != "pause" {
+		t.Errorf("resize: watchdog %q, want pause", got)
+	}
+
+	// Shelve undefines the domain; unshelve defines it again, watchdog
+	// carried.
+	if _, err := e.c.Shelve(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Unshelve(ctx, "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchdogOf(t, e, "app-1"); got != "pause" {
+		t.Errorf("unshelve: watchdog %q, want pause", got)
+	}
+	if _, err := e.c.Stop(ctx, "app-1", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+
+	// A bad action: refused naming the extra spec and its value; nothing
+	// of app-2 exists.
+	bad := strings.NewReplacer("flavor: f.small", "flavor: f.wdbad", "name: app-1", "name: app-2", "10.1.0.8", "10.1.0.9", "52:54:00:00:00:11", "52:54:00:00:00:12").Replace(flavorSpec)
+	before := e.snapshot()
+	_, err = e.apply(bad)
+	var se *model.SpecError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), `flavor f.wdbad extra_specs.hw:watchdog_action: "dump"`) {
+		t.Fatalf("bad action: err = %v, want a spec error naming the extra spec and its value", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("a refused apply changed something:\n%s", diffLines(before, after))
+	}
+}
