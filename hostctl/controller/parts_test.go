@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -144,4 +145,101 @@ func TestWatchdogPart(t *testing.T) {
 	if after := e.snapshot(); after != before {
 		t.Errorf("a refused apply changed something:\n%s", diffLines(before, after))
 	}
+}
+
+// TestShelveReleasesDevices: shelve gives the instance's passthrough
+// claims back (a one-time-use device stays burned, needing cleaning);
+// unshelve claims again — another gpu, since the first is burned — and
+// publishes the spec with it; with no gpu left, unshelve is refused
+// naming the claim, and the instance stays shelved, holding nothing.
+func TestShelveReleasesDevices(t *testing.T) {
+	e := newEnv(t)
+	inv := withDevices(t, e)
+	e.c.parts = []part.Part{passthrough.New(inv)}
+	ctx := context.Background()
+	e.mustApply("name: vm1\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu, tag: ml}]\n")
+	held := func() []string {
+		t.Helper()
+		h, err := inv.HeldBy(ctx, mustUUID(t, e, "vm1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	first := held()
+	if len(first) != 1 {
+		t.Fatalf("held after apply: %v", first)
+	}
+	if _, err := e.c.Shelve(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if h := held(); len(h) != 0 {
+		t.Fatalf("held after shelve: %v, want nothing", h)
+	}
+	d, err := inv.Show(ctx, first[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.NeedsCleaning || d.Used != 0 {
+		t.Fatalf("the released one-time-use device: %+v, want burned (needs cleaning) and free", d)
+	}
+	// A start of the shelved instance claims nothing.
+	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, ErrState) {
+		t.Fatalf("start of a shelved instance = %v", err)
+	}
+	if h := held(); len(h) != 0 {
+		t.Fatalf("held after a refused start: %v", h)
+	}
+
+	got, err := e.c.Unshelve(ctx, "vm1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := held()
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("held after unshelve: %v (before shelve %v), want the other gpu", second, first)
+	}
+	var addrs []string
+	for _, p := range got.Spec.PCIDevices {
+		addrs = append(addrs, p.Address+"/"+p.Tag)
+	}
+	if len(addrs) != 1 || addrs[0] != second[0]+"/ml" {
+		t.Fatalf("published pci_devices %v, want %s/ml", addrs, second[0])
+	}
+	e.hv.mu.Lock()
+	xml := e.hv.domains["vm1"].xml
+	e.hv.mu.Unlock()
+	if want := `bus="0x` + second[0][5:7] + `"`; !strings.Contains(xml, want) || strings.Contains(xml, `bus="0x`+first[0][5:7]+`"`) {
+		t.Errorf("the domain does not name the new device %s:\n%s", second[0], xml)
+	}
+
+	// Shelve again: the second gpu is burned too; no gpu is left.
+	if _, err := e.c.Stop(ctx, "vm1", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Shelve(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	if _, err := e.c.Unshelve(ctx, "vm1"); err == nil || !strings.Contains(err.Error(), "claim the passthrough devices again") {
+		t.Fatalf("unshelve with no gpu left = %v", err)
+	}
+	if h := held(); len(h) != 0 {
+		t.Fatalf("held after a refused unshelve: %v", h)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("a refused unshelve changed something:\n%s", diffLines(before, after))
+	}
+	if st, _ := e.c.Get(ctx, "vm1"); st.State != StateShelved {
+		t.Errorf("state after a refused unshelve: %q", st.State)
+	}
+}
+
+func mustUUID(t *testing.T, e *env, name string) string {
+	t.Helper()
+	rec, err := e.st.Instance(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.UUID
 }

@@ -345,7 +345,7 @@ func Run(ctx context.Context, cfg Config) error {
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: prober.Support,
 		ProxyNetworks:     mdOpts.TrustedProxies, // no instance at a trusted proxy's address
-		Parts:             Parts(),               // parts.go
+		Parts:             Parts(inv),            // parts.go
 	}))
 	defer ctl.Close() // stops the reconciler before the store closes
 	keyEngine.Register(keyrotation.KEK, keyrotation.NewKEKRotator(km))

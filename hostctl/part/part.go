@@ -198,7 +198,7 @@ func Table(parts []Part) string {
 	sort.Strings(names)
 	fmt.Fprintf(&b, "%-13s", "op")
 	for _, n := range names {
-		fmt.Fprintf(&b, " %-10s", n)
+		fmt.Fprintf(&b, " %-12s", n)
 	}
 	b.WriteString("\n")
 	for _, op := range Ops() {
@@ -209,7 +209,7 @@ func Table(parts []Part) string {
 			if ok {
 				s = ans.Do.String()
 			}
-			fmt.Fprintf(&b, " %-10s", s)
+			fmt.Fprintf(&b, " %-12s", s)
 		}
 		b.WriteString("\n")
 	}
