@@ -95,6 +95,10 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *types.Instance,
 	if err := c.checkRecordParts(ctx, part.Adopt, rec); err != nil { // parts.go
 		return nil, err
 	}
+	afterState, err := c.adoptState(ctx, rec) // vmstate.go
+	if err != nil {
+		return nil, err
+	}
 	doc, err := c.store.Document(ctx, rec.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("adopt %s: %w", name, err)
@@ -111,6 +115,14 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *types.Instance,
 		c.notify.Invalidate(rec.UUID)
 	}
 	c.log.Info("instance adopted", "name", name, "from", prev, "host", c.hostName)
+	if err := afterState(); err != nil {
+		return nil, err
+	}
+	if st, _, _ := c.vmStateOf(ctx, rec.UUID); st.State == StateShelved {
+		// No instance files while shelved: unshelve's start builds the
+		// drive.
+		return c.Get(ctx, name)
+	}
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		c.log.Warn("adopted; the config drive could not be rebuilt here yet", "name", name, "err", err)
 	}
@@ -150,6 +162,7 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		fmt.Sprintf("the domain %s, its disks and files on host %s (remove them there if the host comes back)", name, rec.Host),
 		fmt.Sprintf("DHCP host entries of %s in host %s's libvirt network", name, rec.Host),
 	}
+	left = append(left, c.forceForgetState(ctx, rec)...) // a shelve's or rescue's state (vmstate.go)
 	if h := c.sharesHook(); h != nil {
 		// Its share mappings go (the shares are unlocked); NFS mounts
 		// on the dead host are unmounted by its share reconciler if it
