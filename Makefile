@@ -93,6 +93,9 @@ fuzz: ## run each fuzz target for a short while
 	$(GO) test -run '^$$' -fuzz FuzzProperties -fuzztime 30s ./hostctl/encryption/policy/
 	$(GO) test -run '^$$' -fuzz FuzzParseEntry -fuzztime 30s ./guest/udev/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./guest/uevent/
+	$(GO) test -run '^$$' -fuzz FuzzCheckAgreesWithSchema -fuzztime 30s ./schema/
+	$(GO) test -run '^$$' -fuzz FuzzPatterns -fuzztime 30s ./schema/check/
+	$(GO) test -run '^$$' -fuzz FuzzReadResponse -fuzztime 30s ./guest/source/
 
 .PHONY: clean
 clean: ## remove build output and the `make run` data

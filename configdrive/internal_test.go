@@ -4,57 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/diskfs/go-diskfs/backend/file"
-	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+	"github.com/vmeta/vmeta/configdrive/driveread"
 )
-
-// TestReadISO2048Fallback exercises Read's fallback for block devices with
-// 512-byte logical sectors directly on an image file: go-diskfs refuses a
-// 512-byte ISO block size (what GetFilesystem passes for such a device),
-// readISO2048 over a read-only file backend reads the drive. The end-to-end
-// path through a real loop device is TestReadLoopDevice (needs root).
-func TestReadISO2048Fallback(t *testing.T) {
-	files := SampleFiles()
-	p := filepath.Join(t.TempDir(), "disk.config")
-	if err := Build(p, files, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := file.OpenFromPath(p, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	st, err := b.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := iso9660.Read(b, st.Size(), 0, 512); err == nil {
-		t.Fatal("go-diskfs now accepts 512-byte ISO blocks; the fallback may be obsolete")
-	}
-	fsys, err := readISO2048(b, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, err := readTree(fsys, st.Size(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tree.Files) != len(files) {
-		t.Fatalf("read %d files, want %d", len(tree.Files), len(files))
-	}
-	for _, f := range files {
-		if got := string(tree.Files[f.Path]); got != string(f.Data) {
-			t.Errorf("%s differs", f.Path)
-		}
-	}
-	if l := isoLabel(fsys.Label()); l != "config-2" {
-		t.Errorf("label %q", l)
-	}
-}
 
 // TestSizeBounds: the vfat size is a spec-conformant FAT32 (>= 65525
 // clusters), and the smallest such.
@@ -111,7 +65,7 @@ func TestISOGolden(t *testing.T) {
 	if buf.Len() != wantSize || hex.EncodeToString(sum[:]) != wantSum {
 		t.Errorf("sample ISO: %d bytes, sha256 %x; want %d bytes, %s", buf.Len(), sum, wantSize, wantSum)
 	}
-	if size, err := isoVolumeSize(bytes.NewReader(buf.Bytes())); err != nil || size != int64(buf.Len()) {
+	if size, err := driveread.ISOVolumeSize(bytes.NewReader(buf.Bytes())); err != nil || size != int64(buf.Len()) {
 		t.Errorf("volume size %d (%v), image %d bytes", size, err, buf.Len())
 	}
 }

@@ -1,25 +1,14 @@
 package configdrive
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/configdrive/internal/isowriter"
 	"github.com/vmeta/vmeta/internal/metadata"
 )
 
-const (
-	isoBlock = isowriter.BlockSize
-	// System area (16 blocks) + primary volume descriptor + terminator.
-	isoHeaderBlocks = 16 + 2
-	// Offsets in the primary volume descriptor (ECMA-119 8.4).
-	pvdOffset          = 16 * isoBlock
-	pvdVolumeSpaceSize = 80  // uint32 LE, in logical blocks
-	pvdLogicalBlock    = 128 // uint16 LE
-)
+const isoBlock = isowriter.BlockSize
 
 // newISO lays out an ISO 9660 + Rock Ridge image of files (already
 // validated) in memory; see package isowriter for the format. now is the
@@ -46,25 +35,3 @@ func newISO(files []metadata.File, opts Options, now time.Time) (*isowriter.Imag
 	}
 	return im, nil
 }
-
-// isoVolumeSize reads the volume size, in bytes, from the primary volume
-// descriptor at block 16.
-func isoVolumeSize(r io.ReaderAt) (int64, error) {
-	pvd := make([]byte, isoBlock)
-	if _, err := r.ReadAt(pvd, pvdOffset); err != nil {
-		return 0, fmt.Errorf("configdrive: read primary volume descriptor: %w", err)
-	}
-	if pvd[0] != 1 || string(pvd[1:6]) != "CD001" {
-		return 0, fmt.Errorf("configdrive: no ISO 9660 primary volume descriptor at block 16")
-	}
-	blocks := int64(binary.LittleEndian.Uint32(pvd[pvdVolumeSpaceSize:]))
-	bs := int64(binary.LittleEndian.Uint16(pvd[pvdLogicalBlock:]))
-	if bs == 0 || blocks < isoHeaderBlocks {
-		return 0, fmt.Errorf("configdrive: implausible volume size %d x %d in primary volume descriptor", blocks, bs)
-	}
-	return blocks * bs, nil
-}
-
-// isoLabel trims the NUL/space padding go-diskfs and genisoimage leave in the
-// 32-byte volume identifier.
-func isoLabel(s string) string { return strings.TrimRight(s, " \x00") }

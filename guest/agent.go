@@ -228,7 +228,16 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 		}
 		prev = &State{}
 	}
-	if prev.UUID != "" && prev.UUID == doc.UUID && doc.Revision > 0 && doc.Revision < prev.Revision {
+	current := doc.Revision
+	if prev.UUID != "" && prev.UUID == doc.UUID && doc.Revision > 0 && doc.Revision < prev.Revision &&
+		doc.Digest != "" && doc.Digest == prev.Digest {
+		// An older revision with the devices applied: hostctl leaves the
+		// firmware entries (and their revision) alone while a publish
+		// changes nothing they carry, so they are current. Compare
+		// content, not revisions; the state keeps the newer revision.
+		current = prev.Revision
+	}
+	if prev.UUID != "" && prev.UUID == doc.UUID && doc.Revision > 0 && current < prev.Revision {
 		// A transport that lags behind (the firmware after the drive
 		// carried a newer revision, and the drive is gone): what was
 		// applied stays.
@@ -247,7 +256,7 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 	results := match.Devices(doc.Devices, inv)
 	p := buildPlan(results, inv, a.cfg.ShareRoot)
 	rep := &Report{State: &State{Origin: doc.Origin, UUID: doc.UUID, Digest: doc.Digest, Ignored: doc.Ignored,
-		Source: doc.Source, Revision: doc.Revision, Sources: doc.Sources}}
+		Source: doc.Source, Revision: current, Sources: doc.Sources}}
 	st := rep.State
 	st.Problems = append(st.Problems, doc.Problems()...)
 	st.Problems = append(st.Problems, doc.Ignored...)

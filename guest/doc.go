@@ -33,7 +33,12 @@
 // record differs are triggered. Agent.Run (`vmeta-agent run`) repeats
 // the pass on kernel device events (package uevent) and metadata changes.
 //
-// The agent is a static binary: it imports schema, configdrive and
-// internal/metadata (types only) and none of vmeta's host code, which
-// test/layout enforces.
+// The agent is a small static binary that starts fast (it holds boot):
+// it validates with schema/check (generated from the schema files; no
+// JSON Schema library), reads drives with configdrive/driveread, takes
+// the metadata's types from internal/metadata/wire, asks the metadata
+// service with its own HTTP/1.1 client (no net/http), compiles no
+// regular expression at start, and imports none of vmeta's host code;
+// test/layout enforces the imports, and vmeta-agent's TestStartInitCost
+// bounds what its package initialisers allocate.
 package guest

@@ -1,88 +1,28 @@
 package schema
 
 import (
-	"cmp"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/vmeta/vmeta/schema/check"
 )
 
 // Error is returned by Validate and ValidateJSON for a document that does
-// not satisfy its schema.
-type Error struct {
-	// Kind is the schema the document was checked against.
-	Kind Kind
-	// Violations lists every problem, ordered by pointer (array indexes in
-	// numeric order), then message.
-	Violations []Violation
-}
+// not satisfy its schema. It is check.Error: the guest agent's validator
+// (package check, generated from the same schema files) returns the same
+// type.
+type Error = check.Error
 
-// Violation is one problem in a document.
-//
-// Pointer is an RFC 6901 JSON pointer into the document, "" for the document
-// itself. For a missing required property it points at the object that
-// lacks it ("/devices/1", message `missing property "mac"`); for a property
-// the schema does not allow it points at that property ("/disks/0/sizee").
-type Violation struct {
-	Pointer string
-	Message string
-	// Value is the offending scalar at Pointer (string, json.Number,
-	// bool), or nil when the pointer names an object, an array or a
-	// missing value.
-	Value any
-}
+// Violation is one problem in a document; see check.Violation.
+type Violation = check.Violation
 
-// Error lists the violations, each as "pointer: message"; the document
-// itself is shown as "(root)".
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(string(e.Kind))
-	b.WriteString(": ")
-	if len(e.Violations) == 0 {
-		b.WriteString("invalid document")
-	}
-	for i, v := range e.Violations {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(displayPointer(v.Pointer))
-		b.WriteString(": ")
-		b.WriteString(v.Message)
-	}
-	return b.String()
-}
-
-func displayPointer(p string) string {
-	if p == "" {
-		return "(root)"
-	}
-	return p
-}
-
-// violations flattens the library's tree of errors into its leaves, with
-// messages that name the offending value where that helps.
-func violations(ve *jsonschema.ValidationError, doc any) []Violation {
-	out := collect(ve, doc, nil)
-	for i := range out {
-		switch v := lookup(doc, out[i].Pointer).(type) {
-		case map[string]any, []any:
-		default:
-			out[i].Value = v
-		}
-	}
-	slices.SortFunc(out, func(a, b Violation) int {
-		if c := comparePointers(a.Pointer, b.Pointer); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Message, b.Message)
-	})
-	return slices.Compact(out)
-}
-
+// collect flattens the library's tree of errors into its leaves, with
+// messages that name the offending value where that helps (check.NewError
+// then sets their values, sorts them and drops duplicates).
 func collect(ve *jsonschema.ValidationError, doc any, out []Violation) []Violation {
 	if len(ve.Causes) == 0 {
 		return leaf(ve, doc, out)
@@ -137,7 +77,7 @@ func leaf(ve *jsonschema.ValidationError, doc any, out []Violation) []Violation 
 			return out
 		}
 	case "pattern":
-		if v, ok := lookup(doc, ptr).(string); ok {
+		if v, ok := check.Lookup(doc, ptr).(string); ok {
 			p := strings.TrimPrefix(msg, "does not match pattern ")
 			if names := quotedNames(p); len(names) == 1 {
 				p = names[0]
@@ -145,7 +85,7 @@ func leaf(ve *jsonschema.ValidationError, doc any, out []Violation) []Violation 
 			msg = QuoteValue(v) + " does not match pattern " + p
 		}
 	case "format":
-		if v, ok := lookup(doc, ptr).(string); ok {
+		if v, ok := check.Lookup(doc, ptr).(string); ok {
 			if i := strings.LastIndex(msg, " is not valid "); i >= 0 {
 				if names := quotedNames(msg[i:]); len(names) == 1 {
 					msg = QuoteValue(v) + " is not a valid " + names[0]
@@ -179,71 +119,17 @@ func pointer(loc string) string {
 	return strings.Join(toks, "/")
 }
 
-var (
-	tokenEscaper   = strings.NewReplacer("~", "~0", "/", "~1")
-	tokenUnescaper = strings.NewReplacer("~1", "/", "~0", "~")
-)
+var tokenEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 func escapeToken(s string) string { return tokenEscaper.Replace(s) }
 
-// lookup returns the value at JSON pointer ptr in doc, or nil.
-func lookup(doc any, ptr string) any {
-	if ptr == "" {
-		return doc
-	}
-	cur := doc
-	for _, tok := range strings.Split(ptr[1:], "/") {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[tokenUnescaper.Replace(tok)]
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(c) {
-				return nil
-			}
-			cur = c[i]
-		default:
-			return nil
-		}
-	}
-	return cur
-}
-
-// comparePointers orders pointers token by token, numeric tokens (array
-// indexes) by value, so "/devices/2" sorts before "/devices/10".
-func comparePointers(a, b string) int {
-	at, bt := strings.Split(a, "/"), strings.Split(b, "/")
-	for i := 0; i < len(at) && i < len(bt); i++ {
-		if at[i] == bt[i] {
-			continue
-		}
-		an, aerr := strconv.Atoi(at[i])
-		bn, berr := strconv.Atoi(bt[i])
-		if aerr == nil && berr == nil {
-			return cmp.Compare(an, bn)
-		}
-		return strings.Compare(at[i], bt[i])
-	}
-	return cmp.Compare(len(at), len(bt))
-}
-
 // MaxQuoted bounds the runes of a value QuoteValue quotes whole.
-const MaxQuoted = 64
+const MaxQuoted = check.MaxQuoted
 
 // QuoteValue quotes s, a value from user input, for an error message: whole
 // when it has at most MaxQuoted runes, else its first MaxQuoted runes
-// followed by "… (N bytes)", so that a 70,000-byte user_data does not fill
-// the terminal. The cut never splits a rune.
-func QuoteValue(s string) string {
-	n := 0
-	for i := range s {
-		if n == MaxQuoted {
-			return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:i]), len(s))
-		}
-		n++
-	}
-	return strconv.Quote(s)
-}
+// followed by "… (N bytes)". See check.QuoteValue.
+func QuoteValue(s string) string { return check.QuoteValue(s) }
 
 // quotedNames extracts the strings the library quoted in a message. The
 // library quotes with %q, then turns the double quotes into single quotes:

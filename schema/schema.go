@@ -18,6 +18,13 @@
 // so Validate and ValidateJSON are safe for concurrent use. An invalid document
 // yields an *Error listing every violation with a JSON pointer into the
 // document.
+//
+// This package (santhosh-tekuri/jsonschema) is the authority the host
+// uses. The guest agent validates device documents with package check
+// instead, whose validators are generated from the same files (go
+// generate ./schema/check); TestCheckAgreesWithSchema and
+// FuzzCheckAgreesWithSchema prove that both accept and refuse the same
+// documents. After changing a device schema, run go generate.
 package schema
 
 import (
@@ -30,23 +37,26 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+
+	"github.com/vmeta/vmeta/schema/check"
 )
 
-// Kind names a schema.
-type Kind string
+// Kind names a schema. It is check.Kind, which the guest agent uses
+// without this package.
+type Kind = check.Kind
 
 // The schemas this package knows.
 const (
 	// DevicesV1 is the device role tagging schema of the specification,
 	// corrected.
-	DevicesV1 Kind = "device-role-tagging/1.0"
+	DevicesV1 Kind = check.DevicesV1
 	// DevicesV11 is the append-only successor of DevicesV1: disks may carry
 	// "encrypted" (a boolean) and there is a "share" device type.
-	DevicesV11 Kind = "device-role-tagging/1.1"
+	DevicesV11 Kind = check.DevicesV11
 	// DevicesV12 is the append-only successor of DevicesV11: there is a
 	// "pci" device type (a tagged passthrough device and its guest
 	// address).
-	DevicesV12 Kind = "device-role-tagging/1.2"
+	DevicesV12 Kind = check.DevicesV12
 	// InstanceSpec is the instance spec users write (model.Instance as
 	// JSON).
 	InstanceSpec Kind = "instance-spec/1"
@@ -137,7 +147,7 @@ func Validate(kind Kind, doc any) error {
 	}
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
-		return &Error{Kind: kind, Violations: violations(ve, doc)}
+		return check.NewError(kind, doc, collect(ve, doc, nil))
 	}
 	return fmt.Errorf("schema: validate %s: %w", kind, err)
 }

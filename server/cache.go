@@ -124,6 +124,7 @@ func (s *Server) Invalidate(uuid string) {
 	}
 	c.staleLocked(uuid)
 	c.mu.Unlock()
+	s.warmSoon(uuid, nil)
 }
 
 // applyChange handles one message of the store's change feed.
@@ -149,6 +150,9 @@ func (s *Server) applyChange(ctx context.Context, ch store.Change) {
 			c.dropLocked(v)
 		}
 		c.staleLocked(ch.UUID)
+	}
+	if ch.Version > 0 && (v == nil || v.version < ch.Version) {
+		defer s.warmSoon(ch.UUID, ch.Addresses) // a send that never blocks
 	}
 	// An address the instance had or has may be cached for another
 	// instance (it moved): drop that mapping.
@@ -326,6 +330,12 @@ func (s *Server) Run(ctx context.Context) error {
 		defer t.Stop()
 		heartbeat = t.C
 	}
+	warmed := make(chan struct{})
+	defer func() { <-warmed }()
+	go func() {
+		defer close(warmed)
+		s.warmer(ctx, s.warmN)
+	}()
 	w, watching := s.docs.(Watcher)
 	subscribe := func() {
 		ch, err := w.Watch(ctx)

@@ -39,6 +39,8 @@ type Config struct {
 	RateBurst       int
 	MaxConnsPerAddr int
 	SweepInterval   time.Duration
+	// WarmInstances is as in Options (0 here: none).
+	WarmInstances int
 	// KeyCheckInterval is how often the key files are compared with the
 	// keys loaded (Options.KeyCheckInterval), besides the store's change
 	// feed announcing a rotation and SIGHUP.
@@ -58,6 +60,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet, prefix, tokenKeyFile string) {
 	fs.Float64Var(&c.RateLimit, prefix+"rate-limit", DefaultRateLimit, "requests per second per instance (0 or negative: no limit)")
 	fs.IntVar(&c.RateBurst, prefix+"rate-burst", DefaultRateBurst, "burst of requests per instance above the rate")
 	fs.IntVar(&c.MaxConnsPerAddr, prefix+"max-conns-per-address", DefaultMaxConnsPerAddr, "open connections per source address (trusted proxies exempt; 0 or negative: no limit)")
+	fs.IntVar(&c.WarmInstances, prefix+"warm-instances", DefaultWarmInstances, "instances of the store read into the cache at the start, ahead of their guests' first boot requests (published ones are read as they are published; 0 or negative: none)")
 	fs.DurationVar(&c.SweepInterval, prefix+"sweep-interval", DefaultSweepInterval, "how often cached documents are compared with the store's versions (0 or negative: never)")
 	fs.DurationVar(&c.KeyCheckInterval, prefix+"key-check-interval", DefaultKeyCheckInterval, "how often the proxy secret and token key files are re-read if changed, besides when the store's change feed announces a key rotation and on SIGHUP (0 or negative: never); a key rotation waits this long (twice) before a new token key signs")
 }
@@ -69,7 +72,10 @@ func (c *Config) Options(log *slog.Logger) (Options, error) {
 	o := Options{
 		Logger: log, AccessLog: c.AccessLog, Metrics: c.MetricsListen != "",
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst, MaxConnsPerAddr: c.MaxConnsPerAddr,
-		SweepInterval: c.SweepInterval, KeyCheckInterval: c.KeyCheckInterval,
+		SweepInterval: c.SweepInterval, KeyCheckInterval: c.KeyCheckInterval, WarmInstances: c.WarmInstances,
+	}
+	if o.WarmInstances == 0 {
+		o.WarmInstances = -1
 	}
 	if o.RateLimit == 0 {
 		o.RateLimit = -1 // 0 on the command line means none, not the default

@@ -166,6 +166,10 @@ type Options struct {
 	// SweepInterval is how often Run compares cached versions with the
 	// store's (0: DefaultSweepInterval; negative: never).
 	SweepInterval time.Duration
+	// WarmInstances is how many of the store's instances Run reads into
+	// the cache when it starts, ahead of their guests (warm.go; 0:
+	// DefaultWarmInstances; negative: none).
+	WarmInstances int
 
 	// Metrics turns on per-request metrics (count by path class and
 	// status, latency); cache and store counters are always kept.
@@ -214,6 +218,8 @@ type Server struct {
 	health             health
 
 	cache cache
+	warmN int
+	warmQ chan warmItem // warm.go
 
 	osListing atomic.Pointer[osListing]
 }
@@ -229,6 +235,10 @@ func New(docs Documents, opts Options) *Server {
 		registry: opts.Registry, cache: newCache(),
 		keyFiles: opts.KeyFiles, keyCheck: opts.KeyCheckInterval,
 		readerID: opts.KeyReaderID, heartbeat: opts.KeyReaderHeartbeat,
+		warmN: opts.WarmInstances, warmQ: make(chan warmItem, warmQueue),
+	}
+	if s.warmN == 0 {
+		s.warmN = DefaultWarmInstances
 	}
 	if s.readerID == "" {
 		s.readerID = defaultReaderID()

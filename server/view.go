@@ -137,6 +137,9 @@ type view struct {
 	// tree is the stored form of the instance's tree; nil once every
 	// directory is built.
 	tree []byte
+	// decoded is the tree buildView decoded, for the first directory
+	// built (the first request of a guest needs one at once); nil after.
+	decoded *metadata.Tree
 	// bodies are the bodies of the directories built so far.
 	bodies []byte
 	// shapes is the table directories take their shapes from while the
@@ -184,7 +187,7 @@ func buildView(doc store.Document, policy TokenPolicy) (*view, error) {
 	}
 	return &view{
 		uuid: doc.InstanceUUID, projectID: unique.Make(doc.ProjectID).Value(), version: doc.Version, policy: policy,
-		reps: reps, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree,
+		reps: reps, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t,
 	}, nil
 }
 
@@ -253,11 +256,52 @@ func (v *view) build(i int) (*vdir, error) {
 	if d := v.dirs[i].Load(); d != nil {
 		return d, nil
 	}
-	rep := int(v.reps[i])
-	t, err := metadata.DecodeTree(v.tree)
+	t, err := v.treeLocked()
 	if err != nil {
 		return nil, err
 	}
+	d, err := v.buildLocked(i, t)
+	v.decoded = nil
+	return d, err
+}
+
+// prebuild builds the directories of version indexes idx not built yet,
+// decoding the tree once (see Server.warm).
+func (v *view) prebuild(idx ...int) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var t *metadata.Tree
+	for _, i := range idx {
+		if v.dirs[i].Load() != nil {
+			continue
+		}
+		if t == nil {
+			var err error
+			if t, err = v.treeLocked(); err != nil {
+				return err
+			}
+		}
+		if _, err := v.buildLocked(i, t); err != nil {
+			return err
+		}
+	}
+	v.decoded = nil
+	return nil
+}
+
+// treeLocked is the decoded tree: buildView's, or the stored form decoded
+// again.
+func (v *view) treeLocked() (*metadata.Tree, error) {
+	if v.decoded != nil {
+		return v.decoded, nil
+	}
+	return metadata.DecodeTree(v.tree)
+}
+
+// buildLocked builds the directory of version index i from t, with v.mu
+// held.
+func (v *view) buildLocked(i int, t *metadata.Tree) (*vdir, error) {
+	rep := int(v.reps[i])
 	var b dirBuilder
 	if isOSVersion(rep) {
 		buildOS(&b, rep, t)

@@ -12,7 +12,7 @@
 // (never lo, bridges, bonds). A PCI address (bus "pci") narrows further:
 // two NICs may share a MAC, as in the specification's own example, and are
 // then told apart by address. (devname, which only containers set, is not
-// used: metadata.Device does not carry it.)
+// used: wire.Device does not carry it.)
 //
 // Disks (whole disks, never loop/dm/ram devices):
 //
@@ -49,7 +49,7 @@ import (
 	"strings"
 
 	"github.com/vmeta/vmeta/guest/sysfs"
-	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/metadata/wire"
 )
 
 // Status is the outcome for one metadata entry.
@@ -72,7 +72,7 @@ const (
 type Result struct {
 	// Index is the entry's position in the devices list.
 	Index  int
-	Device metadata.Device
+	Device wire.Device
 	Status Status
 	// Disk or NIC is the matched device (Status Matched).
 	Disk *sysfs.Disk
@@ -100,7 +100,7 @@ func (r *Result) OK() bool {
 // Devices matches every entry of devs against inv. Entries of types other
 // than nic, disk and share must have been dropped before (the source
 // reports them).
-func Devices(devs []metadata.Device, inv *sysfs.Inventory) []Result {
+func Devices(devs []wire.Device, inv *sysfs.Inventory) []Result {
 	out := make([]Result, len(devs))
 	for i, d := range devs {
 		r := Result{Index: i, Device: d}

@@ -15,7 +15,8 @@ import (
 // usable drive — a guest without one learns of changes after its start
 // from the service only — with one round over its URLs when the firmware
 // already gave a document, so a guest without network is not held up.
-// With equal revisions the firmware is preferred, then the drive.
+// With equal revisions the firmware is preferred, then the drive. The
+// firmware and the drive are read concurrently.
 //
 // A transport that is present but unusable (a truncated or invalid
 // firmware entry, a drive that does not parse) is reported in
@@ -62,15 +63,33 @@ func (a *Auto) Fetch(ctx context.Context) (*Document, error) {
 			errs = append(errs, err)
 		}
 	}
+	// The firmware (which may load the qemu_fw_cfg module first) and the
+	// drive are read at the same time: both wait on emulated devices,
+	// and the unit holds boot until the first pass ends.
+	type result struct {
+		d   *Document
+		err error
+	}
+	var fw chan result
 	if a.Firmware != nil {
-		d, err := a.Firmware.Fetch(ctx)
-		add(KindFirmware, d, err, errors.Is(err, ErrNoFirmware))
+		fw = make(chan result, 1)
+		go func() {
+			d, err := a.Firmware.Fetch(ctx)
+			fw <- result{d, err}
+		}()
+	}
+	var drive result
+	if a.Drive != nil {
+		drive.d, drive.err = a.Drive.Fetch(ctx)
+	}
+	if fw != nil {
+		r := <-fw
+		add(KindFirmware, r.d, r.err, errors.Is(r.err, ErrNoFirmware))
 	}
 	driveOK := false
 	if a.Drive != nil {
-		d, err := a.Drive.Fetch(ctx)
-		add(KindDrive, d, err, errors.Is(err, ErrNoDrive))
-		driveOK = err == nil
+		add(KindDrive, drive.d, drive.err, errors.Is(drive.err, ErrNoDrive))
+		driveOK = drive.err == nil
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/configdrive/driveread"
 )
 
 // Labels a config drive carries (cloud-init accepts both).
@@ -128,7 +129,8 @@ func devName(sys, name string) string {
 }
 
 // Fetch finds the drive (unless Path is set) and reads
-// openstack/latest/meta_data.json from it without mounting it. When
+// openstack/latest/meta_data.json from it without mounting it, and only
+// that file (and the directories on its path). When
 // several devices carry the label, the first (a cdrom before disks) is
 // read, as cloud-init does.
 func (c *ConfigDrive) Fetch(ctx context.Context) (*Document, error) {
@@ -146,16 +148,15 @@ func (c *ConfigDrive) Fetch(ctx context.Context) (*Document, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tree, label, err := configdrive.Read(p)
+	data, label, err := driveread.ReadFile(p, MetaDataPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("config drive %s: %w: no %s (%v)", p, ErrInvalid, MetaDataPath, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config drive %s: %w", p, err)
 	}
 	if c.Path == "" && !IsDriveLabel(label) {
 		return nil, fmt.Errorf("config drive %s: label changed to %q while reading", p, label)
-	}
-	data, ok := tree.Get(MetaDataPath)
-	if !ok {
-		return nil, fmt.Errorf("config drive %s: %w: no %s", p, ErrInvalid, MetaDataPath)
 	}
 	doc, err := Parse(data)
 	if err != nil {

@@ -8,12 +8,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/metadata/wire"
 )
 
 // DefaultFirmwareDir is where Linux's qemu_fw_cfg module lists the fw_cfg
@@ -26,7 +25,7 @@ const DefaultFirmwareDir = "/sys/firmware/qemu_fw_cfg"
 var ErrNoFirmware = errors.New("no firmware metadata")
 
 // Firmware reads the document from QEMU's firmware configuration device:
-// the entries hostctl writes (metadata.FirmwareDevices, FirmwareUUID,
+// the entries hostctl writes (wire.FirmwareDevices, FirmwareUUID,
 // FirmwareRevision), read from sysfs. It needs no mount and no network,
 // only the qemu_fw_cfg module, which it loads when sysfs has no
 // qemu_fw_cfg directory (once per process).
@@ -76,31 +75,31 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 		return nil, err
 	}
 	read := func(name string) ([]byte, error) { return readFirmwareEntry(dir, name) }
-	devs, err := read(metadata.FirmwareDevices)
+	devs, err := read(wire.FirmwareDevices)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, rerr := read(metadata.FirmwareRevision); errors.Is(rerr, fs.ErrNotExist) {
+		if _, rerr := read(wire.FirmwareRevision); errors.Is(rerr, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: fw_cfg has no %s entries (the host does not publish them: hostctl serve --firmware-metadata off, or another host)",
-				ErrNoFirmware, strings.TrimSuffix(metadata.FirmwarePrefix, "/"))
+				ErrNoFirmware, strings.TrimSuffix(wire.FirmwarePrefix, "/"))
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
-	revRaw, err := read(metadata.FirmwareRevision)
+	revRaw, err := read(wire.FirmwareRevision)
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
-	rev, err := metadata.ParseFirmwareRevision(revRaw)
+	rev, err := wire.ParseFirmwareRevision(revRaw)
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
-	uuidRaw, err := read(metadata.FirmwareUUID)
+	uuidRaw, err := read(wire.FirmwareUUID)
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
-	uuid, err := metadata.ParseFirmwareLine(metadata.FirmwareUUID, uuidRaw)
-	if err == nil && !uuidRE.MatchString(uuid) {
-		err = fmt.Errorf("firmware entry %s: %q is not a uuid", metadata.FirmwareUUID, uuid)
+	uuid, err := wire.ParseFirmwareLine(wire.FirmwareUUID, uuidRaw)
+	if err == nil && !isUUID(uuid) {
+		err = fmt.Errorf("firmware entry %s: %q is not a uuid", wire.FirmwareUUID, uuid)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
@@ -109,11 +108,32 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w", err)
 	}
-	doc.Origin = "firmware (fw_cfg " + metadata.FirmwarePrefix + "*)"
+	doc.Origin = "firmware (fw_cfg " + wire.FirmwarePrefix + "*)"
 	return doc, nil
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+// isUUID reports whether s is a uuid, 8-4-4-4-12 hex digits of either
+// case (`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`;
+// no regular expressions are compiled at the agent's start).
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // ParseFirmware parses the devices entry ({"devices": [...]} and a
 // newline) the way Parse parses meta_data.json: the same schema, the same
@@ -121,9 +141,9 @@ var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[
 func ParseFirmware(devices []byte, uuid string, rev int64) (*Document, error) {
 	body, ok := strings.CutSuffix(string(devices), "\n")
 	if !ok {
-		return nil, fmt.Errorf("%w: firmware entry %s is truncated (%d bytes, no final newline)", ErrInvalid, metadata.FirmwareDevices, len(devices))
+		return nil, fmt.Errorf("%w: firmware entry %s is truncated (%d bytes, no final newline)", ErrInvalid, wire.FirmwareDevices, len(devices))
 	}
-	doc, err := parse([]byte(body), metadata.FirmwareDevices)
+	doc, err := parse([]byte(body), wire.FirmwareDevices)
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +163,8 @@ func readFirmwareEntry(dir, name string) ([]byte, error) {
 	if err != nil || size < 0 {
 		return nil, fmt.Errorf("entry %s: size %q is not a number", name, strings.TrimSpace(string(sizeRaw)))
 	}
-	if size > metadata.MaxFirmwareEntry {
-		return nil, fmt.Errorf("entry %s: %d bytes, more than %d", name, size, metadata.MaxFirmwareEntry)
+	if size > wire.MaxFirmwareEntry {
+		return nil, fmt.Errorf("entry %s: %d bytes, more than %d", name, size, wire.MaxFirmwareEntry)
 	}
 	b, err := os.ReadFile(filepath.Join(p, "raw"))
 	if err != nil {

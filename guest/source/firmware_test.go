@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/guest/source"
@@ -307,5 +309,52 @@ func BenchmarkFetch(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestAutoReadsFirmwareAndDriveTogether: Auto reads the config drive
+// while the firmware read is still pending (here: loading qemu_fw_cfg),
+// so a slow module load and a slow drive do not add up at boot. The
+// drive is a FIFO, whose opening by the reader the test sees; the
+// firmware's module load waits until the test lets it go.
+func TestAutoReadsFirmwareAndDriveTogether(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "drive")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	release := make(chan struct{})
+	a := &source.Auto{
+		Firmware: &source.Firmware{Dir: filepath.Join(dir, "no-fw-cfg"), Load: func(context.Context) error {
+			<-release
+			return errors.New("not a QEMU guest")
+		}},
+		Drive: &source.ConfigDrive{Path: fifo},
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Fetch(context.Background())
+		done <- err
+	}()
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once the drive is opened for reading
+		if err == nil {
+			opened <- w
+		}
+	}()
+	select {
+	case w := <-opened:
+		w.Close()
+	case err := <-done:
+		t.Fatalf("Fetch returned before reading the drive: %v", err)
+	case <-time.After(time.Minute):
+		close(release)
+		t.Fatal("the drive was not read while the firmware read was pending")
+	}
+	close(release)
+	err := <-done
+	if err == nil || !strings.Contains(err.Error(), fifo) {
+		t.Errorf("Fetch = %v, want the drive's error (a FIFO is no drive)", err)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -34,8 +32,6 @@ type HTTP struct {
 	// URLs are the service's base URLs, tried in order; DefaultURLs()
 	// when empty.
 	URLs []string
-	// Client makes the requests; a client with short timeouts when nil.
-	Client *http.Client
 	// Attempts is how many rounds over URLs one Fetch makes (3 when 0);
 	// Backoff is the first pause between rounds (1s when 0), doubled
 	// each round.
@@ -84,41 +80,24 @@ func (h *HTTP) urls() []string {
 	return DefaultURLs()
 }
 
-var defaultClient = &http.Client{
-	Timeout: 10 * time.Second,
-	Transport: &http.Transport{
-		Proxy:                 nil, // never a proxy for a link-local service
-		DialContext:           (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
-		ResponseHeaderTimeout: 8 * time.Second,
-		MaxIdleConns:          2,
-		IdleConnTimeout:       30 * time.Second,
-	},
-}
-
-func (h *HTTP) client() *http.Client {
-	if h.Client != nil {
-		return h.Client
-	}
-	return defaultClient
-}
-
 // statusError is an HTTP answer other than 200.
 type statusError struct {
-	code int
-	url  string
+	code   int
+	status string // "404 Not Found"
+	url    string
 	// retryAfter is the service's Retry-After, if any.
 	retryAfter time.Duration
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("GET %s: %d %s", e.url, e.code, http.StatusText(e.code))
+	return fmt.Sprintf("GET %s: %s", e.url, e.status)
 }
 
 // retryable reports whether another attempt may succeed.
 func retryable(err error) bool {
 	var se *statusError
 	if errors.As(err, &se) {
-		return se.code >= 500 || se.code == http.StatusTooManyRequests || se.code == http.StatusUnauthorized
+		return se.code >= 500 || se.code == 429 || se.code == 401 // Too Many Requests, Unauthorized
 	}
 	return !errors.Is(err, ErrInvalid)
 }
@@ -186,7 +165,7 @@ func (h *HTTP) fetchOne(ctx context.Context, base string) (*Document, error) {
 	u := strings.TrimRight(base, "/") + "/" + MetaDataPath
 	body, err := h.get(ctx, base, u, h.cachedToken(base))
 	var se *statusError
-	if errors.As(err, &se) && se.code == http.StatusUnauthorized {
+	if errors.As(err, &se) && se.code == 401 { // Unauthorized
 		// The service wants a (new) session token.
 		h.dropToken()
 		tok, terr := h.fetchToken(ctx, base)
@@ -207,31 +186,22 @@ func (h *HTTP) fetchOne(ctx context.Context, base string) (*Document, error) {
 }
 
 func (h *HTTP) get(ctx context.Context, base, u, token string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
+	var hdr []string
 	if token != "" {
-		req.Header.Set(hdrToken, token)
+		hdr = []string{hdrToken, token}
 	}
-	resp, err := h.client().Do(req)
+	resp, err := do(ctx, "GET", u, hdr, MaxDocument)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", u, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		se := &statusError{code: resp.StatusCode, url: u}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+	if resp.code != 200 {
+		se := &statusError{code: resp.code, status: resp.status, url: u}
+		if s, err := strconv.Atoi(resp.header.Get("Retry-After")); err == nil && s > 0 {
 			se.retryAfter = time.Duration(s) * time.Second
 		}
 		return nil, se
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxDocument+1))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	return body, nil
+	return resp.body, nil
 }
 
 func (h *HTTP) cachedToken(base string) string {
@@ -251,29 +221,20 @@ func (h *HTTP) dropToken() {
 
 func (h *HTTP) fetchToken(ctx context.Context, base string) (string, error) {
 	u := strings.TrimRight(base, "/") + "/" + tokenPath
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, nil)
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set(hdrTokenTTL, strconv.Itoa(defaultTTL))
-	resp, err := h.client().Do(req)
+	resp, err := do(ctx, "PUT", u, []string{hdrTokenTTL, strconv.Itoa(defaultTTL)}, 4096)
 	if err != nil {
 		return "", fmt.Errorf("PUT %s: %w", u, err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return "", fmt.Errorf("PUT %s: %w", u, err)
+	if resp.code != 200 {
+		return "", fmt.Errorf("PUT %s: %s", u, resp.status)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("PUT %s: %d %s", u, resp.StatusCode, http.StatusText(resp.StatusCode))
-	}
+	b := resp.body
 	tok := strings.TrimSpace(string(b))
 	if tok == "" || strings.ContainsAny(tok, "\r\n") {
 		return "", fmt.Errorf("PUT %s: no usable token in the answer", u)
 	}
 	ttl := defaultTTL
-	if v, err := strconv.Atoi(resp.Header.Get(hdrTokenTTL)); err == nil && v > 0 {
+	if v, err := strconv.Atoi(resp.header.Get(hdrTokenTTL)); err == nil && v > 0 {
 		ttl = v
 	}
 	exp := time.Now().Add(time.Duration(ttl)*time.Second - tokenRenewSkew)

@@ -29,8 +29,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vmeta/vmeta/internal/metadata"
-	"github.com/vmeta/vmeta/schema"
+	"github.com/vmeta/vmeta/internal/metadata/wire"
+	"github.com/vmeta/vmeta/schema/check"
 )
 
 // MetaDataPath is the file read, relative to a config drive's root or the
@@ -59,14 +59,14 @@ type Document struct {
 	// UUID is the instance's uuid from meta_data.json ("" if absent).
 	UUID string
 	// Devices are the nic, disk and share entries, in document order.
-	Devices []metadata.Device
+	Devices []wire.Device
 	// PCI are the pci entries (tagged passthrough devices and their guest
 	// PCI addresses, schema 1.2), in document order. The agent validates
 	// and keeps them but writes no udev rules for them: what a
 	// passthrough device offers (a GPU's render nodes, an NVMe drive's
 	// namespaces, a NIC's interfaces) is its driver's, and its guest
 	// address, which the entry carries, is what identifies it.
-	PCI []metadata.Device
+	PCI []wire.Device
 	// Ignored describes the entries that were dropped.
 	Ignored []string
 	// Digest identifies the devices list (SHA-256 of its JSON form) so
@@ -112,7 +112,7 @@ var ErrInvalid = errors.New("invalid metadata")
 var known = map[string]bool{"nic": true, "disk": true, "share": true, "pci": true}
 
 // Parse parses meta_data.json. It returns an error wrapping ErrInvalid
-// (and a *schema.Error when the schema refused it) for a document the
+// (and a *check.Error when the schema refused it) for a document the
 // agent must not act on.
 func Parse(data []byte) (*Document, error) { return parse(data, "meta_data.json") }
 
@@ -135,10 +135,10 @@ func parse(data []byte, what string) (*Document, error) {
 	if raw, ok := top["uuid"]; ok {
 		_ = json.Unmarshal(raw, &doc.UUID)
 	}
-	if raw, ok := top[metadata.RevisionKey]; ok {
+	if raw, ok := top[wire.RevisionKey]; ok {
 		rev, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
 		if err != nil || rev < 0 {
-			return nil, fmt.Errorf("%w: %s: %s is not a revision (a non-negative integer)", ErrInvalid, metadata.RevisionKey, raw)
+			return nil, fmt.Errorf("%w: %s: %s is not a revision (a non-negative integer)", ErrInvalid, wire.RevisionKey, raw)
 		}
 		doc.Revision = rev
 	}
@@ -169,15 +169,15 @@ func parse(data []byte, what string) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := schema.ValidateJSON(schema.DevicesV12, devicesDoc); err != nil {
-		var se *schema.Error
+	if err := check.ValidateJSON(check.DevicesV12, devicesDoc); err != nil {
+		var se *check.Error
 		if errors.As(err, &se) && len(orig) < len(entries) {
 			renumber(se, orig)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var devs struct {
-		Devices []metadata.Device `json:"devices"`
+		Devices []wire.Device `json:"devices"`
 	}
 	if err := json.Unmarshal(devicesDoc, &devs); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -196,7 +196,7 @@ func parse(data []byte, what string) (*Document, error) {
 
 // renumber rewrites the violations' pointers /devices/N... from the list
 // that was validated (without the ignored entries) to the document's.
-func renumber(se *schema.Error, orig []int) {
+func renumber(se *check.Error, orig []int) {
 	for i, v := range se.Violations {
 		rest, ok := strings.CutPrefix(v.Pointer, "/devices/")
 		if !ok {

@@ -29,12 +29,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/vmeta/vmeta/internal/model"
 )
 
 // DefaultRoot is where sysfs is mounted.
@@ -173,11 +170,44 @@ type Scanner struct {
 	DevRoot string
 }
 
-var (
-	reHCTL   = regexp.MustCompile(`^(\d+):(\d+):(\d+):(\d+)$`)
-	reATA    = regexp.MustCompile(`^ata(\d+)$`)
-	reVirtio = regexp.MustCompile(`^virtio\d+$`)
-)
+// digits reports whether s is a non-empty string of ASCII digits (the
+// regular expression \d+; no regular expressions are compiled at the
+// agent's start).
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// hctlParts returns the four numbers of a SCSI address host:channel:
+// target:lun (`^(\d+):(\d+):(\d+):(\d+)$`), or nil.
+func hctlParts(s string) []string {
+	parts := strings.Split(s, ":")
+	if len(parts) != 4 {
+		return nil
+	}
+	for _, p := range parts {
+		if !digits(p) {
+			return nil
+		}
+	}
+	return parts
+}
+
+// isATA reports whether s names an ATA link (`^ata(\d+)$`).
+func isATA(s string) bool {
+	rest, ok := strings.CutPrefix(s, "ata")
+	return ok && digits(rest)
+}
+
+// isVirtio reports whether s names a virtio device (`^virtio\d+$`).
+func isVirtio(s string) bool {
+	rest, ok := strings.CutPrefix(s, "virtio")
+	return ok && digits(rest)
+}
 
 // virtioFSDeviceID is the virtio device id of virtiofs (VIRTIO_ID_FS).
 const virtioFSDeviceID = 0x1a
@@ -266,17 +296,17 @@ func describeDisk(root, real, devPath string, d *Disk) {
 	ataLink := ""
 	for i, c := range comps {
 		switch {
-		case model.IsPCIAddress(c):
+		case isPCIAddress(c):
 			d.PCI = append(d.PCI, c)
-		case reATA.MatchString(c):
+		case isATA(c):
 			ataLink = c
-		case reHCTL.MatchString(c) && i+2 < len(comps) && comps[i+1] == "block":
-			m := reHCTL.FindStringSubmatch(c)
+		case hctlParts(c) != nil && i+2 < len(comps) && comps[i+1] == "block":
+			m := hctlParts(c)
 			h := HCTL{}
-			h.Host, _ = strconv.ParseUint(m[1], 10, 64)
-			h.Channel, _ = strconv.ParseUint(m[2], 10, 64)
-			h.Target, _ = strconv.ParseUint(m[3], 10, 64)
-			h.LUN, _ = strconv.ParseUint(m[4], 10, 64)
+			h.Host, _ = strconv.ParseUint(m[0], 10, 64)
+			h.Channel, _ = strconv.ParseUint(m[1], 10, 64)
+			h.Target, _ = strconv.ParseUint(m[2], 10, 64)
+			h.LUN, _ = strconv.ParseUint(m[3], 10, 64)
 			d.HCTL = &h
 		}
 	}
@@ -294,7 +324,7 @@ func describeDisk(root, real, devPath string, d *Disk) {
 		}
 	case d.HCTL != nil:
 		d.Transport = TransportSCSI
-	case reVirtio.MatchString(blockParent):
+	case isVirtio(blockParent):
 		d.Transport = TransportVirtio
 	case strings.HasPrefix(blockParent, "nvme"):
 		d.Transport = TransportNVMe
@@ -364,7 +394,7 @@ func scanNet(root string) ([]NIC, error) {
 		n := NIC{Name: e.Name(), DevPath: devPath, MAC: strings.ToLower(readAttr(filepath.Join(real, "address")))}
 		n.Index, _ = strconv.Atoi(readAttr(filepath.Join(real, "ifindex")))
 		for _, c := range strings.Split(devPath, "/") {
-			if model.IsPCIAddress(c) {
+			if isPCIAddress(c) {
 				n.PCI = append(n.PCI, c)
 			}
 		}
@@ -443,4 +473,23 @@ func readAttr(p string) string {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// isPCIAddress reports whether s is a PCI function's sysfs name,
+// dddd:bb:ss.f in lower-case hex with a function 0-7: the form
+// model.ParsePCIAddress accepts (TestIsPCIAddressAgreesWithModel), written
+// here so that the agent does not link the host's instance model.
+func isPCIAddress(s string) bool {
+	if len(s) != len("dddd:bb:ss.f") || s[4] != ':' || s[7] != ':' || s[10] != '.' || s[11] < '0' || s[11] > '7' {
+		return false
+	}
+	for i := 0; i < 10; i++ {
+		if i == 4 || i == 7 {
+			continue
+		}
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

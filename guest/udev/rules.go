@@ -16,7 +16,6 @@ package udev
 import (
 	"bytes"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -56,14 +55,25 @@ type Rules struct {
 	NICs  []NIC
 }
 
-// safeMatch is what may appear inside a match string unquoted by any
-// escape: no glob (*?[), no alternation (|), no quote or backslash.
-var safeMatch = regexp.MustCompile(`^[A-Za-z0-9/:._+@=,-]+$`)
+// safeMatch reports whether s may appear inside a match string unquoted
+// by any escape: no glob (*?[), no alternation (|), no quote or
+// backslash; non-empty, of A-Z a-z 0-9 and /:._+@=,- only
+// (`^[A-Za-z0-9/:._+@=,-]+$`; no regular expressions are compiled at the
+// agent's start).
+func safeMatch(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune("/:._+@=,-", rune(c)) {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // Check reports values that cannot be written into a rule safely.
 func (r *Rules) Check() error {
 	for _, d := range r.Disks {
-		if !safeMatch.MatchString(d.DevPath) {
+		if !safeMatch(d.DevPath) {
 			return fmt.Errorf("disk %q: the sysfs path has characters a udev match cannot hold", d.DevPath)
 		}
 		for _, t := range d.Links {
@@ -73,7 +83,7 @@ func (r *Rules) Check() error {
 		}
 	}
 	for _, n := range r.NICs {
-		if !safeMatch.MatchString(n.MAC) || (n.PCI != "" && !safeMatch.MatchString(n.PCI)) {
+		if !safeMatch(n.MAC) || (n.PCI != "" && !safeMatch(n.PCI)) {
 			return fmt.Errorf("NIC %q at %q: cannot be matched in a udev rule", n.MAC, n.PCI)
 		}
 	}

@@ -551,7 +551,8 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
-	if err := c.drv.setFirmware(ctx, r, in.Name, tree, rev); err != nil {
+	fwRev, err := c.drv.setFirmware(ctx, r, in.Name, tree, rev)
+	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
@@ -571,7 +572,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
 	}
 	if c.firmware {
-		c.drv.pruneFirmware(in.Name, rev)
+		c.drv.pruneFirmware(in.Name, fwRev) // the revision the definition names
 	} else {
 		c.drv.pruneFirmware(in.Name, 0)
 	}

@@ -19,6 +19,20 @@ type DHCP interface {
 	RemoveDHCPHost(ctx context.Context, network, mac string) error
 }
 
+// LiveDHCP is what a DHCP role may add (*virt.Conn has it): leases
+// written to a network's persistent definition only, and brought to the
+// running network when a guest that needs them starts. libvirt's live
+// update of a DHCP host reloads the network's firewall rules and dnsmasq
+// (0.5–1 s, most of an apply); the persistent one is a file write. A
+// network that starts later reads its leases from its definition.
+type LiveDHCP interface {
+	AddDHCPHostConfig(ctx context.Context, network string, h virt.DHCPHost) error
+	LiveDHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error)
+	SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error)
+}
+
+var _ LiveDHCP = (*virt.Conn)(nil)
+
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
 type lease struct {
 	network, mac, ip string
@@ -116,6 +130,7 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		}
 	}
 	hosts := map[string][]virt.DHCPHost{}
+	added := false // to a persistent definition only
 	for _, l := range newL {
 		hs, ok := hosts[l.network]
 		if !ok {
@@ -128,12 +143,48 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		if slices.ContainsFunc(hs, func(h virt.DHCPHost) bool { return h.MAC == l.mac && h.IP == l.ip }) {
 			continue
 		}
-		if err := c.dhcp.AddDHCPHost(ctx, l.network, virt.DHCPHost{MAC: l.mac, IP: l.ip}); err != nil {
+		add := c.dhcp.AddDHCPHost
+		if ld, ok := c.dhcp.(LiveDHCP); ok {
+			add = ld.AddDHCPHostConfig
+			added = true
+		}
+		if err := add(ctx, l.network, virt.DHCPHost{MAC: l.mac, IP: l.ip}); err != nil {
 			return fmt.Errorf("DHCP lease %s: %w", l, err)
 		}
 		r.Add("remove DHCP lease "+l.String(), func(ctx context.Context) error {
 			return c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac)
 		})
+	}
+	if added && new != nil && c.domains != nil {
+		// A running guest may ask for its lease at any time: now, not at
+		// its next start.
+		if st, err := c.domains.State(ctx, new.Name); err == nil && st != virt.StateShutoff {
+			return c.liveLeases(ctx, new)
+		}
+	}
+	return nil
+}
+
+// liveLeases brings the instance's fixed leases from the persistent
+// definitions of their networks to the running networks (LiveDHCP), before
+// its domain starts; a lease already live costs no update.
+func (c *Controller) liveLeases(ctx context.Context, in *model.Instance) error {
+	ld, ok := c.dhcp.(LiveDHCP)
+	if !ok {
+		return nil
+	}
+	macs := map[string][]string{}
+	var nets []string
+	for _, l := range c.leases(in) {
+		if _, ok := macs[l.network]; !ok {
+			nets = append(nets, l.network)
+		}
+		macs[l.network] = append(macs[l.network], l.mac)
+	}
+	for _, n := range nets {
+		if _, err := ld.SyncLiveDHCPHosts(ctx, n, macs[n]); err != nil {
+			return fmt.Errorf("DHCP leases of %s on network %s: %w", in.Name, n, err)
+		}
 	}
 	return nil
 }
@@ -152,11 +203,31 @@ func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l leas
 		return nil
 	}
 	h := hs[i]
+	ld, split := c.dhcp.(LiveDHCP)
+	wasLive := false
+	if split {
+		live, err := ld.LiveDHCPHosts(ctx, l.network)
+		if err != nil {
+			return fmt.Errorf("DHCP lease %s: %w", l, err)
+		}
+		wasLive = slices.Contains(live, h)
+	}
 	if err := c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac); err != nil {
 		return fmt.Errorf("remove DHCP lease %s: %w", l, err)
 	}
 	r.Add("restore DHCP lease "+l.String(), func(ctx context.Context) error {
-		return c.dhcp.AddDHCPHost(ctx, l.network, h)
+		if !split {
+			return c.dhcp.AddDHCPHost(ctx, l.network, h)
+		}
+		// As it was: in the definition, and live if it was.
+		if err := ld.AddDHCPHostConfig(ctx, l.network, h); err != nil {
+			return err
+		}
+		if wasLive {
+			_, err := ld.SyncLiveDHCPHosts(ctx, l.network, []string{l.mac})
+			return err
+		}
+		return nil
 	})
 	return nil
 }

@@ -35,9 +35,10 @@ type driver interface {
 	// pruneMedia deletes the media swapped out of the cdrom but keep.
 	pruneMedia(name, keep string)
 	// setFirmware puts the firmware entries of a publish (revision rev)
-	// into the persistent definition (firmware.go); pruneFirmware
+	// into the persistent definition (firmware.go) unless it has them,
+	// and returns the revision whose files it names; pruneFirmware
 	// deletes the entry files of other revisions than keep.
-	setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) error
+	setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) (int64, error)
 	pruneFirmware(name string, keep int64)
 	// require refuses a request (op on instance name) the mode cannot do.
 	require(op, name string) error
@@ -83,8 +84,8 @@ func (noDriver) swapMedium(context.Context, *revert.Reverter, string, string, in
 	return "", nil, nil
 }
 func (noDriver) pruneMedia(string, string) {}
-func (noDriver) setFirmware(context.Context, *revert.Reverter, string, *metadata.Tree, int64) error {
-	return nil
+func (noDriver) setFirmware(context.Context, *revert.Reverter, string, *metadata.Tree, int64) (int64, error) {
+	return 0, nil
 }
 func (noDriver) pruneFirmware(string, int64) {}
 func (noDriver) require(op, name string) error {
@@ -159,7 +160,7 @@ func (d libvirtDriver) swapMedium(ctx context.Context, r *revert.Reverter, name,
 
 func (d libvirtDriver) pruneMedia(name, keep string) { d.c.pruneMedia(name, keep) }
 
-func (d libvirtDriver) setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) error {
+func (d libvirtDriver) setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) (int64, error) {
 	return d.c.setFirmware(ctx, r, name, tree, rev)
 }
 

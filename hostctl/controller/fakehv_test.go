@@ -23,6 +23,9 @@ type fakeHV struct {
 	mu      sync.Mutex
 	domains map[string]*fakeDomain
 	nets    map[string][]virt.DHCPHost
+	// live are the running networks' leases where they differ from nets
+	// (dhcplive_test.go): AddDHCPHostConfig leaves them behind.
+	live    map[string][]virt.DHCPHost
 	calls   []string
 	failAt  int
 	nextBus int
@@ -365,6 +368,7 @@ func (f *fakeHV) AddDHCPHost(ctx context.Context, network string, h virt.DHCPHos
 		}
 	}
 	f.nets[network] = append(hs, h)
+	f.addLive(network, h)
 	return nil
 }
 
@@ -375,6 +379,9 @@ func (f *fakeHV) RemoveDHCPHost(ctx context.Context, network, mac string) error 
 		return err
 	}
 	f.nets[network] = slices.DeleteFunc(f.nets[network], func(h virt.DHCPHost) bool { return h.MAC == mac })
+	if f.live != nil {
+		f.live[network] = slices.DeleteFunc(f.live[network], func(h virt.DHCPHost) bool { return h.MAC == mac })
+	}
 	return nil
 }
 
@@ -408,6 +415,10 @@ func (f *fakeHV) snapshot() string {
 		hs := slices.Clone(f.nets[n])
 		sort.Slice(hs, func(i, j int) bool { return hs[i].MAC < hs[j].MAC })
 		fmt.Fprintf(&b, "network %s %v\n", n, hs)
+		if lv := slices.Clone(f.live[n]); len(lv) > 0 {
+			sort.Slice(lv, func(i, j int) bool { return lv[i].MAC < lv[j].MAC })
+			fmt.Fprintf(&b, "network %s live %v\n", n, lv)
+		}
 	}
 	ids := make([]string, 0, len(f.secrets))
 	for id := range f.secrets {

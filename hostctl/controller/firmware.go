@@ -15,6 +15,7 @@ package controller
 // revision each transport carries (Transports).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,25 +40,40 @@ var firmwareFileRE = regexp.MustCompile(`^fw_cfg\.([0-9]+)\.[a-z]+$`)
 // instance's domain, or, with the firmware transport off, takes any
 // entries out of it. Each step registers its undo on r. A domain libvirt
 // does not have is left alone.
-func (c *Controller) setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) error {
+//
+// Entries whose content (devices document, uuid) the persistent definition
+// already names are left as they are, files and definition: a publish that
+// changes nothing the firmware carries redefines nothing. Their revision
+// entry then names the revision that last changed them, older than the
+// publish's; the guest compares content where revisions differ (the agent
+// takes an older revision with the devices it applied as current). It
+// returns the revision whose files the definition names (0: none).
+func (c *Controller) setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) (int64, error) {
 	prev, err := c.domains.XML(ctx, name, false)
 	if isNotFound(err) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return fmt.Errorf("firmware entries: %w", err)
+		return 0, fmt.Errorf("firmware entries: %w", err)
+	}
+	have, err := virt.FirmwareFiles(prev)
+	if err != nil {
+		return 0, err
 	}
 	var files []virt.FirmwareFile
 	if c.firmware {
 		entries, err := metadata.FirmwareEntries(tree)
 		if err != nil {
-			return err
+			return 0, err
+		}
+		if firmwareCurrent(have, entries) {
+			return virt.FirmwareRevision(have), nil
 		}
 		dir := c.instanceDir(name)
 		for _, e := range entries {
 			p := virt.FirmwareFileName(dir, rev, e.Name)
 			if err := removeFile(p); err != nil { // a leftover of a crash
-				return err
+				return 0, err
 			}
 			r.Add("remove firmware entry file "+p, func(context.Context) error { return removeFile(p) })
 			data := e.Data
@@ -65,36 +81,59 @@ func (c *Controller) setFirmware(ctx context.Context, r *revert.Reverter, name s
 				_, err := f.Write(data)
 				return err
 			}); err != nil {
-				return fmt.Errorf("firmware entry %s: %w", e.Name, err)
+				return 0, fmt.Errorf("firmware entry %s: %w", e.Name, err)
 			}
 			files = append(files, virt.FirmwareFile{Name: e.Name, File: p})
 		}
-	} else {
-		have, err := virt.FirmwareFiles(prev)
-		if err != nil {
-			return err
-		}
-		if len(have) == 0 {
-			return nil
-		}
+	} else if len(have) == 0 {
+		return 0, nil
 	}
 	next, err := virt.SetFirmware(prev, c.dataDir, files)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := c.domains.Define(ctx, next); err != nil {
-		return fmt.Errorf("firmware entries: redefine domain %s: %w", name, err)
+		return 0, fmt.Errorf("firmware entries: redefine domain %s: %w", name, err)
 	}
 	r.Add("restore the firmware entries of domain "+name, func(ctx context.Context) error {
 		_, err := c.domains.Define(ctx, prev)
 		return err
 	})
-	return nil
+	return virt.FirmwareRevision(files), nil
+}
+
+// firmwareCurrent reports whether the entry files a definition names (have)
+// carry what entries would, but for the revision entry: the same entries
+// in the same order, each file there with the same content. The revision
+// entry must be one (the files' names carry it), not necessarily entries'.
+func firmwareCurrent(have []virt.FirmwareFile, entries []metadata.FirmwareEntry) bool {
+	if len(have) != len(entries) || virt.FirmwareRevision(have) <= 0 {
+		return false
+	}
+	for i, e := range entries {
+		if have[i].Name != e.Name {
+			return false
+		}
+		b, err := os.ReadFile(have[i].File)
+		if err != nil {
+			return false
+		}
+		if e.Name == metadata.FirmwareRevision {
+			if n, err := metadata.ParseFirmwareRevision(b); err != nil || n != virt.FirmwareRevision(have) {
+				return false
+			}
+			continue
+		}
+		if !bytes.Equal(b, e.Data) {
+			return false
+		}
+	}
+	return true
 }
 
 // firmwareDrift reports whether the persistent definition's firmware
 // entries disagree with the firmware transport's setting: none while it is
-// on (an instance published before it was turned on), of another revision
+// on (an instance published before it was turned on), of a newer revision
 // than the record's, or naming files that are gone; or some while it is
 // off.
 func (c *Controller) firmwareDrift(ctx context.Context, name string, rev int64) bool {
@@ -114,7 +153,11 @@ func (c *Controller) firmwareDrift(ctx context.Context, name string, rev int64) 
 			return true // QEMU would not start: write them again
 		}
 	}
-	return virt.FirmwareRevision(files) != rev
+	// An older revision is that of the last publish that changed the
+	// entries (setFirmware); none, or a newer one (a publish that
+	// redefined and did not finish), is drift.
+	fr := virt.FirmwareRevision(files)
+	return fr == 0 || fr > rev
 }
 
 // pruneFirmware deletes the instance's firmware entry files of other
@@ -222,6 +265,10 @@ func (c *Controller) transports(ctx context.Context, inst *types.Instance, tree 
 	fw, err := c.firmwareTransport(ctx, inst.Spec.Name, running)
 	if err != nil {
 		fw.Note = err.Error()
+	}
+	if tree != nil && fw.NextBoot > 0 && fw.NextBoot < metadata.TreeRevision(tree) {
+		// setFirmware leaves entries alone that a publish did not change.
+		fw.Note += fmt.Sprintf("; the next boot's entries are revision %d's, unchanged since (current)", fw.NextBoot)
 	}
 	return append(out, fw)
 }

@@ -464,7 +464,7 @@ func TestFaultsDelete(t *testing.T) {
 // mutating libvirt call, and change nothing.
 func TestRefusedBeforeLibvirt(t *testing.T) {
 	ctx := context.Background()
-	mutating := []string{"Define", "Remove", "Start", "Destroy", "AttachDevice", "DetachDevice", "AddDHCPHost", "RemoveDHCPHost"}
+	mutating := []string{"Define", "Remove", "Start", "Destroy", "AttachDevice", "DetachDevice", "AddDHCPHost", "AddDHCPHostConfig", "RemoveDHCPHost"}
 	e := newEnv(t)
 	e.mustApply(hvSpec)
 	outside := t.TempDir()

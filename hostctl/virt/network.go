@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -62,7 +63,13 @@ func (c *Conn) DHCPHosts(ctx context.Context, network string) ([]DHCPHost, error
 }
 
 func dhcpHosts(l *libvirt.Libvirt, n libvirt.Network) ([]DHCPHost, error) {
-	s, err := l.NetworkGetXMLDesc(n, uint32(libvirt.NetworkXMLInactive))
+	return dhcpHostsOf(l, n, uint32(libvirt.NetworkXMLInactive))
+}
+
+// dhcpHostsOf lists the fixed leases of the definition flags selects: the
+// persistent one (NetworkXMLInactive) or the running one (0).
+func dhcpHostsOf(l *libvirt.Libvirt, n libvirt.Network, flags uint32) ([]DHCPHost, error) {
+	s, err := l.NetworkGetXMLDesc(n, flags)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +87,25 @@ func dhcpHosts(l *libvirt.Libvirt, n libvirt.Network) ([]DHCPHost, error) {
 		}
 	}
 	return hosts, nil
+}
+
+// LiveDHCPHosts lists the fixed DHCP leases of the running network (none
+// when it does not run).
+func (c *Conn) LiveDHCPHosts(ctx context.Context, network string) ([]DHCPHost, error) {
+	var hosts []DHCPHost
+	err := c.call(ctx, "list live DHCP hosts of", "network "+network, func(l *libvirt.Libvirt) error {
+		n, err := l.NetworkLookupByName(network)
+		if err != nil {
+			return err
+		}
+		active, err := l.NetworkIsActive(n)
+		if err != nil || active != 1 {
+			return err
+		}
+		hosts, err = dhcpHostsOf(l, n, 0)
+		return err
+	})
+	return hosts, err
 }
 
 // networkUpdateFlags apply a change to the definition, and to the running
@@ -100,6 +126,20 @@ func networkUpdateFlags(l *libvirt.Libvirt, n libvirt.Network) (libvirt.NetworkU
 // and (when it runs) live. Adding the same lease again is a no-op; a lease
 // for the same MAC or IP with other values is ErrConflict.
 func (c *Conn) AddDHCPHost(ctx context.Context, network string, h DHCPHost) error {
+	return c.addDHCPHost(ctx, network, h, true)
+}
+
+// AddDHCPHostConfig adds a fixed lease to network's persistent definition
+// only. A live update of a DHCP host makes libvirt reload the network's
+// firewall rules and dnsmasq (0.5–1 s); the persistent one is a file
+// write. SyncLiveDHCPHosts brings the lease to the running network before
+// a guest that needs it starts; a network started later reads it from the
+// definition. Same rules as AddDHCPHost otherwise.
+func (c *Conn) AddDHCPHostConfig(ctx context.Context, network string, h DHCPHost) error {
+	return c.addDHCPHost(ctx, network, h, false)
+}
+
+func (c *Conn) addDHCPHost(ctx context.Context, network string, h DHCPHost, live bool) error {
 	h.MAC = strings.ToLower(h.MAC)
 	what := fmt.Sprintf("DHCP host %s -> %s to network %s", h.MAC, h.IP, network)
 	if !model.IsMAC(h.MAC) {
@@ -129,16 +169,20 @@ func (c *Conn) AddDHCPHost(ctx context.Context, network string, h DHCPHost) erro
 		if err != nil {
 			return err
 		}
-		flags, err := networkUpdateFlags(l, n)
-		if err != nil {
-			return err
+		flags := libvirt.NetworkUpdateAffectConfig
+		if live {
+			if flags, err = networkUpdateFlags(l, n); err != nil {
+				return err
+			}
 		}
 		return l.NetworkUpdateCompat(n, libvirt.NetworkUpdateCommandAddLast, libvirt.NetworkSectionIPDhcpHost, -1, x, flags)
 	})
 }
 
-// RemoveDHCPHost removes the fixed lease of mac from network (definition
-// and live); no lease for mac is not an error.
+// RemoveDHCPHost removes the fixed lease of mac from network: from its
+// definition and from the running network, each where it has one (a lease
+// added by AddDHCPHostConfig may not be live yet); no lease for mac is not
+// an error.
 func (c *Conn) RemoveDHCPHost(ctx context.Context, network, mac string) error {
 	mac = strings.ToLower(mac)
 	return c.call(ctx, "remove", fmt.Sprintf("DHCP host %s from network %s", mac, network), func(l *libvirt.Libvirt) error {
@@ -146,24 +190,97 @@ func (c *Conn) RemoveDHCPHost(ctx context.Context, network, mac string) error {
 		if err != nil {
 			return err
 		}
-		hosts, err := dhcpHosts(l, n)
+		cfg, err := dhcpHosts(l, n)
 		if err != nil {
 			return err
 		}
-		for _, e := range hosts {
-			if e.MAC != mac {
-				continue
-			}
-			x, err := e.xml()
-			if err != nil {
+		active, err := l.NetworkIsActive(n)
+		if err != nil {
+			return err
+		}
+		var live []DHCPHost
+		if active == 1 {
+			if live, err = dhcpHostsOf(l, n, 0); err != nil {
 				return err
 			}
-			flags, err := networkUpdateFlags(l, n)
+		}
+		ci := slices.IndexFunc(cfg, func(h DHCPHost) bool { return h.MAC == mac })
+		li := slices.IndexFunc(live, func(h DHCPHost) bool { return h.MAC == mac })
+		del := func(h DHCPHost, flags libvirt.NetworkUpdateFlags) error {
+			x, err := h.xml()
 			if err != nil {
 				return err
 			}
 			return l.NetworkUpdateCompat(n, libvirt.NetworkUpdateCommandDelete, libvirt.NetworkSectionIPDhcpHost, -1, x, flags)
 		}
+		switch {
+		case ci >= 0 && li >= 0 && cfg[ci] == live[li]:
+			return del(cfg[ci], libvirt.NetworkUpdateAffectConfig|libvirt.NetworkUpdateAffectLive)
+		case ci >= 0 && li >= 0:
+			if err := del(cfg[ci], libvirt.NetworkUpdateAffectConfig); err != nil {
+				return err
+			}
+			return del(live[li], libvirt.NetworkUpdateAffectLive)
+		case ci >= 0:
+			return del(cfg[ci], libvirt.NetworkUpdateAffectConfig)
+		case li >= 0:
+			return del(live[li], libvirt.NetworkUpdateAffectLive)
+		}
 		return nil
 	})
+}
+
+// SyncLiveDHCPHosts makes the running network's fixed leases of macs what
+// its definition has: a lease only the definition has is added live, one
+// that differs is replaced, one the definition lost is removed. It returns
+// the number of live updates made (0 when they already agree, or when the
+// network does not run: it reads its definition when it starts).
+func (c *Conn) SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error) {
+	updates := 0
+	err := c.call(ctx, "sync live DHCP hosts of", "network "+network, func(l *libvirt.Libvirt) error {
+		n, err := l.NetworkLookupByName(network)
+		if err != nil {
+			return err
+		}
+		active, err := l.NetworkIsActive(n)
+		if err != nil || active != 1 {
+			return err
+		}
+		cfg, err := dhcpHosts(l, n)
+		if err != nil {
+			return err
+		}
+		live, err := dhcpHostsOf(l, n, 0)
+		if err != nil {
+			return err
+		}
+		update := func(cmd libvirt.NetworkUpdateCommand, h DHCPHost) error {
+			x, err := h.xml()
+			if err != nil {
+				return err
+			}
+			updates++
+			return l.NetworkUpdateCompat(n, cmd, libvirt.NetworkSectionIPDhcpHost, -1, x, libvirt.NetworkUpdateAffectLive)
+		}
+		for _, mac := range macs {
+			mac = strings.ToLower(mac)
+			ci := slices.IndexFunc(cfg, func(h DHCPHost) bool { return h.MAC == mac })
+			li := slices.IndexFunc(live, func(h DHCPHost) bool { return h.MAC == mac })
+			if ci >= 0 && li >= 0 && cfg[ci] == live[li] || ci < 0 && li < 0 {
+				continue
+			}
+			if li >= 0 {
+				if err := update(libvirt.NetworkUpdateCommandDelete, live[li]); err != nil {
+					return err
+				}
+			}
+			if ci >= 0 {
+				if err := update(libvirt.NetworkUpdateCommandAddLast, cfg[ci]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	return updates, err
 }

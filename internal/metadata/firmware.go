@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vmeta/vmeta/internal/metadata/wire"
 	"github.com/vmeta/vmeta/schema"
 )
 
@@ -24,10 +25,10 @@ import (
 // controls ("opt/<RFQDN>/..."); vmeta's is io.github.vmeta (its module
 // lives at github.com/vmeta).
 const (
-	FirmwarePrefix   = "opt/io.github.vmeta/"
-	FirmwareDevices  = FirmwarePrefix + "devices"
-	FirmwareUUID     = FirmwarePrefix + "uuid"
-	FirmwareRevision = FirmwarePrefix + "revision"
+	FirmwarePrefix   = wire.FirmwarePrefix
+	FirmwareDevices  = wire.FirmwareDevices
+	FirmwareUUID     = wire.FirmwareUUID
+	FirmwareRevision = wire.FirmwareRevision
 )
 
 // MaxFirmwareName is the longest fw_cfg file name QEMU accepts: its
@@ -37,7 +38,7 @@ const MaxFirmwareName = 55
 
 // MaxFirmwareEntry bounds one entry's content (the devices document of a
 // large instance is a few KiB).
-const MaxFirmwareEntry = 1 << 20
+const MaxFirmwareEntry = wire.MaxFirmwareEntry
 
 // FirmwareEntry is one fw_cfg file: its name and its content.
 type FirmwareEntry struct {
@@ -135,34 +136,12 @@ func FirmwareEntries(t *Tree) ([]FirmwareEntry, error) {
 }
 
 // ParseFirmwareLine parses the content of a one-line entry (the uuid, the
-// revision): text ending in exactly one newline. A missing newline means
-// the entry was cut short.
-func ParseFirmwareLine(name string, b []byte) (string, error) {
-	s, ok := strings.CutSuffix(string(b), "\n")
-	switch {
-	case len(b) == 0:
-		return "", fmt.Errorf("firmware entry %s is empty", name)
-	case !ok:
-		return "", fmt.Errorf("firmware entry %s is truncated (%d bytes, no final newline)", name, len(b))
-	case strings.ContainsAny(s, "\n\x00"):
-		return "", fmt.Errorf("firmware entry %s: more than one line", name)
-	}
-	return s, nil
-}
+// revision): text ending in exactly one newline; see wire.ParseFirmwareLine.
+func ParseFirmwareLine(name string, b []byte) (string, error) { return wire.ParseFirmwareLine(name, b) }
 
 // ParseFirmwareRevision parses the revision entry: a positive decimal
-// number and a newline.
-func ParseFirmwareRevision(b []byte) (int64, error) {
-	s, err := ParseFirmwareLine(FirmwareRevision, b)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != s {
-		return 0, fmt.Errorf("firmware entry %s: %q is not a positive decimal revision", FirmwareRevision, s)
-	}
-	return n, nil
-}
+// number and a newline; see wire.ParseFirmwareRevision.
+func ParseFirmwareRevision(b []byte) (int64, error) { return wire.ParseFirmwareRevision(b) }
 
 // TreeRevision is the metadata revision a rendered tree carries
 // (RevisionKey of openstack/latest/meta_data.json); 0 when none.

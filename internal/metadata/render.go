@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmeta/vmeta/internal/metadata/wire"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/schema"
 )
@@ -184,9 +185,8 @@ type metaDataDoc struct {
 }
 
 // RevisionKey is the key of openstack/latest/meta_data.json that carries
-// the metadata revision (Options.Revision): a vmeta addition, ignored by
-// cloud-init, absent from the dated versions.
-const RevisionKey = "vmeta_revision"
+// the metadata revision (Options.Revision); see wire.RevisionKey.
+const RevisionKey = wire.RevisionKey
 
 type fileRef struct {
 	Path        string `json:"path"`
@@ -259,21 +259,8 @@ func (r *renderer) metaData(v string, withFiles bool) ([]byte, error) {
 }
 
 // Device is one entry of the devices list (the device-role-tagging
-// document). Field order follows the specification's examples.
-type Device struct {
-	Type      string   `json:"type"`
-	Bus       string   `json:"bus"`
-	Address   string   `json:"address"`
-	MAC       string   `json:"mac,omitempty"`
-	Serial    string   `json:"serial,omitempty"`
-	Path      string   `json:"path,omitempty"`
-	Tags      []string `json:"tags,omitempty"`
-	VLAN      *int     `json:"vlan,omitempty"`
-	VFTrusted *bool    `json:"vf_trusted,omitempty"`
-	Encrypted *bool    `json:"encrypted,omitempty"`
-	ShareID   string   `json:"share_id,omitempty"`
-	Tag       string   `json:"tag,omitempty"`
-}
+// document); see wire.Device, which guests read without this package.
+type Device = wire.Device
 
 // DevicesSchema returns the device-role-tagging schema that describes the
 // devices list of an OpenStack version: 1.0 up to 2020-10-14, and from

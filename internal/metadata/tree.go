@@ -9,6 +9,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Tree is the whole guest-visible file tree of one instance, keyed by
@@ -172,14 +173,38 @@ func (t *Tree) stream() []byte {
 	return raw
 }
 
+// inflaters are flate readers to reuse (each holds tens of KiB of
+// tables and window): servers decode a tree on every first request for an
+// instance.
+var inflaters sync.Pool
+
+// getInflater returns a flate reader of b with dictionary dict, from
+// inflaters when one is there.
+func getInflater(b, dict []byte) io.ReadCloser {
+	r := bytes.NewReader(b)
+	if fr, ok := inflaters.Get().(io.ReadCloser); ok {
+		if err := fr.(flate.Resetter).Reset(r, dict); err == nil {
+			return fr
+		}
+	}
+	if dict != nil {
+		return flate.NewReaderDict(r, dict)
+	}
+	return flate.NewReader(r)
+}
+
 // DecodeTree parses a tree serialized by Encode (or an earlier form).
 func DecodeTree(b []byte) (*Tree, error) {
 	var zr io.Reader
 	switch {
 	case bytes.HasPrefix(b, []byte(treeMagic)):
-		zr = flate.NewReaderDict(bytes.NewReader(b[len(treeMagic):]), treeDict)
+		fr := getInflater(b[len(treeMagic):], treeDict)
+		defer inflaters.Put(fr)
+		zr = fr
 	case bytes.HasPrefix(b, []byte(treeMagicV2)):
-		zr = flate.NewReader(bytes.NewReader(b[len(treeMagicV2):]))
+		fr := getInflater(b[len(treeMagicV2):], nil)
+		defer inflaters.Put(fr)
+		zr = fr
 	default:
 		var t Tree
 		if err := json.Unmarshal(b, &t); err != nil {
@@ -193,7 +218,11 @@ func DecodeTree(b []byte) (*Tree, error) {
 		}
 		return &t, nil
 	}
-	raw, err := io.ReadAll(io.LimitReader(zr, maxTreeBytes+1))
+	// Deflated JSON-like text shrinks about fourfold: one buffer, mostly
+	// without growing it (the files of the tree point into it).
+	buf := bytes.NewBuffer(make([]byte, 0, min(4*len(b)+512, maxTreeBytes+1)))
+	_, err := buf.ReadFrom(io.LimitReader(zr, maxTreeBytes+1))
+	raw := buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("decode tree: %w", err)
 	}

@@ -346,8 +346,9 @@ nics:
 		}
 	}
 	// Fixed DHCP lease: the static address of nfvfunc2, also added to the
-	// instance's addresses so the metadata service knows it before boot.
-	net := mustVirsh(t, uri, "net-dumpxml", "default")
+	// instance's addresses so the metadata service knows it before boot;
+	// in the network's definition now, live from the start (below).
+	net := mustVirsh(t, uri, "net-dumpxml", "--inactive", "default")
 	if !strings.Contains(net, "<host mac='"+mac2+"' ip='"+ip+"'/>") {
 		t.Errorf("no DHCP lease %s -> %s in:\n%s", mac2, ip, net)
 	}
@@ -389,6 +390,9 @@ nics:
 	decodeJSON(t, d.MustCtl("instance", "start", name, "--output", "json").stdout, &started)
 	if started.State != "running" {
 		t.Fatalf("state after start %q", started.State)
+	}
+	if live := mustVirsh(t, uri, "net-dumpxml", "default"); !strings.Contains(live, "<host mac='"+mac2+"' ip='"+ip+"'/>") {
+		t.Errorf("the running network lacks the lease %s -> %s after the start:\n%s", mac2, ip, live)
 	}
 	d.MustCtl("instance", "attach-disk", name, "--tag", "livedisk", "--bus", "scsi", "--size", "8M", "--serial", "live-1")
 	d.MustCtl("instance", "attach-nic", name, "--tag", "hotnic", "--mac", hotMAC)

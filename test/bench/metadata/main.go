@@ -33,7 +33,12 @@
 // from its own address; the server's VmRSS is printed before publishing,
 // after publishing and after reading.
 //
-//	go run ./test/bench/metadata [-duration 10s] [-connections 64] [-instances 10000]
+//	go run ./test/bench/metadata [-duration 10s] [-connections 64] [-instances 10000] [-storm 1000] [-storm-only]
+//
+// Between the two it runs the boot storm (storm.go): a thousand guests on
+// their own addresses making cloud-init's boot requests at once, against
+// a fresh hostctl (cold cache) and again (warm), and against the bare
+// handler, printed as ratios of server CPU time and p99.
 //
 // Speed is reported, not asserted: the exit status is non-zero only on
 // errors (a server that does not start or answers wrongly, wrk missing).
@@ -64,6 +69,9 @@ type config struct {
 	threads            int
 	rounds             int
 	instances          int
+	storm, stormRounds int
+	stormOnly          bool
+	stormSettle        time.Duration
 	memoryTimeout      time.Duration
 	wrk, hegel         string
 	hostctlF, replicaF listFlag
@@ -83,6 +91,10 @@ func main() {
 	flag.IntVar(&cfg.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "times to load every target, one after the other; the tables show medians")
 	flag.IntVar(&cfg.instances, "instances", 10000, fmt.Sprintf("instances published for the memory measurement (0: skip it; at most %d)", maxInstances))
+	flag.IntVar(&cfg.storm, "storm", 1000, fmt.Sprintf("guests of the boot storm, cold and warm against the bare handler (storm.go; 0: skip it; at most %d)", maxInstances))
+	flag.IntVar(&cfg.stormRounds, "storm-rounds", 3, "boot storm rounds (fresh processes each); the goals use the median")
+	flag.DurationVar(&cfg.stormSettle, "storm-settle", 2*time.Second, "time a fresh server is left alone before the cold storm (its settle CPU is printed apart; 0: storm at once)")
+	flag.BoolVar(&cfg.stormOnly, "storm-only", false, "run only the boot storm (no wrk, Hegel or memory phase)")
 	flag.DurationVar(&cfg.memoryTimeout, "memory-timeout", 10*time.Minute, "time limit for publishing, and again for reading, per store in the memory phase")
 	flag.StringVar(&cfg.wrk, "wrk", "wrk", "wrk binary")
 	flag.StringVar(&cfg.hegel, "hegel", "", "Hegel binary to use instead of the cached build of "+hegelVersion)
@@ -111,6 +123,12 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if cfg.instances < 0 || cfg.instances > maxInstances {
 		return fmt.Errorf("-instances must be between 0 and %d", maxInstances)
+	}
+	if cfg.storm < 0 || cfg.storm > maxInstances || cfg.stormRounds < 1 {
+		return fmt.Errorf("-storm must be between 0 and %d, -storm-rounds at least 1", maxInstances)
+	}
+	if cfg.stormOnly {
+		return runStorm(ctx, cfg)
 	}
 	wrkBin, err := exec.LookPath(cfg.wrk)
 	if err != nil {
@@ -175,6 +193,11 @@ func run(ctx context.Context, cfg config) error {
 		b.goals(os.Stdout, path)
 	}
 
+	if cfg.storm > 0 {
+		if err := e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormSettle); err != nil {
+			return fmt.Errorf("boot storm: %w", err)
+		}
+	}
 	if cfg.instances > 0 {
 		mem, err := e.memoryPhase(ctx, cfg.instances, cfg.memoryTimeout, redisURL)
 		memoryTable(os.Stdout, mem)
@@ -183,6 +206,32 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 	return nil
+}
+
+// runStorm runs the boot storm alone (-storm-only).
+func runStorm(ctx context.Context, cfg config) error {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "vmeta-bench-")
+	if err != nil {
+		return fmt.Errorf("temporary directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	ps := &procs{}
+	defer ps.stopAll()
+	fmt.Printf("machine: %d CPUs, %s/%s, %s, load average %s\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadAverage())
+	bins, err := build(ctx, root, filepath.Join(tmp, "bin"))
+	if err != nil {
+		return err
+	}
+	e := &env{tmp: tmp, bins: bins, procs: ps, hostctlFlags: serverFlags("metadata-", cfg.connections, cfg.hostctlF)}
+	fmt.Printf("hostctl serve %s\n", strings.Join(e.hostctlFlags, " "))
+	if cfg.storm == 0 {
+		return nil
+	}
+	return e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormSettle)
 }
 
 // load runs wrk against one target and path and adds the result to b.

@@ -1,4 +1,4 @@
-package configdrive
+package driveread
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskfs/go-diskfs/backend/file"
 
+	"github.com/vmeta/vmeta/configdrive/internal/isowriter"
 	"github.com/vmeta/vmeta/internal/metadata"
 )
 
@@ -79,7 +80,11 @@ func corruptISO(t testing.TB, files map[string]string, patch func(img []byte)) [
 		fs = append(fs, metadata.File{Path: p, Data: []byte(d)})
 	}
 	var buf bytes.Buffer
-	if _, err := WriteISO(&buf, fs, Options{}); err != nil {
+	im, err := isowriter.New(fs, isowriter.Options{VolumeID: "config-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := im.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
 	img := buf.Bytes()
@@ -212,10 +217,10 @@ func TestReadCorruptDrive(t *testing.T) {
 			if err := os.WriteFile(p, tt.img(t), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			tree, _, err := Read(p)
+			files, _, err := Read(p)
 			if tt.want == "" {
-				if err != nil || len(tree.Files) == 0 {
-					t.Fatalf("Read = %v, %v; want files", tree, err)
+				if err != nil || len(files) == 0 {
+					t.Fatalf("Read = %v, %v; want files", files, err)
 				}
 				return
 			}

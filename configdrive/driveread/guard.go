@@ -1,4 +1,4 @@
-package configdrive
+package driveread
 
 import (
 	"encoding/binary"

@@ -1,0 +1,316 @@
+package main
+
+// The boot storm (issue 23 item 3): -storm guests, each on its own source
+// address 127.1.x.y with its own published instance, all start at once
+// and each makes cloud-init's boot requests (stormPaths: the OpenStack
+// files, then the EC2 meta-data listing and its entries, one keep-alive
+// connection per guest, one request after the other). Against:
+//
+//   - the bare net/http server (./bare), answering every path with
+//     instance 0's bytes, a fresh process per round;
+//   - `hostctl serve` on its embedded store, restarted on the data
+//     directory the instances were published to: a fresh process whose
+//     cache is empty, as after every host restart ("cold"), then the same
+//     storm again on the same process ("warm").
+//
+// A fresh process is left alone for -storm-settle after it accepts
+// connections (guests boot seconds after their host): the CPU time it
+// spends meanwhile (the rest of its start, hostctl's warm-up of the cache)
+// is printed as "settle CPU", apart from the storm's. With -storm-settle 0
+// the storm starts as soon as the server accepts connections, and all of
+// it counts.
+//
+// Per storm: the server's CPU time (user + system of its process, from
+// /proc/<pid>/stat, over the storm), requests, errors,
+// p50 and p99 of the requests and the wall time; the load average at the
+// start and end of each round; and per round the ratios vmeta / bare of
+// CPU time and p99, cold and warm. The load generator is this process, on
+// the same cores as the servers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// stormRequests is how many requests a guest makes (cloud-init's, at a
+// first boot with the OpenStack and EC2 readers).
+const stormRequests = 25
+
+// stormResult is one storm against one server.
+type stormResult struct {
+	cpu        time.Duration
+	requests   int
+	errors     int64
+	p50, p99   time.Duration
+	wall       time.Duration
+	loadBefore string
+	settleCPU  time.Duration // of the fresh process before the cold storm
+}
+
+// settle leaves a fresh process alone for d and returns the CPU time it
+// used meanwhile.
+func settle(ctx context.Context, p *proc, d time.Duration) (time.Duration, error) {
+	c0, err := processCPU(p.pid())
+	if err != nil || d <= 0 {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	c1, err := processCPU(p.pid())
+	return c1 - c0, err
+}
+
+// stormPhase runs -storm-rounds rounds of bare cold/warm and vmeta
+// cold/warm storms with n guests, and prints the table and the ratios.
+func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Duration) error {
+	fmt.Printf("\nboot storm: %d guests on their own addresses, %d requests each, all at once; %d rounds; fresh servers settle %s first\n", n, stormRequests, rounds, settleFor)
+	h, err := e.startHostctl(ctx, "storm", "")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	published, err := publish(ctx, h.api, n)
+	if err != nil {
+		return h.proc.failed(fmt.Errorf("publish: %w", err))
+	}
+	fmt.Printf("  published %d instances in %s\n", published, time.Since(start).Round(10*time.Millisecond))
+	paths, routes, err := stormPaths(ctx, h.base)
+	if err != nil {
+		return h.proc.failed(err)
+	}
+	e.procs.stopSome(h.proc)
+	fmt.Printf("  paths: %s\n", strings.Join(paths, " "))
+
+	type row struct{ bareCold, bareWarm, vCold, vWarm *stormResult }
+	var rows []row
+	for round := 1; round <= rounds; round++ {
+		fmt.Printf("  round %d/%d, load average %s\n", round, rounds, loadAverage())
+		var r row
+		a, err := e.startBare(ctx, routes)
+		if err != nil {
+			return err
+		}
+		sc, err := settle(ctx, a.proc, settleFor)
+		if err != nil {
+			return err
+		}
+		if r.bareCold, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
+			return err
+		}
+		r.bareCold.settleCPU = sc
+		if r.bareWarm, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
+			return err
+		}
+		e.procs.stopSome(a.proc)
+		// The same data directory: a fresh process, the instances
+		// published, nothing cached.
+		h, err := e.startHostctl(ctx, "storm", "")
+		if err != nil {
+			return err
+		}
+		sc, err = settle(ctx, h.proc, settleFor)
+		if err != nil {
+			return err
+		}
+		if r.vCold, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
+			return h.proc.failed(err)
+		}
+		r.vCold.settleCPU = sc
+		if r.vWarm, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
+			return h.proc.failed(err)
+		}
+		e.procs.stopSome(h.proc)
+		rows = append(rows, r)
+		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×; warm CPU %.2f×, p99 %.2f×; load average at the end %s\n",
+			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99),
+			durRatio(r.vWarm.cpu, r.bareWarm.cpu), durRatio(r.vWarm.p99, r.bareWarm.p99), loadAverage())
+	}
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tserver\tstorm\tsettle CPU\trequests\terrors\tserver CPU\tCPU/request\tp50\tp99\twall\tload average before\t")
+	for i, r := range rows {
+		for _, x := range []struct {
+			server, kind string
+			s            *stormResult
+		}{{"bare", "cold", r.bareCold}, {"bare", "warm", r.bareWarm}, {"vmeta", "cold", r.vCold}, {"vmeta", "warm", r.vWarm}} {
+			settled := "-"
+			if x.kind == "cold" {
+				settled = x.s.settleCPU.Round(10 * time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, x.server, x.kind, settled, x.s.requests, x.s.errors,
+				x.s.cpu.Round(10*time.Millisecond), cpuDur(x.s.cpu/time.Duration(max(x.s.requests, 1))), dur(x.s.p50), dur(x.s.p99),
+				x.s.wall.Round(time.Millisecond), x.s.loadBefore)
+		}
+	}
+	tw.Flush()
+	med := func(f func(row) float64) float64 {
+		v := make([]float64, len(rows))
+		for i, r := range rows {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	cc := med(func(r row) float64 { return durRatio(r.vCold.cpu, r.bareCold.cpu) })
+	cp := med(func(r row) float64 { return durRatio(r.vCold.p99, r.bareCold.p99) })
+	wc := med(func(r row) float64 { return durRatio(r.vWarm.cpu, r.bareWarm.cpu) })
+	wp := med(func(r row) float64 { return durRatio(r.vWarm.p99, r.bareWarm.p99) })
+	fmt.Printf("boot storm, vmeta / bare (median of %d rounds): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); load average %s\n",
+		len(rows), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05), loadAverage())
+	return nil
+}
+
+func durRatio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func passMiss(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+// stormPaths picks the boot requests from instance 0's answers (each must
+// be 200) and returns them with the bare server's routes (its bodies).
+func stormPaths(ctx context.Context, base string) ([]string, []route, error) {
+	_, _, addr, _ := memInstance(0)
+	c := guestClient(addr)
+	defer c.CloseIdleConnections()
+	paths := []string{
+		"/openstack", "/openstack/2018-08-27/meta_data.json", "/openstack/2018-08-27/vendor_data.json",
+		"/openstack/2018-08-27/vendor_data2.json", "/openstack/2018-08-27/network_data.json",
+		"/2009-04-04/meta-data/",
+	}
+	listing, _, err := fetch(ctx, c, base, "/2009-04-04/meta-data/")
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot storm paths: %w", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(listing)), "\n") {
+		if len(paths) == stormRequests {
+			break
+		}
+		if l = strings.TrimSpace(l); l != "" {
+			paths = append(paths, "/2009-04-04/meta-data/"+l)
+		}
+	}
+	var kept []string
+	var routes []route
+	for _, p := range paths {
+		body, ctype, err := fetch(ctx, c, base, p)
+		if err != nil {
+			continue // not served for this instance (no such file)
+		}
+		kept = append(kept, p)
+		routes = append(routes, route{Path: p, ContentType: ctype, Body: string(body)})
+	}
+	if len(kept) < 10 {
+		return nil, nil, fmt.Errorf("boot storm paths: only %d of %v answer 200", len(kept), paths)
+	}
+	return kept, routes, nil
+}
+
+// guestClient is an HTTP client whose connections come from addr.
+func guestClient(addr interface{ AsSlice() []byte }) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: addr.AsSlice()}, Timeout: 10 * time.Second}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
+}
+
+// storm runs one storm of n guests against base and measures the server
+// process p.
+func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*stormResult, error) {
+	res := &stormResult{loadBefore: loadAverage()}
+	clients := make([]*http.Client, n)
+	for i := range n {
+		_, _, addr, _ := memInstance(i)
+		clients[i] = guestClient(addr)
+	}
+	lat := make([][]time.Duration, n)
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	cpu0, err := processCPU(p.pid())
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			c := clients[i]
+			defer c.CloseIdleConnections()
+			for _, path := range paths {
+				t0 := time.Now()
+				err := get(ctx, c, base+path)
+				lat[i] = append(lat[i], time.Since(t0))
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	res.wall = time.Since(start)
+	cpu1, err := processCPU(p.pid())
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	res.cpu = cpu1 - cpu0
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	res.requests = len(all)
+	res.errors = errs.Load()
+	if len(all) > 0 {
+		res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
+	}
+	if res.errors > 0 {
+		fmt.Printf("    %d of %d requests failed, first: %v\n", res.errors, res.requests, firstErr.Load())
+	}
+	return res, nil
+}
+
+// get GETs url and reads the body; any status but 200 is an error.
+func get(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(url + ": " + resp.Status)
+	}
+	return nil
+}
