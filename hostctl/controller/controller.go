@@ -731,8 +731,10 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	}
 	inst.Devices = devs
 	inst.BlockDevices = bds
-	if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // parts.go
-		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
+	if withVersion { // instance show, not every list entry (a flavor and an image read each)
+		if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // parts.go
+			return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
+		}
 	}
 	return inst, nil
 }
