@@ -161,7 +161,10 @@ func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]typ
 	for _, p := range c.parts {
 		devs, err := p.Devices(pi)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p.Name(), err)
+			// Show the instance anyway (its flavor or image changed under
+			// it): the part's entry says what is wrong.
+			out = append(out, types.HostDevice{Kind: p.Name(), Detail: "unknown: " + err.Error()})
+			continue
 		}
 		for _, d := range devs {
 			out = append(out, types.HostDevice{Kind: d.Kind, Detail: d.Detail})
