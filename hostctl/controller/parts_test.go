@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 )
 
 var reWatchdog = regexp.MustCompile(`<watchdog model="i6300esb" action="([a-z]+)"`)
@@ -242,4 +244,82 @@ func mustUUID(t *testing.T, e *env, name string) string {
 		t.Fatal(err)
 	}
 	return rec.UUID
+}
+
+// recorder is a part that records the phases the core calls and refuses
+// the operations in refuse.
+type recorder struct {
+	mu     sync.Mutex
+	calls  []string
+	refuse map[part.Op]string
+}
+
+func (r *recorder) Name() string { return "recorder" }
+func (r *recorder) Answers() part.Answers {
+	a := part.Answers{}
+	for _, op := range part.Ops() {
+		a[op] = part.Answer{Do: part.Act}
+		if why, ok := r.refuse[op]; ok {
+			a[op] = part.Answer{Do: part.Refuse, Why: why}
+		}
+	}
+	return a
+}
+func (r *recorder) add(s string) { r.mu.Lock(); r.calls = append(r.calls, s); r.mu.Unlock() }
+func (r *recorder) Check(_ context.Context, op part.Op, in *part.Instance) error {
+	r.add("check " + string(op))
+	if _, ok := r.refuse[op]; ok {
+		return part.Refusal(r, op, in)
+	}
+	return nil
+}
+func (r *recorder) Prepare(_ context.Context, op part.Op, _ *part.Instance, _ *revert.Reverter, _ *part.Contribution) error {
+	r.add("prepare " + string(op))
+	return nil
+}
+func (r *recorder) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
+func (r *recorder) AfterStart(context.Context, *part.Instance) error {
+	r.add("after start")
+	return nil
+}
+func (r *recorder) AfterStop(context.Context, *part.Instance) error {
+	r.add("after stop")
+	return nil
+}
+func (r *recorder) AfterDelete(context.Context, *part.Instance) error {
+	r.add("after delete")
+	return nil
+}
+
+// TestCorePhases: the core calls a part's phases in their order for each
+// operation, and a part's refusal stops the operation (409 naming the
+// part and its reason) before anything changes.
+func TestCorePhases(t *testing.T) {
+	e := newEnv(t)
+	rec := &recorder{refuse: map[part.Op]string{part.RebootHard: "the recorder says no"}}
+	e.c.parts = []part.Part{rec}
+	ctx := context.Background()
+	e.mustApply("name: vm1\ndisks: [{name: vda, size: 8M}]\n")
+	if _, err := e.c.Start(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	_, err := e.c.Reboot(ctx, "vm1", true)
+	var re *part.RefusedError
+	if !errors.Is(err, ErrState) || !errors.As(err, &re) || !strings.Contains(err.Error(), "refused by recorder: the recorder says no") {
+		t.Fatalf("reboot refused by a part = %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("a refused reboot changed something:\n%s", diffLines(before, after))
+	}
+	if _, err := e.c.Stop(ctx, "vm1", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"check apply", "prepare apply", "check start", "after start", "check reboot-hard", "check stop", "after stop", "check delete", "after delete"}
+	if got := strings.Join(rec.calls, ", "); got != strings.Join(want, ", ") {
+		t.Fatalf("phases:\n got %s\nwant %s", got, strings.Join(want, ", "))
+	}
 }
