@@ -226,9 +226,13 @@ func (c *Controller) adoptState(ctx context.Context, rec store.Instance) (after 
 	}
 	switch st.State {
 	case StateShelved:
-		if _, err := c.imageDir.Lookup(ctx, st.ShelvedImage); err != nil {
-			return nil, fmt.Errorf("adopt %s: %w: the instance is %s and its root disk is image %s of host %s's catalog, which this host does not have (%v): import it here (hostctl image import %s) first",
-				rec.Name, ErrState, st.State, st.ShelvedImage, rec.Host, err, st.ShelvedImage)
+		img, err := c.imageOf(ctx, st.ShelvedImage)
+		switch {
+		case err == nil && img == nil:
+			return nil, fmt.Errorf("adopt %s: %w: the instance is %s and its root disk is image %s of host %s's catalog, which this host does not have: import it here (hostctl image import %s) first",
+				rec.Name, ErrState, st.State, st.ShelvedImage, rec.Host, st.ShelvedImage)
+		case err != nil:
+			return nil, fmt.Errorf("adopt %s: shelved image %s: %w", rec.Name, st.ShelvedImage, err)
 		}
 		return func() error { return nil }, nil
 	case StateRescue:
