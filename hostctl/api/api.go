@@ -43,8 +43,9 @@
 // was removed behind hostctl's back), except delete (204).
 //
 // The API is a set of resources on a gorilla/mux router: one file per
-// resource, each declaring the small interface it needs from the
-// controller and adding its routes to its own subrouter (see routes).
+// resource, each declaring the small interface it needs (a field of
+// Services, which the daemon wires) and adding its routes to its own
+// subrouter (see routes).
 // Authentication and project scoping are middleware (middleware.go).
 //
 // On the unix socket every caller is an administrator. On the optional TCP
@@ -58,7 +59,10 @@
 // path, 405 (with Allow) for a method a path does not take, 409 for a
 // conflict or a domain state that does not allow the request, 501 for a
 // libvirt request to a daemon without libvirt, 503 when libvirtd is
-// unreachable; the mapping lives in one place, statusOf (errors.go).
+// unreachable. Errors carry a kind (package internal/errkind: the
+// packages' sentinels carry theirs); the mapping of kinds to statuses
+// lives in one place, statusOf (errors.go), and the client maps the
+// statuses back to the kinds.
 package api
 
 import (
@@ -68,97 +72,111 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/auth"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/logbudget"
 )
 
-// Controller is everything the API's resources need from hostctl's
-// controller; each resource takes only its own part.
-type Controller interface {
-	instanceService
-	configDriveService
-	powerService
-	hotplugService
-	hostService
-	secretService
-	flavorService
-	imageService
-	resizeService
-	snapshotService
-	shelveService
-	eventService
+// Services are what the admin API serves, each a narrow interface
+// declared beside the resource that uses it (instances.go, flavors.go, …).
+// The daemon wires each to the component that provides it — the
+// controller's lifecycle role, the flavor registry, the image catalog,
+// the key manager, the share service, the device inventory, key rotation
+// — and a test to the one fake it needs. A service left nil is not served:
+// its routes answer 501 and name it.
+type Services struct {
+	// The controller's lifecycle role, one interface per resource.
+	Instances    InstanceService    // apply, show, list, delete
+	Power        PowerService       // start, stop, reboot
+	Hotplug      HotplugService     // disks and NICs
+	ConfigDrives ConfigDriveService // config drive images
+	Resize       ResizeService      // resize, rebuild
+	Snapshot     SnapshotService    // a root disk into an image
+	Shelve       ShelveService      // shelve, unshelve, rescue, unrescue
+	Hosts        HostService        // the hosts sharing the store; adopt, forced delete
+	Events       EventService       // the audit streams
+
+	Flavors FlavorService // the flavor registry
+	Images  ImageService  // the image catalog
+	Secrets SecretService // the key manager's secrets
+	Keys    KeyService    // key rotation
+	Shares  ShareService  // the share registry and server shares
+	Devices DeviceService // the device inventory
 }
 
 // Handler returns the admin API handler for the unix socket, where every
 // caller is auth.Local.
-func Handler(c Controller, log *slog.Logger, opts ...Option) http.Handler {
-	return NewHandler(c, log, auth.LocalAuth{}, opts...)
+func Handler(s Services, log *slog.Logger) http.Handler {
+	return NewHandler(s, log, auth.LocalAuth{})
 }
 
 // NewHandler returns the admin API handler, authenticating every request
 // with a (an *auth.TokenAuth on a TCP listener). Authentication wraps the
 // router, so that an unauthenticated caller learns nothing of the routes
 // (not even a 405).
-func NewHandler(c Controller, log *slog.Logger, a auth.Authenticator, opts ...Option) http.Handler {
+func NewHandler(s Services, log *slog.Logger, a auth.Authenticator) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
 	e := errorWriter{log: log, refusals: logbudget.New(0, 0, nil)}
-	root := routes(c, e, o)
-	devices{svc: o.devices, errorWriter: e}.routes(root.PathPrefix("/v1/devices").Subrouter())
-	return authenticate(a, e, root)
-}
-
-// Option adds an optional resource to the handler (WithDevices,
-// WithShares).
-type Option func(*options)
-
-type options struct {
-	devices DeviceService
-	shares  ShareService
-	keys    KeyService
+	return authenticate(a, e, routes(s, e))
 }
 
 // routes builds the router: a subrouter per resource under /v1.
-func routes(c Controller, e errorWriter, o options) *mux.Router {
+func routes(s Services, e errorWriter) *mux.Router {
 	root := mux.NewRouter()
 	v1 := root.PathPrefix("/v1").Subrouter()
 
-	insts := instances{svc: c, errorWriter: e}
-	inst := v1.PathPrefix("/instances").Subrouter()
+	inst := e.served(v1.PathPrefix("/instances").Subrouter(), s.Instances != nil, "instances")
+	insts := instances{svc: s.Instances, errorWriter: e}
 	insts.routes(inst)
 	// One instance: the project scoping middleware resolves {name} once,
 	// for every sub-resource below.
 	one := inst.PathPrefix("/{name}").Subrouter()
-	one.Use(scopeInstance(c, e))
-	hs := hosts{svc: c, errorWriter: e}
-	hs.instanceRoutes(one) // before the plain DELETE: it matches on its query
+	one.Use(scopeInstance(s.Instances, e))
+	hs := hosts{svc: s.Hosts, errorWriter: e}
+	hs.instanceRoutes(e.served(one, s.Hosts != nil, "hosts")) // before the plain DELETE: it matches on its query
 	insts.instanceRoutes(one)
-	configDrives{svc: c, errorWriter: e}.routes(one)
-	power{svc: c, errorWriter: e}.routes(one)
-	hotplug{svc: c, errorWriter: e}.routes(one)
-	resize{svc: c, errorWriter: e}.routes(one)
-	snapshot{svc: c, errorWriter: e}.routes(one)
-	shelve{svc: c, errorWriter: e}.routes(one)
+	configDrives{svc: s.ConfigDrives, errorWriter: e}.routes(e.served(one, s.ConfigDrives != nil, "config drives"))
+	power{svc: s.Power, errorWriter: e}.routes(e.served(one, s.Power != nil, "power requests"))
+	hotplug{svc: s.Hotplug, errorWriter: e}.routes(e.served(one, s.Hotplug != nil, "disk and NIC hotplug"))
+	resize{svc: s.Resize, errorWriter: e}.routes(e.served(one, s.Resize != nil, "resize and rebuild"))
+	snapshot{svc: s.Snapshot, errorWriter: e}.routes(e.served(one, s.Snapshot != nil, "snapshots"))
+	shelve{svc: s.Shelve, errorWriter: e}.routes(e.served(one, s.Shelve != nil, "shelve and rescue"))
 
-	flavors{svc: c, errorWriter: e}.routes(v1.PathPrefix("/flavors").Subrouter())
-	images{svc: c, errorWriter: e}.routes(v1.PathPrefix("/images").Subrouter())
-	auditEvents{svc: c, errorWriter: e}.routes(v1.PathPrefix("/events").Subrouter())
-	if o.shares != nil {
-		sharesAPI{svc: o.shares, errorWriter: e}.routes(v1) // shares.go
+	flavors{svc: s.Flavors, errorWriter: e}.routes(e.served(v1.PathPrefix("/flavors").Subrouter(), s.Flavors != nil, "flavors"))
+	images{svc: s.Images, errorWriter: e}.routes(e.served(v1.PathPrefix("/images").Subrouter(), s.Images != nil, "images"))
+	auditEvents{svc: s.Events, errorWriter: e}.routes(e.served(v1.PathPrefix("/events").Subrouter(), s.Events != nil, "audit events"))
+	if s.Shares != nil {
+		sharesAPI{svc: s.Shares, errorWriter: e}.routes(v1) // shares.go
 	} else {
 		noShares{e}.routes(v1)
 	}
-	keysAPI{svc: o.keys, errorWriter: e}.routes(v1.PathPrefix("/keys").Subrouter()) // keys.go
+	keysAPI{svc: s.Keys, errorWriter: e}.routes(v1.PathPrefix("/keys").Subrouter()) // keys.go
 
-	hs.routes(v1.PathPrefix("/hosts").Subrouter())
-	secrets{svc: c, errorWriter: e}.routes(v1.PathPrefix("/secrets").Subrouter())
+	hs.routes(e.served(v1.PathPrefix("/hosts").Subrouter(), s.Hosts != nil, "hosts"))
+	secrets{svc: s.Secrets, errorWriter: e}.routes(e.served(v1.PathPrefix("/secrets").Subrouter(), s.Secrets != nil, "secrets"))
+	devices{svc: s.Devices, errorWriter: e}.routes(v1.PathPrefix("/devices").Subrouter()) // devices.go: 501 without
 	system{errorWriter: e}.routes(v1)
 
 	root.NotFoundHandler = headAsGet(root, unmatched(root, e)) // head.go
 	root.MethodNotAllowedHandler = root.NotFoundHandler
 	return root
+}
+
+// served returns r for the routes of a service the daemon serves, and
+// for one it does not (served false) a subrouter of r whose routes all
+// answer 501 naming what: the paths and methods stay the same, so a
+// request learns that the daemon does not serve it rather than that the
+// path does not exist.
+func (e errorWriter) served(r *mux.Router, served bool, what string) *mux.Router {
+	if served {
+		return r
+	}
+	sub := r.NewRoute().Subrouter()
+	sub.Use(func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			e.fail(w, r, errkind.Errorf(errkind.Unsupported, "this daemon does not serve %s", what))
+		})
+	})
+	return sub
 }

@@ -26,7 +26,7 @@ func serve(t *testing.T) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: api.Handler(ctl, log)}
+	srv := &http.Server{Handler: api.Handler(ctlServices(ctl), log)}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return client.NewUnix(sock)

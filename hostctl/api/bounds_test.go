@@ -71,9 +71,9 @@ func TestOversizedRequestValuesBounded(t *testing.T) {
 	var logs syncLog
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	tt := newTestTokens(t)
-	tcp := httptest.NewServer(api.NewHandler(ctl, log, tt.auth))
+	tcp := httptest.NewServer(api.NewHandler(ctlServices(ctl), log, tt.auth))
 	t.Cleanup(tcp.Close)
-	local := httptest.NewServer(api.Handler(ctl, log))
+	local := httptest.NewServer(api.Handler(ctlServices(ctl), log))
 	t.Cleanup(local.Close)
 
 	long := "/v1/instances/" + strings.Repeat("a", 1<<20)
@@ -124,7 +124,7 @@ func TestOversizedRequestValuesBounded(t *testing.T) {
 // message is: a 900 KB user_data does not come back whole.
 func TestFieldValueBounded(t *testing.T) {
 	ctl, _ := newController(t)
-	srv := httptest.NewServer(api.Handler(ctl, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(api.Handler(ctlServices(ctl), slog.New(slog.DiscardHandler)))
 	t.Cleanup(srv.Close)
 	spec, _ := json.Marshal(map[string]any{"name": "a", "user_data": strings.Repeat("u", 900<<10)})
 	code, body := do(t, http.MethodPost, srv.URL+"/v1/instances", "", string(spec))
@@ -148,7 +148,7 @@ func TestFieldValueBounded(t *testing.T) {
 func TestFreeFormBoundsAsMember(t *testing.T) {
 	ctl, _ := newController(t)
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctl, slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(ctlServices(ctl), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 
 	deep := `{"name":"deep","vendor_data":` + strings.Repeat(`{"a":`, 9000) + "1" + strings.Repeat("}", 9000) + `}`

@@ -10,16 +10,17 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// configDriveService builds an instance's config drive.
-type configDriveService interface {
+// ConfigDriveService builds an instance's config drive.
+type ConfigDriveService interface {
 	WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error)
 }
 
 // configDrives is /v1/instances/{name}/configdrive.
 type configDrives struct {
-	svc configDriveService
+	svc ConfigDriveService
 	errorWriter
 }
 
@@ -34,7 +35,7 @@ func (h configDrives) get(w http.ResponseWriter, r *http.Request) {
 		format = configdrive.ISO9660
 	case configdrive.ISO9660, configdrive.VFAT:
 	default:
-		h.fail(w, r, httpError(http.StatusBadRequest, "format %q: must be iso9660 or vfat", format))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "format %q: must be iso9660 or vfat", format))
 		return
 	}
 	// Build into a buffer first so that an error is still a clean JSON

@@ -8,19 +8,17 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	devinv "github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // DeviceService is the host's passthrough device inventory
 // (hostctl/devices.Inventory) as the devices resource needs it.
 type DeviceService interface {
-	ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]types.Device, error)
-	Show(ctx context.Context, addr string) (types.Device, error)
-	Clean(ctx context.Context, addr string) (types.Device, error)
+	ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]devinv.Device, error)
+	Show(ctx context.Context, addr string) (devinv.Device, error)
+	Clean(ctx context.Context, addr string) (devinv.Device, error)
 }
-
-// WithDevices serves /v1/devices from svc; without it the devices
-// resource answers 501.
-func WithDevices(svc DeviceService) Option { return func(o *options) { o.devices = svc } }
 
 // devices is /v1/devices: the operator's view of the inventory
 // (GET ?needs_cleaning=1&trait=T&all_hosts=1; a trait vmeta never sets is
@@ -40,11 +38,11 @@ func (h devices) routes(r *mux.Router) {
 
 func (h devices) ready(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	if h.svc == nil {
-		h.fail(w, r, httpError(http.StatusNotImplemented, "this hostctl has no device inventory"))
+		h.fail(w, r, errkind.Errorf(errkind.Unsupported, "this hostctl has no device inventory"))
 		return false
 	}
 	return true
@@ -57,7 +55,7 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, httpError(http.StatusBadRequest, "%s: %q: must be true or false (1 or 0)", name, v)
+		return false, errkind.Errorf(errkind.Invalid, "%s: %q: must be true or false (1 or 0)", name, v)
 	}
 	return b, nil
 }
@@ -81,7 +79,7 @@ func (h devices) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, types.DeviceList{Devices: list})
+	writeJSON(w, http.StatusOK, types.DeviceList{Devices: convertAll(list, wireDevice)})
 }
 
 func (h devices) show(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +91,7 @@ func (h devices) show(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	writeJSON(w, http.StatusOK, wireDevice(d))
 }
 
 func (h devices) clean(w http.ResponseWriter, r *http.Request) {
@@ -105,5 +103,5 @@ func (h devices) clean(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	writeJSON(w, http.StatusOK, wireDevice(d))
 }

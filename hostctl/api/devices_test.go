@@ -12,6 +12,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	devinv "github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -23,27 +24,26 @@ type fakeDevices struct {
 	err   error
 }
 
-func (f *fakeDevices) ListDevices(_ context.Context, nc bool, trait string, all bool) ([]types.Device, error) {
+func (f *fakeDevices) ListDevices(_ context.Context, nc bool, trait string, all bool) ([]devinv.Device, error) {
 	f.calls = append(f.calls, fmt.Sprintf("list %v %q %v", nc, trait, all))
-	return []types.Device{{Address: "0000:3b:00.0", Total: 1}}, f.err
+	return []devinv.Device{{Address: "0000:3b:00.0", Total: 1}}, f.err
 }
 
-func (f *fakeDevices) Show(_ context.Context, addr string) (types.Device, error) {
+func (f *fakeDevices) Show(_ context.Context, addr string) (devinv.Device, error) {
 	f.calls = append(f.calls, "show "+addr)
-	return types.Device{Address: addr, Total: 1}, f.err
+	return devinv.Device{Address: addr, Total: 1}, f.err
 }
 
-func (f *fakeDevices) Clean(_ context.Context, addr string) (types.Device, error) {
+func (f *fakeDevices) Clean(_ context.Context, addr string) (devinv.Device, error) {
 	f.calls = append(f.calls, "clean "+addr)
-	return types.Device{Address: addr, Total: 1}, f.err
+	return devinv.Device{Address: addr, Total: 1}, f.err
 }
 
 func TestDevicesResource(t *testing.T) {
-	c, _ := newController(t)
 	tt := newTestTokens(t)
 	fake := &fakeDevices{}
 	log := slog.New(slog.DiscardHandler)
-	base := newTestServer(t, api.NewHandler(c, log, tt.auth, api.WithDevices(fake)))
+	base := newTestServer(t, api.NewHandler(api.Services{Devices: fake}, log, tt.auth))
 	admin, member := client.NewTCP(base, tt.root), client.NewTCP(base, tt.alice)
 	ctx := t.Context()
 
@@ -103,7 +103,7 @@ func TestDevicesResource(t *testing.T) {
 	resp.Body.Close()
 
 	// A daemon without an inventory answers 501.
-	bare := client.NewTCP(newTestServer(t, api.NewHandler(c, log, tt.auth)), tt.root)
+	bare := client.NewTCP(newTestServer(t, api.NewHandler(api.Services{}, log, tt.auth)), tt.root)
 	if _, err := bare.Devices(ctx, false, "", false); status(err) != http.StatusNotImplemented {
 		t.Errorf("no inventory: %v, want 501", err)
 	}

@@ -13,48 +13,46 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/hostctl/keyrotation"
-	"github.com/vmeta/vmeta/hostctl/shares"
-	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/clip"
-	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/logbudget"
 	"github.com/vmeta/vmeta/internal/model"
-	"github.com/vmeta/vmeta/internal/store"
 )
 
-// httpError is an error the API itself answers with a given status (a bad
-// query parameter, a body too large, a refused role).
+// httpError is an error the API itself answers with a given status that
+// no kind names (405 method not allowed). Every other refusal of the API
+// is an error of a kind (errkind.Errorf), mapped like the services' errors.
 func httpError(status int, format string, args ...any) error {
 	return &types.Error{Message: fmt.Sprintf(format, args...), Status: status}
 }
 
-// statusOf maps errors to HTTP status codes, in one place.
+// kindStatus is the HTTP status of each kind of error (package errkind);
+// the client (hostctl/api/client) maps the statuses back to the kinds.
+var kindStatus = map[errkind.Kind]int{
+	errkind.Invalid:         http.StatusBadRequest,
+	errkind.Unauthenticated: http.StatusUnauthorized,
+	errkind.Forbidden:       http.StatusForbidden,
+	errkind.NotFound:        http.StatusNotFound,
+	errkind.Conflict:        http.StatusConflict,
+	errkind.TooLarge:        http.StatusRequestEntityTooLarge,
+	errkind.Unsupported:     http.StatusNotImplemented,
+	errkind.Unavailable:     http.StatusServiceUnavailable,
+}
+
+// statusOf maps errors to HTTP status codes, in one place: an error's
+// kind (its outermost, errkind.Of) names the status; an error without a
+// kind is a 500. The packages' sentinels carry their kinds (store.ErrNotFound
+// is a NotFound, controller.ErrState a Conflict…), so a new feature's
+// errors need nothing here.
 func statusOf(err error) int {
 	var ae *types.Error
-	switch {
-	case errors.As(err, &ae) && ae.Status != 0:
+	if errors.As(err, &ae) && ae.Status != 0 {
 		return ae.Status
-	case errors.Is(err, model.ErrInvalidSpec), errors.Is(err, keys.ErrInvalid), errors.Is(err, keyrotation.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, shares.ErrForbidden):
-		return http.StatusForbidden
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, store.ErrConflict), errors.Is(err, virt.ErrConflict), errors.Is(err, controller.ErrState),
-		errors.Is(err, controller.ErrOtherHost), errors.Is(err, controller.ErrOwnerAlive), errors.Is(err, keys.ErrInUse),
-		errors.Is(err, keyrotation.ErrDecrease):
-		return http.StatusConflict
-	case errors.Is(err, virt.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, controller.ErrNoHypervisor), errors.Is(err, keyrotation.ErrUnavailable):
-		return http.StatusNotImplemented
-	case errors.Is(err, virt.ErrUnreachable):
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
 	}
+	if status, ok := kindStatus[errkind.Of(err)]; ok {
+		return status
+	}
+	return http.StatusInternalServerError
 }
 
 // errorWriter answers failed requests: the status from statusOf, the body
@@ -137,7 +135,7 @@ func unmatched(root *mux.Router, e errorWriter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		allow := allowed(root, r, known)
 		if len(allow) == 0 {
-			e.fail(w, r, httpError(http.StatusNotFound, "%s: no such endpoint of the admin API", clip.Quote(r.URL.Path, clip.Log)))
+			e.fail(w, r, errkind.Errorf(errkind.NotFound, "%s: no such endpoint of the admin API", clip.Quote(r.URL.Path, clip.Log)))
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))

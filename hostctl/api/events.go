@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/clip"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -22,8 +23,8 @@ const MaxEventWait = 60 * time.Second
 // maxEventLimit bounds ?limit=.
 const maxEventLimit = 1000
 
-// eventService reads the audit streams.
-type eventService interface {
+// EventService reads the audit streams.
+type EventService interface {
 	ReadEvents(ctx context.Context, stream, after string, limit int, wait time.Duration) ([]types.Event, error)
 }
 
@@ -33,7 +34,7 @@ type eventService interface {
 // (at most MaxEventWait) when there are none yet: a long poll followers
 // repeat with the last ID they saw. For administrators only.
 type auditEvents struct {
-	svc eventService
+	svc EventService
 	errorWriter
 }
 
@@ -43,24 +44,24 @@ func (h auditEvents) routes(r *mux.Router) {
 
 func (h auditEvents) read(w http.ResponseWriter, r *http.Request) {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may read audit events"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may read audit events"))
 		return
 	}
 	stream := mux.Vars(r)["stream"]
 	if err := store.CheckStream(stream); err != nil {
-		h.fail(w, r, httpError(http.StatusBadRequest, "%v", err))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "%v", err))
 		return
 	}
 	q := r.URL.Query()
 	if after := q.Get("after"); !validEventID(after) {
-		h.fail(w, r, httpError(http.StatusBadRequest, "after: %q: not an event ID (digits, or digits-digits)", after))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "after: %q: not an event ID (digits, or digits-digits)", after))
 		return
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxEventLimit {
-			h.fail(w, r, httpError(http.StatusBadRequest, "limit: %q: must be a whole number from 1 to %d", v, maxEventLimit))
+			h.fail(w, r, errkind.Errorf(errkind.Invalid, "limit: %q: must be a whole number from 1 to %d", v, maxEventLimit))
 			return
 		}
 		limit = n
@@ -69,7 +70,7 @@ func (h auditEvents) read(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > MaxEventWait {
-			h.fail(w, r, httpError(http.StatusBadRequest, "wait: %q: must be a duration from 0s to %s", v, MaxEventWait))
+			h.fail(w, r, errkind.Errorf(errkind.Invalid, "wait: %q: must be a duration from 0s to %s", v, MaxEventWait))
 			return
 		}
 		wait = d

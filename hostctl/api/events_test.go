@@ -19,7 +19,7 @@ func TestEvents(t *testing.T) {
 	ctx := context.Background()
 	ctl, _ := newController(t)
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctl, slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(api.Services{Events: ctl}, slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 	admin, member := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 

@@ -108,7 +108,9 @@ func TestInstanceErrorAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.NewHandler(ctl, log, ta, api.WithShares(svc)))
+	svcs := ctlServices(ctl)
+	svcs.Shares = svc
+	srv := httptest.NewServer(api.NewHandler(svcs, log, ta))
 	t.Cleanup(srv.Close)
 	c := client.NewTCP(srv.URL, tok)
 	t.Setenv(cli.TokenEnv, tok)

@@ -7,14 +7,16 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// flavorService is what the flavors resource needs: the flavor registry
+// FlavorService is what the flavors resource needs: the flavor registry
 // and the in-use check of a delete.
-type flavorService interface {
-	CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error)
-	Flavor(ctx context.Context, name string) (types.Flavor, error)
-	Flavors(ctx context.Context) ([]types.Flavor, error)
+type FlavorService interface {
+	CreateFlavor(ctx context.Context, f flavorreg.Flavor) (flavorreg.Flavor, error)
+	Flavor(ctx context.Context, name string) (flavorreg.Flavor, error)
+	Flavors(ctx context.Context) ([]flavorreg.Flavor, error)
 	DeleteFlavor(ctx context.Context, name string) error
 }
 
@@ -22,11 +24,11 @@ type flavorService interface {
 // choose among them); only an administrator creates and deletes them.
 //
 //	GET    /v1/flavors          list
-//	POST   /v1/flavors          create (types.Flavor; 201)
+//	POST   /v1/flavors          create (flavorreg.Flavor; 201)
 //	GET    /v1/flavors/{flavor} show
 //	DELETE /v1/flavors/{flavor} delete (409 naming the instances using it)
 type flavors struct {
-	svc flavorService
+	svc FlavorService
 	errorWriter
 }
 
@@ -40,7 +42,7 @@ func (h flavors) routes(r *mux.Router) {
 // adminOnly answers 403 to a caller that is not an administrator.
 func (e errorWriter) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		e.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		e.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	return true
@@ -49,7 +51,7 @@ func (e errorWriter) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 // member answers 403 to a caller with no role.
 func (e errorWriter) member(w http.ResponseWriter, r *http.Request) bool {
 	if p := principalFrom(r.Context()); p.Role != types.RoleAdmin && p.Role != types.RoleMember {
-		e.fail(w, r, httpError(http.StatusForbidden, "not allowed"))
+		e.fail(w, r, errkind.Errorf(errkind.Forbidden, "not allowed"))
 		return false
 	}
 	return true
@@ -64,7 +66,7 @@ func (h flavors) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, fs)
+	writeJSON(w, http.StatusOK, wireFlavors(fs))
 }
 
 func (h flavors) create(w http.ResponseWriter, r *http.Request) {
@@ -75,12 +77,12 @@ func (h flavors) create(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &f) {
 		return
 	}
-	out, err := h.svc.CreateFlavor(r.Context(), f)
+	out, err := h.svc.CreateFlavor(r.Context(), domainFlavor(f))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, wireFlavor(out))
 }
 
 func (h flavors) get(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +94,7 @@ func (h flavors) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f)
+	writeJSON(w, http.StatusOK, wireFlavor(f))
 }
 
 func (h flavors) delete(w http.ResponseWriter, r *http.Request) {

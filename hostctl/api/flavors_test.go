@@ -133,7 +133,7 @@ func serveUnix(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: api.Handler(ctl, slog.New(slog.DiscardHandler))}
+	srv := &http.Server{Handler: api.Handler(ctlServices(ctl), slog.New(slog.DiscardHandler))}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return sock

@@ -39,12 +39,11 @@ func TestHeadOnEveryGETRoute(t *testing.T) {
 	if err := os.MkdirAll(shareRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := []api.Option{
-		api.WithDevices(&fakeDevices{}),
-		api.WithKeys(keyService{Engine: engine, secret: "proxy-secret-value"}),
-		api.WithShares(shares.New(st, c, shares.Options{ShareRoot: shareRoot, Logger: log, ReconcileInterval: -1})),
-	}
-	base := newTestServer(t, api.NewHandler(c, log, tt.auth, opts...))
+	svcs := ctlServices(c)
+	svcs.Devices = &fakeDevices{}
+	svcs.Keys = keyService{Engine: engine, secret: "proxy-secret-value"}
+	svcs.Shares = shares.New(st, c, shares.Options{ShareRoot: shareRoot, Logger: log, ReconcileInterval: -1})
+	base := newTestServer(t, api.NewHandler(svcs, log, tt.auth))
 	do := func(method, path string) (*http.Response, []byte) {
 		t.Helper()
 		req, err := http.NewRequest(method, base+path, nil)
@@ -73,7 +72,7 @@ func TestHeadOnEveryGETRoute(t *testing.T) {
 	}
 
 	values := map[string]string{"name": "a-1", "stream": "shares", "class": "proxy-secret", "address": "0000:3b:00.0"}
-	tpls := api.RouteTemplates(c, http.MethodGet, opts...)
+	tpls := api.RouteTemplates(svcs, http.MethodGet)
 	if len(tpls) < 15 {
 		t.Fatalf("only %d GET routes found: %v", len(tpls), tpls)
 	}

@@ -7,15 +7,17 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// hostService is what the hosts resource and the ownership calls need:
+// HostService is what the hosts resource and the ownership calls need:
 // the hosts sharing the store, and moving or forgetting another host's
 // instance.
-type hostService interface {
+type HostService interface {
 	Hosts(ctx context.Context) ([]types.HostStatus, error)
-	ListAll(ctx context.Context) ([]*types.Instance, error)
-	Adopt(ctx context.Context, name string) (*types.Instance, error)
+	ListAll(ctx context.Context) ([]*controller.Instance, error)
+	Adopt(ctx context.Context, name string) (*controller.Instance, error)
 	ForceDeleteFromStore(ctx context.Context, name string) ([]string, error)
 }
 
@@ -23,7 +25,7 @@ type hostService interface {
 // (POST /v1/instances/{name}/adopt, DELETE …?force_from_store=1). All of
 // them are for administrators: hosts are the operator's business.
 type hosts struct {
-	svc hostService
+	svc HostService
 	errorWriter
 }
 
@@ -38,7 +40,7 @@ func (h hosts) instanceRoutes(r *mux.Router) {
 
 func (h hosts) admin(w http.ResponseWriter, r *http.Request) bool {
 	if principalFrom(r.Context()).Role != types.RoleAdmin {
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may do this"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may do this"))
 		return false
 	}
 	return true
@@ -65,7 +67,7 @@ func (h hosts) adopt(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }
 
 func (h hosts) forceDelete(w http.ResponseWriter, r *http.Request) {
@@ -73,7 +75,7 @@ func (h hosts) forceDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := mux.Vars(r)["force"]; v != "1" && v != "true" {
-		h.fail(w, r, httpError(http.StatusBadRequest, "force_from_store: %q: must be 1 or true", v))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "force_from_store: %q: must be 1 or true", v))
 		return
 	}
 	left, err := h.svc.ForceDeleteFromStore(r.Context(), mux.Vars(r)["name"])

@@ -8,19 +8,21 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// hotplugService attaches and detaches disks and NICs.
-type hotplugService interface {
-	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error)
-	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
-	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error)
-	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error)
+// HotplugService attaches and detaches disks and NICs.
+type HotplugService interface {
+	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*controller.Instance, error)
+	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error)
+	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*controller.Instance, error)
+	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error)
 }
 
 // hotplug is /v1/instances/{name}/disks and /nics.
 type hotplug struct {
-	svc hotplugService
+	svc HotplugService
 	errorWriter
 }
 
@@ -36,13 +38,13 @@ func (h hotplug) attachDisk(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		return h.svc.AttachDisk(ctx, name, req)
 	})
 }
 
 func (h hotplug) detachDisk(w http.ResponseWriter, r *http.Request) {
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		req, err := detachRequest(r)
 		if err != nil {
 			return nil, err
@@ -56,13 +58,13 @@ func (h hotplug) attachNIC(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		return h.svc.AttachNIC(ctx, name, req)
 	})
 }
 
 func (h hotplug) detachNIC(w http.ResponseWriter, r *http.Request) {
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		req, err := detachRequest(r)
 		if err != nil {
 			return nil, err
@@ -82,7 +84,7 @@ func detachRequest(r *http.Request) (types.DetachRequest, error) {
 		if v := q.Get(f.key); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return req, httpError(http.StatusBadRequest, "%s=%q: must be true or false", f.key, v)
+				return req, errkind.Errorf(errkind.Invalid, "%s=%q: must be true or false", f.key, v)
 			}
 			*f.dst = b
 		}

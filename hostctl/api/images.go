@@ -10,13 +10,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// imageService is what the images resource needs: the image directory.
-type imageService interface {
-	ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error)
-	Image(ctx context.Context, name string) (types.Image, error)
-	Images(ctx context.Context) ([]types.Image, error)
+// ImageService is what the images resource needs: the image directory.
+type ImageService interface {
+	ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (imagecat.Image, error)
+	Image(ctx context.Context, name string) (imagecat.Image, error)
+	Images(ctx context.Context) ([]imagecat.Image, error)
 	DeleteImage(ctx context.Context, name string) error
 }
 
@@ -30,7 +32,7 @@ type imageService interface {
 //	GET    /v1/images/{image}  show
 //	DELETE /v1/images/{image}  delete (409 naming the instances using it)
 type images struct {
-	svc imageService
+	svc ImageService
 	errorWriter
 }
 
@@ -53,7 +55,7 @@ func (h images) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, is)
+	writeJSON(w, http.StatusOK, wireImages(is))
 }
 
 func (h images) importImage(w http.ResponseWriter, r *http.Request) {
@@ -62,29 +64,29 @@ func (h images) importImage(w http.ResponseWriter, r *http.Request) {
 	}
 	mr, err := r.MultipartReader()
 	if err != nil {
-		h.fail(w, r, httpError(http.StatusBadRequest, "an import is multipart/form-data with parts \"image\" and \"file\": %v", err))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "an import is multipart/form-data with parts \"image\" and \"file\": %v", err))
 		return
 	}
 	part, err := mr.NextPart()
 	if err != nil || part.FormName() != "image" {
-		h.fail(w, r, httpError(http.StatusBadRequest, "the first part of an import must be \"image\" (its name and properties as JSON)"))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "the first part of an import must be \"image\" (its name and properties as JSON)"))
 		return
 	}
 	meta, err := io.ReadAll(io.LimitReader(part, maxImageMeta+1))
 	if err != nil || len(meta) > maxImageMeta {
-		h.fail(w, r, httpError(http.StatusBadRequest, "part \"image\": unreadable or larger than %d bytes", maxImageMeta))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "part \"image\": unreadable or larger than %d bytes", maxImageMeta))
 		return
 	}
 	var req types.ImageImport
 	dec := json.NewDecoder(bytes.NewReader(meta))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		h.fail(w, r, httpError(http.StatusBadRequest, "part \"image\": %v", err))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "part \"image\": %v", err))
 		return
 	}
 	file, err := mr.NextPart()
 	if err != nil || file.FormName() != "file" {
-		h.fail(w, r, httpError(http.StatusBadRequest, "the second part of an import must be \"file\" (the image)"))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "the second part of an import must be \"file\" (the image)"))
 		return
 	}
 	img, err := h.svc.ImportImage(r.Context(), req.Name, req.Properties, file)
@@ -92,7 +94,7 @@ func (h images) importImage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, img)
+	writeJSON(w, http.StatusCreated, wireImage(img))
 }
 
 func (h images) get(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +106,7 @@ func (h images) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, img)
+	writeJSON(w, http.StatusOK, wireImage(img))
 }
 
 func (h images) delete(w http.ResponseWriter, r *http.Request) {

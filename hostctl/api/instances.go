@@ -8,16 +8,18 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// instanceService is what the instances resource needs: the instance
+// InstanceService is what the instances resource needs: the instance
 // records.
-type instanceService interface {
-	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
-	Get(ctx context.Context, name string) (*types.Instance, error)
-	List(ctx context.Context) ([]*types.Instance, error)
-	ListAll(ctx context.Context) ([]*types.Instance, error)
+type InstanceService interface {
+	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
+	List(ctx context.Context) ([]*controller.Instance, error)
+	ListAll(ctx context.Context) ([]*controller.Instance, error)
 	Delete(ctx context.Context, name string) error
 }
 
@@ -26,7 +28,7 @@ const maxSpecBody = model.MaxSpecSize + 1
 
 // instances is the /v1/instances resource.
 type instances struct {
-	svc instanceService
+	svc InstanceService
 	errorWriter
 }
 
@@ -50,7 +52,7 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		list = h.svc.ListAll
 	default:
-		h.fail(w, r, httpError(http.StatusBadRequest, "all_hosts: %q: must be 1 or true", v))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "all_hosts: %q: must be 1 or true", v))
 		return
 	}
 	insts, err := list(r.Context())
@@ -59,19 +61,19 @@ func (h instances) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalFrom(r.Context())
-	visible := make([]*types.Instance, 0, len(insts))
+	visible := make([]*controller.Instance, 0, len(insts))
 	for _, in := range insts {
 		if sees(p, in.Spec.ProjectID) {
 			visible = append(visible, in)
 		}
 	}
-	writeJSON(w, http.StatusOK, visible)
+	writeJSON(w, http.StatusOK, wireInstances(visible))
 }
 
 func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSpecBody))
 	if err != nil {
-		h.fail(w, r, httpError(http.StatusRequestEntityTooLarge, "read spec: %v", err))
+		h.fail(w, r, errkind.Errorf(errkind.TooLarge, "read spec: %v", err))
 		return
 	}
 	in, err := model.ParseSpec(body)
@@ -84,16 +86,16 @@ func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 		// means its own.
 		switch {
 		case p.Role != types.RoleMember:
-			h.fail(w, r, httpError(http.StatusForbidden, "not allowed"))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "not allowed"))
 			return
 		case in.ProjectID == "":
 			in.ProjectID = p.Project
 		case in.ProjectID != p.Project:
-			h.fail(w, r, httpError(http.StatusForbidden, "project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project_id: %q: a member of project %q may apply only its own project's instances", in.ProjectID, p.Project))
 			return
 		}
 		if old, err := h.svc.Get(r.Context(), in.Name); err == nil && !sees(p, old.Spec.ProjectID) {
-			h.fail(w, r, httpError(http.StatusConflict, "name: %q: already in use", in.Name))
+			h.fail(w, r, errkind.Errorf(errkind.Conflict, "name: %q: already in use", in.Name))
 			return
 		}
 	}
@@ -102,11 +104,11 @@ func (h instances) apply(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }
 
 func (h instances) get(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, scopedInstance(r))
+	writeJSON(w, http.StatusOK, wireInstance(scopedInstance(r)))
 }
 
 func (h instances) delete(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // KeyService is what the keys resource needs: the key rotation engine,
@@ -23,10 +24,6 @@ type KeyService interface {
 	// RevealProxySecret returns the current proxy shared secret.
 	RevealProxySecret(ctx context.Context) ([]byte, error)
 }
-
-// WithKeys serves /v1/keys from svc; without it the keys resource answers
-// 501.
-func WithKeys(svc KeyService) Option { return func(o *options) { o.keys = svc } }
 
 // keysAPI is /v1/keys, for administrators only:
 //
@@ -46,7 +43,7 @@ func (h keysAPI) routes(r *mux.Router) {
 	r.Use(h.adminOnly)
 	if h.svc == nil {
 		r.PathPrefix("").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h.fail(w, r, httpError(http.StatusNotImplemented, "key rotation is not served by this daemon"))
+			h.fail(w, r, errkind.Errorf(errkind.Unsupported, "key rotation is not served by this daemon"))
 		})
 		return
 	}
@@ -60,7 +57,7 @@ func (h keysAPI) routes(r *mux.Router) {
 func (h keysAPI) adminOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if principalFrom(r.Context()).Role != types.RoleAdmin {
-			h.fail(w, r, httpError(http.StatusForbidden, "only an administrator may read or change key rotation"))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator may read or change key rotation"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -81,10 +78,11 @@ func (h keysAPI) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if reports == nil {
-		reports = []keyrotation.Report{}
+	out := make([]types.KeyReport, len(reports))
+	for i, rep := range reports {
+		out[i] = wireKeyReport(rep)
 	}
-	writeJSON(w, http.StatusOK, reports)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // subject is the {class} and ?instance= of a request.
@@ -98,7 +96,7 @@ func (h keysAPI) subject(r *http.Request) (keyrotation.Subject, error) {
 	case name == "":
 		return keyrotation.Subject{Class: c}, nil
 	case !c.PerInstance():
-		return keyrotation.Subject{}, httpError(http.StatusBadRequest, "instance %q: %s has no per-instance keys (only %s)", name, c, keyrotation.Disk)
+		return keyrotation.Subject{}, errkind.Errorf(errkind.Invalid, "instance %q: %s has no per-instance keys (only %s)", name, c, keyrotation.Disk)
 	}
 	return h.svc.InstanceSubject(r.Context(), c, name)
 }
@@ -109,16 +107,16 @@ func (h keysAPI) setPolicy(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	var p keyrotation.Policy
+	var p types.KeyPolicy
 	if !h.decode(w, r, &p) {
 		return
 	}
-	out, err := h.svc.SetPolicy(r.Context(), s, p)
+	out, err := h.svc.SetPolicy(r.Context(), s, domainKeyPolicy(p))
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wireKeyPolicy(out))
 }
 
 func (h keysAPI) rotate(w http.ResponseWriter, r *http.Request) {
@@ -132,7 +130,7 @@ func (h keysAPI) rotate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, out)
+	writeJSON(w, http.StatusAccepted, wireKeyRotation(out))
 }
 
 func (h keysAPI) prune(w http.ResponseWriter, r *http.Request) {
@@ -150,7 +148,7 @@ func (h keysAPI) prune(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, wireKeyStatus(st))
 }
 
 func (h keysAPI) reveal(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +158,7 @@ func (h keysAPI) reveal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.Class != keyrotation.Proxy {
-		h.fail(w, r, httpError(http.StatusBadRequest, "class %s: only the %s is revealed (other keys never leave the daemon)", s.Class, keyrotation.Proxy))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "class %s: only the %s is revealed (other keys never leave the daemon)", s.Class, keyrotation.Proxy))
 		return
 	}
 	secret, err := h.svc.RevealProxySecret(r.Context())

@@ -46,7 +46,6 @@ func (k keyService) InstanceSubject(_ context.Context, c keyrotation.Class, name
 func (k keyService) RevealProxySecret(context.Context) ([]byte, error) { return []byte(k.secret), nil }
 
 func TestKeysResource(t *testing.T) {
-	c, _ := newController(t)
 	tt := newTestTokens(t)
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "keys.db"))
 	if err != nil {
@@ -59,7 +58,7 @@ func TestKeysResource(t *testing.T) {
 	e.Register(keyrotation.Proxy, proxy)
 	e.Register(keyrotation.Disk, disk)
 	log := slog.New(slog.DiscardHandler)
-	base := newTestServer(t, api.NewHandler(c, log, tt.auth, api.WithKeys(keyService{Engine: e, secret: "proxy-secret-value"})))
+	base := newTestServer(t, api.NewHandler(api.Services{Keys: keyService{Engine: e, secret: "proxy-secret-value"}}, log, tt.auth))
 	admin, member := client.NewTCP(base, tt.root), client.NewTCP(base, tt.alice)
 	ctx := t.Context()
 
@@ -71,15 +70,15 @@ func TestKeysResource(t *testing.T) {
 	}
 	// Every class is listed; the token key has no procedure here.
 	rs, err := admin.Keys(ctx, "")
-	if err != nil || len(rs) != 4 || rs[1].Class != keyrotation.Token || rs[1].NoKeys == "" {
+	if err != nil || len(rs) != 4 || rs[1].Class != string(keyrotation.Token) || rs[1].NoKeys == "" {
 		t.Fatalf("list: %v %+v", err, rs)
 	}
 
-	p, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 2})
+	p, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeyGeneration: 2})
 	if err != nil || p.KeyGeneration != 2 {
 		t.Fatalf("set policy: %+v %v", p, err)
 	}
-	if _, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 1}); status(err) != http.StatusConflict {
+	if _, err := admin.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeyGeneration: 1}); status(err) != http.StatusConflict {
 		t.Errorf("decrease: %v, want 409", err)
 	}
 	for _, bad := range []struct {
@@ -87,8 +86,8 @@ func TestKeysResource(t *testing.T) {
 		p               types.KeyPolicy
 	}{
 		{"kek", "", types.KeyPolicy{KeyRotationPolicy: "Sometimes"}},
-		{"kek", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeepPriorKeyCount: new(int)}},
-		{"proxy", "", types.KeyPolicy{KeyRotationPolicy: keyrotation.WithVersionUpgrade}},
+		{"kek", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeepPriorKeyCount: new(int)}},
+		{"proxy", "", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyWithVersionUpgrade}},
 		{"nonsense", "", types.KeyPolicy{}},
 		{"kek", "web-1", types.KeyPolicy{}},
 	} {
@@ -99,7 +98,7 @@ func TestKeysResource(t *testing.T) {
 	if _, err := admin.SetKeyPolicy(ctx, "disk", "nope", types.KeyPolicy{}); status(err) != http.StatusNotFound {
 		t.Errorf("unknown instance: %v, want 404", err)
 	}
-	if _, err := admin.SetKeyPolicy(ctx, "disk", "web-1", types.KeyPolicy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 5}); err != nil {
+	if _, err := admin.SetKeyPolicy(ctx, "disk", "web-1", types.KeyPolicy{KeyRotationPolicy: types.KeyPolicyKeyGeneration, KeyGeneration: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Run(ctx); err != nil {
@@ -125,7 +124,7 @@ func TestKeysResource(t *testing.T) {
 	}
 
 	// Without the service: 501.
-	bare := client.NewTCP(newTestServer(t, api.NewHandler(c, log, tt.auth)), tt.root)
+	bare := client.NewTCP(newTestServer(t, api.NewHandler(api.Services{}, log, tt.auth)), tt.root)
 	if _, err := bare.Keys(ctx, ""); status(err) != http.StatusNotImplemented {
 		t.Errorf("no key service: %v, want 501", err)
 	}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/clip"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -39,7 +41,7 @@ func authenticate(a auth.Authenticator, e errorWriter, next http.Handler) http.H
 		p, err := a.Authenticate(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hostctl"`)
-			e.fail(w, r, httpError(http.StatusUnauthorized, "%v", err))
+			e.fail(w, r, errkind.Errorf(errkind.Unauthenticated, "%v", err))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
@@ -50,7 +52,7 @@ type instanceKey struct{}
 
 // instanceGetter is what project scoping needs: one instance by name.
 type instanceGetter interface {
-	Get(ctx context.Context, name string) (*types.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
 }
 
 // scopeInstance is the middleware of every /v1/instances/{name} route: it
@@ -77,7 +79,7 @@ func scopeInstance(svc instanceGetter, e errorWriter) mux.MiddlewareFunc {
 }
 
 // scopedInstance is the instance scopeInstance resolved for the request.
-func scopedInstance(r *http.Request) *types.Instance {
-	inst, _ := r.Context().Value(instanceKey{}).(*types.Instance)
+func scopedInstance(r *http.Request) *controller.Instance {
+	inst, _ := r.Context().Value(instanceKey{}).(*controller.Instance)
 	return inst
 }

@@ -20,7 +20,7 @@ func tcpAPI(t *testing.T) (admin, memberA, memberB *client.Client, base string) 
 	ctl, _ := newController(t)
 	log := slog.New(slog.DiscardHandler)
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctl, log, tt.auth))
+	srv := httptest.NewServer(api.NewHandler(ctlServices(ctl), log, tt.auth))
 	t.Cleanup(srv.Close)
 	return client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice), client.NewTCP(srv.URL, tt.bob), srv.URL
 }

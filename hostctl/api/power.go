@@ -9,19 +9,21 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-// powerService boots and shuts down instances' domains.
-type powerService interface {
-	Start(ctx context.Context, name string) (*types.Instance, error)
-	Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error)
-	Reboot(ctx context.Context, name string, hard bool) (*types.Instance, error)
+// PowerService boots and shuts down instances' domains.
+type PowerService interface {
+	Start(ctx context.Context, name string) (*controller.Instance, error)
+	Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error)
+	Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error)
 }
 
 // power is /v1/instances/{name}/start, /stop and /reboot.
 type power struct {
-	svc powerService
+	svc PowerService
 	errorWriter
 }
 
@@ -39,7 +41,7 @@ func (h power) reboot(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		switch strings.ToUpper(req.Type) {
 		case types.RebootHard:
 			return h.svc.Reboot(ctx, name, true)
@@ -51,7 +53,7 @@ func (h power) reboot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h power) start(w http.ResponseWriter, r *http.Request) {
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		return h.svc.Start(ctx, name)
 	})
 }
@@ -61,9 +63,9 @@ func (h power) stop(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.TimeoutSeconds < 0 {
-			return nil, httpError(http.StatusBadRequest, "timeout_seconds: must not be negative")
+			return nil, errkind.Errorf(errkind.Invalid, "timeout_seconds: must not be negative")
 		}
 		return h.svc.Stop(ctx, name, time.Duration(req.TimeoutSeconds*float64(time.Second)))
 	})

@@ -9,7 +9,8 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // maxRequestBody bounds the JSON body of a device or power request.
@@ -21,7 +22,7 @@ const maxRequestBody = 64 << 10
 func (e errorWriter) decode(w http.ResponseWriter, r *http.Request, req any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
-		e.fail(w, r, httpError(http.StatusRequestEntityTooLarge, "read request: %v", err))
+		e.fail(w, r, errkind.Errorf(errkind.TooLarge, "read request: %v", err))
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -30,7 +31,7 @@ func (e errorWriter) decode(w http.ResponseWriter, r *http.Request, req any) boo
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(req); err != nil {
-		e.fail(w, r, httpError(http.StatusBadRequest, "request body: %v", err))
+		e.fail(w, r, errkind.Errorf(errkind.Invalid, "request body: %v", err))
 		return false
 	}
 	return true
@@ -38,11 +39,11 @@ func (e errorWriter) decode(w http.ResponseWriter, r *http.Request, req any) boo
 
 // answer runs op on the request's (project-scoped) instance and answers
 // with the instance op returns.
-func (e errorWriter) answer(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, name string) (*types.Instance, error)) {
+func (e errorWriter) answer(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, name string) (*controller.Instance, error)) {
 	inst, err := op(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		e.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inst)
+	writeJSON(w, http.StatusOK, wireInstance(inst))
 }

@@ -7,12 +7,14 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// resizeService changes an instance's flavor or image.
-type resizeService interface {
-	Resize(ctx context.Context, name, flavor string) (*types.Instance, error)
-	Rebuild(ctx context.Context, name, image string) (*types.Instance, error)
+// ResizeService changes an instance's flavor or image.
+type ResizeService interface {
+	Resize(ctx context.Context, name, flavor string) (*controller.Instance, error)
+	Rebuild(ctx context.Context, name, image string) (*controller.Instance, error)
 }
 
 // resize is POST /v1/instances/{name}/resize (types.ResizeRequest) and
@@ -20,7 +22,7 @@ type resizeService interface {
 // image whose ephemeral encryption settings differ from the instance's
 // is refused with 409 naming both.
 type resize struct {
-	svc resizeService
+	svc ResizeService
 	errorWriter
 }
 
@@ -34,9 +36,9 @@ func (h resize) resize(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.Flavor == "" {
-			return nil, httpError(http.StatusBadRequest, "flavor: required")
+			return nil, errkind.Errorf(errkind.Invalid, "flavor: required")
 		}
 		return h.svc.Resize(ctx, name, req.Flavor)
 	})
@@ -47,9 +49,9 @@ func (h resize) rebuild(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.Image == "" {
-			return nil, httpError(http.StatusBadRequest, "image: required")
+			return nil, errkind.Errorf(errkind.Invalid, "image: required")
 		}
 		return h.svc.Rebuild(ctx, name, req.Image)
 	})

@@ -18,11 +18,13 @@ import (
 func rawAPI(t *testing.T) (do func(tok int, method, path, body string) (*http.Response, types.Error), ctl *recordingCtl) {
 	t.Helper()
 	c, _ := newController(t)
-	ctl = &recordingCtl{Controller: c}
+	ctl = &recordingCtl{instances: c}
+	svcs := ctlServices(c)
+	svcs.Power, svcs.Hotplug = ctl, ctl
 	log := slog.New(slog.DiscardHandler)
 	tt := newTestTokens(t)
 	toks := []string{"", tt.alice, tt.bob}
-	srv := newTestServer(t, api.NewHandler(ctl, log, tt.auth))
+	srv := newTestServer(t, api.NewHandler(svcs, log, tt.auth))
 	do = func(tok int, method, path, body string) (*http.Response, types.Error) {
 		t.Helper()
 		req, err := http.NewRequest(method, srv+path, strings.NewReader(body))

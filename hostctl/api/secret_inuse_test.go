@@ -42,7 +42,7 @@ func TestSecretDeleteNamedByImage(t *testing.T) {
 	tool := encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO, IterTime: 10 * time.Millisecond})
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km, QemuImg: qemuImg, LUKS: tool})
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctl, slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(ctlServices(ctl), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 	admin, alice := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 

@@ -8,12 +8,13 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// secretService is what the secrets resource needs: the key manager's
+// SecretService is what the secrets resource needs: the key manager's
 // secrets, as metadata (a passphrase never leaves the daemon).
-type secretService interface {
+type SecretService interface {
 	CreateSecret(ctx context.Context, req types.SecretRequest) (*types.Secret, error)
 	Secrets(ctx context.Context, project string) ([]types.Secret, error)
 	Secret(ctx context.Context, uuid string) (*types.Secret, error)
@@ -29,7 +30,7 @@ type secretService interface {
 //
 // To a member another project's secret does not exist (404).
 type secrets struct {
-	svc secretService
+	svc SecretService
 	errorWriter
 }
 
@@ -45,7 +46,7 @@ func (h secrets) list(w http.ResponseWriter, r *http.Request) {
 	project := r.URL.Query().Get("project")
 	if p.Role != types.RoleAdmin {
 		if project != "" && project != p.Project {
-			h.fail(w, r, httpError(http.StatusForbidden, "project %q: a member lists its own project's secrets only", project))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project %q: a member lists its own project's secrets only", project))
 			return
 		}
 		project = p.Project
@@ -71,7 +72,7 @@ func (h secrets) create(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p.Role == types.RoleAdmin:
 		if req.ProjectID == "" {
-			h.fail(w, r, httpError(http.StatusBadRequest, "project_id: required (an administrator names the project that owns the secret)"))
+			h.fail(w, r, errkind.Errorf(errkind.Invalid, "project_id: required (an administrator names the project that owns the secret)"))
 			return
 		}
 	case p.Role == types.RoleMember && p.Project != "":
@@ -79,11 +80,11 @@ func (h secrets) create(w http.ResponseWriter, r *http.Request) {
 			req.ProjectID = p.Project
 		}
 		if req.ProjectID != p.Project {
-			h.fail(w, r, httpError(http.StatusForbidden, "project_id %q: a member creates secrets of its own project only", req.ProjectID))
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "project_id %q: a member creates secrets of its own project only", req.ProjectID))
 			return
 		}
 	default:
-		h.fail(w, r, httpError(http.StatusForbidden, "only an administrator or a project member may create secrets"))
+		h.fail(w, r, errkind.Errorf(errkind.Forbidden, "only an administrator or a project member may create secrets"))
 		return
 	}
 	s, err := h.svc.CreateSecret(r.Context(), req)

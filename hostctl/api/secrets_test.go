@@ -39,7 +39,7 @@ func TestSecretsAPI(t *testing.T) {
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
 	tt := newTestTokens(t)
 	var bodies bytes.Buffer
-	h := api.NewHandler(ctl, slog.New(slog.DiscardHandler), tt.auth)
+	h := api.NewHandler(api.Services{Secrets: ctl}, slog.New(slog.DiscardHandler), tt.auth)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -48,4 +49,14 @@ func newTestTokens(t *testing.T) testTokens {
 		t.Fatal(err)
 	}
 	return testTokens{auth: a, root: toks[0], alice: toks[1], bob: toks[2]}
+}
+
+// ctlServices is every controller role of the admin API served by the
+// real controller c (the daemon wires the same, and the other services
+// beside it).
+func ctlServices(c *controller.Controller) api.Services {
+	return api.Services{
+		Instances: c, Power: c, Hotplug: c, ConfigDrives: c, Resize: c, Snapshot: c, Shelve: c, Hosts: c, Events: c,
+		Flavors: c, Images: c, Secrets: c,
+	}
 }

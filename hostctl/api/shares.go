@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
@@ -25,11 +26,6 @@ type ShareService interface {
 	AttachShare(ctx context.Context, p types.Principal, server string, req types.ServerShareAttach) (types.ShareMapping, error)
 	DetachShare(ctx context.Context, p types.Principal, server, shareID string, live bool) (types.ShareMapping, error)
 }
-
-// WithShares serves the share registry (/v1/shares) and Nova's server
-// shares API (/v1/servers/{id}/shares) from svc. Without it those paths
-// answer 501.
-func WithShares(svc ShareService) Option { return func(o *options) { o.shares = svc } }
 
 // sharesAPI is the share registry and the server shares API:
 //
@@ -194,7 +190,7 @@ func liveQuery(r *http.Request) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, httpError(http.StatusBadRequest, "query parameter live=%q: must be true or false", v)
+		return false, errkind.Errorf(errkind.Invalid, "query parameter live=%q: must be true or false", v)
 	}
 	return b, nil
 }
@@ -204,7 +200,7 @@ type noShares struct{ errorWriter }
 
 func (h noShares) routes(v1 *mux.Router) {
 	fail := func(w http.ResponseWriter, r *http.Request) {
-		h.errorWriter.fail(w, r, httpError(http.StatusNotImplemented, "shares are not served by this daemon"))
+		h.errorWriter.fail(w, r, errkind.Errorf(errkind.Unsupported, "shares are not served by this daemon"))
 	}
 	v1.PathPrefix("/shares").HandlerFunc(fail)
 	v1.PathPrefix("/servers/{id}/shares").HandlerFunc(fail)

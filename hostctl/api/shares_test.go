@@ -44,7 +44,7 @@ func (s *stateCtl) CheckShareSupport(ctx context.Context) error {
 	return s.Controller.CheckShareSupport(ctx)
 }
 
-func (s *stateCtl) Get(ctx context.Context, name string) (*types.Instance, error) {
+func (s *stateCtl) Get(ctx context.Context, name string) (*controller.Instance, error) {
 	inst, err := s.Controller.Get(ctx, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,7 +97,9 @@ func newSharesAPI(t *testing.T) *sharesAPI {
 	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1})
 	ctl.SetShareHooks(svc)
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctl, log, tt.auth, api.WithShares(svc)))
+	svcs := ctlServices(ctl.Controller)
+	svcs.Instances, svcs.Shares = ctl, svc
+	srv := httptest.NewServer(api.NewHandler(svcs, log, tt.auth))
 	t.Cleanup(srv.Close)
 	return &sharesAPI{st: st, ctl: ctl, root: root, admin: client.NewTCP(srv.URL, tt.root), a: client.NewTCP(srv.URL, tt.alice), b: client.NewTCP(srv.URL, tt.bob),
 		base: srv.URL, adminTok: tt.root, logs: &logs.Buffer}
@@ -328,8 +330,7 @@ func TestServerSharesRefused(t *testing.T) {
 // TestSharesNotServed: without the share service the share paths answer
 // 501.
 func TestSharesNotServed(t *testing.T) {
-	ctl, _ := newController(t)
-	url := newTestServer(t, api.Handler(ctl, slog.New(slog.DiscardHandler)))
+	url := newTestServer(t, api.Handler(api.Services{}, slog.New(slog.DiscardHandler)))
 	resp, err := http.Get(url + "/v1/servers/x/shares")
 	if err != nil {
 		t.Fatal(err)

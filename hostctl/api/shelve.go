@@ -7,14 +7,16 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// shelveService shelves and rescues instances.
-type shelveService interface {
-	Shelve(ctx context.Context, name string) (*types.Instance, error)
-	Unshelve(ctx context.Context, name string) (*types.Instance, error)
-	Rescue(ctx context.Context, name string, req types.RescueRequest) (*types.Instance, error)
-	Unrescue(ctx context.Context, name string) (*types.Instance, error)
+// ShelveService shelves and rescues instances.
+type ShelveService interface {
+	Shelve(ctx context.Context, name string) (*controller.Instance, error)
+	Unshelve(ctx context.Context, name string) (*controller.Instance, error)
+	Rescue(ctx context.Context, name string, req types.RescueRequest) (*controller.Instance, error)
+	Unrescue(ctx context.Context, name string) (*controller.Instance, error)
 }
 
 // shelve is POST /v1/instances/{name}/shelve, /unshelve, /rescue
@@ -25,7 +27,7 @@ type shelveService interface {
 // its state; a missing rescue image a 404; bad input a 400 naming the
 // field.
 type shelve struct {
-	svc shelveService
+	svc ShelveService
 	errorWriter
 }
 
@@ -53,9 +55,9 @@ func (h shelve) rescue(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	h.answer(w, r, func(ctx context.Context, name string) (*types.Instance, error) {
+	h.answer(w, r, func(ctx context.Context, name string) (*controller.Instance, error) {
 		if req.Image == "" {
-			return nil, httpError(http.StatusBadRequest, "image: required (the rescue image)")
+			return nil, errkind.Errorf(errkind.Invalid, "image: required (the rescue image)")
 		}
 		return h.svc.Rescue(ctx, name, req)
 	})

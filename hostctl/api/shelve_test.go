@@ -17,22 +17,23 @@ import (
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
-// shelveCtl is the real controller (without a hypervisor) for the
-// instance records, with shelve and rescue kept as a state per instance
-// and refused in the wrong state as the controller refuses them
+// shelveCtl is the shelve service, with shelve and rescue kept as a
+// state per instance of the instance service (the real controller,
+// without a hypervisor) and refused in the wrong state as the controller
+// refuses them
 // (controller.ErrState), so the routes, bodies and status codes are
 // tested here; the operations themselves are tested against the real
 // libvirtd and qemu-img in hostctl/controller (TestLibvirtShelveUnshelve,
 // TestLibvirtRescue, TestShelveUnshelve, TestRescueUnrescue).
 type shelveCtl struct {
-	*controller.Controller
-	mu    sync.Mutex
-	state map[string]string
-	calls []string
+	instances api.InstanceService
+	mu        sync.Mutex
+	state     map[string]string
+	calls     []string
 }
 
-func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*types.Instance, error) {
-	inst, err := s.Get(ctx, name)
+func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*controller.Instance, error) {
+	inst, err := s.instances.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -47,19 +48,19 @@ func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*types
 	return inst, nil
 }
 
-func (s *shelveCtl) Shelve(ctx context.Context, name string) (*types.Instance, error) {
+func (s *shelveCtl) Shelve(ctx context.Context, name string) (*controller.Instance, error) {
 	return s.move(ctx, name, "shelve", "shutoff", controller.StateShelved)
 }
 
-func (s *shelveCtl) Unshelve(ctx context.Context, name string) (*types.Instance, error) {
+func (s *shelveCtl) Unshelve(ctx context.Context, name string) (*controller.Instance, error) {
 	return s.move(ctx, name, "unshelve", controller.StateShelved, "running")
 }
 
-func (s *shelveCtl) Rescue(ctx context.Context, name string, req types.RescueRequest) (*types.Instance, error) {
+func (s *shelveCtl) Rescue(ctx context.Context, name string, req types.RescueRequest) (*controller.Instance, error) {
 	return s.move(ctx, name, "rescue "+req.Image, "running", controller.StateRescue)
 }
 
-func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*types.Instance, error) {
+func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*controller.Instance, error) {
 	return s.move(ctx, name, "unrescue", controller.StateRescue, "running")
 }
 
@@ -75,9 +76,10 @@ func TestShelveRescueAPI(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
-	ctl := &shelveCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log}), state: map[string]string{"a-1": "shutoff"}}
+	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
+	ctl := &shelveCtl{instances: c, state: map[string]string{"a-1": "shutoff"}}
 	tt := newTestTokens(t)
-	srv := newTestServer(t, api.NewHandler(ctl, log, tt.auth))
+	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Shelve: ctl}, log, tt.auth))
 	alice, bob := client.NewTCP(srv, tt.alice), client.NewTCP(srv, tt.bob)
 	if _, err := alice.Apply(ctx, []byte("name: a-1\n")); err != nil {
 		t.Fatal(err)

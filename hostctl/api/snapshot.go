@@ -9,16 +9,18 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	imagecat "github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// snapshotService copies an instance's root disk into a new image.
+// SnapshotService copies an instance's root disk into a new image.
 // Snapshot lets encryption_key existing name a secret of the instance's
 // project only; SnapshotAnyProject, the administrator's, a secret of any
 // project.
-type snapshotService interface {
-	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
-	SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (types.Image, error)
+type SnapshotService interface {
+	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
+	SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
 	Secret(ctx context.Context, uuid string) (*types.Secret, error)
 }
 
@@ -33,7 +35,7 @@ type snapshotService interface {
 // administrator: of a project the instance's cannot read), a name taken
 // or a running instance a 409.
 type snapshot struct {
-	svc snapshotService
+	svc SnapshotService
 	errorWriter
 }
 
@@ -50,7 +52,7 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Image == "" {
-		h.fail(w, r, httpError(http.StatusBadRequest, "name: required (the new image's name)"))
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "name: required (the new image's name)"))
 		return
 	}
 	name := mux.Vars(r)["name"]
@@ -66,7 +68,7 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		s, err := h.svc.Secret(r.Context(), req.SecretUUID)
 		switch {
 		case errors.Is(err, store.ErrNotFound) || err == nil && s.ProjectID != scopedInstance(r).Spec.ProjectID:
-			h.fail(w, r, httpError(http.StatusForbidden, "secret_uuid: %q: not a secret of project %q: a member snapshots with its own project's secrets (encryption_key existing with another project's secret is for an administrator)",
+			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "secret_uuid: %q: not a secret of project %q: a member snapshots with its own project's secrets (encryption_key existing with another project's secret is for an administrator)",
 				req.SecretUUID, scopedInstance(r).Spec.ProjectID))
 			return
 		case err != nil && !errors.Is(err, controller.ErrNoKeyManager):
@@ -78,10 +80,10 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 	h.created(w, r, img, err)
 }
 
-func (h snapshot) created(w http.ResponseWriter, r *http.Request, img types.Image, err error) {
+func (h snapshot) created(w http.ResponseWriter, r *http.Request, img imagecat.Image, err error) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, img)
+	writeJSON(w, http.StatusCreated, wireImage(img))
 }

@@ -17,7 +17,7 @@ import (
 func TestRefusalSummary(t *testing.T) {
 	c, _ := newController(t)
 	tt := newTestTokens(t)
-	base := newTestServer(t, api.NewHandler(c, slog.New(slog.DiscardHandler), tt.auth))
+	base := newTestServer(t, api.NewHandler(ctlServices(c), slog.New(slog.DiscardHandler), tt.auth))
 	for _, tc := range []struct {
 		path, body, summary, field string
 	}{

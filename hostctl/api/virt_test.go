@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,42 +20,47 @@ import (
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
-// recordingCtl is the real controller (without a hypervisor) for the
-// instance records, recording the libvirt requests the API passes on.
+// recordingCtl is the power and hotplug services, recording the libvirt
+// requests the API passes on and answering with the instance of the
+// instance service (the real controller, without a hypervisor).
 type recordingCtl struct {
-	*controller.Controller
-	mu    sync.Mutex
-	calls []string
+	instances api.InstanceService
+	mu        sync.Mutex
+	calls     []string
 }
 
-func (r *recordingCtl) rec(ctx context.Context, name, call string) (*types.Instance, error) {
+func (r *recordingCtl) rec(ctx context.Context, name, call string) (*controller.Instance, error) {
 	r.mu.Lock()
 	r.calls = append(r.calls, name+" "+call)
 	r.mu.Unlock()
-	return r.Get(ctx, name)
+	return r.instances.Get(ctx, name)
 }
 
-func (r *recordingCtl) Start(ctx context.Context, name string) (*types.Instance, error) {
+func (r *recordingCtl) Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error) {
+	return r.rec(ctx, name, fmt.Sprintf("reboot hard=%v", hard))
+}
+
+func (r *recordingCtl) Start(ctx context.Context, name string) (*controller.Instance, error) {
 	return r.rec(ctx, name, "start")
 }
 
-func (r *recordingCtl) Stop(ctx context.Context, name string, timeout time.Duration) (*types.Instance, error) {
+func (r *recordingCtl) Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error) {
 	return r.rec(ctx, name, "stop "+timeout.String())
 }
 
-func (r *recordingCtl) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*types.Instance, error) {
+func (r *recordingCtl) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "attach-disk "+js(req))
 }
 
-func (r *recordingCtl) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
+func (r *recordingCtl) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "detach-disk "+js(req))
 }
 
-func (r *recordingCtl) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*types.Instance, error) {
+func (r *recordingCtl) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "attach-nic "+js(req))
 }
 
-func (r *recordingCtl) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*types.Instance, error) {
+func (r *recordingCtl) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
 	return r.rec(ctx, name, "detach-nic "+js(req))
 }
 
@@ -84,9 +90,10 @@ func TestDeviceEndpoints(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
-	ctl := &recordingCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log})}
+	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
+	ctl := &recordingCtl{instances: c}
 	tt := newTestTokens(t)
-	srv := newTestServer(t, api.NewHandler(ctl, log, tt.auth))
+	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Power: ctl, Hotplug: ctl}, log, tt.auth))
 	alice, bob := client.NewTCP(srv, tt.alice), client.NewTCP(srv, tt.bob)
 	if _, err := alice.Apply(ctx, []byte("name: a-1\n")); err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func printKeyReports(c *Call, rs []types.KeyReport) error {
 	fmt.Fprintln(tw, "CLASS\tINSTANCE\tPOLICY\tWANTED\tGENERATION\tMINTED BY\tPRIOR\tCOMPLETE\tSTATE")
 	for _, r := range rs {
 		wanted := "-"
-		if r.Policy.KeyRotationPolicy == keyrotation.KeyGeneration {
+		if r.Policy.KeyRotationPolicy == types.KeyPolicyKeyGeneration {
 			// (The other policies ignore the wanted generation.)
 			wanted = strconv.FormatInt(r.Policy.KeyGeneration, 10)
 		}
@@ -152,7 +152,7 @@ func keysPolicy(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if *policy == "" {
 			return Usagef("--policy is required")
 		}
-		p := types.KeyPolicy{KeyRotationPolicy: keyrotation.PolicyName(*policy), KeyGeneration: *gen}
+		p := types.KeyPolicy{KeyRotationPolicy: *policy, KeyGeneration: *gen}
 		if *keep >= 0 {
 			p.KeepPriorKeyCount = keep
 		}
@@ -163,7 +163,7 @@ func keysPolicy(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if c.JSON() {
 			return c.PrintJSON(out)
 		}
-		if out.KeyRotationPolicy == keyrotation.KeyGeneration {
+		if out.KeyRotationPolicy == types.KeyPolicyKeyGeneration {
 			fmt.Fprintf(c.Stdout, "%s: policy %s, generation %d\n", subjectName(cl, *instance), out.KeyRotationPolicy, out.KeyGeneration)
 		} else {
 			fmt.Fprintf(c.Stdout, "%s: policy %s\n", subjectName(cl, *instance), out.KeyRotationPolicy)

@@ -21,8 +21,9 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -31,7 +32,7 @@ import (
 
 // diskSecrets returns the key-manager secrets a disk's record holds: its
 // own and its backing file's copy.
-func diskSecrets(bd types.BlockDevice) []string {
+func diskSecrets(bd encryption.BlockDevice) []string {
 	var ids []string
 	for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID} {
 		if id != "" {
@@ -43,7 +44,7 @@ func diskSecrets(bd types.BlockDevice) []string {
 
 // encryptedImage returns the catalog image of plan p when it is an
 // encrypted one (nil otherwise).
-func (c *Controller) encryptedImage(ctx context.Context, p diskPlan) (*types.Image, error) {
+func (c *Controller) encryptedImage(ctx context.Context, p diskPlan) (*images.Image, error) {
 	if p.image == "" || p.Base == nil {
 		return nil, nil
 	}
@@ -136,7 +137,7 @@ func (c *Controller) copyImageSecret(ctx context.Context, r *revert.Reverter, in
 // backingSource is the encrypted backing file of the disk image at path
 // (data-directory relative, as virt.Host has it), read from the image's
 // own header, with the libvirt secret of bd's backing copy.
-func (c *Controller) backingSource(ctx context.Context, path string, bd types.BlockDevice) (*virt.BackingSource, error) {
+func (c *Controller) backingSource(ctx context.Context, path string, bd encryption.BlockDevice) (*virt.BackingSource, error) {
 	abs, err := virt.ResolveInDataDir(c.dataDir, path)
 	if err != nil {
 		return nil, err
@@ -157,7 +158,7 @@ func (c *Controller) backingSource(ctx context.Context, path string, bd types.Bl
 
 // defineBackingSecret puts the passphrase of disk's encrypted backing
 // file into libvirt (none: nothing to do); the undo step undefines it.
-func (c *Controller) defineBackingSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk string, bd types.BlockDevice) error {
+func (c *Controller) defineBackingSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk string, bd encryption.BlockDevice) error {
 	id := bd.BackingEncryptionSecretUUID
 	if id == "" {
 		return nil

@@ -347,7 +347,7 @@ func (c *Controller) Close() error {
 // Apply creates or updates the instance a spec describes. Re-applying an
 // unchanged spec republishes it (with a fresh random_seed). A spec naming
 // an existing instance with a different UUID is refused with ErrConflict.
-func (c *Controller) Apply(ctx context.Context, spec []byte) (*types.Instance, error) {
+func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) {
 	in, err := model.ParseSpec(spec)
 	if err != nil {
 		return nil, err
@@ -363,7 +363,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*types.Instance, e
 // need no new hardware (tags, metadata, addresses, DHCP leases); adding
 // or removing devices of a running domain is refused (attach and detach
 // them, or stop it first).
-func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *types.Instance, err error) {
+func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
 	defer c.observe("apply", time.Now(), &err)
 	defer c.locks.Lock(in.Name)()
 	old, expect, err := c.existing(ctx, in)
@@ -506,7 +506,7 @@ func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
 // leaves the old drive, or none). With a hypervisor, the cdrom of a
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
-func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*types.Instance, error) {
+func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
 	// The guest is told what hostctl created, not what the spec asked.
 	told, bds, err := c.told(ctx, in)
 	if err != nil {
@@ -584,7 +584,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 		}
 		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
-		return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
+		return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
 	}
 	if rerr := os.Rename(staged, drive); rerr != nil {
 		// The publish stands (the store is the source of truth); the drive
@@ -593,7 +593,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	c.drv.pruneMedia(in.Name, medium)
 	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
-	return &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
+	return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
@@ -620,7 +620,7 @@ func (c *Controller) mkdirInstance(r *revert.Reverter, dir string) error {
 }
 
 // Get returns an instance by name, with its domain's state.
-func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, error) {
+func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
@@ -637,7 +637,7 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 		inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
 		inst.Transports = c.transports(ctx, inst, tree)
 	} else if tree != nil {
-		inst.Transports = []types.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
+		inst.Transports = []Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
 	reason, err := c.faultOf(ctx, rec.UUID)
 	if err != nil {
@@ -657,17 +657,17 @@ func (c *Controller) Get(ctx context.Context, name string) (*types.Instance, err
 // List returns every instance, sorted by name. The states come from one
 // listing of libvirt's domains: running or shutoff (Get tells paused and
 // the other states apart).
-func (c *Controller) List(ctx context.Context) ([]*types.Instance, error) {
+func (c *Controller) List(ctx context.Context) ([]*Instance, error) {
 	return c.list(ctx, false)
 }
 
 // ListAll is List over every host's instances; another host's have no
 // state here (their domains are in that host's libvirt).
-func (c *Controller) ListAll(ctx context.Context) ([]*types.Instance, error) {
+func (c *Controller) ListAll(ctx context.Context) ([]*Instance, error) {
 	return c.list(ctx, true)
 }
 
-func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, error) {
+func (c *Controller) list(ctx context.Context, all bool) ([]*Instance, error) {
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
@@ -681,7 +681,7 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*types.Instance, 0, len(recs))
+	out := make([]*Instance, 0, len(recs))
 	for _, rec := range recs {
 		own := c.owns(rec)
 		if !own && !all {
@@ -705,12 +705,12 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*types.Instance, err
 	return out, nil
 }
 
-func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVersion bool) (*types.Instance, error) {
+func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVersion bool) (*Instance, error) {
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return nil, err
 	}
-	inst := &types.Instance{Spec: in, Revision: rec.Revision, Host: rec.Host}
+	inst := &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host}
 	if withVersion {
 		v, err := c.store.DocumentVersion(ctx, rec.UUID)
 		if err != nil {

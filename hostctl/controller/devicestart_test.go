@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -355,7 +354,7 @@ func TestDirectOneTimeUseDevice(t *testing.T) {
 	spec := "name: vm1\npci_aliases: [{name: gpu}]\npci_devices: [{address: \"" + direct + "\", one_time_use: true}]\n"
 	inst := e.mustApply(spec)
 	uuid := inst.Spec.UUID
-	want := func(when, counters string) types.Device {
+	want := func(when, counters string) devices.Device {
 		t.Helper()
 		d, err := inv.Show(ctx, direct)
 		if err != nil {

@@ -64,7 +64,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -72,7 +71,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -169,8 +167,8 @@ func (r *DiskRotator) Subjects(ctx context.Context) ([]keyrotation.Subject, erro
 	}
 	var out []keyrotation.Subject
 	for _, sr := range recs {
-		var rec blockDevRecord
-		if err := json.Unmarshal(sr.Value, &rec); err != nil {
+		rec, err := encryption.DecodeBlockDevices(sr.Value)
+		if err != nil {
 			return nil, fmt.Errorf("disk rotation subjects: %s: %w", sr.Key, err)
 		}
 		uuid := strings.TrimPrefix(sr.Key, blockDevPrefix)
@@ -203,8 +201,8 @@ func (r *DiskRotator) InstanceExists(ctx context.Context, uuid string) (bool, er
 	return slices.ContainsFunc(recs, func(rec store.Instance) bool { return strings.EqualFold(rec.UUID, uuid) }), nil
 }
 
-func mapValues(m map[string]types.BlockDevice) []types.BlockDevice {
-	out := make([]types.BlockDevice, 0, len(m))
+func mapValues(m map[string]encryption.BlockDevice) []encryption.BlockDevice {
+	out := make([]encryption.BlockDevice, 0, len(m))
 	for _, v := range m {
 		out = append(out, v)
 	}
@@ -212,7 +210,7 @@ func mapValues(m map[string]types.BlockDevice) []types.BlockDevice {
 }
 
 // rotatable: an encrypted disk with its own key-manager secret.
-func rotatable(bd types.BlockDevice) bool { return bd.Encrypted && bd.EncryptionSecretUUID != "" }
+func rotatable(bd encryption.BlockDevice) bool { return bd.Encrypted && bd.EncryptionSecretUUID != "" }
 
 // Rotate rotates the passphrases of every encrypted disk of the subject's
 // instance to generation gen (see the procedure above). keep must be 0:
@@ -337,7 +335,7 @@ func (r *DiskRotator) instanceDisks(ctx context.Context, s keyrotation.Subject) 
 
 // due reports whether the disk still has work for generation gen: below
 // it, a journal, or a pending passphrase.
-func (r *DiskRotator) due(ctx context.Context, bd types.BlockDevice, gen int64) (bool, error) {
+func (r *DiskRotator) due(ctx context.Context, bd encryption.BlockDevice, gen int64) (bool, error) {
 	if bd.KeyGeneration < gen || bd.KeyRotation != nil {
 		return true, nil
 	}
@@ -356,14 +354,14 @@ func (r *DiskRotator) running(ctx context.Context, in *model.Instance) (bool, er
 }
 
 // disk returns a disk's block-device record and its image's path.
-func (r *DiskRotator) disk(ctx context.Context, in *model.Instance, name string) (types.BlockDevice, string, error) {
+func (r *DiskRotator) disk(ctx context.Context, in *model.Instance, name string) (encryption.BlockDevice, string, error) {
 	bds, _, err := r.c.loadBlockDevices(ctx, in.UUID)
 	if err != nil {
-		return types.BlockDevice{}, "", err
+		return encryption.BlockDevice{}, "", err
 	}
 	bd, ok := bds.Disks[name]
 	if !ok || !rotatable(bd) {
-		return types.BlockDevice{}, "", fmt.Errorf("disk %s of %s: %w: no encrypted disk record", name, in.Name, store.ErrNotFound)
+		return encryption.BlockDevice{}, "", fmt.Errorf("disk %s of %s: %w: no encrypted disk record", name, in.Name, store.ErrNotFound)
 	}
 	for _, d := range in.Disks {
 		if d.Name == name {
@@ -371,17 +369,17 @@ func (r *DiskRotator) disk(ctx context.Context, in *model.Instance, name string)
 			return bd, p, err
 		}
 	}
-	return types.BlockDevice{}, "", fmt.Errorf("disk %s of %s: %w: not in the spec", name, in.Name, store.ErrNotFound)
+	return encryption.BlockDevice{}, "", fmt.Errorf("disk %s of %s: %w: not in the spec", name, in.Name, store.ErrNotFound)
 }
 
 // setRecord rewrites one disk's block-device record.
-func (r *DiskRotator) setRecord(ctx context.Context, in *model.Instance, bd types.BlockDevice) error {
-	return r.c.updateBlockDevices(ctx, nil, in, map[string]*types.BlockDevice{bd.Disk: &bd})
+func (r *DiskRotator) setRecord(ctx context.Context, in *model.Instance, bd encryption.BlockDevice) error {
+	return r.c.updateBlockDevices(ctx, nil, in, map[string]*encryption.BlockDevice{bd.Disk: &bd})
 }
 
 // backingPass is the passphrase of the disk's encrypted backing file
 // (nil: none), which qemu-img amend and qemu-io need to open the chain.
-func (r *DiskRotator) backingPass(ctx context.Context, bd types.BlockDevice) ([]byte, error) {
+func (r *DiskRotator) backingPass(ctx context.Context, bd encryption.BlockDevice) ([]byte, error) {
 	if bd.BackingEncryptionSecretUUID == "" {
 		return nil, nil
 	}
@@ -425,7 +423,7 @@ func (r *DiskRotator) rotateDisk(ctx context.Context, in *model.Instance, d mode
 
 // begin starts a rotation of one disk to gen: the pending passphrase (an
 // existing one reused), then a free slot, recorded in the journal.
-func (r *DiskRotator) begin(ctx context.Context, in *model.Instance, bd types.BlockDevice, path string, gen int64) error {
+func (r *DiskRotator) begin(ctx context.Context, in *model.Instance, bd encryption.BlockDevice, path string, gen int64) error {
 	pass, err := r.keys.SetPending(ctx, bd.EncryptionSecretUUID)
 	if err != nil {
 		return err
@@ -440,7 +438,7 @@ func (r *DiskRotator) begin(ctx context.Context, in *model.Instance, bd types.Bl
 	if err != nil {
 		return fmt.Errorf("disk %s: %w", bd.Disk, err)
 	}
-	bd.KeyRotation = &types.DiskKeyRotation{Generation: gen, Slot: slot}
+	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: gen, Slot: slot}
 	if err := r.setRecord(ctx, in, bd); err != nil {
 		return err
 	}
@@ -452,7 +450,7 @@ func (r *DiskRotator) begin(ctx context.Context, in *model.Instance, bd types.Bl
 // pending passphrase to the journal's slot (unless it is active), prove
 // it, promote it; then (also when it was promoted before a crash) the
 // libvirt secret, the other slots erased, and the record.
-func (r *DiskRotator) continueRotation(ctx context.Context, in *model.Instance, bd types.BlockDevice, path string) error {
+func (r *DiskRotator) continueRotation(ctx context.Context, in *model.Instance, bd encryption.BlockDevice, path string) error {
 	id, rot := bd.EncryptionSecretUUID, *bd.KeyRotation
 	backing, err := r.backingPass(ctx, bd)
 	if err != nil {
@@ -512,7 +510,7 @@ func (r *DiskRotator) continueRotation(ctx context.Context, in *model.Instance, 
 // rewriteSlot erases key slot slot and adds pending to it again,
 // unlocking with the current passphrase (which must open the disk), then
 // proves pending opens the disk.
-func (r *DiskRotator) rewriteSlot(ctx context.Context, bd types.BlockDevice, path string, slot int, pending, backing []byte) error {
+func (r *DiskRotator) rewriteSlot(ctx context.Context, bd encryption.BlockDevice, path string, slot int, pending, backing []byte) error {
 	cur, err := r.c.keys.Passphrase(ctx, bd.EncryptionSecretUUID)
 	if err != nil {
 		return err
@@ -534,7 +532,7 @@ func (r *DiskRotator) rewriteSlot(ctx context.Context, bd types.BlockDevice, pat
 // finish runs the steps after the promotion: prove the (new) current
 // passphrase opens the disk, hand it to a libvirt secret defined for the
 // disk, erase every other active slot, record the generation and slot.
-func (r *DiskRotator) finish(ctx context.Context, in *model.Instance, bd types.BlockDevice, path string, backing []byte) error {
+func (r *DiskRotator) finish(ctx context.Context, in *model.Instance, bd encryption.BlockDevice, path string, backing []byte) error {
 	id, rot := bd.EncryptionSecretUUID, *bd.KeyRotation
 	cur, err := r.c.keys.Passphrase(ctx, id)
 	if err != nil {
@@ -622,8 +620,8 @@ func (r *DiskRotator) Recover(ctx context.Context) error {
 	}
 	var errs []error
 	for _, sr := range recs {
-		var rec blockDevRecord
-		if err := json.Unmarshal(sr.Value, &rec); err != nil {
+		rec, err := encryption.DecodeBlockDevices(sr.Value)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("disk rotation recovery: %s: %w", sr.Key, err))
 			continue
 		}
@@ -718,7 +716,7 @@ func (r *DiskRotator) recoverInstance(ctx context.Context, s keyrotation.Subject
 
 // opens reports which of the disk's current and pending passphrases open
 // it (qemu-io, read-only, shared: also while QEMU runs).
-func (r *DiskRotator) opens(ctx context.Context, bd types.BlockDevice, path string, hasPending bool) (cur, pend bool, err error) {
+func (r *DiskRotator) opens(ctx context.Context, bd encryption.BlockDevice, path string, hasPending bool) (cur, pend bool, err error) {
 	backing, err := r.backingPass(ctx, bd)
 	if err != nil {
 		return false, false, err

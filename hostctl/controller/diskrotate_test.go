@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/crashpoint"
@@ -599,7 +599,7 @@ func TestDiskRotateRecoverNeither(t *testing.T) {
 	}
 	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
 	bd := rec.Disks["vdb"]
-	bd.KeyRotation = &types.DiskKeyRotation{Generation: 2, Slot: 1}
+	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 1}
 	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
 	if err != nil {
 		t.Fatal(err)
@@ -678,7 +678,7 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 	}
 	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
 	bd := rec.Disks["vda"]
-	bd.KeyRotation = &types.DiskKeyRotation{Generation: 2, Slot: 1}
+	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 1}
 	if err := r.setRecord(ctx, in, bd); err != nil {
 		t.Fatal(err)
 	}
@@ -745,7 +745,7 @@ func TestDiskRotateRewritesBadSlot(t *testing.T) {
 	}
 	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
 	bd := rec.Disks["vdb"]
-	bd.KeyRotation = &types.DiskKeyRotation{Generation: 2, Slot: 3}
+	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 3}
 	if err := r.setRecord(ctx, in, bd); err != nil {
 		t.Fatal(err)
 	}
@@ -872,7 +872,7 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	if _, err := c.CreateFlavor(ctx, types.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
+	if _, err := c.CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}

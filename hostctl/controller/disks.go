@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -143,11 +143,11 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 // with their own secret (encryption.go) — records how each was made (its
 // block-device record) and registers their removal as undo steps.
 func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, plans []diskPlan) error {
-	upd := map[string]*types.BlockDevice{}
+	upd := map[string]*encryption.BlockDevice{}
 	for _, p := range plans {
 		// Registered first: a failing qemu-img may leave a partial file.
 		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
-		bd := &types.BlockDevice{Disk: p.target, Created: time.Now().UTC().Truncate(time.Second)}
+		bd := &encryption.BlockDevice{Disk: p.target, Created: time.Now().UTC().Truncate(time.Second)}
 		if p.encrypt {
 			made, err := c.createEncrypted(ctx, r, in, p)
 			if err != nil {

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
-
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -45,7 +43,7 @@ type Domains interface {
 // it. Then: disks, define, read the XML back into the instance, DHCP
 // leases, render and publish (config drive, store Put). A failure at any
 // step undoes the steps before it.
-func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Instance, old *model.Instance, expect int64) (_ *types.Instance, err error) {
+func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
 	name := in.Name
 	if old != nil {
 		carryOver(old, in)

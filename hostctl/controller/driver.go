@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -20,7 +19,7 @@ type driver interface {
 	// apply creates or updates the instance in (old is its stored spec,
 	// nil for a new one) and publishes it, expecting revision expect.
 	// op is the operation (apply, resize, rebuild) the parts see.
-	apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*types.Instance, error)
+	apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error)
 	// remove takes down what an instance has besides its record and files
 	// (its domain, its DHCP leases), registering the undo steps on r.
 	remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error
@@ -52,7 +51,7 @@ type driver interface {
 // hot-plug and reconciling are refused or have nothing to do.
 type noDriver struct{ c *Controller }
 
-func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, expect int64) (_ *types.Instance, err error) {
+func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, expect int64) (_ *Instance, err error) {
 	if err := d.c.checkParts(ctx, op, in); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, in.Name, err)
 	}
@@ -98,7 +97,7 @@ func (noDriver) startReconciler()                {}
 // dhcp.go, reconcile.go).
 type libvirtDriver struct{ c *Controller }
 
-func (d libvirtDriver) apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*types.Instance, error) {
+func (d libvirtDriver) apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error) {
 	return d.c.applyDomain(ctx, op, in, old, expect)
 }
 

@@ -20,14 +20,12 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -75,12 +73,9 @@ const DefaultEncryptionFormat = encryption.FormatLUKS
 
 const blockDevPrefix = "blockdev/"
 
-// blockDevRecord is an instance's block-device records, one store record.
-type blockDevRecord struct {
-	Instance string                       `json:"instance"`
-	Host     string                       `json:"host,omitempty"`
-	Disks    map[string]types.BlockDevice `json:"disks"`
-}
+// blockDevRecord is an instance's block-device records, one store record
+// (its stored format is encryption's).
+type blockDevRecord = encryption.BlockDevices
 
 // ErrEncryption: a disk was requested encrypted and this host cannot
 // honour the request (no key manager, an unsupported format, a change of
@@ -182,23 +177,23 @@ func (c *Controller) checkEncryption(ctx context.Context, in *model.Instance, pl
 // qcow2 image under its passphrase, the header read back and the
 // passphrase proven. Undo steps: the secret is deleted (the caller has
 // registered the file's removal).
-func (c *Controller) createEncrypted(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (types.BlockDevice, error) {
+func (c *Controller) createEncrypted(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (encryption.BlockDevice, error) {
 	sec, err := c.keys.Create(ctx, keys.Request{Name: "disk-" + p.target, ProjectID: in.ProjectID,
 		Owner: &keys.Owner{Host: c.hostName, InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
 	if err != nil {
-		return types.BlockDevice{}, fmt.Errorf("create the secret of disk %s: %w", p.target, err)
+		return encryption.BlockDevice{}, fmt.Errorf("create the secret of disk %s: %w", p.target, err)
 	}
 	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
 		return c.deleteSecret(ctx, sec.UUID, secretRelease{instanceUUID: in.UUID, disks: []string{p.target}})
 	})
 	pass, err := c.keys.Passphrase(ctx, sec.UUID)
 	if err != nil {
-		return types.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
+		return encryption.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
 	}
 	defer clear(pass)
 	backing, err := c.copyImageSecret(ctx, r, in, p)
 	if err != nil {
-		return types.BlockDevice{}, err
+		return encryption.BlockDevice{}, err
 	}
 	defer clear(backing.pass)
 	d := encryption.Disk{Path: p.Path, Size: p.Size}
@@ -206,27 +201,27 @@ func (c *Controller) createEncrypted(ctx context.Context, r *revert.Reverter, in
 		d.Base = &encryption.Base{Path: p.Base.Path, Format: p.Base.Format}
 	}
 	if err := c.luks.Create(ctx, d, pass); err != nil {
-		return types.BlockDevice{}, fmt.Errorf("create encrypted disk %s: %w", p.target, err)
+		return encryption.BlockDevice{}, fmt.Errorf("create encrypted disk %s: %w", p.target, err)
 	}
 	info, err := c.luks.Inspect(ctx, p.Path)
 	if err != nil {
-		return types.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
+		return encryption.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
 	}
 	if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
-		return types.BlockDevice{}, fmt.Errorf("disk %s: qemu-img info reads no LUKS header (encrypted=%t, format %q): not publishing it as encrypted", p.target, info.Encrypted, info.EncryptFormat)
+		return encryption.BlockDevice{}, fmt.Errorf("disk %s: qemu-img info reads no LUKS header (encrypted=%t, format %q): not publishing it as encrypted", p.target, info.Encrypted, info.EncryptFormat)
 	}
 	if err := c.luks.Verify(ctx, p.Path, pass, backing.pass); err != nil {
-		return types.BlockDevice{}, fmt.Errorf("disk %s: its passphrase does not open it: %w", p.target, err)
+		return encryption.BlockDevice{}, fmt.Errorf("disk %s: its passphrase does not open it: %w", p.target, err)
 	}
 	c.log.Info("encrypted disk created", "instance", in.Name, "disk", p.target, "secret", sec.UUID, "backing_secret", backing.uuid, "cipher", info.Cipher, "mode", info.Mode)
-	return types.BlockDevice{Disk: p.target, Encrypted: true, EncryptionSecretUUID: sec.UUID, BackingEncryptionSecretUUID: backing.uuid,
+	return encryption.BlockDevice{Disk: p.target, Encrypted: true, EncryptionSecretUUID: sec.UUID, BackingEncryptionSecretUUID: backing.uuid,
 		EncryptionFormat: encryption.FormatLUKS, EncryptionOptions: info.Options(), Created: time.Now().UTC().Truncate(time.Second)}, nil
 }
 
 // loadBlockDevices returns an instance's block-device records (empty when
 // there are none) and the record's version (0: none).
 func (c *Controller) loadBlockDevices(ctx context.Context, uuid string) (blockDevRecord, int64, error) {
-	rec := blockDevRecord{Disks: map[string]types.BlockDevice{}}
+	rec := blockDevRecord{Disks: map[string]encryption.BlockDevice{}}
 	if c.records == nil || uuid == "" {
 		return rec, 0, nil
 	}
@@ -237,11 +232,8 @@ func (c *Controller) loadBlockDevices(ctx context.Context, uuid string) (blockDe
 	if err != nil {
 		return rec, 0, fmt.Errorf("block devices of %s: %w", uuid, err)
 	}
-	if err := json.Unmarshal(sr.Value, &rec); err != nil {
+	if rec, err = encryption.DecodeBlockDevices(sr.Value); err != nil {
 		return rec, 0, fmt.Errorf("block devices of %s: %w", uuid, err)
-	}
-	if rec.Disks == nil {
-		rec.Disks = map[string]types.BlockDevice{}
 	}
 	return rec, sr.Version, nil
 }
@@ -249,7 +241,7 @@ func (c *Controller) loadBlockDevices(ctx context.Context, uuid string) (blockDe
 // updateBlockDevices sets (bd non-nil) or drops (nil) the records of
 // disks, registering the restoration of the previous record on r (r may
 // be nil after a commit).
-func (c *Controller) updateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*types.BlockDevice) error {
+func (c *Controller) updateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error {
 	if c.records == nil || len(upd) == 0 {
 		return nil
 	}
@@ -257,7 +249,7 @@ func (c *Controller) updateBlockDevices(ctx context.Context, r *revert.Reverter,
 	if err != nil {
 		return err
 	}
-	prev, err := json.Marshal(rec)
+	prev, err := encryption.EncodeBlockDevices(rec)
 	if err != nil {
 		return err
 	}
@@ -285,7 +277,7 @@ func (c *Controller) updateBlockDevices(ctx context.Context, r *revert.Reverter,
 		}
 		return nil
 	}
-	val, err := json.Marshal(rec)
+	val, err := encryption.EncodeBlockDevices(rec)
 	if err != nil {
 		return err
 	}
@@ -308,13 +300,13 @@ func (c *Controller) updateBlockDevices(ctx context.Context, r *revert.Reverter,
 // told returns in as the guest is told about it — each disk's encrypted
 // flag from its block-device record, never from the request — and the
 // records of in's disks.
-func (c *Controller) told(ctx context.Context, in *model.Instance) (*model.Instance, []types.BlockDevice, error) {
+func (c *Controller) told(ctx context.Context, in *model.Instance) (*model.Instance, []encryption.BlockDevice, error) {
 	rec, _, err := c.loadBlockDevices(ctx, in.UUID)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := clone(in)
-	var bds []types.BlockDevice
+	var bds []encryption.BlockDevice
 	for i, d := range out.Disks {
 		bd, ok := rec.Disks[d.Name]
 		out.Disks[i].Encrypted = ok && bd.Encrypted && bd.EncryptionFormat != ""
@@ -424,7 +416,7 @@ func (c *Controller) forgetDisks(ctx context.Context, in *model.Instance, disks 
 		c.log.Warn("block devices of removed disks not forgotten", "instance", in.Name, "err", err)
 		return
 	}
-	upd := map[string]*types.BlockDevice{}
+	upd := map[string]*encryption.BlockDevice{}
 	for _, d := range disks {
 		bd, ok := rec.Disks[d]
 		if !ok {
@@ -587,8 +579,8 @@ func (c *Controller) sweepSecrets(ctx context.Context) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, sr := range recs {
-		var rec blockDevRecord
-		if json.Unmarshal(sr.Value, &rec) != nil || rec.Host != c.hostName || rec.Instance == "" {
+		rec, err := encryption.DecodeBlockDevices(sr.Value)
+		if err != nil || rec.Host != c.hostName || rec.Instance == "" {
 			continue
 		}
 		uuid := strings.TrimPrefix(sr.Key, blockDevPrefix)

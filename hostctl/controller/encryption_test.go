@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -792,7 +793,7 @@ func TestFlavorEncryptionEndToEnd(t *testing.T) {
 	flavorSetup(e)
 	withEncryption(t, e)
 	ctx := context.Background()
-	for _, f := range []types.Flavor{
+	for _, f := range []flavors.Flavor{
 		{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
 		{Name: "f.encb", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
 	} {

@@ -61,7 +61,7 @@ func faultReason(err error) string {
 	return "a share could not be mounted on the host (its mapping's error says why)"
 }
 
-// StateError is the state of an instance in ERROR (types.Instance.State)
+// StateError is the state of an instance in ERROR (Instance.State)
 // while its domain is not running.
 const StateError = "error"
 
@@ -150,7 +150,7 @@ func (c *Controller) clearFault(ctx context.Context, uuid, name string) error {
 
 // showFault sets the state and fault of an instance in ERROR whose
 // domain is not running (a running domain shows its own state).
-func showFault(inst *types.Instance, reason string) {
+func showFault(inst *Instance, reason string) {
 	if reason == "" {
 		return
 	}
@@ -175,7 +175,7 @@ func errNeedsHardReboot(op, name, reason string) error {
 // domain (the guest reboots; the domain, its mounts and devices stay),
 // or, with a hypervisor that has none, a graceful Stop and a Start; one
 // that is not running, or in ERROR, is refused (409).
-func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *types.Instance, err error) {
+func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Instance, err error) {
 	defer c.observe("reboot", time.Now(), &err)
 	if !hard {
 		return c.softReboot(ctx, name)
@@ -220,7 +220,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *typ
 	return c.Get(ctx, name)
 }
 
-func (c *Controller) softReboot(ctx context.Context, name string) (*types.Instance, error) {
+func (c *Controller) softReboot(ctx context.Context, name string) (*Instance, error) {
 	unlock := c.locks.Lock(name)
 	rec, cur, err := c.powerTarget(ctx, "reboot", part.RebootSoft, name)
 	var reason string

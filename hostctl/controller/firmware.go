@@ -183,8 +183,8 @@ func (c *Controller) pruneFirmware(name string, keep int64) {
 // firmwareTransport says which revision the firmware carries: the running
 // domain's (what QEMU read at its start, fixed until the guest restarts)
 // and the persistent definition's (the next boot).
-func (c *Controller) firmwareTransport(ctx context.Context, name string, running bool) (types.Transport, error) {
-	t := types.Transport{Name: types.TransportFirmware}
+func (c *Controller) firmwareTransport(ctx context.Context, name string, running bool) (Transport, error) {
+	t := Transport{Name: types.TransportFirmware}
 	persistent, err := c.domains.XML(ctx, name, false)
 	if err != nil {
 		return t, err
@@ -225,16 +225,16 @@ func (c *Controller) firmwareTransport(ctx context.Context, name string, running
 // instance: the metadata service (what the store serves), the config
 // drive (the medium in the cdrom of a running domain, else the drive the
 // next boot reads) and the firmware.
-func (c *Controller) transports(ctx context.Context, inst *types.Instance, tree *metadata.Tree) []types.Transport {
-	var out []types.Transport
+func (c *Controller) transports(ctx context.Context, inst *Instance, tree *metadata.Tree) []Transport {
+	var out []Transport
 	if tree != nil {
-		out = append(out, types.Transport{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)})
+		out = append(out, Transport{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)})
 	}
 	if c.domains == nil {
 		return out
 	}
 	running := inst.State != "" && inst.State != "shutoff" && inst.State != StateMissing && inst.State != StateUnknown
-	drive := types.Transport{Name: types.TransportDrive}
+	drive := Transport{Name: types.TransportDrive}
 	var medium, device string
 	if doc, err := c.domains.XML(ctx, inst.Spec.Name, running); err == nil {
 		if devs, err := virt.ParseDevices(doc); err == nil {

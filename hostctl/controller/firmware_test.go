@@ -114,8 +114,8 @@ func TestFirmwareEntries(t *testing.T) {
 	}
 }
 
-func transportMap(inst *types.Instance) map[string]types.Transport {
-	m := map[string]types.Transport{}
+func transportMap(inst *Instance) map[string]Transport {
+	m := map[string]Transport{}
 	for _, t := range inst.Transports {
 		m[t.Name] = t
 	}

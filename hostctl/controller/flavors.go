@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -42,27 +43,27 @@ func (c *Controller) emit(ctx context.Context, stream, typ string, payload any) 
 }
 
 // CreateFlavor adds a flavor.
-func (c *Controller) CreateFlavor(ctx context.Context, f types.Flavor) (types.Flavor, error) {
+func (c *Controller) CreateFlavor(ctx context.Context, f flavors.Flavor) (flavors.Flavor, error) {
 	if c.flavors == nil {
-		return types.Flavor{}, errNoRecords
+		return flavors.Flavor{}, errNoRecords
 	}
 	out, err := c.flavors.Create(ctx, f)
 	if err == nil {
-		c.emit(ctx, StreamFlavors, "flavor.created", out)
+		c.emit(ctx, StreamFlavors, "flavor.created", types.Flavor(out))
 	}
 	return out, err
 }
 
 // Flavor returns a flavor by name.
-func (c *Controller) Flavor(ctx context.Context, name string) (types.Flavor, error) {
+func (c *Controller) Flavor(ctx context.Context, name string) (flavors.Flavor, error) {
 	if c.flavors == nil {
-		return types.Flavor{}, errNoRecords
+		return flavors.Flavor{}, errNoRecords
 	}
 	return c.flavors.Get(ctx, name)
 }
 
 // Flavors lists the flavors.
-func (c *Controller) Flavors(ctx context.Context) ([]types.Flavor, error) {
+func (c *Controller) Flavors(ctx context.Context) ([]flavors.Flavor, error) {
 	if c.flavors == nil {
 		return nil, errNoRecords
 	}
@@ -90,26 +91,26 @@ var errNoRecords = errors.New("the store of this controller keeps no records (fl
 // secret (os_encrypt_key_id) is refused unless the key manager has that
 // secret and its passphrase opens the image's LUKS header
 // (importKeyCheck, secretuse.go).
-func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
+func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (images.Image, error) {
 	verify, unlock, err := c.importKeyCheck(ctx, name, props)
 	if err != nil {
-		return types.Image{}, err
+		return images.Image{}, err
 	}
 	defer unlock()
 	img, err := c.imageDir.ImportVerified(ctx, name, props, r, verify)
 	if err == nil {
-		c.emit(ctx, StreamImages, "image.imported", img)
+		c.emit(ctx, StreamImages, "image.imported", types.Image(img))
 	}
 	return img, err
 }
 
 // Image returns an image of the image directory.
-func (c *Controller) Image(ctx context.Context, name string) (types.Image, error) {
+func (c *Controller) Image(ctx context.Context, name string) (images.Image, error) {
 	return c.imageDir.Get(ctx, name)
 }
 
 // Images lists the image directory.
-func (c *Controller) Images(ctx context.Context) ([]types.Image, error) {
+func (c *Controller) Images(ctx context.Context) ([]images.Image, error) {
 	return c.imageDir.List(ctx)
 }
 
@@ -166,7 +167,7 @@ func (c *Controller) instancesUsing(ctx context.Context, allHosts bool, use func
 // it names none or one that is not registered (then the name is only a
 // label, reported as the EC2 instance-type, as before flavors were
 // registered).
-func (c *Controller) flavorOf(ctx context.Context, name string) (*types.Flavor, error) {
+func (c *Controller) flavorOf(ctx context.Context, name string) (*flavors.Flavor, error) {
 	if name == "" || c.flavors == nil {
 		return nil, nil
 	}
@@ -183,7 +184,7 @@ func (c *Controller) flavorOf(ctx context.Context, name string) (*types.Flavor, 
 // imageOf returns the image an instance names, or nil when it names none
 // or the image directory has none of that name (planDisks reports a
 // missing image when a disk needs it).
-func (c *Controller) imageOf(ctx context.Context, name string) (*types.Image, error) {
+func (c *Controller) imageOf(ctx context.Context, name string) (*images.Image, error) {
 	if name == "" {
 		return nil, nil
 	}
@@ -197,14 +198,14 @@ func (c *Controller) imageOf(ctx context.Context, name string) (*types.Image, er
 	return &img, nil
 }
 
-func flavorSettings(f *types.Flavor, name string) (policy.Settings, error) {
+func flavorSettings(f *flavors.Flavor, name string) (policy.Settings, error) {
 	if f == nil {
 		return policy.FlavorSettings(name, nil)
 	}
 	return policy.FlavorSettings(f.Name, f.ExtraSpecs)
 }
 
-func imageSettings(img *types.Image, name string) (policy.Settings, error) {
+func imageSettings(img *images.Image, name string) (policy.Settings, error) {
 	if img == nil {
 		return policy.ImageSettings(name, nil)
 	}
@@ -269,7 +270,7 @@ func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]str
 }
 
 // decideEncryption applies the ephemeral encryption policy to in's disks.
-func (c *Controller) decideEncryption(in *model.Instance, f *types.Flavor, img *types.Image) error {
+func (c *Controller) decideEncryption(in *model.Instance, f *flavors.Flavor, img *images.Image) error {
 	fs, err := flavorSettings(f, in.Flavor)
 	if err != nil {
 		return err
@@ -309,7 +310,7 @@ func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d 
 }
 
 // flavorDisks sets in's vCPUs, memory and local disks from the flavor f.
-func (c *Controller) flavorDisks(in *model.Instance, f *types.Flavor, img *types.Image) error {
+func (c *Controller) flavorDisks(in *model.Instance, f *flavors.Flavor, img *images.Image) error {
 	var errs []model.FieldError
 	if in.VCPUs != 0 && in.VCPUs != f.VCPUs {
 		errs = append(errs, model.FieldError{Field: "vcpus", Value: in.VCPUs, Rule: fmt.Sprintf("flavor %s has %d vCPUs (leave vcpus out)", f.Name, f.VCPUs)})

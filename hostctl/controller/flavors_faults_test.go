@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
@@ -63,7 +64,7 @@ func flavorSetup(e *env) {
 			e.t.Fatal(err)
 		}
 	}
-	for _, f := range []types.Flavor{
+	for _, f := range []flavors.Flavor{
 		{Name: "f.small", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16},
 		{Name: "f.big", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32},
 	} {
@@ -153,7 +154,7 @@ func TestAttachedDiskFollowsPolicy(t *testing.T) {
 	e := newEnv(t)
 	flavorSetup(e)
 	withFakeEncryption(t, e) // the disks are made encrypted (encryption_test.go)
-	if _, err := e.c.CreateFlavor(context.Background(), types.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
+	if _, err := e.c.CreateFlavor(context.Background(), flavors.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "on"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestFlavorRegisteredLater(t *testing.T) {
 	flavorSetup(e)
 	const spec = "name: old-1\nflavor: f.later\nimage: deb\ndisks: [{name: vda, tag: root}, {name: vdb, size: 8M}]\n"
 	e.mustApply(spec)
-	if _, err := e.c.CreateFlavor(context.Background(), types.Flavor{Name: "f.later", VCPUs: 4, RAM: 512, Disk: 1, Ephemeral: 1,
+	if _, err := e.c.CreateFlavor(context.Background(), flavors.Flavor{Name: "f.later", VCPUs: 4, RAM: 512, Disk: 1, Ephemeral: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/flavors"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -72,7 +73,7 @@ func TestFlavorLibvirt(t *testing.T) {
 	testenv.CleanupDomain(t, uri, name)
 	qemuImg := testenv.LookPath(t, "qemu-img")
 
-	mkImage := func(imgName string, props map[string]string) types.Image {
+	mkImage := func(imgName string, props map[string]string) images.Image {
 		p := filepath.Join(t.TempDir(), "src.qcow2")
 		if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", p, "64M").CombinedOutput(); err != nil {
 			t.Fatalf("qemu-img: %v: %s", err, out)
@@ -88,7 +89,7 @@ func TestFlavorLibvirt(t *testing.T) {
 		return img
 	}
 	mkImage("deb", nil)
-	for _, f := range []types.Flavor{
+	for _, f := range []flavors.Flavor{
 		{Name: "f.small", VCPUs: 2, RAM: 192, Disk: 1, Ephemeral: 1, Swap: 32},
 		{Name: "f.big", VCPUs: 1, RAM: 256, Disk: 2, Ephemeral: 2, Swap: 64},
 		{Name: "f.enc", VCPUs: 1, RAM: 256, Disk: 4, Ephemeral: 4, Swap: 64, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
@@ -260,7 +261,7 @@ func TestFlavorPolicyCreatesNothing(t *testing.T) {
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
-	if _, err := e.c.CreateFlavor(ctx, types.Flavor{Name: "f.plain", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1,
+	if _, err := e.c.CreateFlavor(ctx, flavors.Flavor{Name: "f.plain", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "false"}}); err != nil {
 		t.Fatal(err)
 	}

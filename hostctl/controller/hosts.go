@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -22,11 +23,11 @@ import (
 
 // ErrOtherHost: the instance belongs to another host. The admin API
 // answers 409.
-var ErrOtherHost = errors.New("another host's instance")
+var ErrOtherHost = errkind.New(errkind.Conflict, "another host's instance")
 
 // ErrOwnerAlive: an adopt or a forced delete of another host's instance
 // while that host's heartbeat is fresh. The admin API answers 409.
-var ErrOwnerAlive = errors.New("the owning host is alive")
+var ErrOwnerAlive = errkind.New(errkind.Conflict, "the owning host is alive")
 
 // Hosts knows the hosts sharing the store (their heartbeats).
 type Hosts interface {
@@ -79,7 +80,7 @@ func (c *Controller) Host() string { return c.hostName }
 // compare-and-swap, so of two hosts adopting at once exactly one wins.
 // The domain is not defined here: `instance apply` (or start, which
 // reconciles) does that with this host's disks.
-func (c *Controller) Adopt(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("adopt", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, err := c.store.Instance(ctx, name)

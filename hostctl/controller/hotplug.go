@@ -97,7 +97,7 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 // and attaches it. The tag, target, bus, serial and size are checked
 // before anything is touched; afterwards the addresses are read back and
 // the metadata and config drive republished. A failure undoes every step.
-func (c *Controller) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (_ *types.Instance, err error) {
+func (c *Controller) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (_ *Instance, err error) {
 	defer c.observe("attach_disk", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach disk to", name, req.Affect)
@@ -185,7 +185,7 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 // once the persistent configuration no longer has it. A live detach of a
 // virtio disk needs the guest to release it; if it has not within the
 // detach timeout the change is published anyway, with a warning.
-func (c *Controller) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (_ *types.Instance, err error) {
+func (c *Controller) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (_ *Instance, err error) {
 	defer c.observe("detach_disk", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.Target == "") || req.MAC != "" {
@@ -238,7 +238,7 @@ func (c *Controller) DetachDisk(ctx context.Context, name string, req types.Deta
 
 // AttachNIC attaches a NIC (virtio, on a libvirt network) and gives it a
 // fixed DHCP lease when the instance's addresses have one for it.
-func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRequest) (_ *types.Instance, err error) {
+func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRequest) (_ *Instance, err error) {
 	defer c.observe("attach_nic", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach NIC to", name, req.Affect)
@@ -277,7 +277,7 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 }
 
 // DetachNIC detaches a NIC (by tag or MAC) and removes its DHCP lease.
-func (c *Controller) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (_ *types.Instance, err error) {
+func (c *Controller) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (_ *Instance, err error) {
 	defer c.observe("detach_nic", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	if (req.Tag == "") == (req.MAC == "") || req.Target != "" {
@@ -318,7 +318,7 @@ func (c *Controller) DetachNIC(ctx context.Context, name string, req types.Detac
 
 // finishDeviceChange reads the addresses back into next, brings the DHCP
 // leases in line and publishes next.
-func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter, dc *deviceChange, next *model.Instance, warn []string) (*types.Instance, error) {
+func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter, dc *deviceChange, next *model.Instance, warn []string) (*Instance, error) {
 	if _, err := c.readBack(ctx, next); err != nil {
 		return nil, err
 	}

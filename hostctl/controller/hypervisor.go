@@ -1,10 +1,10 @@
 package controller
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
@@ -28,16 +28,15 @@ var (
 	_ Hypervisor = (*virt.Conn)(nil)
 )
 
-// Sentinel errors of the controller; the admin API maps each to an HTTP
-// status (with model.ErrInvalidSpec, store.ErrNotFound, store.ErrConflict
-// and virt.ErrUnreachable).
+// Sentinel errors of the controller; each carries its kind (package
+// errkind), which the admin API maps to an HTTP status.
 var (
 	// ErrNoHypervisor: the request needs libvirt and the daemon runs
 	// without (--virt none).
-	ErrNoHypervisor = errors.New("no hypervisor (hostctl serve runs with --virt none)")
+	ErrNoHypervisor = errkind.New(errkind.Unsupported, "no hypervisor (hostctl serve runs with --virt none)")
 	// ErrState: the instance's domain is not in a state that allows the
 	// request (missing, running where a change needs it shut off, ...).
-	ErrState = errors.New("instance state does not allow this")
+	ErrState = errkind.New(errkind.Conflict, "instance state does not allow this")
 )
 
 // Domain states beyond libvirt's own (virt.State).

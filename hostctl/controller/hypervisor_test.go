@@ -92,11 +92,11 @@ nics:
   - {mac: "52:54:00:00:00:02", tag: back, ips: [{address: 192.168.122.20/24}]}
 `
 
-func (e *env) apply(spec string) (*types.Instance, error) {
+func (e *env) apply(spec string) (*Instance, error) {
 	return e.c.Apply(context.Background(), []byte(spec))
 }
 
-func (e *env) mustApply(spec string) *types.Instance {
+func (e *env) mustApply(spec string) *Instance {
 	e.t.Helper()
 	inst, err := e.apply(spec)
 	if err != nil {

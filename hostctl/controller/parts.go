@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -149,7 +148,7 @@ func (c *Controller) afterRecordParts(ctx context.Context, phase string, rec sto
 }
 
 // partDevices lists the devices the parts give in (instance show).
-func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]types.HostDevice, error) {
+func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]HostDevice, error) {
 	if len(c.parts) == 0 {
 		return nil, nil
 	}
@@ -157,17 +156,17 @@ func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]typ
 	if err != nil {
 		return nil, err
 	}
-	var out []types.HostDevice
+	var out []HostDevice
 	for _, p := range c.parts {
 		devs, err := p.Devices(pi)
 		if err != nil {
 			// Show the instance anyway (its flavor or image changed under
 			// it): the part's entry says what is wrong.
-			out = append(out, types.HostDevice{Kind: p.Name(), Detail: "unknown: " + err.Error()})
+			out = append(out, HostDevice{Kind: p.Name(), Detail: "unknown: " + err.Error()})
 			continue
 		}
 		for _, d := range devs {
-			out = append(out, types.HostDevice{Kind: d.Kind, Detail: d.Detail})
+			out = append(out, HostDevice{Kind: d.Kind, Detail: d.Detail})
 		}
 	}
 	return out, nil

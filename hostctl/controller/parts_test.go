@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
@@ -44,7 +44,7 @@ func watchdogOf(t *testing.T, e *env, name string) string {
 	return ""
 }
 
-func hostDevicesOf(inst *types.Instance) []string {
+func hostDevicesOf(inst *Instance) []string {
 	var out []string
 	for _, d := range inst.HostDevices {
 		out = append(out, d.Kind+": "+d.Detail)
@@ -62,7 +62,7 @@ func TestWatchdogPart(t *testing.T) {
 	e.c.parts = []part.Part{watchdog.New()}
 	flavorSetup(e)
 	ctx := context.Background()
-	for _, f := range []types.Flavor{
+	for _, f := range []flavors.Flavor{
 		{Name: "f.wd", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "reset"}},
 		{Name: "f.wdbig", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "poweroff"}},
 		{Name: "f.wdbad", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "dump"}},

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
-
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -31,7 +29,7 @@ const shutdownPollInterval = 200 * time.Millisecond
 // earlier run are deleted (the domain boots from disk.config). A start
 // that fails keeps the instance's passthrough devices for the next start
 // (devicestart.go).
-func (c *Controller) Start(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("start", time.Now(), &err)
 	if err := c.reclaimForStart(ctx, name); err != nil {
 		return nil, err
@@ -95,7 +93,7 @@ func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error 
 // Stop asks the guest to shut down (ACPI) and waits up to timeout
 // (DefaultStopTimeout when 0) for the domain to be off; then it powers the
 // domain off. A domain already off is left so.
-func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (_ *types.Instance, err error) {
+func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (_ *Instance, err error) {
 	defer c.observe("stop", time.Now(), &err)
 	if timeout <= 0 {
 		timeout = DefaultStopTimeout

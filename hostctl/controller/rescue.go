@@ -75,7 +75,7 @@ func checkRescue(req RescueRequest) error {
 
 // Rescue boots the instance name from a rescue disk made from
 // req.Image (see the top of this file).
-func (c *Controller) Rescue(ctx context.Context, name string, req RescueRequest) (_ *types.Instance, err error) {
+func (c *Controller) Rescue(ctx context.Context, name string, req RescueRequest) (_ *Instance, err error) {
 	defer c.observe("rescue", time.Now(), &err)
 	if err := checkRescue(req); err != nil {
 		return nil, fmt.Errorf("rescue %s: %w", name, err)
@@ -203,7 +203,7 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 // checkRescueImage refuses an encrypted rescue image whose secret this
 // host cannot use for the instance (409 naming the image): no key
 // manager, no os_encrypt_key_id, a secret missing or of another project.
-func (c *Controller) checkRescueImage(ctx context.Context, in *model.Instance, img types.Image) error {
+func (c *Controller) checkRescueImage(ctx context.Context, in *model.Instance, img images.Image) error {
 	keyID := img.Properties[policy.ImageEncryptKeyID]
 	conflict := func(rule string) error {
 		return &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: img.Name, Rule: rule}}}}
@@ -277,7 +277,7 @@ type rescueKey struct {
 // plain overlay of a plain image, or a LUKS overlay under the image's own
 // passphrase (its key-manager secret, no copy). Undo steps remove the
 // file.
-func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, p diskPlan, img types.Image) (rescueKey, error) {
+func (c *Controller) makeRescueDisk(ctx context.Context, r *revert.Reverter, p diskPlan, img images.Image) (rescueKey, error) {
 	r.Add("remove rescue disk "+p.Path, func(context.Context) error { return removeFile(p.Path) })
 	if !p.encrypt {
 		if err := c.images.Create(ctx, p.Disk); err != nil {
@@ -328,7 +328,7 @@ func (c *Controller) defineRescueSecret(ctx context.Context, r *revert.Reverter,
 
 // Unrescue ends a rescue: the original definition back, the rescue disk
 // and its secrets gone, the instance started.
-func (c *Controller) Unrescue(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Unrescue(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("unrescue", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	uuid, copyID, err := c.unrescueLocked(ctx, name)
@@ -432,7 +432,7 @@ func (c *Controller) unrescueLocked(ctx context.Context, name string) (_, _ stri
 		}
 	}
 	if legacy {
-		if err := c.updateBlockDevices(ctx, r, in, map[string]*types.BlockDevice{rescueDisk: nil}); err != nil {
+		if err := c.updateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{rescueDisk: nil}); err != nil {
 			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}

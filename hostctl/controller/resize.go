@@ -8,9 +8,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/flavors"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -24,7 +25,7 @@ import (
 // encryption settings differ from the current flavor's (the disks would
 // have to be converted in place), naming both flavors. A failure undoes
 // what was done.
-func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *types.Instance, err error) {
+func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *Instance, err error) {
 	defer c.observe("resize", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, old, err := c.stoppedInstance(ctx, "resize", name)
@@ -140,7 +141,7 @@ func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *ty
 // encryption settings differ from the current image's is refused (409,
 // naming both images): the disks' secrets and formats stay the
 // instance's. A failure puts the old root disk back.
-func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *types.Instance, err error) {
+func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *Instance, err error) {
 	defer c.observe("rebuild", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, old, err := c.stoppedInstance(ctx, "rebuild", name)
@@ -275,7 +276,7 @@ func rootDisk(in *model.Instance) int {
 
 // neverShrink refuses a resize that would shrink or remove a flavor
 // disk, naming the disk and both sizes.
-func neverShrink(old, in *model.Instance, f *types.Flavor, img *types.Image) error {
+func neverShrink(old, in *model.Instance, f *flavors.Flavor, img *images.Image) error {
 	imageSize := int64(-1)
 	if img != nil {
 		imageSize = img.VirtualSize

@@ -116,8 +116,8 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 			return nil, fmt.Errorf("block devices: %w", err)
 		}
 		for _, sr := range recs {
-			var rec blockDevRecord
-			if err := json.Unmarshal(sr.Value, &rec); err != nil {
+			rec, err := encryption.DecodeBlockDevices(sr.Value)
+			if err != nil {
 				return nil, fmt.Errorf("block-device record %s: %w", sr.Key, err)
 			}
 			uuid := strings.TrimPrefix(sr.Key, blockDevPrefix)

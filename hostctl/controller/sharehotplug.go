@@ -52,7 +52,7 @@ var sharedMemoryRE = regexp.MustCompile(`(?s)<memoryBacking>.*<access mode=['"]s
 // instance is refused with ErrState. The share service calls it for
 // `hostctl share attach --live`; the specification itself only attaches
 // to SHUTOFF instances.
-func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.Share) (_ *types.Instance, err error) {
+func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.Share) (_ *Instance, err error) {
 	defer c.observe("attach_share", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach share to", name, types.Affect{Live: true, Config: true})
@@ -119,7 +119,7 @@ func (c *Controller) checkSharedMemory(ctx context.Context, name string) error {
 // instance and republishes the metadata. The guest must release the
 // device; if it has not within the detach timeout, the answer carries a
 // warning (libvirt completes the detach when it does).
-func (c *Controller) DetachShareLive(ctx context.Context, name, id string) (_ *types.Instance, err error) {
+func (c *Controller) DetachShareLive(ctx context.Context, name, id string) (_ *Instance, err error) {
 	defer c.observe("detach_share", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "detach share from", name, types.Affect{Live: true, Config: true})

@@ -37,7 +37,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -58,7 +57,7 @@ func rootIndex(in *model.Instance) int {
 }
 
 // Shelve shelves the stopped instance name (see the top of this file).
-func (c *Controller) Shelve(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Shelve(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("shelve", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	rec, in, err := c.stoppedInstance(ctx, "shelve", name)
@@ -153,7 +152,7 @@ func (c *Controller) shelveLocked(ctx context.Context, in *model.Instance) (err 
 
 // Unshelve brings a shelved instance back and starts it (see the top of
 // this file).
-func (c *Controller) Unshelve(ctx context.Context, name string) (_ *types.Instance, err error) {
+func (c *Controller) Unshelve(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("unshelve", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	rec, err := c.ownRecord(ctx, "unshelve", name)
@@ -236,7 +235,7 @@ func (c *Controller) unshelveLocked(ctx context.Context, uuid string, st vmState
 	if err := c.mkdirInstance(r, c.instanceDir(in.Name)); err != nil {
 		return nil, err
 	}
-	upd := map[string]*types.BlockDevice{}
+	upd := map[string]*encryption.BlockDevice{}
 	var unused []string
 	for _, p := range plans {
 		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
@@ -313,7 +312,7 @@ func (c *Controller) unshelveLocked(ctx context.Context, uuid string, st vmState
 // restoreRoot copies the shelved image at src into the root disk of plan
 // p: encrypted under the disk's own secret (bd) when it was, read back
 // and proven to open with it.
-func (c *Controller) restoreRoot(ctx context.Context, p diskPlan, bd types.BlockDevice, src string) error {
+func (c *Controller) restoreRoot(ctx context.Context, p diskPlan, bd encryption.BlockDevice, src string) error {
 	var pass []byte
 	if bd.Encrypted {
 		if c.keys == nil {
@@ -336,7 +335,7 @@ func (c *Controller) restoreRoot(ctx context.Context, p diskPlan, bd types.Block
 
 // recreateEncrypted makes the disk of plan p again, blank, encrypted
 // under its existing secret (bd).
-func (c *Controller) recreateEncrypted(ctx context.Context, p diskPlan, bd types.BlockDevice) error {
+func (c *Controller) recreateEncrypted(ctx context.Context, p diskPlan, bd encryption.BlockDevice) error {
 	if c.keys == nil {
 		return fmt.Errorf("%w: disk %s is encrypted and this host has no key manager", ErrState, p.target)
 	}

@@ -51,7 +51,7 @@ func readPattern(t *testing.T, p string, pass []byte) error {
 	return nil
 }
 
-func diskSecretsOf(inst *types.Instance) map[string]string {
+func diskSecretsOf(inst *Instance) map[string]string {
 	out := map[string]string{}
 	for _, bd := range inst.BlockDevices {
 		if bd.Encrypted {

@@ -91,41 +91,41 @@ func checkSnapshot(r *SnapshotRequest) error {
 // of the catalog, encrypted as req says; encryption_key existing names a
 // secret of the instance's project. Every step is undone on failure: the
 // partial file, the key-manager secret the snapshot made, the image.
-func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequest) (types.Image, error) {
+func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequest) (images.Image, error) {
 	return c.snapshot(ctx, name, req, false)
 }
 
 // SnapshotAnyProject is Snapshot where encryption_key existing may name a
 // secret of any project (the administrator's: sharing an encrypted image
 // with another project).
-func (c *Controller) SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (types.Image, error) {
+func (c *Controller) SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (images.Image, error) {
 	return c.snapshot(ctx, name, req, true)
 }
 
-func (c *Controller) snapshot(ctx context.Context, name string, req SnapshotRequest, anyProject bool) (_ types.Image, err error) {
+func (c *Controller) snapshot(ctx context.Context, name string, req SnapshotRequest, anyProject bool) (_ images.Image, err error) {
 	defer c.observe("snapshot", time.Now(), &err)
 	if err := checkSnapshot(&req); err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer c.locks.Lock(name)()
 	_, in, err := c.stoppedInstance(ctx, "snapshot", name)
 	if err != nil {
-		return types.Image{}, err
+		return images.Image{}, err
 	}
 	if err := c.checkParts(ctx, part.Snapshot, in); err != nil { // parts.go
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	if c.domains == nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w: this host runs without a hypervisor (--virt none) and made no disk to copy", name, ErrState)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w: this host runs without a hypervisor (--virt none) and made no disk to copy", name, ErrState)
 	}
 	r := revert.New(c.log, "snapshot "+name)
 	defer r.Fail(&err)
 	img, err := c.snapshotRoot(ctx, r, in, req, anyProject)
 	if err != nil {
-		return types.Image{}, err
+		return images.Image{}, err
 	}
 	r.Success()
-	c.emit(ctx, StreamImages, "image.imported", img)
+	c.emit(ctx, StreamImages, "image.imported", types.Image(img))
 	return img, nil
 }
 
@@ -133,33 +133,33 @@ func (c *Controller) snapshot(ctx context.Context, name string, req SnapshotRequ
 // image as req says (checked); the undo steps on r delete what it made.
 // Shelve uses it too (shelve.go). anyProject lets encryption_key existing
 // name another project's secret.
-func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest, anyProject bool) (_ types.Image, err error) {
+func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req SnapshotRequest, anyProject bool) (_ images.Image, err error) {
 	name := in.Name
 	root := rootDisk(in)
 	if root < 0 && len(in.Disks) > 0 {
 		root = 0
 	}
 	if root < 0 {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w: the instance has no disk", name, ErrState)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w: the instance has no disk", name, ErrState)
 	}
 	disk := in.Disks[root]
 	rec, _, err := c.loadBlockDevices(ctx, in.UUID)
 	if err != nil {
-		return types.Image{}, err
+		return images.Image{}, err
 	}
 	bd := rec.Disks[disk.Name]
 	if bd.Encrypted && c.keys == nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w: its root disk is encrypted and this host has no key manager", name, ErrState)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w: its root disk is encrypted and this host has no key manager", name, ErrState)
 	}
 	src := encryption.Source{Path: filepath.Join(c.dataDir, "instances", in.Name, diskFileOf(disk))}
 	if bd.Encrypted {
 		if src.Pass, err = c.keys.Passphrase(ctx, bd.EncryptionSecretUUID); err != nil {
-			return types.Image{}, fmt.Errorf("snapshot %s: disk %s: %w", name, disk.Name, err)
+			return images.Image{}, fmt.Errorf("snapshot %s: disk %s: %w", name, disk.Name, err)
 		}
 		defer clear(src.Pass)
 		if bd.BackingEncryptionSecretUUID != "" {
 			if src.BackingPass, err = c.keys.Passphrase(ctx, bd.BackingEncryptionSecretUUID); err != nil {
-				return types.Image{}, fmt.Errorf("snapshot %s: disk %s backing file: %w", name, disk.Name, err)
+				return images.Image{}, fmt.Errorf("snapshot %s: disk %s backing file: %w", name, disk.Name, err)
 			}
 			defer clear(src.BackingPass)
 		}
@@ -167,33 +167,33 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 
 	keyID, deletion, pass, err := c.snapshotKey(ctx, r, in, req, src.Pass, anyProject)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer clear(pass)
 	tmp, err := os.MkdirTemp(c.dataDir, ".snapshot-")
 	if err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer os.RemoveAll(tmp)
 	out := filepath.Join(tmp, "image.qcow2")
 	if err := c.luks.Convert(ctx, out, src, pass); err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: disk %s: %w", name, disk.Name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: disk %s: %w", name, disk.Name, err)
 	}
 	info, err := c.luks.Inspect(ctx, out)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	props := map[string]string{}
 	if pass != nil {
 		if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
-			return types.Image{}, fmt.Errorf("snapshot %s: qemu-img info reads no LUKS header in the copy (encrypted=%t, format %q)", name, info.Encrypted, info.EncryptFormat)
+			return images.Image{}, fmt.Errorf("snapshot %s: qemu-img info reads no LUKS header in the copy (encrypted=%t, format %q)", name, info.Encrypted, info.EncryptFormat)
 		}
 		if err := c.luks.Verify(ctx, out, pass, nil); err != nil {
-			return types.Image{}, fmt.Errorf("snapshot %s: the copy does not open with its secret: %w", name, err)
+			return images.Image{}, fmt.Errorf("snapshot %s: the copy does not open with its secret: %w", name, err)
 		}
 		size, err := c.imageDir.VirtualSize(ctx, out)
 		if err != nil {
-			return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+			return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 		}
 		props = map[string]string{
 			policy.ImageEncryptFormat:         encryption.FormatLUKS,
@@ -206,7 +206,7 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 	}
 	f, err := os.Open(out)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer f.Close()
 	if keyID != "" {
@@ -214,12 +214,12 @@ func (c *Controller) snapshotRoot(ctx context.Context, r *revert.Reverter, in *m
 		// meanwhile (secretuse.go).
 		defer c.secretLocks.Lock(keyID)()
 		if _, err := c.keys.Get(ctx, keyID); err != nil {
-			return types.Image{}, fmt.Errorf("snapshot %s: secret %s: %w", name, keyID, err)
+			return images.Image{}, fmt.Errorf("snapshot %s: secret %s: %w", name, keyID, err)
 		}
 	}
 	img, err := c.imageDir.Import(ctx, req.Image, props, f)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	r.Add("delete image "+img.Name, func(ctx context.Context) error { return c.imageDir.Delete(ctx, img.Name, nil) })
 	c.log.Info("instance snapshot", "instance", name, "image", img.Name, "encryption_key", req.EncryptionKey, "secret", keyID)
@@ -283,7 +283,7 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 // names it (secretuse.go): a secret another image, a disk or a rotation
 // still names stays, and the returned note says why (empty when there is
 // nothing to say). A failure is returned as an error (the image is gone).
-func (c *Controller) deleteImageSecret(ctx context.Context, img types.Image) (string, error) {
+func (c *Controller) deleteImageSecret(ctx context.Context, img images.Image) (string, error) {
 	id := img.Properties[policy.ImageEncryptKeyID]
 	if id == "" || c.keys == nil || img.Properties[policy.ImageEncryptKeyDeletion] != KeyDeletionOnImageDeletion {
 		return "", nil

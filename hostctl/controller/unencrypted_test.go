@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -24,7 +24,7 @@ func TestExplicitUnencryptedConflict(t *testing.T) {
 	flavorSetup(e)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	if _, err := e.c.CreateFlavor(ctx, types.Flavor{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1,
+	if _, err := e.c.CreateFlavor(ctx, flavors.Flavor{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// States of an instance kept by hostctl (types.Instance.State).
+// States of an instance kept by hostctl (Instance.State).
 const (
 	// StateShelved: the instance's root disk is an image of the catalog,
 	// its domain and disk files are gone (Nova's SHELVED_OFFLOADED).

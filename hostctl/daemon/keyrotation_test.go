@@ -47,7 +47,7 @@ func serveUntilKeys(t *testing.T, cfg daemon.Config) (c *client.Client, stop fun
 func reportOf(t *testing.T, rs []types.KeyReport, c keyrotation.Class) types.KeyReport {
 	t.Helper()
 	for _, r := range rs {
-		if r.Class == c && r.InstanceUUID == "" {
+		if r.Class == string(c) && r.InstanceUUID == "" {
 			return r
 		}
 	}
@@ -111,14 +111,14 @@ func TestServeKeyRotationPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := reportOf(t, rs, keyrotation.KEK).Policy; p.KeyRotationPolicy != keyrotation.WithVersionUpgrade {
+	if p := reportOf(t, rs, keyrotation.KEK).Policy; p.KeyRotationPolicy != types.KeyPolicyWithVersionUpgrade {
 		t.Errorf("kek policy after the restart: %+v", p)
 	}
 	if tok := reportOf(t, rs, keyrotation.Token); tok.Status.KeyGeneration != 1 || tok.Status.KeyVersion != version.String() {
 		t.Errorf("token key after a restart: %+v", tok.Status)
 	}
 	// And at run time, both ways.
-	for _, p := range []keyrotation.PolicyName{keyrotation.Disabled, keyrotation.WithVersionUpgrade} {
+	for _, p := range []string{types.KeyPolicyDisabled, types.KeyPolicyWithVersionUpgrade} {
 		if _, err := c.SetKeyPolicy(ctx, "kek", "", types.KeyPolicy{KeyRotationPolicy: p}); err != nil {
 			t.Errorf("kek policy %s after a rotation: %v", p, err)
 		}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -26,7 +25,7 @@ import (
 // (model.SpecError on pci_aliases[i].name), a count larger than the
 // alias's pool (pci_aliases[i].count), and no free device (ErrUnavailable
 // with store.ErrConflict, saying how many are burned and in use).
-func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAlias) (held []types.Device, claimed []string, err error) {
+func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAlias) (held []Device, claimed []string, err error) {
 	return inv.ClaimDevices(ctx, c, reqs, nil)
 }
 
@@ -41,7 +40,7 @@ func (inv *Inventory) Claim(ctx context.Context, c Consumer, reqs []model.PCIAli
 // whether it is marked one_time_use or not; one the consumer already
 // holds stays held even if no longer marked (un-marking never un-burns).
 // The devices returned include the direct ones the consumer holds.
-func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model.PCIAlias, direct []model.PCIDevice) (held []types.Device, claimed []string, err error) {
+func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model.PCIAlias, direct []model.PCIDevice) (held []Device, claimed []string, err error) {
 	if len(reqs) == 0 && len(direct) == 0 {
 		return nil, nil, nil
 	}
@@ -62,7 +61,7 @@ func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model
 	if len(fe) > 0 {
 		return nil, nil, &model.SpecError{Errors: fe}
 	}
-	var burned []types.Device
+	var burned []Device
 	err = inv.retry(ctx, "claim devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
@@ -70,7 +69,7 @@ func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model
 		}
 		held, claimed, burned = nil, nil, nil
 		var ops []store.GroupOp
-		var devs []types.Device
+		var devs []Device
 		now := inv.now().UTC()
 		var fe []model.FieldError
 		var unavailable []string
@@ -160,7 +159,7 @@ func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model
 				unavailable = append(unavailable, fmt.Sprintf("pci_devices[%d] %s: burned awaiting cleaning (used by instance %s; hostctl device clean %s)", i, p.Address, d.ConsumerName, p.Address))
 			case p.OneTimeUse:
 				if !exists {
-					d = types.Device{Address: p.Address, Host: inv.host, Total: 1}
+					d = Device{Address: p.Address, Host: inv.host, Total: 1}
 				}
 				d.OneTimeUse, d.Present = true, false
 				d.Traits = traits(d)
@@ -200,7 +199,7 @@ func (inv *Inventory) ClaimDevices(ctx context.Context, c Consumer, reqs []model
 		inv.log.Info("one-time-use device claimed and burned", "address", d.Address, "alias", d.Alias, "instance", c.Name)
 		inv.emit(ctx, EventBurned, d)
 	}
-	slices.SortFunc(held, func(a, b types.Device) int { return strings.Compare(a.Address, b.Address) })
+	slices.SortFunc(held, func(a, b Device) int { return strings.Compare(a.Address, b.Address) })
 	return held, claimed, nil
 }
 
@@ -215,15 +214,15 @@ func plural(n int, s string) string {
 // addrs is not nil): used = 0, consumer cleared. Reserved is never
 // touched, so a burned device stays out of the pool and now needs
 // cleaning: that emits EventReleased and runs the cleanup hook.
-func (inv *Inventory) Release(ctx context.Context, consumerUUID string, addrs []string) ([]types.Device, error) {
-	var released []types.Device
+func (inv *Inventory) Release(ctx context.Context, consumerUUID string, addrs []string) ([]Device, error) {
+	var released []Device
 	err := inv.retry(ctx, "release devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
 			return err
 		}
 		var ops []store.GroupOp
-		var devs []types.Device
+		var devs []Device
 		now := inv.now().UTC()
 		for _, e := range cur {
 			d := e.dev
@@ -263,12 +262,12 @@ func (inv *Inventory) Release(ctx context.Context, consumerUUID string, addrs []
 // is not an instance of this host (an apply that died between the claim
 // and its store write, or an instance deleted while hostctl was down). Run
 // it at start, before instances are applied.
-func (inv *Inventory) ReleaseOrphans(ctx context.Context, live func(uuid string) bool) ([]types.Device, error) {
+func (inv *Inventory) ReleaseOrphans(ctx context.Context, live func(uuid string) bool) ([]Device, error) {
 	cur, err := inv.load(ctx, inv.group)
 	if err != nil {
 		return nil, err
 	}
-	var out []types.Device
+	var out []Device
 	done := map[string]bool{}
 	for _, e := range cur {
 		c := e.dev.Consumer
@@ -287,12 +286,12 @@ func (inv *Inventory) ReleaseOrphans(ctx context.Context, live func(uuid string)
 }
 
 // Held returns the devices consumer holds.
-func (inv *Inventory) Held(ctx context.Context, consumerUUID string) ([]types.Device, error) {
+func (inv *Inventory) Held(ctx context.Context, consumerUUID string) ([]Device, error) {
 	cur, err := inv.load(ctx, inv.group)
 	if err != nil {
 		return nil, err
 	}
-	var out []types.Device
+	var out []Device
 	for _, e := range cur {
 		if e.dev.Consumer == consumerUUID && e.dev.Used > 0 {
 			out = append(out, e.dev)
@@ -318,11 +317,11 @@ func (inv *Inventory) Managed(ctx context.Context, addr string) (string, bool, e
 
 // Clean is the operator saying the device is clean: reserved back to 0,
 // so it rejoins the pool. Refused while the device is in use.
-func (inv *Inventory) Clean(ctx context.Context, addr string) (types.Device, error) {
+func (inv *Inventory) Clean(ctx context.Context, addr string) (Device, error) {
 	if err := checkAddress(addr); err != nil {
-		return types.Device{}, err
+		return Device{}, err
 	}
-	var out types.Device
+	var out Device
 	var changed bool
 	err := inv.retry(ctx, "clean device", func() error {
 		cur, err := inv.load(ctx, inv.group)
@@ -345,7 +344,7 @@ func (inv *Inventory) Clean(ctx context.Context, addr string) (types.Device, err
 		}
 		now := inv.now().UTC()
 		d.Reserved, d.CleanedAt = 0, &now
-		w, err := inv.commit(ctx, []store.GroupOp{putOp(d, cur[i].version)}, []types.Device{d})
+		w, err := inv.commit(ctx, []store.GroupOp{putOp(d, cur[i].version)}, []Device{d})
 		if err != nil {
 			return err
 		}
@@ -353,7 +352,7 @@ func (inv *Inventory) Clean(ctx context.Context, addr string) (types.Device, err
 		return nil
 	})
 	if err != nil {
-		return types.Device{}, fmt.Errorf("clean: %w", err)
+		return Device{}, fmt.Errorf("clean: %w", err)
 	}
 	if changed {
 		inv.log.Info("device cleaned by the operator: back in the pool", "address", addr)
@@ -363,7 +362,7 @@ func (inv *Inventory) Clean(ctx context.Context, addr string) (types.Device, err
 }
 
 // ListDevices is List for the admin API (api.DeviceService).
-func (inv *Inventory) ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]types.Device, error) {
+func (inv *Inventory) ListDevices(ctx context.Context, needsCleaning bool, trait string, allHosts bool) ([]Device, error) {
 	return inv.List(ctx, Filter{NeedsCleaning: needsCleaning, Trait: trait, AllHosts: allHosts})
 }
 

@@ -2,10 +2,11 @@ package devices
 
 import (
 	"fmt"
-	"github.com/vmeta/vmeta/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // fixtureDevice is one PCI function of a fixture sysfs tree, as the

@@ -11,11 +11,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
-// Outcomes of a cleanup hook run (types.HookResult.Outcome).
+// Outcomes of a cleanup hook run (HookResult.Outcome).
 const (
 	HookOK      = "ok"
 	HookFailed  = "failed"
@@ -51,7 +49,7 @@ type Hook struct {
 	wg     sync.WaitGroup
 	base   context.Context
 	stop   context.CancelFunc
-	report func(types.Device, types.HookResult)
+	report func(Device, HookResult)
 	now    func() time.Time
 }
 
@@ -81,15 +79,15 @@ func (h *Hook) Stop(ctx context.Context) {
 }
 
 // Run starts the hook for d in the background.
-func (h *Hook) Run(d types.Device) {
+func (h *Hook) Run(d Device) {
 	report := h.report
 	if report == nil {
-		report = func(types.Device, types.HookResult) {}
+		report = func(Device, HookResult) {}
 	}
 	select {
 	case h.sem <- struct{}{}:
 	default:
-		report(d, types.HookResult{Outcome: HookSkipped, Message: fmt.Sprintf("%d cleanup hooks already running", MaxRunningHooks), At: h.now().UTC()})
+		report(d, HookResult{Outcome: HookSkipped, Message: fmt.Sprintf("%d cleanup hooks already running", MaxRunningHooks), At: h.now().UTC()})
 		return
 	}
 	h.wg.Add(1)
@@ -120,11 +118,11 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	return b.Buffer.Write(p)
 }
 
-func (h *Hook) run(d types.Device) types.HookResult {
-	res := func(outcome, format string, args ...any) types.HookResult {
-		return types.HookResult{Outcome: outcome, Message: fmt.Sprintf(format, args...), At: h.now().UTC()}
+func (h *Hook) run(d Device) HookResult {
+	res := func(outcome, format string, args ...any) HookResult {
+		return HookResult{Outcome: outcome, Message: fmt.Sprintf(format, args...), At: h.now().UTC()}
 	}
-	body, err := json.Marshal(d)
+	body, err := encodeDevice(d)
 	if err != nil {
 		return res(HookError, "encode the device: %v", err)
 	}

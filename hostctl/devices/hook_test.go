@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -97,16 +96,16 @@ func TestCleanupHookSkippedWhenBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var reports []types.HookResult
+	var reports []HookResult
 	done := make(chan struct{}, 100)
-	hook.report = func(_ types.Device, r types.HookResult) {
+	hook.report = func(_ Device, r HookResult) {
 		mu.Lock()
 		reports = append(reports, r)
 		mu.Unlock()
 		done <- struct{}{}
 	}
 	for i := range MaxRunningHooks + 2 {
-		hook.Run(types.Device{Address: fmt.Sprintf("0000:%02x:00.0", i)})
+		hook.Run(Device{Address: fmt.Sprintf("0000:%02x:00.0", i)})
 	}
 	// The two extra ones are reported at once, before any hook ends.
 	<-done
@@ -221,9 +220,9 @@ func TestCleanupHookStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan types.HookResult, 1)
-	hook.report = func(_ types.Device, r types.HookResult) { got <- r }
-	hook.Run(types.Device{Address: "0000:3b:00.0"})
+	got := make(chan HookResult, 1)
+	hook.report = func(_ Device, r HookResult) { got <- r }
+	hook.Run(Device{Address: "0000:3b:00.0"})
 	for {
 		if _, err := os.Stat(started); err == nil {
 			break
@@ -240,7 +239,7 @@ func TestCleanupHookStop(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 	// A release after Stop is reported at once, never run.
-	hook.Run(types.Device{Address: "0000:3c:00.0"})
+	hook.Run(Device{Address: "0000:3c:00.0"})
 	if r := <-got; r.Outcome != HookError {
 		t.Fatalf("report after stop %+v", r)
 	}

@@ -2,7 +2,6 @@ package devices
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -20,7 +19,7 @@ import (
 // Stream is the event stream of device events.
 const Stream = "devices"
 
-// Event types on Stream; each carries the device record (types.Device).
+// Event types on Stream; each carries the device record (Device).
 const (
 	EventBurned   = "device.burned"   // a one-time-use device was claimed (or healed) into reserved
 	EventReleased = "device.released" // a burned device was released: it needs cleaning
@@ -30,7 +29,7 @@ const (
 
 // ErrUnavailable is wrapped (with store.ErrConflict) when no device of an
 // alias is free.
-var ErrUnavailable = errors.New("no device available")
+var ErrUnavailable = errkind.New(errkind.Conflict, "no device available")
 
 // Emitter appends audit events (an *events.Log).
 type Emitter interface {
@@ -123,7 +122,7 @@ type Consumer struct {
 }
 
 type entry struct {
-	dev     types.Device
+	dev     Device
 	version int64
 }
 
@@ -137,8 +136,8 @@ func (inv *Inventory) load(ctx context.Context, group string) ([]entry, error) {
 		if !strings.HasPrefix(r.Key, keyPrefix) {
 			continue
 		}
-		var d types.Device
-		if err := json.Unmarshal(r.Value, &d); err != nil {
+		d, err := decodeDevice(r.Value)
+		if err != nil {
 			return nil, fmt.Errorf("device inventory: record %s of %s: %w", r.Key, group, err)
 		}
 		d.Generation = r.Version
@@ -152,25 +151,25 @@ func (inv *Inventory) load(ctx context.Context, group string) ([]entry, error) {
 // (total = reserved, used = 0): a device burned while it was one-time-use
 // still needs cleaning after the operator un-marks it, and nothing else
 // sets reserved.
-func needsCleaning(d types.Device) bool {
+func needsCleaning(d Device) bool {
 	return d.Total > 0 && d.Reserved >= d.Total && d.Used == 0
 }
 
-func putOp(d types.Device, expect int64) store.GroupOp {
+func putOp(d Device, expect int64) store.GroupOp {
 	d.NeedsCleaning = needsCleaning(d)
-	d.Generation = 0 // the record's version is the generation
-	body, _ := json.Marshal(d)
+	d.Generation = 0           // the record's version is the generation
+	body, _ := encodeDevice(d) // nothing in a Device fails to encode
 	return store.GroupOp{Key: keyPrefix + d.Address, Value: body, ExpectVersion: expect}
 }
 
 // commit writes ops and returns the devices as written (with their new
 // generation).
-func (inv *Inventory) commit(ctx context.Context, ops []store.GroupOp, devs []types.Device) ([]types.Device, error) {
+func (inv *Inventory) commit(ctx context.Context, ops []store.GroupOp, devs []Device) ([]Device, error) {
 	recs, err := inv.st.CommitGroup(ctx, inv.group, ops)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]types.Device, len(devs))
+	out := make([]Device, len(devs))
 	for i := range devs {
 		out[i] = devs[i]
 		out[i].Generation = recs[i].Version
@@ -210,7 +209,7 @@ type refusal struct{ msg string }
 
 func (r *refusal) Error() string { return r.msg }
 func (r *refusal) Is(target error) bool {
-	return target == errRefused || target == store.ErrConflict
+	return target == errRefused || target == store.ErrConflict || target == errkind.Conflict
 }
 
 // Sync brings the inventory in line with the devices found and the spec:
@@ -219,7 +218,7 @@ func (r *refusal) Is(target error) bool {
 // present (deleted when neither used nor reserved). It heals a
 // one-time-use device that is in use but not reserved (marked one-time-use
 // while allocated) into reserved = total. It never lowers reserved.
-func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, error) {
+func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]Device, error) {
 	matched, err := inv.spec.Load().Match(found)
 	if err != nil {
 		return nil, err
@@ -231,7 +230,7 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 	for _, f := range found {
 		foundAt[f.Address] = f
 	}
-	var healed []types.Device
+	var healed []Device
 	err = inv.retry(ctx, "sync devices", func() error {
 		cur, err := inv.load(ctx, inv.group)
 		if err != nil {
@@ -242,7 +241,7 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 			byAddr[e.dev.Address] = e
 		}
 		var ops []store.GroupOp
-		var devs []types.Device
+		var devs []Device
 		healed = healed[:0]
 		now := inv.now().UTC()
 		seen := map[string]bool{}
@@ -251,7 +250,7 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 			e, exists := byAddr[m.Address]
 			d := e.dev
 			if !exists {
-				d = types.Device{Address: m.Address, Host: inv.host, Total: 1}
+				d = Device{Address: m.Address, Host: inv.host, Total: 1}
 			}
 			d.VendorID, d.ProductID, d.Class = m.VendorID, m.ProductID, m.Class
 			d.Alias, d.OneTimeUse, d.LiveMigratable, d.Present = m.Entry.Alias, m.Entry.OneTimeUse, m.Entry.LiveMigratable, true
@@ -304,17 +303,17 @@ func (inv *Inventory) Sync(ctx context.Context, found []Found) ([]types.Device, 
 	return inv.List(ctx, Filter{})
 }
 
-func traits(d types.Device) []string {
+func traits(d Device) []string {
 	t := []string{}
 	if d.OneTimeUse {
-		t = append(t, types.TraitOneTimeUse)
+		t = append(t, TraitOneTimeUse)
 	}
 	return t
 }
 
-func same(a, b types.Device) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
+func same(a, b Device) bool {
+	x, _ := encodeDevice(a)
+	y, _ := encodeDevice(b)
 	return string(x) == string(y)
 }
 
@@ -326,20 +325,20 @@ func checkAddress(addr string) error {
 }
 
 // Show returns one device of this host.
-func (inv *Inventory) Show(ctx context.Context, addr string) (types.Device, error) {
+func (inv *Inventory) Show(ctx context.Context, addr string) (Device, error) {
 	if err := checkAddress(addr); err != nil {
-		return types.Device{}, err
+		return Device{}, err
 	}
 	cur, err := inv.load(ctx, inv.group)
 	if err != nil {
-		return types.Device{}, err
+		return Device{}, err
 	}
 	for _, e := range cur {
 		if e.dev.Address == addr {
 			return e.dev, nil
 		}
 	}
-	return types.Device{}, fmt.Errorf("device %s of host %s: %w", addr, inv.host, store.ErrNotFound)
+	return Device{}, fmt.Errorf("device %s of host %s: %w", addr, inv.host, store.ErrNotFound)
 }
 
 // Filter selects devices in List.
@@ -352,7 +351,7 @@ type Filter struct {
 
 // Traits returns the traits vmeta sets on devices: the only ones a
 // device list can be filtered by.
-func Traits() []string { return []string{types.TraitOneTimeUse} }
+func Traits() []string { return []string{TraitOneTimeUse} }
 
 // checkTrait refuses a trait vmeta never sets (Nova's tentative
 // HW_ONE_TIME_USE, a typo): filtering by it would silently list nothing.
@@ -367,7 +366,7 @@ func checkTrait(t string) error {
 
 // List returns the devices of this host (of every host with AllHosts),
 // sorted by host and address. A trait vmeta never sets is refused.
-func (inv *Inventory) List(ctx context.Context, f Filter) ([]types.Device, error) {
+func (inv *Inventory) List(ctx context.Context, f Filter) ([]Device, error) {
 	if err := checkTrait(f.Trait); err != nil {
 		return nil, fmt.Errorf("list devices: %w", err)
 	}
@@ -382,7 +381,7 @@ func (inv *Inventory) List(ctx context.Context, f Filter) ([]types.Device, error
 			groups = append(groups, "device/"+strings.TrimPrefix(r.Key, hostIndexPrefix))
 		}
 	}
-	out := []types.Device{}
+	out := []Device{}
 	for _, g := range groups {
 		cur, err := inv.load(ctx, g)
 		if err != nil {
@@ -401,21 +400,21 @@ func (inv *Inventory) List(ctx context.Context, f Filter) ([]types.Device, error
 	return out, nil
 }
 
-func (inv *Inventory) emit(ctx context.Context, typ string, d types.Device) {
+func (inv *Inventory) emit(ctx context.Context, typ string, d Device) {
 	if inv.events == nil {
 		return
 	}
 	// The event outlives a canceled request: the change is committed.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := inv.events.Emit(ctx, Stream, typ, d); err != nil {
+	if _, err := inv.events.Emit(ctx, Stream, typ, toV1(d)); err != nil {
 		inv.log.Error("device event not recorded", "type", typ, "address", d.Address, "err", err)
 	}
 }
 
 // recordHook writes a cleanup hook's outcome into the device's record and
 // the event stream.
-func (inv *Inventory) recordHook(d types.Device, res types.HookResult) {
+func (inv *Inventory) recordHook(d Device, res HookResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	level := slog.LevelInfo
@@ -435,7 +434,7 @@ func (inv *Inventory) recordHook(d types.Device, res types.HookResult) {
 		nd := cur[i].dev
 		nd.LastCleanupHook = &res
 		d = nd
-		_, err = inv.commit(ctx, []store.GroupOp{putOp(nd, cur[i].version)}, []types.Device{nd})
+		_, err = inv.commit(ctx, []store.GroupOp{putOp(nd, cur[i].version)}, []Device{nd})
 		return err
 	})
 	if err != nil {

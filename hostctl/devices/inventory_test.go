@@ -2,14 +2,12 @@ package devices
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -85,7 +83,7 @@ func newInventory(t testing.TB, b backend, host, specText string, devs []fixture
 	return inv
 }
 
-func show(t testing.TB, inv *Inventory, addr string) types.Device {
+func show(t testing.TB, inv *Inventory, addr string) Device {
 	t.Helper()
 	d, err := inv.Show(context.Background(), addr)
 	if err != nil {
@@ -95,12 +93,12 @@ func show(t testing.TB, inv *Inventory, addr string) types.Device {
 }
 
 // counters prints the placement view of a device.
-func counters(d types.Device) string {
+func counters(d Device) string {
 	return fmt.Sprintf("total=%d reserved=%d used=%d consumer=%q needs_cleaning=%v traits=%v",
 		d.Total, d.Reserved, d.Used, d.ConsumerName, d.NeedsCleaning, d.Traits)
 }
 
-func wantCounters(t testing.TB, inv *Inventory, addr, want string) types.Device {
+func wantCounters(t testing.TB, inv *Inventory, addr, want string) Device {
 	t.Helper()
 	d := show(t, inv, addr)
 	if got := counters(d); got != want {
@@ -117,8 +115,8 @@ func streamTypes(t testing.TB, b backend) []string {
 	}
 	var out []string
 	for _, e := range evs {
-		var d types.Device
-		if err := json.Unmarshal(e.Payload, &d); err != nil {
+		d, err := decodeDevice(e.Payload)
+		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, e.Type+" "+d.Address)
@@ -182,7 +180,7 @@ func TestOneTimeUseWorkflow(t *testing.T) {
 		if len(nc) != 2 {
 			t.Fatalf("--needs-cleaning lists %d, want 2", len(nc))
 		}
-		otu, _ := inv.List(ctx, Filter{Trait: types.TraitOneTimeUse})
+		otu, _ := inv.List(ctx, Filter{Trait: TraitOneTimeUse})
 		if len(otu) != 2 {
 			t.Fatalf("--trait lists %d, want 2", len(otu))
 		}
@@ -322,7 +320,7 @@ func testTwoHosts(t *testing.T, url string) {
 	if _, _, err := b.Claim(ctx, Consumer{UUID: "u-2", Name: "vm2"}, []model.PCIAlias{{Name: "gpu", Count: 2}}); err != nil {
 		t.Fatalf("host-b's gpus are its own: %v", err)
 	}
-	all, err := a.List(ctx, Filter{AllHosts: true, Trait: types.TraitOneTimeUse})
+	all, err := a.List(ctx, Filter{AllHosts: true, Trait: TraitOneTimeUse})
 	if err != nil || len(all) != 4 || all[0].Host != "host-a" || all[3].Host != "host-b" {
 		t.Fatalf("--all-hosts = %+v, %v", all, err)
 	}

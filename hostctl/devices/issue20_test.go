@@ -2,12 +2,10 @@ package devices
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -16,7 +14,7 @@ import (
 // streamEvents returns the devices stream's events with their payloads.
 func streamEvents(t testing.TB, b backend) []struct {
 	Type string
-	Dev  types.Device
+	Dev  Device
 } {
 	t.Helper()
 	evs, err := events.Read(context.Background(), b.streams, Stream, "", 1000, 0)
@@ -25,13 +23,15 @@ func streamEvents(t testing.TB, b backend) []struct {
 	}
 	out := make([]struct {
 		Type string
-		Dev  types.Device
+		Dev  Device
 	}, len(evs))
 	for i, e := range evs {
 		out[i].Type = e.Type
-		if err := json.Unmarshal(e.Payload, &out[i].Dev); err != nil {
+		d, err := decodeDevice(e.Payload) // an event carries the stored format
+		if err != nil {
 			t.Fatal(err)
 		}
+		out[i].Dev = d
 	}
 	return out
 }
@@ -71,7 +71,7 @@ func TestNeedsCleaningByCounters(t *testing.T) {
 		if err != nil || len(nc) != 1 || nc[0].Address != addr {
 			t.Fatalf("--needs-cleaning = %+v, %v; want %s", nc, err, addr)
 		}
-		var released []types.Device
+		var released []Device
 		for _, e := range streamEvents(t, b) {
 			if e.Type == EventReleased {
 				released = append(released, e.Dev)
@@ -108,9 +108,9 @@ func TestListUnknownTrait(t *testing.T) {
 				}
 			}
 		}
-		list, err := inv.List(ctx, Filter{Trait: types.TraitOneTimeUse})
+		list, err := inv.List(ctx, Filter{Trait: TraitOneTimeUse})
 		if err != nil || len(list) != 2 {
-			t.Fatalf("List(trait %s) = %+v, %v; want the 2 gpus", types.TraitOneTimeUse, list, err)
+			t.Fatalf("List(trait %s) = %+v, %v; want the 2 gpus", TraitOneTimeUse, list, err)
 		}
 	})
 }

@@ -8,14 +8,12 @@ package flavors
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -54,7 +52,7 @@ type Registry struct {
 
 // Check validates a flavor as written by an operator, every problem as a
 // field error.
-func Check(f types.Flavor) error {
+func Check(f Flavor) error {
 	var errs []model.FieldError
 	add := func(field string, value any, rule string, args ...any) {
 		errs = append(errs, model.FieldError{Field: field, Value: value, Rule: fmt.Sprintf(rule, args...)})
@@ -95,10 +93,10 @@ func key(name string) string { return RecordPrefix + name }
 // Create stores a new flavor; a flavor of that name already existing is
 // ErrConflict, an invalid one a *model.SpecError. Nothing is stored on
 // error.
-func (r *Registry) Create(ctx context.Context, f types.Flavor) (types.Flavor, error) {
+func (r *Registry) Create(ctx context.Context, f Flavor) (Flavor, error) {
 	f.Name = strings.TrimSpace(f.Name)
 	if err := Check(f); err != nil {
-		return types.Flavor{}, fmt.Errorf("create flavor %s: %w", f.Name, err)
+		return Flavor{}, fmt.Errorf("create flavor %s: %w", f.Name, err)
 	}
 	now := time.Now
 	if r.Now != nil {
@@ -108,49 +106,48 @@ func (r *Registry) Create(ctx context.Context, f types.Flavor) (types.Flavor, er
 	if len(f.ExtraSpecs) == 0 {
 		f.ExtraSpecs = nil
 	}
-	val, err := json.Marshal(f)
+	val, err := encodeFlavor(f)
 	if err != nil {
-		return types.Flavor{}, fmt.Errorf("create flavor %s: %w", f.Name, err)
+		return Flavor{}, fmt.Errorf("create flavor %s: %w", f.Name, err)
 	}
 	rec, err := r.Store.PutRecord(ctx, key(f.Name), val, 0)
 	if errors.Is(err, store.ErrConflict) {
-		return types.Flavor{}, fmt.Errorf("create flavor %s: %w: a flavor of that name exists (flavors are not changed in place: delete it first)", f.Name, store.ErrConflict)
+		return Flavor{}, fmt.Errorf("create flavor %s: %w: a flavor of that name exists (flavors are not changed in place: delete it first)", f.Name, store.ErrConflict)
 	}
 	if err != nil {
-		return types.Flavor{}, fmt.Errorf("create flavor %s: %w", f.Name, err)
+		return Flavor{}, fmt.Errorf("create flavor %s: %w", f.Name, err)
 	}
 	f.Version = rec.Version
 	return f, nil
 }
 
 // Get returns a flavor by name (ErrNotFound when there is none).
-func (r *Registry) Get(ctx context.Context, name string) (types.Flavor, error) {
+func (r *Registry) Get(ctx context.Context, name string) (Flavor, error) {
 	if store.CheckKey(key(name)) != nil {
-		return types.Flavor{}, fmt.Errorf("flavor %q: %w", name, store.ErrNotFound)
+		return Flavor{}, fmt.Errorf("flavor %q: %w", name, store.ErrNotFound)
 	}
 	rec, err := r.Store.Record(ctx, key(name))
 	if err != nil {
-		return types.Flavor{}, fmt.Errorf("flavor %s: %w", name, err)
+		return Flavor{}, fmt.Errorf("flavor %s: %w", name, err)
 	}
 	return decode(rec)
 }
 
-func decode(rec store.Record) (types.Flavor, error) {
-	var f types.Flavor
-	if err := json.Unmarshal(rec.Value, &f); err != nil {
-		return types.Flavor{}, fmt.Errorf("flavor record %s: %w", rec.Key, err)
+func decode(rec store.Record) (Flavor, error) {
+	f, err := decodeFlavor(rec.Value, rec.Version)
+	if err != nil {
+		return Flavor{}, fmt.Errorf("flavor record %s: %w", rec.Key, err)
 	}
-	f.Version = rec.Version
 	return f, nil
 }
 
 // List returns every flavor, sorted by name.
-func (r *Registry) List(ctx context.Context) ([]types.Flavor, error) {
+func (r *Registry) List(ctx context.Context) ([]Flavor, error) {
 	recs, err := r.Store.Records(ctx, RecordPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("list flavors: %w", err)
 	}
-	out := make([]types.Flavor, 0, len(recs))
+	out := make([]Flavor, 0, len(recs))
 	for _, rec := range recs {
 		f, err := decode(rec)
 		if err != nil {

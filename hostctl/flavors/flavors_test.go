@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -38,7 +37,7 @@ func TestRegistryBothStores(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			reg := &flavors.Registry{Store: st}
-			f, err := reg.Create(ctx, types.Flavor{Name: "m1.enc", VCPUs: 2, RAM: 1024, Disk: 10, Ephemeral: 5, Swap: 512,
+			f, err := reg.Create(ctx, flavors.Flavor{Name: "m1.enc", VCPUs: 2, RAM: 1024, Disk: 10, Ephemeral: 5, Swap: 512,
 				ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "True", "hw:ephemeral_encryption_format": "luks", "custom:thing": "kept as given"}})
 			if err != nil {
 				t.Fatal(err)
@@ -46,10 +45,10 @@ func TestRegistryBothStores(t *testing.T) {
 			if f.Version != 1 || f.Created.IsZero() {
 				t.Fatalf("created = %+v", f)
 			}
-			if _, err := reg.Create(ctx, types.Flavor{Name: "m1.enc", VCPUs: 1, RAM: 1}); !errors.Is(err, store.ErrConflict) {
+			if _, err := reg.Create(ctx, flavors.Flavor{Name: "m1.enc", VCPUs: 1, RAM: 1}); !errors.Is(err, store.ErrConflict) {
 				t.Fatalf("second create = %v, want a conflict", err)
 			}
-			if _, err := reg.Create(ctx, types.Flavor{Name: "m1.tiny", VCPUs: 1, RAM: 64}); err != nil {
+			if _, err := reg.Create(ctx, flavors.Flavor{Name: "m1.tiny", VCPUs: 1, RAM: 64}); err != nil {
 				t.Fatal(err)
 			}
 			got, err := reg.Get(ctx, "m1.enc")
@@ -86,28 +85,28 @@ func TestRegistryBothStores(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	ok := types.Flavor{Name: "m1.small", VCPUs: 1, RAM: 512, Disk: 1}
+	ok := flavors.Flavor{Name: "m1.small", VCPUs: 1, RAM: 512, Disk: 1}
 	tests := []struct {
 		name  string
-		edit  func(*types.Flavor)
+		edit  func(*flavors.Flavor)
 		field string // "" = valid
 		value string
 	}{
-		{"valid", func(*types.Flavor) {}, "", ""},
-		{"unknown extra spec kept", func(f *types.Flavor) { f.ExtraSpecs = map[string]string{"quota:cpu_shares": "x y"} }, "", ""},
-		{"bool yes", func(f *types.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption": "yes"} }, "", ""},
-		{"bool 0", func(f *types.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption": "0"} }, "", ""},
-		{"bool maybe", func(f *types.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption": "maybe"} }, "extra_specs[hw:ephemeral_encryption]", "maybe"},
-		{"bad format", func(f *types.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption_format": "LUKS2"} }, "extra_specs[hw:ephemeral_encryption_format]", "LUKS2"},
-		{"no name", func(f *types.Flavor) { f.Name = "" }, "name", ""},
-		{"name with space", func(f *types.Flavor) { f.Name = "m1 small" }, "name", "m1 small"},
-		{"name with slash", func(f *types.Flavor) { f.Name = "m1/small" }, "name", "m1/small"},
-		{"zero vcpus", func(f *types.Flavor) { f.VCPUs = 0 }, "vcpus", "0"},
-		{"zero ram", func(f *types.Flavor) { f.RAM = 0 }, "ram", "0"},
-		{"negative disk", func(f *types.Flavor) { f.Disk = -1 }, "disk", "-1"},
-		{"negative ephemeral", func(f *types.Flavor) { f.Ephemeral = -1 }, "ephemeral", "-1"},
-		{"negative swap", func(f *types.Flavor) { f.Swap = -1 }, "swap", "-1"},
-		{"control char in value", func(f *types.Flavor) { f.ExtraSpecs = map[string]string{"k": "a\nb"} }, "extra_specs[k]", "a\nb"},
+		{"valid", func(*flavors.Flavor) {}, "", ""},
+		{"unknown extra spec kept", func(f *flavors.Flavor) { f.ExtraSpecs = map[string]string{"quota:cpu_shares": "x y"} }, "", ""},
+		{"bool yes", func(f *flavors.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption": "yes"} }, "", ""},
+		{"bool 0", func(f *flavors.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption": "0"} }, "", ""},
+		{"bool maybe", func(f *flavors.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption": "maybe"} }, "extra_specs[hw:ephemeral_encryption]", "maybe"},
+		{"bad format", func(f *flavors.Flavor) { f.ExtraSpecs = map[string]string{"hw:ephemeral_encryption_format": "LUKS2"} }, "extra_specs[hw:ephemeral_encryption_format]", "LUKS2"},
+		{"no name", func(f *flavors.Flavor) { f.Name = "" }, "name", ""},
+		{"name with space", func(f *flavors.Flavor) { f.Name = "m1 small" }, "name", "m1 small"},
+		{"name with slash", func(f *flavors.Flavor) { f.Name = "m1/small" }, "name", "m1/small"},
+		{"zero vcpus", func(f *flavors.Flavor) { f.VCPUs = 0 }, "vcpus", "0"},
+		{"zero ram", func(f *flavors.Flavor) { f.RAM = 0 }, "ram", "0"},
+		{"negative disk", func(f *flavors.Flavor) { f.Disk = -1 }, "disk", "-1"},
+		{"negative ephemeral", func(f *flavors.Flavor) { f.Ephemeral = -1 }, "ephemeral", "-1"},
+		{"negative swap", func(f *flavors.Flavor) { f.Swap = -1 }, "swap", "-1"},
+		{"control char in value", func(f *flavors.Flavor) { f.ExtraSpecs = map[string]string{"k": "a\nb"} }, "extra_specs[k]", "a\nb"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/model"
@@ -90,7 +89,7 @@ func (d *Dir) info(ctx context.Context, path string) (info, error) {
 // external data file; encrypted exactly when os_encrypt_key_id is set),
 // and only then put in place with its sidecar. An image of that name
 // (imported or legacy) is ErrConflict. Nothing is left behind on error.
-func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (types.Image, error) {
+func (d *Dir) Import(ctx context.Context, name string, props map[string]string, r io.Reader) (Image, error) {
 	return d.ImportVerified(ctx, name, props, r, nil)
 }
 
@@ -102,19 +101,19 @@ type VerifyFunc func(ctx context.Context, path, format string) error
 // ImportVerified is Import with a check of the file, run (when verify is
 // not nil) on an encrypted image after qemu-img's checks passed and before
 // anything is put in place.
-func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]string, r io.Reader, verify VerifyFunc) (_ types.Image, err error) {
+func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]string, r io.Reader, verify VerifyFunc) (_ Image, err error) {
 	if err := CheckName(name); err != nil {
-		return types.Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}, Of: "image"}
+		return Image{}, &model.SpecError{Errors: []model.FieldError{{Field: "name", Value: name, Rule: err.Error()}}, Of: "image"}
 	}
 	if errs := policy.CheckImageProperties("properties", props); len(errs) > 0 {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: errs, Of: "image"})
+		return Image{}, fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: errs, Of: "image"})
 	}
 	defer d.locks.Lock(name)()
 	if err := d.free(name); err != nil {
-		return types.Image{}, err
+		return Image{}, err
 	}
 	if err := os.MkdirAll(d.path, 0o750); err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	// Under the name's lock, a temporary file of an import of this name
 	// is a crashed import's: it goes.
@@ -130,7 +129,7 @@ func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]
 	}
 	tmp, err := os.CreateTemp(d.path, ".import-"+name+"-*")
 	if err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	defer func() {
 		tmp.Close()
@@ -138,27 +137,27 @@ func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]
 	}()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(tmp, h), r); err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: read: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: read: %w", name, err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	in, err := d.info(ctx, tmp.Name())
 	if err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	if err := checkImported(in, props); err != nil {
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	if verify != nil && in.Encrypted {
 		if err := verify(ctx, tmp.Name(), in.Format); err != nil {
-			return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+			return Image{}, fmt.Errorf("import image %s: %w", name, err)
 		}
 	}
-	img := types.Image{
+	img := Image{
 		Name: name, File: name + "." + in.Format, Format: in.Format, VirtualSize: in.VirtualSize,
 		Encrypted: in.Encrypted, Checksum: hex.EncodeToString(h.Sum(nil)), Properties: props,
 		Created: time.Now().UTC().Truncate(time.Second),
@@ -173,24 +172,24 @@ func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]
 	// Link, not rename: it fails rather than replace a file that appeared.
 	if err := os.Link(tmp.Name(), final); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return types.Image{}, fmt.Errorf("import image %s: %w: %s exists in the image directory", name, store.ErrConflict, img.File)
+			return Image{}, fmt.Errorf("import image %s: %w: %s exists in the image directory", name, store.ErrConflict, img.File)
 		}
-		return types.Image{}, fmt.Errorf("import image %s: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	defer func() {
 		if err != nil {
 			os.Remove(final)
 		}
 	}()
-	side, err := json.MarshalIndent(img, "", "  ")
+	side, err := encodeSidecar(img)
 	if err != nil {
-		return types.Image{}, err
+		return Image{}, err
 	}
-	if err := atomicfile.CreateExclusive(d.sidecar(name), append(side, '\n'), 0o640); err != nil {
+	if err := atomicfile.CreateExclusive(d.sidecar(name), side, 0o640); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return types.Image{}, fmt.Errorf("import image %s: %w: it exists", name, store.ErrConflict)
+			return Image{}, fmt.Errorf("import image %s: %w: it exists", name, store.ErrConflict)
 		}
-		return types.Image{}, fmt.Errorf("import image %s: write sidecar: %w", name, err)
+		return Image{}, fmt.Errorf("import image %s: write sidecar: %w", name, err)
 	}
 	return img, nil
 }
@@ -232,24 +231,24 @@ func checkImported(in info, props map[string]string) error {
 
 // Get returns an image by name: an imported one from its sidecar, else a
 // legacy file as qemu-img sees it. ErrNotFound when there is none.
-func (d *Dir) Get(ctx context.Context, name string) (types.Image, error) {
+func (d *Dir) Get(ctx context.Context, name string) (Image, error) {
 	if CheckName(name) != nil && d.checkLegacyName(name) != nil {
-		return types.Image{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
+		return Image{}, fmt.Errorf("image %q: %w", name, store.ErrNotFound)
 	}
 	b, err := os.ReadFile(d.sidecar(name))
 	switch {
 	case err == nil:
-		var img types.Image
-		if err := json.Unmarshal(b, &img); err != nil {
-			return types.Image{}, fmt.Errorf("image %s: sidecar %s: %w", name, d.sidecar(name), err)
+		img, err := decodeSidecar(b)
+		if err != nil {
+			return Image{}, fmt.Errorf("image %s: sidecar %s: %w", name, d.sidecar(name), err)
 		}
 		return img, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return types.Image{}, fmt.Errorf("image %s: %w", name, err)
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
 	p, err := d.resolve(name)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("image %s: %w", name, store.ErrNotFound)
+		return Image{}, fmt.Errorf("image %s: %w", name, store.ErrNotFound)
 	}
 	return d.legacy(ctx, name, p)
 }
@@ -261,30 +260,30 @@ func (d *Dir) checkLegacyName(name string) error {
 	return nil
 }
 
-func (d *Dir) legacy(ctx context.Context, name, path string) (types.Image, error) {
-	img := types.Image{Name: name, File: filepath.Base(path), Legacy: true}
+func (d *Dir) legacy(ctx context.Context, name, path string) (Image, error) {
+	img := Image{Name: name, File: filepath.Base(path), Legacy: true}
 	if fi, err := os.Stat(path); err == nil {
 		img.Size = fi.Size()
 		img.Created = fi.ModTime().UTC().Truncate(time.Second)
 	}
 	in, err := d.info(ctx, path)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("image %s: %w", name, err)
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
 	img.Format, img.VirtualSize, img.Encrypted = in.Format, in.VirtualSize, in.Encrypted
 	return img, nil
 }
 
 // List returns every image, imported and legacy, sorted by name.
-func (d *Dir) List(ctx context.Context) ([]types.Image, error) {
+func (d *Dir) List(ctx context.Context) ([]Image, error) {
 	ents, err := os.ReadDir(d.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return []types.Image{}, nil
+		return []Image{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
-	out := []types.Image{}
+	out := []Image{}
 	owned := map[string]bool{}
 	for _, e := range ents {
 		if n, ok := strings.CutSuffix(e.Name(), sidecarExt); ok && e.Type().IsRegular() && !strings.HasPrefix(n, ".") {
@@ -314,11 +313,11 @@ func (d *Dir) List(ctx context.Context) ([]types.Image, error) {
 		}
 		img, err := d.legacy(ctx, name, filepath.Join(d.path, n))
 		if err != nil {
-			img = types.Image{Name: name, File: n, Legacy: true}
+			img = Image{Name: name, File: n, Legacy: true}
 		}
 		out = append(out, img)
 	}
-	slices.SortFunc(out, func(a, b types.Image) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Image) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -387,8 +386,8 @@ func (d *Dir) NamingSecret(ctx context.Context, id string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("images naming secret %s: %w", id, err)
 		}
-		var img types.Image
-		if err := json.Unmarshal(b, &img); err != nil {
+		img, err := decodeSidecar(b)
+		if err != nil {
 			return nil, fmt.Errorf("images naming secret %s: sidecar %s: %w", id, d.sidecar(n), err)
 		}
 		if img.Properties[policy.ImageEncryptKeyID] == id {

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 )
 
@@ -58,8 +57,8 @@ type Base struct {
 func (d *Dir) Lookup(ctx context.Context, name string) (Base, error) {
 	if CheckName(name) == nil {
 		if b, err := os.ReadFile(d.sidecar(name)); err == nil {
-			var img types.Image
-			if err := json.Unmarshal(b, &img); err != nil || img.File == "" || img.Format == "" {
+			img, err := decodeSidecar(b)
+			if err != nil || img.File == "" || img.Format == "" {
 				return Base{}, fmt.Errorf("image %s: sidecar %s is damaged", name, d.sidecar(name))
 			}
 			return Base{Path: filepath.Join(d.path, img.File), Format: img.Format}, nil

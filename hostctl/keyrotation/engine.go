@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -715,4 +716,4 @@ func (e *Engine) Rotate(ctx context.Context, s Subject) (Rotation, error) {
 }
 
 // ErrUnavailable: the class has no procedure on this host.
-var ErrUnavailable = errors.New("key rotation unavailable")
+var ErrUnavailable = errkind.New(errkind.Unsupported, "key rotation unavailable")

@@ -25,9 +25,10 @@ package keyrotation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // Class names a class of keys.
@@ -84,9 +85,9 @@ const (
 // Errors.
 var (
 	// ErrInvalid: a policy is malformed or not allowed for its class.
-	ErrInvalid = errors.New("invalid key rotation policy")
+	ErrInvalid = errkind.New(errkind.Invalid, "invalid key rotation policy")
 	// ErrDecrease: a policy would lower the wanted generation.
-	ErrDecrease = errors.New("key generation cannot be decreased")
+	ErrDecrease = errkind.New(errkind.Conflict, "key generation cannot be decreased")
 )
 
 // Policy is what an operator wants for a class (or one instance's disk

@@ -27,7 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -52,7 +52,7 @@ var operationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.
 // InstanceLister lists every host's instances, with the domain state of
 // this host's (controller.Controller.ListAll).
 type InstanceLister interface {
-	ListAll(ctx context.Context) ([]*types.Instance, error)
+	ListAll(ctx context.Context) ([]*controller.Instance, error)
 }
 
 // Sources are where the metrics read at scrape time come from; a nil

@@ -182,7 +182,7 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 // instancesFunc lets a test swap the controller the service sees.
 type instancesFunc struct{ e *env }
 
-func (f instancesFunc) Get(ctx context.Context, name string) (*types.Instance, error) {
+func (f instancesFunc) Get(ctx context.Context, name string) (*controller.Instance, error) {
 	inst, err := f.e.inst.Get(ctx, name)
 	if err == nil && inst.State == "" && !f.e.rawState {
 		inst.State = "shutoff"
@@ -190,7 +190,7 @@ func (f instancesFunc) Get(ctx context.Context, name string) (*types.Instance, e
 	return inst, err
 }
 
-func (f instancesFunc) ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error) {
+func (f instancesFunc) ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error) {
 	return f.e.inst.ApplyInstance(ctx, in)
 }
 
@@ -202,7 +202,7 @@ func (f instancesFunc) CheckShareLive(ctx context.Context, name string) error {
 	return li.CheckShareLive(ctx, name)
 }
 
-func (f instancesFunc) AttachShareLive(ctx context.Context, name string, s model.Share) (*types.Instance, error) {
+func (f instancesFunc) AttachShareLive(ctx context.Context, name string, s model.Share) (*controller.Instance, error) {
 	li, ok := f.e.inst.(LiveInstances)
 	if !ok {
 		return nil, fmt.Errorf("no live attach in this test")
@@ -210,7 +210,7 @@ func (f instancesFunc) AttachShareLive(ctx context.Context, name string, s model
 	return li.AttachShareLive(ctx, name, s)
 }
 
-func (f instancesFunc) DetachShareLive(ctx context.Context, name, id string) (*types.Instance, error) {
+func (f instancesFunc) DetachShareLive(ctx context.Context, name, id string) (*controller.Instance, error) {
 	li, ok := f.e.inst.(LiveInstances)
 	if !ok {
 		return nil, fmt.Errorf("no live detach in this test")
@@ -224,7 +224,7 @@ type stateOverride struct {
 	state string
 }
 
-func (s stateOverride) Get(ctx context.Context, name string) (*types.Instance, error) {
+func (s stateOverride) Get(ctx context.Context, name string) (*controller.Instance, error) {
 	inst, err := s.Instances.Get(ctx, name)
 	if err == nil {
 		inst.State = s.state

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -172,7 +173,7 @@ func createMapping(ctx context.Context, st Records, m *Mapping) error {
 
 // ErrTransition wraps a refused status change: the mapping is not in a
 // status the change starts from (or another process moved it first).
-var ErrTransition = errors.New("share mapping status changed")
+var ErrTransition = errkind.New(errkind.Conflict, "share mapping status changed")
 
 // transition moves m from one of the statuses from to status to, in one
 // write expecting m's version: of two processes moving the same mapping

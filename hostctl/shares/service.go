@@ -53,8 +53,8 @@ type Store interface {
 // with its domain state, and applying its spec again (which merges the
 // mapped shares through SpecShares).
 type Instances interface {
-	Get(ctx context.Context, name string) (*types.Instance, error)
-	ApplyInstance(ctx context.Context, in *model.Instance) (*types.Instance, error)
+	Get(ctx context.Context, name string) (*controller.Instance, error)
+	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
 }
 
 // LiveInstances is the controller's hot-plug of shares into running
@@ -62,8 +62,8 @@ type Instances interface {
 // detach with live set; an Instances without it refuses them.
 type LiveInstances interface {
 	CheckShareLive(ctx context.Context, name string) error
-	AttachShareLive(ctx context.Context, name string, s model.Share) (*types.Instance, error)
-	DetachShareLive(ctx context.Context, name, shareID string) (*types.Instance, error)
+	AttachShareLive(ctx context.Context, name string, s model.Share) (*controller.Instance, error)
+	DetachShareLive(ctx context.Context, name, shareID string) (*controller.Instance, error)
 }
 
 // SupportChecker tells whether this host can give instances shares at all
@@ -610,7 +610,7 @@ func (s *Service) dropMapping(ctx context.Context, m Mapping) error {
 
 // reapply applies an instance's stored spec again (its mapped shares are
 // merged in by SpecShares).
-func (s *Service) reapply(ctx context.Context, name string) (*types.Instance, error) {
+func (s *Service) reapply(ctx context.Context, name string) (*controller.Instance, error) {
 	rec, err := s.st.Instance(ctx, name)
 	if err != nil {
 		return nil, err

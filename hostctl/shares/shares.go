@@ -26,15 +26,15 @@
 package shares
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // ErrForbidden: the caller's project does not own the share (403).
-var ErrForbidden = errors.New("forbidden")
+var ErrForbidden = errkind.New(errkind.Forbidden, "forbidden")
 
 // Key prefixes of the share records.
 const (

@@ -15,6 +15,8 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // DefaultURI is the libvirt URI hostctl uses unless told otherwise.
@@ -27,12 +29,12 @@ const DefaultSocket = "/run/libvirt/libvirt-sock"
 var (
 	// ErrUnreachable: libvirtd does not answer (not running, socket gone,
 	// connection lost while the call was in flight).
-	ErrUnreachable = errors.New("libvirtd unreachable")
+	ErrUnreachable = errkind.New(errkind.Unavailable, "libvirtd unreachable")
 	// ErrNotFound: no such domain or network.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "not found")
 	// ErrConflict: a DHCP host entry for the MAC or IP exists with other
 	// values.
-	ErrConflict = errors.New("conflict")
+	ErrConflict = errkind.New(errkind.Conflict, "conflict")
 	// ErrClosed: the Conn was closed.
 	ErrClosed = errors.New("libvirt connection closed")
 )
@@ -50,8 +52,8 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, ErrUnreachable) true.
-func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
+// Is makes errors.Is(err, ErrUnreachable) (and its kind) true.
+func (e *UnreachableError) Is(target error) bool { return errors.Is(ErrUnreachable, target) }
 
 // libvirtError keeps libvirt's message and adds a sentinel for errors.Is.
 type libvirtError struct {

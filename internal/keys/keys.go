@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -69,9 +70,9 @@ var (
 	// store; the daemon must not start.
 	ErrKEK = errors.New("key-encryption key")
 	// ErrInvalid: a request field is malformed.
-	ErrInvalid = errors.New("invalid secret request")
+	ErrInvalid = errkind.New(errkind.Invalid, "invalid secret request")
 	// ErrInUse: the secret belongs to a disk that still exists.
-	ErrInUse = errors.New("secret in use")
+	ErrInUse = errkind.New(errkind.Conflict, "secret in use")
 )
 
 // Store is what the key manager needs: versioned records.

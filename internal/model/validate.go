@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/schema"
 )
 
@@ -66,10 +67,10 @@ func (e *SpecError) Error() string {
 }
 
 // ErrInvalidSpec is matched by errors.Is for every *SpecError.
-var ErrInvalidSpec = errors.New("invalid instance spec")
+var ErrInvalidSpec = errkind.New(errkind.Invalid, "invalid instance spec")
 
-// Is makes errors.Is(err, ErrInvalidSpec) true for spec errors.
-func (e *SpecError) Is(target error) bool { return target == ErrInvalidSpec }
+// Is makes errors.Is(err, ErrInvalidSpec) (and errkind.Invalid) true for spec errors.
+func (e *SpecError) Is(target error) bool { return errors.Is(ErrInvalidSpec, target) }
 
 type collector struct{ errs []FieldError }
 

@@ -11,18 +11,19 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // Sentinel errors; backends wrap them with context.
 var (
 	// ErrNotFound: no such instance, document, address or secret.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "not found")
 	// ErrConflict: a name, UUID or address belongs to another instance, or
 	// a compare-and-swap revision did not match.
-	ErrConflict = errors.New("conflict")
+	ErrConflict = errkind.New(errkind.Conflict, "conflict")
 )
 
 // Instance is the stored record of one instance.

@@ -3,22 +3,35 @@
 // installed from its .deb (internal/pkgbuild) by `dpkg -i`, as an operator
 // would build an image.
 //
-// build-image (run by test/setup for the debootstrap layer) makes the image
+// build-image (run by test/setup for the mmdebstrap layer) makes the image
 // without loop mounts and caches it outside the clone by the hash of its
 // inputs; the test starts `hostctl serve --virt libvirt` (TCG) booting the
-// image's own kernel and initrd, applies an instance with a tagged data
-// disk, a tagged NIC with a static address, a virtiofs share, SSH keys and
-// user data, and reads back from the serial console what the guest's
-// cloud-init and vmeta-agent did (test/debianvm/image/vmeta-report). Then
-// `hostctl instance attach-disk --tag late` makes /dev/disk/by-tag/late
-// appear, and a unit bound to its device unit starts. A second boot of the
-// same image has no config drive (config_drive: false): after `hostctl
-// network setup-metadata` (DNAT on virbr0 to the daemon's metadata
-// listener on the bridge address), cloud-init's OpenStack datasource and
-// the agent's HTTP source read http://169.254.169.254 and the guest gets
-// the same hostname, keys, network and devices.
+// image's own kernel and initrd and proves every transport of the
+// metadata and every part of an instance in three boots, reading back
+// from the serial console what the guest's cloud-init and vmeta-agent did
+// (test/debianvm/image/vmeta-report):
 //
-// Prerequisites come from test/setup (libvirtd, debootstrap, the base
+//   - config drive only (--firmware-metadata off): a tagged data disk, a
+//     LUKS disk hostctl created and verified (VMETA_ENCRYPTED=1 in udev on
+//     that disk only), a tagged NIC with a static address, SSH keys, user
+//     data, and a share from the registry (`hostctl share create`, `share
+//     attach`) mounted and read; then `hostctl instance attach-disk --tag
+//     late` makes /dev/disk/by-tag/late appear and a unit bound to its
+//     device unit starts;
+//   - metadata service only (config_drive: false), side by side with the
+//     first: after `hostctl network setup-metadata` (DNAT on virbr0 to the
+//     daemon's metadata listener on the bridge address) cloud-init's
+//     OpenStack datasource and the agent's HTTP source read
+//     http://169.254.169.254 and the guest gets the same hostname, keys,
+//     network and devices;
+//   - firmware: the first instance stopped, its share detached (`share
+//     detach`), the daemon restarted with --firmware-metadata on, started
+//     again: the agent loads qemu_fw_cfg itself under its unit's
+//     CAP_SYS_MODULE (the image keeps udev from loading it) and applies the
+//     fw_cfg entries first; the encrypted disk is still the only one
+//     marked; the share is gone.
+//
+// Prerequisites come from test/setup (libvirtd, mmdebstrap, the base
 // tree); a missing one skips the test with the reason, or fails it under
 // VMETA_REQUIRE_INTEGRATION=1.
 package debianvm

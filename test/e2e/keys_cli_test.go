@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 )
 
@@ -52,7 +53,7 @@ func TestKeysCLI(t *testing.T) {
 			t.Errorf("%v with no instance:\n%s", args, r.stdout)
 		}
 	}
-	if rs := keyReports(t, d, keyrotation.Disk); len(rs) != 1 || rs[0].NoKeys == "" || rs[0].Policy.KeyRotationPolicy != keyrotation.Disabled {
+	if rs := keyReports(t, d, keyrotation.Disk); len(rs) != 1 || rs[0].NoKeys == "" || rs[0].Policy.KeyRotationPolicy != types.KeyPolicyDisabled {
 		t.Errorf("disk-passphrases after rotating nothing: %+v", rs)
 	}
 	if rs := keyReports(t, d, keyrotation.KEK); len(rs) != 1 || rs[0].Status.KeyGeneration != 1 {

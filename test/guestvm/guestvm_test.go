@@ -365,7 +365,7 @@ func TestAgentInBootedGuest(t *testing.T) {
 	var hot types.Instance
 	d.ctlJSON(&hot, "instance", "attach-disk", name, "--tag", hotTag, "--serial", "vol-hot", "--size", "16M")
 	attached := time.Since(hotStart)
-	var hotDisk *model.Disk
+	var hotDisk *types.Disk
 	for i, k := range hot.Spec.Disks {
 		if k.Tag == hotTag {
 			hotDisk = &hot.Spec.Disks[i]
@@ -575,7 +575,7 @@ func (r *report) deviceWithSerial(serial string) string {
 // diskDevices finds the guest device of each disk of in: by serial, the
 // SCSI disk without one by its target/LUN, the SATA disk by its AHCI
 // port.
-func diskDevices(t *testing.T, in *model.Instance, r *report) map[string]string {
+func diskDevices(t *testing.T, in *types.InstanceSpec, r *report) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, k := range in.Disks {
@@ -653,7 +653,7 @@ func checkMatchedBy(t *testing.T, st *guest.State) {
 	}
 }
 
-func checkPhase1(t *testing.T, in *model.Instance, r *report) {
+func checkPhase1(t *testing.T, in *types.InstanceSpec, r *report) {
 	t.Helper()
 	for _, bad := range []string{"agent-timeout", "settle-timeout"} {
 		if len(r.lines[bad]) > 0 {
@@ -909,7 +909,7 @@ func checkPhase3(t *testing.T, r *report, since int) {
 // '/' gets its escaped link next to the first, the unknown entry and the
 // share that is not attached are reported (exit status 2), and everything
 // else stays as it was.
-func checkPhase4(t *testing.T, in *model.Instance, r *report) {
+func checkPhase4(t *testing.T, in *types.InstanceSpec, r *report) {
 	t.Helper()
 	if len(r.lines["injected-timeout"]) > 0 {
 		t.Fatal("the guest never saw the injected drive in the share")

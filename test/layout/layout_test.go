@@ -130,10 +130,16 @@ var importRules = []importRule{
 		forbidden: []string{module + "/hostctl", "github.com/digitalocean/go-libvirt"},
 	},
 	{
-		name:      "internal/store imports no other vmeta package",
+		name:      "internal/store imports no other vmeta package (but errkind, for its sentinels' kinds)",
 		from:      module + "/internal/store",
 		forbidden: []string{module},
-		allowed:   []string{module + "/internal/store"},
+		allowed:   []string{module + "/internal/store", module + "/internal/errkind"},
+	},
+	{
+		name:      "internal/errkind imports nothing of vmeta",
+		from:      module + "/internal/errkind",
+		forbidden: []string{module},
+		allowed:   []string{module + "/internal/errkind"},
 	},
 	{
 		name:      "internal/metadata never imports the store",
@@ -153,6 +159,59 @@ var importRules = []importRule{
 		from:      module + "/server",
 		forbidden: []string{module + "/internal/model"},
 		direct:    true,
+	},
+	{
+		// Wire types at the edge: clients link the API's bodies and
+		// nothing of the host (issue 22 item 5).
+		name:      "hostctl/api/types imports nothing of vmeta",
+		from:      module + "/hostctl/api/types",
+		forbidden: []string{module},
+		allowed:   []string{module + "/hostctl/api/types"},
+	},
+	{
+		name: "the Go client links no store, key manager or key rotation",
+		from: module + "/hostctl/api/client",
+		forbidden: []string{
+			module + "/internal/store",
+			module + "/internal/keys",
+			module + "/hostctl/keyrotation",
+			module + "/hostctl/controller",
+		},
+	},
+	{
+		// Feature packages own their domain and stored structs; only
+		// hostctl/api converts to and from the wire types.
+		name:      "hostctl/flavors does not use the wire types",
+		from:      module + "/hostctl/flavors",
+		forbidden: []string{module + "/hostctl/api"},
+	},
+	{
+		// Feature packages own their domain and stored structs; only
+		// hostctl/api converts to and from the wire types.
+		name:      "hostctl/images does not use the wire types",
+		from:      module + "/hostctl/images",
+		forbidden: []string{module + "/hostctl/api"},
+	},
+	{
+		// Feature packages own their domain and stored structs; only
+		// hostctl/api converts to and from the wire types.
+		name:      "hostctl/devices does not use the wire types",
+		from:      module + "/hostctl/devices",
+		forbidden: []string{module + "/hostctl/api"},
+	},
+	{
+		// Feature packages own their domain and stored structs; only
+		// hostctl/api converts to and from the wire types.
+		name:      "hostctl/encryption does not use the wire types",
+		from:      module + "/hostctl/encryption",
+		forbidden: []string{module + "/hostctl/api"},
+	},
+	{
+		// Feature packages own their domain and stored structs; only
+		// hostctl/api converts to and from the wire types.
+		name:      "hostctl/keyrotation does not use the wire types",
+		from:      module + "/hostctl/keyrotation",
+		forbidden: []string{module + "/hostctl/api"},
 	},
 }
 

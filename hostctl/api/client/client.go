@@ -2,6 +2,10 @@
 // hostctl client commands, tests and other tools. It speaks only the wire
 // types of hostctl/api/types, so it links neither the controller nor
 // libvirt (deps_test.go keeps it that way).
+//
+// A refusal is a *types.Error (errors.As) marked with the kind of error
+// its status stands for, so that a caller asks errors.Is(err,
+// errkind.NotFound) on this side of the wire as on the daemon's.
 package client
 
 import (
@@ -18,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/internal/errkind"
 )
 
 // SocketEnv, when set, names the admin socket of both the daemon and its
@@ -220,10 +225,15 @@ func (c *Client) doType(ctx context.Context, method, path, contentType string, b
 		return fmt.Errorf("hostctl daemon: read response: %w", err)
 	}
 	if resp.StatusCode >= 300 {
-		// The body is a types.Error; its status travels with it.
+		// The body is a types.Error; its status travels with it, and
+		// the kind the status stands for marks it (errors.Is(err,
+		// errkind.NotFound)).
 		e := &types.Error{Status: resp.StatusCode}
 		if json.Unmarshal(b, e) != nil || e.Message == "" {
 			e.Message = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
+		}
+		if k, ok := statusKind[resp.StatusCode]; ok {
+			return errkind.Mark(e, k)
 		}
 		return e
 	}

@@ -1,14 +1,15 @@
 // Package types holds the request and response bodies of hostctl's admin
 // API. Clients (the hostctl CLI, tests, other tools) import it without
-// linking libvirt or the controller.
+// linking libvirt, the controller, the store or the key manager: it is a
+// leaf that imports nothing of vmeta (test/layout checks it). The
+// feature packages own their domain and stored structs; hostctl/api
+// converts them to and from these at its edge, so a response body can
+// change without changing what is stored.
 package types
 
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/vmeta/vmeta/internal/metadata"
-	"github.com/vmeta/vmeta/internal/model"
 )
 
 // DefaultDiskSize is the size of a disk attached without one.
@@ -16,10 +17,10 @@ const DefaultDiskSize = "1G"
 
 // Instance is an instance as the admin API shows it.
 type Instance struct {
-	Spec            *model.Instance `json:"spec"`
-	Revision        int64           `json:"revision"`
-	DocumentVersion int64           `json:"document_version,omitempty"`
-	ConfigDrive     string          `json:"config_drive,omitempty"`
+	Spec            *InstanceSpec `json:"spec"`
+	Revision        int64         `json:"revision"`
+	DocumentVersion int64         `json:"document_version,omitempty"`
+	ConfigDrive     string        `json:"config_drive,omitempty"`
 	// Host is the host controller that owns the instance.
 	Host string `json:"host,omitempty"`
 	// State is the domain's state (running, shutoff, paused, ...),
@@ -33,7 +34,7 @@ type Instance struct {
 	// hard reboot (POST .../reboot {"type":"HARD"}) starts it again.
 	Fault string `json:"fault,omitempty"`
 	// Devices is the devices list the guest sees at "latest".
-	Devices []metadata.Device `json:"devices"`
+	Devices []GuestDevice `json:"devices"`
 	// Transports say which metadata revision each transport carries to
 	// the guest (instance show; empty in lists).
 	Transports []Transport `json:"transports,omitempty"`
