@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
-	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
