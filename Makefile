@@ -76,7 +76,7 @@ lint: ## gofmt, go vet, staticcheck and errorlint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
-	$(GO) run $(ERRORLINT) ./...
+	$(GO) run $(ERRORLINT) -errorf ./...
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for a short while
@@ -96,6 +96,7 @@ fuzz: ## run each fuzz target for a short while
 	$(GO) test -run '^$$' -fuzz FuzzCheckAgreesWithSchema -fuzztime 30s ./schema/
 	$(GO) test -run '^$$' -fuzz FuzzPatterns -fuzztime 30s ./schema/check/
 	$(GO) test -run '^$$' -fuzz FuzzReadResponse -fuzztime 30s ./guest/source/
+	$(GO) test -run '^$$' -fuzz FuzzUUID -fuzztime 30s ./internal/uuid/
 
 .PHONY: clean
 clean: ## remove build output and the `make run` data

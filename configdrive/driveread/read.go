@@ -281,7 +281,7 @@ func openFS(b *guardedStorage, size int64) (filesystem.FileSystem, error) {
 	}
 	fsys, err := readISO2048(b, size)
 	if err != nil {
-		return nil, fmt.Errorf("%w (ISO 9660: %v)", ErrNoFilesystem, err)
+		return nil, fmt.Errorf("%w (ISO 9660: %w)", ErrNoFilesystem, err)
 	}
 	return fsys, nil
 }

@@ -14,7 +14,7 @@ func (System) Mount(tag, dir string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("mount -t virtiofs %s %s: %w (%v)", tag, dir, ErrNoTag, err)
+		return fmt.Errorf("mount -t virtiofs %s %s: %w (%w)", tag, dir, ErrNoTag, err)
 	case errors.Is(err, unix.ENODEV):
 		return fmt.Errorf("mount -t virtiofs %s %s: %w (the kernel has no virtiofs: load the virtiofs module)", tag, dir, err)
 	}

@@ -150,7 +150,7 @@ func (c *ConfigDrive) Fetch(ctx context.Context) (*Document, error) {
 	}
 	data, label, err := driveread.ReadFile(p, MetaDataPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("config drive %s: %w: no %s (%v)", p, ErrInvalid, MetaDataPath, err)
+		return nil, fmt.Errorf("config drive %s: %w: no %s (%w)", p, ErrInvalid, MetaDataPath, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("config drive %s: %w", p, err)

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/vmeta/vmeta/internal/metadata/wire"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // DefaultFirmwareDir is where Linux's qemu_fw_cfg module lists the fw_cfg
@@ -66,7 +67,7 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 		})
 		if _, err := os.Stat(dir); err != nil {
 			if f.loadErr != nil {
-				return nil, fmt.Errorf("%w: %s does not exist and the qemu_fw_cfg module could not be loaded: %v", ErrNoFirmware, dir, f.loadErr)
+				return nil, fmt.Errorf("%w: %s does not exist and the qemu_fw_cfg module could not be loaded: %w", ErrNoFirmware, dir, f.loadErr)
 			}
 			return nil, fmt.Errorf("%w: %s does not exist (qemu_fw_cfg loaded; not a QEMU guest?)", ErrNoFirmware, dir)
 		}
@@ -97,42 +98,19 @@ func (f *Firmware) Fetch(ctx context.Context) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
-	uuid, err := wire.ParseFirmwareLine(wire.FirmwareUUID, uuidRaw)
-	if err == nil && !isUUID(uuid) {
-		err = fmt.Errorf("firmware entry %s: %q is not a uuid", wire.FirmwareUUID, uuid)
+	id, err := wire.ParseFirmwareLine(wire.FirmwareUUID, uuidRaw)
+	if err == nil && !uuid.Valid(id) {
+		err = fmt.Errorf("firmware entry %s: %q is not a uuid", wire.FirmwareUUID, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w: %w", ErrInvalid, err)
 	}
-	doc, err := ParseFirmware(devs, uuid, rev)
+	doc, err := ParseFirmware(devs, id, rev)
 	if err != nil {
 		return nil, fmt.Errorf("firmware: %w", err)
 	}
 	doc.Origin = "firmware (fw_cfg " + wire.FirmwarePrefix + "*)"
 	return doc, nil
-}
-
-// isUUID reports whether s is a uuid, 8-4-4-4-12 hex digits of either
-// case (`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`;
-// no regular expressions are compiled at the agent's start).
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // ParseFirmware parses the devices entry ({"devices": [...]} and a

@@ -33,7 +33,7 @@ func LoadFirmwareModule(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		errs = append(errs, fmt.Errorf("modprobe %s: %v: %s", firmwareModule, err, bytes.TrimSpace(out)))
+		errs = append(errs, fmt.Errorf("modprobe %s: %w: %s", firmwareModule, err, bytes.TrimSpace(out)))
 	}
 	if err := finitModule(firmwareModule); err != nil {
 		errs = append(errs, err)

@@ -170,7 +170,7 @@ func (h *HTTP) fetchOne(ctx context.Context, base string) (*Document, error) {
 		h.dropToken()
 		tok, terr := h.fetchToken(ctx, base)
 		if terr != nil {
-			return nil, fmt.Errorf("%w (and the session token: %v)", err, terr)
+			return nil, fmt.Errorf("%w (and the session token: %w)", err, terr)
 		}
 		body, err = h.get(ctx, base, u, tok)
 	}

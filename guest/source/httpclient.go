@@ -49,7 +49,7 @@ var errHTTP = errors.New("malformed HTTP answer")
 func do(ctx context.Context, method, rawURL string, hdr []string, limit int64) (*response, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if u.Scheme != "http" || u.Host == "" || u.User != nil {
 		return nil, fmt.Errorf("%w: %s: want http://host[:port]/path", ErrInvalid, rawURL)
@@ -102,7 +102,8 @@ func do(ctx context.Context, method, rawURL string, hdr []string, limit int64) (
 // ctxErr prefers the context's error to the one a closed connection gave.
 func ctxErr(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		// Told, not wrapped: the context's error is the answer.
+		return fmt.Errorf("%w (%s)", ctx.Err(), err.Error())
 	}
 	return err
 }

@@ -126,7 +126,7 @@ func parse(data []byte, what string) (*Document, error) {
 	dec.UseNumber()
 	var top map[string]json.RawMessage
 	if err := dec.Decode(&top); err != nil {
-		return nil, fmt.Errorf("%w: %s is not a JSON object: %v", ErrInvalid, what, err)
+		return nil, fmt.Errorf("%w: %s is not a JSON object: %w", ErrInvalid, what, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: %s has data after its JSON object", ErrInvalid, what)
@@ -145,7 +145,7 @@ func parse(data []byte, what string) (*Document, error) {
 	var entries []json.RawMessage
 	if raw, ok := top["devices"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		if err := json.Unmarshal(raw, &entries); err != nil {
-			return nil, fmt.Errorf("%w: devices: not a list: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: devices: not a list: %w", ErrInvalid, err)
 		}
 	}
 	kept := make([]json.RawMessage, 0, len(entries))
@@ -167,7 +167,7 @@ func parse(data []byte, what string) (*Document, error) {
 		Devices []json.RawMessage `json:"devices"`
 	}{kept})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := check.ValidateJSON(check.DevicesV12, devicesDoc); err != nil {
 		var se *check.Error
@@ -180,7 +180,7 @@ func parse(data []byte, what string) (*Document, error) {
 		Devices []wire.Device `json:"devices"`
 	}
 	if err := json.Unmarshal(devicesDoc, &devs); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	for _, d := range devs.Devices {
 		if d.Type == "pci" {

@@ -56,6 +56,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -586,7 +587,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
 		return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
 	}
-	if rerr := os.Rename(staged, drive); rerr != nil {
+	if rerr := atomicfile.Rename(staged, drive); rerr != nil {
 		// The publish stands (the store is the source of truth); the drive
 		// is rebuilt by the next apply or by `configdrive build`.
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)

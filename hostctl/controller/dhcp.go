@@ -29,6 +29,7 @@ type LiveDHCP interface {
 	AddDHCPHostConfig(ctx context.Context, network string, h virt.DHCPHost) error
 	LiveDHCPHosts(ctx context.Context, network string) ([]virt.DHCPHost, error)
 	SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error)
+	RemoveLiveDHCPHost(ctx context.Context, network, mac string) error
 }
 
 var _ LiveDHCP = (*virt.Conn)(nil)
@@ -159,7 +160,7 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		// A running guest may ask for its lease at any time: now, not at
 		// its next start.
 		if st, err := c.domains.State(ctx, new.Name); err == nil && st != virt.StateShutoff {
-			return c.liveLeases(ctx, new)
+			return c.liveLeases(ctx, r, new)
 		}
 	}
 	return nil
@@ -167,8 +168,10 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 
 // liveLeases brings the instance's fixed leases from the persistent
 // definitions of their networks to the running networks (LiveDHCP), before
-// its domain starts; a lease already live costs no update.
-func (c *Controller) liveLeases(ctx context.Context, in *model.Instance) error {
+// its domain starts; a lease already live costs no update. A lease it
+// brings live is registered on r to leave the running network again, so a
+// start that fails changes nothing.
+func (c *Controller) liveLeases(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
 	ld, ok := c.dhcp.(LiveDHCP)
 	if !ok {
 		return nil
@@ -182,8 +185,24 @@ func (c *Controller) liveLeases(ctx context.Context, in *model.Instance) error {
 		macs[l.network] = append(macs[l.network], l.mac)
 	}
 	for _, n := range nets {
-		if _, err := ld.SyncLiveDHCPHosts(ctx, n, macs[n]); err != nil {
+		before, err := ld.LiveDHCPHosts(ctx, n)
+		if err != nil {
 			return fmt.Errorf("DHCP leases of %s on network %s: %w", in.Name, n, err)
+		}
+		updates, err := ld.SyncLiveDHCPHosts(ctx, n, macs[n])
+		if err != nil {
+			return fmt.Errorf("DHCP leases of %s on network %s: %w", in.Name, n, err)
+		}
+		if updates == 0 {
+			continue
+		}
+		for _, mac := range macs[n] {
+			if slices.ContainsFunc(before, func(h virt.DHCPHost) bool { return strings.EqualFold(h.MAC, mac) }) {
+				continue
+			}
+			r.Add("take DHCP lease of "+mac+" off the running network "+n, func(ctx context.Context) error {
+				return ld.RemoveLiveDHCPHost(ctx, n, mac)
+			})
 		}
 	}
 	return nil

@@ -66,6 +66,22 @@ func (f *fakeHV) LiveDHCPHosts(ctx context.Context, network string) ([]virt.DHCP
 	return slices.Clone(f.live[network]), nil
 }
 
+// RemoveLiveDHCPHost counts a live removal as a call "NetworkUpdateLive".
+func (f *fakeHV) RemoveLiveDHCPHost(ctx context.Context, network, mac string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("RemoveLiveDHCPHost"); err != nil {
+		return err
+	}
+	li := slices.IndexFunc(f.live[network], func(h virt.DHCPHost) bool { return h.MAC == mac })
+	if li < 0 {
+		return nil
+	}
+	f.calls = append(f.calls, "NetworkUpdateLive")
+	f.live[network] = slices.Delete(f.live[network], li, li+1)
+	return nil
+}
+
 // SyncLiveDHCPHosts counts each live update as a call "NetworkUpdateLive".
 func (f *fakeHV) SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error) {
 	f.mu.Lock()

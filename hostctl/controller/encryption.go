@@ -86,11 +86,7 @@ var ErrEncryption = errors.New("encryption request cannot be honoured")
 type encryptionConflict struct{ se *model.SpecError }
 
 func (e *encryptionConflict) Error() string {
-	parts := make([]string, len(e.se.Errors))
-	for i, fe := range e.se.Errors {
-		parts[i] = fe.Error()
-	}
-	return fmt.Sprintf("%v: %v: %s", store.ErrConflict, ErrEncryption, strings.Join(parts, "; "))
+	return fmt.Sprintf("%v: %v: %s", store.ErrConflict, ErrEncryption, model.JoinFieldErrors(e.se.Errors))
 }
 
 func (e *encryptionConflict) Unwrap() []error { return []error{store.ErrConflict, ErrEncryption} }

@@ -199,7 +199,7 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	if err := c.defineSecrets(ctx, r, in); err != nil {
 		return err
 	}
-	if err := c.liveLeases(ctx, in); err != nil { // dhcp.go
+	if err := c.liveLeases(ctx, r, in); err != nil { // dhcp.go
 		return err
 	}
 	if err := c.domains.Start(ctx, rec.Name); err != nil {

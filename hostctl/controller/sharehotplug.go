@@ -34,7 +34,7 @@ func (c *Controller) CheckShareSupport(ctx context.Context) error {
 		return err
 	}
 	if err := sup.Check(); err != nil {
-		return fmt.Errorf("%w: %v", ErrState, err)
+		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	c.shareOK.Store(true)
 	return nil

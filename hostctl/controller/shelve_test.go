@@ -46,7 +46,7 @@ func readPattern(t *testing.T, p string, pass []byte) error {
 	out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "-r", "-U", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "read -P " + imagePattern + " 0 64k"}, pass)
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
-		return fmt.Errorf("qemu-io read: %v: %s", err, out)
+		return fmt.Errorf("qemu-io read: %w: %s", err, out)
 	}
 	return nil
 }
@@ -521,7 +521,7 @@ func readPlain(t *testing.T, p string) error {
 	t.Helper()
 	out, err := qemuIOSecrets(t, []string{"-r", "-U", "-f", "qcow2", p, "-c", "read -P " + imagePattern + " 0 64k"})
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
-		return fmt.Errorf("qemu-io read: %v: %s", err, out)
+		return fmt.Errorf("qemu-io read: %w: %s", err, out)
 	}
 	return nil
 }

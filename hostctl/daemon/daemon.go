@@ -7,6 +7,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,11 +22,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/events"
@@ -33,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
@@ -56,6 +58,12 @@ const TokenKeyFile = "metadata-token.key"
 // adminReadHeaderTimeout bounds how long an admin client may take to send
 // its request headers.
 const adminReadHeaderTimeout = 10 * time.Second
+
+// adminMaxHeaderBytes bounds an admin request's line and headers: a path
+// or header larger than any the API names is refused (431) before a
+// handler, a log line or an error body sees it (net/http's default is
+// 1 MiB).
+const adminMaxHeaderBytes = 64 << 10
 
 // shutdownTimeout bounds how long the servers may take to finish their
 // requests at shutdown.
@@ -192,13 +200,16 @@ func TokenKeyFilePath(dataDir string) string {
 // message names the flag.
 var ErrConfig = errors.New("invalid configuration")
 
-type configError struct{ msg string }
+// configError is an ErrConfig that keeps the error it wraps (its
+// message names the flag).
+type configError struct{ err error }
 
-func (e *configError) Error() string        { return e.msg }
+func (e *configError) Error() string        { return e.err.Error() }
+func (e *configError) Unwrap() error        { return e.err }
 func (e *configError) Is(target error) bool { return target == ErrConfig }
 
 func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
+	return &configError{err: fmt.Errorf(format, args...)}
 }
 
 // OpenStore opens the store a --store value names: "" or "bolt" for the
@@ -208,164 +219,267 @@ func OpenStore(ctx context.Context, url, dataDir string) (store.Store, error) {
 	return storeurl.Open(ctx, url, storeurl.WithDataDir(dataDir))
 }
 
-// Run runs the daemon until ctx is done or a server fails.
+// Run runs the daemon until ctx is done or a server fails. It validates
+// the whole configuration first (Validate): a bad one changes nothing.
+// Then it starts the components (serve.components) in order and, at
+// shutdown or when one fails to start, stops them in reverse.
 func Run(ctx context.Context, cfg Config) error {
-	stdout, stderr := cfg.Stdout, cfg.Stderr
-	if stdout == nil {
-		stdout = os.Stdout
+	chk, err := cfg.check() // validate.go: nothing is touched before this
+	if err != nil {
+		return err
 	}
-	if stderr == nil {
-		stderr = os.Stderr
+	s := newServe(cfg, chk)
+	stopAll, err := startComponents(ctx, s.log, s.components())
+	if err != nil {
+		chk.release()
+		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return configErrorf("--log-level %q: must be debug, info, warn or error", cfg.LogLevel)
+	defer stopAll()
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down")
+		return nil
+	case err := <-s.errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	format := configdrive.Format(cfg.ConfigDriveFormat)
-	if format != configdrive.ISO9660 && format != configdrive.VFAT {
-		return configErrorf("--config-drive-format %q: must be iso9660 or vfat", cfg.ConfigDriveFormat)
+}
+
+// serve is one run of the daemon: its configuration, what the
+// validation read, and what each component brings up for the ones after
+// it.
+type serve struct {
+	cfg            Config
+	chk            *checked
+	log            *slog.Logger
+	stdout, stderr io.Writer
+	errc           chan error // a server's end
+
+	dirLock  *dataDirLock
+	prior    priorUse
+	st       store.Store
+	hostName string
+	holder   *hosts.Holder
+
+	mdOpts server.Options
+	md     *server.Server
+	hv     *hypervisor
+	audit  *events.Log
+	inv    *devices.Inventory
+
+	hm        *hostmetrics.Metrics
+	ctlStore  store.Store
+	km        *keys.Manager
+	prober    *encryption.Prober
+	keyEngine *keyrotation.Engine
+	keyKick   kicker
+	ctl       *controller.Controller
+	keySvc    keyService
+	shareSvc  *shares.Service
+
+	beater *hosts.Beater
+	srvs   []*http.Server
+	mdAddr string // the metadata listener's address, for --apply's report
+
+	// What stops the background loops.
+	stopSync, stopKeys, stopBeat, stopRun func()
+}
+
+func newServe(cfg Config, chk *checked) *serve {
+	s := &serve{cfg: cfg, chk: chk, stdout: cfg.Stdout, stderr: cfg.Stderr, errc: make(chan error, 4)}
+	if s.stdout == nil {
+		s.stdout = os.Stdout
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	if s.stderr == nil {
+		s.stderr = os.Stderr
+	}
+	s.log = slog.New(slog.NewTextHandler(s.stderr, &slog.HandlerOptions{Level: chk.level}))
+	return s
+}
+
+// components is the daemon's start-up order; shutdown is its reverse.
+func (s *serve) components() []component {
+	return []component{
+		// One daemon per data directory, whatever the store (lock.go);
+		// then the directory's mode, leftovers and signs of a store
+		// (storecheck.go).
+		{name: "data directory", start: s.startDataDir, stop: s.stopDataDir},
+		{name: "store", start: s.startStore, stop: func(context.Context) error { return s.st.Close() }},
+		// The host name (kept in the data directory once the store
+		// opened), the store's emptiness check and the host's lease.
+		{name: "host", start: s.startHost},
+		{name: "metadata service", start: s.startMetadata},
+		{name: "hypervisor", start: s.startHypervisor, stop: func(context.Context) error { s.hv.close(); return nil }},
+		{name: "devices", start: s.startDevices, stop: s.stopDevices},
+		{name: "keys", start: s.startKeys},
+		{name: "controller", start: s.startController, stop: func(context.Context) error { return s.ctl.Close() }},
+		// Interrupted rotations are recovered before the reconciler
+		// starts an instance or a server answers a request.
+		{name: "key rotation", start: s.startKeyRotation, stop: s.stopKeyRotation},
+		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
+		{name: "metrics", start: s.startMetrics},
+		{name: "heartbeat", start: s.startHeartbeat, stop: s.stopHeartbeat},
+		// The metadata cache follows the store's change feed before the
+		// servers answer (this process's own publishes reach it at once
+		// through Invalidate).
+		{name: "metadata feed", start: s.startFeed, stop: s.stopFeed},
+		{name: "servers", start: s.startServers, stop: s.stopServers},
+		{name: "apply", start: s.applySpecs},
+	}
+}
+
+func (s *serve) startDataDir(context.Context) error {
+	if err := os.MkdirAll(s.cfg.DataDir, dataDirMode); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	// One daemon per data directory, whatever the store (lock.go); then
-	// the directory's mode, leftovers and signs of a store (storecheck.go).
-	dirLock, err := lockDataDir(cfg.DataDir)
-	if err != nil {
+	var err error
+	if s.dirLock, err = lockDataDir(s.cfg.DataDir); err != nil {
 		return err
 	}
-	defer dirLock.Close()
-	prior, err := prepareDataDir(cfg.DataDir, log)
-	if err != nil {
+	if s.prior, err = prepareDataDir(s.cfg.DataDir, s.log); err != nil {
+		s.dirLock.Close()
 		return err
 	}
-	if cfg.Host != "" {
-		if err := hosts.CheckName(cfg.Host); err != nil {
-			return configErrorf("--host: %v", err)
-		}
-	}
-	if cfg.HeartbeatInterval <= 0 || cfg.HostDownAfter <= cfg.HeartbeatInterval {
-		return configErrorf("--host-down-after (%s) must be longer than --heartbeat-interval (%s), which must be positive", cfg.HostDownAfter, cfg.HeartbeatInterval)
-	}
-	encHost, err := cfg.encryptionHost()
-	if err != nil {
-		return err
-	}
+	return nil
+}
 
-	st, err := cfg.openStore(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	// The host name is kept in the data directory once the store opened
-	// (a first start that cannot reach its store leaves no sign of use).
-	hostName, err := hosts.Resolve(cfg.DataDir, cfg.Host)
-	if err != nil {
-		return configErrorf("--host: %v", err)
-	}
-	if err := checkStoreNotLost(ctx, st, hostName, prior, cfg); err != nil {
-		return err
-	}
-	holder, err := holdHost(ctx, st, hostName, cfg)
-	if err != nil {
-		return err
-	}
+func (s *serve) stopDataDir(context.Context) error { return s.dirLock.Close() }
 
-	mdOpts, err := cfg.Metadata.Options(log)
-	if err != nil {
+func (s *serve) startStore(ctx context.Context) error {
+	var err error
+	s.st, err = s.cfg.openStore(ctx, s.chk.storePassword, s.log)
+	return err
+}
+
+func (s *serve) startHost(ctx context.Context) error {
+	var err error
+	if s.hostName, err = hosts.Resolve(s.cfg.DataDir, s.cfg.Host); err != nil {
+		return configErrorf("--host: %w", err)
+	}
+	if err := checkStoreNotLost(ctx, s.st, s.hostName, s.prior, s.cfg); err != nil {
+		return err
+	}
+	s.holder, err = holdHost(ctx, s.st, s.hostName, s.cfg)
+	return err
+}
+
+// startMetadata reads the metadata key files (creating the token key
+// file when absent) and builds the metadata service.
+func (s *serve) startMetadata(context.Context) error {
+	var err error
+	if s.mdOpts, err = s.cfg.Metadata.Options(s.log); err != nil {
 		return fmt.Errorf("metadata service: %w", err)
 	}
 	// One registry for the metadata service's metrics and hostctl's own:
 	// the operator listener serves both.
-	mdOpts.Registry = server.NewRegistry()
-	md := server.New(st, mdOpts)
-	hv, err := cfg.Virt.connect(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer hv.close()
+	s.mdOpts.Registry = server.NewRegistry()
+	s.md = server.New(s.st, s.mdOpts)
+	return nil
+}
+
+func (s *serve) startHypervisor(ctx context.Context) error {
+	s.hv = s.chk.hv
+	return s.hv.connect(ctx, s.log)
+}
+
+// startDevices opens the audit streams and the device inventory, and
+// re-reads the device spec every --device-sync-interval.
+func (s *serve) startDevices(ctx context.Context) error {
 	// The audit streams: Redis streams on Redis (every host's events in
 	// one place), JSON-lines files in the data directory otherwise.
-	audit := events.New(events.For(st, filepath.Join(cfg.DataDir, "events")), hostName, log)
-	inv, hook, err := openDevices(ctx, cfg.Devices, st, hostName, audit, log)
-	if err != nil {
+	s.audit = events.New(events.For(s.st, filepath.Join(s.cfg.DataDir, "events")), s.hostName, s.log)
+	var err error
+	if s.inv, err = openDevices(ctx, s.cfg.Devices, s.chk.devSpec, s.chk.hook, s.st, s.hostName, s.audit, s.log); err != nil {
 		return err
 	}
 	syncCtx, stopSync := context.WithCancel(ctx)
 	syncDone := make(chan struct{})
-	go func() { defer close(syncDone); syncDevices(syncCtx, cfg.Devices, inv, log) }()
-	defer func() { stopSync(); <-syncDone }()
-	if hook != nil {
-		// Hooks still running are killed, and their outcome recorded
-		// before the store closes.
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-			defer cancel()
-			hook.Stop(sctx)
-		}()
+	go func() { defer close(syncDone); syncDevices(syncCtx, s.cfg.Devices, s.inv, s.log) }()
+	s.stopSync = func() { stopSync(); <-syncDone }
+	return nil
+}
+
+// stopDevices stops the spec's re-reading, then kills the cleanup hooks
+// still running and records their outcome (before the store closes).
+func (s *serve) stopDevices(ctx context.Context) error {
+	s.stopSync()
+	if s.chk.hook != nil {
+		s.chk.hook.Stop(ctx)
 	}
-	hm := hostmetrics.New()
-	ctlStore := hm.Store(st) // the controller's and the heartbeat's store errors are counted
-	registry := hosts.Registry{Store: ctlStore, DownAfter: cfg.HostDownAfter}
-	if cfg.LUKSIterTime < 0 {
-		return configErrorf("--luks-iter-time %s: must not be negative", cfg.LUKSIterTime)
-	}
+	return nil
+}
+
+// startKeys opens the key manager and the key rotation engine, and
+// stores the policies of --key-rotation.
+func (s *serve) startKeys(ctx context.Context) error {
+	s.hm = hostmetrics.New()
+	s.ctlStore = s.hm.Store(s.st) // the controller's and the heartbeat's store errors are counted
 	// A missing or wrong key-encryption key stops the daemon here: a new
 	// key would make every stored secret unreadable.
-	km, err := keys.Open(ctx, ctlStore, cfg.DataDir, keys.Options{Host: hostName})
-	if err != nil {
+	var err error
+	if s.km, err = keys.Open(ctx, s.ctlStore, s.cfg.DataDir, keys.Options{Host: s.hostName}); err != nil {
 		return fmt.Errorf("key manager: %w", err)
 	}
-	prober := encryption.NewProber(encryption.ProbeOptions{})
-	// Key rotation: policies from the flags, procedures registered below
-	// once the parts they need exist; interrupted rotations are recovered
-	// before anything starts an instance or serves a request.
-	keyEngine := newKeyEngine(ctlStore, hostName, log)
-	if err := applyPolicies(ctx, keyEngine, cfg.KeyRotation.Policies); err != nil {
-		return err
-	}
-	keyKick := make(kicker, 1)
-	// The reconciler starts once interrupted rotations are recovered.
-	ctl := controller.NewStopped(ctlStore, hv.options(controller.Options{
-		Reconciled:  keyKick.kick,
-		Host:        hostName,
-		Hosts:       registry,
+	s.prober = encryption.NewProber(encryption.ProbeOptions{})
+	// Key rotation: policies from the flags, procedures registered once
+	// the parts they need exist.
+	s.keyEngine = newKeyEngine(s.ctlStore, s.hostName, s.log)
+	return applyPolicies(ctx, s.keyEngine, s.chk.policies)
+}
+
+// startController builds the controller, its reconciler not yet started
+// (startKeyRotation starts it once interrupted rotations are recovered).
+func (s *serve) startController(context.Context) error {
+	s.keyKick = make(kicker, 1)
+	cfg, hv := s.cfg, s.hv
+	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
+		Reconciled:  s.keyKick.kick,
+		Host:        s.hostName,
+		Hosts:       hosts.Registry{Store: s.ctlStore, DownAfter: cfg.HostDownAfter},
 		DataDir:     cfg.DataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.DHCPDomain},
-		Notify:      md,
-		Logger:      log,
-		DriveFormat: format,
-		Observe:     hm.Observe,
-		Encryption:  encHost,
-		Devices:     inv,
-		Audit:       audit,
+		Notify:      s.md,
+		Logger:      s.log,
+		DriveFormat: s.chk.format,
+		Observe:     s.hm.Observe,
+		Encryption:  s.chk.encHost,
+		Devices:     s.inv,
+		Audit:       s.audit,
 
-		Keys:              km,
+		Keys:              s.km,
 		LUKSIterTime:      cfg.LUKSIterTime,
-		EncryptionSupport: prober.Support,
-		ProxyNetworks:     mdOpts.TrustedProxies, // no instance at a trusted proxy's address
-		Parts:             Parts(inv),            // parts.go
+		EncryptionSupport: s.prober.Support,
+		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
+		Parts:             Parts(s.inv),            // parts.go
 	}))
-	defer ctl.Close() // stops the reconciler before the store closes
-	keyEngine.Register(keyrotation.KEK, keyrotation.NewKEKRotator(km))
-	if km.KEK().Created {
-		if err := keyEngine.MarkCreated(ctx, keyrotation.Subject{Class: keyrotation.KEK}); err != nil {
+	return nil
+}
+
+// startKeyRotation registers the rotation procedures, recovers
+// interrupted rotations, starts the controller's reconciler, then runs
+// the engine (and the token keys' expiry) in the background.
+func (s *serve) startKeyRotation(ctx context.Context) error {
+	e := s.keyEngine
+	e.Register(keyrotation.KEK, keyrotation.NewKEKRotator(s.km))
+	if s.km.KEK().Created {
+		if err := e.MarkCreated(ctx, keyrotation.Subject{Class: keyrotation.KEK}); err != nil {
 			return fmt.Errorf("key rotation status: %w", err)
 		}
 	}
 	// The token signing key and the proxy secret: rotated in two phases
 	// (accepted everywhere, then current), the metadata readers following
 	// on the store's feed.
-	tokenKeys, proxyKeys := metadatakeys.Register(keyEngine, mdOpts, st, log)
-	if err := markKeyFilesCreated(ctx, keyEngine, mdOpts); err != nil { // keyrotation.go
+	tokenKeys, proxyKeys := metadatakeys.Register(e, s.mdOpts, s.st, s.log)
+	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(keyEngine, ctl) // keyrotation.go
-	if err := keyEngine.Recover(ctx); err != nil {
+	registerDiskRotation(e, s.ctl) // keyrotation.go
+	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
-	ctl.StartReconciler()
+	s.ctl.StartReconciler()
 	keyCtx, stopKeys := context.WithCancel(ctx)
 	keysDone := make(chan struct{})
 	go func() {
@@ -375,27 +489,41 @@ func Run(ctx context.Context, cfg Config) error {
 			// Token keys older than the longest token lifetime go.
 			expiring.Go(func() { tokenKeys.ExpireLoop(keyCtx, 0) })
 		}
-		runKeyRotation(keyCtx, keyEngine, keyKick, cfg.KeyRotation.Interval, log)
+		runKeyRotation(keyCtx, e, s.keyKick, s.cfg.KeyRotation.Interval, s.log)
 		expiring.Wait()
 	}()
-	defer func() { stopKeys(); <-keysDone }() // before the controller closes
-	keySvc := keyService{Engine: keyEngine, instances: ctlStore, proxy: proxyKeys}
-	shareSvc := newShares(cfg, ctlStore, ctl, hostName, log)
-	defer shareSvc.Close() // before the controller's reconciler stops
-	if err := hm.Register(mdOpts.Registry, hv.metricSources(hostmetrics.Sources{
-		Instances: ctl,
-		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
-			return hosts.List(ctx, ctlStore, time.Now(), cfg.HostDownAfter)
-		},
-	})); err != nil {
-		return err
-	}
+	s.stopKeys = func() { stopKeys(); <-keysDone }
+	s.keySvc = keyService{Engine: e, instances: s.ctlStore, proxy: proxyKeys}
+	return nil
+}
 
-	beater := &hosts.Beater{Store: ctlStore, Host: hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: log,
-		Holder: holder, DownAfter: cfg.HostDownAfter,
+func (s *serve) stopKeyRotation(context.Context) error { s.stopKeys(); return nil }
+
+func (s *serve) startShares(context.Context) error {
+	s.shareSvc = newShares(s.cfg, s.ctlStore, s.ctl, s.hostName, s.log)
+	return nil
+}
+
+func (s *serve) startMetrics(context.Context) error {
+	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(hostmetrics.Sources{
+		Instances: s.ctl,
+		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
+			return hosts.List(ctx, s.ctlStore, time.Now(), s.cfg.HostDownAfter)
+		},
+	}))
+}
+
+// startHeartbeat writes the first heartbeat, then one every
+// --heartbeat-interval, and one more with the host's traits once the
+// encryption probe is done.
+func (s *serve) startHeartbeat(ctx context.Context) error {
+	cfg, ctl, prober := s.cfg, s.ctl, s.prober
+	libvirt, formats := s.hv.conn != nil, s.chk.encHost.Formats
+	s.beater = &hosts.Beater{Store: s.ctlStore, Host: s.hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: s.log,
+		Holder: s.holder, DownAfter: cfg.HostDownAfter,
 		Traits: func() []string {
-			if s, ok := prober.Ready(); ok {
-				return hostTraits(hv.conn != nil, s, encHost.Formats)
+			if sup, ok := prober.Ready(); ok {
+				return hostTraits(libvirt, sup, formats)
 			}
 			return nil
 		},
@@ -403,133 +531,149 @@ func Run(ctx context.Context, cfg Config) error {
 			l, err := ctl.List(ctx)
 			return len(l), err
 		}}
-	if err := beater.Beat(ctx); err != nil {
+	if err := s.beater.Beat(ctx); err != nil {
 		return fmt.Errorf("first heartbeat: %w", err)
 	}
 	beatCtx, stopBeat := context.WithCancel(ctx)
 	beatDone := make(chan struct{})
-	go func() { defer close(beatDone); beater.Run(beatCtx) }()
+	go func() { defer close(beatDone); s.beater.Run(beatCtx) }()
 	// The traits are known once the encryption probe is done: publish
 	// them then rather than at the next beat.
 	probeBeat := make(chan struct{})
 	go func() {
 		defer close(probeBeat)
-		if s, err := prober.Support(beatCtx); err == nil {
-			if err := beater.Beat(beatCtx); err != nil && beatCtx.Err() == nil {
-				log.Warn("heartbeat with the host's traits not written", "err", err)
+		if sup, err := prober.Support(beatCtx); err == nil {
+			if err := s.beater.Beat(beatCtx); err != nil && beatCtx.Err() == nil {
+				s.log.Warn("heartbeat with the host's traits not written", "err", err)
 			} else if err == nil {
-				log.Info("host traits published", "traits", strings.Join(hostTraits(hv.conn != nil, s, encHost.Formats), ","))
+				s.log.Info("host traits published", "traits", strings.Join(hostTraits(libvirt, sup, formats), ","))
 			}
 		}
 	}()
-	defer func() {
-		stopBeat()
-		<-beatDone
-		<-probeBeat
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		if err := beater.Stop(sctx); err != nil {
-			log.Warn("last heartbeat (stopped) not written", "err", err)
-		}
-	}()
+	s.stopBeat = func() { stopBeat(); <-beatDone; <-probeBeat }
+	return nil
+}
 
-	var tokenAuth *auth.TokenAuth
-	switch {
-	case cfg.AdminListen == "" && cfg.AdminTokensFile != "":
-		return configErrorf("--admin-tokens-file needs --admin-listen")
-	case cfg.AdminListen != "" && cfg.AdminTokensFile == "":
-		return configErrorf("--admin-listen needs --admin-tokens-file (the TCP admin API always requires tokens)")
-	case (cfg.AdminTLSCert == "") != (cfg.AdminTLSKey == ""):
-		return configErrorf("--admin-tls-cert and --admin-tls-key go together")
-	case cfg.AdminListen != "":
-		if tokenAuth, err = auth.LoadTokens(cfg.AdminTokensFile); err != nil {
-			return fmt.Errorf("--admin-tokens-file: %w", err)
-		}
+// stopHeartbeat stops the beats and writes the last one (stopped).
+func (s *serve) stopHeartbeat(ctx context.Context) error {
+	s.stopBeat()
+	if err := s.beater.Stop(ctx); err != nil {
+		return fmt.Errorf("last heartbeat (stopped) not written: %w", err)
 	}
+	return nil
+}
 
-	adminLn, err := listenAdmin(cfg.Socket, cfg.SocketGroup, log)
-	if err != nil {
-		return err
-	}
-	mdLn, err := net.Listen("tcp", cfg.MetadataListen)
-	if err != nil {
-		adminLn.Close()
-		return fmt.Errorf("metadata listener: %w", err)
-	}
-	var metricsLn net.Listener
-	if cfg.Metadata.MetricsListen != "" {
-		if metricsLn, err = net.Listen("tcp", cfg.Metadata.MetricsListen); err != nil {
-			adminLn.Close()
-			mdLn.Close()
-			return fmt.Errorf("metadata metrics listener: %w", err)
-		}
-	}
-
-	adminSrv := &http.Server{Handler: api.NewHandler(adminServices(ctl, inv, shareSvc, keySvc), log, auth.LocalAuth{}), ReadHeaderTimeout: adminReadHeaderTimeout}
-	// The guest-facing server carries the metadata service's timeouts,
-	// header limit and per-address connection limit.
-	mdSrv := md.HTTPServer()
-	srvs := []*http.Server{adminSrv, mdSrv}
-
-	errc := make(chan error, 4)
-	go func() { errc <- adminSrv.Serve(adminLn) }()
-	go func() { errc <- mdSrv.Serve(md.Listener(mdLn)) }()
-	logArgs := []any{"admin_socket", cfg.Socket, "metadata", mdLn.Addr().String(), "store", storeName(cfg.Store, cfg.DataDir)}
-	if metricsLn != nil {
-		metricsSrv := &http.Server{Handler: md.MetricsHandler(), ReadHeaderTimeout: server.ReadHeaderTimeout}
-		srvs = append(srvs, metricsSrv)
-		go func() { errc <- metricsSrv.Serve(metricsLn) }()
-		logArgs = append(logArgs, "metadata_metrics", metricsLn.Addr().String())
-	}
-	if tokenAuth != nil {
-		tcpLn, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			shutdown(srvs...)
-			return fmt.Errorf("admin listener: %w", err)
-		}
-		tcpSrv := &http.Server{Handler: api.NewHandler(adminServices(ctl, inv, shareSvc, keySvc), log, tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout}
-		srvs = append(srvs, tcpSrv)
-		if cfg.AdminTLSCert != "" {
-			go func() { errc <- tcpSrv.ServeTLS(tcpLn, cfg.AdminTLSCert, cfg.AdminTLSKey) }()
-		} else {
-			go func() { errc <- tcpSrv.Serve(tcpLn) }()
-		}
-		logArgs = append(logArgs, "admin_tcp", tcpLn.Addr().String(), "admin_tls", cfg.AdminTLSCert != "")
-	}
-	// Follow the store's change feed (other hosts and processes publish
-	// too) and sweep the cache; this process's own publishes also reach
-	// the cache at once through Invalidate.
+// startFeed follows the store's change feed (other hosts and processes
+// publish too), sweeps the cache, and re-reads the metadata key files on
+// SIGHUP.
+func (s *serve) startFeed(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan struct{})
 	go func() {
 		defer close(runDone)
-		_ = md.Run(runCtx)
+		_ = s.md.Run(runCtx)
 	}()
-	go md.ReloadOnHangup(runCtx) // SIGHUP: re-read the metadata key files
-	stop := func() {
-		shutdown(srvs...)
-		stopRun()
-		<-runDone
-	}
-	log.Info("hostctl serving", logArgs...)
+	go s.md.ReloadOnHangup(runCtx)
+	s.stopRun = func() { stopRun(); <-runDone }
+	return nil
+}
 
-	for _, f := range cfg.Apply {
-		if err := applyAtStart(ctx, ctl, f, mdLn.Addr().String(), cfg.Socket, stdout); err != nil {
-			stop()
+func (s *serve) stopFeed(context.Context) error { s.stopRun(); return nil }
+
+// startServers listens on the admin socket, the metadata address, the
+// operator listener and the TCP admin address (each optional one when
+// configured), then serves them all; a listener that cannot be had
+// closes the others.
+func (s *serve) startServers(context.Context) error {
+	cfg := s.cfg
+	adminLn, err := listenAdmin(cfg.Socket, cfg.SocketGroup, s.chk.socketGID, s.log)
+	if err != nil {
+		return err
+	}
+	lns := []net.Listener{adminLn}
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	mdLn, err := net.Listen("tcp", cfg.MetadataListen)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("metadata listener: %w", err)
+	}
+	lns = append(lns, mdLn)
+	var metricsLn, tcpLn net.Listener
+	if cfg.Metadata.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.Metadata.MetricsListen); err != nil {
+			closeAll()
+			return fmt.Errorf("metadata metrics listener: %w", err)
+		}
+		lns = append(lns, metricsLn)
+	}
+	if s.chk.tokenAuth != nil {
+		if tcpLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			closeAll()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	}
+
+	adminSrv := &http.Server{Handler: s.adminHandler(auth.LocalAuth{}), ReadHeaderTimeout: adminReadHeaderTimeout, MaxHeaderBytes: adminMaxHeaderBytes}
+	// The guest-facing server carries the metadata service's timeouts,
+	// header limit and per-address connection limit.
+	mdSrv := s.md.HTTPServer()
+	s.srvs = []*http.Server{adminSrv, mdSrv}
+	s.serveOn(adminSrv, adminLn)
+	s.serveOn(mdSrv, s.md.Listener(mdLn))
+	s.mdAddr = mdLn.Addr().String()
+	logArgs := []any{"admin_socket", cfg.Socket, "metadata", s.mdAddr, "store", storeName(cfg.Store, cfg.DataDir)}
+	if metricsLn != nil {
+		metricsSrv := &http.Server{Handler: s.md.MetricsHandler(), ReadHeaderTimeout: server.ReadHeaderTimeout}
+		s.srvs = append(s.srvs, metricsSrv)
+		s.serveOn(metricsSrv, metricsLn)
+		logArgs = append(logArgs, "metadata_metrics", metricsLn.Addr().String())
+	}
+	if tcpLn != nil {
+		tcpSrv := &http.Server{Handler: s.adminHandler(s.chk.tokenAuth), ReadHeaderTimeout: adminReadHeaderTimeout, MaxHeaderBytes: adminMaxHeaderBytes}
+		s.srvs = append(s.srvs, tcpSrv)
+		if s.chk.tlsCert != nil {
+			// The pair the validation loaded (ServeTLS takes it from
+			// TLSConfig when given no files).
+			tcpSrv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.chk.tlsCert}}
+			go func() { s.errc <- tcpSrv.ServeTLS(tcpLn, "", "") }()
+		} else {
+			s.serveOn(tcpSrv, tcpLn)
+		}
+		logArgs = append(logArgs, "admin_tcp", tcpLn.Addr().String(), "admin_tls", s.chk.tlsCert != nil)
+	}
+	s.log.Info("hostctl serving", logArgs...)
+	return nil
+}
+
+func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
+	return api.NewHandler(adminServices(s.ctl, s.inv, s.shareSvc, s.keySvc), s.log, a)
+}
+
+// serveOn serves srv on ln in the background; its end is reported on
+// s.errc.
+func (s *serve) serveOn(srv *http.Server, ln net.Listener) {
+	go func() { s.errc <- srv.Serve(ln) }()
+}
+
+func (s *serve) stopServers(ctx context.Context) error {
+	for _, srv := range s.srvs {
+		_ = srv.Shutdown(ctx)
+	}
+	return nil
+}
+
+// applySpecs applies the specs of --apply, read and parsed by the
+// validation.
+func (s *serve) applySpecs(ctx context.Context) error {
+	for _, a := range s.chk.apply {
+		if err := applyAtStart(ctx, s.ctl, a, s.mdAddr, s.cfg.Socket, s.stdout); err != nil {
 			return err
 		}
 	}
-
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			stop()
-			return fmt.Errorf("serve: %w", err)
-		}
-	}
-	stop()
 	return nil
 }
 
@@ -541,24 +685,13 @@ func storeName(url, dataDir string) string {
 	return storeurl.Redact(url)
 }
 
-func shutdown(srvs ...*http.Server) {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	for _, s := range srvs {
-		_ = s.Shutdown(ctx)
-	}
-}
-
 // staleSocketProbe bounds the dial that tells a running daemon's socket
 // from a stale one.
 const staleSocketProbe = time.Second
 
-func applyAtStart(ctx context.Context, ctl *controller.Controller, file, mdAddr, socket string, stdout io.Writer) error {
-	spec, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Errorf("--apply: %w", err)
-	}
-	inst, err := ctl.Apply(ctx, spec)
+func applyAtStart(ctx context.Context, ctl *controller.Controller, a applyFile, mdAddr, socket string, stdout io.Writer) error {
+	file := a.file
+	inst, err := ctl.Apply(ctx, a.spec)
 	if err != nil {
 		return fmt.Errorf("--apply %s: %w", file, err)
 	}

@@ -73,47 +73,33 @@ func syncDevices(ctx context.Context, cfg DevicesConfig, inv *devices.Inventory,
 	}
 }
 
-// openDevices builds the host's device inventory: reads the device spec
-// and sysfs, syncs the inventory (healing devices marked one-time-use
+// openDevices builds the host's device inventory from the device spec
+// and the cleanup hook the validation read: reads sysfs, syncs the inventory (healing devices marked one-time-use
 // while allocated) and releases the devices of instances this host does
 // not have (an apply killed between its claim and its store write): they
 // stay burned and need cleaning.
-func openDevices(ctx context.Context, cfg DevicesConfig, st store.Store, host string, audit devices.Emitter, log *slog.Logger) (*devices.Inventory, *devices.Hook, error) {
+func openDevices(ctx context.Context, cfg DevicesConfig, spec *devices.Spec, hook *devices.Hook, st store.Store, host string, audit devices.Emitter, log *slog.Logger) (*devices.Inventory, error) {
 	ds, ok := st.(devices.Store)
 	if !ok {
-		return nil, nil, fmt.Errorf("device inventory: the store %T has no record groups", st)
-	}
-	var spec *devices.Spec
-	if cfg.SpecFile != "" {
-		var err error
-		if spec, err = devices.LoadSpec(cfg.SpecFile); err != nil {
-			return nil, nil, configErrorf("--device-spec: %v", err)
-		}
-	}
-	var hook *devices.Hook
-	if cfg.CleanupHook != "" {
-		var err error
-		if hook, err = devices.NewHook(cfg.CleanupHook, cfg.CleanupHookTimeout); err != nil {
-			return nil, nil, configErrorf("--cleanup-hook: %v", err)
-		}
+		return nil, fmt.Errorf("device inventory: the store %T has no record groups", st)
 	}
 	inv, err := devices.New(ds, devices.Options{Host: host, Spec: spec, Hook: hook, Logger: log, Events: audit})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var found []devices.Found
 	if spec != nil && len(spec.Entries) > 0 {
 		if found, err = devices.Discover(cfg.SysfsRoot); err != nil {
-			return nil, nil, fmt.Errorf("--sysfs-root: %w", err)
+			return nil, fmt.Errorf("--sysfs-root: %w", err)
 		}
 	}
 	list, err := inv.Sync(ctx, found)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	recs, err := st.Instances(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("device inventory: %w", err)
+		return nil, fmt.Errorf("device inventory: %w", err)
 	}
 	live := map[string]bool{}
 	for _, r := range recs {
@@ -122,8 +108,8 @@ func openDevices(ctx context.Context, cfg DevicesConfig, st store.Store, host st
 		}
 	}
 	if _, err := inv.ReleaseOrphans(ctx, func(uuid string) bool { return live[uuid] }); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	log.Info("device inventory", "devices", len(list), "spec", cfg.SpecFile)
-	return inv, hook, nil
+	return inv, nil
 }

@@ -20,14 +20,10 @@ func (c *Config) addHardeningFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SocketGroup, "socket-group", "", "group whose members may use the admin socket besides root (socket mode 0660); default: root and the daemon's own user only (0600)")
 }
 
-// openStore opens the configured store with the password from
-// --store-password-file or the environment, warning loudly about a
-// password in the URL.
-func (c *Config) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
-	pw, err := storeurl.Password(c.StorePasswordFile, nil)
-	if err != nil {
-		return nil, configErrorf("%v", err)
-	}
+// openStore opens the configured store with its password (read by the
+// validation from --store-password-file or the environment), warning
+// loudly about a password in the URL.
+func (c *Config) openStore(ctx context.Context, pw string, log *slog.Logger) (store.Store, error) {
 	if storeurl.URLHasPassword(c.Store) {
 		log.Warn(storeurl.PasswordWarning, "store", storeurl.Redact(c.Store))
 	}

@@ -41,20 +41,16 @@ func (c *KeyRotationConfig) AddFlags(fs *flag.FlagSet) {
 }
 
 // applyPolicies stores the policies of the command line and the
-// configuration file. A policy that would lower a stored generation stops
+// configuration file (parsed by the validation). A policy that would lower a stored generation stops
 // the daemon (the operator's file is behind what was asked through the
 // API: say so rather than guess which is meant).
-func applyPolicies(ctx context.Context, e *keyrotation.Engine, flags []string) error {
-	for _, f := range flags {
-		c, p, err := keyrotation.ParseFlag(f)
-		if err != nil {
-			return configErrorf("--key-rotation %s: %v", f, err)
-		}
-		if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: c}, p); err != nil {
+func applyPolicies(ctx context.Context, e *keyrotation.Engine, policies []policyFlag) error {
+	for _, f := range policies {
+		if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: f.class}, f.policy); err != nil {
 			if errors.Is(err, keyrotation.ErrDecrease) || errors.Is(err, keyrotation.ErrInvalid) {
-				return configErrorf("--key-rotation %s: %v (raise it, or drop it and use `hostctl keys policy`)", f, err)
+				return configErrorf("--key-rotation %s: %w (raise it, or drop it and use `hostctl keys policy`)", f.flag, err)
 			}
-			return fmt.Errorf("--key-rotation %s: %w", f, err)
+			return fmt.Errorf("--key-rotation %s: %w", f.flag, err)
 		}
 	}
 	return nil

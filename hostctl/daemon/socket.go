@@ -24,17 +24,7 @@ import (
 //
 // A stale socket file left by a crashed daemon is replaced; the socket of
 // a running one is not.
-func listenAdmin(path, group string, log *slog.Logger) (net.Listener, error) {
-	gid := -1
-	if group != "" {
-		g, err := user.LookupGroup(group)
-		if err != nil {
-			return nil, configErrorf("--socket-group %q: %v", group, err)
-		}
-		if gid, err = strconv.Atoi(g.Gid); err != nil {
-			return nil, configErrorf("--socket-group %q: gid %q is not a number", group, g.Gid)
-		}
-	}
+func listenAdmin(path, group string, gid int, log *slog.Logger) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)

@@ -98,15 +98,12 @@ type hypervisor struct {
 	firmware bool
 }
 
-// connect checks the configuration and, unless the mode resolves to none,
-// connects to libvirtd (subscribed to domain events, reconnecting when
-// libvirtd restarts). An unreachable libvirtd is an error for both
-// --virt libvirt and --virt auto with the socket present: a daemon that
-// silently ran without its hypervisor would publish the wrong addresses.
-func (c VirtConfig) connect(ctx context.Context, log *slog.Logger) (*hypervisor, error) {
+// check checks the hypervisor flags and returns the hypervisor they
+// describe, not connected yet (connect).
+func (c VirtConfig) check() (*hypervisor, error) {
 	typ, err := virt.ParseDomainType(c.DomainType)
 	if err != nil {
-		return nil, configErrorf("--domain-type: %v", err)
+		return nil, configErrorf("--domain-type: %w", err)
 	}
 	switch c.DriveBus {
 	case "sata", "virtio":
@@ -124,44 +121,61 @@ func (c VirtConfig) connect(ctx context.Context, log *slog.Logger) (*hypervisor,
 	default:
 		return nil, configErrorf("--firmware-metadata %q: must be auto, on or off", c.Firmware)
 	}
-	h := &hypervisor{cfg: c, dom: virt.Options{
+	switch c.Mode {
+	case virtNone, virtLibvirt, virtAuto:
+	default:
+		return nil, configErrorf("--virt %q: must be auto, libvirt or none", c.Mode)
+	}
+	if c.DetachTimeout < 0 {
+		return nil, configErrorf("--detach-timeout %s: must not be negative", c.DetachTimeout)
+	}
+	if c.Resync < 0 {
+		return nil, configErrorf("--reconcile-interval %s: must not be negative", c.Resync)
+	}
+	return &hypervisor{cfg: c, dom: virt.Options{
 		Type: typ, MemoryMiB: c.MemoryMiB, VCPUs: c.VCPUs, DefaultNetwork: c.Network,
 		ConfigDriveBus: c.DriveBus, Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline,
-	}}
+	}}, nil
+}
+
+// connect connects to libvirtd (subscribed to domain events,
+// reconnecting when libvirtd restarts) unless the mode resolves to none.
+// An unreachable libvirtd is an error for both --virt libvirt and --virt
+// auto with the socket present: a daemon that silently ran without its
+// hypervisor would publish the wrong addresses.
+func (h *hypervisor) connect(ctx context.Context, log *slog.Logger) error {
+	c := h.cfg
 	switch c.Mode {
 	case virtNone:
 		log.Info("no hypervisor (--virt none): device addresses come from the spec")
-		return h, nil
-	case virtLibvirt:
+		return nil
 	case virtAuto:
 		sock, unix := socketOf(c.URI)
 		if unix {
 			if _, err := os.Stat(sock); err != nil {
 				log.Info("no libvirtd socket; running without a hypervisor (--virt auto)", "socket", sock)
-				return h, nil
+				return nil
 			}
 		}
-	default:
-		return nil, configErrorf("--virt %q: must be auto, libvirt or none", c.Mode)
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conn, err := virt.Connect(cctx, c.URI, virt.ConnOptions{Events: true, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("--virt %s: %w", c.Mode, err)
+		return fmt.Errorf("--virt %s: %w", c.Mode, err)
 	}
 	v, err := conn.Version(cctx)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("--virt %s: %w", c.Mode, err)
+		return fmt.Errorf("--virt %s: %w", c.Mode, err)
 	}
 	if h.firmware, err = firmwareSetting(c.Firmware, v); err != nil {
 		conn.Close()
-		return nil, err
+		return err
 	}
 	h.conn = conn
-	log.Info("hypervisor: libvirt", "uri", c.URI, "libvirt", v, "domain_type", typ, "network", c.Network, "firmware_metadata", h.firmware)
-	return h, nil
+	log.Info("hypervisor: libvirt", "uri", c.URI, "libvirt", v, "domain_type", h.dom.Type, "network", c.Network, "firmware_metadata", h.firmware)
+	return nil
 }
 
 // firmwareSetting resolves --firmware-metadata against libvirtd's

@@ -45,7 +45,10 @@ func TestVirtConfig(t *testing.T) {
 		{[]string{"--virt", "none", "--firmware-metadata", "yes"}, `--firmware-metadata "yes": must be auto, on or off`},
 		{[]string{"--virt", "none", "--firmware-metadata", "off"}, ""},
 	} {
-		h, err := parse(tc.args...).connect(ctx, log)
+		h, err := parse(tc.args...).check()
+		if err == nil {
+			err = h.connect(ctx, log)
+		}
 		switch {
 		case tc.err == "" && (err != nil || h.conn != nil):
 			t.Errorf("%v: %v (connected %t)", tc.args, err, h != nil && h.conn != nil)

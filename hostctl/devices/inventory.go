@@ -178,25 +178,20 @@ func (inv *Inventory) commit(ctx context.Context, ops []store.GroupOp, devs []De
 	return out, nil
 }
 
-// maxAttempts bounds the compare-and-swap retries of one change. A
-// conflict means another writer changed one of the same records, which
-// is progress for the inventory; a claim conflicts at most once per
-// device another claimer took, so this is far above what a pool sees.
-const maxAttempts = 1000
-
-// retry runs fn until it does not conflict.
+// retry runs fn until it does not conflict (store.RetryConflicts),
+// counting the conflicts; a device unavailable or a refusal is a
+// conflict that another attempt would not change.
 func (inv *Inventory) retry(ctx context.Context, what string, fn func() error) error {
-	var err error
-	for range maxAttempts {
-		if err = fn(); !errors.Is(err, store.ErrConflict) || errors.Is(err, ErrUnavailable) || errors.Is(err, errRefused) {
-			return err
+	return store.RetryConflicts(ctx, what, func() error {
+		err := fn()
+		switch {
+		case errors.Is(err, ErrUnavailable), errors.Is(err, errRefused):
+			return store.Final(err)
+		case errors.Is(err, store.ErrConflict):
+			inv.conflicts.Add(1)
 		}
-		inv.conflicts.Add(1)
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%s: %w (last conflict: %v)", what, cerr, err)
-		}
-	}
-	return fmt.Errorf("%s: gave up after %d conflicting attempts: %w", what, maxAttempts, err)
+		return err
+	})
 }
 
 // errRefused marks a conflict that retrying does not change (a device in

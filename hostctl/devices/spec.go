@@ -66,15 +66,11 @@ type SpecError struct {
 }
 
 func (e *SpecError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, fe := range e.Errors {
-		parts[i] = fe.Error()
-	}
 	src := "device spec"
 	if e.Source != "" {
 		src += " " + e.Source
 	}
-	return "invalid " + src + ": " + strings.Join(parts, "; ")
+	return "invalid " + src + ": " + model.JoinFieldErrors(e.Errors)
 }
 
 // FieldErrors are the spec's invalid fields.
@@ -196,7 +192,7 @@ func checkAddressGlob(a string) error {
 		return nil
 	}
 	if _, err := path.Match(a, ""); err != nil {
-		return fmt.Errorf("bad glob: %v", err)
+		return fmt.Errorf("bad glob: %w", err)
 	}
 	dom, rest, ok1 := strings.Cut(a, ":")
 	bus, rest, ok2 := strings.Cut(rest, ":")

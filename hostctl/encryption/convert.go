@@ -55,7 +55,7 @@ func (t *Tool) Convert(ctx context.Context, dst string, src Source, pass []byte)
 			break
 		}
 		if rerr := os.Remove(dst); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			return fmt.Errorf("%w (and removing the partial file: %v)", err, rerr)
+			return fmt.Errorf("%w (and removing the partial file: %w)", err, rerr)
 		}
 	}
 	if err != nil && strings.Contains(err.Error(), "Invalid password") {

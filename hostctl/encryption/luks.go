@@ -111,7 +111,7 @@ func (t *Tool) Create(ctx context.Context, d Disk, pass []byte) error {
 			break
 		}
 		if rerr := os.Remove(d.Path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			return fmt.Errorf("%w (and removing the partial file: %v)", err, rerr)
+			return fmt.Errorf("%w (and removing the partial file: %w)", err, rerr)
 		}
 	}
 	return err

@@ -23,10 +23,6 @@ const (
 	// DefaultDownAfter is the silence after which a host counts as down:
 	// several missed beats, so one slow store write does not mark it.
 	DefaultDownAfter = 60 * time.Second
-	// maxCASRetries bounds the read-modify-write loop of one beat: only
-	// this host writes its record, so a conflict means another process
-	// runs with the same host name (which Beat reports).
-	maxCASRetries = 3
 )
 
 // Heartbeat is the record a host keeps in the store.
@@ -124,34 +120,24 @@ func (b *Beater) write(ctx context.Context, stopped bool) error {
 		}
 		hb.Instances = n
 	}
-	key := Key(b.Host)
-	for range maxCASRetries {
-		expect := int64(0)
-		cur, err := b.Store.Record(ctx, key)
-		switch {
-		case err == nil:
-			expect = cur.Version
-			if b.Holder != nil {
-				if err := b.Holder.mayTake(cur, b.now(), b.DownAfter); err != nil {
-					return err
-				}
+	// Only this host writes its record: a conflict means another process
+	// runs with the same host name (the holder check refuses a live one).
+	_, err := store.Update(ctx, b.Store, Key(b.Host), func(cur store.Record, exists bool) ([]byte, error) {
+		if exists && b.Holder != nil {
+			if err := b.Holder.mayTake(cur, b.now(), b.DownAfter); err != nil {
+				return nil, err
 			}
-		case !errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("heartbeat of %s: %w", b.Host, err)
 		}
 		hb.LastSeen = b.now().UTC()
-		val, err := json.Marshal(hb)
-		if err != nil {
-			return err
-		}
-		if _, err = b.Store.PutRecord(ctx, key, val, expect); err == nil {
-			return nil
-		} else if !errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("heartbeat of %s: %w", b.Host, err)
-		}
+		return json.Marshal(hb)
+	})
+	switch {
+	case err == nil, errors.Is(err, ErrHostHeld): // mayTake's error names the holder
+		return err
+	case errors.Is(err, store.ErrConflict):
+		return fmt.Errorf("heartbeat of %s: %w; is another hostctl running with --host %s?", b.Host, err, b.Host)
 	}
-	return fmt.Errorf("heartbeat of %s: %w: the record changed under every write; is another hostctl running with --host %s?",
-		b.Host, store.ErrConflict, b.Host)
+	return fmt.Errorf("heartbeat of %s: %w", b.Host, err)
 }
 
 // Run beats at once and then every Interval until ctx is done; failed

@@ -166,3 +166,36 @@ func TestHeartbeatLiveness(t *testing.T) {
 		t.Fatalf("unknown host: %v", err)
 	}
 }
+
+// conflictingStore makes the first n writes conflict, as a store does
+// when another writer got in between the read and the write.
+type conflictingStore struct {
+	*bolt.Store
+	n int
+}
+
+func (s *conflictingStore) PutRecord(ctx context.Context, key string, value []byte, expect int64) (store.Record, error) {
+	if s.n > 0 {
+		s.n--
+		return store.Record{}, store.ErrConflict
+	}
+	return s.Store.PutRecord(ctx, key, value, expect)
+}
+
+// TestHeartbeatRetriesLikeEveryCAS: a beat's compare-and-swap loop is
+// the store's one (store.Update, store.MaxCASAttempts): conflicts short
+// of the bound are retried, and one past it is ErrConflict naming the
+// host.
+func TestHeartbeatRetriesLikeEveryCAS(t *testing.T) {
+	ctx := context.Background()
+	st := &conflictingStore{Store: openBolt(t), n: 20}
+	b := &hosts.Beater{Store: st, Host: "h1", Version: "test"}
+	if err := b.Beat(ctx); err != nil {
+		t.Fatalf("20 conflicts: %v", err)
+	}
+	st.n = store.MaxCASAttempts
+	err := b.Beat(ctx)
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "--host h1") {
+		t.Fatalf("conflicts past the bound: %v", err)
+	}
+}

@@ -127,22 +127,18 @@ func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]
 			}
 		}
 	}
-	tmp, err := os.CreateTemp(d.path, ".import-"+name+"-*")
+	// The file is staged (atomicfile): its name depends on the format
+	// qemu-img finds in it.
+	tmp, err := atomicfile.Stage(d.path, prefix+"*", 0o600)
 	if err != nil {
 		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
-	defer func() {
-		tmp.Close()
-		os.Remove(tmp.Name())
-	}()
+	defer tmp.Abort()
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), r); err != nil {
+	if _, err := io.Copy(io.MultiWriter(tmp.File(), h), r); err != nil {
 		return Image{}, fmt.Errorf("import image %s: read: %w", name, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return Image{}, fmt.Errorf("import image %s: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
+	if err := tmp.Finish(); err != nil {
 		return Image{}, fmt.Errorf("import image %s: %w", name, err)
 	}
 	in, err := d.info(ctx, tmp.Name())
@@ -169,8 +165,8 @@ func (d *Dir) ImportVerified(ctx context.Context, name string, props map[string]
 		img.Properties = nil
 	}
 	final := filepath.Join(d.path, img.File)
-	// Link, not rename: it fails rather than replace a file that appeared.
-	if err := os.Link(tmp.Name(), final); err != nil {
+	// Exclusive: it fails rather than replace a file that appeared.
+	if err := tmp.CommitExclusive(final); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return Image{}, fmt.Errorf("import image %s: %w: %s exists in the image directory", name, store.ErrConflict, img.File)
 		}

@@ -53,7 +53,7 @@ func buildReplica(t *testing.T) string {
 		bin := filepath.Join(dir, "vmeta-metadata")
 		cmd := exec.Command(testenv.GoTool(), "build", "-o", bin, "github.com/vmeta/vmeta/server/cmd/vmeta-metadata")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			replicaBin.err = fmt.Errorf("go build vmeta-metadata: %v\n%s", err, out)
+			replicaBin.err = fmt.Errorf("go build vmeta-metadata: %w\n%s", err, out)
 			return
 		}
 		replicaBin.path = bin

@@ -257,7 +257,7 @@ func (s *Service) PrepareStart(ctx context.Context, uuid string) error {
 			// the start is refused naming it.
 			if err := s.recoverError(ctx, &m); err != nil {
 				release()
-				return fmt.Errorf("%w: %v is in error and could not be made inactive again: %v; a start needs every share inactive (the reconciler retries; or hostctl share detach)", controller.ErrState, m, err)
+				return fmt.Errorf("%w: %v is in error and could not be made inactive again: %w; a start needs every share inactive (the reconciler retries; or hostctl share detach)", controller.ErrState, m, err)
 			}
 		case types.ShareInactive, types.ShareActive:
 		default:

@@ -96,7 +96,7 @@ func (m *Mounts) Acquire(ctx context.Context, id, export, instance string) error
 		}
 		out, err := m.run.Run(ctx, "mount", "-t", "nfs", "-o", NFSMountOptions, export, dir)
 		if err != nil {
-			return fmt.Errorf("mount share %s at %s: %v: %s", id, dir, err, redact(out, export))
+			return fmt.Errorf("mount share %s at %s: %w: %s", id, dir, err, redact(out, export))
 		}
 		m.log.Info("share mounted on the host", "share", id, "dir", dir, "instance", instance)
 	}
@@ -130,7 +130,7 @@ func (m *Mounts) unmount(ctx context.Context, id string) error {
 	}
 	dir := m.Dir(id)
 	if out, err := m.run.Run(ctx, "umount", dir); err != nil {
-		return fmt.Errorf("unmount share %s at %s: %v: %s", id, dir, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("unmount share %s at %s: %w: %s", id, dir, err, strings.TrimSpace(string(out)))
 	}
 	m.log.Info("share unmounted from the host", "share", id, "dir", dir)
 	return nil

@@ -67,26 +67,30 @@ func listShares(ctx context.Context, st Records) ([]Share, error) {
 
 // updateShare applies change to the share with id and writes it with a
 // version check, retrying on a conflict with a fresh read (another host
-// changed another holder). change returns false to leave the record as it
-// is.
+// changed another holder; store.RetryConflicts). change returns false to
+// leave the record as it is.
 func updateShare(ctx context.Context, st Records, id string, change func(*Share) (bool, error)) (Share, error) {
-	for attempt := 0; ; attempt++ {
+	var out Share
+	err := store.RetryConflicts(ctx, "share "+id, func() error {
 		sh, err := loadShare(ctx, st, id)
 		if err != nil {
-			return Share{}, err
+			return store.Final(err)
 		}
 		ok, err := change(&sh)
 		if err != nil || !ok {
-			return sh, err
+			out = sh
+			return store.Final(err)
 		}
-		err = putShare(ctx, st, &sh)
-		if err == nil {
-			return sh, nil
+		switch err = putShare(ctx, st, &sh); {
+		case err == nil:
+			out = sh
+		case errors.Is(err, store.ErrNotFound):
+			// Deleted since read: read again (and find it gone).
+			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}
-		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) || attempt >= 50 || ctx.Err() != nil {
-			return Share{}, err
-		}
-	}
+		return err
+	})
+	return out, err // out: the share as changed, or as read when change refused
 }
 
 // lock adds h to the share's holders (idempotent).

@@ -22,6 +22,7 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // Stream is the event stream of share attachments.
@@ -228,31 +229,32 @@ func (s *Service) DeleteShare(ctx context.Context, p types.Principal, id string)
 	if err != nil {
 		return err
 	}
-	for {
+	// Locked (or changed) between the read and the delete: look again.
+	return store.RetryConflicts(ctx, "delete share "+id, func() error {
 		sh, err := loadShare(ctx, s.st, id)
 		if err != nil {
-			return fmt.Errorf("delete %w", err)
+			return store.Final(fmt.Errorf("delete %w", err))
 		}
 		if len(sh.Holders) > 0 {
 			var names []string
 			for _, h := range sh.Holders {
 				names = append(names, fmt.Sprintf("%s (%s, host %s)", h.Name, h.Instance, orDash(h.Host)))
 			}
-			return fmt.Errorf("delete share %s: %w: it is locked: attached to %s; detach it first", id, store.ErrConflict, strings.Join(names, ", "))
+			return store.Final(fmt.Errorf("delete share %s: %w: it is locked: attached to %s; detach it first", id, store.ErrConflict, strings.Join(names, ", ")))
 		}
 		err = s.st.DeleteRecord(ctx, shareKey(id), sh.version)
 		switch {
 		case err == nil:
 			s.log.Info("share deleted", "share", id)
 			return nil
-		case errors.Is(err, store.ErrConflict) && ctx.Err() == nil:
-			continue // locked (or changed) meanwhile: look again
+		case errors.Is(err, store.ErrConflict):
+			return err
 		case errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("delete share %s: %w", id, store.ErrNotFound)
 		default:
 			return fmt.Errorf("delete share %s: %w", id, err)
 		}
-	}
+	})
 }
 
 func orDash(s string) string {
@@ -269,7 +271,7 @@ func orDash(s string) string {
 func (s *Service) server(ctx context.Context, p types.Principal, id string) (store.Instance, error) {
 	var rec store.Instance
 	var err error
-	if uuidRE.MatchString(id) {
+	if uuid.Valid(id) {
 		err = store.ErrNotFound
 		recs, lerr := s.st.Instances(ctx)
 		if lerr != nil {

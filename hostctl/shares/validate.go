@@ -11,10 +11,10 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 var (
-	uuidRE     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 	hostnameRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 	nameRE     = regexp.MustCompile(`^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$`)
 	projectRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,255}$`)
@@ -43,10 +43,11 @@ func (e *requestError) Unwrap() error { return e.se }
 // CheckUUID checks that v, the value of field name, is a UUID, and
 // returns it lower-cased.
 func CheckUUID(name, v string) (string, error) {
-	if !uuidRE.MatchString(v) {
+	c, ok := uuid.Canonical(v)
+	if !ok {
 		return "", field(name, v, "must be a UUID (8-4-4-4-12 hexadecimal digits)")
 	}
-	return strings.ToLower(v), nil
+	return c, nil
 }
 
 // CheckTag checks the tag of an attach request (share.tag) against the

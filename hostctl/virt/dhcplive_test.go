@@ -85,6 +85,19 @@ func TestDHCPHostConfigAndSyncLive(t *testing.T) {
 	if n, err := c.SyncLiveDHCPHosts(ctx, network, []string{hs[0].MAC}); err != nil || n != 0 {
 		t.Errorf("second sync: %d updates, %v; want 0", n, err)
 	}
+	// The undo of a failed start: off the running network, still defined;
+	// a lease that is not live is left alone.
+	if err := c.RemoveLiveDHCPHost(ctx, network, hs[0].MAC); err != nil {
+		t.Fatalf("RemoveLiveDHCPHost: %v", err)
+	}
+	if err := c.RemoveLiveDHCPHost(ctx, network, hs[1].MAC); err != nil {
+		t.Fatalf("RemoveLiveDHCPHost of a lease not live: %v", err)
+	}
+	for _, h := range hs {
+		if !has(false, h) || has(true, h) {
+			t.Errorf("after RemoveLiveDHCPHost %v: persistent %t, live %t; want only persistent", h, has(false, h), has(true, h))
+		}
+	}
 	for _, h := range hs {
 		if err := c.RemoveDHCPHost(ctx, network, h.MAC); err != nil {
 			t.Fatalf("RemoveDHCPHost %v: %v", h, err)

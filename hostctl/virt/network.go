@@ -230,6 +230,37 @@ func (c *Conn) RemoveDHCPHost(ctx context.Context, network, mac string) error {
 	})
 }
 
+// RemoveLiveDHCPHost removes the running network's fixed lease of mac,
+// leaving its definition as it is: the undo of a SyncLiveDHCPHosts that
+// brought a lease live for a start that then failed. A network that does
+// not run, or runs without that lease, is left alone.
+func (c *Conn) RemoveLiveDHCPHost(ctx context.Context, network, mac string) error {
+	return c.call(ctx, "remove the live DHCP host of", "network "+network, func(l *libvirt.Libvirt) error {
+		n, err := l.NetworkLookupByName(network)
+		if err != nil {
+			return err
+		}
+		active, err := l.NetworkIsActive(n)
+		if err != nil || active != 1 {
+			return err
+		}
+		live, err := dhcpHostsOf(l, n, 0)
+		if err != nil {
+			return err
+		}
+		mac = strings.ToLower(mac)
+		li := slices.IndexFunc(live, func(h DHCPHost) bool { return h.MAC == mac })
+		if li < 0 {
+			return nil
+		}
+		x, err := live[li].xml()
+		if err != nil {
+			return err
+		}
+		return l.NetworkUpdateCompat(n, libvirt.NetworkUpdateCommandDelete, libvirt.NetworkSectionIPDhcpHost, -1, x, libvirt.NetworkUpdateAffectLive)
+	})
+}
+
 // SyncLiveDHCPHosts makes the running network's fixed leases of macs what
 // its definition has: a lease only the definition has is added live, one
 // that differs is replaced, one the definition lost is removed. It returns

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // secretUsageVolume is libvirt's VIR_SECRET_USAGE_TYPE_VOLUME.
@@ -50,8 +52,11 @@ func SecretXML(s LibvirtSecret) ([]byte, error) {
 
 func parseSecretUUID(s string) (libvirt.UUID, error) {
 	var u libvirt.UUID
+	if !uuid.Valid(s) {
+		return u, fmt.Errorf("libvirt secret: %q is not a UUID", s)
+	}
 	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	if err != nil || len(b) != len(u) || len(s) != 36 {
+	if err != nil || len(b) != len(u) {
 		return u, fmt.Errorf("libvirt secret: %q is not a UUID", s)
 	}
 	copy(u[:], b)

@@ -46,37 +46,21 @@ func WriteIfChanged(path string, data []byte, perm fs.FileMode) (changed bool, e
 // path atomically with mode perm. fill may write, seek and write at
 // offsets; it must not close the file. When fill or any later step fails,
 // the temporary file is removed and path is left as it was.
-func Write(path string, perm fs.FileMode, fill func(f *os.File) error) (err error) {
+func Write(path string, perm fs.FileMode, fill func(f *os.File) error) error {
 	dir, base := filepath.Split(path)
 	if base == "" {
 		return fmt.Errorf("write %q: names a directory, not a file", path)
 	}
-	if dir == "" {
-		dir = "."
-	}
-	f, tmp, err := create(dir, base, perm)
+	s, err := Stage(dir, tempPattern(base), perm)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			_ = f.Close() // may be closed already; the first error is what matters
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err = fill(f); err != nil {
+	defer s.Abort()
+	if err := fill(s.File()); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err = finish(f); err != nil {
+	if err := s.Commit(path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := SyncDir(dir); err != nil {
-		// The new file is in place; only the durability of its name is in
-		// doubt. Say so rather than pretend the write failed wholly.
-		return fmt.Errorf("write %s: in place, but syncing directory %s failed: %w", path, dir, err)
 	}
 	return nil
 }
@@ -85,34 +69,149 @@ func Write(path string, perm fs.FileMode, fill func(f *os.File) error) (err erro
 // not exist yet: it returns an error wrapping fs.ErrExist, writing
 // nothing, when it does (another process won the race). The file appears
 // whole, with its mode, or not at all — as a key file must.
-func CreateExclusive(path string, data []byte, perm fs.FileMode) (err error) {
+func CreateExclusive(path string, data []byte, perm fs.FileMode) error {
 	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, tmp, err := create(dir, base, perm)
+	s, err := Stage(dir, tempPattern(base), perm)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	defer func() {
-		_ = f.Close()
-		_ = os.Remove(tmp) // after a successful link, path keeps the file
-	}()
-	if _, err = f.Write(data); err != nil {
+	defer s.Abort()
+	if _, err := s.File().Write(data); err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	if err = finish(f); err != nil {
+	if err := s.CommitExclusive(path); err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
+	}
+	return nil
+}
+
+// Staged is a file being written in a directory under a temporary name,
+// to be put in place (Commit, CommitExclusive) once whole, or removed
+// (Abort). Write and CreateExclusive are built on it; a caller that must
+// look at the content before it chooses the file's name (an imported
+// image, named after the format qemu-img finds in it) uses it directly.
+type Staged struct {
+	f    *os.File
+	dir  string
+	name string
+	// closed: the content is final (fsynced, closed); placed: the
+	// temporary name was renamed to the destination (nothing to remove).
+	closed, placed bool
+}
+
+// Stage creates a temporary file in dir, named by pattern as
+// os.CreateTemp names it (a dot name, so that a leftover is recognisable
+// and hidden), with mode perm (not filtered by the umask) set before any
+// data is written.
+func Stage(dir, pattern string, perm fs.FileMode) (*Staged, error) {
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return &Staged{f: f, dir: dir, name: f.Name()}, nil
+}
+
+// tempPattern is the temporary name of a file written to base.
+func tempPattern(base string) string { return "." + base + ".tmp-*" }
+
+// File is the temporary file, to write (and seek) until Finish or a
+// commit; it must not be closed by the caller.
+func (s *Staged) File() *os.File { return s.f }
+
+// Name is the temporary file's path: what a program that inspects the
+// content before the commit reads, after Finish.
+func (s *Staged) Name() string { return s.name }
+
+// Finish makes the content final: fsynced and closed. The commits call
+// it; a caller calls it first when it reads the file by Name.
+func (s *Staged) Finish() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.f.Sync(); err != nil {
+		s.f.Close()
+		return err
+	}
+	return s.f.Close()
+}
+
+// Commit renames the file to path (in the same directory), replacing
+// what is there, and fsyncs the directory.
+func (s *Staged) Commit(path string) error {
+	if err := s.Finish(); err != nil {
+		return err
+	}
+	if err := os.Rename(s.name, path); err != nil {
+		return err
+	}
+	s.placed = true
+	return s.syncDir()
+}
+
+// CommitExclusive links the file to path (in the same directory) only
+// when path does not exist: an error wrapping fs.ErrExist otherwise,
+// path left as it is. It fsyncs the directory; Abort then removes the
+// temporary name.
+func (s *Staged) CommitExclusive(path string) error {
+	if err := s.Finish(); err != nil {
+		return err
 	}
 	// link(2) fails with EEXIST instead of replacing, unlike rename(2).
-	if err = os.Link(tmp, path); err != nil {
+	if err := os.Link(s.name, path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create %s: %w", path, fs.ErrExist)
+			return fs.ErrExist // the caller names path
 		}
-		return fmt.Errorf("create %s: %w", path, err)
+		return err
 	}
+	return s.syncDir()
+}
+
+func (s *Staged) syncDir() error {
+	if err := SyncDir(s.dir); err != nil {
+		// The new file is in place; only the durability of its name is in
+		// doubt. Say so rather than pretend the write failed wholly.
+		return fmt.Errorf("in place, but syncing directory %s failed: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Abort closes and removes the temporary file, unless Commit renamed it
+// (after CommitExclusive the destination keeps the file). Deferred right
+// after Stage, it cleans up whatever happened.
+func (s *Staged) Abort() {
+	if !s.closed {
+		s.closed = true
+		_ = s.f.Close()
+	}
+	if !s.placed {
+		_ = os.Remove(s.name)
+	}
+}
+
+// Rename renames from to to, like os.Rename, and fsyncs the directory of
+// to (and of from, when it is another), so that the rename survives a
+// crash: the staged config drive is put in place this way.
+func Rename(from, to string) error {
+	if err := os.Rename(from, to); err != nil {
+		return err
+	}
+	dir := filepath.Dir(to)
 	if err := SyncDir(dir); err != nil {
-		return fmt.Errorf("create %s: in place, but syncing directory %s failed: %w", path, dir, err)
+		return fmt.Errorf("rename %s to %s: in place, but syncing directory %s failed: %w", from, to, dir, err)
+	}
+	if from := filepath.Dir(from); from != dir {
+		if err := SyncDir(from); err != nil {
+			return fmt.Errorf("rename to %s: in place, but syncing directory %s failed: %w", to, from, err)
+		}
 	}
 	return nil
 }
@@ -128,27 +227,4 @@ func SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
-}
-
-// create opens a new temporary file in dir whose name starts with a dot
-// and the destination's base name (so a leftover is recognisable), with
-// mode perm set before any data is written.
-func create(dir, base string, perm fs.FileMode) (*os.File, string, error) {
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return nil, "", err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, "", err
-	}
-	return f, f.Name(), nil
-}
-
-func finish(f *os.File) error {
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return f.Close()
 }

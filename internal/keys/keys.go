@@ -40,6 +40,7 @@ import (
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // KEKFile is the key-encryption key file's name in the data directory.
@@ -281,7 +282,7 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 		}
 		created = true
 	case err != nil:
-		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKEK, path, err)
 	}
 	m := &Manager{st: st, keyID: kf.KeyID, host: opts.Host, now: time.Now, path: path, created: created, batch: opts.RotateBatch}
 	if created {
@@ -290,7 +291,7 @@ func Open(ctx context.Context, st Store, dataDir string, opts Options) (*Manager
 	m.fileInfo = fi
 	ring, err := kf.ring()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrKEK, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKEK, path, err)
 	}
 	m.ring.Store(ring)
 
@@ -558,18 +559,25 @@ func (m *Manager) Create(ctx context.Context, req Request) (Secret, error) {
 	return s, nil
 }
 
-// CheckUUID validates a secret UUID.
+// CheckUUID validates a secret UUID (either case: model.IsUUID).
 func CheckUUID(id string) error {
-	if !uuidRE.MatchString(id) {
-		return fmt.Errorf("%w: secret uuid %q: not a UUID (8-4-4-4-12 lower-case hex digits)", ErrInvalid, id)
-	}
-	return nil
+	_, err := secretID(id)
+	return err
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+// secretID returns a secret UUID in the canonical (lower-case) form its
+// record is named by and its passphrase sealed to.
+func secretID(id string) (string, error) {
+	c, ok := uuid.Canonical(id)
+	if !ok {
+		return "", fmt.Errorf("%w: secret uuid %q: not a UUID (8-4-4-4-12 hex digits)", ErrInvalid, id)
+	}
+	return c, nil
+}
 
 func (m *Manager) load(ctx context.Context, id string) (secretRecord, error) {
-	if err := CheckUUID(id); err != nil {
+	id, err := secretID(id)
+	if err != nil {
 		return secretRecord{}, err
 	}
 	rec, err := m.st.Record(ctx, secretPrefix+id)
@@ -596,6 +604,10 @@ func (m *Manager) Get(ctx context.Context, id string) (Secret, error) {
 // Passphrase returns a secret's passphrase, unwrapped. The caller clears
 // it (clear(b)) when done and never logs it.
 func (m *Manager) Passphrase(ctx context.Context, id string) ([]byte, error) {
+	id, err := secretID(id)
+	if err != nil {
+		return nil, err
+	}
 	sr, err := m.load(ctx, id)
 	if err != nil {
 		return nil, err
@@ -635,7 +647,8 @@ func (m *Manager) List(ctx context.Context, project string) ([]Secret, error) {
 
 // Delete removes a secret; a missing one is ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if err := CheckUUID(id); err != nil {
+	id, err := secretID(id)
+	if err != nil {
 		return err
 	}
 	if err := m.st.DeleteRecord(ctx, secretPrefix+id, -1); err != nil {

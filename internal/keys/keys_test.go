@@ -370,3 +370,38 @@ func TestRequestCheck(t *testing.T) {
 		t.Errorf("CheckUUID: %v", err)
 	}
 }
+
+// TestSecretUUIDEitherCase: a secret's UUID is accepted in either case
+// (RFC 4122: case-insensitive on input) and names the same secret: its
+// metadata, its passphrase and its deletion.
+func TestSecretUUIDEitherCase(t *testing.T) {
+	ctx := context.Background()
+	st, _ := backends()[0].open(t)
+	m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Create(ctx, keys.Request{ProjectID: "p", Payload: []byte("pass")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UUID != strings.ToLower(s.UUID) {
+		t.Fatalf("created %s: not lower case", s.UUID)
+	}
+	upper := strings.ToUpper(s.UUID)
+	if err := keys.CheckUUID(upper); err != nil {
+		t.Errorf("CheckUUID(%s): %v", upper, err)
+	}
+	if got, err := m.Get(ctx, upper); err != nil || got.UUID != s.UUID {
+		t.Errorf("Get(%s) = %s, %v; want %s", upper, got.UUID, err, s.UUID)
+	}
+	if p, err := m.Passphrase(ctx, upper); err != nil || string(p) != "pass" {
+		t.Errorf("Passphrase(%s) = %q, %v", upper, p, err)
+	}
+	if err := m.Delete(ctx, upper); err != nil {
+		t.Errorf("Delete(%s): %v", upper, err)
+	}
+	if _, err := m.Get(ctx, s.UUID); !errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("Get after Delete(%s): %v, want ErrNotFound", upper, err)
+	}
+}

@@ -21,37 +21,30 @@ import (
 // ErrNoPending: the secret has no pending passphrase.
 var ErrNoPending = errors.New("no pending passphrase")
 
-// casAttempts bounds the retries of a read-modify-write of a secret
-// record that lost a compare-and-swap to another writer (a KEK rewrap).
-const casAttempts = 16
-
 // update applies fn to the secret's record and writes it back under
-// compare-and-swap, retrying when another writer got in between. fn
-// returns false when there is nothing to write.
+// compare-and-swap, retrying when another writer (a KEK rewrap) got in
+// between (store.RetryConflicts). fn returns false when there is nothing
+// to write.
 func (m *Manager) update(ctx context.Context, id string, fn func(*secretRecord) (bool, error)) error {
-	for range casAttempts {
+	return store.RetryConflicts(ctx, "secret "+id, func() error {
 		sr, err := m.load(ctx, id)
 		if err != nil {
-			return err
+			return store.Final(err)
 		}
 		write, err := fn(&sr)
 		if err != nil || !write {
-			return err
+			return store.Final(err)
 		}
 		val, err := json.Marshal(sr)
 		if err != nil {
 			return err
 		}
 		_, err = m.st.PutRecord(ctx, secretPrefix+id, val, sr.Version)
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("secret %s: %w", id, err)
 		}
-		return nil
-	}
-	return fmt.Errorf("secret %s: %w: the record kept changing (%d attempts)", id, store.ErrConflict, casAttempts)
+		return err
+	})
 }
 
 // SetPending gives the secret a new pending passphrase (PassphraseBytes

@@ -76,8 +76,9 @@ var _ = crashpoint.Declare(RotateProcedure, StepGenerationWritten, StepBatchRewr
 const DefaultRotateBatch = 512
 
 // maxConflictRounds bounds how often a rotation re-reads records that other
-// writers keep changing before it gives up (and is called again later).
-const maxConflictRounds = 20
+// writers keep changing before it gives up (and is called again later):
+// the one bound of every compare-and-swap loop.
+const maxConflictRounds = store.MaxCASAttempts
 
 // KEKInfo is the state of the KEK file.
 type KEKInfo struct {
@@ -160,7 +161,7 @@ func (m *Manager) RotateKEK(ctx context.Context, gen int64, progress func(done, 
 func (m *Manager) addGeneration(gen int64) error {
 	kf, err := readKEK(m.path)
 	if err != nil {
-		return fmt.Errorf("%w: rotate: read %s: %v", ErrKEK, m.path, err)
+		return fmt.Errorf("%w: rotate: read %s: %w", ErrKEK, m.path, err)
 	}
 	if kf.KeyID != m.keyID {
 		return fmt.Errorf("%w: rotate: %s now holds key %s, not %s: it was replaced while hostctl ran", ErrKEK, m.path, kf.KeyID, m.keyID)
@@ -193,7 +194,7 @@ func (m *Manager) addGeneration(gen int64) error {
 func (m *Manager) useRing(kf *kekFile) error {
 	r, err := kf.ring()
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrKEK, m.path, err)
+		return fmt.Errorf("%w: %s: %w", ErrKEK, m.path, err)
 	}
 	m.sealMu.Lock()
 	m.ring.Store(r)
@@ -447,39 +448,37 @@ func (m *Manager) rewrap(r *keyring, w store.WrappedSecret, id string) (store.Wr
 // current generation.
 func (m *Manager) rewrapCheck(ctx context.Context) (int, error) {
 	key := checkPrefix + m.host
-	for round := 0; ; round++ {
-		rec, err := m.st.Record(ctx, key)
-		if err != nil {
-			return 0, fmt.Errorf("rotate key-encryption key: read check record %s: %w", key, err)
+	wrote := false
+	_, err := store.Update(ctx, m.st, key, func(rec store.Record, exists bool) ([]byte, error) {
+		wrote = false
+		if !exists {
+			return nil, fmt.Errorf("rotate key-encryption key: read check record %s: %w", key, store.ErrNotFound)
 		}
 		var cr checkRecord
 		if err := json.Unmarshal(rec.Value, &cr); err != nil {
-			return 0, fmt.Errorf("rotate key-encryption key: check record %s: %w", key, err)
+			return nil, fmt.Errorf("rotate key-encryption key: check record %s: %w", key, err)
 		}
 		r := m.ring.Load()
 		if !m.isStale(cr.Check, r.cur) {
-			return 0, nil
+			return nil, nil
 		}
-		if round >= maxConflictRounds {
-			return 0, fmt.Errorf("rotate key-encryption key: check record %s changed %d times in a row", key, round)
-		}
+		var err error
 		if cr.Check, err = m.rewrap(r, cr.Check, "check:"+m.host); err != nil {
-			return 0, err
+			return nil, err
 		}
-		val, err := json.Marshal(cr)
-		if err != nil {
-			return 0, err
-		}
-		_, err = m.st.PutRecord(ctx, key, val, rec.Version)
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("rotate key-encryption key: write check record %s: %w", key, err)
-		}
-		crashpoint.Hit(crashpoint.Name(RotateProcedure, StepCheckRewrapped))
-		return 1, nil
+		wrote = true
+		return json.Marshal(cr)
+	})
+	switch {
+	case err != nil && !wrote:
+		return 0, err
+	case err != nil:
+		return 0, fmt.Errorf("rotate key-encryption key: write check record %s: %w", key, err)
+	case !wrote:
+		return 0, nil
 	}
+	crashpoint.Hit(crashpoint.Name(RotateProcedure, StepCheckRewrapped))
+	return 1, nil
 }
 
 // retire deletes from the key file the generations below the current one
@@ -492,7 +491,7 @@ func (m *Manager) rewrapCheck(ctx context.Context) (int, error) {
 func (m *Manager) retire(ctx context.Context) ([]int64, error) {
 	kf, err := readKEK(m.path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rotate: read %s: %v", ErrKEK, m.path, err)
+		return nil, fmt.Errorf("%w: rotate: read %s: %w", ErrKEK, m.path, err)
 	}
 	var old []int64
 	for g := range kf.Keys {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmeta/vmeta/internal/errkind"
+	"github.com/vmeta/vmeta/internal/uuid"
 	"github.com/vmeta/vmeta/schema"
 )
 
@@ -170,7 +171,6 @@ var (
 	scsiAddrRE = regexp.MustCompile(`^[0-9a-f]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+$`)
 	ideAddrRE  = regexp.MustCompile(`^[0-1]:[0-1]$`)
 	usbAddrRE  = regexp.MustCompile(`^[0-9a-f]+:[0-9a-f]+$`)
-	uuidRE     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
 // MetadataBus maps a disk's target bus to the bus named in device metadata,
@@ -273,7 +273,7 @@ func (in *Instance) Validate() error {
 	if in.Name == "" {
 		c.add("name", nil, "is required")
 	}
-	if in.UUID != "" && !uuidRE.MatchString(in.UUID) {
+	if in.UUID != "" && !uuid.Valid(in.UUID) {
 		c.add("uuid", in.UUID, "must be a UUID (8-4-4-4-12 hex digits)")
 	}
 	seenAddr := map[netip.Addr]int{}
@@ -378,7 +378,7 @@ func (in *Instance) Validate() error {
 	shareIDs, shareTags := map[string]int{}, map[string]int{}
 	for i, s := range in.Shares {
 		f := fmt.Sprintf("shares[%d]", i)
-		if !uuidRE.MatchString(s.ShareID) {
+		if !uuid.Valid(s.ShareID) {
 			c.add(f+".share_id", s.ShareID, "must be a UUID")
 		} else {
 			uniq(f+".share_id", "share id", s.ShareID, shareIDs, i)

@@ -77,7 +77,10 @@ func (p *Process) WaitReady(timeout, interval time.Duration, ready func() error)
 		select {
 		case <-p.done:
 			p.stopped = true
-			return fmt.Errorf("%s exited before answering: %v", p.name, p.waitErr)
+			if p.waitErr == nil {
+				return fmt.Errorf("%s exited before answering", p.name)
+			}
+			return fmt.Errorf("%s exited before answering: %w", p.name, p.waitErr)
 		default:
 		}
 		err := ready()

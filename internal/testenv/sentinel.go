@@ -159,7 +159,10 @@ func WaitReplicaSynced(r *RedisServer, deadline time.Time) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("replica %s has not synced with its primary: %q, %v", r.Addr(), info, err)
+			if err != nil {
+				return fmt.Errorf("replica %s has not synced with its primary: %w", r.Addr(), err)
+			}
+			return fmt.Errorf("replica %s has not synced with its primary: %q", r.Addr(), info)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

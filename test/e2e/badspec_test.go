@@ -179,7 +179,7 @@ func TestBadSpecsChangeNothing(t *testing.T) {
 		{name: "scsi disk with PCI address", edit: fns(set("disks.2.address", "0000:00:05.0")), want: []string{"disks[2].address", `"0000:00:05.0"`}},
 		{name: "ide disk address out of range", edit: fns(appendTo("disks", map[string]any{"name": "hdc", "bus": "ide", "address": "2:0"})), want: []string{"disks[5].address", `"2:0"`}},
 		{name: "bad MAC", edit: fns(set("nics.0.mac", "52:54:00:12:34")), want: []string{"nics[0].mac", `"52:54:00:12:34"`}},
-		{name: "share tag of 37 characters", edit: fns(set("shares.0.tag", long37)), want: []string{"shares[0].tag", `"` + long37 + `"`}},
+		{name: "share tag of 37 characters", edit: fns(set("shares", []any{map[string]any{"share_id": "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", "tag": long37}})), want: []string{"shares[0].tag", `"` + long37 + `"`}},
 		{name: "address held by another instance", only: "web-2", edit: fns(set("name", "web-2"), set("uuid", uuid2)), want: []string{"address", "127.0.0.1", "web-1"}},
 		{name: "same name, different uuid", only: "web-1", edit: fns(set("uuid", uuid2)), want: []string{"uuid", uuid2}},
 		{name: "uuid held by another instance", only: "web-2", edit: fns(set("name", "web-2"), set("addresses", []any{"127.0.0.2"})), want: []string{"uuid", uuid1}},

@@ -187,36 +187,52 @@ func TestMetadataIsolation(t *testing.T) {
 		in := insts[i]
 		for si, sv := range servers {
 			r, err := rawPut(in.addr, sv.addr, "/latest/api/token", "X-aws-ec2-metadata-token-ttl-seconds: 300")
-			if err != nil || r.status != http.StatusOK || len(r.body) == 0 {
-				return fmt.Errorf("%s: %s: PUT /latest/api/token: %v status %d body %q", sv.name, in.name, err, r.status, r.body)
+			if err != nil {
+				return fmt.Errorf("%s: %s: PUT /latest/api/token: %w", sv.name, in.name, err)
+			}
+			if r.status != http.StatusOK || len(r.body) == 0 {
+				return fmt.Errorf("%s: %s: PUT /latest/api/token: status %d body %q", sv.name, in.name, r.status, r.body)
 			}
 			tokens[si][i] = string(r.body)
 			var auth []string
 			if sv.required {
 				auth = []string{tokenHeader(tokens[si][i])}
 				// Without a token: 401 (not a cross-read; the policy is on).
-				if r, err := rawGet(in.addr, sv.addr, "/openstack/latest/meta_data.json"); err != nil || r.status != http.StatusUnauthorized {
-					return fmt.Errorf("%s: %s: GET without a token under the required policy: %v status %d, want 401", sv.name, in.name, err, r.status)
+				r, err := rawGet(in.addr, sv.addr, "/openstack/latest/meta_data.json")
+				if err != nil {
+					return fmt.Errorf("%s: %s: GET without a token under the required policy: %w", sv.name, in.name, err)
+				}
+				if r.status != http.StatusUnauthorized {
+					return fmt.Errorf("%s: %s: GET without a token under the required policy: status %d, want 401", sv.name, in.name, r.status)
 				}
 			}
 			r, err = rawGet(in.addr, sv.addr, "/openstack/latest/meta_data.json", auth...)
-			if err != nil || r.status != http.StatusOK {
-				return fmt.Errorf("%s: %s: GET its own meta_data.json: %v status %d body %q", sv.name, in.name, err, r.status, r.body)
+			if err != nil {
+				return fmt.Errorf("%s: %s: GET its own meta_data.json: %w", sv.name, in.name, err)
+			}
+			if r.status != http.StatusOK {
+				return fmt.Errorf("%s: %s: GET its own meta_data.json: status %d body %q", sv.name, in.name, r.status, r.body)
 			}
 			var md struct {
 				UUID      string `json:"uuid"`
 				ProjectID string `json:"project_id"`
 				Name      string `json:"name"`
 			}
-			if err := json.Unmarshal(r.body, &md); err != nil || md.UUID != in.uuid || md.ProjectID != in.tenant || md.Name != in.name {
-				return fmt.Errorf("%s: %s (from %s) read meta_data.json %s (%v), want uuid %s, project %s", sv.name, in.name, in.addr, r.body, err, in.uuid, in.tenant)
+			if err := json.Unmarshal(r.body, &md); err != nil {
+				return fmt.Errorf("%s: %s (from %s) read meta_data.json %s: %w", sv.name, in.name, in.addr, r.body, err)
+			}
+			if md.UUID != in.uuid || md.ProjectID != in.tenant || md.Name != in.name {
+				return fmt.Errorf("%s: %s (from %s) read meta_data.json %s, want uuid %s, project %s", sv.name, in.name, in.addr, r.body, in.uuid, in.tenant)
 			}
 			if l := leaked(r.body, i); len(l) > 0 {
 				return fmt.Errorf("%s: %s's own meta_data.json names other instances %v", sv.name, in.name, l)
 			}
 			r, err = rawGet(in.addr, sv.addr, "/openstack/latest/user_data", auth...)
-			if err != nil || r.status != http.StatusOK || string(r.body) != in.userData {
-				return fmt.Errorf("%s: %s: GET its own user_data: %v status %d body %q, want %q", sv.name, in.name, err, r.status, r.body, in.userData)
+			if err != nil {
+				return fmt.Errorf("%s: %s: GET its own user_data: %w", sv.name, in.name, err)
+			}
+			if r.status != http.StatusOK || string(r.body) != in.userData {
+				return fmt.Errorf("%s: %s: GET its own user_data: status %d body %q, want %q", sv.name, in.name, r.status, r.body, in.userData)
 			}
 		}
 		return nil

@@ -135,7 +135,7 @@ func (d *hostd) run(timeout time.Duration, args ...string) (string, error) {
 		if errors.As(err, &ee) && ctx.Err() == nil {
 			err = fmt.Errorf("exit status %d", ee.ExitCode())
 		}
-		return stdout.String(), fmt.Errorf("`hostctl %s`: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		return stdout.String(), fmt.Errorf("`hostctl %s`: %w\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return stdout.String(), nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/uuid"
 )
 
 // The flavor extra specs and image properties that ask for ephemeral
@@ -114,7 +115,7 @@ func oneOf(allowed []string) checker {
 }
 
 func uuidValue(v string) error {
-	if !isUUID(v) {
+	if !uuid.Valid(v) {
 		return fmt.Errorf("must be a UUID (8-4-4-4-12 hex digits)")
 	}
 	return nil
@@ -132,26 +133,6 @@ func sizeValue(v string) error {
 		return fmt.Errorf("must be a size in bytes (a non-negative integer)")
 	}
 	return nil
-}
-
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 var flavorKeys = map[string]checker{

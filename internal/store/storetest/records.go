@@ -25,6 +25,7 @@ var recordTests = []struct {
 	{"RecordsByPrefix", testRecordsByPrefix},
 	{"RecordKeys", testRecordKeys},
 	{"RecordsConcurrentIncrements", testRecordsConcurrent},
+	{"UpdateConcurrentIncrements", testUpdateConcurrent},
 	{"RecordsApartFromInstances", testRecordsApart},
 	{"RecordsCanceledContext", testRecordsCanceled},
 }
@@ -326,6 +327,48 @@ func testRecordsConcurrent(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	wantRecord(t, s, "counter", strconv.Itoa(workers*increments), 1+workers*increments)
+}
+
+// testUpdateConcurrent: workers increment one counter through
+// store.Update, the first creating it; no increment is lost, and an
+// Update that writes nothing leaves the version alone.
+func testUpdateConcurrent(t *testing.T, s store.Store) {
+	const workers, increments = 8, 10
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for range increments {
+				_, err := store.Update(ctx, s, "counter", func(old store.Record, exists bool) ([]byte, error) {
+					n := 0
+					if exists {
+						var err error
+						if n, err = strconv.Atoi(string(old.Value)); err != nil {
+							return nil, err
+						}
+					}
+					return []byte(strconv.Itoa(n + 1)), nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want := strconv.Itoa(workers * increments)
+	wantRecord(t, s, "counter", want, workers*increments)
+	rec, err := store.Update(ctx, s, "counter", func(store.Record, bool) ([]byte, error) { return nil, nil })
+	if err != nil || string(rec.Value) != want || rec.Version != workers*increments {
+		t.Fatalf("Update writing nothing = %q v%d, %v; want %s v%d as read", rec.Value, rec.Version, err, want, workers*increments)
+	}
+	wantRecord(t, s, "counter", want, workers*increments)
 }
 
 // testRecordsApart: records and instances do not see each other.

@@ -96,6 +96,17 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (store.Store, erro
 	}
 }
 
+// Check checks a store URL's form as Open does, without opening or
+// reaching anything: the embedded store, a bolt file's URL, or a Redis
+// scheme. Its errors show the URL only as Redact prints it.
+func Check(rawURL string) error {
+	if IsEmbedded(rawURL) {
+		return nil
+	}
+	_, _, err := parse(rawURL)
+	return err
+}
+
 type kind int
 
 const (

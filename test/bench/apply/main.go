@@ -383,7 +383,7 @@ func waitSocket(sock string, exited <-chan error) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("hostctl serve exited: %v", err)
+			return fmt.Errorf("hostctl serve exited: %w", err)
 		default:
 		}
 		if c, err := net.Dial("unix", sock); err == nil {

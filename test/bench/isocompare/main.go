@@ -101,7 +101,7 @@ func run(n int, genisoimage string) error {
 			return err
 		}
 		if msg, err := exec.Command(bin, genargs(out, dir)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("genisoimage: %v\n%s", err, msg)
+			return fmt.Errorf("genisoimage: %w\n%s", err, msg)
 		}
 		return nil
 	}

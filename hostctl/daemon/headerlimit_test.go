@@ -1,0 +1,73 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/client"
+	"github.com/vmeta/vmeta/hostctl/daemon"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// TestAdminHeaderLimit: a request line of 1 MB on the admin socket is
+// refused by the server (431) before any handler or log line sees it; a
+// request of ordinary size is served.
+func TestAdminHeaderLimit(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir())
+	var stderr testenv.SyncBuffer
+	cfg.Stdout, cfg.Stderr = &testenv.SyncBuffer{}, &stderr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- daemon.Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v\n%s", err, stderr.String())
+		}
+	}()
+	c := client.NewUnix(cfg.Socket)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := c.List(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not answer:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	status := func(path string) int {
+		t.Helper()
+		conn, err := net.Dial("unix", cfg.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		go func() {
+			// The server may answer and close before the whole line is
+			// written; the write error is of no interest.
+			_, _ = conn.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: hostctl\r\n\r\n"))
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("GET %.40s…: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("/v1/instances"); got != http.StatusOK {
+		t.Errorf("GET /v1/instances: %d, want 200", got)
+	}
+	long := "/v1/instances/" + strings.Repeat("a", 1<<20)
+	if got := status(long); got != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("GET of a 1 MB path: %d, want 431", got)
+	}
+	if strings.Contains(stderr.String(), strings.Repeat("a", 1024)) {
+		t.Errorf("the 1 MB path reached the log")
+	}
+}
