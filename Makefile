@@ -55,9 +55,32 @@ setup: ## install and start what the tests need (Debian 12, as root; idempotent)
 .PHONY: test
 # setup installed every service, so a test that would skip for want of one
 # fails instead (internal/testenv): a plain `make test` cannot pass by skipping.
-test: setup package ## install what the tests need, build the packages, then run every test (race detector on; skips of missing services fail)
+# gotestsum (pinned, through the module proxy like the linters) prints one
+# line per package with its time, and the output of each failed test; it
+# runs $(GO) test -json itself (--raw-command) and exits with its status.
+# The tests of test hooks (files with the vmetacrash build tag, as in
+# internal/crashpoint) run in a second go test with the tag. At the end: the
+# slowest packages and tests, from the JSON both runs leave in $(TEST_JSON).
+GOTESTSUM := gotest.tools/gotestsum@v1.13.0
+TEST_JSON := $(BIN)/test.json
+TEST_TAGGED := ./hostctl/shares/
+TEST_TAGGED_RUN := '^(TestAttachFaults|TestDetachFaults)$$'
+test: setup package ## install what the tests need, build the packages, then run every test (race detector on; skips of missing services fail), each package's time and the slowest at the end
 	$(GO) vet ./...
-	VMETA_REQUIRE_INTEGRATION=1 $(GO) test $(GOFLAGS_T) -race -timeout 45m ./...
+	$(GO) vet -tags vmetacrash $(TEST_TAGGED)
+	@mkdir -p $(BIN)
+	@rc=0; \
+	VMETA_REQUIRE_INTEGRATION=1 $(GO) run $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg \
+		--jsonfile $(TEST_JSON).all --raw-command -- $(GO) test -json $(GOFLAGS_T) -race -timeout 45m ./... || rc=1; \
+	VMETA_REQUIRE_INTEGRATION=1 $(GO) run $(GOTESTSUM) --format pkgname-and-test-fails \
+		--jsonfile $(TEST_JSON).tagged --raw-command -- $(GO) test -json $(GOFLAGS_T) -race -tags vmetacrash -timeout 45m -run $(TEST_TAGGED_RUN) $(TEST_TAGGED) || rc=1; \
+	cat $(TEST_JSON).all $(TEST_JSON).tagged >$(TEST_JSON) 2>/dev/null; \
+	echo "slowest packages (s):"; \
+	grep -E '^\{"Time":"[^"]*","Action":"(pass|fail)","Package":"[^"]*","Elapsed":' $(TEST_JSON) | \
+		sed -E 's/.*"Action":"([a-z]+)","Package":"([^"]*)","Elapsed":([0-9.]+).*/\3 \2 \1/' | sort -rn | head -15; \
+	echo "slowest tests (over 30s):"; \
+	$(GO) run $(GOTESTSUM) tool slowest --jsonfile $(TEST_JSON) --threshold 30s | head -25; \
+	exit $$rc
 
 .PHONY: bench
 bench: setup ## benchmarks, then whole-system comparisons side by side

@@ -777,31 +777,6 @@ func (s *Service) instanceUpdate(ctx context.Context, uuid, name string) {
 	}
 }
 
-// stepHook, when set (tests), is called before each step of attach and
-// detach; an error stops the operation there as a crash would.
-var stepHook func(step string) error
-
-// PauseEnv names a step of attach or detach (lock, apply, inactive,
-// detach-apply, unlock, delete-mapping) at which the service stops for
-// good, after a log line: test/e2e kills hostctl there (SIGKILL) to check
-// that the reconciler converges. Never set it on a real host.
-const PauseEnv = "VMETA_TEST_SHARES_PAUSE_AT"
-
-var pauseAt = os.Getenv(PauseEnv)
-
-func (s *Service) step(ctx context.Context, name string) error {
-	if stepHook != nil {
-		if err := stepHook(name); err != nil {
-			return err
-		}
-	}
-	if pauseAt != "" && pauseAt == name {
-		s.log.Warn("share operation paused for a test", "env", PauseEnv, "step", name)
-		select {} // until the test kills the process
-	}
-	return ctx.Err()
-}
-
 func decodeSpec(rec store.Instance) (*model.Instance, error) {
 	var in model.Instance
 	if err := json.Unmarshal(rec.Spec, &in); err != nil {

@@ -106,6 +106,7 @@ func waitClean(t *testing.T, d *daemon, addr string, l *testenv.Process) types.D
 // with `hostctl device clean`; started after a release, it catches up by
 // sweeping `device list --needs-cleaning`.
 func TestDeviceCleanupListener(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "devices.yaml")
 	os.WriteFile(spec, []byte(`devices:
@@ -161,6 +162,7 @@ func TestDeviceCleanupListener(t *testing.T) {
 // and needs cleaning — never silently back in the pool — and no instance
 // or domain exists.
 func TestDeviceKilledBetweenClaimAndDomain(t *testing.T) {
+	t.Parallel()
 	uri := testenv.RequireLibvirt(t)
 	requireVirtServe(t)
 	realQemuImg := testenv.LookPath(t, "qemu-img")

@@ -250,6 +250,7 @@ func TestFlavorsImagesCloudInit(t *testing.T) {
 // ext4 label ephemeral0 (what cloud-init mounts at /mnt), its swap disk
 // is swap the kernel takes, and it has the flavor's vCPUs.
 func TestFlavorGuestSeesDisks(t *testing.T) {
+	t.Parallel()
 	uri := testenv.RequireLibvirt(t)
 	qemuImg := testenv.LookPath(t, "qemu-img")
 	name := testenv.UniqueDomainName(t)

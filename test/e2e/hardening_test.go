@@ -264,6 +264,7 @@ func startRacer(t *testing.T, bin, sock, stop string) *racer {
 // Then, the socket opened to everyone by hand, the peer check still
 // refuses the unprivileged peer (SO_PEERCRED) and the daemon logs it.
 func TestAdminSocketPrivateFromTheStart(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		testenv.Require(t, "root", "starting a process as another user (uid 65534) needs root")
 	}

@@ -772,6 +772,7 @@ func TestLibvirtReconcile(t *testing.T) {
 // static address of its spec, fetches its own meta_data.json from
 // http://169.254.169.254/ and finds its config drive on the cdrom.
 func TestGuestReachesMetadata(t *testing.T) {
+	t.Parallel()
 	uri := testenv.RequireLibvirt(t)
 	testenv.LockMetadataRoute(t)
 	testenv.LookPath(t, "iptables")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,18 @@ import (
 var hostctlBin, replicaBin string
 
 func TestMain(m *testing.M) {
+	// The tests wait on daemons, guests and libvirtd far more than they
+	// compute: unless -parallel is given, run up to 4 at once (go test's
+	// default is GOMAXPROCS, 2 on a two-core machine).
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < 4 {
+		if err := flag.Set("test.parallel", "4"); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+			os.Exit(1)
+		}
+	}
 	os.Exit(runTests(m))
 }
 

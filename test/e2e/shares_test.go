@@ -71,6 +71,7 @@ func shareDomain(t *testing.T, uri string) string {
 // (409 naming the instance), detach, delete; --output json; the guest's
 // metadata lists the share while it is attached.
 func TestSharesCLI(t *testing.T) {
+	t.Parallel()
 	uri := testenv.RequireLibvirt(t)
 	d := startLibvirtDaemon(t, uri)
 	web1 := shareDomain(t, uri)
@@ -137,6 +138,7 @@ func TestSharesCLI(t *testing.T) {
 // domain's persistent XML), an interrupted detach ends with no trace. It
 // runs with the real libvirtd (without a hypervisor nothing is attached).
 func TestSharesKilledBetweenSteps(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"libvirt"} {
 		t.Run(mode, func(t *testing.T) {
 			var uri string
@@ -160,7 +162,8 @@ func TestSharesKilledBetweenSteps(t *testing.T) {
 }
 
 func killBetweenSteps(t *testing.T, uri string, args []string, step string, detach bool) {
-	d := startDaemon(t, daemonOptions{Args: args, Env: []string{shares.PauseEnv + "=" + step}})
+	// The pause exists only in a hostctl built with -tags vmetacrash.
+	d := startDaemon(t, daemonOptions{Args: args, Env: []string{shares.PauseEnv + "=" + step}, Bin: crashHostctl(t)})
 	name := "web-1"
 	if uri != "" {
 		name = "shares-" + strings.TrimPrefix(testenv.UniqueDomainName(t), "vmeta-test-")
@@ -230,6 +233,7 @@ func killBetweenSteps(t *testing.T, uri string, args []string, step string, deta
 // wins makes the delete 409, a delete that wins makes the attach 404,
 // and no mapping is ever left to a deleted share. The counts are printed.
 func TestSharesRaceTwoHosts(t *testing.T) {
+	t.Parallel()
 	url := testenv.StartRedis(t)
 	uri := testenv.RequireLibvirt(t)
 	requireVirtServe(t)
@@ -318,6 +322,7 @@ func TestSharesRaceTwoHosts(t *testing.T) {
 // source written in the spec, and any spec share under --virt none are
 // refused with the field and nothing is stored. Issue 20, item 16.
 func TestSharesInSpec(t *testing.T) {
+	t.Parallel()
 	uri := testenv.RequireLibvirt(t)
 	d := startLibvirtDaemon(t, uri)
 	name := shareDomain(t, uri)

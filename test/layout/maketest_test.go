@@ -44,6 +44,14 @@ func TestMakeTestRequiresIntegration(t *testing.T) {
 	tests := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		env, args, _ := strings.Cut(line, " ")
+		// gotestsum runs go test itself: `go run gotestsum … --raw-command
+		// -- <go> test -json …` (the stand-in does not run it; the
+		// environment it records is the one gotestsum would pass on).
+		if strings.HasPrefix(args, "run gotest.tools/gotestsum") {
+			if _, raw, ok := strings.Cut(args, " --raw-command -- "); ok {
+				_, args, _ = strings.Cut(raw, " ")
+			}
+		}
 		if !strings.HasPrefix(args, "test ") {
 			continue
 		}
