@@ -38,6 +38,9 @@ func wireInstance(in *controller.Instance) *types.Instance {
 	for _, bd := range in.BlockDevices {
 		out.BlockDevices = append(out.BlockDevices, wireBlockDevice(bd))
 	}
+	for _, d := range in.HostDevices {
+		out.HostDevices = append(out.HostDevices, types.HostDevice{Kind: d.Kind, Detail: d.Detail})
+	}
 	return out
 }
 

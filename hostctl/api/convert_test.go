@@ -84,7 +84,7 @@ func TestWireInstance(t *testing.T) {
 	got := wireInstance(&in)
 	want := `{"spec":` + jsonOf(t, in.Spec) + `,"revision":7,"document_version":7,"config_drive":"s","host":"s","state":"s","fault":"s",` +
 		`"devices":[` + jsonOf(t, in.Devices[0]) + `],"transports":[{"name":"s","revision":7,"next_boot":7,"note":"s"}],"warnings":["s"],` +
-		`"block_devices":[` + jsonOf(t, wireBlockDevice(in.BlockDevices[0])) + `]}`
+		`"block_devices":[` + jsonOf(t, wireBlockDevice(in.BlockDevices[0])) + `],"host_devices":[{"kind":"s","detail":"s"}]}`
 	if g := jsonOf(t, got); g != want {
 		t.Errorf("wire instance\n got %s\nwant %s", g, want)
 	}

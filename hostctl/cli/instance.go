@@ -162,7 +162,26 @@ func instanceShow(ctx context.Context, c *Call) error {
 	if err := printDevices(env, inst); err != nil {
 		return err
 	}
+	if err := printHostDevices(env, inst); err != nil {
+		return err
+	}
 	return printBlockDevices(env, inst)
+}
+
+// printHostDevices prints the domain devices the host's parts give the
+// instance (a watchdog).
+func printHostDevices(env Env, inst *types.Instance) error {
+	if len(inst.HostDevices) == 0 {
+		return nil
+	}
+	fmt.Fprintln(env.Stdout)
+	fmt.Fprintln(env.Stdout, "Host devices:")
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tDEVICE")
+	for _, d := range inst.HostDevices {
+		fmt.Fprintf(tw, "%s\t%s\n", d.Kind, d.Detail)
+	}
+	return tw.Flush()
 }
 
 // printTransports prints the metadata revision each transport carries to

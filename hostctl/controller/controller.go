@@ -54,6 +54,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -130,6 +131,8 @@ type Controller struct {
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 	devices    Devices
+
+	parts []part.Part // the host features, in registration order (parts.go)
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -247,6 +250,10 @@ type Options struct {
 	// (--metadata-trusted-proxies): an instance address inside one is
 	// refused at apply (proxynets.go).
 	ProxyNetworks []netip.Prefix
+
+	// Parts are the host features the daemon registers (hostctl/part);
+	// the core calls their phases, in this order, for every operation.
+	Parts []part.Part
 }
 
 // New returns a controller over st. With a Hypervisor it also starts the
@@ -264,7 +271,7 @@ func newController(st Store, opts Options) *Controller {
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices,
-		proxyNets: opts.ProxyNetworks}
+		proxyNets: opts.ProxyNetworks, parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
@@ -384,7 +391,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	keepGuestAddresses(old, in)
-	inst, err := c.drv.apply(ctx, in, old, expect)
+	inst, err := c.drv.apply(ctx, part.Apply, in, old, expect)
 	if err != nil {
 		undo()
 		return nil, err
@@ -725,6 +732,11 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	}
 	inst.Devices = devs
 	inst.BlockDevices = bds
+	if withVersion { // instance show, not every list entry (a flavor and an image read each)
+		if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // parts.go
+			return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
+		}
+	}
 	return inst, nil
 }
 
@@ -737,6 +749,9 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	defer c.locks.Lock(name)()
 	rec, err := c.ownRecord(ctx, "delete", name)
 	if err != nil {
+		return err
+	}
+	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // parts.go
 		return err
 	}
 	r := revert.New(c.log, "delete "+name)
@@ -767,7 +782,8 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
 		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
-	c.forgetVMState(ctx, name, rec.UUID) // a shelved instance's image (vmstate.go)
+	c.forgetVMState(ctx, name, rec.UUID)   // a shelved instance's image (vmstate.go)
+	c.afterRecordParts(ctx, "delete", rec) // parts.go
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

@@ -40,6 +40,11 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// A shelved instance holds no devices (shelve released them) and
+	// does not start: nothing is claimed for it here.
+	if err := c.refuseVMState(ctx, "start", rec); err != nil { // vmstate.go
+		return err
+	}
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -42,7 +43,7 @@ type Domains interface {
 // it. Then: disks, define, read the XML back into the instance, DHCP
 // leases, render and publish (config drive, store Put). A failure at any
 // step undoes the steps before it.
-func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
+func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
 	name := in.Name
 	if old != nil {
 		carryOver(old, in)
@@ -64,6 +65,9 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
+	}
+	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
+		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	plans, err := c.planDisks(ctx, in)
 	if err != nil {
@@ -90,6 +94,11 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 		changes = []string{"the domain exists but hostctl has no record of it"}
 	default:
 		changes = hardwareChanges(old, in)
+		if ch, err := c.partsChange(ctx, old, in); err != nil { // parts.go
+			return nil, fmt.Errorf("%s %s: %w", op, name, err)
+		} else if ch != "" {
+			changes = append(changes, ch)
+		}
 	}
 	if cur != nil && cur.running && len(changes) > 0 {
 		return nil, fmt.Errorf("apply %s: %w: the domain is running and the spec changes its hardware (%s); "+
@@ -114,6 +123,9 @@ func (c *Controller) applyDomain(ctx context.Context, in *model.Instance, old *m
 	if cur == nil || len(changes) > 0 {
 		if err := c.encryptedSources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+		if err := c.prepareParts(ctx, op, r, in, &host); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", op, name, err)
 		}
 		doc, err := virt.BuildDomain(in, host, c.dom)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -17,7 +18,8 @@ import (
 type driver interface {
 	// apply creates or updates the instance in (old is its stored spec,
 	// nil for a new one) and publishes it, expecting revision expect.
-	apply(ctx context.Context, in, old *model.Instance, expect int64) (*Instance, error)
+	// op is the operation (apply, resize, rebuild) the parts see.
+	apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error)
 	// remove takes down what an instance has besides its record and files
 	// (its domain, its DHCP leases), registering the undo steps on r.
 	remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error
@@ -49,7 +51,10 @@ type driver interface {
 // hot-plug and reconciling are refused or have nothing to do.
 type noDriver struct{ c *Controller }
 
-func (d noDriver) apply(ctx context.Context, in, _ *model.Instance, expect int64) (_ *Instance, err error) {
+func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, expect int64) (_ *Instance, err error) {
+	if err := d.c.checkParts(ctx, op, in); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, in.Name, err)
+	}
 	if err := d.c.checkAddresses(ctx, in); err != nil {
 		return nil, err
 	}
@@ -92,8 +97,8 @@ func (noDriver) startReconciler()                {}
 // dhcp.go, reconcile.go).
 type libvirtDriver struct{ c *Controller }
 
-func (d libvirtDriver) apply(ctx context.Context, in, old *model.Instance, expect int64) (*Instance, error) {
-	return d.c.applyDomain(ctx, in, old, expect)
+func (d libvirtDriver) apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error) {
+	return d.c.applyDomain(ctx, op, in, old, expect)
 }
 
 func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"strings"
 	"time"
 
@@ -183,7 +184,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 		return nil, fmt.Errorf("reboot %s: %w", name, err)
 	}
 	unlock := c.locks.Lock(name)
-	rec, cur, err := c.powerTarget(ctx, "reboot", name)
+	rec, cur, err := c.powerTarget(ctx, "reboot", part.RebootHard, name)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -221,7 +222,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 
 func (c *Controller) softReboot(ctx context.Context, name string) (*Instance, error) {
 	unlock := c.locks.Lock(name)
-	rec, cur, err := c.powerTarget(ctx, "reboot", name)
+	rec, cur, err := c.powerTarget(ctx, "reboot", part.RebootSoft, name)
 	var reason string
 	if err == nil {
 		reason, err = c.faultOf(ctx, rec.UUID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -92,6 +93,13 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err e
 	if err := c.ownerDown(ctx, "adopt "+name, rec); err != nil {
 		return nil, err
 	}
+	if err := c.checkRecordParts(ctx, part.Adopt, rec); err != nil { // parts.go
+		return nil, err
+	}
+	afterState, err := c.adoptState(ctx, rec) // vmstate.go
+	if err != nil {
+		return nil, err
+	}
 	doc, err := c.store.Document(ctx, rec.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("adopt %s: %w", name, err)
@@ -108,6 +116,14 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err e
 		c.notify.Invalidate(rec.UUID)
 	}
 	c.log.Info("instance adopted", "name", name, "from", prev, "host", c.hostName)
+	if err := afterState(); err != nil {
+		return nil, err
+	}
+	if st, _, _ := c.vmStateOf(ctx, rec.UUID); st.State == StateShelved {
+		// No instance files while shelved: unshelve's start builds the
+		// drive.
+		return c.Get(ctx, name)
+	}
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		c.log.Warn("adopted; the config drive could not be rebuilt here yet", "name", name, "err", err)
 	}
@@ -132,6 +148,9 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 	if err := c.ownerDown(ctx, "delete "+name+" from the store", rec); err != nil {
 		return nil, err
 	}
+	if err := c.checkRecordParts(ctx, part.ForceDelete, rec); err != nil { // parts.go
+		return nil, err
+	}
 	if err := c.store.Delete(ctx, name); err != nil {
 		return nil, fmt.Errorf("delete %s from the store: %w", name, err)
 	}
@@ -144,6 +163,7 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		fmt.Sprintf("the domain %s, its disks and files on host %s (remove them there if the host comes back)", name, rec.Host),
 		fmt.Sprintf("DHCP host entries of %s in host %s's libvirt network", name, rec.Host),
 	}
+	left = append(left, c.forceForgetState(ctx, rec)...) // a shelve's or rescue's state (vmstate.go)
 	if h := c.sharesHook(); h != nil {
 		// Its share mappings go (the shares are unlocked); NFS mounts
 		// on the dead host are unmounted by its share reconciler if it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,7 +35,7 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 		return nil, err
 	}
 	unlock := c.locks.Lock(name)
-	rec, cur, err := c.powerTarget(ctx, "start", name)
+	rec, cur, err := c.powerTarget(ctx, "start", part.Start, name)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -83,6 +84,9 @@ func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error 
 	if h != nil {
 		h.StartDone(ctx, rec.UUID, err)
 	}
+	if err == nil {
+		c.afterRecordParts(ctx, "start", rec) // parts.go
+	}
 	return err
 }
 
@@ -95,7 +99,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		timeout = DefaultStopTimeout
 	}
 	unlock := c.locks.Lock(name)
-	rec, cur, err := c.powerTarget(ctx, "stop", name)
+	rec, cur, err := c.powerTarget(ctx, "stop", part.Stop, name)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -115,6 +119,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		if h := c.sharesHook(); h != nil {
 			h.Stopped(ctx, rec.UUID)
 		}
+		c.afterRecordParts(ctx, "stop", rec) // parts.go
 	}
 	unlock()
 	if err != nil {
@@ -159,7 +164,7 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 	return []string{fmt.Sprintf("the guest did not shut down within %s; the domain was powered off", timeout)}, nil
 }
 
-func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.Instance, *curDomain, error) {
+func (c *Controller) powerTarget(ctx context.Context, op string, pop part.Op, name string) (store.Instance, *curDomain, error) {
 	// Ownership first: another host's instance is refused naming its
 	// host, whatever this host's hypervisor mode.
 	rec, err := c.ownRecord(ctx, op, name)
@@ -170,6 +175,9 @@ func (c *Controller) powerTarget(ctx context.Context, op, name string) (store.In
 		return store.Instance{}, nil, err
 	}
 	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
+		return store.Instance{}, nil, err
+	}
+	if err := c.checkRecordParts(ctx, pop, rec); err != nil { // parts.go
 		return store.Instance{}, nil, err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)

@@ -36,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"path/filepath"
 	"time"
 
@@ -108,6 +109,9 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 	if err != nil {
 		return err
 	}
+	if err := c.checkParts(ctx, part.Rescue, in); err != nil { // parts.go
+		return fmt.Errorf("rescue %s: %w", name, err)
+	}
 	root := rootIndex(in)
 	if root < 0 {
 		return fmt.Errorf("rescue %s: %w: the instance has no disk to rescue", name, ErrState)
@@ -164,6 +168,9 @@ func (c *Controller) rescueLocked(ctx context.Context, name string, req RescueRe
 	}
 	if err := c.putVMState(ctx, r, rec.UUID, vmState{Instance: name, State: StateRescue, RescueImage: img.Name, Domain: cur.inactive,
 		RescueSecret: rk.keyID, RescueLibvirtSecret: rk.libvirtUUID}); err != nil {
+		return fmt.Errorf("rescue %s: %w", name, err)
+	}
+	if err := c.prepareParts(ctx, part.Rescue, r, in, &host); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
 	doc, err := virt.BuildDomain(rin, host, c.dom)
@@ -343,6 +350,9 @@ func (c *Controller) Unrescue(ctx context.Context, name string) (_ *Instance, er
 func (c *Controller) unrescueLocked(ctx context.Context, name string) (_, _ string, err error) {
 	rec, err := c.ownRecord(ctx, "unrescue", name)
 	if err != nil {
+		return "", "", err
+	}
+	if err := c.checkRecordParts(ctx, part.Unrescue, rec); err != nil { // parts.go
 		return "", "", err
 	}
 	if err := c.drv.require("unrescue", name); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -122,7 +123,7 @@ func (c *Controller) Resize(ctx context.Context, name, flavorName string) (_ *In
 		}
 		r.Add("shrink disk "+p+" back", func(ctx context.Context) error { return c.resizeDisk(ctx, old, d.Name, p, before, true) })
 	}
-	inst, err := c.drv.apply(ctx, in, withSizesOf(old, in), rec.Revision)
+	inst, err := c.drv.apply(ctx, part.Resize, in, withSizesOf(old, in), rec.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
@@ -200,7 +201,7 @@ func (c *Controller) Rebuild(ctx context.Context, name, imageName string) (_ *In
 			return nil, fmt.Errorf("rebuild %s: %w", name, err)
 		}
 	}
-	inst, err := c.drv.apply(ctx, in, old, rec.Revision)
+	inst, err := c.drv.apply(ctx, part.Rebuild, in, old, rec.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}

@@ -32,6 +32,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
 	"path/filepath"
 	"time"
@@ -60,6 +61,9 @@ func (c *Controller) Shelve(ctx context.Context, name string) (_ *Instance, err 
 	defer c.observe("shelve", time.Now(), &err)
 	unlock := c.locks.Lock(name)
 	rec, in, err := c.stoppedInstance(ctx, "shelve", name)
+	if err == nil {
+		err = c.checkRecordParts(ctx, part.Shelve, rec) // parts.go
+	}
 	if err != nil {
 		unlock()
 		return nil, err
@@ -110,6 +114,11 @@ func (c *Controller) shelveLocked(ctx context.Context, in *model.Instance) (err 
 	if err := c.removeDomain(ctx, r, in); err != nil {
 		return err
 	}
+	// The parts give back what the instance held on this host (its
+	// passthrough devices), undone with the rest on failure.
+	if err := c.prepareParts(ctx, part.Shelve, r, in, &virt.Host{}); err != nil { // parts.go
+		return err
+	}
 	// The instance's files move aside in one rename, back on failure.
 	dir := c.instanceDir(in.Name)
 	aside := filepath.Join(c.dataDir, "instances", ".shelved-"+in.Name)
@@ -127,6 +136,12 @@ func (c *Controller) shelveLocked(ctx context.Context, in *model.Instance) (err 
 		c.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
 	}
 	c.pruneMedia(in.Name, "")
+	if h := c.sharesHook(); h != nil {
+		// The instance was stopped: its share mappings are inactive and
+		// their host mounts released; a stop whose release failed is
+		// retried here (the mappings stay, unshelve's start mounts again).
+		h.Stopped(ctx, in.UUID)
+	}
 	// A stopped domain's passphrases are not in libvirt; any left by a
 	// crash go now (the reconciler would sweep them too).
 	if err := c.undefineSecrets(ctx, in.UUID); err != nil {
@@ -146,6 +161,10 @@ func (c *Controller) Unshelve(ctx context.Context, name string) (_ *Instance, er
 		return nil, err
 	}
 	if err := c.drv.require("unshelve", name); err != nil {
+		unlock()
+		return nil, err
+	}
+	if err := c.checkRecordParts(ctx, part.Unshelve, rec); err != nil { // parts.go
 		unlock()
 		return nil, err
 	}
@@ -249,6 +268,14 @@ func (c *Controller) unshelveLocked(ctx context.Context, uuid string, st vmState
 	if err := c.encryptedSources(ctx, in, &host); err != nil {
 		return nil, err
 	}
+	was := clone(in)
+	if err := c.prepareParts(ctx, part.Unshelve, r, in, &host); err != nil { // parts.go
+		return nil, err
+	}
+	// A part completed the spec (passthrough devices claimed again are
+	// other devices): the domain gets the new spec, which is published
+	// once the unshelve stands.
+	republish := !sameSpec(was, in)
 	doc, err := virt.BuildDomain(in, host, c.dom)
 	if err != nil {
 		return nil, err
@@ -257,6 +284,11 @@ func (c *Controller) unshelveLocked(ctx context.Context, uuid string, st vmState
 		return nil, err
 	}
 	r.Add("remove domain "+in.Name, func(ctx context.Context) error { return c.domains.Remove(ctx, in.Name) })
+	if republish {
+		if _, err := c.readBack(ctx, in); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.dropVMState(ctx, r, uuid, st, ver); err != nil {
 		return nil, err
 	}
@@ -266,6 +298,14 @@ func (c *Controller) unshelveLocked(ctx context.Context, uuid string, st vmState
 		return nil, err
 	}
 	r.Success()
+	if republish {
+		pr := revert.New(c.log, "publish unshelved "+in.Name)
+		var perr error
+		defer pr.Fail(&perr)
+		if _, perr = c.publish(ctx, pr, in, rec.Revision); perr != nil {
+			return unused, fmt.Errorf("unshelved, but the spec the parts completed was not published (apply it again): %w", perr)
+		}
+	}
 	return unused, nil
 }
 

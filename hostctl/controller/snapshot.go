@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,6 +111,9 @@ func (c *Controller) snapshot(ctx context.Context, name string, req SnapshotRequ
 	_, in, err := c.stoppedInstance(ctx, "snapshot", name)
 	if err != nil {
 		return images.Image{}, err
+	}
+	if err := c.checkParts(ctx, part.Snapshot, in); err != nil { // parts.go
+		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	if c.domains == nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w: this host runs without a hypervisor (--virt none) and made no disk to copy", name, ErrState)

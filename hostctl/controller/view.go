@@ -35,6 +35,16 @@ type Instance struct {
 	// BlockDevices are the block-device records of the disks hostctl
 	// created (never a passphrase).
 	BlockDevices []encryption.BlockDevice
+	// HostDevices are the domain devices the host's parts give the
+	// instance (a watchdog; Get only).
+	HostDevices []HostDevice
+}
+
+// HostDevice is one domain device a host part gives an instance: the
+// part's kind and what the device is.
+type HostDevice struct {
+	Kind   string
+	Detail string
 }
 
 // Transport is one transport of an instance's metadata (Name: one of

@@ -211,3 +211,61 @@ func (c *Controller) shelvedUsing(ctx context.Context, name string) ([]string, e
 	}
 	return out, nil
 }
+
+// adoptState is what Adopt does about a shelved or rescued instance,
+// checked before the record changes hands: a shelved instance's root disk
+// is an image of its old host's catalog, so it is adopted only when this
+// host's catalog has that image (imported here first); a rescue ran on
+// the old host's libvirt, so the adopted instance leaves it (its spec
+// defines the domain here, as for any adopted instance). It returns what
+// to do once the record is this host's: drop a rescue's state record.
+func (c *Controller) adoptState(ctx context.Context, rec store.Instance) (after func() error, _ error) {
+	st, ver, err := c.vmStateOf(ctx, rec.UUID)
+	if err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", rec.Name, err)
+	}
+	switch st.State {
+	case StateShelved:
+		img, err := c.imageOf(ctx, st.ShelvedImage)
+		switch {
+		case err == nil && img == nil:
+			return nil, fmt.Errorf("adopt %s: %w: the instance is %s and its root disk is image %s of host %s's catalog, which this host does not have: import it here (hostctl image import %s) first",
+				rec.Name, ErrState, st.State, st.ShelvedImage, rec.Host, st.ShelvedImage)
+		case err != nil:
+			return nil, fmt.Errorf("adopt %s: shelved image %s: %w", rec.Name, st.ShelvedImage, err)
+		}
+		return func() error { return nil }, nil
+	case StateRescue:
+		return func() error {
+			if err := c.dropVMState(ctx, nil, rec.UUID, st, ver); err != nil {
+				return fmt.Errorf("adopt %s: adopted, but the rescue it was in on host %s is still recorded: %w", rec.Name, rec.Host, err)
+			}
+			c.log.Info("adopted instance leaves the rescue it was in on its old host", "name", rec.Name, "from", rec.Host, "rescue_image", st.RescueImage)
+			return nil
+		}, nil
+	}
+	return func() error { return nil }, nil
+}
+
+// forceForgetState removes the state record of an instance deleted from
+// the store by force and says what stays on its dead host: a shelved
+// instance's image in that host's catalog, a rescue's domain.
+func (c *Controller) forceForgetState(ctx context.Context, rec store.Instance) []string {
+	st, ver, err := c.vmStateOf(ctx, rec.UUID)
+	if err != nil {
+		return []string{fmt.Sprintf("the state record of %s (not read: %v)", rec.Name, err)}
+	}
+	var left []string
+	switch st.State {
+	case "":
+		return nil
+	case StateShelved:
+		left = append(left, fmt.Sprintf("the shelved image %s in host %s's image catalog (delete it there: hostctl image delete %s)", st.ShelvedImage, rec.Host, st.ShelvedImage))
+	case StateRescue:
+		left = append(left, fmt.Sprintf("the rescue domain of %s and its rescue disk on host %s", rec.Name, rec.Host))
+	}
+	if err := c.dropVMState(ctx, nil, rec.UUID, st, ver); err != nil && !errors.Is(err, store.ErrNotFound) {
+		left = append(left, fmt.Sprintf("the state record of %s (%v)", rec.Name, err))
+	}
+	return left
+}

@@ -452,6 +452,7 @@ func (s *serve) startController(context.Context) error {
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: s.prober.Support,
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
+		Parts:             Parts(s.inv),            // parts.go
 	}))
 	return nil
 }

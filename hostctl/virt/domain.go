@@ -157,6 +157,10 @@ type Host struct {
 	// spec name itself when absent, Options.DefaultNetwork when the spec
 	// names none.
 	Networks map[string]string
+	// Extra are device elements the controller's parts contribute
+	// (hostctl/part: a watchdog), each one XML element, appended to
+	// <devices> as given.
+	Extra [][]byte
 }
 
 // SMBIOS identity: cloud-init's OpenStack datasource only runs on x86 when
@@ -387,6 +391,14 @@ func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error
 		dev.Serials = []serialXML{{Type: "pty", Log: &serialLog{File: p, Append: "on"}}}
 	}
 	dev.RNGs = []rngXML{{Model: "virtio", Backend: rngBackendXML{Model: "random", Value: "/dev/urandom"}}}
+	for i, raw := range host.Extra {
+		e, err := parseExtraDevice(raw)
+		if err != nil {
+			add(fieldErr(fmt.Sprintf("extra device %d", i), "%v", err))
+			continue
+		}
+		dev.Extra = append(dev.Extra, e)
+	}
 
 	// Controllers: a virtio-scsi HBA for every SCSI controller index in
 	// use, and controller 0 always, so SCSI disks can be hot-plugged (left

@@ -109,6 +109,15 @@ type devicesXML struct {
 	Hostdevs    []hostdevXML    `xml:"hostdev"`
 	Serials     []serialXML     `xml:"serial"`
 	RNGs        []rngXML        `xml:"rng"`
+	// Extra are the parts' devices (Host.Extra), written as given.
+	Extra []extraDeviceXML `xml:",any"`
+}
+
+// extraDeviceXML is one device element a part contributes.
+type extraDeviceXML struct {
+	XMLName xml.Name
+	Attrs   []xml.Attr `xml:",any,attr"`
+	Inner   []byte     `xml:",innerxml"`
 }
 
 type diskXML struct {

@@ -45,6 +45,15 @@ type Instance struct {
 	// BlockDevices are the block-device records of the disks hostctl
 	// created (encryption as created and verified; never a passphrase).
 	BlockDevices []BlockDevice `json:"block_devices,omitempty"`
+	// HostDevices are the domain devices the host's parts give the
+	// instance (a watchdog), for `instance show`.
+	HostDevices []HostDevice `json:"host_devices,omitempty"`
+}
+
+// HostDevice is one domain device a host part gives an instance.
+type HostDevice struct {
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
 }
 
 // The transports that carry an instance's metadata to its guest.

@@ -1,0 +1,43 @@
+package daemon
+
+import (
+	"testing"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+)
+
+// TestPartsAnswerEveryOperation is the parts × operations table: every
+// registered part declares what it does (act, refuse with a reason,
+// nothing) for every operation, so a new operation or a new part cannot
+// silently forget the other.
+func TestPartsAnswerEveryOperation(t *testing.T) {
+	parts := Parts(nil)
+	if len(parts) == 0 {
+		t.Fatal("no parts registered")
+	}
+	names := map[string]bool{}
+	for _, p := range parts {
+		if names[p.Name()] {
+			t.Errorf("part %s registered twice", p.Name())
+		}
+		names[p.Name()] = true
+		for _, op := range p.Answers().Missing() {
+			t.Errorf("part %s declares no (valid) answer for operation %s", p.Name(), op)
+		}
+		for op := range p.Answers() {
+			if !isOp(op) {
+				t.Errorf("part %s answers %q, which is no operation", p.Name(), op)
+			}
+		}
+	}
+	t.Logf("parts × operations:\n%s", part.Table(parts))
+}
+
+func isOp(op part.Op) bool {
+	for _, o := range part.Ops() {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}

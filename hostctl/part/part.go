@@ -1,0 +1,217 @@
+// Package part is the contract between hostctl's controller core and the
+// host features around it (issue 22: "parts").
+//
+// A part is one host feature — a watchdog, passthrough devices, shares,
+// encrypted disks — in its own package. It implements Part: the core
+// calls its phases, in a fixed order, for every operation on an
+// instance:
+//
+//	Check       refuse the operation with a reason (nothing changed yet)
+//	Prepare     contribute domain devices, register undo steps on the
+//	            operation's revert
+//	AfterStart  the domain runs
+//	AfterStop   the domain is shut off
+//	AfterDelete the instance is gone
+//
+// Every operation is an Op value every part sees, and every part
+// declares, in Answers, what it does for every operation: act, refuse
+// (with the reason), or nothing. A table test in hostctl/daemon, over
+// every registered part and every Op, fails when a part has not declared
+// its answer: a new operation or a new part cannot silently forget the
+// other.
+//
+// This package imports nothing of hostctl but the instance model and the
+// revert helper; parts import it, the core iterates them, the daemon
+// registers them.
+package part
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+)
+
+// Op is an operation on an instance.
+type Op string
+
+// The operations. Every part answers every one of them (Ops lists them).
+const (
+	Apply       Op = "apply"
+	Start       Op = "start"
+	Stop        Op = "stop"
+	RebootSoft  Op = "reboot-soft"
+	RebootHard  Op = "reboot-hard"
+	Delete      Op = "delete"
+	ForceDelete Op = "force-delete"
+	Adopt       Op = "adopt"
+	Shelve      Op = "shelve"
+	Unshelve    Op = "unshelve"
+	Rescue      Op = "rescue"
+	Unrescue    Op = "unrescue"
+	Resize      Op = "resize"
+	Rebuild     Op = "rebuild"
+	Snapshot    Op = "snapshot"
+)
+
+// Ops returns every operation, in a fixed order.
+func Ops() []Op {
+	return []Op{Apply, Start, Stop, RebootSoft, RebootHard, Delete, ForceDelete, Adopt,
+		Shelve, Unshelve, Rescue, Unrescue, Resize, Rebuild, Snapshot}
+}
+
+// Action is what a part does for an operation.
+type Action int
+
+// The actions a part can declare.
+const (
+	// Nothing: the operation does not concern the part.
+	Nothing Action = iota + 1
+	// Act: the core calls the part's phases for the operation.
+	Act
+	// Refuse: the operation is refused for an instance that uses the
+	// part (Check names the reason).
+	Refuse
+)
+
+func (a Action) String() string {
+	switch a {
+	case Nothing:
+		return "nothing"
+	case Act:
+		return "act"
+	case Refuse:
+		return "refuse"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Answer is a part's declaration for one operation. Why is required for
+// Refuse (the reason the refusal gives) and says what Act does.
+type Answer struct {
+	Do  Action
+	Why string
+}
+
+// Answers is a part's declaration for every operation.
+type Answers map[Op]Answer
+
+// Missing lists the operations a has no valid answer for: none, an
+// unknown action, or a refusal without a reason.
+func (a Answers) Missing() []Op {
+	var out []Op
+	for _, op := range Ops() {
+		ans, ok := a[op]
+		switch {
+		case !ok, ans.Do < Nothing || ans.Do > Refuse, ans.Do == Refuse && strings.TrimSpace(ans.Why) == "":
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// Instance is what a part sees of the instance an operation is about.
+type Instance struct {
+	// Spec is the instance's spec (its flavor laid out); parts read it
+	// and, in Prepare, may complete it.
+	Spec *model.Instance
+	// FlavorExtraSpecs are the extra specs of the instance's registered
+	// flavor (nil without one).
+	FlavorExtraSpecs map[string]string
+	// ImageProperties are the properties of the instance's image (nil
+	// without one).
+	ImageProperties map[string]string
+}
+
+// Device is a domain device a part gives an instance.
+type Device struct {
+	// Kind names the part ("watchdog"), Detail what the device is
+	// ("i6300esb, action reset"), both for `hostctl instance show`.
+	Kind   string
+	Detail string
+	// XML is the device element for the domain's <devices> (one element).
+	XML []byte
+}
+
+// Contribution collects what the parts' Prepare give a domain.
+type Contribution struct {
+	Devices []Device
+}
+
+// Part is one host feature as the core drives it. The core calls Check of
+// every part that does not answer Nothing before it changes anything,
+// then Prepare of every part that answers Act, in registration order;
+// AfterStart, AfterStop and AfterDelete after the hypervisor did so.
+// A part must be safe for concurrent use (the core holds the instance's
+// lock, not a global one).
+type Part interface {
+	// Name names the part (unique among the registered parts).
+	Name() string
+	// Answers declares what the part does for every operation.
+	Answers() Answers
+	// Check refuses op for in with an error naming the reason (for
+	// Refuse answers: only when in uses the part); it changes nothing.
+	Check(ctx context.Context, op Op, in *Instance) error
+	// Prepare contributes the part's domain devices for op to c and
+	// registers on r the undo of anything it changed.
+	Prepare(ctx context.Context, op Op, in *Instance, r *revert.Reverter, c *Contribution) error
+	// Devices lists the devices the part gives in (instance show); no
+	// side effects.
+	Devices(in *Instance) ([]Device, error)
+	// AfterStart, AfterStop and AfterDelete follow the domain's start,
+	// stop and the instance's deletion; an error is reported, not undone.
+	AfterStart(ctx context.Context, in *Instance) error
+	AfterStop(ctx context.Context, in *Instance) error
+	AfterDelete(ctx context.Context, in *Instance) error
+}
+
+// Refusal is the error a Check returns for a Refuse answer.
+func Refusal(p Part, op Op, in *Instance) error {
+	return &RefusedError{Part: p.Name(), Op: op, Instance: in.Spec.Name, Reason: p.Answers()[op].Why}
+}
+
+// RefusedError says a part refused an operation.
+type RefusedError struct {
+	Part     string
+	Op       Op
+	Instance string
+	Reason   string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%s %s: refused by %s: %s", e.Op, e.Instance, e.Part, e.Reason)
+}
+
+// Table renders parts × operations as text (for the closing note and
+// the table test's log).
+func Table(parts []Part) string {
+	var b strings.Builder
+	names := make([]string, 0, len(parts))
+	byName := map[string]Answers{}
+	for _, p := range parts {
+		names = append(names, p.Name())
+		byName[p.Name()] = p.Answers()
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "%-13s", "op")
+	for _, n := range names {
+		fmt.Fprintf(&b, " %-12s", n)
+	}
+	b.WriteString("\n")
+	for _, op := range Ops() {
+		fmt.Fprintf(&b, "%-13s", op)
+		for _, n := range names {
+			ans, ok := byName[n][op]
+			s := "MISSING"
+			if ok {
+				s = ans.Do.String()
+			}
+			fmt.Fprintf(&b, " %-12s", s)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

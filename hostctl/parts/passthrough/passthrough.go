@@ -1,0 +1,159 @@
+// Package passthrough is the host part of an instance's passthrough PCI
+// devices (hostctl/part) across shelve and unshelve: Nova's shelve
+// offload gives the host's resources back, its PCI claims included, and
+// unshelve claims them again.
+//
+// Shelve releases every device the instance holds (a one-time-use device
+// stays burned: it needs cleaning before anyone, this instance included,
+// has it again); unshelve claims the instance's pci_aliases and direct
+// one-time-use entries again — the same devices when they are free,
+// another of the alias otherwise — and completes the spec with what it
+// holds, keeping each unchanged device's guest address. A direct
+// one-time-use device burned by the shelve refuses the unshelve (the
+// inventory names it) until it is cleaned.
+//
+// The claims of apply and the release of delete are still made by the
+// controller core (its devices.go); moving them here is the next step.
+package passthrough
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+)
+
+// Inventory is the host's device inventory (hostctl/devices) as the part
+// uses it.
+type Inventory interface {
+	// ClaimFor gives instance uuid the devices its aliases request and
+	// burns its direct one-time-use entries; it returns what the
+	// instance holds and the addresses this call claimed.
+	ClaimFor(ctx context.Context, uuid, name string, reqs []model.PCIAlias, direct []model.PCIDevice) (held []model.PCIDevice, claimed []string, err error)
+	// ReleaseFor releases what the instance holds (only addrs when not
+	// nil); one-time-use devices stay burned.
+	ReleaseFor(ctx context.Context, uuid string, addrs []string) error
+}
+
+// Part is the passthrough devices part.
+type Part struct{ inv Inventory }
+
+// New returns the part over the host's inventory (nil: the host has
+// none, and no instance holds a device).
+func New(inv Inventory) Part { return Part{inv: inv} }
+
+// Name implements part.Part.
+func (Part) Name() string { return "passthrough" }
+
+// Answers implements part.Part.
+func (Part) Answers() part.Answers {
+	core := part.Answer{Do: part.Nothing, Why: "the controller core claims and releases (devices.go, devicestart.go)"}
+	nothing := part.Answer{Do: part.Nothing}
+	return part.Answers{
+		part.Apply:       core,
+		part.Start:       core,
+		part.Stop:        {Do: part.Nothing, Why: "a stopped instance keeps its devices (Nova keeps allocations)"},
+		part.RebootSoft:  nothing,
+		part.RebootHard:  core,
+		part.Delete:      core,
+		part.ForceDelete: {Do: part.Nothing, Why: "the dead host's inventory records are released by that host's orphan release"},
+		part.Adopt:       {Do: part.Nothing, Why: "the devices are the old host's; the adopting apply claims this host's"},
+		part.Shelve:      {Do: part.Act, Why: "releases every claim (a burned device stays burned)"},
+		part.Unshelve:    {Do: part.Act, Why: "claims the aliases and one-time-use entries again"},
+		part.Rescue:      {Do: part.Nothing, Why: "the rescue domain keeps the instance's devices"},
+		part.Unrescue:    nothing,
+		part.Resize:      core,
+		part.Rebuild:     core,
+		part.Snapshot:    nothing,
+	}
+}
+
+// Check implements part.Part: nothing is refused here (an unshelve whose
+// burned device is not clean is refused by the claim, naming it).
+func (Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+
+// undoTimeout bounds an undo step run after its request's context ended.
+const undoTimeout = 30 * time.Second
+
+// uses reports whether in holds or asks for inventory devices.
+func uses(in *model.Instance) bool {
+	return len(in.PCIAliases) > 0 || slices.ContainsFunc(in.PCIDevices, func(p model.PCIDevice) bool { return p.OneTimeUse || p.Alias != "" })
+}
+
+// direct is in's pci_devices entries that are not alias claims.
+func direct(in *model.Instance) []model.PCIDevice {
+	return slices.DeleteFunc(slices.Clone(in.PCIDevices), func(p model.PCIDevice) bool { return p.Alias != "" })
+}
+
+// Prepare implements part.Part: shelve releases, unshelve claims again.
+func (p Part) Prepare(ctx context.Context, op part.Op, pi *part.Instance, r *revert.Reverter, _ *part.Contribution) error {
+	in := pi.Spec
+	if p.inv == nil || !uses(in) {
+		return nil
+	}
+	switch op {
+	case part.Shelve:
+		if err := p.inv.ReleaseFor(ctx, in.UUID, nil); err != nil {
+			return fmt.Errorf("release the passthrough devices: %w", err)
+		}
+		r.Add("claim the passthrough devices of "+in.Name+" again", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			defer cancel()
+			_, _, err := p.inv.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases, direct(in))
+			return err
+		})
+	case part.Unshelve:
+		held, claimed, err := p.inv.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases, direct(in))
+		if err != nil {
+			return fmt.Errorf("claim the passthrough devices again: %w", err)
+		}
+		r.Add("release the passthrough devices claimed for "+in.Name, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			defer cancel()
+			return p.inv.ReleaseFor(ctx, in.UUID, claimed)
+		})
+		complete(in, held)
+	}
+	return nil
+}
+
+// complete replaces in's alias entries by the devices held, with their
+// request's tag, keeping the guest address of a device it had before.
+func complete(in *model.Instance, held []model.PCIDevice) {
+	guest := map[string]string{}
+	for _, d := range in.PCIDevices {
+		if d.Alias != "" && d.GuestAddress != "" && d.GuestAddress != "none" {
+			guest[d.Address] = d.GuestAddress
+		}
+	}
+	tags := map[string]string{}
+	for _, a := range in.PCIAliases {
+		tags[a.Name] = a.Tag
+	}
+	out := direct(in)
+	for _, d := range held {
+		if d.Alias == "" {
+			continue
+		}
+		d.Tag, d.GuestAddress = tags[d.Alias], guest[d.Address]
+		out = append(out, d)
+	}
+	in.PCIDevices = out
+}
+
+// Devices implements part.Part: the devices are listed with the guest's
+// device metadata already (instance show's Devices).
+func (Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
+
+// AfterStart implements part.Part.
+func (Part) AfterStart(context.Context, *part.Instance) error { return nil }
+
+// AfterStop implements part.Part.
+func (Part) AfterStop(context.Context, *part.Instance) error { return nil }
+
+// AfterDelete implements part.Part.
+func (Part) AfterDelete(context.Context, *part.Instance) error { return nil }
