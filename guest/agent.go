@@ -163,8 +163,11 @@ type Report struct {
 	// Changes lists what the pass changed; empty when the system already
 	// matched the metadata.
 	Changes []string
-	// Pending is true when a share could not be mounted yet because its
-	// device is missing (the daemon retries).
+	// Pending is true when something could not be applied yet and a
+	// later pass may succeed: a share whose device is missing, udev that
+	// did not process or apply the rules (a reload racing the trigger, an
+	// event queue too slow for the settle timeout, udevd not started).
+	// The daemon retries with backoff.
 	Pending bool
 }
 
@@ -267,6 +270,7 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 	step := time.Now()
 	if err := a.applyUdev(ctx, p, rep); err != nil {
 		st.Problems = append(st.Problems, err.Error())
+		rep.Pending = true
 	}
 	a.log.Debug("udev applied", "elapsed", time.Since(step).Round(time.Millisecond))
 	if !a.cfg.NoAltNames {

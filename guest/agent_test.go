@@ -545,3 +545,49 @@ func TestRun(t *testing.T) {
 		t.Error("invalid metadata undid the tags")
 	}
 }
+
+// TestRunRetriesUdev: a pass whose rules udev did not apply (a reload
+// racing the trigger under load, seen in the booted guest) leaves the
+// pass pending, and the daemon applies again until udev has them —
+// without new metadata or a device event.
+func TestRunRetriesUdev(t *testing.T) {
+	e := newEnv(t)
+	// Without the share whose device is missing (that alone keeps a pass
+	// pending).
+	e.src.set(strings.Replace(doc1, `,
+ {"type": "share", "bus": "none", "address": "none", "share_id": "`+shareID+`", "tag": "not-attached"}`, "", 1))
+	e.udev.SetIgnore(true)
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.agent.Run(ctx, guest.RunOptions{Events: make(chan uevent.Event), Debounce: 10 * time.Millisecond,
+			PollInterval: time.Hour, Ready: func() { close(ready) }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no first pass; log:\n%s", e.log)
+	}
+	st, err := guest.ReadState(e.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(st.Problems, "\n"); !strings.Contains(p, "udev did not apply the rules to") {
+		t.Fatalf("first pass problems:\n%s", p)
+	}
+	e.udev.SetIgnore(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for !e.record("b252:16").HasLink("disk/by-tag/squidcache") {
+		if time.Now().After(deadline) {
+			t.Fatalf("udev's rules were never applied again; log:\n%s", e.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
