@@ -127,7 +127,6 @@ type Controller struct {
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
 	shareHooks shareHooksPtr // sharehooks.go
-	keyForget  keyForgetPtr  // diskrotate.go
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 	devices    Devices
@@ -767,7 +766,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
-	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {

@@ -450,9 +450,10 @@ func (s *serve) startController(context.Context) error {
 
 		Keys:              s.km,
 		LUKSIterTime:      cfg.LUKSIterTime,
+		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
 		EncryptionSupport: s.prober.Support,
-		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
-		Parts:             Parts(s.inv),            // parts.go
+		ProxyNetworks:     s.mdOpts.TrustedProxies,   // no instance at a trusted proxy's address
+		Parts:             Parts(s.inv, s.keyEngine), // parts.go
 	}))
 	return nil
 }
@@ -475,7 +476,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(e, s.ctl) // keyrotation.go
+	registerDiskRotation(e, s.ctl, s.km, luksTool(s.cfg), s.log) // keyrotation.go
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}

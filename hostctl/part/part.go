@@ -124,6 +124,10 @@ type Instance struct {
 	// ImageProperties are the properties of the instance's image (nil
 	// without one).
 	ImageProperties map[string]string
+	// Host is the host the instance lives on (its record's owner; another
+	// host's for a force delete). Set for the after-phases of a stored
+	// instance; "" when hosts are not tracked.
+	Host string
 }
 
 // Device is a domain device a part gives an instance.
