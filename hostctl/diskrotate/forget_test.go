@@ -63,7 +63,7 @@ func TestDeleteForgetsKeyRotation(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler), Parts: []part.Part{diskrotate.NewForget(e)}})
 		t.Cleanup(func() { cs[h].Close() })
 	}
-// The records as the engine of host-a writes them.
+	// The records as the engine of host-a writes them.
 	ea := keyrotation.New(st, keyrotation.Options{Host: "host-a", Version: "v1.0.0"})
 	records := func(uuid string) []string {
 		var out []string
