@@ -19,6 +19,7 @@ import (
 // encrypted disk (real qemu-img LUKS disks and libvirt secrets). The
 // instance's key rotation records go when it is deleted (item 10).
 func TestDiskRotateClassWide(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()

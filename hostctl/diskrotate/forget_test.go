@@ -49,6 +49,7 @@ const spec = "name: app-1\n"
 // records are its owner's), through the Forget part each host's
 // controller has registered (as the daemon does).
 func TestDeleteForgetsKeyRotation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
 	if err != nil {

@@ -350,6 +350,7 @@ func (f *rotFixture) checkWith(c *controller.Controller, km *keys.Manager, gen i
 // append-only file restored) the same rotation resumes and finishes with
 // the same pending passphrase.
 func TestDiskRotateRedisOutage(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "redis")
 	ctx := context.Background()
 	var before func(key string)
@@ -436,6 +437,7 @@ func mustSecret(t *testing.T, c *controller.Controller, name, disk string) strin
 // pending and changes nothing; after it stops the next call rotates it,
 // and it starts again.
 func TestDiskRotateLibvirt(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets() // as after a clean stop: no libvirt secret defined
 	ctx := context.Background()
@@ -522,100 +524,6 @@ func TestDiskRotateLibvirt(t *testing.T) {
 	}
 }
 
-// TestDiskRotateRefusals: bad arguments are refused naming the field,
-// value and rule, before anything changes.
-func TestDiskRotateRefusals(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	r := f.rotator(c, km)
-	good := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
-	for _, tc := range []struct {
-		name string
-		s    keyrotation.Subject
-		gen  int64
-		keep int
-		want string
-	}{
-		{"keep", good, 2, 1, "keepPriorKeyCount 1: disk passphrases rotate in place"},
-		{"gen", good, 0, 0, "keyGeneration 0: must be at least 1"},
-		{"class", keyrotation.Subject{Class: keyrotation.Proxy}, 2, 0, "not an instance's disk passphrases"},
-		{"missing", keyrotation.Subject{Class: keyrotation.Disk, InstanceName: "nope"}, 2, 0, "not found"},
-		{"uuid", keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name, InstanceUUID: "00000000-0000-4000-8000-000000000000"}, 2, 0, "not 00000000"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := r.Rotate(ctx, tc.s, tc.gen, tc.keep, nil)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
-		})
-	}
-	_, rec, _ := c.InstanceBlockDevices(ctx, f.name)
-	for _, d := range f.disks {
-		if bd := rec.Disks[d]; bd.KeyGeneration != 0 || bd.KeyRotation != nil {
-			t.Fatalf("a refused rotation changed %s: %+v", d, bd)
-		}
-	}
-	if err := New(nil, nil, nil, nil).Recover(ctx); !errors.Is(err, ErrNoRotation) {
-		t.Fatalf("Recover without a key manager = %v", err)
-	}
-}
-
-// TestDiskRotateRecoverNeither: when neither the current nor the pending
-// passphrase opens a disk (here: its image replaced by one under another
-// passphrase), recovery reports it and changes or deletes nothing.
-func TestDiskRotateRecoverNeither(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	r := f.rotator(c, km)
-	id := mustSecret(t, c, f.name, "vdb")
-	if _, err := km.SetPending(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	_, rec, _ := c.InstanceBlockDevices(ctx, f.name)
-	bd := rec.Disks["vdb"]
-	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 1}
-	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetBlockDevice(ctx, in, bd); err != nil {
-		t.Fatal(err)
-	}
-	p := f.diskPath("vdb")
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.tool.Create(ctx, encryption.Disk{Path: p, Size: "8M"}, []byte("someone else's")); err != nil {
-		t.Fatal(err)
-	}
-	curBefore, _ := km.Passphrase(ctx, id)
-	err = r.Recover(ctx)
-	if err == nil || !strings.Contains(err.Error(), "neither the current nor the pending passphrase opens it") || !strings.Contains(err.Error(), "vdb") {
-		t.Fatalf("Recover = %v", err)
-	}
-	if ok, _ := km.HasPending(ctx, id); !ok {
-		t.Fatal("recovery dropped the pending passphrase")
-	}
-	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, curBefore) {
-		t.Fatal("recovery changed the current passphrase")
-	}
-	if s, _ := f.tool.KeySlots(ctx, p); !s[0] || s[1] {
-		t.Fatalf("recovery changed the key slots: %v", s)
-	}
-	_, rec, _ = c.InstanceBlockDevices(ctx, f.name)
-	if rec.Disks["vdb"].KeyRotation == nil {
-		t.Fatal("recovery dropped the journal")
-	}
-	// vda was not touched and still rotates.
-	if bad := f.checkDisk(ctx, c, km, "vda"); bad != "" {
-		t.Fatal(bad)
-	}
-}
-
 // checkDisk: the disk opens with the key manager's passphrase and reads
 // back its pattern.
 func (f *rotFixture) checkDisk(ctx context.Context, c *controller.Controller, km *keys.Manager, disk string) string {
@@ -638,6 +546,7 @@ func (f *rotFixture) checkDisk(ctx context.Context, c *controller.Controller, km
 // the instance pending; after a stop it finishes (old slot erased) and
 // the domain starts with the new passphrase.
 func TestDiskRotateRecoverRunning(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()
@@ -701,59 +610,13 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 	}
 }
 
-// TestDiskRotateRewritesBadSlot: the journal's key slot is active but
-// does not hold the pending passphrase (an amend cut short); recovery
-// proves the current passphrase opens the disk, rewrites the slot and
-// finishes the rotation.
-func TestDiskRotateRewritesBadSlot(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	r := f.rotator(c, km)
-	id := mustSecret(t, c, f.name, "vdb")
-	cur, _ := km.Passphrase(ctx, id)
-	pending, err := km.SetPending(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rec, _ := c.InstanceBlockDevices(ctx, f.name)
-	bd := rec.Disks["vdb"]
-	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 3}
-	if err := c.SetBlockDevice(ctx, in, bd); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.tool.AddKeySlot(ctx, f.diskPath("vdb"), 3, cur, []byte("not the pending one"), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Recover(ctx); err != nil {
-		t.Fatalf("Recover: %v", err)
-	}
-	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, pending) {
-		t.Fatal("the pending passphrase was not made current")
-	}
-	_, rec, _ = c.InstanceBlockDevices(ctx, f.name)
-	if bd := rec.Disks["vdb"]; bd.KeyGeneration != 2 || bd.KeyRotation != nil || bd.KeySlot == nil || *bd.KeySlot != 3 {
-		t.Fatalf("record after recovery: %+v", bd)
-	}
-	if s, _ := f.tool.KeySlots(ctx, f.diskPath("vdb")); s[0] || !s[3] {
-		t.Fatalf("key slots %v, want only 3", s)
-	}
-	if msg := f.checkDisk(ctx, c, km, "vdb"); msg != "" {
-		t.Fatal(msg)
-	}
-}
-
 // TestDiskRotateEngine: the rotator registered in the lead's
 // keyrotation.Engine (as the daemon wires it): a KeyGeneration policy on
 // the disk class rotates the stopped instance's disks and the status
 // reaches the generation; a running instance's status says pending and
 // keeps its generation until a run after the stop.
 func TestDiskRotateEngine(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()
@@ -804,48 +667,12 @@ func TestDiskRotateEngine(t *testing.T) {
 	}
 }
 
-// TestDiskRotateLogsNoSecret: a rotation (and a recovery) logged at
-// debug level names disks, secrets' UUIDs and key slots, never a
-// passphrase, old or new.
-func TestDiskRotateLogsNoSecret(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	var logBuf testenv.SyncBuffer
-	f.log = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, km, done := f.open()
-	defer done()
-	var secrets [][]byte
-	for _, d := range f.disks {
-		p, _ := km.Passphrase(ctx, mustSecret(t, c, f.name, d))
-		secrets = append(secrets, p)
-	}
-	r := f.rotator(c, km)
-	if err := r.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}, 2, 0, nil); err != nil || !res.Done {
-		t.Fatalf("Rotate = %+v, %v", res, err)
-	}
-	for _, d := range f.disks {
-		p, _ := km.Passphrase(ctx, mustSecret(t, c, f.name, d))
-		secrets = append(secrets, p)
-	}
-	logs := logBuf.String()
-	if !strings.Contains(logs, "disk passphrase rotated") {
-		t.Fatalf("no rotation logged:\n%s", logs)
-	}
-	for _, s := range secrets {
-		if strings.Contains(logs, string(s)) {
-			t.Fatal("a passphrase is in the log")
-		}
-	}
-}
-
 // TestDiskRotateFlavorDisks: a flavor's encrypted root, ephemeral and
 // swap disks (Nova's file names disk, disk.eph0, disk.swap; the latter two
 // over blank templates) rotate like any other, and the domain starts with
 // the new passphrases.
 func TestDiskRotateFlavorDisks(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	ctx := context.Background()
 	c, km, done := f.open()
@@ -914,6 +741,7 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 // shared), the image's data still reads through the overlay, and the
 // domain starts.
 func TestDiskRotateOverEncryptedImage(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	ctx := context.Background()
 	c, km, done := f.open()

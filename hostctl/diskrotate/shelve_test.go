@@ -16,6 +16,7 @@ import (
 // reports it pending and changes no passphrase; after unshelve and stop
 // the rotation runs.
 func TestDiskRotateShelved(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()
