@@ -104,7 +104,10 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err != nil {
 		return nil, err
 	}
-	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size, Encrypted: req.Encrypted}
+	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size}
+	if req.Encrypted != nil {
+		disk.Encrypted, disk.Unencrypted = *req.Encrypted, !*req.Encrypted
+	}
 	if disk.Bus == "" {
 		disk.Bus = model.DiskBusVirtio
 	}
