@@ -263,6 +263,10 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
+	// Another instance's NIC may have the MAC (an apply checks the same).
+	if err := c.checkMACs(ctx, "attach NIC to", next); err != nil {
+		return nil, err
+	}
 	devXML, err := virt.NICDeviceXML(nic, len(dc.in.NICs), c.host(next), c.dom)
 	if err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
