@@ -99,7 +99,7 @@ type Controller struct {
 	events        Events
 	dom           virt.Options
 	images        Images
-	imageDir      *images.Dir       // the image catalog (flavors.go)
+	imageDir      *images.Dir       // the image directory (hostctl/catalog serves it)
 	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
 	flavors       *flavors.Registry // nil when the store keeps no records
 	records       store.Records     // flavors, block devices, faults; nil when the store keeps none

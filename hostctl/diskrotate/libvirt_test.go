@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/flavors"
@@ -677,7 +678,7 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	if _, err := c.CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
+	if _, err := catalog.New(c, catalog.Options{Keys: km, LUKS: f.tool}).CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -863,7 +864,7 @@ func makeEncryptedImage(t *testing.T, c *controller.Controller, km *keys.Manager
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := c.ImportImage(ctx, name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
+	img, err := catalog.New(c, catalog.Options{Keys: km, LUKS: tool}).ImportImage(ctx, name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}

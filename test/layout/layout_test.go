@@ -214,6 +214,13 @@ var importRules = []importRule{
 		forbidden: []string{module + "/hostctl/api"},
 	},
 	{
+		// The catalog reaches the core through its own narrow interface
+		// (catalog.Core); the core does not know the catalog.
+		name:      "hostctl/controller does not import hostctl/catalog",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/catalog"},
+	},
+	{
 		// A package carved out of the core reaches it through a narrow
 		// interface of its own (issue 22), and the core does not know it.
 		name:      "hostctl/diskrotate does not import the controller",
