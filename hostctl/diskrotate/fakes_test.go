@@ -133,6 +133,12 @@ func (c *fakeCore) InstanceExists(_ context.Context, uuid string) (bool, error) 
 	return false, nil
 }
 
+func (c *fakeCore) setRunning(name string, running bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running[name] = running
+}
+
 func (c *fakeCore) libvirtSecret(id string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -261,6 +267,7 @@ type fakeFixture struct {
 	core   *fakeCore
 	luks   *fakeLUKS
 	km     *keys.Manager
+	st     store.Store
 	name   string
 	uuid   string
 	disks  []string
@@ -280,7 +287,7 @@ func newFakeFixture(t *testing.T) *fakeFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeFixture{t: t, core: newFakeCore(), luks: newFakeLUKS(), km: km, name: "vm-1", uuid: "6c0d8a57-2f52-4b8e-9d1f-5c1b3a0e7d21",
+	f := &fakeFixture{t: t, core: newFakeCore(), luks: newFakeLUKS(), km: km, st: st, name: "vm-1", uuid: "6c0d8a57-2f52-4b8e-9d1f-5c1b3a0e7d21",
 		disks: []string{"vda", "vdb"}, secret: map[string]string{}}
 	in := &model.Instance{Name: f.name, UUID: f.uuid, Disks: []model.Disk{{Name: "vda", Encrypted: true}, {Name: "vdb", Encrypted: true}, {Name: "vdc"}}}
 	f.core.specs[f.name] = in

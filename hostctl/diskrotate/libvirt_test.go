@@ -611,63 +611,6 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 	}
 }
 
-// TestDiskRotateEngine: the rotator registered in the lead's
-// keyrotation.Engine (as the daemon wires it): a KeyGeneration policy on
-// the disk class rotates the stopped instance's disks and the status
-// reaches the generation; a running instance's status says pending and
-// keeps its generation until a run after the stop.
-func TestDiskRotateEngine(t *testing.T) {
-	t.Parallel()
-	f := newRotFixture(t, "bolt")
-	f.cleanupSecrets()
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	e := keyrotation.New(f.st, keyrotation.Options{Host: "local", Version: "v1.0.0"})
-	e.Register(keyrotation.Disk, f.rotator(c, km))
-	if err := e.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
-	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st, err := e.Status(ctx, s)
-	if err != nil || st.KeyGeneration != 2 || st.Pending != "" || st.Error != "" {
-		t.Fatalf("status after the run = %+v, %v", st, err)
-	}
-	if bad := f.checkWith(c, km, 2, false); len(bad) > 0 {
-		t.Fatal(strings.Join(bad, "; "))
-	}
-	if _, err := c.Start(ctx, f.name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := e.Status(ctx, s); err != nil || st.KeyGeneration != 2 || st.Pending != PendingRunning {
-		t.Fatalf("status of the running instance = %+v, %v", st, err)
-	}
-	if _, err := c.Stop(ctx, f.name, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := e.Status(ctx, s); err != nil || st.KeyGeneration != 3 || st.Pending != "" {
-		t.Fatalf("status after the stop = %+v, %v", st, err)
-	}
-	if bad := f.checkWith(c, km, 3, false); len(bad) > 0 {
-		t.Fatal(strings.Join(bad, "; "))
-	}
-}
-
 // TestDiskRotateFlavorDisks: a flavor's encrypted root, ephemeral and
 // swap disks (Nova's file names disk, disk.eph0, disk.swap; the latter two
 // over blank templates) rotate like any other, and the domain starts with

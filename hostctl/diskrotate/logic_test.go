@@ -197,3 +197,53 @@ func TestDiskRotateLogsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskRotateEngine: the rotator registered in the
+// keyrotation.Engine (as the daemon wires it): a KeyGeneration policy on
+// the disk class rotates the stopped instance's disks and the status
+// reaches the generation; a running instance's status says pending and
+// keeps its generation until a run after the stop.
+func TestDiskRotateEngine(t *testing.T) {
+	t.Parallel()
+	f := newFakeFixture(t)
+	ctx := context.Background()
+	e := keyrotation.New(f.st, keyrotation.Options{Host: "local", Version: "v1.0.0"})
+	e.Register(keyrotation.Disk, f.rotator())
+	if err := e.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := f.subject()
+	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(ctx, s)
+	if err != nil || st.KeyGeneration != 2 || st.Pending != "" || st.Error != "" {
+		t.Fatalf("status after the run = %+v, %v", st, err)
+	}
+	if bad := f.check(2); len(bad) > 0 {
+		t.Fatal(strings.Join(bad, "; "))
+	}
+	f.core.setRunning(f.name, true)
+	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.Status(ctx, s); err != nil || st.KeyGeneration != 2 || st.Pending != PendingRunning {
+		t.Fatalf("status of the running instance = %+v, %v", st, err)
+	}
+	f.core.setRunning(f.name, false)
+	if err := e.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.Status(ctx, s); err != nil || st.KeyGeneration != 3 || st.Pending != "" {
+		t.Fatalf("status after the stop = %+v, %v", st, err)
+	}
+	if bad := f.check(3); len(bad) > 0 {
+		t.Fatal(strings.Join(bad, "; "))
+	}
+}
