@@ -87,7 +87,7 @@ func withDevices(t *testing.T, e *env, wrap ...func(devices.Store) devices.Store
 	if _, err := inv.Sync(t.Context(), found); err != nil {
 		t.Fatal(err)
 	}
-	e.c.devices = inv
+	withInventory(e, inv) // export_nicspart_test.go
 	return inv
 }
 

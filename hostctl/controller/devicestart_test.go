@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store/redis"
@@ -299,7 +300,7 @@ func nicInventory(t *testing.T, e *env) *devices.Inventory {
 	if _, err := inv.Sync(t.Context(), []devices.Found{{Address: "0000:3b:00.0", VendorID: "8086", ProductID: "1572", Class: "020000"}}); err != nil {
 		t.Fatal(err)
 	}
-	e.c.devices = inv
+	withInventory(e, inv) // export_nicspart_test.go
 	return inv
 }
 
@@ -324,7 +325,7 @@ func TestLibvirtStartHealsSameDeviceBack(t *testing.T) {
 		t.Fatalf("the definition still names the released device:\n%s", x)
 	}
 	// What Start does before it boots.
-	if err := e.c.reclaimForStart(ctx, name); err != nil {
+	if err := e.c.preStartParts(ctx, part.Start, name); err != nil {
 		t.Fatal(err)
 	}
 	x := virshOut(t, uri, "dumpxml", "--inactive", name)

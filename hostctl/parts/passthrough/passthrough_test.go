@@ -49,6 +49,14 @@ func (f *fakeInventory) ReleaseFor(_ context.Context, _ string, addrs []string) 
 	return nil
 }
 
+func (f *fakeInventory) HeldBy(context.Context, string) ([]string, error) {
+	return slices.Clone(f.held), nil
+}
+
+func (f *fakeInventory) Managed(_ context.Context, addr string) (string, bool, error) {
+	return "", false, nil
+}
+
 func TestShelveUnshelve(t *testing.T) {
 	ctx := context.Background()
 	inv := &fakeInventory{free: []string{"0000:3c:00.0"}, held: []string{"0000:3b:00.0"}}
