@@ -13,6 +13,12 @@
 //	AfterStop   the domain is shut off
 //	AfterDelete the instance is gone
 //
+// A part with work at another point of an operation implements one of
+// the optional phases as well (Claimer, Definer, Starter, Remover,
+// PreStarter): the NICs' DHCP leases follow the spec once the domain is
+// defined and go live before every start; passthrough claims are taken
+// before an apply plans the domain and healed before a start.
+//
 // Every operation is an Op value every part sees, and every part
 // declares, in Answers, what it does for every operation: act, refuse
 // (with the reason), or nothing. A table test in hostctl/daemon, over
