@@ -3,7 +3,6 @@ package storeurl
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,24 +59,12 @@ func TestIsEmbedded(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // Bad URLs fail with an error that says what is wrong and never shows a
 // password.
 func TestOpenErrors(t *testing.T) {
 	const password = "s3cr3t-Pa55"
 	dir := t.TempDir()
-	unreachable := closedAddr(t)
+	unreachable := testenv.ClosedAddr(t)
 	for _, tc := range []struct {
 		name, url string
 		opts      []Option
