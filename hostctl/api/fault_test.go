@@ -23,8 +23,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // failingMount is the share service's command runner with mount(8)
@@ -76,11 +76,7 @@ func TestInstanceErrorAPI(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	var logs lockedBuf
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	t.Cleanup(func() {

@@ -19,8 +19,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestSecretDeleteNamedByImage (issue 20, items 1 and 2) over the TCP
@@ -30,11 +30,7 @@ import (
 func TestSecretDeleteNamedByImage(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "h"})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestSecretsAPI: create, list, show and delete secrets over the TCP
@@ -28,11 +28,7 @@ func TestSecretsAPI(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "vmeta.db")
-	st, err := bolt.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltAt(t, dbPath)
 	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "h"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"log/slog"
-	"path/filepath"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
@@ -10,7 +9,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // newController returns a controller without a hypervisor over an
@@ -18,11 +17,7 @@ import (
 func newController(t *testing.T) (*controller.Controller, string) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	return controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}), dir
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // stateCtl reports a chosen domain state for the instances named in it
@@ -82,11 +82,7 @@ func (b *lockedBuf) Write(p []byte) (int, error) {
 func newSharesAPI(t *testing.T) *sharesAPI {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	logs := &lockedBuf{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	ctl := &stateCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log}), state: map[string]string{}}

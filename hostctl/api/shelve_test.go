@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // shelveCtl is the shelve service, with shelve and rescue kept as a
@@ -70,11 +69,7 @@ func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*controller.Inst
 func TestShelveRescueAPI(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	log := slog.New(slog.DiscardHandler)
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
 	ctl := &shelveCtl{instances: c, state: map[string]string{"a-1": "shutoff"}}

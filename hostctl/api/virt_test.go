@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +16,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // recordingCtl is the power and hotplug services, recording the libvirt
@@ -84,11 +83,7 @@ func newTestServer(t *testing.T, h http.Handler) string {
 func TestDeviceEndpoints(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	log := slog.New(slog.DiscardHandler)
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
 	ctl := &recordingCtl{instances: c}

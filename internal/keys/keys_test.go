@@ -15,9 +15,9 @@ import (
 
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 type backend struct {
@@ -31,11 +31,7 @@ func backends() []backend {
 	return []backend{
 		{"bolt", func(t testing.TB) (store.Store, func(t testing.TB) [][]byte) {
 			p := filepath.Join(t.TempDir(), "vmeta.db")
-			st, err := bolt.Open(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
+			st := stores.BoltAt(t, p)
 			return st, func(t testing.TB) [][]byte {
 				b, err := os.ReadFile(p)
 				if err != nil {
