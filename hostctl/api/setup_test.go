@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 
@@ -9,6 +10,9 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
@@ -17,8 +21,43 @@ import (
 func newController(t *testing.T) (*controller.Controller, string) {
 	t.Helper()
 	dir := t.TempDir()
-	st := stores.BoltIn(t, dir)
-	return controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}), dir
+	return newControllerIn(t, dir, stores.BoltIn(t, dir), controller.Options{}), dir
+}
+
+// newControllerIn is the controller over st with data directory dir and
+// the rest of opts; a nil Logger discards.
+func newControllerIn(t *testing.T, dir string, st store.Store, opts controller.Options) *controller.Controller {
+	t.Helper()
+	opts.DataDir = dir
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return controller.New(st, opts)
+}
+
+// keyed is a controller with a key manager, over an embedded store in a
+// temporary data directory.
+type keyed struct {
+	ctl *controller.Controller
+	km  *keys.Manager
+	st  *bolt.Store
+	dir string
+}
+
+// newKeyedController is newController with a key manager for host over
+// the same store and data directory (opts's Keys; the rest of opts as
+// given).
+func newKeyedController(t *testing.T, host string, opts controller.Options) keyed {
+	t.Helper()
+	k := keyed{dir: t.TempDir()}
+	k.st = stores.BoltIn(t, k.dir)
+	var err error
+	if k.km, err = keys.Open(context.Background(), k.st, k.dir, keys.Options{Host: host}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Keys = k.km
+	k.ctl = newControllerIn(t, k.dir, k.st, opts)
+	return k
 }
 
 // testTokens is bearer-token authentication for three callers: root (an

@@ -14,7 +14,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestSnapshotMember (issue 20, item 4): with member tokens over TCP, a
@@ -26,13 +25,8 @@ import (
 // may name any project's secret.
 func TestSnapshotMember(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st := stores.BoltIn(t, dir)
-	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
+	k := newKeyedController(t, "local", controller.Options{})
+	ctl, km := k.ctl, k.km
 	tt := newTestTokens(t)
 	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km}), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)

@@ -16,7 +16,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // recordingCtl is the power and hotplug services, recording the libvirt
@@ -82,10 +81,8 @@ func newTestServer(t *testing.T, h http.Handler) string {
 // instances (another project's does not exist: 404, nothing called).
 func TestDeviceEndpoints(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st := stores.BoltIn(t, dir)
 	log := slog.New(slog.DiscardHandler)
-	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
+	c, _ := newController(t)
 	ctl := &recordingCtl{instances: c}
 	tt := newTestTokens(t)
 	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Power: ctl, Hotplug: ctl}, log, tt.auth))
