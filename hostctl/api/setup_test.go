@@ -2,7 +2,10 @@ package api_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
@@ -105,4 +108,24 @@ func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Service
 		Instances: c, Power: c, Hotplug: c, ConfigDrives: c, Resize: c, Snapshot: c, Shelve: c, Hosts: c, Events: c,
 		Flavors: cat, Images: cat, Secrets: cat,
 	}
+}
+
+// do sends a request with the bearer token tok (none when empty) and
+// returns the status and the body.
+func do(t *testing.T, method, url, tok, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

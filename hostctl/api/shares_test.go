@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -123,15 +122,7 @@ func (s *sharesAPI) snapshot(t *testing.T) string {
 // raw sends a request with the admin token and returns status and body.
 func (s *sharesAPI) raw(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+s.adminTok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return do(t, method, s.base+path, s.adminTok, body)
 }
 
 // TestServerSharesAPI: Nova's server shares API with its bodies and
