@@ -19,6 +19,7 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // seeded is a set of secrets made for a rotation test, with what each
@@ -114,19 +115,13 @@ func TestRotateKEK(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
 			dir := t.TempDir()
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1", RotateBatch: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1", RotateBatch: 16})
 			if k := m.KEK(); !k.Created || k.Current != 1 {
 				t.Fatalf("KEK() = %+v; want created at generation 1", k)
 			}
 			s := seed(t, m, 100)
 			// Another host's secrets in the same store: never touched.
-			other, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h2"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			other := openManager(t, st, t.TempDir(), keys.Options{Host: "h2"})
 			os2 := seed(t, other, 10)
 			before := otherRecords(t, st, other)
 
@@ -229,10 +224,7 @@ func TestRotateKEKConcurrent(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
 			dir := t.TempDir()
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1", RotateBatch: 8})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1", RotateBatch: 8})
 			s := seed(t, m, 200)
 			ids := slices.Sorted(maps.Keys(s.pass))
 			orig := maps.Clone(s.pass)
@@ -385,10 +377,7 @@ func TestRotateKEKStopsAtUnreadableSecret(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
-			m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 4})
 			s := seed(t, m, 20)
 			var bad string
 			for id := range s.pass {
@@ -452,10 +441,7 @@ func TestRotateKEKCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 64})
 	s := seed(t, m, 300)
 	res, err := m.RotateKEK(ctx, 2, nil)
 	if err != nil || res.Rewrapped != 301 {
@@ -472,12 +458,9 @@ func TestRotateKEKCluster(t *testing.T) {
 // nothing.
 func TestOpenRefusesKeyFileOlderThanRotation(t *testing.T) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(t)
+	st := stores.Bolt(t)
 	dir := t.TempDir()
-	m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openManager(t, st, dir, keys.Options{Host: "h1"})
 	s := seed(t, m, 5)
 	kf := filepath.Join(dir, keys.KEKFile)
 	backup, err := os.ReadFile(kf)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/store/storetest"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -100,20 +101,7 @@ func TestOpenErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
 			defer cancel()
 			st, err := Open(ctx, tc.url, tc.opts...)
-			if err == nil {
-				st.Close()
-				t.Fatalf("Open(%s) succeeded", Redact(tc.url))
-			}
-			msg := err.Error()
-			t.Logf("error: %s", msg)
-			if strings.Contains(msg, password) {
-				t.Fatalf("error contains the password: %s", msg)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not mention %q", msg, w)
-				}
-			}
+			storetest.OpenRefused(t, st, err, Redact(tc.url), password, tc.want)
 		})
 	}
 }
