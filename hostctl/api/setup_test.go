@@ -2,10 +2,8 @@ package api_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
@@ -16,6 +14,7 @@ import (
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
@@ -114,18 +113,9 @@ func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Service
 // returns the status and the body.
 func do(t *testing.T, method, url, tok, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := http.Header{}
 	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+		h.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return testenv.HTTP(t, method, url, h, body)
 }

@@ -131,15 +131,8 @@ func TestDeviceEndpoints(t *testing.T) {
 	}
 
 	// Bodies with unknown fields are refused.
-	req, _ := http.NewRequest(http.MethodPost, srv+"/v1/instances/a-1/disks", strings.NewReader(`{"tag":"x","colour":"red"}`))
-	req.Header.Set("Authorization", "Bearer "+tt.alice)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("unknown field: %d, want 400", resp.StatusCode)
+	if got, _ := do(t, http.MethodPost, srv+"/v1/instances/a-1/disks", tt.alice, `{"tag":"x","colour":"red"}`); got != http.StatusBadRequest {
+		t.Errorf("unknown field: %d, want 400", got)
 	}
 }
 
