@@ -215,6 +215,23 @@ func equalRecords(a, b []store.Record) bool {
 	})
 }
 
+// untilStopped runs step(from), step(from+1), … on a goroutine of wg
+// until stop is closed or step returns false.
+func untilStopped(wg *sync.WaitGroup, stop <-chan struct{}, from int, step func(i int) bool) {
+	wg.Go(func() {
+		for i := from; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !step(i) {
+				return
+			}
+		}
+	})
+}
+
 // TestRotateKEKConcurrent: secrets are created, read and deleted while a
 // rotation runs; no read fails, and afterwards every secret left unwraps
 // and uses the new generation alone.
@@ -239,102 +256,84 @@ func TestRotateKEKConcurrent(t *testing.T) {
 			}
 			// Readers: every secret read during the rotation unwraps.
 			for w := range 2 {
-				wg.Go(func() {
-					for i := w; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						id := ids[i%len(ids)]
-						got, err := m.Passphrase(ctx, id)
-						mu.Lock()
-						_, live := s.pass[id]
-						mu.Unlock()
-						switch {
-						case errors.Is(err, keys.ErrNotFound) && !live:
-							// deleted by the writer
-						case err != nil:
-							fail("read %s during rotation: %v", id, err)
-						case !bytes.Equal(got, orig[id]):
-							fail("read %s during rotation: not its passphrase", id)
-						}
-						ops.Add(1)
+				untilStopped(&wg, stop, w, func(i int) bool {
+					id := ids[i%len(ids)]
+					got, err := m.Passphrase(ctx, id)
+					mu.Lock()
+					_, live := s.pass[id]
+					mu.Unlock()
+					switch {
+					case errors.Is(err, keys.ErrNotFound) && !live:
+						// deleted by the writer
+					case err != nil:
+						fail("read %s during rotation: %v", id, err)
+					case !bytes.Equal(got, orig[id]):
+						fail("read %s during rotation: not its passphrase", id)
 					}
+					ops.Add(1)
+					return true
 				})
 			}
 			// A writer of pending passphrases (a disk passphrase rotation
 			// running at the same time): its writes conflict with the
 			// rotation's, which re-reads and rewraps again.
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					id := ids[(i*13+5)%len(ids)]
-					pend := []byte(keys.NewUUID())
-					mu.Lock()
-					_, live := s.pass[id]
-					mu.Unlock()
-					if !live {
-						continue
-					}
-					err := m.SetPendingForTest(ctx, id, pend)
-					switch {
-					case err == nil:
-						mu.Lock()
-						if _, live := s.pass[id]; live {
-							s.pending[id] = pend
-						}
-						mu.Unlock()
-						pendingWrites.Add(1)
-					case errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrConflict):
-						// deleted, or rewrapped by the rotation meanwhile
-					default:
-						fail("set pending during rotation: %v", err)
-						return
-					}
-					ops.Add(1)
+			untilStopped(&wg, stop, 0, func(i int) bool {
+				id := ids[(i*13+5)%len(ids)]
+				pend := []byte(keys.NewUUID())
+				mu.Lock()
+				_, live := s.pass[id]
+				mu.Unlock()
+				if !live {
+					return true
 				}
+				err := m.SetPendingForTest(ctx, id, pend)
+				switch {
+				case err == nil:
+					mu.Lock()
+					if _, live := s.pass[id]; live {
+						s.pending[id] = pend
+					}
+					mu.Unlock()
+					pendingWrites.Add(1)
+				case errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrConflict):
+					// deleted, or rewrapped by the rotation meanwhile
+				default:
+					fail("set pending during rotation: %v", err)
+					return false
+				}
+				ops.Add(1)
+				return true
 			})
 			// A writer: creates and deletes secrets.
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					sec, err := m.Create(ctx, keys.Request{ProjectID: "p"})
-					if err != nil {
-						fail("create during rotation: %v", err)
-						return
-					}
-					p, err := m.Passphrase(ctx, sec.UUID)
-					if err != nil {
-						fail("read new secret: %v", err)
-						return
-					}
-					mu.Lock()
-					s.pass[sec.UUID] = p
-					mu.Unlock()
-					victim := ids[(i*7)%len(ids)]
-					mu.Lock()
-					_, live := s.pass[victim]
-					if live {
-						delete(s.pass, victim)
-						delete(s.pending, victim)
-					}
-					mu.Unlock()
-					if live {
-						if err := m.Delete(ctx, victim); err != nil {
-							fail("delete during rotation: %v", err)
-						}
-					}
-					ops.Add(1)
+			untilStopped(&wg, stop, 0, func(i int) bool {
+				sec, err := m.Create(ctx, keys.Request{ProjectID: "p"})
+				if err != nil {
+					fail("create during rotation: %v", err)
+					return false
 				}
+				p, err := m.Passphrase(ctx, sec.UUID)
+				if err != nil {
+					fail("read new secret: %v", err)
+					return false
+				}
+				mu.Lock()
+				s.pass[sec.UUID] = p
+				mu.Unlock()
+				victim := ids[(i*7)%len(ids)]
+				mu.Lock()
+				_, live := s.pass[victim]
+				if live {
+					delete(s.pass, victim)
+					delete(s.pending, victim)
+				}
+				mu.Unlock()
+				if live {
+					if err := m.Delete(ctx, victim); err != nil {
+						fail("delete during rotation: %v", err)
+					}
+				}
+				ops.Add(1)
+				return true
 			})
 			// Let the workers get going before the rotation starts, and
 			// keep them going until it ends (rotation progress, not time).
