@@ -11,6 +11,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -103,8 +104,9 @@ func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Service
 		opts.Audit = c.Audit()
 	}
 	cat := catalog.New(c, opts)
+	op := ops.New(c)
 	return api.Services{
-		Instances: c, Power: c, Hotplug: c, ConfigDrives: c, Resize: c, Snapshot: c, Shelve: c, Hosts: c, Events: c,
+		Instances: c, Power: c, Hotplug: c, ConfigDrives: c, Resize: op, Snapshot: op, Shelve: op, Hosts: c, Events: c,
 		Flavors: cat, Images: cat, Secrets: cat,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/shares"
 )
 
@@ -12,16 +13,18 @@ import (
 // each narrow service of api.Services to its provider. The controller
 // serves its lifecycle role; the catalog (hostctl/catalog, over the
 // controller's core) the flavor registry, the image catalog and the
-// secrets.
+// secrets; the operations (hostctl/ops, over the controller's core)
+// shelve, rescue, resize, rebuild and snapshot.
 func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *devices.Inventory, shareSvc *shares.Service, keys keyService) api.Services {
+	op := ops.New(ctl)
 	return api.Services{
 		Instances:    ctl,
 		Power:        ctl,
 		Hotplug:      ctl,
 		ConfigDrives: ctl,
-		Resize:       ctl,
-		Snapshot:     ctl,
-		Shelve:       ctl,
+		Resize:       op,
+		Snapshot:     op,
+		Shelve:       op,
 		Hosts:        ctl,
 		Events:       ctl,
 		Flavors:      cat,

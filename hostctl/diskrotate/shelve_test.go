@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestDiskRotateShelved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Shelve(ctx, f.name); err != nil {
+	if _, err := ops.New(c).Shelve(ctx, f.name); err != nil {
 		t.Fatal(err)
 	}
 	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
@@ -39,7 +40,7 @@ func TestDiskRotateShelved(t *testing.T) {
 	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, before) {
 		t.Fatal("the root disk's passphrase changed while shelved (the shelved image is under it)")
 	}
-	if _, err := c.Unshelve(ctx, f.name); err != nil {
+	if _, err := ops.New(c).Unshelve(ctx, f.name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Stop(ctx, f.name, 100*time.Millisecond); err != nil {

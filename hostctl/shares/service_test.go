@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/internal/metadata"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -443,11 +444,11 @@ func TestMovesRefused(t *testing.T) {
 	id := e.localShare("demo")
 	e.attach("a", id)
 	before := e.snapshot()
-	_, err := e.ctl.Resize(ctx, "a", "m1.large")
+	_, err := ops.New(e.ctl).Resize(ctx, "a", "m1.large")
 	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "resize is refused while a share is attached") || !strings.Contains(err.Error(), id) {
 		t.Errorf("resize: %v", err)
 	}
-	_, err = e.ctl.Rebuild(ctx, "a", "debian-12")
+	_, err = ops.New(e.ctl).Rebuild(ctx, "a", "debian-12")
 	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "rebuild is refused while a share is attached") {
 		t.Errorf("rebuild: %v", err)
 	}
@@ -457,7 +458,7 @@ func TestMovesRefused(t *testing.T) {
 	if _, err := e.svc.DetachShare(ctx, admin, "a", id, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.ctl.Resize(ctx, "a", "m1.large"); err == nil || strings.Contains(err.Error(), "share") {
+	if _, err := ops.New(e.ctl).Resize(ctx, "a", "m1.large"); err == nil || strings.Contains(err.Error(), "share") {
 		t.Errorf("resize after the detach: %v (want a refusal that is not about shares)", err)
 	}
 }

@@ -1,0 +1,641 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
+	"github.com/vmeta/vmeta/hostctl/flavors"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// What the operations of hostctl/ops (shelve, unshelve, rescue,
+// unrescue, resize, rebuild, snapshot) ask of the core: the frame of an
+// operation (lock, observation, events), the instance an operation acts
+// on, its state record, its block devices and disks, its domain and
+// power, its secrets, and the parts' phases. The core does not know the
+// operations; the daemon wires them (hostctl/daemon, adminapi.go).
+
+// ShelvedImageName is the catalog image a shelve of instance name makes.
+func ShelvedImageName(name string) string { return name + "-shelved" }
+
+// The --encryption-key choices of a snapshot.
+const (
+	SnapshotKeySame     = "same"
+	SnapshotKeyNew      = "new"
+	SnapshotKeyExisting = "existing"
+	SnapshotKeyNone     = "none"
+)
+
+// Key deletion policies of an encrypted image (os_encrypt_key_deletion_policy).
+const (
+	KeyDeletionOnImageDeletion = "on_image_deletion"
+	KeyDeletionDoNotDelete     = "do_not_delete"
+)
+
+// SnapshotRequest is an instance snapshot's parameters (EncryptionKey
+// same when empty).
+type SnapshotRequest = types.SnapshotRequest
+
+// RescueRequest is a rescue's parameters.
+type RescueRequest = types.RescueRequest
+
+// RescueDisk is the block-device record key and the libvirt secret usage
+// suffix of a rescue disk (no disk name: a target name has no
+// underscore); RescueFile its image file in the instance's directory.
+const (
+	RescueDisk = rescueDisk
+	RescueFile = "disk.rescue"
+)
+
+// rescueDisk is the block-device record key of the rescue disk
+// (secretuse.go counts its secret in use).
+const rescueDisk = "_rescue"
+
+// VMState is the record of a shelved or rescued instance (vmstate.go).
+type VMState = vmState
+
+// Domain is an instance's libvirt domain as an operation finds it.
+type Domain struct {
+	UUID     string     // its UUID
+	Running  bool       // any state but shut off
+	State    virt.State // its state
+	Inactive []byte     // the persistent definition
+}
+
+// DiskPlan is how a disk of the instance that has no file yet is made
+// (planDisks).
+type DiskPlan struct {
+	Target string // the disk's target name
+	images.Disk
+}
+
+// Observe tells Options.Observe that op, begun at start, ended with
+// *err (deferred first thing by an operation).
+func (c *Controller) Observe(op string, start time.Time, err *error) { c.observe(op, start, err) }
+
+// Emit records an event on the audit log's stream.
+func (c *Controller) Emit(ctx context.Context, stream, typ string, payload any) {
+	c.emit(ctx, stream, typ, payload)
+}
+
+// Logger is the core's logger.
+func (c *Controller) Logger() *slog.Logger { return c.log }
+
+// DataDir is the data directory; InstanceDir an instance's directory in
+// it.
+func (c *Controller) DataDir() string { return c.dataDir }
+
+// InstanceDir is the directory of instance name's files.
+func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name) }
+
+// Need is the state an operation needs its instance in.
+type Need int
+
+const (
+	// NeedStopped: neither shelved nor rescued, its shares agreeing, its
+	// domain shut off.
+	NeedStopped Need = iota
+	// NeedNoState: neither shelved nor rescued, on a host with a
+	// hypervisor.
+	NeedNoState
+	// NeedAnyState: on a host with a hypervisor (the operation checks the
+	// state itself: RequireState).
+	NeedAnyState
+)
+
+// OpInstance returns the record and spec of this host's instance name
+// for op, refused (ErrState) when it is not as op needs; the parts' Check
+// phase sees op.
+func (c *Controller) OpInstance(ctx context.Context, op part.Op, name string, need Need) (store.Instance, *model.Instance, error) {
+	var rec store.Instance
+	var in *model.Instance
+	var err error
+	if need == NeedStopped {
+		rec, in, err = c.stoppedInstance(ctx, string(op), name)
+	} else {
+		rec, in, err = c.ownInstance(ctx, string(op), name, need == NeedNoState)
+	}
+	if err != nil {
+		return store.Instance{}, nil, err
+	}
+	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
+		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	return rec, in, nil
+}
+
+// ownInstance is this host's instance name for op, on a host with a
+// hypervisor; noState refuses a shelved or rescued one.
+func (c *Controller) ownInstance(ctx context.Context, op, name string, noState bool) (store.Instance, *model.Instance, error) {
+	rec, err := c.ownRecord(ctx, op, name)
+	if err != nil {
+		return store.Instance{}, nil, err
+	}
+	if err := c.drv.require(op, name); err != nil {
+		return store.Instance{}, nil, err
+	}
+	if noState {
+		if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
+			return store.Instance{}, nil, err
+		}
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return store.Instance{}, nil, err
+	}
+	return rec, in, nil
+}
+
+// RequireState returns the instance's state record and its version,
+// refusing (ErrState, naming the state it is in) an instance whose state
+// is not want (StateShelved, StateRescue).
+func (c *Controller) RequireState(ctx context.Context, rec store.Instance, want string) (VMState, int64, error) {
+	st, ver, err := c.vmStateOf(ctx, rec.UUID)
+	if err != nil {
+		return vmState{}, 0, err
+	}
+	if st.State != want {
+		state := st.State
+		if state == "" {
+			state = c.drv.state(ctx, rec.Name, rec.UUID)
+		}
+		what := "shelved"
+		if want == StateRescue {
+			what = "in rescue"
+		}
+		return vmState{}, 0, fmt.Errorf("%w: the instance is not %s (state %s)", ErrState, what, state)
+	}
+	return st, ver, nil
+}
+
+// PutVMState writes the instance's state record (the undo step on r
+// removes it); DropVMState removes it (version ver; the undo step puts
+// it back).
+func (c *Controller) PutVMState(ctx context.Context, r *revert.Reverter, uuid string, st VMState) error {
+	return c.putVMState(ctx, r, uuid, st)
+}
+
+// DropVMState removes the instance's state record st of version ver; the
+// undo step on r puts it back.
+func (c *Controller) DropVMState(ctx context.Context, r *revert.Reverter, uuid string, st VMState, ver int64) error {
+	return c.dropVMState(ctx, r, uuid, st, ver)
+}
+
+// CheckParts runs the parts' Check phase for op on in; PrepareParts
+// their Prepare phase, handing their devices to the domain host will
+// build (parts.go).
+func (c *Controller) CheckParts(ctx context.Context, op part.Op, in *model.Instance) error {
+	return c.checkParts(ctx, op, in)
+}
+
+// PrepareParts runs the parts' Prepare phase for op on in, with the undo
+// steps on r, and hands their devices to the domain host will build.
+func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
+	return c.prepareParts(ctx, op, r, in, host)
+}
+
+// StoppedParts tells the shares of the stopped instance uuid that it
+// stays stopped (their host mounts released: a stop whose release failed
+// is retried).
+func (c *Controller) StoppedParts(ctx context.Context, uuid string) {
+	if h := c.sharesHook(); h != nil {
+		h.Stopped(ctx, uuid)
+	}
+}
+
+// Encryption is the core's key manager (nil without one) and LUKS disk
+// layer.
+func (c *Controller) Encryption() (KeyManager, LUKS) { return c.keys, c.luks }
+
+// DiskImages is the core's disk-image layer (blank and overlay disks).
+func (c *Controller) DiskImages() Images { return c.images }
+
+// BlockDevices returns the block-device records of instance uuid, by
+// disk (none when the store keeps no records).
+func (c *Controller) BlockDevices(ctx context.Context, uuid string) (map[string]encryption.BlockDevice, error) {
+	rec, _, err := c.loadBlockDevices(ctx, uuid)
+	return rec.Disks, err
+}
+
+// UpdateBlockDevices sets (non-nil) or drops (nil) the block-device
+// records of in's disks; the undo step on r restores them.
+func (c *Controller) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error {
+	return c.updateBlockDevices(ctx, r, in, upd)
+}
+
+// PlanDisks returns how the disks of in that have no file are made, and
+// makes the instance's directory (the undo step on r removes it).
+func (c *Controller) PlanDisks(ctx context.Context, r *revert.Reverter, in *model.Instance) ([]DiskPlan, error) {
+	plans, err := c.planDisks(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.mkdirInstance(r, c.instanceDir(in.Name)); err != nil {
+		return nil, err
+	}
+	out := make([]DiskPlan, len(plans))
+	for i, p := range plans {
+		out[i] = DiskPlan{Target: p.target, Disk: p.Disk}
+	}
+	return out, nil
+}
+
+// DiskFile is the image file of in's disk d.
+func (c *Controller) DiskFile(in *model.Instance, d model.Disk) string {
+	return filepath.Join(c.instanceDir(in.Name), diskFileOf(d))
+}
+
+// SetAside renames file p out of the way of its replacement; the undo
+// step on r puts it back.
+func (c *Controller) SetAside(r *revert.Reverter, p string) (string, error) { return c.setAside(r, p) }
+
+// DomainHost is the host side of in's domain (files, encrypted disks'
+// sources) and the options domains are built with.
+func (c *Controller) DomainHost(ctx context.Context, in *model.Instance) (virt.Host, virt.Options, error) {
+	host := c.host(in)
+	if err := c.encryptedSources(ctx, in, &host); err != nil {
+		return virt.Host{}, virt.Options{}, err
+	}
+	return host, c.dom, nil
+}
+
+// CurrentDomain returns the domain named name, nil when libvirt has
+// none; with uuid, an ErrState error when libvirt has none of that name
+// and UUID.
+func (c *Controller) CurrentDomain(ctx context.Context, name, uuid string) (*Domain, error) {
+	var cur *curDomain
+	var err error
+	if uuid != "" {
+		cur, err = c.requireDomain(ctx, name, uuid)
+	} else {
+		cur, err = c.currentDomain(ctx, name)
+	}
+	if err != nil || cur == nil {
+		return nil, err
+	}
+	return &Domain{UUID: cur.uuid, Running: cur.running, State: cur.state, Inactive: cur.inactive}, nil
+}
+
+// DefineDomain defines the domain doc of instance name; the undo step on
+// r defines prev again, or removes the domain when prev is nil.
+func (c *Controller) DefineDomain(ctx context.Context, r *revert.Reverter, name string, doc, prev []byte) error {
+	if c.domains == nil {
+		return fmt.Errorf("%w: this host runs without a hypervisor (--virt none)", ErrState)
+	}
+	if _, err := c.domains.Define(ctx, doc); err != nil {
+		return err
+	}
+	if prev == nil {
+		r.Add("remove domain "+name, func(ctx context.Context) error { return c.domains.Remove(ctx, name) })
+	} else {
+		r.Add("redefine domain "+name, func(ctx context.Context) error { _, err := c.domains.Define(ctx, prev); return err })
+	}
+	return nil
+}
+
+// RemoveDomain destroys and undefines in's domain; the undo step on r
+// defines (and starts) it again.
+func (c *Controller) RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
+	return c.removeDomain(ctx, r, in)
+}
+
+// ReadBack reads what libvirt chose for in's defined domain back into
+// in.
+func (c *Controller) ReadBack(ctx context.Context, in *model.Instance) error {
+	_, err := c.readBack(ctx, in)
+	return err
+}
+
+// Publish publishes in, expecting the record's revision expect; the undo
+// step on r restores what was published.
+func (c *Controller) Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error {
+	_, err := c.publish(ctx, r, in, expect)
+	return err
+}
+
+// ApplyFor applies in over old (its stored spec, revision expect) for
+// op: disks made, domain defined, published; the parts see op.
+func (c *Controller) ApplyFor(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error) {
+	return c.drv.apply(ctx, op, in, old, expect)
+}
+
+// Shutdown shuts the domain of rec down (powered off after timeout; at
+// once when timeout is negative); the undo step on r starts it again:
+// again, or as start does with its passphrases when again is nil.
+func (c *Controller) Shutdown(ctx context.Context, r *revert.Reverter, rec store.Instance, timeout time.Duration, again func(context.Context) error) error {
+	if timeout < 0 {
+		if err := c.domains.Destroy(ctx, rec.Name); err != nil {
+			return err
+		}
+	} else if _, err := c.shutdown(ctx, rec.Name, timeout); err != nil {
+		return err
+	}
+	if again == nil {
+		again = func(ctx context.Context) error { return c.startWithSecrets(ctx, rec) }
+	}
+	r.Add("start "+rec.Name+" again", again)
+	return nil
+}
+
+// UndefineSecrets undefines the libvirt secrets of instance uuid's disks
+// (its domain does not run).
+func (c *Controller) UndefineSecrets(ctx context.Context, uuid string) error {
+	return c.undefineSecrets(ctx, uuid)
+}
+
+// Boot starts the domain of rec, not running, as the operation defined
+// it: config drive, passphrases of in's disks, extra (the operation's own
+// secrets), start. The undo steps go on r.
+func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Instance, in *model.Instance, extra func(context.Context, *revert.Reverter) error) error {
+	if err := c.ensureDrive(ctx, rec); err != nil {
+		return err
+	}
+	if err := c.defineSecrets(ctx, r, in); err != nil {
+		return err
+	}
+	if extra != nil {
+		if err := extra(ctx, r); err != nil {
+			return err
+		}
+	}
+	return c.domains.Start(ctx, rec.Name)
+}
+
+// StartDomain starts the domain of rec as start does (config drive,
+// shares, passphrases, the parts' start phase); a failed start takes its
+// secrets back.
+func (c *Controller) StartDomain(ctx context.Context, rec store.Instance) error {
+	return c.startDomain(ctx, rec)
+}
+
+// DefineDiskSecret hands libvirt the passphrase of key-manager secret
+// keyID under the libvirt secret id, for in's disk; the undo step on r
+// undefines it.
+func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, id string) error {
+	pass, err := c.keys.Passphrase(ctx, keyID)
+	if err != nil {
+		return err
+	}
+	err = c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: c.secretUsage(in.UUID, disk)}, pass)
+	clear(pass)
+	if err != nil {
+		return err
+	}
+	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return c.libvirtSecrets.UndefineSecret(ctx, id) })
+	return nil
+}
+
+// ReleaseHost takes what the stopped (shelved) instance in still has on
+// the host besides its domain: stale config-drive media, its libvirt
+// secrets (failures are logged: the reconciler retries).
+func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
+	c.pruneMedia(in.Name, "")
+	if err := c.undefineSecrets(ctx, in.UUID); err != nil {
+		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
+	}
+}
+
+// DeleteSecrets deletes the key-manager secrets ids no disk of in uses
+// any more (failures are logged).
+func (c *Controller) DeleteSecrets(ctx context.Context, in *model.Instance, ids []string) {
+	c.deleteSecrets(ctx, in, ids)
+}
+
+// EncryptionConflict is the conflict (409, ErrEncryption) of an
+// encryption request this host cannot honour, naming field, value and
+// rule.
+func EncryptionConflict(field string, value any, rule string) error {
+	return &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: field, Value: value, Rule: rule}}}}
+}
+
+// ResizeLayout is in laid out anew for flavor newF (its flavor disks,
+// their encryption), refused when the flavors' or the image's encryption
+// settings forbid the resize or a disk would shrink; flavors are those of
+// the core's registry.
+func (c *Controller) ResizeLayout(ctx context.Context, old *model.Instance, flavorName string) (*model.Instance, *flavors.Flavor, error) {
+	if c.flavors == nil {
+		return nil, nil, errNoRecords
+	}
+	newF, err := c.flavors.Get(ctx, flavorName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if old.Flavor == newF.Name {
+		return nil, nil, fmt.Errorf("%w: the instance has flavor %s already", store.ErrConflict, newF.Name)
+	}
+	oldF, err := c.flavorOf(ctx, old.Flavor)
+	if err != nil {
+		return nil, nil, err
+	}
+	if oldF == nil || !laidOut(old) {
+		// Its disks were not laid out by a flavor: there is nothing to
+		// grow them from.
+		return nil, nil, fmt.Errorf("%w: the instance was not made from a registered flavor (flavor %q; its disks come from its spec: change them with instance apply)", ErrState, old.Flavor)
+	}
+	img, err := c.imageOf(ctx, old.Image)
+	if err != nil {
+		return nil, nil, err
+	}
+	oldS, err := flavorSettings(oldF, old.Flavor)
+	if err != nil {
+		return nil, nil, err
+	}
+	newS, err := flavorSettings(&newF, newF.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	imgS, err := imageSettings(img, old.Image)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := policy.SameForResize(oldS, newS, imgS, c.encHost); err != nil {
+		return nil, nil, err
+	}
+	in := clone(old)
+	in.Flavor, in.VCPUs, in.MemoryMiB = newF.Name, 0, 0
+	for i := range in.Disks {
+		if in.Disks[i].Kind != "" {
+			in.Disks[i].Size = ""
+		}
+	}
+	if err := c.flavorDisks(in, &newF, img); err != nil {
+		return nil, nil, err
+	}
+	if err := neverShrink(old, in, &newF, img); err != nil {
+		return nil, nil, err
+	}
+	if err := c.decideEncryption(in, &newF, img); err != nil {
+		return nil, nil, err
+	}
+	return in, &newF, nil
+}
+
+// RebuildLayout is in with its root disk from image newImg, refused when
+// the flavor's or the images' encryption settings forbid the rebuild or
+// the image does not fit the flavor's root disk.
+func (c *Controller) RebuildLayout(ctx context.Context, old *model.Instance, newImg *images.Image) (*model.Instance, error) {
+	f, err := c.flavorOf(ctx, old.Flavor)
+	if err != nil {
+		return nil, err
+	}
+	if !laidOut(old) {
+		f = nil // its flavor is a label (registered later, if at all)
+	}
+	oldImg, err := c.imageOf(ctx, old.Image)
+	if err != nil {
+		return nil, err
+	}
+	fS, err := flavorSettings(f, old.Flavor)
+	if err != nil {
+		return nil, err
+	}
+	oldS, err := imageSettings(oldImg, old.Image)
+	if err != nil {
+		return nil, err
+	}
+	newS, err := imageSettings(newImg, newImg.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := policy.SameForRebuild(fS, oldS, newS, c.encHost); err != nil {
+		return nil, err
+	}
+	if rootDisk(old) < 0 {
+		return nil, fmt.Errorf("%w: the instance has no disk made from an image", ErrState)
+	}
+	if f != nil && f.Disk > 0 && newImg.VirtualSize > int64(f.Disk)<<30 {
+		return nil, &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: newImg.Name,
+			Rule: fmt.Sprintf("its %d bytes do not fit flavor %s's %d GiB root disk", newImg.VirtualSize, f.Name, f.Disk)}}, Of: "rebuild request"}
+	}
+	in := clone(old)
+	in.Image = newImg.Name
+	if err := c.decideEncryption(in, f, newImg); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// ResizeDisk grows (or, shrink, shrinks back) the image file path of
+// in's disk to size bytes, opening an encrypted one with its secrets.
+func (c *Controller) ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error {
+	return c.resizeDisk(ctx, in, disk, path, size, shrink)
+}
+
+// DiskBytes is the size in bytes a disk's size field says (false: the
+// image's size).
+func DiskBytes(size string) (int64, bool) { return sizeBytes(size) }
+
+// stoppedInstance returns the record and spec of this host's instance
+// name for op, refusing (ErrState) one whose domain is not shut off.
+func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (store.Instance, *model.Instance, error) {
+	rec, err := c.ownRecord(ctx, op, name)
+	if err != nil {
+		return store.Instance{}, nil, err
+	}
+	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
+		return store.Instance{}, nil, err
+	}
+	if h := c.sharesHook(); h != nil {
+		if err := h.Refuse(ctx, rec.UUID, op); err != nil {
+			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+		}
+	}
+	old, err := decodeSpec(rec)
+	if err != nil {
+		return store.Instance{}, nil, err
+	}
+	if c.domains != nil {
+		cur, err := c.requireDomain(ctx, name, rec.UUID)
+		if err != nil {
+			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
+		}
+		if cur.running {
+			return store.Instance{}, nil, fmt.Errorf("%s %s: %w: the instance is %s; stop it first", op, name, ErrState, cur.state)
+		}
+	}
+	return rec, old, nil
+}
+
+// setAside renames a disk file out of the way of its replacement and
+// registers putting it back.
+func (c *Controller) setAside(r *revert.Reverter, p string) (string, error) {
+	a := p + ".old"
+	if err := os.Rename(p, a); err != nil {
+		return "", err
+	}
+	r.Add("put "+p+" back", func(context.Context) error {
+		if err := removeFile(p); err != nil {
+			return err
+		}
+		return os.Rename(a, p)
+	})
+	return a, nil
+}
+
+// rootDisk is the index of the disk made from the image: the one of kind
+// root, else (no kinds) the first disk of an instance with an image; -1
+// when there is none.
+func rootDisk(in *model.Instance) int {
+	if i := slices.IndexFunc(in.Disks, func(d model.Disk) bool { return d.Kind == model.DiskKindRoot }); i >= 0 {
+		return i
+	}
+	if in.Image != "" && len(in.Disks) > 0 && !slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" }) {
+		return 0
+	}
+	return -1
+}
+
+// RootDisk is the index of the disk made from the image (-1: none).
+func RootDisk(in *model.Instance) int { return rootDisk(in) }
+
+// neverShrink refuses a resize that would shrink or remove a flavor
+// disk, naming the disk and both sizes.
+func neverShrink(old, in *model.Instance, f *flavors.Flavor, img *images.Image) error {
+	imageSize := int64(-1)
+	if img != nil {
+		imageSize = img.VirtualSize
+	}
+	bytesOf := func(d model.Disk) int64 {
+		if n, ok := sizeBytes(d.Size); ok {
+			return n
+		}
+		return imageSize // "": the image's size
+	}
+	for _, o := range old.Disks {
+		if o.Kind == "" {
+			continue
+		}
+		j := slices.IndexFunc(in.Disks, func(d model.Disk) bool { return d.Kind == o.Kind })
+		if j < 0 {
+			return fmt.Errorf("%w: flavor %s has no %s disk, and the instance's %s (%s) would go: a resize never removes a disk", store.ErrConflict, f.Name, o.Kind, o.Name, orImage(o.Size))
+		}
+		before, after := bytesOf(o), bytesOf(in.Disks[j])
+		if before >= 0 && after >= 0 && after < before {
+			return fmt.Errorf("%w: flavor %s's %s disk (%s) is smaller than the instance's %s (%s): disks are never shrunk", store.ErrConflict, f.Name, o.Kind, orImage(in.Disks[j].Size), o.Name, orImage(o.Size))
+		}
+	}
+	return nil
+}
+
+// Capabilities reports whether this host has a hypervisor and whether
+// its store keeps records (block devices, instance states).
+func (c *Controller) Capabilities() (hypervisor, records bool) {
+	return c.domains != nil, c.records != nil
+}
+
+// ErrNoRecords: the store keeps no records (flavors, block devices,
+// states).
+var ErrNoRecords = errNoRecords

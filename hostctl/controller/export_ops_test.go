@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"context"
+
+	"github.com/vmeta/vmeta/hostctl/images"
+)
+
+// The operations of hostctl/ops for this package's tests, which drive
+// them as e.c.Shelve(...) and so on: hostctl/ops imports this package, so
+// a test file of package controller cannot import it; ops_wiring_test.go
+// (package controller_test, in the same test binary) sets opsOf in its
+// init to hostctl/ops over the controller under test.
+
+// Operations are the operations hostctl/ops composes from the core.
+type Operations interface {
+	Shelve(ctx context.Context, name string) (*Instance, error)
+	Unshelve(ctx context.Context, name string) (*Instance, error)
+	Rescue(ctx context.Context, name string, req RescueRequest) (*Instance, error)
+	Unrescue(ctx context.Context, name string) (*Instance, error)
+	Resize(ctx context.Context, name, flavor string) (*Instance, error)
+	Rebuild(ctx context.Context, name, image string) (*Instance, error)
+	Snapshot(ctx context.Context, name string, req SnapshotRequest) (images.Image, error)
+	SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (images.Image, error)
+}
+
+// opsOf returns the operations over a controller (set by
+// ops_wiring_test.go).
+var opsOf func(*Controller) Operations
+
+// SetOperations sets how the tests get the operations over a controller.
+func SetOperations(f func(*Controller) Operations) { opsOf = f }
+
+func (c *Controller) Shelve(ctx context.Context, name string) (*Instance, error) {
+	return opsOf(c).Shelve(ctx, name)
+}
+
+func (c *Controller) Unshelve(ctx context.Context, name string) (*Instance, error) {
+	return opsOf(c).Unshelve(ctx, name)
+}
+
+func (c *Controller) Rescue(ctx context.Context, name string, req RescueRequest) (*Instance, error) {
+	return opsOf(c).Rescue(ctx, name, req)
+}
+
+func (c *Controller) Unrescue(ctx context.Context, name string) (*Instance, error) {
+	return opsOf(c).Unrescue(ctx, name)
+}
+
+func (c *Controller) Resize(ctx context.Context, name, flavor string) (*Instance, error) {
+	return opsOf(c).Resize(ctx, name, flavor)
+}
+
+func (c *Controller) Rebuild(ctx context.Context, name, image string) (*Instance, error) {
+	return opsOf(c).Rebuild(ctx, name, image)
+}
+
+func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequest) (images.Image, error) {
+	return opsOf(c).Snapshot(ctx, name, req)
+}
+
+func (c *Controller) SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (images.Image, error) {
+	return opsOf(c).SnapshotAnyProject(ctx, name, req)
+}

@@ -1,0 +1,332 @@
+package ops
+
+// Shelve and unshelve (issue: ephemeral storage encryption, item 8), Nova's
+// shelve-offload translated to one host.
+//
+// Shelve takes a stopped instance (it does not stop one: stop it first)
+// and snapshots its root disk, backing chain flattened, into the image
+// catalog as <name>-shelved (snapshot.go). An encrypted root disk's image
+// is encrypted under the root disk's own secret — the same key-manager
+// secret UUID, not a copy (the specification: shelve/unshelve reuses the
+// root disk's secret, so its owner does not change) — with
+// os_encrypt_key_deletion_policy do_not_delete. Then the host's resources
+// go: the domain is undefined, the parts give back what the instance held
+// on the host (part.Shelve: passthrough devices released, shares
+// stopped), the instance directory (disks, config drive, console log)
+// removed, the libvirt secrets undefined. The instance record, its
+// published metadata, its DHCP leases, its block-device records and its
+// key-manager secrets stay; the instance is StateShelved.
+//
+// Unshelve makes the disks again: the root disk a standalone qcow2
+// copied from the shelved image, encrypted under the same secret and
+// proven to open with it; every other disk blank again as the flavor or
+// the spec makes it (ephemeral disks hold nothing across a shelve), an
+// encrypted one under its existing secret. The parts take back what they
+// gave (part.Unshelve: passthrough devices claimed again). It defines the
+// domain, hands libvirt the passphrases and starts it; then the shelved
+// image is deleted (its secret is the root disk's: it stays). A root disk
+// that was an overlay of an encrypted image is flat after the unshelve:
+// the instance's copy of the image's secret is no longer used and is
+// deleted.
+//
+// Every step of both is undone when a later one fails; no secret is
+// deleted before the operation has succeeded.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// Shelve shelves the stopped instance name (see the top of this file).
+func (o *Ops) Shelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
+	defer o.core.Observe("shelve", time.Now(), &err)
+	unlock := o.core.LockInstance(name)
+	rec, in, err := o.core.OpInstance(ctx, part.Shelve, name, controller.NeedStopped)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if err := o.shelveLocked(ctx, in); err != nil {
+		unlock()
+		return nil, fmt.Errorf("shelve %s: %w", name, err)
+	}
+	unlock()
+	image := controller.ShelvedImageName(name)
+	o.log.Info("instance shelved", "name", name, "uuid", rec.UUID, "image", image)
+	o.core.Emit(ctx, controller.StreamInstances, "instance.shelved", map[string]string{"name": name, "uuid": rec.UUID, "image": image})
+	return o.core.Get(ctx, name)
+}
+
+func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) {
+	switch hv, records := o.core.Capabilities(); {
+	case !hv:
+		return fmt.Errorf("%w: this host runs without a hypervisor (--virt none) and made no disk to keep", controller.ErrState)
+	case !records:
+		return controller.ErrNoRecords
+	}
+	root := rootIndex(in)
+	if root < 0 {
+		return fmt.Errorf("%w: the instance has no disk", controller.ErrState)
+	}
+	bds, err := o.core.BlockDevices(ctx, in.UUID)
+	if err != nil {
+		return err
+	}
+	req := controller.SnapshotRequest{Image: controller.ShelvedImageName(in.Name), EncryptionKey: controller.SnapshotKeyNone}
+	if bd := bds[in.Disks[root].Name]; bd.Encrypted {
+		// The root disk's own secret, under its own UUID.
+		req.EncryptionKey, req.SecretUUID = controller.SnapshotKeyExisting, bd.EncryptionSecretUUID
+	}
+	if err := checkSnapshot(&req); err != nil {
+		return err
+	}
+
+	r := revert.New(o.log, "shelve "+in.Name)
+	defer r.Fail(&err)
+	img, err := o.snapshotRoot(ctx, r, in, req, false)
+	if err != nil {
+		return err
+	}
+	if err := o.core.PutVMState(ctx, r, in.UUID, controller.VMState{Instance: in.Name, State: controller.StateShelved, ShelvedImage: img.Name}); err != nil {
+		return err
+	}
+	if err := o.core.RemoveDomain(ctx, r, in); err != nil {
+		return err
+	}
+	// The parts give back what the instance held on this host (its
+	// passthrough devices, its shares), undone with the rest on failure.
+	if err := o.core.PrepareParts(ctx, part.Shelve, r, in, &virt.Host{}); err != nil {
+		return err
+	}
+	// The instance's files move aside in one rename, back on failure.
+	dir := o.core.InstanceDir(in.Name)
+	aside := filepath.Join(filepath.Dir(dir), ".shelved-"+in.Name)
+	if err := os.RemoveAll(aside); err != nil {
+		return err
+	}
+	if fileExists(dir) {
+		if err := os.Rename(dir, aside); err != nil {
+			return err
+		}
+		r.Add("put back "+dir, func(context.Context) error { return os.Rename(aside, dir) })
+	}
+	r.Success()
+	if err := os.RemoveAll(aside); err != nil {
+		o.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
+	}
+	// The instance was stopped: its share mappings are inactive and
+	// their host mounts released; a stop whose release failed is retried
+	// here (the mappings stay, unshelve's start mounts again).
+	o.core.StoppedParts(ctx, in.UUID)
+	// Stale media go; a stopped domain's passphrases are not in libvirt:
+	// any left by a crash go now (the reconciler would sweep them too).
+	o.core.ReleaseHost(ctx, in)
+	return nil
+}
+
+// Unshelve brings a shelved instance back and starts it (see the top of
+// this file).
+func (o *Ops) Unshelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
+	defer o.core.Observe("unshelve", time.Now(), &err)
+	unlock := o.core.LockInstance(name)
+	rec, in, err := o.core.OpInstance(ctx, part.Unshelve, name, controller.NeedAnyState)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	st, ver, err := o.core.RequireState(ctx, rec, controller.StateShelved)
+	var unused []string
+	if err == nil {
+		unused, err = o.unshelveLocked(ctx, rec, in, st, ver)
+	}
+	unlock()
+	if err != nil {
+		return nil, fmt.Errorf("unshelve %s: %w", name, err)
+	}
+	if err := o.core.ImageDir().Delete(ctx, st.ShelvedImage, nil); err != nil {
+		o.log.Warn("shelved image of an unshelved instance not deleted", "name", name, "image", st.ShelvedImage, "err", err)
+	} else {
+		o.core.Emit(ctx, controller.StreamImages, "image.deleted", map[string]string{"name": st.ShelvedImage})
+	}
+	o.core.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: rec.UUID}, unused)
+	o.log.Info("instance unshelved", "name", name, "uuid", rec.UUID)
+	o.core.Emit(ctx, controller.StreamInstances, "instance.unshelved", map[string]string{"name": name, "uuid": rec.UUID})
+	return o.core.Get(ctx, name)
+}
+
+// unshelveLocked makes the disks and the domain of the shelved instance
+// in again and starts it; it returns the secrets no disk uses any more
+// (a flattened root disk's backing copy), to delete after the commit.
+func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.Instance, st controller.VMState, ver int64) (_ []string, err error) {
+	dir := o.core.ImageDir()
+	defer dir.Use(st.ShelvedImage)()
+	img, err := dir.Lookup(ctx, st.ShelvedImage)
+	if err != nil {
+		return nil, fmt.Errorf("shelved image %s: %w", st.ShelvedImage, err)
+	}
+	if cur, err := o.core.CurrentDomain(ctx, in.Name, ""); err != nil {
+		return nil, err
+	} else if cur != nil {
+		return nil, fmt.Errorf("%w: libvirt has a domain %s (uuid %s) already; hostctl does not take it over", controller.ErrState, in.Name, cur.UUID)
+	}
+	bds, err := o.core.BlockDevices(ctx, rec.UUID)
+	if err != nil {
+		return nil, err
+	}
+	rootName := ""
+	if i := rootIndex(in); i >= 0 {
+		rootName = in.Disks[i].Name
+	}
+
+	r := revert.New(o.log, "unshelve "+in.Name)
+	defer r.Fail(&err)
+	plans, err := o.core.PlanDisks(ctx, r, in)
+	if err != nil {
+		return nil, err
+	}
+	upd := map[string]*encryption.BlockDevice{}
+	var unused []string
+	for _, p := range plans {
+		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
+		bd, had := bds[p.Target]
+		switch {
+		case p.Target == rootName:
+			if err := o.restoreRoot(ctx, p, bd, img.Path); err != nil {
+				return nil, err
+			}
+			if had && bd.BackingEncryptionSecretUUID != "" {
+				// Flat now: no backing file, no backing secret.
+				unused = append(unused, bd.BackingEncryptionSecretUUID)
+				bd.BackingEncryptionSecretUUID = ""
+				upd[p.Target] = &bd
+			}
+		case had && bd.Encrypted:
+			if err := o.recreateEncrypted(ctx, p, bd); err != nil {
+				return nil, err
+			}
+		default:
+			if err := o.core.DiskImages().Create(ctx, p.Disk); err != nil {
+				return nil, fmt.Errorf("create disk %s: %w", p.Target, err)
+			}
+		}
+	}
+	if err := o.core.UpdateBlockDevices(ctx, r, in, upd); err != nil {
+		return nil, err
+	}
+	host, dom, err := o.core.DomainHost(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	was := clone(in)
+	if err := o.core.PrepareParts(ctx, part.Unshelve, r, in, &host); err != nil {
+		return nil, err
+	}
+	// A part completed the spec (passthrough devices claimed again are
+	// other devices): the domain gets the new spec, which is published
+	// once the unshelve stands.
+	republish := !sameSpec(was, in)
+	doc, err := virt.BuildDomain(in, host, dom)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.core.DefineDomain(ctx, r, in.Name, doc, nil); err != nil {
+		return nil, err
+	}
+	if republish {
+		if err := o.core.ReadBack(ctx, in); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.core.DropVMState(ctx, r, rec.UUID, st, ver); err != nil {
+		return nil, err
+	}
+	// Config drive (rebuilt from the published metadata), shares,
+	// passphrases, start; a failed start takes its secrets back.
+	if err := o.core.StartDomain(ctx, rec); err != nil {
+		return nil, err
+	}
+	r.Success()
+	if republish {
+		pr := revert.New(o.log, "publish unshelved "+in.Name)
+		var perr error
+		defer pr.Fail(&perr)
+		if perr = o.core.Publish(ctx, pr, in, rec.Revision); perr != nil {
+			return unused, fmt.Errorf("unshelved, but the spec the parts completed was not published (apply it again): %w", perr)
+		}
+	}
+	return unused, nil
+}
+
+// restoreRoot copies the shelved image at src into the root disk of plan
+// p: encrypted under the disk's own secret (bd) when it was, read back
+// and proven to open with it.
+func (o *Ops) restoreRoot(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice, src string) error {
+	km, luks := o.core.Encryption()
+	var pass []byte
+	if bd.Encrypted {
+		if km == nil {
+			return fmt.Errorf("%w: disk %s is encrypted and this host has no key manager", controller.ErrState, p.Target)
+		}
+		var err error
+		if pass, err = km.Passphrase(ctx, bd.EncryptionSecretUUID); err != nil {
+			return fmt.Errorf("disk %s: %w", p.Target, err)
+		}
+		defer clear(pass)
+	}
+	if err := luks.Convert(ctx, p.Path, encryption.Source{Path: src, Pass: pass}, pass); err != nil {
+		return fmt.Errorf("disk %s from the shelved image: %w", p.Target, err)
+	}
+	if pass == nil {
+		return nil
+	}
+	return checkLUKS(ctx, luks, p.Target, p.Path, pass, nil)
+}
+
+// recreateEncrypted makes the disk of plan p again, blank, encrypted
+// under its existing secret (bd).
+func (o *Ops) recreateEncrypted(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice) error {
+	km, luks := o.core.Encryption()
+	if km == nil {
+		return fmt.Errorf("%w: disk %s is encrypted and this host has no key manager", controller.ErrState, p.Target)
+	}
+	pass, err := km.Passphrase(ctx, bd.EncryptionSecretUUID)
+	if err != nil {
+		return fmt.Errorf("disk %s: %w", p.Target, err)
+	}
+	defer clear(pass)
+	d := encryption.Disk{Path: p.Path, Size: p.Size}
+	if p.Base != nil {
+		d.Base = &encryption.Base{Path: p.Base.Path, Format: p.Base.Format}
+	}
+	if err := luks.Create(ctx, d, pass); err != nil {
+		return fmt.Errorf("create encrypted disk %s: %w", p.Target, err)
+	}
+	return checkLUKS(ctx, luks, p.Target, p.Path, pass, nil)
+}
+
+// checkLUKS reads the LUKS header of disk's image at path back and proves
+// pass (and backing, the backing file's) opens it.
+func checkLUKS(ctx context.Context, luks controller.LUKS, disk, path string, pass, backing []byte) error {
+	info, err := luks.Inspect(ctx, path)
+	if err != nil {
+		return fmt.Errorf("disk %s: %w", disk, err)
+	}
+	if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
+		return fmt.Errorf("disk %s: qemu-img info reads no LUKS header (encrypted=%t, format %q)", disk, info.Encrypted, info.EncryptFormat)
+	}
+	if err := luks.Verify(ctx, path, pass, backing); err != nil {
+		return fmt.Errorf("disk %s: its passphrase does not open it: %w", disk, err)
+	}
+	return nil
+}
