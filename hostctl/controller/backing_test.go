@@ -117,6 +117,7 @@ func readThrough(t *testing.T, p string, pass, backing []byte) error {
 // start hands both to libvirt and stop takes both back; delete removes
 // the instance's secrets and leaves the image's.
 func TestEncryptedImageRoot(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -216,7 +217,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 // encrypted image encrypted: no surprise decryption).
 func TestEncryptedImageRefusals(t *testing.T) {
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e) // refused before any LUKS work
 	ctx := context.Background()
 	makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
 	gone := makeEncryptedImage(t, e, e.c.keys, "lost-img", "p1")

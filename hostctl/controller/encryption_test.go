@@ -201,6 +201,7 @@ nics:
 // domain XML names the secrets; start hands them to libvirt and stop
 // takes them back; delete removes the key-manager secrets.
 func TestEncryptedApply(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -309,7 +310,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	t.Run("format", func(t *testing.T) {
 		for _, format := range []string{"luksv2", "plain", "bogus"} {
 			e := newEnv(t)
-			withEncryption(t, e)
+			withFakeEncryption(t, e) // refused before any LUKS work
 			before := e.snapshot()
 			in, err := model.ParseSpec([]byte(encSpec))
 			if err != nil {
@@ -329,7 +330,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	})
 	t.Run("unsupported by the probe", func(t *testing.T) {
 		e := newEnv(t)
-		withEncryption(t, e)
+		withFakeEncryption(t, e) // refused before any LUKS work
 		e.c.encSupport = func(context.Context) (encryption.Support, error) {
 			return encryption.Support{Why: map[string]string{"luks": "qemu-img lacks it"}}, nil
 		}
@@ -340,7 +341,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	})
 	t.Run("existing disk changes encryption", func(t *testing.T) {
 		e := newEnv(t)
-		withEncryption(t, e)
+		withFakeEncryption(t, e) // refused before any LUKS work
 		e.mustApply(encSpec)
 		before := e.snapshot()
 		_, err := e.apply(strings.Replace(encSpec, "{name: vdb, size: 8M, tag: data}", "{name: vdb, size: 8M, tag: data, encrypted: true}", 1))
@@ -511,7 +512,7 @@ func TestFaultsEncryptedDelete(t *testing.T) {
 // records whose instance is gone (a crash between delete's steps).
 func TestSweepSecrets(t *testing.T) {
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e) // the sweep's logic: no LUKS work
 	ctx := context.Background()
 	inst := e.mustApply(encSpec)
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
@@ -575,6 +576,7 @@ func openBolt(t *testing.T, dir string) store.Store {
 // a plain base image is an encrypted overlay; the base image (the backing
 // file) stays plain, and the record names no backing secret.
 func TestEncryptedRootOverPlainImage(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -615,6 +617,7 @@ func TestEncryptedRootOverPlainImage(t *testing.T) {
 // domain gets its own secret, libvirt the passphrase before the attach,
 // and the guest is told encrypted; detaching it deletes the secret.
 func TestAttachEncryptedDisk(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -733,6 +736,7 @@ func TestReplacedDiskSecret(t *testing.T) {
 // grows the LUKS root disk through its passphrase and makes the swap disk
 // anew with a new secret (the old one deleted).
 func TestFlavorEncryptionEndToEnd(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	flavorSetup(e)
 	withEncryption(t, e)

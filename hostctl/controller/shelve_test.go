@@ -97,6 +97,7 @@ func refusedIn(t *testing.T, e *env, name, state string) {
 // secret UUID and passphrase, the data written before the shelve read
 // back), starts the instance and deletes the image.
 func TestShelveUnshelve(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -213,7 +214,7 @@ func mapsEqual(a, b map[string]string) bool {
 // image, its secrets and its state record.
 func TestShelvedDelete(t *testing.T) {
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e) // TestShelveUnshelve takes the real path
 	ctx := context.Background()
 	e.mustApply(encSpec)
 	if _, err := e.c.Shelve(ctx, "app-1"); err != nil {
@@ -423,11 +424,13 @@ func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 // during the rescue; the reconciler leaves the rescue definition alone;
 // unrescue restores the definition.
 func TestRescueUnrescue(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	for _, tc := range []struct {
 		image     string
 		encrypted bool
 	}{{"plain-img", false}, {"enc-img", true}} {
 		t.Run(tc.image, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			rescueSetupWith(e, withEncryption)
 			ctx := context.Background()

@@ -43,6 +43,7 @@ const snapSrcSpec = "name: src-1\nproject_id: p1\nimage: enc-img\ndisks: [{name:
 // booted from an encrypted snapshot is encrypted and reads the data;
 // deleting an image deletes its secret only when its policy says so.
 func TestSnapshotEncryptionKeys(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
