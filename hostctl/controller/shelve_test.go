@@ -425,14 +425,17 @@ func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 // unrescue restores the definition.
 func TestRescueUnrescue(t *testing.T) {
 	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
+	// The plain image's rescue makes no LUKS disk: its instance's disks
+	// are on the fake disk layer, its rescue disk a real plain overlay.
 	for _, tc := range []struct {
 		image     string
 		encrypted bool
-	}{{"plain-img", false}, {"enc-img", true}} {
+		enc       func(*testing.T, *env) *faults
+	}{{"plain-img", false, withFakeEncryption}, {"enc-img", true, withEncryption}} {
 		t.Run(tc.image, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			rescueSetupWith(e, withEncryption)
+			rescueSetupWith(e, tc.enc)
 			ctx := context.Background()
 			origXML := normalizeXML(e.hv.domains["app-1"].xml)
 			secretsBefore, _ := e.c.keys.List(ctx, "")
