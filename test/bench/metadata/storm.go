@@ -327,8 +327,6 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	lat := make([][]time.Duration, n)
 	var errs atomic.Int64
 	var firstErr atomic.Value
-	stopPerf := startPerf(ctx, p.pid())
-	defer stopPerf()
 	// Allocations are read outside the CPU window: reading them is a
 	// scrape of the server's metrics, which costs hostctl a lot (its
 	// instance collector reads every instance). Two reads back to back
@@ -340,6 +338,8 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	if err := quiesce(ctx, p.pid()); err != nil {
 		return nil, err
 	}
+	stopPerf := startPerf(ctx, p.pid())
+	defer stopPerf()
 	cpu0, err := processCPU(p.pid())
 	if err != nil {
 		return nil, err
