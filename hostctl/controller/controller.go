@@ -508,6 +508,8 @@ func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
+	st := newSteps(in.Name)
+	defer st.log(c.log, "publish steps")
 	// The guest is told what hostctl created, not what the spec asked.
 	told, bds, err := c.told(ctx, in)
 	if err != nil {
@@ -535,6 +537,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
+	st.done("render")
 	dir := c.instanceDir(in.Name)
 	if err := c.mkdirInstance(r, dir); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -552,10 +555,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
+	st.done("drive")
 	fwRev, err := c.drv.setFirmware(ctx, r, in.Name, tree, rev)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	st.done("firmware")
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
 		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Host: c.hostName, Addresses: in.Addresses, Spec: specJSON,
@@ -565,6 +570,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	st.done("store")
 	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)

@@ -45,6 +45,8 @@ type Domains interface {
 // step undoes the steps before it.
 func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
 	name := in.Name
+	st := newSteps(name)
+	defer st.log(c.log, "apply steps")
 	if old != nil {
 		carryOver(old, in)
 		if fe := sizeChanges(old, in); len(fe) > 0 {
@@ -106,6 +108,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 			name, ErrState, joinChanges(changes))
 	}
 
+	st.done("check")
 	r := revert.New(c.log, "apply "+name)
 	defer r.Fail(&err)
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
@@ -120,6 +123,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := c.createDisks(ctx, r, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	st.done("disks")
 	if cur == nil || len(changes) > 0 {
 		if err := c.encryptedSources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
@@ -144,16 +148,20 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 			})
 		}
 	}
+	st.done("define")
 	if _, err := c.readBack(ctx, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	st.done("read_back")
 	if err := c.syncLeases(ctx, r, old, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	st.done("leases")
 	inst, err := c.publish(ctx, r, in, expect)
 	if err != nil {
 		return nil, err
 	}
+	st.done("publish")
 	// Committed. Disks the spec no longer has go now.
 	if old != nil {
 		var gone []string
@@ -168,6 +176,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	c.deleteSecrets(ctx, in, replaced)
 	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
+	st.done("state")
 	return inst, nil
 }
 
