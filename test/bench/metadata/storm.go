@@ -367,6 +367,7 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	wg.Wait()
 	res.wall = time.Since(start)
 	cpu1, err := processCPU(p.pid())
+	stopPerf()
 	if err != nil {
 		return nil, err
 	}
@@ -438,9 +439,12 @@ func startPerf(ctx context.Context, pid int) func() {
 		return func() {}
 	}
 	time.Sleep(300 * time.Millisecond) // let perf attach
+	var once sync.Once
 	return func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		fmt.Printf("    perf profile %s\n", out)
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+			fmt.Printf("    perf profile %s\n", out)
+		})
 	}
 }
