@@ -366,11 +366,15 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
 	defer c.observe("apply", time.Now(), &err)
+	st := newSteps(in.Name)
+	defer st.log(c.log, "apply instance steps")
 	defer c.locks.Lock(in.Name)()
+	st.done("lock")
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
 		return nil, err
 	}
+	st.done("existing")
 	sharesDone, err := c.specShares(ctx, in, old) // sharehooks.go
 	if err != nil {
 		return nil, err
@@ -386,16 +390,19 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	st.done("layout")
 	undo, trim, err := c.claimDevices(ctx, in, old == nil)
 	if err != nil {
 		return nil, err
 	}
+	st.done("devices")
 	keepGuestAddresses(old, in)
 	inst, err := c.drv.apply(ctx, part.Apply, in, old, expect)
 	if err != nil {
 		undo()
 		return nil, err
 	}
+	st.done("domain")
 	trim()
 	inst.Warnings = append(inst.Warnings, warn...)
 	return inst, nil

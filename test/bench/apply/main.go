@@ -21,7 +21,8 @@
 //
 // With -steps, hostctl logs at debug level and the run ends with the
 // median time of each step of an apply and of its publish (hostctl's
-// "apply steps" and "publish steps" lines), for the new 4-disk instance
+// "apply instance steps", "apply steps" and "publish steps" lines: the
+// whole apply, its domain part and its publish), for the new 4-disk instance
 // and for its unchanged re-apply: where an apply's time goes.
 //
 // Every domain it defines is named vmeta-bench-<run>-…, deleted at the end
@@ -296,6 +297,8 @@ func printSteps(logPath, prefix string) error {
 			msg = "apply"
 		case strings.Contains(line, `msg="publish steps"`):
 			msg = "publish"
+		case strings.Contains(line, `msg="apply instance steps"`):
+			msg = "instance"
 		default:
 			continue
 		}
@@ -349,8 +352,11 @@ func printSteps(logPath, prefix string) error {
 
 // stepOrder is the order in which hostctl logs the steps.
 func stepOrder(msg string) []string {
-	if msg == "apply" {
+	switch msg {
+	case "apply":
 		return []string{"check", "disks", "define", "read_back", "leases", "publish", "state"}
+	case "instance":
+		return []string{"lock", "existing", "layout", "devices", "domain"}
 	}
 	return []string{"render", "drive", "firmware", "store"}
 }
