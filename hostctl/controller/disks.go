@@ -143,17 +143,22 @@ func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskP
 // createDisks creates the planned images of instance in — encrypted ones
 // with their own secret (encryption.go) — records how each was made (its
 // block-device record) and registers their removal as undo steps.
-//
-// The plain images are made at once, a qemu-img each (issue 23 item 4:
-// four disks one after the other were most of an apply); every one has
-// ended before createDisks returns, so an undo never races a qemu-img
-// still writing. Encrypted ones follow one by one (each has a secret and
-// its own undo steps).
 func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, plans []diskPlan) error {
-	upd := map[string]*encryption.BlockDevice{}
-	created := time.Now().UTC().Truncate(time.Second)
+	if err := c.startDisks(ctx, r, plans)(); err != nil {
+		return err
+	}
+	return c.finishDisks(ctx, r, in, plans)
+}
+
+// startDisks registers the removal of every planned image (first: a
+// failing qemu-img may leave a partial file) and starts making the plain
+// ones at once, a qemu-img each (issue 23 item 4: four disks one after
+// the other were most of an apply). The function it returns waits until
+// every one has ended — call it before returning or undoing anything, so
+// that an undo never races a qemu-img still writing — and returns the
+// first error in the plans' order; it may be called again.
+func (c *Controller) startDisks(ctx context.Context, r *revert.Reverter, plans []diskPlan) (wait func() error) {
 	for _, p := range plans {
-		// Registered first: a failing qemu-img may leave a partial file.
 		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
 	}
 	errs := make([]error, len(plans))
@@ -168,11 +173,24 @@ func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, in *mo
 			}
 		})
 	}
-	wg.Wait()
-	for i, p := range plans {
-		if errs[i] != nil {
-			return errs[i] // the first in the spec's order
+	return func() error {
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+}
+
+// finishDisks, once startDisks' plain images are made, creates the
+// encrypted ones one by one (each has a secret and undo steps of its own)
+// and records how every planned disk was made.
+func (c *Controller) finishDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, plans []diskPlan) error {
+	upd := map[string]*encryption.BlockDevice{}
+	created := time.Now().UTC().Truncate(time.Second)
+	for _, p := range plans {
 		if p.encrypt {
 			continue
 		}

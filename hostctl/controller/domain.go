@@ -120,11 +120,20 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.createDisks(ctx, r, in, plans); err != nil {
+	redefine := cur == nil || len(changes) > 0
+	var waitDisks func() error
+	if redefine && !slices.ContainsFunc(plans, func(p diskPlan) bool { return p.encrypt }) {
+		// The plain images are made while libvirt defines the domain,
+		// whose definition only names their files (issue 23 item 4).
+		// Every qemu-img has ended before an undo or a return (defers
+		// run last first: this wait before r.Fail).
+		waitDisks = c.startDisks(ctx, r, plans)
+		defer func() { _ = waitDisks() }()
+	} else if err := c.createDisks(ctx, r, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("disks")
-	if cur == nil || len(changes) > 0 {
+	if redefine {
 		if err := c.encryptedSources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
@@ -149,6 +158,15 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		}
 	}
 	st.done("define")
+	if waitDisks != nil {
+		if err := waitDisks(); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+		if err := c.finishDisks(ctx, r, in, plans); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+		st.done("disks_wait")
+	}
 	if _, err := c.readBack(ctx, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}

@@ -354,7 +354,7 @@ func printSteps(logPath, prefix string) error {
 func stepOrder(msg string) []string {
 	switch msg {
 	case "apply":
-		return []string{"check", "disks", "define", "read_back", "leases", "publish", "state"}
+		return []string{"check", "disks", "define", "disks_wait", "read_back", "leases", "publish", "state"}
 	case "instance":
 		return []string{"lock", "existing", "layout", "devices", "domain"}
 	}
