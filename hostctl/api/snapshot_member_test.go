@@ -5,16 +5,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // TestSnapshotMember (issue 20, item 4): with member tokens over TCP, a
@@ -26,19 +25,10 @@ import (
 // may name any project's secret.
 func TestSnapshotMember(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
+	k := newKeyedController(t, "local", controller.Options{})
+	ctl, km := k.ctl, k.km
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctlServices(ctl), slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km}), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 	admin, alice := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 

@@ -10,8 +10,8 @@
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
 // the disks (hostctl/images), defines the domain, reads the addresses, MACs
 // and serials libvirt chose back from its XML into the instance before
-// rendering, and gives each NIC a fixed DHCP lease, so the metadata and
-// the source-address index are right before the guest boots. Devices are
+// rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
+// ...) add what their features need. Devices are
 // attached and detached by tag, instances started, stopped and deleted,
 // and a reconciler follows libvirt's events to notice domains and devices
 // removed behind hostctl's back. Every multi-step change undoes what it
@@ -95,11 +95,10 @@ type Controller struct {
 	drv           driver
 	domains       Domains
 	hotplug       HotPlug
-	dhcp          DHCP
 	events        Events
 	dom           virt.Options
 	images        Images
-	imageDir      *images.Dir       // the image catalog (flavors.go)
+	imageDir      *images.Dir       // the image directory (hostctl/catalog serves it)
 	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
 	flavors       *flavors.Registry // nil when the store keeps no records
 	records       store.Records     // flavors, block devices, faults; nil when the store keeps none
@@ -127,10 +126,8 @@ type Controller struct {
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
 	shareHooks shareHooksPtr // sharehooks.go
-	keyForget  keyForgetPtr  // diskrotate.go
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
-	devices    Devices
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -222,10 +219,6 @@ type Options struct {
 	// when negative.
 	ResyncInterval time.Duration
 
-	// Devices is the host's passthrough device inventory; nil: specs
-	// with pci_aliases are refused.
-	Devices Devices
-
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
 	// attach_nic, detach_nic): how long it took, waiting for the
@@ -270,12 +263,12 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices,
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
 		proxyNets: opts.ProxyNetworks, parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
-		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.domains, c.hotplug, c.events = hv, hv, hv
 		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
@@ -391,19 +384,17 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	st.done("layout")
-	undo, trim, err := c.claimDevices(ctx, in, old == nil)
+	end, err := c.claimParts(ctx, part.Apply, in, old) // core_nicspart.go
 	if err != nil {
 		return nil, err
 	}
-	st.done("devices")
-	keepGuestAddresses(old, in)
+	st.done("parts")
 	inst, err := c.drv.apply(ctx, part.Apply, in, old, expect)
+	end(ctx, err)
 	if err != nil {
-		undo()
 		return nil, err
 	}
 	st.done("domain")
-	trim()
 	inst.Warnings = append(inst.Warnings, warn...)
 	return inst, nil
 }
@@ -465,14 +456,14 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 			return fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
-	return c.checkMACs(ctx, in)
+	return c.checkMACs(ctx, "apply", in)
 }
 
 // checkMACs refuses a NIC whose MAC address another instance already has,
 // on any host sharing the store (two guests with one MAC break each
 // other's networking). The store has no MAC index: the other instances'
 // stored specs are read, their NICs only.
-func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
+func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instance) error {
 	if len(in.NICs) == 0 {
 		return nil
 	}
@@ -482,7 +473,7 @@ func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
 	}
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
-		return fmt.Errorf("apply %s: check MAC addresses: %w", in.Name, err)
+		return fmt.Errorf("%s %s: check MAC addresses: %w", op, in.Name, err)
 	}
 	for _, rec := range recs {
 		if rec.Name == in.Name || (in.UUID != "" && rec.UUID == in.UUID) {
@@ -494,11 +485,11 @@ func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
 			} `json:"nics"`
 		}
 		if err := json.Unmarshal(rec.Spec, &other); err != nil {
-			return fmt.Errorf("apply %s: check MAC addresses: instance %s: decode stored spec: %w", in.Name, rec.Name, err)
+			return fmt.Errorf("%s %s: check MAC addresses: instance %s: decode stored spec: %w", op, in.Name, rec.Name, err)
 		}
 		for _, n := range other.NICs {
 			if i, dup := mine[strings.ToLower(n.MAC)]; dup {
-				return fmt.Errorf("apply %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
+				return fmt.Errorf("%s %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", op, in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
 			}
 		}
 	}
@@ -780,9 +771,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
-	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
-	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -53,7 +53,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 			return nil, fmt.Errorf("apply %s: %w", name, &model.SpecError{Errors: fe})
 		}
 	}
-	addStaticAddresses(in)
 	dirs, err := c.shareRoot.Dirs(in.Shares)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
@@ -171,10 +170,10 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("read_back")
-	if err := c.syncLeases(ctx, r, old, in); err != nil {
+	if err := c.definedParts(ctx, op, r, old, in); err != nil { // core_nicspart.go
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	st.done("leases")
+	st.done("parts")
 	inst, err := c.publish(ctx, r, in, expect)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -104,7 +105,10 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err != nil {
 		return nil, err
 	}
-	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size, Encrypted: req.Encrypted}
+	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size}
+	if req.Encrypted != nil {
+		disk.Encrypted, disk.Unencrypted = *req.Encrypted, !*req.Encrypted
+	}
 	if disk.Bus == "" {
 		disk.Bus = model.DiskBusVirtio
 	}
@@ -260,6 +264,10 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
+	// Another instance's NIC may have the MAC (an apply checks the same).
+	if err := c.checkMACs(ctx, "attach NIC to", next); err != nil {
+		return nil, err
+	}
 	devXML, err := virt.NICDeviceXML(nic, len(dc.in.NICs), c.host(next), c.dom)
 	if err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
@@ -322,7 +330,7 @@ func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter,
 	if _, err := c.readBack(ctx, next); err != nil {
 		return nil, err
 	}
-	if err := c.syncLeases(ctx, r, dc.in, next); err != nil {
+	if err := c.definedParts(ctx, part.Apply, r, dc.in, next); err != nil { // core_nicspart.go
 		return nil, err
 	}
 	inst, err := c.publish(ctx, r, next, dc.rec.Revision)

@@ -354,9 +354,9 @@ func printSteps(logPath, prefix string) error {
 func stepOrder(msg string) []string {
 	switch msg {
 	case "apply":
-		return []string{"check", "disks", "define", "disks_wait", "read_back", "leases", "publish", "state"}
+		return []string{"check", "disks", "define", "disks_wait", "read_back", "parts", "publish", "state"}
 	case "instance":
-		return []string{"lock", "existing", "layout", "devices", "domain"}
+		return []string{"lock", "existing", "layout", "parts", "domain"}
 	}
 	return []string{"render", "drive", "firmware", "store"}
 }
