@@ -10,8 +10,8 @@
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
 // the disks (hostctl/images), defines the domain, reads the addresses, MACs
 // and serials libvirt chose back from its XML into the instance before
-// rendering, and gives each NIC a fixed DHCP lease, so the metadata and
-// the source-address index are right before the guest boots. Devices are
+// rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
+// ...) add what their features need. Devices are
 // attached and detached by tag, instances started, stopped and deleted,
 // and a reconciler follows libvirt's events to notice domains and devices
 // removed behind hostctl's back. Every multi-step change undoes what it
@@ -95,7 +95,6 @@ type Controller struct {
 	drv           driver
 	domains       Domains
 	hotplug       HotPlug
-	dhcp          DHCP
 	events        Events
 	dom           virt.Options
 	images        Images
@@ -127,10 +126,8 @@ type Controller struct {
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
 	shareHooks shareHooksPtr // sharehooks.go
-	keyForget  keyForgetPtr  // diskrotate.go
 	shareCaps  shareSupporter
 	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
-	devices    Devices
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -222,10 +219,6 @@ type Options struct {
 	// when negative.
 	ResyncInterval time.Duration
 
-	// Devices is the host's passthrough device inventory; nil: specs
-	// with pci_aliases are refused.
-	Devices Devices
-
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
 	// attach_nic, detach_nic): how long it took, waiting for the
@@ -270,12 +263,12 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices,
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
 		proxyNets: opts.ProxyNetworks, parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
-		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.domains, c.hotplug, c.events = hv, hv, hv
 		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
@@ -366,11 +359,15 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
 	defer c.observe("apply", time.Now(), &err)
+	st := newSteps(in.Name)
+	defer st.log(c.log, "apply instance steps")
 	defer c.locks.Lock(in.Name)()
+	st.done("lock")
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
 		return nil, err
 	}
+	st.done("existing")
 	sharesDone, err := c.specShares(ctx, in, old) // sharehooks.go
 	if err != nil {
 		return nil, err
@@ -386,17 +383,18 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	undo, trim, err := c.claimDevices(ctx, in, old == nil)
+	st.done("layout")
+	end, err := c.claimParts(ctx, part.Apply, in, old) // core_nicspart.go
 	if err != nil {
 		return nil, err
 	}
-	keepGuestAddresses(old, in)
+	st.done("parts")
 	inst, err := c.drv.apply(ctx, part.Apply, in, old, expect)
+	end(ctx, err)
 	if err != nil {
-		undo()
 		return nil, err
 	}
-	trim()
+	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
 	return inst, nil
 }
@@ -508,6 +506,8 @@ func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instanc
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
+	st := newSteps(in.Name)
+	defer st.log(c.log, "publish steps")
 	// The guest is told what hostctl created, not what the spec asked.
 	told, bds, err := c.told(ctx, in)
 	if err != nil {
@@ -535,6 +535,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
+	st.done("render")
 	dir := c.instanceDir(in.Name)
 	if err := c.mkdirInstance(r, dir); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -552,10 +553,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
+	st.done("drive")
 	fwRev, err := c.drv.setFirmware(ctx, r, in.Name, tree, rev)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	st.done("firmware")
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
 		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Host: c.hostName, Addresses: in.Addresses, Spec: specJSON,
@@ -565,6 +568,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	st.done("store")
 	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)
@@ -767,9 +771,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if h := c.sharesHook(); h != nil {
 		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
 	}
-	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
-	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -28,10 +28,10 @@ const shutdownPollInterval = 200 * time.Millisecond
 // published metadata first; media swapped into the cdrom during an
 // earlier run are deleted (the domain boots from disk.config). A start
 // that fails keeps the instance's passthrough devices for the next start
-// (devicestart.go).
+// (hostctl/parts/passthrough).
 func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("start", time.Now(), &err)
-	if err := c.reclaimForStart(ctx, name); err != nil {
+	if err := c.preStartParts(ctx, part.Start, name); err != nil { // core_nicspart.go
 		return nil, err
 	}
 	unlock := c.locks.Lock(name)
@@ -48,9 +48,6 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 		}
 		if err == nil {
 			err = c.startDomain(ctx, rec)
-		}
-		if err != nil {
-			c.keepDevicesAfterFailedStart(ctx, name, rec.UUID, err)
 		}
 	}
 	unlock()
@@ -199,7 +196,7 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	if err := c.defineSecrets(ctx, r, in); err != nil {
 		return err
 	}
-	if err := c.liveLeases(ctx, r, in); err != nil { // dhcp.go
+	if err := c.startParts(ctx, r, in); err != nil { // core_nicspart.go
 		return err
 	}
 	if err := c.domains.Start(ctx, rec.Name); err != nil {

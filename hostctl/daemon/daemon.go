@@ -434,6 +434,7 @@ func (s *serve) startKeys(ctx context.Context) error {
 func (s *serve) startController(context.Context) error {
 	s.keyKick = make(kicker, 1)
 	cfg, hv := s.cfg, s.hv
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine) // parts.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -445,15 +446,16 @@ func (s *serve) startController(context.Context) error {
 		DriveFormat: s.chk.format,
 		Observe:     s.hm.Observe,
 		Encryption:  s.chk.encHost,
-		Devices:     s.inv,
 		Audit:       s.audit,
 
 		Keys:              s.km,
 		LUKSIterTime:      cfg.LUKSIterTime,
+		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
 		EncryptionSupport: s.prober.Support,
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
-		Parts:             Parts(s.inv),            // parts.go
+		Parts:             parts,
 	}))
+	bindParts(s.ctl, s.log)
 	return nil
 }
 
@@ -475,7 +477,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(e, s.ctl) // keyrotation.go
+	registerDiskRotation(e, s.ctl, s.km, luksTool(s.cfg), s.log) // keyrotation.go
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}

@@ -1,7 +1,12 @@
 package daemon
 
 import (
+	"log/slog"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
 )
@@ -9,9 +14,27 @@ import (
 // Parts are the host features the daemon registers with the controller
 // core (hostctl/part), in the order the core calls their phases. A new
 // part is added here and answers every operation (parts_test.go checks).
-func Parts(inv passthrough.Inventory) []part.Part {
+// net is the hypervisor's networks (nil with --virt none), defaultNet
+// the network of a NIC that names none; bind gives the parts that need
+// it the core, once it exists; keyRecords is the key rotation engine
+// (nil: none), whose records of an instance go with it.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+	pt := passthrough.New(inv)
 	return []part.Part{
-		passthrough.New(inv),
-		watchdog.New(),
+			pt,
+			nics.New(net, defaultNet),
+			watchdog.New(),
+			diskrotate.NewForget(keyRecords),
+		}, func(c *controller.Controller, log *slog.Logger) {
+			pt.Bind(c, log)
+		}
+}
+
+// network is the hypervisor as the nics part uses it (nil with --virt
+// none).
+func (h *hypervisor) network() nics.Network {
+	if h.conn == nil {
+		return nil
 	}
+	return h.conn
 }

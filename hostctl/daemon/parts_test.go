@@ -11,7 +11,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts := Parts(nil)
+	parts, _ := Parts(nil, nil, "", nil)
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}

@@ -220,6 +220,31 @@ var importRules = []importRule{
 		from:      module + "/hostctl/controller",
 		forbidden: []string{module + "/hostctl/catalog"},
 	},
+	{
+		// The parts reach the core through their own narrow interfaces
+		// (passthrough.Core); the core knows them only as hostctl/part
+		// values the daemon registers.
+		name:      "hostctl/controller does not import the parts",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/parts"},
+	},
+	{
+		name:      "the parts do not import hostctl/controller",
+		from:      module + "/hostctl/parts",
+		forbidden: []string{module + "/hostctl/controller"},
+	},
+	{
+		// A package carved out of the core reaches it through a narrow
+		// interface of its own (issue 22), and the core does not know it.
+		name:      "hostctl/diskrotate does not import the controller",
+		from:      module + "/hostctl/diskrotate",
+		forbidden: []string{module + "/hostctl/controller"},
+	},
+	{
+		name:      "the controller does not import hostctl/diskrotate",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/diskrotate"},
+	},
 }
 
 // under reports whether package p is pkg or below it.
