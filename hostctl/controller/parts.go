@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -223,12 +221,4 @@ func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (
 		return "", nil
 	}
 	return "the host parts' devices", nil
-}
-
-// sameSpec reports whether a and b are the same spec (a part's Prepare
-// left it as it was).
-func sameSpec(a, b *model.Instance) bool {
-	ja, erra := json.Marshal(a)
-	jb, errb := json.Marshal(b)
-	return erra == nil && errb == nil && bytes.Equal(ja, jb)
 }

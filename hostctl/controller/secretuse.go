@@ -155,7 +155,7 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 			}
 		}
 		// A rescued instance's rescue disk opens with the rescue image's
-		// own secret (rescue.go).
+		// own secret (hostctl/ops, rescue.go).
 		for uuid, st := range states {
 			if st.RescueSecret == id && !rel.releasesDisk(uuid, rescueDisk) {
 				out = append(out, "rescue disk of instance "+st.Instance+" (rescue image "+st.RescueImage+")")

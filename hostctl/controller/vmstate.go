@@ -2,7 +2,7 @@ package controller
 
 // Instance states hostctl keeps itself, besides its libvirt domain's
 // (issue: ephemeral storage encryption, item 8): an instance shelved
-// (shelve.go) or rescued (rescue.go). Each is one store record per
+// (hostctl/ops: shelve.go) or rescued (rescue.go). Each is one store record per
 // instance UUID (instance-vmstate/<uuid>), so the state holds across
 // daemon restarts and every host sees it. While an instance has one:
 //
@@ -60,7 +60,7 @@ type vmState struct {
 	// RescueSecret is the rescue image's key-manager secret an encrypted
 	// rescue disk opens with (the image's own, no copy), and
 	// RescueLibvirtSecret the libvirt secret made for it, undefined at
-	// unrescue (rescue.go).
+	// unrescue (hostctl/ops, rescue.go).
 	RescueSecret        string `json:"rescue_secret,omitempty"`
 	RescueLibvirtSecret string `json:"rescue_libvirt_secret,omitempty"`
 }
