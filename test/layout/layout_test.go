@@ -245,6 +245,13 @@ var importRules = []importRule{
 		from:      module + "/hostctl/controller",
 		forbidden: []string{module + "/hostctl/diskrotate"},
 	},
+	{
+		// The operations (shelve, rescue, resize, rebuild, snapshot) are
+		// composed over the core's narrow ops.Core; the daemon wires them.
+		name:      "the controller does not import hostctl/ops",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/ops"},
+	},
 }
 
 // under reports whether package p is pkg or below it.
