@@ -207,15 +207,6 @@ func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	return c.prepareParts(ctx, op, r, in, host)
 }
 
-// StoppedParts tells the shares of the stopped instance uuid that it
-// stays stopped (their host mounts released: a stop whose release failed
-// is retried).
-func (c *Controller) StoppedParts(ctx context.Context, uuid string) {
-	if h := c.sharesHook(); h != nil {
-		h.Stopped(ctx, uuid)
-	}
-}
-
 // Encryption is the core's key manager (nil without one) and LUKS disk
 // layer.
 func (c *Controller) Encryption() (KeyManager, LUKS) { return c.keys, c.luks }
@@ -398,11 +389,18 @@ func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, i
 	return nil
 }
 
-// ReleaseHost takes what the stopped (shelved) instance in still has on
-// the host besides its domain: stale config-drive media, its libvirt
-// secrets (failures are logged: the reconciler retries).
+// ReleaseHost takes what the stopped instance in, shelved, still has on
+// the host besides its domain and files: its share mappings go inactive
+// and their host mounts are released (a stop whose release failed is
+// retried; the mappings stay, unshelve's start mounts again), stale
+// config-drive media go, and its libvirt secrets (a stopped domain's
+// passphrases are not in libvirt: any left by a crash go now; failures
+// are logged, the reconciler retries).
 func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
 	c.pruneMedia(in.Name, "")
+	if h := c.sharesHook(); h != nil {
+		h.Stopped(ctx, in.UUID)
+	}
 	if err := c.undefineSecrets(ctx, in.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
 	}

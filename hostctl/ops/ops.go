@@ -60,7 +60,6 @@ type Core interface {
 
 	// The parts' phases for an operation (Check is OpInstance's).
 	PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error
-	StoppedParts(ctx context.Context, uuid string)
 
 	// Files, disks and their block-device records.
 	DataDir() string

@@ -125,12 +125,7 @@ func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) 
 	if err := os.RemoveAll(aside); err != nil {
 		o.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
 	}
-	// The instance was stopped: its share mappings are inactive and
-	// their host mounts released; a stop whose release failed is retried
-	// here (the mappings stay, unshelve's start mounts again).
-	o.core.StoppedParts(ctx, in.UUID)
-	// Stale media go; a stopped domain's passphrases are not in libvirt:
-	// any left by a crash go now (the reconciler would sweep them too).
+	// Its shares' host mounts, stale media, libvirt secrets go.
 	o.core.ReleaseHost(ctx, in)
 	return nil
 }
