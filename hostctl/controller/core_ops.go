@@ -194,13 +194,6 @@ func (c *Controller) DropVMState(ctx context.Context, r *revert.Reverter, uuid s
 	return c.dropVMState(ctx, r, uuid, st, ver)
 }
 
-// CheckParts runs the parts' Check phase for op on in; PrepareParts
-// their Prepare phase, handing their devices to the domain host will
-// build (parts.go).
-func (c *Controller) CheckParts(ctx context.Context, op part.Op, in *model.Instance) error {
-	return c.checkParts(ctx, op, in)
-}
-
 // PrepareParts runs the parts' Prepare phase for op on in, with the undo
 // steps on r, and hands their devices to the domain host will build.
 func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
