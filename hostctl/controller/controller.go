@@ -81,7 +81,6 @@ type Controller struct {
 	store    Store
 	dataDir  string
 	render   metadata.Options
-	firmware bool
 	notify   Publisher
 	log      *slog.Logger
 	driveFmt configdrive.Format
@@ -204,11 +203,6 @@ type Options struct {
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
-	// FirmwareMetadata also hands each instance's guest-facing facts to
-	// its domain's firmware configuration device (firmware.go); only
-	// with a Hypervisor. Off, a publish takes earlier entries out of the
-	// persistent definition.
-	FirmwareMetadata bool
 	// Reconciled, when set, is called after every reconcile pass of the
 	// watcher (all instances, or those of domain events); it must not
 	// block (the daemon kicks its key rotation loop with it).
@@ -260,7 +254,7 @@ func New(st Store, opts Options) *Controller {
 
 // newController is New without the reconciler.
 func newController(st Store, opts Options) *Controller {
-	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
+	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
@@ -554,7 +548,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		}
 	}
 	st.done("drive")
-	fwRev, err := c.drv.setFirmware(ctx, r, in.Name, tree, rev)
+	committed, err := c.publishParts(ctx, r, in, tree, rev) // core_firmwarepart.go
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -576,11 +570,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if rec.Revision != rev {
 		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
 	}
-	if c.firmware {
-		c.drv.pruneFirmware(in.Name, fwRev) // the revision the definition names
-	} else {
-		c.drv.pruneFirmware(in.Name, 0)
-	}
+	committed()
 	if !in.WantsConfigDrive() {
 		// config_drive: false (the domain, if any, has no cdrom): a drive
 		// of an earlier spec goes.

@@ -136,7 +136,11 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		if err := c.encryptedSources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
-		if err := c.prepareParts(ctx, op, r, in, &host); err != nil {
+		// The parts' contributions: their devices, and the firmware
+		// entries of the revision the publish below makes (it writes
+		// their files once it has rendered them from the addresses the
+		// define gives: the domain is defined once).
+		if err := c.preparePartsFor(ctx, op, r, in, max(expect, 0)+1, &host); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", op, name, err)
 		}
 		doc, err := virt.BuildDomain(in, host, c.dom)

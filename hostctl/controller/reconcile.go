@@ -220,12 +220,11 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if err := devs.Apply(next); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
-	firmwareOnly := false
+	drifted := ""
 	if reflect.DeepEqual(next, in) {
-		if !c.firmwareDrift(ctx, name, rec.Revision) {
+		if drifted = c.partsDrifted(ctx, in, rec.Revision); drifted == "" { // core_firmwarepart.go
 			return nil
 		}
-		firmwareOnly = true
 	}
 	r := revert.New(c.log, "reconcile "+name)
 	defer r.Fail(&err)
@@ -236,8 +235,8 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
 	switch {
-	case firmwareOnly:
-		c.log.Info("firmware entries did not match --firmware-metadata; republished (effective at the next boot)", "name", name, "firmware", c.firmware)
+	case drifted != "":
+		c.log.Info("what a part carries to the guest did not match its setting (the firmware entries: --firmware-metadata); republished (effective at the next boot)", "name", name, "part", drifted)
 	case len(gone) > 0:
 		c.log.Warn("devices removed outside hostctl; dropped from the metadata", "name", name, "devices", strings.Join(gone, ", "))
 	default:

@@ -435,6 +435,7 @@ func (s *serve) startController(context.Context) error {
 	s.keyKick = make(kicker, 1)
 	cfg, hv := s.cfg, s.hv
 	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine) // parts.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                      // virt.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/firmware"
 )
 
 // TestPartsAnswerEveryOperation is the parts × operations table: every
@@ -12,6 +13,8 @@ import (
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
 	parts, _ := Parts(nil, nil, "", nil)
+	// The firmware part is registered with a hypervisor only (virt.go).
+	parts = append(parts, firmware.New(nil, "", false, nil))
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}
