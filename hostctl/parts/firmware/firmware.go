@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/part"
@@ -207,23 +208,31 @@ func (p *Part) set(ctx context.Context, r *revert.Reverter, name string, tree *m
 	return rev, p.define(ctx, r, name, prev, files)
 }
 
-// write writes entries as the files of revision rev in dir.
+// write writes entries as the files of revision rev in dir, all at once
+// (each is fsynced, renamed into place and its directory fsynced: the
+// three wait for the disk together, not one after the other).
 func (p *Part) write(r *revert.Reverter, dir string, rev int64, entries []metadata.FirmwareEntry) ([]virt.FirmwareFile, error) {
-	var files []virt.FirmwareFile
-	for _, e := range entries {
+	files := make([]virt.FirmwareFile, len(entries))
+	for i, e := range entries {
 		f := virt.FirmwareFileName(dir, rev, e.Name)
 		if err := removeFile(f); err != nil { // a leftover of a crash
 			return nil, err
 		}
 		r.Add("remove firmware entry file "+f, func(context.Context) error { return removeFile(f) })
-		data := e.Data
-		if err := atomicfile.Write(f, 0o600, func(fh *os.File) error {
-			_, err := fh.Write(data)
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("firmware entry %s: %w", e.Name, err)
-		}
-		files = append(files, virt.FirmwareFile{Name: e.Name, File: f})
+		files[i] = virt.FirmwareFile{Name: e.Name, File: f}
+	}
+	errs := make([]error, len(entries))
+	var wg sync.WaitGroup
+	for i, e := range entries {
+		wg.Go(func() {
+			if err := atomicfile.WriteFile(files[i].File, e.Data, 0o600); err != nil {
+				errs[i] = fmt.Errorf("firmware entry %s: %w", e.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return files, nil
 }
