@@ -19,6 +19,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -56,6 +57,15 @@ func (s *stateCtl) Get(ctx context.Context, name string) (*controller.Instance, 
 	return inst, err
 }
 
+// DomainState is Get's state: the share service sees the states set here.
+func (s *stateCtl) DomainState(ctx context.Context, name string) (string, error) {
+	inst, err := s.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return inst.State, nil
+}
+
 type sharesAPI struct {
 	st             store.Store
 	ctl            *stateCtl
@@ -89,13 +99,15 @@ func newSharesAPI(t *testing.T) *sharesAPI {
 	t.Cleanup(func() { st.Close() })
 	logs := &lockedBuf{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	ctl := &stateCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log}), state: map[string]string{}}
+	// The share service is a part of the controller: made first, it sees
+	// the controller through ctl.
+	ctl := &stateCtl{state: map[string]string{}}
 	root := filepath.Join(dir, "shares")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1})
-	ctl.SetShareHooks(svc)
+	ctl.Controller = controller.New(st, controller.Options{DataDir: dir, Logger: log, Parts: []part.Part{svc}})
 	tt := newTestTokens(t)
 	svcs := ctlServices(ctl.Controller)
 	svcs.Instances, svcs.Shares = ctl, svc

@@ -126,11 +126,10 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
-	shareHooks shareHooksPtr // sharehooks.go
-	keyForget  keyForgetPtr  // diskrotate.go
-	shareCaps  shareSupporter
-	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
-	devices    Devices
+	keyForget keyForgetPtr // diskrotate.go
+	shareCaps shareSupporter
+	shareOK   atomic.Bool // the host's libvirt offered virtiofs and shared memory once
+	devices   Devices
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -371,11 +370,13 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	sharesDone, err := c.specShares(ctx, in, old) // sharehooks.go
-	if err != nil {
+	// The parts complete the spec first (the shares part: the instance's
+	// mapped shares); r undoes that when the apply fails.
+	r := revert.New(c.log, "apply "+in.Name)
+	defer r.Fail(&err)
+	if err := c.completeParts(ctx, part.Apply, r, in); err != nil { // partphases.go
 		return nil, err
 	}
-	defer func() { sharesDone(err) }()
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
 		defer c.imageDir.Use(in.Image)()
@@ -397,7 +398,9 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	trim()
+	r.Success()
 	inst.Warnings = append(inst.Warnings, warn...)
+	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
 	return inst, nil
 }
 
@@ -764,9 +767,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.dropFault(ctx, rec.UUID, name)
-	if h := c.sharesHook(); h != nil {
-		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
-	}
 	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
 	c.releaseDevices(ctx, name, rec.UUID)

@@ -434,6 +434,11 @@ func (s *serve) startKeys(ctx context.Context) error {
 func (s *serve) startController(context.Context) error {
 	s.keyKick = make(kicker, 1)
 	cfg, hv := s.cfg, s.hv
+	// The share service is a part: made first, given the controller
+	// once it exists (shares.go); its reconciler starts with "shares".
+	core := &shareCore{}
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, s.hostName, s.audit, s.log)
+	parts := Parts(s.inv, s.shareSvc) // parts.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -452,8 +457,9 @@ func (s *serve) startController(context.Context) error {
 		LUKSIterTime:      cfg.LUKSIterTime,
 		EncryptionSupport: s.prober.Support,
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
-		Parts:             Parts(s.inv),            // parts.go
+		Parts:             parts,
 	}))
+	core.Controller = s.ctl
 	return nil
 }
 
@@ -500,7 +506,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 func (s *serve) stopKeyRotation(context.Context) error { s.stopKeys(); return nil }
 
 func (s *serve) startShares(context.Context) error {
-	s.shareSvc = newShares(s.cfg, s.ctlStore, s.ctl, s.hostName, s.log)
+	s.shareSvc.Start()
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/shares"
 )
 
 // TestPartsAnswerEveryOperation is the parts × operations table: every
@@ -11,7 +12,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts := Parts(nil)
+	parts := Parts(nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}
@@ -28,6 +29,11 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			if !isOp(op) {
 				t.Errorf("part %s answers %q, which is no operation", p.Name(), op)
 			}
+		}
+	}
+	for _, want := range []string{"passthrough", "watchdog", "shares"} {
+		if !names[want] {
+			t.Errorf("part %s is not registered", want)
 		}
 	}
 	t.Logf("parts × operations:\n%s", part.Table(parts))

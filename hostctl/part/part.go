@@ -124,6 +124,9 @@ type Instance struct {
 	// ImageProperties are the properties of the instance's image (nil
 	// without one).
 	ImageProperties map[string]string
+	// Host is the host the instance's record names ("" when hosts are
+	// not tracked, or not told: only force-delete's Committed needs it).
+	Host string
 }
 
 // Device is a domain device a part gives an instance.

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -50,25 +50,45 @@ type Store interface {
 	Instances(ctx context.Context) ([]store.Instance, error)
 }
 
-// Instances is what the service needs from the controller: an instance
-// with its domain state, and applying its spec again (which merges the
-// mapped shares through SpecShares).
+// Instances is what the service needs from the controller core (its
+// methods in hostctl/controller/core_sharespart.go): an instance's domain
+// state, applying its spec again (which merges the mapped shares through
+// the part's Complete), and whether instances have domains here at all.
 type Instances interface {
-	Get(ctx context.Context, name string) (*controller.Instance, error)
-	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
+	// DomainState is the instance's state as `instance show` gives it:
+	// libvirt's ("running", "shutoff", ...), StateError, StateMissing,
+	// StateUnknown, a shelve's or rescue's; "" without a hypervisor.
+	DomainState(ctx context.Context, name string) (string, error)
+	// Reapply applies in again; it returns the apply's warnings.
+	Reapply(ctx context.Context, in *model.Instance) ([]string, error)
+	// Hypervisor reports whether instances have domains on this host
+	// (false with --virt none).
+	Hypervisor() bool
 }
 
-// LiveInstances is the controller's hot-plug of shares into running
-// instances (controller.AttachShareLive/DetachShareLive), for attach and
-// detach with live set; an Instances without it refuses them.
+// The states of DomainState that are the core's, not libvirt's (the
+// controller's StateError, StateMissing, StateUnknown).
+const (
+	// StateError: a start failed on a share mount (hard reboot needed).
+	StateError = "error"
+	// StateMissing: libvirt has no domain for the instance.
+	StateMissing = "missing"
+	// StateUnknown: libvirtd could not be asked.
+	StateUnknown = "unknown"
+)
+
+// LiveInstances is the core's hot-plug of shares into running instances,
+// for attach and detach with live set; an Instances without it refuses
+// them.
 type LiveInstances interface {
 	CheckShareLive(ctx context.Context, name string) error
-	AttachShareLive(ctx context.Context, name string, s model.Share) (*controller.Instance, error)
-	DetachShareLive(ctx context.Context, name, shareID string) (*controller.Instance, error)
+	// AttachShareLive and DetachShareLive return the change's warnings.
+	AttachShareLive(ctx context.Context, name string, s model.Share) ([]string, error)
+	DetachShareLive(ctx context.Context, name, shareID string) ([]string, error)
 }
 
 // SupportChecker tells whether this host can give instances shares at all
-// (controller.CheckShareSupport): asked before an attach changes
+// (the core's CheckShareSupport): asked before an attach changes
 // anything.
 type SupportChecker interface {
 	CheckShareSupport(ctx context.Context) error
@@ -117,6 +137,7 @@ type Service struct {
 	// their mappings alone meanwhile.
 	applyingMu sync.Mutex
 	applying   map[string]int
+	begun      map[string][]Mapping // their mappings, to finish once the apply stands
 
 	reconcileMu sync.Mutex
 	rebuilt     bool // the first Reconcile rebuilt the mount counts
@@ -341,11 +362,7 @@ func (s *Service) ServerShare(ctx context.Context, p types.Principal, server, sh
 
 // stateOf returns the instance's domain state.
 func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, error) {
-	inst, err := s.inst.Get(ctx, rec.Name)
-	if err != nil {
-		return "", err
-	}
-	return inst.State, nil
+	return s.inst.DomainState(ctx, rec.Name)
 }
 
 // shutOff reports whether a state allows a detach (the specification:
@@ -353,7 +370,7 @@ func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, erro
 // start failed on a share mount), or no hypervisor at all (nothing runs,
 // and a mapping made before must be removable).
 func shutOff(state string) bool {
-	return state == "shutoff" || state == controller.StateError || state == ""
+	return state == "shutoff" || state == StateError || state == ""
 }
 
 // attachable refuses, with ErrState naming the state, an attach to an
@@ -366,11 +383,11 @@ func attachable(name, state string) error {
 	case "shutoff":
 		return nil
 	case "":
-		return fmt.Errorf("%w: %s has no hypervisor state (hostctl serve runs with --virt none): shares are attached to SHUTOFF instances only, which needs a hypervisor", controller.ErrState, name)
-	case controller.StateError:
-		return fmt.Errorf("%w: %s is in ERROR; shares are attached to SHUTOFF instances only (hard reboot it, or stop it, first)", controller.ErrState, name)
+		return fmt.Errorf("%w: %s has no hypervisor state (hostctl serve runs with --virt none): shares are attached to SHUTOFF instances only, which needs a hypervisor", part.ErrState, name)
+	case StateError:
+		return fmt.Errorf("%w: %s is in ERROR; shares are attached to SHUTOFF instances only (hard reboot it, or stop it, first)", part.ErrState, name)
 	}
-	return fmt.Errorf("%w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", controller.ErrState, state)
+	return fmt.Errorf("%w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", part.ErrState, state)
 }
 
 // AttachShare attaches a share to a server that is shut off: the mapping
@@ -395,7 +412,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		return types.ShareMapping{}, err
 	}
 	if !s.owns(rec) {
-		return types.ShareMapping{}, fmt.Errorf("attach share to %s: %w: %s lives on %s (this is %s)", rec.Name, controller.ErrOtherHost, rec.Name, rec.Host, s.host)
+		return types.ShareMapping{}, fmt.Errorf("attach share to %s: %w: %s lives on %s (this is %s)", rec.Name, ErrOtherHost, rec.Name, rec.Host, s.host)
 	}
 	defer s.locks.Lock(rec.UUID)()
 	sh, err := loadShare(ctx, s.st, id)
@@ -415,12 +432,12 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	}
 	live := req.Live && state != "shutoff"
 	switch {
-	case state == "" || state == controller.StateError:
+	case state == "" || state == StateError:
 		if err := attachable(rec.Name, state); err != nil {
 			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
 		}
 	case live && state != "running":
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, orDash(state))
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, part.ErrState, orDash(state))
 	case !live:
 		if err := attachable(rec.Name, state); err != nil {
 			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
@@ -428,7 +445,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	}
 	li, _ := s.inst.(LiveInstances)
 	if live && li == nil {
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, controller.ErrState)
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, part.ErrState)
 	}
 	if live {
 		if err := li.CheckShareLive(ctx, rec.Name); err != nil {
@@ -459,7 +476,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if live {
 		return s.attachLive(ctx, r, li, m, p)
 	}
-	if _, err := s.inst.ApplyInstance(ctx, in); err != nil {
+	if _, err := s.inst.Reapply(ctx, in); err != nil {
 		return types.ShareMapping{}, err
 	}
 	// Undone after the mapping is gone, so that the apply drops the share.
@@ -529,7 +546,7 @@ func (s *Service) checkAttach(t attachTarget, sh Share, tag string, existing []M
 		if _, err := checkLocalExport(s.root, s.mounts.base, sh.Export); err != nil {
 			// Not the caller's input, and the export location is
 			// admin-only: no details here, nor in the log line.
-			return fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, controller.ErrState)
+			return fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, part.ErrState)
 		}
 	} else if err := os.MkdirAll(s.mounts.Dir(id), 0o700); err != nil {
 		return fmt.Errorf("attach share %s: %w", id, err)
@@ -612,7 +629,7 @@ func (s *Service) dropMapping(ctx context.Context, m Mapping) error {
 
 // reapply applies an instance's stored spec again (its mapped shares are
 // merged in by SpecShares).
-func (s *Service) reapply(ctx context.Context, name string) (*controller.Instance, error) {
+func (s *Service) reapply(ctx context.Context, name string) ([]string, error) {
 	rec, err := s.st.Instance(ctx, name)
 	if err != nil {
 		return nil, err
@@ -621,7 +638,7 @@ func (s *Service) reapply(ctx context.Context, name string) (*controller.Instanc
 	if err != nil {
 		return nil, err
 	}
-	return s.inst.ApplyInstance(ctx, in)
+	return s.inst.Reapply(ctx, in)
 }
 
 // DetachShare detaches a share from a server that is SHUTOFF (or in
@@ -643,7 +660,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 		return types.ShareMapping{}, err
 	}
 	if !s.owns(rec) {
-		return types.ShareMapping{}, fmt.Errorf("detach share from %s: %w: %s lives on %s (this is %s)", rec.Name, controller.ErrOtherHost, rec.Name, rec.Host, s.host)
+		return types.ShareMapping{}, fmt.Errorf("detach share from %s: %w: %s lives on %s (this is %s)", rec.Name, ErrOtherHost, rec.Name, rec.Host, s.host)
 	}
 	defer s.locks.Lock(rec.UUID)()
 	m, err := loadMapping(ctx, s.st, rec.UUID, id)
@@ -661,9 +678,9 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 	li, _ := s.inst.(LiveInstances)
 	switch {
 	case live && li == nil:
-		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, controller.ErrState)
-	case !live && !shutOff(state) && state != controller.StateMissing:
-		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, controller.ErrState, state)
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, part.ErrState)
+	case !live && !shutOff(state) && state != StateMissing:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, part.ErrState, state)
 	}
 	prev := m.Status
 	if m.Status != types.ShareDetaching {
@@ -673,7 +690,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 	}
 	view := m.View(isAdmin(p))
 	if live {
-		inst, err := li.DetachShareLive(ctx, rec.Name, id)
+		warnings, err := li.DetachShareLive(ctx, rec.Name, id)
 		if err != nil {
 			if prev != types.ShareDetaching {
 				if terr := transition(ctx, s.st, &m, prev, m.Error, types.ShareDetaching); terr != nil {
@@ -682,7 +699,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 			}
 			return types.ShareMapping{}, err
 		}
-		for _, w := range inst.Warnings {
+		for _, w := range warnings {
 			s.log.Warn("live detach", "share", id, "instance", rec.Name, "warning", w)
 		}
 		return view, s.finishDetach(ctx, m, false)

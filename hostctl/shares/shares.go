@@ -36,6 +36,11 @@ import (
 // ErrForbidden: the caller's project does not own the share (403).
 var ErrForbidden = errkind.New(errkind.Forbidden, "forbidden")
 
+// ErrOtherHost: the server lives on another host, whose share service
+// attaches and detaches its shares (409, as the controller's
+// ErrOtherHost).
+var ErrOtherHost = errkind.New(errkind.Conflict, "another host's instance")
+
 // Key prefixes of the share records.
 const (
 	sharePrefix   = "share/"

@@ -14,6 +14,39 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// The core as the shares part (hostctl/shares) calls it: its
+// shares.Instances, shares.LiveInstances and shares.SupportChecker. They
+// name no type of this package, so that hostctl/shares does not import
+// it.
+
+// DomainState is the instance's state as Get gives it ("" without a
+// hypervisor).
+func (c *Controller) DomainState(ctx context.Context, name string) (string, error) {
+	inst, err := c.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return inst.State, nil
+}
+
+// Reapply is ApplyInstance for the share service (an attach or detach
+// redefines the instance with its mapped shares); it returns the apply's
+// warnings.
+func (c *Controller) Reapply(ctx context.Context, in *model.Instance) ([]string, error) {
+	inst, err := c.ApplyInstance(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return inst.Warnings, nil
+}
+
+// Hypervisor reports whether instances have domains here (false with
+// --virt none).
+func (c *Controller) Hypervisor() bool {
+	_, ok := c.drv.(libvirtDriver)
+	return ok
+}
+
 // shareSupporter is a hypervisor that tells what it can do for virtiofs
 // shares (virt.Conn).
 type shareSupporter interface {
@@ -52,7 +85,7 @@ var sharedMemoryRE = regexp.MustCompile(`(?s)<memoryBacking>.*<access mode=['"]s
 // instance is refused with ErrState. The share service calls it for
 // `hostctl share attach --live`; the specification itself only attaches
 // to SHUTOFF instances.
-func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.Share) (_ *Instance, err error) {
+func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.Share) (_ []string, err error) {
 	defer c.observe("attach_share", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "attach share to", name, types.Affect{Live: true, Config: true})
@@ -88,7 +121,7 @@ func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.S
 	r.Add("detach share "+s.EffectiveTag(), func(ctx context.Context) error {
 		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
 	})
-	return c.finishDeviceChange(ctx, r, dc, next, nil)
+	return warningsOf(c.finishDeviceChange(ctx, r, dc, next, nil))
 }
 
 // CheckShareLive tells whether a share can be hot-plugged into the
@@ -119,7 +152,7 @@ func (c *Controller) checkSharedMemory(ctx context.Context, name string) error {
 // instance and republishes the metadata. The guest must release the
 // device; if it has not within the detach timeout, the answer carries a
 // warning (libvirt completes the detach when it does).
-func (c *Controller) DetachShareLive(ctx context.Context, name, id string) (_ *Instance, err error) {
+func (c *Controller) DetachShareLive(ctx context.Context, name, id string) (_ []string, err error) {
 	defer c.observe("detach_share", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	dc, err := c.beginDeviceChange(ctx, "detach share from", name, types.Affect{Live: true, Config: true})
@@ -151,5 +184,13 @@ func (c *Controller) DetachShareLive(ctx context.Context, name, id string) (_ *I
 		_, ok := d.Share(s.EffectiveTag())
 		return ok
 	})
-	return c.finishDeviceChange(ctx, r, dc, next, warn)
+	return warningsOf(c.finishDeviceChange(ctx, r, dc, next, warn))
+}
+
+// warningsOf is the warnings of a device change's answer.
+func warningsOf(inst *Instance, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	return inst.Warnings, nil
 }

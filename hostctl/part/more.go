@@ -1,0 +1,77 @@
+package part
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vmeta/vmeta/internal/errkind"
+	"github.com/vmeta/vmeta/internal/revert"
+)
+
+// The phases below are optional: a part implements those it needs, the
+// core calls them for every registered part that does (Complete and
+// Committed only for a part answering Act for the operation; BeforeStart
+// for every start, as AfterStart). The shares part needs all three; the
+// watchdog and passthrough parts need none.
+
+// Completer is a part that completes the instance's spec before the core
+// checks an operation on it (today: apply). The shares part decides the
+// instance's shares there: its mapped shares, and the attach of those the
+// spec names that it does not have yet.
+type Completer interface {
+	// Complete completes in.Spec for op and registers on r the undo of
+	// anything it changed (run when the operation fails). Nothing else of
+	// the operation has been done yet.
+	Complete(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error
+}
+
+// Committer is a part with work once an operation it acts on stands (the
+// instance's record written, or removed by a force-delete): the shares
+// part finishes the attaches an apply's Complete began, and drops the
+// mappings of an instance deleted from the store.
+type Committer interface {
+	// Committed returns notes for the operation's answer (an apply's
+	// warnings, what a force-delete leaves on the dead host); what fails
+	// here is the part's to finish later (its reconciler).
+	Committed(ctx context.Context, op Op, in *Instance) []string
+}
+
+// Starter is a part with work on the host before the instance's domain
+// boots (a start, a hard reboot, an unshelve's start): the shares part
+// mounts the instance's NFS shares. AfterStart follows when the domain
+// booted; when it did not, the core runs r's undo steps.
+type Starter interface {
+	// BeforeStart prepares the host for the domain's boot and registers
+	// on r the undo of what it did. An error refuses the start; one
+	// wrapping ErrMountFailed puts the instance in ERROR until a hard
+	// reboot.
+	BeforeStart(ctx context.Context, in *Instance, r *revert.Reverter) error
+}
+
+// ErrState is the error kind of a refusal because of the instance's state
+// (the controller's ErrState is this one): a part refusing an operation
+// or a request by the instance's state wraps it.
+var ErrState = errkind.New(errkind.Conflict, "instance state does not allow this")
+
+// ErrMountFailed is wrapped by a BeforeStart error when a share could not
+// be mounted (a *MountError): the start that hit it puts the instance in
+// ERROR until a hard reboot.
+var ErrMountFailed = errors.New("share mount failed")
+
+// MountError is the error of BeforeStart when a share could not be
+// mounted on the host. The instance's fault names the share only: the
+// mount's own words (host paths, the filer's answer) stay in the
+// mapping's error, which admins see, and in the start's error.
+type MountError struct {
+	Share    string // the share's id
+	Instance string // the instance's name
+	Err      error
+}
+
+func (e *MountError) Error() string {
+	return fmt.Sprintf("%v (the instance is in ERROR until a hard reboot): share %s on instance %s could not be mounted on the host: %v", ErrMountFailed, e.Share, e.Instance, e.Err)
+}
+
+// Unwrap is ErrMountFailed and the mount's error.
+func (e *MountError) Unwrap() []error { return []error{ErrMountFailed, e.Err} }
