@@ -6,7 +6,35 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
+	"github.com/vmeta/vmeta/internal/store"
 )
+
+// Store is the harness's store.
+func (e *env) Store() store.Store { return e.st }
+
+// AddPart registers p with the harness's controller, after the others.
+func (e *env) AddPart(p part.Part) { e.c.parts = append(e.c.parts, p) }
+
+// GuestPowerOff shuts the domain of instance name off behind the
+// controller's back, as a guest powering itself off does.
+func (e *env) GuestPowerOff(name string) {
+	e.hv.mu.Lock()
+	defer e.hv.mu.Unlock()
+	if d, ok := e.hv.domains[name]; ok {
+		d.running = false
+	}
+}
+
+// DomainXML is the persistent definition of instance name's domain in the
+// fake hypervisor ("" without one).
+func (e *env) DomainXML(name string) string {
+	e.hv.mu.Lock()
+	defer e.hv.mu.Unlock()
+	if d, ok := e.hv.domains[name]; ok {
+		return d.xml
+	}
+	return ""
+}
 
 // The share service plugged in through ShareHooks until it became a part
 // (hostctl/shares). A test written against those hooks (devicestart_test.go:

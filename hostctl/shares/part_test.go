@@ -1,0 +1,63 @@
+package shares
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/internal/model"
+)
+
+// TestSharesPartAnswers is the shares part's row of the parts ×
+// operations table (issue 22 item 3): what it does for every operation,
+// and a refusal only for an instance that has a share.
+func TestSharesPartAnswers(t *testing.T) {
+	var svc *Service
+	ans := svc.Answers()
+	if m := ans.Missing(); len(m) != 0 {
+		t.Fatalf("no valid answer for %v", m)
+	}
+	want := map[part.Op]part.Action{
+		part.Apply: part.Act, part.Start: part.Act, part.Stop: part.Act,
+		part.RebootSoft: part.Nothing, part.RebootHard: part.Act,
+		part.Delete: part.Act, part.ForceDelete: part.Act, part.Adopt: part.Act,
+		part.Shelve: part.Act, part.Unshelve: part.Act,
+		part.Rescue: part.Act, part.Unrescue: part.Act,
+		part.Resize: part.Refuse, part.Rebuild: part.Refuse,
+		part.Snapshot: part.Nothing,
+	}
+	for _, op := range part.Ops() {
+		if got := ans[op]; got.Do != want[op] || strings.TrimSpace(got.Why) == "" {
+			t.Errorf("%s: %s (%q), want %s with a reason", op, got.Do, got.Why, want[op])
+		}
+	}
+
+	e := newEnv(t, stores(t)["bolt"](t))
+	ctx := context.Background()
+	u := e.instance("a", "demo")
+	in := &part.Instance{Spec: &model.Instance{Name: "a", UUID: u}}
+	for _, op := range part.Ops() {
+		if err := e.svc.Check(ctx, op, in); err != nil {
+			t.Errorf("%s of an instance without shares: %v", op, err)
+		}
+	}
+	id := e.localShare("demo")
+	e.attach("a", id)
+	for _, op := range part.Ops() {
+		err := e.svc.Check(ctx, op, in)
+		var re *part.RefusedError
+		switch {
+		case want[op] != part.Refuse && err != nil:
+			t.Errorf("%s of an instance with a share: %v", op, err)
+		case want[op] == part.Refuse && (!errors.As(err, &re) || re.Part != "shares" || re.Op != op || !strings.Contains(err.Error(), id)):
+			t.Errorf("%s of an instance with a share: %v; want refused by shares naming %s", op, err, id)
+		}
+	}
+	// The core's own names of the states the part compares with.
+	if StateError != controller.StateError || StateMissing != controller.StateMissing || StateUnknown != controller.StateUnknown {
+		t.Errorf("state names differ from the core's: %q %q %q", StateError, StateMissing, StateUnknown)
+	}
+}
