@@ -3,21 +3,19 @@ package controller
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
-	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The core as the shares part (hostctl/shares) calls it: its
-// shares.Instances, shares.LiveInstances and shares.SupportChecker. They
-// name no type of this package, so that hostctl/shares does not import
-// it.
+// shares.Instances, shares.LiveCore and shares.SupportChecker. They name
+// no type of this package, so that hostctl/shares does not import it.
 
 // DomainState is the instance's state as Get gives it ("" without a
 // hypervisor).
@@ -73,122 +71,68 @@ func (c *Controller) CheckShareSupport(ctx context.Context) error {
 	return nil
 }
 
-// sharedMemoryRE finds shared guest memory in a domain's XML (libvirt
-// writes <access mode='shared'/> inside <memoryBacking>).
-var sharedMemoryRE = regexp.MustCompile(`(?s)<memoryBacking>.*<access mode=['"]shared['"]/>.*</memoryBacking>`)
-
-// AttachShareLive hot-plugs a virtiofs share into a running instance
-// (live and persistent configuration; libvirt 9.0 starts its virtiofsd)
-// and republishes the metadata. The running domain must already have
-// shared memory (it booted with a share, or with --shared-memory):
-// virtiofs cannot be given shared memory afterwards, and such an
-// instance is refused with ErrState. The share service calls it for
-// `hostctl share attach --live`; the specification itself only attaches
-// to SHUTOFF instances.
-func (c *Controller) AttachShareLive(ctx context.Context, name string, s model.Share) (_ []string, err error) {
-	defer c.observe("attach_share", time.Now(), &err)
-	defer c.locks.Lock(name)()
-	dc, err := c.beginDeviceChange(ctx, "attach share to", name, types.Affect{Live: true, Config: true})
-	if err != nil {
-		return nil, err
-	}
-	if err := c.checkSharedMemory(ctx, name); err != nil {
-		return nil, err
-	}
-	if _, used := dc.live.Share(s.EffectiveTag()); used {
-		return nil, fieldError("share.tag", s.EffectiveTag(), "is already the tag of a virtiofs share of the domain")
-	}
-	next := clone(dc.in)
-	next.Shares = append(slices.DeleteFunc(next.Shares, func(x model.Share) bool { return x.ShareID == s.ShareID }), s)
-	if err := next.Validate(); err != nil {
-		return nil, fmt.Errorf("attach share to %s: %w", name, err)
-	}
-	dirs, err := c.shareRoot.Dirs([]model.Share{s})
-	if err != nil {
-		return nil, fmt.Errorf("attach share to %s: %w", name, err)
-	}
-	host := c.host(next)
-	host.ShareDirs = dirs
-	devXML, err := virt.ShareDeviceXML(s, host)
-	if err != nil {
-		return nil, fmt.Errorf("attach share to %s: %w", name, err)
-	}
-	r := revert.New(c.log, "attach share "+s.EffectiveTag()+" to "+name)
-	defer r.Fail(&err)
-	if err := c.hotplug.AttachDevice(ctx, name, devXML, dc.affect); err != nil {
-		return nil, fmt.Errorf("attach share %s to %s: %w", s.EffectiveTag(), name, err)
-	}
-	r.Add("detach share "+s.EffectiveTag(), func(ctx context.Context) error {
-		return c.hotplug.DetachDevice(ctx, name, devXML, dc.affect)
-	})
-	return warningsOf(c.finishDeviceChange(ctx, r, dc, next, nil))
-}
-
-// CheckShareLive tells whether a share can be hot-plugged into the
-// running instance now: it runs, and its memory is shared. The share
-// service asks before it changes anything.
-func (c *Controller) CheckShareLive(ctx context.Context, name string) error {
+// LiveXML is the running domain's XML of this host's instance name (the
+// shares part asks before a live attach changes anything).
+func (c *Controller) LiveXML(ctx context.Context, name string) ([]byte, error) {
 	if _, err := c.ownRecord(ctx, "attach share to", name); err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.drv.require("attach share to", name); err != nil {
-		return err
+		return nil, err
 	}
-	return c.checkSharedMemory(ctx, name)
-}
-
-func (c *Controller) checkSharedMemory(ctx context.Context, name string) error {
 	doc, err := c.domains.XML(ctx, name, true)
 	if err != nil {
-		return fmt.Errorf("attach share to %s: %w", name, err)
+		return nil, fmt.Errorf("attach share to %s: %w", name, err)
 	}
-	if !sharedMemoryRE.Match(doc) {
-		return fmt.Errorf("attach share to %s: %w: the running domain's memory is not shared (it booted without shares), and virtiofs needs shared memory from boot: stop the instance and attach the share cold", name, ErrState)
-	}
-	return nil
+	return doc, nil
 }
 
-// DetachShareLive hot-unplugs the share with share ID id from a running
-// instance and republishes the metadata. The guest must release the
-// device; if it has not within the detach timeout, the answer carries a
-// warning (libvirt completes the detach when it does).
-func (c *Controller) DetachShareLive(ctx context.Context, name, id string) (_ []string, err error) {
-	defer c.observe("detach_share", time.Now(), &err)
+// ChangeLive hot-plugs a device a part makes into the running instance
+// name, or out of it, in its live and persistent configuration, then
+// stores and republishes the spec the part gives with it; all under the
+// instance's lock, and a failure undoes every step. plan gets a copy of
+// the stored spec and the running domain's XML, and refuses (an error)
+// before anything changed. A detach waits, up to the detach timeout, for
+// the guest to release the device, and warns when it has not (libvirt
+// completes the detach when it does). op names the change in errors
+// ("attach share to"), its first two words in the metrics
+// ("attach_share").
+func (c *Controller) ChangeLive(ctx context.Context, op, name string, plan func(in *model.Instance, liveXML []byte) (part.LiveDevice, error)) (_ []string, err error) {
+	defer c.observe(strings.Join(strings.Fields(op)[:2], "_"), time.Now(), &err)
 	defer c.locks.Lock(name)()
-	dc, err := c.beginDeviceChange(ctx, "detach share from", name, types.Affect{Live: true, Config: true})
+	dc, err := c.beginDeviceChange(ctx, op, name, types.Affect{Live: true, Config: true})
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(dc.in.Shares, func(x model.Share) bool { return x.ShareID == id })
-	if i < 0 {
-		return nil, fmt.Errorf("detach share from %s: %w: the instance has no share %s", name, store.ErrNotFound, id)
-	}
-	s := dc.in.Shares[i]
-	host := c.host(dc.in)
-	host.ShareDirs = map[string]string{s.ShareID: s.Source}
-	devXML, err := virt.ShareDeviceXML(s, host)
+	doc, err := c.domains.XML(ctx, name, true)
 	if err != nil {
-		return nil, fmt.Errorf("detach share from %s: %w", name, err)
+		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	next := clone(dc.in)
-	next.Shares = slices.Delete(next.Shares, i, i+1)
-	r := revert.New(c.log, "detach share "+s.EffectiveTag()+" from "+name)
+	d, err := plan(clone(dc.in), doc)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Spec.Validate(); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, name, err)
+	}
+	plug, unplug := c.hotplug.AttachDevice, c.hotplug.DetachDevice
+	if d.Detach {
+		plug, unplug = unplug, plug
+	}
+	r := revert.New(c.log, op+" "+name+": "+d.What)
 	defer r.Fail(&err)
-	if err := c.hotplug.DetachDevice(ctx, name, devXML, dc.affect); err != nil {
-		return nil, fmt.Errorf("detach share %s from %s: %w", s.EffectiveTag(), name, err)
+	if err := plug(ctx, name, d.XML, dc.affect); err != nil {
+		return nil, fmt.Errorf("%s %s: %s: %w", op, name, d.What, err)
 	}
-	r.Add("attach share "+s.EffectiveTag()+" again", func(ctx context.Context) error {
-		return c.hotplug.AttachDevice(ctx, name, devXML, dc.affect)
-	})
-	warn := c.waitRemoved(ctx, name, dc.affect, "share "+s.EffectiveTag(), func(d *virt.Devices) bool {
-		_, ok := d.Share(s.EffectiveTag())
-		return ok
-	})
-	return warningsOf(c.finishDeviceChange(ctx, r, dc, next, warn))
-}
-
-// warningsOf is the warnings of a device change's answer.
-func warningsOf(inst *Instance, err error) ([]string, error) {
+	r.Add("undo "+op+" "+name+": "+d.What, func(ctx context.Context) error { return unplug(ctx, name, d.XML, dc.affect) })
+	var warn []string
+	if d.Detach && d.Present != nil {
+		warn = c.waitRemoved(ctx, name, dc.affect, d.What, func(*virt.Devices) bool {
+			doc, err := c.domains.XML(ctx, name, true)
+			return err != nil || d.Present(doc)
+		})
+	}
+	inst, err := c.finishDeviceChange(ctx, r, dc, d.Spec, warn)
 	if err != nil {
 		return nil, err
 	}

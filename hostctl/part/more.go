@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vmeta/vmeta/internal/errkind"
+	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 )
 
@@ -75,3 +76,22 @@ func (e *MountError) Error() string {
 
 // Unwrap is ErrMountFailed and the mount's error.
 func (e *MountError) Unwrap() []error { return []error{ErrMountFailed, e.Err} }
+
+// LiveDevice is a device a part hot-plugs into a running instance, or out
+// of it (Detach), through the core (the shares part's live attach and
+// detach).
+type LiveDevice struct {
+	// Spec is the instance's spec with the change, stored and published
+	// once the device is in (or out).
+	Spec *model.Instance
+	// XML is the device element.
+	XML []byte
+	// Detach: the device goes.
+	Detach bool
+	// What names the device in errors and warnings ("share data").
+	What string
+	// Present tells, from the running domain's XML, whether the device is
+	// still there: a detach waits (up to the core's detach timeout) until
+	// it is not, and warns when the guest has not released it by then.
+	Present func(liveXML []byte) bool
+}

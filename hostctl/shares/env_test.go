@@ -17,6 +17,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -198,28 +199,20 @@ func (f instancesFunc) Reapply(ctx context.Context, in *model.Instance) ([]strin
 
 func (f instancesFunc) Hypervisor() bool { return f.e.inst.Hypervisor() }
 
-func (f instancesFunc) CheckShareLive(ctx context.Context, name string) error {
-	li, ok := f.e.inst.(LiveInstances)
-	if !ok {
-		return fmt.Errorf("no live attach in this test")
-	}
-	return li.CheckShareLive(ctx, name)
-}
-
-func (f instancesFunc) AttachShareLive(ctx context.Context, name string, s model.Share) ([]string, error) {
-	li, ok := f.e.inst.(LiveInstances)
+func (f instancesFunc) LiveXML(ctx context.Context, name string) ([]byte, error) {
+	lc, ok := f.e.inst.(LiveCore)
 	if !ok {
 		return nil, fmt.Errorf("no live attach in this test")
 	}
-	return li.AttachShareLive(ctx, name, s)
+	return lc.LiveXML(ctx, name)
 }
 
-func (f instancesFunc) DetachShareLive(ctx context.Context, name, id string) ([]string, error) {
-	li, ok := f.e.inst.(LiveInstances)
+func (f instancesFunc) ChangeLive(ctx context.Context, op, name string, plan func(*model.Instance, []byte) (part.LiveDevice, error)) ([]string, error) {
+	lc, ok := f.e.inst.(LiveCore)
 	if !ok {
-		return nil, fmt.Errorf("no live detach in this test")
+		return nil, fmt.Errorf("no live attach in this test")
 	}
-	return li.DetachShareLive(ctx, name, id)
+	return lc.ChangeLive(ctx, op, name, plan)
 }
 
 // stateOverride reports a fixed domain state for every instance.

@@ -77,16 +77,6 @@ const (
 	StateUnknown = "unknown"
 )
 
-// LiveInstances is the core's hot-plug of shares into running instances,
-// for attach and detach with live set; an Instances without it refuses
-// them.
-type LiveInstances interface {
-	CheckShareLive(ctx context.Context, name string) error
-	// AttachShareLive and DetachShareLive return the change's warnings.
-	AttachShareLive(ctx context.Context, name string, s model.Share) ([]string, error)
-	DetachShareLive(ctx context.Context, name, shareID string) ([]string, error)
-}
-
 // SupportChecker tells whether this host can give instances shares at all
 // (the core's CheckShareSupport): asked before an attach changes
 // anything.
@@ -443,12 +433,12 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
 		}
 	}
-	li, _ := s.inst.(LiveInstances)
-	if live && li == nil {
+	lc, _ := s.inst.(LiveCore)
+	if live && lc == nil {
 		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, part.ErrState)
 	}
 	if live {
-		if err := li.CheckShareLive(ctx, rec.Name); err != nil {
+		if err := checkLive(ctx, lc, rec.Name); err != nil {
 			return types.ShareMapping{}, err
 		}
 	}
@@ -474,7 +464,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		return types.ShareMapping{}, err
 	}
 	if live {
-		return s.attachLive(ctx, r, li, m, p)
+		return s.attachLive(ctx, r, lc, m, p)
 	}
 	if _, err := s.inst.Reapply(ctx, in); err != nil {
 		return types.ShareMapping{}, err
@@ -592,18 +582,18 @@ func (s *Service) finishAttach(ctx context.Context, m *Mapping) error {
 // attachLive finishes an attach to a running instance: the NFS export
 // mounted on the host, the share hot-plugged (the mapping is attaching
 // and locked; r undoes both), the mapping active.
-func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, li LiveInstances, m Mapping, p types.Principal) (types.ShareMapping, error) {
+func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, lc LiveCore, m Mapping, p types.Principal) (types.ShareMapping, error) {
 	if m.Proto == types.ShareProtoNFS {
 		if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
 			return types.ShareMapping{}, err
 		}
 		r.Add("release the host mount", func(ctx context.Context) error { return s.mounts.Release(ctx, m.ShareID, m.Instance) })
 	}
-	if _, err := li.AttachShareLive(ctx, m.InstanceName, model.Share{ShareID: m.ShareID, Tag: m.Tag, Source: s.sourceOf(m)}); err != nil {
+	if _, err := s.plugLive(ctx, lc, m.InstanceName, model.Share{ShareID: m.ShareID, Tag: m.Tag, Source: s.sourceOf(m)}); err != nil {
 		return types.ShareMapping{}, err
 	}
 	r.Add("hot-unplug the share", func(ctx context.Context) error {
-		_, err := li.DetachShareLive(ctx, m.InstanceName, m.ShareID)
+		_, err := s.unplugLive(ctx, lc, m.InstanceName, m.ShareID)
 		return err
 	})
 	if err := s.step(ctx, "inactive"); err != nil {
@@ -675,9 +665,9 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 		return types.ShareMapping{}, err
 	}
 	live = live && state == "running"
-	li, _ := s.inst.(LiveInstances)
+	lc, _ := s.inst.(LiveCore)
 	switch {
-	case live && li == nil:
+	case live && lc == nil:
 		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, part.ErrState)
 	case !live && !shutOff(state) && state != StateMissing:
 		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, part.ErrState, state)
@@ -690,7 +680,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 	}
 	view := m.View(isAdmin(p))
 	if live {
-		warnings, err := li.DetachShareLive(ctx, rec.Name, id)
+		warnings, err := s.unplugLive(ctx, lc, rec.Name, id)
 		if err != nil {
 			if prev != types.ShareDetaching {
 				if terr := transition(ctx, s.st, &m, prev, m.Error, types.ShareDetaching); terr != nil {
