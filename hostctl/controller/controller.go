@@ -23,9 +23,10 @@
 // running domain also puts the rebuilt config drive into its cdrom, as a
 // new file, by a forced media change (media.go). Shares are virtiofs
 // filesystems of host directories under the share root; the share
-// service (hostctl/shares) merges an instance's mapped shares into every
-// apply and follows its starts, stops and deletes (sharehooks.go), and
-// hot-plugs shares into running instances (sharehotplug.go).
+// service (hostctl/shares) is a part: it merges an instance's mapped
+// shares into every apply and follows its starts, stops and deletes
+// (partphases.go), and hot-plugs shares into running instances through
+// ChangeLive (core_sharespart.go).
 package controller
 
 import (
@@ -275,7 +276,7 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
-		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
+		c.shareCaps, _ = hv.(shareSupporter) // core_sharespart.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport

@@ -20,9 +20,12 @@
 // its answer: a new operation or a new part cannot silently forget the
 // other.
 //
-// This package imports nothing of hostctl but the instance model and the
-// revert helper; parts import it, the core iterates them, the daemon
-// registers them.
+// A part may also implement the optional phases of more.go (Completer,
+// Committer, Starter) when it needs them (the shares part does).
+//
+// This package imports nothing of hostctl but the instance model, the
+// revert helper and the error kinds; parts import it, the core iterates
+// them, the daemon registers them.
 package part
 
 import (
@@ -166,6 +169,9 @@ type Part interface {
 	Devices(in *Instance) ([]Device, error)
 	// AfterStart, AfterStop and AfterDelete follow the domain's start,
 	// stop and the instance's deletion; an error is reported, not undone.
+	// AfterStop is also called for a domain the reconciler finds shut off
+	// (the guest powered off), again on every pass: it must do nothing
+	// for an instance it was told of already.
 	AfterStart(ctx context.Context, in *Instance) error
 	AfterStop(ctx context.Context, in *Instance) error
 	AfterDelete(ctx context.Context, in *Instance) error

@@ -618,7 +618,7 @@ func (s *Service) dropMapping(ctx context.Context, m Mapping) error {
 }
 
 // reapply applies an instance's stored spec again (its mapped shares are
-// merged in by SpecShares).
+// merged in by the part's Complete).
 func (s *Service) reapply(ctx context.Context, name string) ([]string, error) {
 	rec, err := s.st.Instance(ctx, name)
 	if err != nil {
