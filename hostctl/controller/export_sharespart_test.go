@@ -2,6 +2,10 @@ package controller
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/vmeta/vmeta/hostctl/images"
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
@@ -22,6 +26,24 @@ func (e *env) GuestPowerOff(name string) {
 	defer e.hv.mu.Unlock()
 	if d, ok := e.hv.domains[name]; ok {
 		d.running = false
+	}
+}
+
+// ImportBlankImage puts a blank qcow2 image of size into the harness's
+// image catalog (a rescue image).
+func (e *env) ImportBlankImage(name, size string) {
+	e.t.Helper()
+	p := filepath.Join(e.t.TempDir(), "blank.qcow2")
+	if err := images.New(e.t.TempDir(), images.Options{QemuImg: e.qemuImg}).Create(context.Background(), images.Disk{Path: p, Size: size}); err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := e.c.imageDir.ImportVerified(context.Background(), name, nil, f, nil); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

@@ -215,3 +215,46 @@ func (e *sharesEnv) instanceUUIDs(t *testing.T, names ...string) []string {
 	}
 	return out
 }
+
+// A rescue runs a domain without the instance's shares: the shares part
+// stops its mappings (inactive, the NFS host mount released) when the
+// rescue shuts the instance down, and unrescue's start mounts them again
+// (active, the instance's domain has the share again). Before the shares
+// part, the mappings stayed active and the mount held for a domain
+// without the share until a reconcile pass noticed.
+func TestRescueStopsShareMappings(t *testing.T) {
+	e := newSharesEnv(t)
+	ctx := context.Background()
+	sh, err := e.svc.CreateShare(ctx, admin, types.ShareCreateRequest{ProjectID: "demo", Proto: types.ShareProtoNFS, ExportLocation: "filer:/export/data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sh.ID
+	dir := e.svc.Mounts().Dir(id)
+	e.MustApply("name: vm1\nproject_id: demo\ndisks: [{name: vda, size: 8M}]\nshares: [{share_id: " + id + ", tag: data}]\n")
+	e.ImportBlankImage("rescue-img", "8M")
+	if _, err := e.Ctl().Start(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.mapping(t, "vm1", id); st != types.ShareActive || !e.run.mounted(t, dir) {
+		t.Fatalf("after start: mapping %s, mounted %v; want active and mounted", st, e.run.mounted(t, dir))
+	}
+	if _, err := e.Ctl().Rescue(ctx, "vm1", controller.RescueRequest{Image: "rescue-img", TimeoutSeconds: 0.01}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.mapping(t, "vm1", id); st != types.ShareInactive || e.run.mounted(t, dir) || e.run.count("umount") != 1 {
+		t.Errorf("in rescue: mapping %s, mounted %v, %d umounts; want inactive and released", st, e.run.mounted(t, dir), e.run.count("umount"))
+	}
+	if x := e.DomainXML("vm1"); strings.Contains(x, "<filesystem") {
+		t.Errorf("the rescue domain has a share:\n%s", x)
+	}
+	if _, err := e.Ctl().Unrescue(ctx, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.mapping(t, "vm1", id); st != types.ShareActive || !e.run.mounted(t, dir) || e.run.count("mount") != 2 {
+		t.Errorf("after unrescue: mapping %s, mounted %v, %d mounts; want active and mounted again", st, e.run.mounted(t, dir), e.run.count("mount"))
+	}
+	if x := e.DomainXML("vm1"); !strings.Contains(x, "<filesystem") || !strings.Contains(x, dir) {
+		t.Errorf("the unrescued domain lacks the share:\n%s", x)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
@@ -59,5 +60,37 @@ func TestSharesPartAnswers(t *testing.T) {
 	// The core's own names of the states the part compares with.
 	if StateError != controller.StateError || StateMissing != controller.StateMissing || StateUnknown != controller.StateUnknown {
 		t.Errorf("state names differ from the core's: %q %q %q", StateError, StateMissing, StateUnknown)
+	}
+}
+
+// TestAdoptMovesMappingsAtOnce: the adopt of an instance whose host is
+// down moves its share mappings to the adopting host in the same call
+// (the part's Committed), inactive, without waiting for a reconcile pass;
+// the adopting host can then detach them.
+func TestAdoptMovesMappingsAtOnce(t *testing.T) {
+	st := stores(t)["bolt"](t)
+	a := newEnv(t, st)
+	ctx := context.Background()
+	u := a.instance("a", "demo")
+	id := a.localShare("demo")
+	a.attach("a", id)
+	if err := a.svc.PrepareStart(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	a.svc.StartDone(ctx, u, nil) // running on host-a when host-a dies
+	if m, _ := a.mapping(u, id); m.Status != types.ShareActive {
+		t.Fatalf("mapping before the adopt: %s, want active", m.Status)
+	}
+	b := newEnvWith(t, st, func(_ string, o *controller.Options) { o.Host, o.Hosts = "host-b", deadHosts{} })
+	b.svc.host = "host-b"
+	b.svc.root = a.svc.root
+	if _, err := b.ctl.Adopt(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := a.mapping(u, id); m.Host != "host-b" || m.Status != types.ShareInactive {
+		t.Errorf("mapping right after the adopt: host %q status %q, want host-b, inactive", m.Host, m.Status)
+	}
+	if _, err := b.svc.DetachShare(ctx, admin, "a", id, false); err != nil {
+		t.Errorf("detach on the adopting host: %v", err)
 	}
 }
