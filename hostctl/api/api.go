@@ -140,7 +140,7 @@ func routes(s Services, e errorWriter) *mux.Router {
 	power{svc: s.Power, errorWriter: e}.routes(e.served(one, s.Power != nil, "power requests"))
 	hotplug{svc: s.Hotplug, errorWriter: e}.routes(e.served(one, s.Hotplug != nil, "disk and NIC hotplug"))
 	resize{svc: s.Resize, errorWriter: e}.routes(e.served(one, s.Resize != nil, "resize and rebuild"))
-	snapshot{svc: s.Snapshot, errorWriter: e}.routes(e.served(one, s.Snapshot != nil, "snapshots"))
+	snapshot{svc: s.Snapshot, secrets: s.Secrets, errorWriter: e}.routes(e.served(one, s.Snapshot != nil, "snapshots"))
 	shelve{svc: s.Shelve, errorWriter: e}.routes(e.served(one, s.Shelve != nil, "shelve and rescue"))
 
 	flavors{svc: s.Flavors, errorWriter: e}.routes(e.served(v1.PathPrefix("/flavors").Subrouter(), s.Flavors != nil, "flavors"))

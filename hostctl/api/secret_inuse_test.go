@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -42,7 +43,7 @@ func TestSecretDeleteNamedByImage(t *testing.T) {
 	tool := encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO, IterTime: 10 * time.Millisecond})
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km, QemuImg: qemuImg, LUKS: tool})
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctlServices(ctl), slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km, LUKS: tool}), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 	admin, alice := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 

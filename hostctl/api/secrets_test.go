@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -39,7 +40,7 @@ func TestSecretsAPI(t *testing.T) {
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
 	tt := newTestTokens(t)
 	var bodies bytes.Buffer
-	h := api.NewHandler(api.Services{Secrets: ctl}, slog.New(slog.DiscardHandler), tt.auth)
+	h := api.NewHandler(api.Services{Secrets: catalog.New(ctl, catalog.Options{Keys: km})}, slog.New(slog.DiscardHandler), tt.auth)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)

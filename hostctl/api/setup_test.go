@@ -8,6 +8,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/auth"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
@@ -52,11 +53,22 @@ func newTestTokens(t *testing.T) testTokens {
 }
 
 // ctlServices is every controller role of the admin API served by the
-// real controller c (the daemon wires the same, and the other services
-// beside it).
+// real controller c, and the flavors, images and secrets by the catalog
+// over it, without a key manager (the daemon wires the same, and the
+// other services beside them).
 func ctlServices(c *controller.Controller) api.Services {
+	return ctlServicesWith(c, catalog.Options{})
+}
+
+// ctlServicesWith is ctlServices with the catalog's key manager and LUKS
+// tool in opts (the controller's own: the daemon gives both the same).
+func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Services {
+	if opts.Audit == nil {
+		opts.Audit = c.Audit()
+	}
+	cat := catalog.New(c, opts)
 	return api.Services{
 		Instances: c, Power: c, Hotplug: c, ConfigDrives: c, Resize: c, Snapshot: c, Shelve: c, Hosts: c, Events: c,
-		Flavors: c, Images: c, Secrets: c,
+		Flavors: cat, Images: cat, Secrets: cat,
 	}
 }

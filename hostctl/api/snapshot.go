@@ -21,7 +21,6 @@ import (
 type SnapshotService interface {
 	Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
 	SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (imagecat.Image, error)
-	Secret(ctx context.Context, uuid string) (*types.Secret, error)
 }
 
 // snapshot is POST /v1/instances/{name}/snapshot (types.SnapshotRequest)
@@ -35,7 +34,8 @@ type SnapshotService interface {
 // administrator: of a project the instance's cannot read), a name taken
 // or a running instance a 409.
 type snapshot struct {
-	svc SnapshotService
+	svc     SnapshotService
+	secrets SecretService // the project of a member's secret_uuid; nil: not served
 	errorWriter
 }
 
@@ -63,15 +63,19 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.EncryptionKey == controller.SnapshotKeyExisting && req.SecretUUID != "" {
+		if h.secrets == nil {
+			h.fail(w, r, errkind.Errorf(errkind.Unsupported, "secret_uuid: this hostctl does not serve secrets: a member cannot snapshot with one"))
+			return
+		}
 		// The same answer for a secret of another project and for none
 		// at all: to a member, another project's secret does not exist.
-		s, err := h.svc.Secret(r.Context(), req.SecretUUID)
+		s, err := h.secrets.Secret(r.Context(), req.SecretUUID)
 		switch {
 		case errors.Is(err, store.ErrNotFound) || err == nil && s.ProjectID != scopedInstance(r).Spec.ProjectID:
 			h.fail(w, r, errkind.Errorf(errkind.Forbidden, "secret_uuid: %q: not a secret of project %q: a member snapshots with its own project's secrets (encryption_key existing with another project's secret is for an administrator)",
 				req.SecretUUID, scopedInstance(r).Spec.ProjectID))
 			return
-		case err != nil && !errors.Is(err, controller.ErrNoKeyManager):
+		case err != nil && !errors.Is(err, errkind.Unsupported): // no key manager: the snapshot refuses
 			h.fail(w, r, err)
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -38,7 +39,7 @@ func TestSnapshotMember(t *testing.T) {
 	}
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(ctlServices(ctl), slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km}), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 	admin, alice := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 

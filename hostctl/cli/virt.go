@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -62,7 +63,14 @@ func hotplugCommands() []*Command {
 				fs.StringVar(&req.Size, "size", types.DefaultDiskSize, "size of the new blank disk (qemu-img syntax)")
 				fs.StringVar(&req.Serial, "serial", "", "disk serial")
 				fs.StringVar(&req.Target, "target", "", "target name (vdX, sdX); the first free one on the bus by default")
-				fs.BoolVar(&req.Encrypted, "encrypted", false, "create the disk encrypted at rest (LUKS, with its own secret)")
+				fs.BoolFunc("encrypted", "create the disk encrypted at rest (LUKS, with its own secret); `--encrypted=false` asks for it unencrypted (refused where the flavor or image encrypts); the flavor and image decide when left out", func(v string) error {
+					b, err := strconv.ParseBool(v)
+					if err != nil {
+						return fmt.Errorf("--encrypted=%s: want true or false", v)
+					}
+					req.Encrypted = &b
+					return nil
+				})
 				affectFlags(fs, &req.Affect)
 				return instanceOp(func(ctx context.Context, c *client.Client, name string) (*types.Instance, string, error) {
 					inst, err := c.AttachDisk(ctx, name, req)

@@ -22,3 +22,19 @@ func (c *Controller) ReadEvents(ctx context.Context, stream, after string, limit
 // Audit returns the controller's audit log, for the parts that emit
 // events.
 func (c *Controller) Audit() *events.Log { return c.audit }
+
+// Audit streams of the instance changes and of the images the core
+// makes and deletes (snapshots, shelved images); hostctl/catalog emits
+// the flavors' and the imported images'.
+const (
+	StreamImages    = "images"
+	StreamInstances = "instances"
+)
+
+// emit writes an audit event after a change committed; a failure to
+// append it is logged (by the audit log) and does not undo the change.
+func (c *Controller) emit(ctx context.Context, stream, typ string, payload any) {
+	if c.audit != nil {
+		_, _ = c.audit.Emit(ctx, stream, typ, payload)
+	}
+}

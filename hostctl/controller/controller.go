@@ -100,7 +100,7 @@ type Controller struct {
 	events        Events
 	dom           virt.Options
 	images        Images
-	imageDir      *images.Dir       // the image catalog (flavors.go)
+	imageDir      *images.Dir       // the image directory (hostctl/catalog serves it)
 	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
 	flavors       *flavors.Registry // nil when the store keeps no records
 	records       store.Records     // flavors, block devices, faults; nil when the store keeps none
@@ -462,14 +462,14 @@ func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) err
 			return fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
-	return c.checkMACs(ctx, in)
+	return c.checkMACs(ctx, "apply", in)
 }
 
 // checkMACs refuses a NIC whose MAC address another instance already has,
 // on any host sharing the store (two guests with one MAC break each
 // other's networking). The store has no MAC index: the other instances'
 // stored specs are read, their NICs only.
-func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
+func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instance) error {
 	if len(in.NICs) == 0 {
 		return nil
 	}
@@ -479,7 +479,7 @@ func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
 	}
 	recs, err := c.store.Instances(ctx)
 	if err != nil {
-		return fmt.Errorf("apply %s: check MAC addresses: %w", in.Name, err)
+		return fmt.Errorf("%s %s: check MAC addresses: %w", op, in.Name, err)
 	}
 	for _, rec := range recs {
 		if rec.Name == in.Name || (in.UUID != "" && rec.UUID == in.UUID) {
@@ -491,11 +491,11 @@ func (c *Controller) checkMACs(ctx context.Context, in *model.Instance) error {
 			} `json:"nics"`
 		}
 		if err := json.Unmarshal(rec.Spec, &other); err != nil {
-			return fmt.Errorf("apply %s: check MAC addresses: instance %s: decode stored spec: %w", in.Name, rec.Name, err)
+			return fmt.Errorf("%s %s: check MAC addresses: instance %s: decode stored spec: %w", op, in.Name, rec.Name, err)
 		}
 		for _, n := range other.NICs {
 			if i, dup := mine[strings.ToLower(n.MAC)]; dup {
-				return fmt.Errorf("apply %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
+				return fmt.Errorf("%s %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", op, in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
 			}
 		}
 	}

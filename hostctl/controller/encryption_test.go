@@ -678,7 +678,7 @@ func TestAttachEncryptedDisk(t *testing.T) {
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	inst, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "vault", Size: "8M", Encrypted: true})
+	inst, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "vault", Size: "8M", Encrypted: boolp(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -718,7 +718,7 @@ func TestFaultsAttachEncryptedDisk(t *testing.T) {
 		}
 	}
 	attach := func(e *env) error {
-		_, err := e.c.AttachDisk(context.Background(), "app-1", types.DiskRequest{Tag: "vault", Size: "8M", Encrypted: true})
+		_, err := e.c.AttachDisk(context.Background(), "app-1", types.DiskRequest{Tag: "vault", Size: "8M", Encrypted: boolp(true)})
 		return err
 	}
 	faultMatrix(t, setup, attach)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
@@ -16,152 +14,18 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// Flavors and images: the registries (hostctl/flavors in the store,
-// hostctl/images in the image directory), the layout of an instance's
-// disks from its flavor as Nova lays them out, and the ephemeral
-// encryption decision (hostctl/encryption) made before anything is
-// created.
+// Flavors and images as the core uses them: the flavor and image an
+// instance names (the registries are hostctl/flavors in the store and
+// hostctl/images in the image directory; hostctl/catalog serves them),
+// the layout of an instance's disks from its flavor as Nova lays them
+// out, and the ephemeral encryption decision (hostctl/encryption) made
+// before anything is created.
 
 // DefaultEncryptionHost is the host's encryption formats and default
 // format when Options.Encryption names none.
 var DefaultEncryptionHost = policy.Host{Formats: []string{policy.FormatLUKS}, DefaultFormat: policy.FormatLUKS}
 
-// Audit streams and event types of flavors, images and the instance
-// changes they drive (hostctl events list flavors|images|instances).
-const (
-	StreamFlavors   = "flavors"
-	StreamImages    = "images"
-	StreamInstances = "instances"
-)
-
-// emit writes an audit event after a change committed; a failure to
-// append it is logged (by the audit log) and does not undo the change.
-func (c *Controller) emit(ctx context.Context, stream, typ string, payload any) {
-	if c.audit != nil {
-		_, _ = c.audit.Emit(ctx, stream, typ, payload)
-	}
-}
-
-// CreateFlavor adds a flavor.
-func (c *Controller) CreateFlavor(ctx context.Context, f flavors.Flavor) (flavors.Flavor, error) {
-	if c.flavors == nil {
-		return flavors.Flavor{}, errNoRecords
-	}
-	out, err := c.flavors.Create(ctx, f)
-	if err == nil {
-		c.emit(ctx, StreamFlavors, "flavor.created", types.Flavor(out))
-	}
-	return out, err
-}
-
-// Flavor returns a flavor by name.
-func (c *Controller) Flavor(ctx context.Context, name string) (flavors.Flavor, error) {
-	if c.flavors == nil {
-		return flavors.Flavor{}, errNoRecords
-	}
-	return c.flavors.Get(ctx, name)
-}
-
-// Flavors lists the flavors.
-func (c *Controller) Flavors(ctx context.Context) ([]flavors.Flavor, error) {
-	if c.flavors == nil {
-		return nil, errNoRecords
-	}
-	return c.flavors.List(ctx)
-}
-
-// DeleteFlavor deletes a flavor no instance (on any host sharing the
-// store) uses.
-func (c *Controller) DeleteFlavor(ctx context.Context, name string) error {
-	if c.flavors == nil {
-		return errNoRecords
-	}
-	err := c.flavors.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
-		return c.instancesUsing(ctx, true, func(in *model.Instance) bool { return in.Flavor == name })
-	})
-	if err == nil {
-		c.emit(ctx, StreamFlavors, "flavor.deleted", map[string]string{"name": name})
-	}
-	return err
-}
-
 var errNoRecords = errors.New("the store of this controller keeps no records (flavors)")
-
-// ImportImage reads an image into the image directory. An image naming a
-// secret (os_encrypt_key_id) is refused unless the key manager has that
-// secret and its passphrase opens the image's LUKS header
-// (importKeyCheck, secretuse.go).
-func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (images.Image, error) {
-	verify, unlock, err := c.importKeyCheck(ctx, name, props)
-	if err != nil {
-		return images.Image{}, err
-	}
-	defer unlock()
-	img, err := c.imageDir.ImportVerified(ctx, name, props, r, verify)
-	if err == nil {
-		c.emit(ctx, StreamImages, "image.imported", types.Image(img))
-	}
-	return img, err
-}
-
-// Image returns an image of the image directory.
-func (c *Controller) Image(ctx context.Context, name string) (images.Image, error) {
-	return c.imageDir.Get(ctx, name)
-}
-
-// Images lists the image directory.
-func (c *Controller) Images(ctx context.Context) ([]images.Image, error) {
-	return c.imageDir.List(ctx)
-}
-
-// DeleteImage deletes an image no instance of this host uses (the image
-// directory is this host's).
-func (c *Controller) DeleteImage(ctx context.Context, name string) error {
-	img, _ := c.imageDir.Get(ctx, name)
-	err := c.imageDir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
-		using, err := c.instancesUsing(ctx, false, func(in *model.Instance) bool { return in.Image == name })
-		if err != nil {
-			return nil, err
-		}
-		shelved, err := c.shelvedUsing(ctx, name) // vmstate.go
-		return append(using, shelved...), err
-	})
-	if err != nil {
-		return err
-	}
-	// os_encrypt_key_deletion_policy (snapshot.go): the secret goes only
-	// when nothing else names it.
-	kept, err := c.deleteImageSecret(ctx, img)
-	ev := map[string]string{"name": name}
-	if kept != "" {
-		ev["secret_kept"] = kept
-	}
-	c.emit(ctx, StreamImages, "image.deleted", ev)
-	return err
-}
-
-// instancesUsing names the instances (this host's, or every host's) for
-// which use is true.
-func (c *Controller) instancesUsing(ctx context.Context, allHosts bool, use func(*model.Instance) bool) ([]string, error) {
-	recs, err := c.store.Instances(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, rec := range recs {
-		if !allHosts && !c.owns(rec) {
-			continue
-		}
-		in, err := decodeSpec(rec)
-		if err != nil {
-			return nil, err
-		}
-		if use(in) {
-			out = append(out, rec.Name)
-		}
-	}
-	return out, nil
-}
 
 // flavorOf returns the registered flavor an instance names, or nil when
 // it names none or one that is not registered (then the name is only a

@@ -104,7 +104,10 @@ func (c *Controller) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err != nil {
 		return nil, err
 	}
-	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size, Encrypted: req.Encrypted}
+	disk := model.Disk{Name: req.Target, Bus: req.Bus, Tag: req.Tag, Serial: req.Serial, Size: req.Size}
+	if req.Encrypted != nil {
+		disk.Encrypted, disk.Unencrypted = *req.Encrypted, !*req.Encrypted
+	}
 	if disk.Bus == "" {
 		disk.Bus = model.DiskBusVirtio
 	}
@@ -259,6 +262,10 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 	next.NICs = append(next.NICs, nic)
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
+	}
+	// Another instance's NIC may have the MAC (an apply checks the same).
+	if err := c.checkMACs(ctx, "attach NIC to", next); err != nil {
+		return nil, err
 	}
 	devXML, err := virt.NICDeviceXML(nic, len(dc.in.NICs), c.host(next), c.dom)
 	if err != nil {

@@ -10,20 +10,28 @@ package controller
 // owns it as a disk's. A refusal is keys.ErrInUse (409) naming every
 // holder.
 //
-// Every path that deletes a secret — `secret delete`, an image deleted
-// with os_encrypt_key_deletion_policy on_image_deletion, an instance or
-// disk deleted, a replaced or flattened disk, the reconciler's sweep, an
-// undo step — calls deleteSecret, the only caller of the key manager's
-// Delete. What the caller is in the middle of releasing (the disks of an
-// instance being deleted, the image being deleted) is said in a
-// secretRelease, so the holder being removed does not keep its own secret.
+// Every path that deletes a secret — an instance or disk deleted, a
+// replaced or flattened disk, the reconciler's sweep, an undo step, and
+// through ReleaseSecret (core_catalog.go) hostctl/catalog's `secret
+// delete` and an image deleted with os_encrypt_key_deletion_policy
+// on_image_deletion — calls deleteSecret, the only caller of the key
+// manager's Delete. What the caller is in the middle of releasing (the
+// disks of an instance being deleted, the image being deleted) is said in
+// a secretRelease, so the holder being removed does not keep its own
+// secret.
+//
+// The rule stays in the core because what it checks is the core's: the
+// block-device records, the instances' state records and rescue disks,
+// and the instances a secret was made for; and the core's own deletions,
+// inside its operations and their undo steps, call it directly.
 //
 // Deletions and the steps that make something name an existing secret
-// (an image import naming os_encrypt_key_id, a rescue) hold the secret's
-// lock (Controller.secretLocks) over the check and the act, so on this
-// host nothing starts naming a secret between the check and the delete.
-// Image directories are per host: an image of another host's directory
-// is not seen (that host's own deletions check it).
+// (an image import naming os_encrypt_key_id, a snapshot, a rescue) hold
+// the secret's lock (Controller.secretLocks; LockSecret for the catalog)
+// over the check and the act, so on this host nothing starts naming a
+// secret between the check and the delete. Image directories are per
+// host: an image of another host's directory is not seen (that host's own
+// deletions check it).
 
 import (
 	"context"
@@ -35,12 +43,14 @@ import (
 	"strings"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
-	"github.com/vmeta/vmeta/hostctl/encryption/policy"
-	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
+
+// ErrNoKeyManager: the controller has no key manager.
+var ErrNoKeyManager = fmt.Errorf("%w: this hostctl has no key manager", ErrNoHypervisor)
+
+func isStoreNotFound(err error) bool { return err != nil && errors.Is(err, store.ErrNotFound) }
 
 // secretRelease is what a deletion is releasing: those holders do not
 // keep the secret.
@@ -216,56 +226,4 @@ func (c *Controller) deleteSecretQuietly(ctx context.Context, id string, rel sec
 		return nil
 	}
 	return err
-}
-
-// importKeyCheck is the check of an image import naming a secret in
-// os_encrypt_key_id (issue 20, item 2): the key manager must have the
-// secret (a field error naming the key id otherwise), and the returned
-// VerifyFunc proves that its passphrase opens the file's LUKS header. The
-// secret's lock is held until unlock, so it is not deleted before the
-// image names it. Nothing to check (no key id): a nil VerifyFunc.
-func (c *Controller) importKeyCheck(ctx context.Context, name string, props map[string]string) (_ images.VerifyFunc, _ func(), err error) {
-	keyID, ok := props[policy.ImageEncryptKeyID]
-	if !ok {
-		return nil, func() {}, nil
-	}
-	field := "properties[" + policy.ImageEncryptKeyID + "]"
-	refuse := func(rule string) error {
-		return fmt.Errorf("import image %s: %w", name, &model.SpecError{Errors: []model.FieldError{{Field: field, Value: keyID, Rule: rule}}})
-	}
-	if err := keys.CheckUUID(keyID); err != nil {
-		return nil, nil, refuse("not a secret UUID (8-4-4-4-12 lower-case hex digits)")
-	}
-	if c.keys == nil {
-		return nil, nil, fmt.Errorf("import image %s: %w", name, &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: field, Value: keyID,
-			Rule: "this host has no key manager: it cannot check that the secret opens the image"}}}})
-	}
-	release := c.secretLocks.Lock(keyID)
-	defer func() {
-		if err != nil {
-			release()
-		}
-	}()
-	if _, err := c.keys.Get(ctx, keyID); errors.Is(err, keys.ErrNotFound) {
-		return nil, nil, refuse("names no secret in the key manager (hostctl secret list shows them; hostctl secret create makes one)")
-	} else if err != nil {
-		return nil, nil, fmt.Errorf("import image %s: secret %s: %w", name, keyID, err)
-	}
-	verify := func(ctx context.Context, path, format string) error {
-		pass, err := c.keys.Passphrase(ctx, keyID)
-		if err != nil {
-			return fmt.Errorf("secret %s: %w", keyID, err)
-		}
-		defer clear(pass)
-		err = c.luks.VerifyImage(ctx, path, format, pass)
-		if errors.Is(err, encryption.ErrWrongPassphrase) {
-			return &model.SpecError{Errors: []model.FieldError{{Field: field, Value: keyID,
-				Rule: "the secret's passphrase does not open the image's LUKS header: the image is encrypted under another key"}}}
-		}
-		if err != nil {
-			return fmt.Errorf("open the image with secret %s: %w", keyID, err)
-		}
-		return nil
-	}
-	return verify, release, nil
 }

@@ -39,7 +39,6 @@ import (
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
-	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The --encryption-key choices of a snapshot.
@@ -276,26 +275,4 @@ func (c *Controller) snapshotKey(ctx context.Context, r *revert.Reverter, in *mo
 		return "", "", nil, err
 	}
 	return sec.UUID, KeyDeletionOnImageDeletion, pass, nil
-}
-
-// deleteImageSecret deletes the secret of a deleted image when its
-// os_encrypt_key_deletion_policy is on_image_deletion and nothing else
-// names it (secretuse.go): a secret another image, a disk or a rotation
-// still names stays, and the returned note says why (empty when there is
-// nothing to say). A failure is returned as an error (the image is gone).
-func (c *Controller) deleteImageSecret(ctx context.Context, img images.Image) (string, error) {
-	id := img.Properties[policy.ImageEncryptKeyID]
-	if id == "" || c.keys == nil || img.Properties[policy.ImageEncryptKeyDeletion] != KeyDeletionOnImageDeletion {
-		return "", nil
-	}
-	err := c.deleteSecret(ctx, id, secretRelease{image: img.Name})
-	switch {
-	case err == nil, errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrNotFound):
-		return "", nil
-	case errors.Is(err, keys.ErrInUse):
-		c.log.Info("secret of a deleted image kept: something else names it", "image", img.Name, "secret", id, "err", err)
-		return err.Error(), nil
-	}
-	c.log.Warn("secret of a deleted image not deleted", "image", img.Name, "secret", id, "err", err)
-	return "", fmt.Errorf("image %s deleted, its secret %s not: %w", img.Name, id, err)
 }

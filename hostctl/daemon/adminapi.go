@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"github.com/vmeta/vmeta/hostctl/api"
+	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/shares"
@@ -9,10 +10,10 @@ import (
 
 // adminServices wires the admin API to the components that serve it:
 // each narrow service of api.Services to its provider. The controller
-// still provides the flavor registry, the image catalog and the secrets
-// (its pass-throughs add the audit events and the in-use checks); as
-// those move into their own packages, only these lines change.
-func adminServices(ctl *controller.Controller, inv *devices.Inventory, shareSvc *shares.Service, keys keyService) api.Services {
+// serves its lifecycle role; the catalog (hostctl/catalog, over the
+// controller's core) the flavor registry, the image catalog and the
+// secrets.
+func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *devices.Inventory, shareSvc *shares.Service, keys keyService) api.Services {
 	return api.Services{
 		Instances:    ctl,
 		Power:        ctl,
@@ -23,11 +24,18 @@ func adminServices(ctl *controller.Controller, inv *devices.Inventory, shareSvc 
 		Shelve:       ctl,
 		Hosts:        ctl,
 		Events:       ctl,
-		Flavors:      ctl,
-		Images:       ctl,
-		Secrets:      ctl,
+		Flavors:      cat,
+		Images:       cat,
+		Secrets:      cat,
 		Keys:         keys,
 		Shares:       shareSvc,
 		Devices:      inv,
 	}
+}
+
+// catalog is the flavor registry, the image catalog and the secrets over
+// the controller's core, with the key manager and the audit log the
+// controller has.
+func (s *serve) catalog() *catalog.Catalog {
+	return catalog.New(s.ctl, catalog.Options{Keys: s.km, Audit: s.audit, Logger: s.log})
 }

@@ -656,7 +656,7 @@ func (s *serve) startServers(context.Context) error {
 }
 
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
-	return api.NewHandler(adminServices(s.ctl, s.inv, s.shareSvc, s.keySvc), s.log, a)
+	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc), s.log, a)
 }
 
 // serveOn serves srv on ln in the background; its end is reported on

@@ -213,6 +213,13 @@ var importRules = []importRule{
 		from:      module + "/hostctl/keyrotation",
 		forbidden: []string{module + "/hostctl/api"},
 	},
+	{
+		// The catalog reaches the core through its own narrow interface
+		// (catalog.Core); the core does not know the catalog.
+		name:      "hostctl/controller does not import hostctl/catalog",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/catalog"},
+	},
 }
 
 // under reports whether package p is pkg or below it.

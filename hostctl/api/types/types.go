@@ -116,7 +116,10 @@ type DiskRequest struct {
 	Serial string `json:"serial,omitempty"`
 	// Encrypted asks for the disk to be created encrypted (LUKS, its own
 	// secret); the guest is told so once hostctl made and checked it.
-	Encrypted bool `json:"encrypted,omitempty"`
+	// Omitted, the instance's flavor and image decide; an explicit false
+	// under an encrypting flavor or image is a conflict (409), as in a
+	// spec.
+	Encrypted *bool `json:"encrypted,omitempty"`
 	Affect
 }
 

@@ -1,17 +1,11 @@
-package controller
+package catalog
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store"
 )
-
-// ErrNoKeyManager: the controller has no key manager.
-var ErrNoKeyManager = fmt.Errorf("%w: this hostctl has no key manager", ErrNoHypervisor)
 
 func secretOf(s keys.Secret) *types.Secret {
 	out := &types.Secret{UUID: s.UUID, Name: s.Name, ProjectID: s.ProjectID, Type: s.Type, Created: s.Created, KeyID: s.KeyID, KeyGeneration: s.Generation}
@@ -23,7 +17,7 @@ func secretOf(s keys.Secret) *types.Secret {
 
 // CreateSecret stores a user's secret (the passphrase brought, or one
 // generated); only its metadata is returned.
-func (c *Controller) CreateSecret(ctx context.Context, req types.SecretRequest) (*types.Secret, error) {
+func (c *Catalog) CreateSecret(ctx context.Context, req types.SecretRequest) (*types.Secret, error) {
 	if c.keys == nil {
 		return nil, ErrNoKeyManager
 	}
@@ -36,7 +30,7 @@ func (c *Controller) CreateSecret(ctx context.Context, req types.SecretRequest) 
 }
 
 // Secrets lists the secrets of project ("" for all).
-func (c *Controller) Secrets(ctx context.Context, project string) ([]types.Secret, error) {
+func (c *Catalog) Secrets(ctx context.Context, project string) ([]types.Secret, error) {
 	if c.keys == nil {
 		return nil, ErrNoKeyManager
 	}
@@ -52,7 +46,7 @@ func (c *Controller) Secrets(ctx context.Context, project string) ([]types.Secre
 }
 
 // Secret returns one secret's metadata.
-func (c *Controller) Secret(ctx context.Context, uuid string) (*types.Secret, error) {
+func (c *Catalog) Secret(ctx context.Context, uuid string) (*types.Secret, error) {
 	if c.keys == nil {
 		return nil, ErrNoKeyManager
 	}
@@ -65,12 +59,10 @@ func (c *Controller) Secret(ctx context.Context, uuid string) (*types.Secret, er
 
 // DeleteSecret deletes a secret nothing names any more; one an image, a
 // disk, a backing file, a rescue or a pending rotation still names is
-// refused (keys.ErrInUse, 409) naming them (secretuse.go).
-func (c *Controller) DeleteSecret(ctx context.Context, uuid string) error {
+// refused (keys.ErrInUse, 409) naming them (Core.ReleaseSecret).
+func (c *Catalog) DeleteSecret(ctx context.Context, uuid string) error {
 	if c.keys == nil {
 		return ErrNoKeyManager
 	}
-	return c.deleteSecret(ctx, uuid, secretRelease{})
+	return c.core.ReleaseSecret(ctx, uuid, "")
 }
-
-func isStoreNotFound(err error) bool { return err != nil && errors.Is(err, store.ErrNotFound) }
