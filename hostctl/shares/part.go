@@ -400,6 +400,7 @@ func (s *Service) sourceRule(source string) string {
 // instance ERROR, and only a hard reboot retries the mount. A mapping
 // still attaching or detaching refuses the start.
 func (s *Service) prepareStart(ctx context.Context, uuid string, r *revert.Reverter) error {
+	s.seedCounts(ctx)
 	ms, err := mappings(ctx, s.st, uuid)
 	if err != nil {
 		return err
@@ -466,6 +467,7 @@ func (s *Service) started(ctx context.Context, uuid string) {
 // other instance on the host uses them). A failed unmount moves the
 // mapping to error (the reconciler retries the unmount).
 func (s *Service) Stopped(ctx context.Context, uuid string) {
+	s.seedCounts(ctx)
 	ms, err := mappings(ctx, s.st, uuid)
 	if err != nil {
 		s.log.Warn("share mappings after stop", "instance", uuid, "err", err)
@@ -521,6 +523,7 @@ func (s *Service) recoverError(ctx context.Context, m *Mapping) error {
 // (mount released, share unlocked, mapping removed). What fails is left
 // for the reconciler, which retries; the instance stays deleted.
 func (s *Service) Deleted(ctx context.Context, uuid string) {
+	s.seedCounts(ctx)
 	ms, err := mappings(ctx, s.st, uuid)
 	if err != nil {
 		s.log.Warn("share mappings of a deleted instance left for the reconciler", "instance", uuid, "err", err)
@@ -551,6 +554,7 @@ func (s *Service) cleanup(ctx context.Context, m Mapping) error {
 // mounts taken, when the operation fails (rescue starts the instance's
 // own domain again).
 func (s *Service) stopMappings(ctx context.Context, uuid string, r *revert.Reverter) error {
+	s.seedCounts(ctx)
 	ms, err := mappings(ctx, s.st, uuid)
 	if err != nil {
 		return err
@@ -609,4 +613,35 @@ func (s *Service) adopted(ctx context.Context, uuid, host string) {
 			}
 		}
 	}
+}
+
+// seedCounts loads the host mounts' reference counts from this host's
+// active NFS mappings, once, before a phase takes or releases a mount:
+// at start-up the core may tell the part of a stop (its reconciler found
+// a guest powered off while hostctl was down) before the share
+// reconciler's first pass rebuilt the counts, and a release without them
+// would unmount a share other instances on the host still use. A failure
+// is tried again on the next phase.
+func (s *Service) seedCounts(ctx context.Context) {
+	s.seedMu.Lock()
+	defer s.seedMu.Unlock()
+	if s.seeded {
+		return
+	}
+	all, err := mappings(ctx, s.st, "")
+	if err != nil {
+		s.log.Warn("share mount counts not loaded yet", "err", err)
+		return
+	}
+	users := map[string][]string{}
+	for _, m := range all {
+		if m.Status == types.ShareActive && m.Proto == types.ShareProtoNFS && (m.Host == "" || s.host == "" || m.Host == s.host) {
+			users[m.ShareID] = append(users[m.ShareID], m.Instance)
+		}
+	}
+	if _, err := s.mounts.Rebuild(users, false); err != nil {
+		s.log.Warn("share mount counts not loaded yet", "err", err)
+		return
+	}
+	s.seeded = true
 }

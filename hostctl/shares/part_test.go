@@ -94,3 +94,41 @@ func TestAdoptMovesMappingsAtOnce(t *testing.T) {
 		t.Errorf("detach on the adopting host: %v", err)
 	}
 }
+
+// TestStopBeforeFirstReconcileKeepsSharedMount: after a restart the host
+// mounts' reference counts are empty until the reconciler's first pass;
+// the core may tell the part of a stop before that (its own reconciler
+// runs first). The part loads the counts from the active mappings
+// first, so the NFS mount another instance on the host still uses stays.
+func TestStopBeforeFirstReconcileKeepsSharedMount(t *testing.T) {
+	e := newEnv(t, stores(t)["bolt"](t))
+	ctx := context.Background()
+	ua, ub := e.instance("a", "demo"), e.instance("b", "demo")
+	id := e.nfsShare("demo", "filer:/export")
+	e.attach("a", id)
+	e.attach("b", id)
+	for _, u := range []string{ua, ub} {
+		if err := e.svc.PrepareStart(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		e.svc.StartDone(ctx, u, nil)
+	}
+	// The daemon restarts: a new service, its counts empty.
+	svc := New(e.st, instancesFunc{e}, Options{Host: "host-a", ShareRoot: e.root, Runner: e.run, MountInfo: e.run.mountinfo, ReconcileInterval: -1})
+	t.Cleanup(func() { svc.Close() })
+	if err := svc.AfterStop(ctx, &part.Instance{Spec: &model.Instance{Name: "a", UUID: ua}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := svc.mounts.mountedShares(); len(ids) != 1 {
+		t.Errorf("mounted after a's stop: %v; want the share still mounted for b", ids)
+	}
+	if m, _ := e.mapping(ua, id); m.Status != types.ShareInactive {
+		t.Errorf("a's mapping after its stop: %s, want inactive", m.Status)
+	}
+	if err := svc.AfterStop(ctx, &part.Instance{Spec: &model.Instance{Name: "b", UUID: ub}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := svc.mounts.mountedShares(); len(ids) != 0 {
+		t.Errorf("mounted after every user stopped: %v", ids)
+	}
+}

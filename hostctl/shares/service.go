@@ -129,6 +129,9 @@ type Service struct {
 	applying   map[string]int
 	begun      map[string][]Mapping // their mappings, to finish once the apply stands
 
+	seedMu sync.Mutex
+	seeded bool // the mount counts were loaded before a phase (seedCounts)
+
 	reconcileMu sync.Mutex
 	rebuilt     bool // the first Reconcile rebuilt the mount counts
 
