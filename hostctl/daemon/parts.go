@@ -12,9 +12,12 @@ import (
 // part is added here and answers every operation (parts_test.go checks).
 // The share service (sh) is the shares part.
 func Parts(inv passthrough.Inventory, sh *shares.Service) []part.Part {
-	return []part.Part{
+	parts := []part.Part{
 		passthrough.New(inv),
 		watchdog.New(),
-		sh,
 	}
+	if sh != nil {
+		parts = append(parts, sh)
+	}
+	return parts
 }
