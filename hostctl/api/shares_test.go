@@ -21,6 +21,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
@@ -34,15 +35,12 @@ type stateCtl struct {
 	unsupported bool
 }
 
-// CheckShareSupport plays a host whose libvirt cannot share guest
-// memory when unsupported is set (virt.ShareSupport.Check's words).
-func (s *stateCtl) CheckShareSupport(ctx context.Context) error {
+// shareSupport plays a host whose libvirt cannot share guest memory when
+// unsupported is set (the share service's Options.Support).
+func (s *stateCtl) shareSupport(context.Context) (virt.ShareSupport, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.unsupported {
-		return fmt.Errorf("%w: this host cannot share guest memory: libvirt's domain capabilities list no memfd memory backing, which virtiofs needs", controller.ErrState)
-	}
-	return s.Controller.CheckShareSupport(ctx)
+	return virt.ShareSupport{Virtiofs: true, SharedMemory: !s.unsupported}, nil
 }
 
 func (s *stateCtl) Get(ctx context.Context, name string) (*controller.Instance, error) {
@@ -106,7 +104,7 @@ func newSharesAPI(t *testing.T) *sharesAPI {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1})
+	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1, Support: ctl.shareSupport})
 	ctl.Controller = controller.New(st, controller.Options{DataDir: dir, Logger: log, Parts: []part.Part{svc}})
 	tt := newTestTokens(t)
 	svcs := ctlServices(ctl.Controller)

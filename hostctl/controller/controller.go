@@ -42,7 +42,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -128,8 +127,6 @@ type Controller struct {
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
 	keyForget keyForgetPtr // diskrotate.go
-	shareCaps shareSupporter
-	shareOK   atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 	devices   Devices
 
 	parts []part.Part // the host features, in registration order (parts.go)
@@ -276,7 +273,6 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
-		c.shareCaps, _ = hv.(shareSupporter) // core_sharespart.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport

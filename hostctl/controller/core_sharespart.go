@@ -14,8 +14,8 @@ import (
 )
 
 // The core as the shares part (hostctl/shares) calls it: its
-// shares.Instances, shares.LiveCore and shares.SupportChecker. They name
-// no type of this package, so that hostctl/shares does not import it.
+// shares.Instances and shares.LiveCore. They name no type of this
+// package, so that hostctl/shares does not import it.
 
 // DomainState is the instance's state as Get gives it ("" without a
 // hypervisor).
@@ -43,32 +43,6 @@ func (c *Controller) Reapply(ctx context.Context, in *model.Instance) ([]string,
 func (c *Controller) Hypervisor() bool {
 	_, ok := c.drv.(libvirtDriver)
 	return ok
-}
-
-// shareSupporter is a hypervisor that tells what it can do for virtiofs
-// shares (virt.Conn).
-type shareSupporter interface {
-	ShareSupport(ctx context.Context, typ virt.DomainType, machine string) (virt.ShareSupport, error)
-}
-
-// CheckShareSupport refuses, with ErrState, shares on a host whose
-// libvirt offers no virtiofs driver or cannot share guest memory (Nova's
-// COMPUTE_STORAGE_VIRTIO_FS and COMPUTE_MEM_BACKING_FILE traits): an
-// instance whose memory cannot be shared cannot have a share. Without a
-// hypervisor, or one that cannot tell, there is nothing to check.
-func (c *Controller) CheckShareSupport(ctx context.Context) error {
-	if c.shareCaps == nil || c.shareOK.Load() {
-		return nil
-	}
-	sup, err := c.shareCaps.ShareSupport(ctx, c.dom.Type, c.dom.Machine)
-	if err != nil {
-		return err
-	}
-	if err := sup.Check(); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	c.shareOK.Store(true)
-	return nil
 }
 
 // LiveXML is the running domain's XML of this host's instance name (the

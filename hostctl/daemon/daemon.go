@@ -437,7 +437,7 @@ func (s *serve) startController(context.Context) error {
 	// The share service is a part: made first, given the controller
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
-	s.shareSvc = newShares(s.cfg, s.ctlStore, core, s.hostName, s.audit, s.log)
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, s.hv.shareSupport(), s.hostName, s.audit, s.log)
 	parts := Parts(s.inv, s.shareSvc) // parts.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,

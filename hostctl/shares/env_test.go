@@ -18,6 +18,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -167,8 +168,16 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	// controller through instancesFunc.
 	streams := events.For(st, filepath.Join(dir, "events"))
 	e.events = streams
+	var support func(context.Context) (virt.ShareSupport, error)
+	if hv, ok := o.Hypervisor.(interface {
+		ShareSupport(context.Context, virt.DomainType, string) (virt.ShareSupport, error)
+	}); ok {
+		support = func(ctx context.Context) (virt.ShareSupport, error) {
+			return hv.ShareSupport(ctx, o.Domain.Type, o.Domain.Machine)
+		}
+	}
 	e.svc = New(st, instancesFunc{e}, Options{Host: "host-a", ShareRoot: e.root, Runner: e.run, Logger: log,
-		Events: events.New(streams, "host-a", log), MountInfo: e.run.mountinfo, ReconcileInterval: -1})
+		Events: events.New(streams, "host-a", log), MountInfo: e.run.mountinfo, ReconcileInterval: -1, Support: support})
 	o.Parts = append(o.Parts, e.svc)
 	e.ctl = controller.New(st, o)
 	t.Cleanup(func() { e.ctl.Close() })

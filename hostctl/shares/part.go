@@ -53,9 +53,13 @@ func (*Service) Answers() part.Answers {
 	}
 }
 
-// Check implements part.Part: resize and rebuild are refused while the
-// instance has a share mapping, naming the shares.
+// Check implements part.Part: an apply of a spec with shares is refused
+// on a host that cannot give instances shares; resize and rebuild are
+// refused while the instance has a share mapping, naming the shares.
 func (s *Service) Check(ctx context.Context, op part.Op, in *part.Instance) error {
+	if op == part.Apply && len(in.Spec.Shares) > 0 {
+		return s.checkSupport(ctx)
+	}
 	if s.Answers()[op].Do != part.Refuse || in.Spec.UUID == "" {
 		return nil
 	}

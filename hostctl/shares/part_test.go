@@ -9,6 +9,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 )
 
@@ -130,5 +131,31 @@ func TestStopBeforeFirstReconcileKeepsSharedMount(t *testing.T) {
 	}
 	if ids, _ := svc.mounts.mountedShares(); len(ids) != 0 {
 		t.Errorf("mounted after every user stopped: %v", ids)
+	}
+}
+
+// TestApplyRefusedWithoutShareSupport: an apply of a spec with shares is
+// refused (ErrState, naming what libvirt lacks) on a host that cannot
+// share guest memory, before anything changes: the part's Check, which
+// the core asked itself before (CheckShareSupport).
+func TestApplyRefusedWithoutShareSupport(t *testing.T) {
+	e := newEnv(t, stores(t)["bolt"](t))
+	ctx := context.Background()
+	e.instance("a", "demo")
+	id := e.localShare("demo")
+	e.attach("a", id)
+	e.svc.support = func(context.Context) (virt.ShareSupport, error) {
+		return virt.ShareSupport{Virtiofs: true}, nil
+	}
+	before := e.snapshot()
+	_, err := e.ctl.Apply(ctx, []byte("name: a\nproject_id: demo\nshares: [{share_id: "+id+"}]\n"))
+	if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "cannot share guest memory") {
+		t.Fatalf("apply with a share on a host without shared memory: %v; want ErrState naming it", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("a refused apply changed something:\n%s\n---\n%s", before, after)
+	}
+	if _, err := e.ctl.Apply(ctx, []byte("name: b\nproject_id: demo\n")); err != nil {
+		t.Errorf("an apply without shares on that host: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -77,13 +78,6 @@ const (
 	StateUnknown = "unknown"
 )
 
-// SupportChecker tells whether this host can give instances shares at all
-// (the core's CheckShareSupport): asked before an attach changes
-// anything.
-type SupportChecker interface {
-	CheckShareSupport(ctx context.Context) error
-}
-
 // Options configure a Service.
 type Options struct {
 	// Host is this host's name (the owner of the mappings of its
@@ -102,6 +96,10 @@ type Options struct {
 	ReconcileInterval time.Duration
 	// MountInfo is the mount table read; /proc/self/mountinfo when empty.
 	MountInfo string
+	// Support is what this host's libvirt offers shares (virt.Conn's
+	// ShareSupport for the domains' type and machine); nil without a
+	// hypervisor.
+	Support func(ctx context.Context) (virt.ShareSupport, error)
 	// InstanceUpdateEvents emits an instance.update event (stream
 	// "instances") with the instance's mappings whenever one of them
 	// changes (the specification's include_share_mapping; off by default).
@@ -112,6 +110,7 @@ type Options struct {
 type Service struct {
 	st       Store
 	inst     Instances
+	support  func(ctx context.Context) (virt.ShareSupport, error)
 	host     string
 	root     hostdir.Root
 	mounts   *Mounts
@@ -146,7 +145,7 @@ func New(st Store, inst Instances, opts Options) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{st: st, inst: inst, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
+	s := &Service{st: st, inst: inst, support: opts.Support, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
 		instEvts: opts.InstanceUpdateEvents}
 	s.mounts = NewMounts(filepath.Join(opts.ShareRoot, NFSMountDir), opts.Runner, log)
 	if opts.MountInfo != "" {
@@ -488,11 +487,22 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	return m.View(isAdmin(p)), nil
 }
 
-// checkSupport asks the controller whether this host can give instances
-// shares at all.
+// checkSupport refuses, with ErrState, shares on a host whose libvirt
+// offers no virtiofs driver or cannot share guest memory (Nova's
+// COMPUTE_STORAGE_VIRTIO_FS and COMPUTE_MEM_BACKING_FILE traits): an
+// instance whose memory cannot be shared cannot have a share. Without a
+// hypervisor there is nothing to check. Asked before an attach, or an
+// apply of a spec with shares, changes anything.
 func (s *Service) checkSupport(ctx context.Context) error {
-	if sc, ok := s.inst.(SupportChecker); ok {
-		return sc.CheckShareSupport(ctx)
+	if s.support == nil {
+		return nil
+	}
+	sup, err := s.support(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sup.Check(); err != nil {
+		return fmt.Errorf("%w: %w", part.ErrState, err)
 	}
 	return nil
 }
