@@ -59,6 +59,21 @@ func treeOf(files []metadata.File) map[string][]byte {
 }
 
 // sameTree fails the test unless got holds exactly the files of want.
+// readDrive reads the drive at p (what is named for messages) and checks
+// its label is config-2 and it holds files, exactly; it returns the tree.
+func readDrive(t *testing.T, what, p string, files []metadata.File) *metadata.Tree {
+	t.Helper()
+	tree, label, err := configdrive.Read(p)
+	if err != nil {
+		t.Fatalf("%s: Read: %v", what, err)
+	}
+	if label != "config-2" {
+		t.Errorf("%s: label %q, want config-2", what, label)
+	}
+	sameTree(t, tree.Files, files)
+	return tree
+}
+
 func sameTree(t *testing.T, got map[string][]byte, want []metadata.File) {
 	t.Helper()
 	w := treeOf(want)
@@ -92,14 +107,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Run(string(format), func(t *testing.T) {
 			for name, files := range map[string][]metadata.File{"sample": configdrive.SampleFiles(), "edge": edgeFiles()} {
 				p := build(t, files, configdrive.Options{Format: format})
-				tree, label, err := configdrive.Read(p)
-				if err != nil {
-					t.Fatalf("%s: Read: %v", name, err)
-				}
-				if label != "config-2" {
-					t.Errorf("%s: label %q, want config-2", name, label)
-				}
-				sameTree(t, tree.Files, files)
+				tree := readDrive(t, name, p, files)
 				// What the rest of vmeta compares: the tree's own view.
 				if !reflect.DeepEqual(tree.ConfigDriveFiles(), normalise(files)) && name == "sample" {
 					t.Errorf("%s: ConfigDriveFiles of the read tree differ from the input", name)
@@ -157,14 +165,7 @@ func TestWriteISO(t *testing.T) {
 	if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tree, label, err := configdrive.Read(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if label != "config-2" {
-		t.Errorf("label %q", label)
-	}
-	sameTree(t, tree.Files, files)
+	readDrive(t, "streamed ISO", p, files)
 
 	built, err := os.Stat(build(t, files, configdrive.Options{}))
 	if err != nil {
@@ -638,14 +639,7 @@ func TestBigDirectoryAndDeepTree(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "x")
 	run(t, xorriso, "-abort_on", "WARNING", "-osirrox", "on", "-indev", ours, "-extract", "/", dst)
 	sameTree(t, readDirTree(t, dst), files)
-	tree, label, err := configdrive.Read(ours)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if label != "config-2" {
-		t.Errorf("label %q", label)
-	}
-	sameTree(t, tree.Files, files)
+	readDrive(t, "big ISO", ours, files)
 }
 
 // TestXorrisoExtract unpacks our ISO with xorriso (libisofs, an independent

@@ -24,8 +24,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // failingMount is the share service's command runner with mount(8)
@@ -77,11 +77,7 @@ func TestInstanceErrorAPI(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	var logs lockedBuf
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	t.Cleanup(func() {
@@ -171,17 +167,9 @@ func TestInstanceErrorAPI(t *testing.T) {
 	if code, _, errOut := hostctl("instance", "reboot", name); code != 1 || !strings.Contains(errOut, "hard reboot") {
 		t.Errorf("hostctl instance reboot (soft) in ERROR: exit %d: %s", code, errOut)
 	}
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/instances/"+name+"/reboot", strings.NewReader(`{"type":"WARM"}`))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body bytes.Buffer
-	_, _ = body.ReadFrom(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.String(), `"field":"type"`) || !strings.Contains(body.String(), "HARD or SOFT") {
-		t.Errorf("reboot type WARM: %d %s", resp.StatusCode, body.String())
+	got, body := do(t, http.MethodPost, srv.URL+"/v1/instances/"+name+"/reboot", tok, `{"type":"WARM"}`)
+	if got != http.StatusBadRequest || !strings.Contains(body, `"field":"type"`) || !strings.Contains(body, "HARD or SOFT") {
+		t.Errorf("reboot type WARM: %d %s", got, body)
 	}
 
 	run.fail.Store(false)

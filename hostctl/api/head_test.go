@@ -13,7 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/shares"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // routeVar is a {variable} of a route's path template.
@@ -28,11 +28,7 @@ func TestHeadOnEveryGETRoute(t *testing.T) {
 	c, dir := newController(t)
 	tt := newTestTokens(t)
 	log := slog.New(slog.DiscardHandler)
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "other.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltAt(t, filepath.Join(t.TempDir(), "other.db"))
 	engine := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.0.0"})
 	engine.Register(keyrotation.Proxy, &countRotator{})
 	shareRoot := filepath.Join(dir, "shares")

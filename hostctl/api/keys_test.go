@@ -12,7 +12,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // keyService is the keys resource over a real Engine on bolt, with
@@ -47,11 +47,7 @@ func (k keyService) RevealProxySecret(context.Context) ([]byte, error) { return 
 
 func TestKeysResource(t *testing.T) {
 	tt := newTestTokens(t)
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "keys.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltAt(t, filepath.Join(t.TempDir(), "keys.db"))
 	e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.0.0"})
 	kek, proxy, disk := &countRotator{}, &countRotator{}, &countRotator{}
 	e.Register(keyrotation.KEK, kek)

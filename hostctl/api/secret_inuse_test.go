@@ -19,7 +19,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -29,19 +28,10 @@ import (
 // manager does not have is a 400 naming the key id.
 func TestSecretDeleteNamedByImage(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "h"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	qemuImg, qemuIO := testenv.LookPath(t, "qemu-img"), testenv.LookPath(t, "qemu-io")
 	tool := encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO, IterTime: 10 * time.Millisecond})
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km, QemuImg: qemuImg, LUKS: tool})
+	k := newKeyedController(t, "h", controller.Options{QemuImg: qemuImg, LUKS: tool})
+	ctl, km := k.ctl, k.km
 	tt := newTestTokens(t)
 	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km, LUKS: tool}), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)

@@ -17,8 +17,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestSecretsAPI: create, list, show and delete secrets over the TCP
@@ -26,18 +25,8 @@ import (
 // response and no byte of the store holds a passphrase.
 func TestSecretsAPI(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "vmeta.db")
-	st, err := bolt.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "h"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
+	k := newKeyedController(t, "h", controller.Options{})
+	ctl, km, st, dbPath := k.ctl, k.km, k.st, filepath.Join(k.dir, stores.File)
 	tt := newTestTokens(t)
 	var bodies bytes.Buffer
 	h := api.NewHandler(api.Services{Secrets: catalog.New(ctl, catalog.Options{Keys: km})}, slog.New(slog.DiscardHandler), tt.auth)

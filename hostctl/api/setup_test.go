@@ -1,8 +1,9 @@
 package api_test
 
 import (
+	"context"
 	"log/slog"
-	"path/filepath"
+	"net/http"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
@@ -10,7 +11,11 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // newController returns a controller without a hypervisor over an
@@ -18,12 +23,43 @@ import (
 func newController(t *testing.T) (*controller.Controller, string) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
+	return newControllerIn(t, dir, stores.BoltIn(t, dir), controller.Options{}), dir
+}
+
+// newControllerIn is the controller over st with data directory dir and
+// the rest of opts; a nil Logger discards.
+func newControllerIn(t *testing.T, dir string, st store.Store, opts controller.Options) *controller.Controller {
+	t.Helper()
+	opts.DataDir = dir
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return controller.New(st, opts)
+}
+
+// keyed is a controller with a key manager, over an embedded store in a
+// temporary data directory.
+type keyed struct {
+	ctl *controller.Controller
+	km  *keys.Manager
+	st  *bolt.Store
+	dir string
+}
+
+// newKeyedController is newController with a key manager for host over
+// the same store and data directory (opts's Keys; the rest of opts as
+// given).
+func newKeyedController(t *testing.T, host string, opts controller.Options) keyed {
+	t.Helper()
+	k := keyed{dir: t.TempDir()}
+	k.st = stores.BoltIn(t, k.dir)
+	var err error
+	if k.km, err = keys.Open(context.Background(), k.st, k.dir, keys.Options{Host: host}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	return controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}), dir
+	opts.Keys = k.km
+	k.ctl = newControllerIn(t, k.dir, k.st, opts)
+	return k
 }
 
 // testTokens is bearer-token authentication for three callers: root (an
@@ -71,4 +107,15 @@ func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Service
 		Instances: c, Power: c, Hotplug: c, ConfigDrives: c, Resize: c, Snapshot: c, Shelve: c, Hosts: c, Events: c,
 		Flavors: cat, Images: cat, Secrets: cat,
 	}
+}
+
+// do sends a request with the bearer token tok (none when empty) and
+// returns the status and the body.
+func do(t *testing.T, method, url, tok, body string) (int, string) {
+	t.Helper()
+	h := http.Header{}
+	if tok != "" {
+		h.Set("Authorization", "Bearer "+tok)
+	}
+	return testenv.HTTP(t, method, url, h, body)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +22,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // stateCtl reports a chosen domain state for the instances named in it
@@ -90,11 +89,7 @@ func (b *lockedBuf) Write(p []byte) (int, error) {
 func newSharesAPI(t *testing.T) *sharesAPI {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	logs := &lockedBuf{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	// The share service is a part of the controller: made first, it sees
@@ -137,15 +132,7 @@ func (s *sharesAPI) snapshot(t *testing.T) string {
 // raw sends a request with the admin token and returns status and body.
 func (s *sharesAPI) raw(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+s.adminTok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return do(t, method, s.base+path, s.adminTok, body)
 }
 
 // TestServerSharesAPI: Nova's server shares API with its bodies and

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // shelveCtl is the shelve service, with shelve and rescue kept as a
@@ -69,14 +67,8 @@ func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*controller.Inst
 // instance or another project's a 404, a rescue without an image a 400.
 func TestShelveRescueAPI(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
-	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
+	c, _ := newController(t)
 	ctl := &shelveCtl{instances: c, state: map[string]string{"a-1": "shutoff"}}
 	tt := newTestTokens(t)
 	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Shelve: ctl}, log, tt.auth))

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/keys"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // TestSnapshotMember (issue 20, item 4): with member tokens over TCP, a
@@ -27,17 +25,8 @@ import (
 // may name any project's secret.
 func TestSnapshotMember(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	km, err := keys.Open(ctx, st, dir, keys.Options{Host: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Keys: km})
+	k := newKeyedController(t, "local", controller.Options{})
+	ctl, km := k.ctl, k.km
 	tt := newTestTokens(t)
 	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km}), slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)

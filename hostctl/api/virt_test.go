@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
 // recordingCtl is the power and hotplug services, recording the libvirt
@@ -83,14 +81,8 @@ func newTestServer(t *testing.T, h http.Handler) string {
 // instances (another project's does not exist: 404, nothing called).
 func TestDeviceEndpoints(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
-	c := controller.New(st, controller.Options{DataDir: dir, Logger: log})
+	c, _ := newController(t)
 	ctl := &recordingCtl{instances: c}
 	tt := newTestTokens(t)
 	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Power: ctl, Hotplug: ctl}, log, tt.auth))
@@ -139,15 +131,8 @@ func TestDeviceEndpoints(t *testing.T) {
 	}
 
 	// Bodies with unknown fields are refused.
-	req, _ := http.NewRequest(http.MethodPost, srv+"/v1/instances/a-1/disks", strings.NewReader(`{"tag":"x","colour":"red"}`))
-	req.Header.Set("Authorization", "Bearer "+tt.alice)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("unknown field: %d, want 400", resp.StatusCode)
+	if got, _ := do(t, http.MethodPost, srv+"/v1/instances/a-1/disks", tt.alice, `{"tag":"x","colour":"red"}`); got != http.StatusBadRequest {
+		t.Errorf("unknown field: %d, want 400", got)
 	}
 }
 

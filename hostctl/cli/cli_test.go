@@ -20,22 +20,17 @@ func hostctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-// TestCommandHelp: every command answers --help with its own usage line
-// and flags on stdout, exit 0, before checking anything else.
-func TestCommandHelp(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want []string
-	}{
-		{[]string{"instance", "apply", "--help"}, []string{"Usage: hostctl instance apply -f SPEC.yaml", "-f string", "instance spec file", "-output", "-socket"}},
-		{[]string{"instance", "attach-disk", "-h"}, []string{"Usage: hostctl instance attach-disk NAME", "-bus", "-live", "persistent"}},
-		{[]string{"network", "setup-metadata", "--help"}, []string{"-dry-run", "-bridge"}},
-		{[]string{"help", "instance", "stop"}, []string{"Usage: hostctl instance stop", "-timeout"}},
-		{[]string{"--help", "instance", "show"}, []string{"Usage: hostctl instance show NAME"}},
-		{[]string{"instance", "--help"}, []string{"hostctl instance list", "hostctl instance detach-nic"}},
-		{[]string{"help"}, []string{"hostctl configdrive build", "hostctl token new", "Client flags"}},
-		{[]string{"--help"}, []string{"hostctl instance apply"}},
-	} {
+// outputCase is a command line that succeeds (exit 0, nothing on
+// stderr) printing every want.
+type outputCase struct {
+	args []string
+	want []string
+}
+
+// checkOutputs runs each case and reports what it lacks.
+func checkOutputs(t *testing.T, cases []outputCase) {
+	t.Helper()
+	for _, tc := range cases {
 		code, out, errOut := hostctl(t, tc.args...)
 		if code != 0 || errOut != "" {
 			t.Errorf("%v: exit %d, stderr %q", tc.args, code, errOut)
@@ -46,6 +41,21 @@ func TestCommandHelp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCommandHelp: every command answers --help with its own usage line
+// and flags on stdout, exit 0, before checking anything else.
+func TestCommandHelp(t *testing.T) {
+	checkOutputs(t, []outputCase{
+		{[]string{"instance", "apply", "--help"}, []string{"Usage: hostctl instance apply -f SPEC.yaml", "-f string", "instance spec file", "-output", "-socket"}},
+		{[]string{"instance", "attach-disk", "-h"}, []string{"Usage: hostctl instance attach-disk NAME", "-bus", "-live", "persistent"}},
+		{[]string{"network", "setup-metadata", "--help"}, []string{"-dry-run", "-bridge"}},
+		{[]string{"help", "instance", "stop"}, []string{"Usage: hostctl instance stop", "-timeout"}},
+		{[]string{"--help", "instance", "show"}, []string{"Usage: hostctl instance show NAME"}},
+		{[]string{"instance", "--help"}, []string{"hostctl instance list", "hostctl instance detach-nic"}},
+		{[]string{"help"}, []string{"hostctl configdrive build", "hostctl token new", "Client flags"}},
+		{[]string{"--help"}, []string{"hostctl instance apply"}},
+	})
 }
 
 // TestUnknownCommand: a wrong command is a short error with a hint, not

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -36,16 +35,10 @@ func deviceList(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if err != nil {
 			return err
 		}
-		if c.JSON() {
-			return c.PrintJSON(types.DeviceList{Devices: list})
-		}
-		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "HOST\tADDRESS\tALIAS\tVENDOR:PRODUCT\tTOTAL\tRESERVED\tUSED\tSTATE\tINSTANCE\tTRAITS")
-		for _, d := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", d.Host, d.Address, orDash(d.Alias), deviceIDs(d),
+		return printList(c, types.DeviceList{Devices: list}, "HOST\tADDRESS\tALIAS\tVENDOR:PRODUCT\tTOTAL\tRESERVED\tUSED\tSTATE\tINSTANCE\tTRAITS", list, func(d types.Device) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s", d.Host, d.Address, orDash(d.Alias), deviceIDs(d),
 				d.Total, d.Reserved, d.Used, deviceState(d), orDash(d.ConsumerName), orDash(strings.Join(d.Traits, ",")))
-		}
-		return tw.Flush()
+		})
 	}
 }
 
@@ -107,9 +100,6 @@ func deviceClean(ctx context.Context, c *Call) error {
 }
 
 func printDevice(c *Call, d types.Device) error {
-	if c.JSON() {
-		return c.PrintJSON(d)
-	}
 	ts := func(t *time.Time) string {
 		if t == nil {
 			return "-"
@@ -123,8 +113,7 @@ func printDevice(c *Call, d types.Device) error {
 			hook += ": " + h.Message
 		}
 	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	for _, kv := range [][2]string{
+	return printFields(c, d, [][2]string{
 		{"Address", d.Address}, {"Host", d.Host}, {"Alias", orDash(d.Alias)},
 		{"Vendor:product", deviceIDs(d)}, {"Class", orDash(d.Class)},
 		{"State", deviceState(d)},
@@ -133,8 +122,5 @@ func printDevice(c *Call, d types.Device) error {
 		{"One-time-use", fmt.Sprint(d.OneTimeUse)}, {"Live-migratable", fmt.Sprint(d.LiveMigratable)},
 		{"Instance", orDash(d.ConsumerName)}, {"Burned", ts(d.BurnedAt)}, {"Released", ts(d.ReleasedAt)},
 		{"Cleaned", ts(d.CleanedAt)}, {"Cleanup hook", hook}, {"Generation", fmt.Sprint(d.Generation)},
-	} {
-		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
-	}
-	return tw.Flush()
+	})
 }

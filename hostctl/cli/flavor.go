@@ -87,18 +87,9 @@ func flavorList(ctx context.Context, c *Call) error {
 	if err != nil {
 		return err
 	}
-	if c.JSON() {
-		if fs == nil {
-			fs = []types.Flavor{}
-		}
-		return c.PrintJSON(fs)
-	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVCPUS\tRAM (MiB)\tDISK (GiB)\tEPHEMERAL (GiB)\tSWAP (MiB)\tEXTRA SPECS")
-	for _, f := range fs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", f.Name, f.VCPUs, f.RAM, f.Disk, f.Ephemeral, f.Swap, orDash(joinProps(f.ExtraSpecs)))
-	}
-	return tw.Flush()
+	return printList(c, orEmpty(fs), "NAME\tVCPUS\tRAM (MiB)\tDISK (GiB)\tEPHEMERAL (GiB)\tSWAP (MiB)\tEXTRA SPECS", fs, func(f types.Flavor) string {
+		return fmt.Sprintf("%s\t%d\t%d\t%d\t%d\t%d\t%s", f.Name, f.VCPUs, f.RAM, f.Disk, f.Ephemeral, f.Swap, orDash(joinProps(f.ExtraSpecs)))
+	})
 }
 
 func flavorShow(ctx context.Context, c *Call) error {
@@ -117,14 +108,12 @@ func printFlavor(c *Call, f types.Flavor) error {
 	if c.JSON() {
 		return c.PrintJSON(f)
 	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	for _, kv := range [][2]string{
+	tw := newTable(c.Stdout)
+	writeFields(tw, [][2]string{
 		{"Name", f.Name}, {"vCPUs", fmt.Sprint(f.VCPUs)}, {"RAM", fmt.Sprintf("%d MiB", f.RAM)},
 		{"Disk", diskGiB(f.Disk)}, {"Ephemeral", fmt.Sprintf("%d GiB", f.Ephemeral)}, {"Swap", fmt.Sprintf("%d MiB", f.Swap)},
 		{"Description", orDash(f.Description)}, {"Created", f.Created.UTC().Format(time.RFC3339)},
-	} {
-		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
-	}
+	})
 	printProps(tw, "Extra specs", f.ExtraSpecs)
 	return tw.Flush()
 }

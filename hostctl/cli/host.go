@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -26,16 +25,10 @@ func hostList(ctx context.Context, c *Call) error {
 	if err != nil {
 		return err
 	}
-	if c.JSON() {
-		return c.PrintJSON(hs)
-	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tSTATUS\tINSTANCES\tLAST SEEN\tSTARTED\tVERSION")
-	for _, h := range hs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\t%s\n", h.Host, hostStatus(h), h.Instances,
+	return printList(c, hs, "HOST\tSTATUS\tINSTANCES\tLAST SEEN\tSTARTED\tVERSION", hs, func(h types.HostStatus) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s ago\t%s\t%s", h.Host, hostStatus(h), h.Instances,
 			age(h.AgeSeconds), h.Started.UTC().Format(time.RFC3339), orDash(h.Version))
-	}
-	return tw.Flush()
+	})
 }
 
 func hostShow(ctx context.Context, c *Call) error {
@@ -51,19 +44,12 @@ func hostShow(ctx context.Context, c *Call) error {
 		if h.Host != name {
 			continue
 		}
-		if c.JSON() {
-			return c.PrintJSON(h)
-		}
-		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-		for _, kv := range [][2]string{
+		return printFields(c, h, [][2]string{
 			{"Host", h.Host}, {"Status", hostStatus(h)}, {"Instances", fmt.Sprint(h.Instances)},
 			{"Last seen", h.LastSeen.UTC().Format(time.RFC3339Nano) + " (" + age(h.AgeSeconds) + " ago)"},
 			{"Started", h.Started.UTC().Format(time.RFC3339)}, {"Version", orDash(h.Version)},
 			{"Traits", orDash(strings.Join(h.Traits, " "))},
-		} {
-			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
-		}
-		return tw.Flush()
+		})
 	}
 	return fmt.Errorf("host %s: no heartbeat on record (hosts appear once their hostctl serve has started)", name)
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -67,22 +66,13 @@ func imageList(ctx context.Context, c *Call) error {
 	if err != nil {
 		return err
 	}
-	if c.JSON() {
-		if imgs == nil {
-			imgs = []types.Image{}
-		}
-		return c.PrintJSON(imgs)
-	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tFORMAT\tVIRTUAL SIZE\tENCRYPTED\tFILE\tPROPERTIES")
-	for _, i := range imgs {
+	return printList(c, orEmpty(imgs), "NAME\tFORMAT\tVIRTUAL SIZE\tENCRYPTED\tFILE\tPROPERTIES", imgs, func(i types.Image) string {
 		props := joinProps(i.Properties)
 		if i.Legacy {
 			props = "(no sidecar)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%s\t%s\n", i.Name, i.Format, i.VirtualSize, i.Encrypted, i.File, orDash(props))
-	}
-	return tw.Flush()
+		return fmt.Sprintf("%s\t%s\t%d\t%t\t%s\t%s", i.Name, i.Format, i.VirtualSize, i.Encrypted, i.File, orDash(props))
+	})
 }
 
 func imageShow(ctx context.Context, c *Call) error {
@@ -101,18 +91,16 @@ func printImage(c *Call, i types.Image) error {
 	if c.JSON() {
 		return c.PrintJSON(i)
 	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.Stdout)
 	created := "-"
 	if !i.Created.IsZero() {
 		created = i.Created.UTC().Format(time.RFC3339)
 	}
-	for _, kv := range [][2]string{
+	writeFields(tw, [][2]string{
 		{"Name", i.Name}, {"File", i.File}, {"Format", i.Format}, {"Virtual size", fmt.Sprintf("%d bytes", i.VirtualSize)},
 		{"Size", fmt.Sprintf("%d bytes", i.Size)}, {"Encrypted", fmt.Sprint(i.Encrypted)}, {"SHA-256", orDash(i.Checksum)},
 		{"Created", created},
-	} {
-		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
-	}
+	})
 	if i.Legacy {
 		fmt.Fprintf(tw, "Properties:\t(none: a file put into the image directory by hand)\n")
 	} else {

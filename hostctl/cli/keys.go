@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
@@ -84,12 +83,9 @@ func oneClass(c *Call) (keyrotation.Class, error) {
 
 func printKeyReports(c *Call, rs []types.KeyReport) error {
 	if c.JSON() {
-		if rs == nil {
-			rs = []types.KeyReport{}
-		}
-		return c.PrintJSON(rs)
+		return c.PrintJSON(orEmpty(rs))
 	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.Stdout)
 	fmt.Fprintln(tw, "CLASS\tINSTANCE\tPOLICY\tWANTED\tGENERATION\tMINTED BY\tPRIOR\tCOMPLETE\tSTATE")
 	for _, r := range rs {
 		wanted := "-"

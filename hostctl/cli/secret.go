@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -74,19 +73,10 @@ func secretList(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if err != nil {
 			return err
 		}
-		if c.JSON() {
-			if ss == nil {
-				ss = []types.Secret{}
-			}
-			return c.PrintJSON(ss)
-		}
-		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "UUID\tNAME\tPROJECT\tFOR\tCREATED\tKEY")
-		for _, s := range ss {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%d\n", s.UUID, orDash(s.Name), orDash(s.ProjectID), secretFor(s),
+		return printList(c, orEmpty(ss), "UUID\tNAME\tPROJECT\tFOR\tCREATED\tKEY", ss, func(s types.Secret) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s/%d", s.UUID, orDash(s.Name), orDash(s.ProjectID), secretFor(s),
 				s.Created.UTC().Format(time.RFC3339), s.KeyID, s.KeyGeneration)
-		}
-		return tw.Flush()
+		})
 	}
 }
 
@@ -113,14 +103,12 @@ func printSecret(c *Call, s *types.Secret) error {
 	if c.JSON() {
 		return c.PrintJSON(s)
 	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	for _, kv := range [][2]string{
+	tw := newTable(c.Stdout)
+	writeFields(tw, [][2]string{
 		{"UUID", s.UUID}, {"Name", orDash(s.Name)}, {"Project", orDash(s.ProjectID)}, {"Type", s.Type},
 		{"For", secretFor(*s)}, {"Created", s.Created.UTC().Format(time.RFC3339)},
 		{"Wrapped by", fmt.Sprintf("key %s, generation %d", s.KeyID, s.KeyGeneration)},
-	} {
-		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
-	}
+	})
 	return tw.Flush()
 }
 
@@ -146,7 +134,7 @@ func printBlockDevices(env Env, inst *types.Instance) error {
 	}
 	fmt.Fprintln(env.Stdout)
 	fmt.Fprintln(env.Stdout, "Block devices (as hostctl created them):")
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env.Stdout)
 	fmt.Fprintln(tw, "DISK\tENCRYPTED\tFORMAT\tSECRET\tBACKING SECRET\tOPTIONS")
 	for _, bd := range inst.BlockDevices {
 		opts := "-"

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -99,15 +98,9 @@ func shareCommands() []*Command {
 				if err != nil {
 					return err
 				}
-				if c.JSON() {
-					return c.PrintJSON(types.ServerSharesBody{Shares: ms})
-				}
-				tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SHARE\tTAG\tSTATUS\tEXPORT")
-				for _, m := range ms {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ShareID, m.Tag, m.Status, orDash(m.ExportLocation))
-				}
-				return tw.Flush()
+				return printList(c, types.ServerSharesBody{Shares: ms}, "SHARE\tTAG\tSTATUS\tEXPORT", ms, func(m types.ShareMapping) string {
+					return fmt.Sprintf("%s\t%s\t%s\t%s", m.ShareID, m.Tag, m.Status, orDash(m.ExportLocation))
+				})
 			})},
 	}
 }
@@ -134,15 +127,9 @@ func shareList(ctx context.Context, c *Call) error {
 	if err != nil {
 		return err
 	}
-	if c.JSON() {
-		return c.PrintJSON(types.SharesBody{Shares: shs})
-	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPROJECT\tPROTO\tLOCKED BY\tEXPORT")
-	for _, sh := range shs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sh.ID, orDash(sh.Name), sh.ProjectID, sh.Proto, orDash(strings.Join(sh.LockedBy, ",")), orDash(sh.ExportLocation))
-	}
-	return tw.Flush()
+	return printList(c, types.SharesBody{Shares: shs}, "ID\tNAME\tPROJECT\tPROTO\tLOCKED BY\tEXPORT", shs, func(sh types.Share) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", sh.ID, orDash(sh.Name), sh.ProjectID, sh.Proto, orDash(strings.Join(sh.LockedBy, ",")), orDash(sh.ExportLocation))
+	})
 }
 
 func shareShow(ctx context.Context, c *Call) error {
@@ -154,18 +141,11 @@ func shareShow(ctx context.Context, c *Call) error {
 	if err != nil {
 		return err
 	}
-	if c.JSON() {
-		return c.PrintJSON(types.ShareBody{Share: sh})
-	}
-	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	for _, kv := range [][2]string{
+	return printFields(c, types.ShareBody{Share: sh}, [][2]string{
 		{"ID", sh.ID}, {"Name", orDash(sh.Name)}, {"Project", sh.ProjectID}, {"Proto", sh.Proto},
 		{"Export", orDash(sh.ExportLocation)}, {"Locked", fmt.Sprint(sh.Locked)},
 		{"Locked by", orDash(strings.Join(sh.LockedBy, ", "))}, {"Created", sh.CreatedAt.UTC().Format(time.RFC3339)},
-	} {
-		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
-	}
-	return tw.Flush()
+	})
 }
 
 func shareDelete(ctx context.Context, c *Call) error {

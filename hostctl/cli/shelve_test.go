@@ -9,10 +9,7 @@ import (
 // what they require and what they keep, and are listed with the other
 // instance commands.
 func TestShelveRescueHelp(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want []string
-	}{
+	checkOutputs(t, []outputCase{
 		{[]string{"instance", "shelve", "--help"}, []string{"Usage: hostctl instance shelve NAME", "must be stopped", "shelve does not stop it",
 			"NAME-shelved", "same secret UUID", "shelved_offloaded", "refused with 409", "delete deletes the shelved image"}},
 		{[]string{"instance", "unshelve", "--help"}, []string{"Usage: hostctl instance unshelve NAME", "same\nsecret UUID and passphrase", "ephemeral disks hold nothing"}},
@@ -20,17 +17,7 @@ func TestShelveRescueHelp(t *testing.T) {
 			"encrypted if and\nonly if IMG is", "removed at unrescue", "409"}},
 		{[]string{"instance", "unrescue", "--help"}, []string{"Usage: hostctl instance unrescue NAME", "original definition"}},
 		{[]string{"instance", "--help"}, []string{"hostctl instance shelve", "hostctl instance unshelve", "hostctl instance rescue", "hostctl instance unrescue"}},
-	} {
-		code, out, errOut := hostctl(t, tc.args...)
-		if code != 0 || errOut != "" {
-			t.Errorf("%v: exit %d, stderr %q", tc.args, code, errOut)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("%v: stdout lacks %q:\n%s", tc.args, w, out)
-			}
-		}
-	}
+	})
 }
 
 // TestRescueUsage: a rescue without --image or with a bad --timeout is a

@@ -63,7 +63,7 @@ func hotplugCommands() []*Command {
 				fs.StringVar(&req.Size, "size", types.DefaultDiskSize, "size of the new blank disk (qemu-img syntax)")
 				fs.StringVar(&req.Serial, "serial", "", "disk serial")
 				fs.StringVar(&req.Target, "target", "", "target name (vdX, sdX); the first free one on the bus by default")
-				fs.BoolFunc("encrypted", "create the disk encrypted at rest (LUKS, with its own secret); `--encrypted=false` asks for it unencrypted (refused where the flavor or image encrypts); the flavor and image decide when left out", func(v string) error {
+				fs.BoolFunc("encrypted", "create the disk encrypted at rest (LUKS, with its own secret); --encrypted=false asks for it unencrypted (refused where the flavor or image encrypts); the flavor and image decide when left out", func(v string) error {
 					b, err := strconv.ParseBool(v)
 					if err != nil {
 						return fmt.Errorf("--encrypted=%s: want true or false", v)

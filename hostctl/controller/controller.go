@@ -10,8 +10,8 @@
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
 // the disks (hostctl/images), defines the domain, reads the addresses, MACs
 // and serials libvirt chose back from its XML into the instance before
-// rendering, and gives each NIC a fixed DHCP lease, so the metadata and
-// the source-address index are right before the guest boots. Devices are
+// rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
+// ...) add what their features need. Devices are
 // attached and detached by tag, instances started, stopped and deleted,
 // and a reconciler follows libvirt's events to notice domains and devices
 // removed behind hostctl's back. Every multi-step change undoes what it
@@ -95,7 +95,6 @@ type Controller struct {
 	drv           driver
 	domains       Domains
 	hotplug       HotPlug
-	dhcp          DHCP
 	events        Events
 	dom           virt.Options
 	images        Images
@@ -127,7 +126,6 @@ type Controller struct {
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
 	keyForget keyForgetPtr // diskrotate.go
-	devices   Devices
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -219,10 +217,6 @@ type Options struct {
 	// when negative.
 	ResyncInterval time.Duration
 
-	// Devices is the host's passthrough device inventory; nil: specs
-	// with pci_aliases are refused.
-	Devices Devices
-
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
 	// attach_nic, detach_nic): how long it took, waiting for the
@@ -267,12 +261,12 @@ func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
-		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe, devices: opts.Devices,
+		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
 		proxyNets: opts.ProxyNetworks, parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
-		c.domains, c.hotplug, c.dhcp, c.events = hv, hv, hv, hv
+		c.domains, c.hotplug, c.events = hv, hv, hv
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
@@ -384,17 +378,15 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
-	undo, trim, err := c.claimDevices(ctx, in, old == nil)
+	end, err := c.claimParts(ctx, part.Apply, in, old) // core_nicspart.go
 	if err != nil {
 		return nil, err
 	}
-	keepGuestAddresses(old, in)
 	inst, err := c.drv.apply(ctx, part.Apply, in, old, expect)
+	end(ctx, err)
 	if err != nil {
-		undo()
 		return nil, err
 	}
-	trim()
 	r.Success()
 	inst.Warnings = append(inst.Warnings, warn...)
 	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
@@ -766,7 +758,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	c.dropFault(ctx, rec.UUID, name)
 	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
-	c.releaseDevices(ctx, name, rec.UUID)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -27,17 +27,6 @@ func (c *Controller) DomainState(ctx context.Context, name string) (string, erro
 	return inst.State, nil
 }
 
-// Reapply is ApplyInstance for the share service (an attach or detach
-// redefines the instance with its mapped shares); it returns the apply's
-// warnings.
-func (c *Controller) Reapply(ctx context.Context, in *model.Instance) ([]string, error) {
-	inst, err := c.ApplyInstance(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	return inst.Warnings, nil
-}
-
 // Hypervisor reports whether instances have domains here (false with
 // --virt none).
 func (c *Controller) Hypervisor() bool {

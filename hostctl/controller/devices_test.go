@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -22,7 +23,7 @@ type lostReply struct {
 func (l *lostReply) CommitGroup(ctx context.Context, group string, ops []store.GroupOp) ([]store.Record, error) {
 	recs, err := l.Store.CommitGroup(ctx, group, ops)
 	if err == nil && l.lose {
-		return nil, errInjected
+		return nil, controller.ErrInjected
 	}
 	return recs, err
 }
@@ -32,21 +33,21 @@ func (l *lostReply) CommitGroup(ctx context.Context, group string, ops []store.G
 // claimed device is released at once — burned, needing cleaning, never
 // free and never held by an instance that does not exist.
 func TestApplyClaimReplyLost(t *testing.T) {
-	e := newEnv(t)
+	e := controller.NewEnv(t)
 	lr := &lostReply{}
-	inv := withDevices(t, e, func(s devices.Store) devices.Store { lr.Store = s; return lr })
+	inv := e.WithDevices(func(s devices.Store) devices.Store { lr.Store = s; return lr })
 	lr.lose = true
 	ctx := context.Background()
-	_, err := e.apply("name: vm1\npci_aliases: [{name: gpu}]\n")
-	if !errors.Is(err, errInjected) || !strings.Contains(err.Error(), "apply vm1: claim devices for vm1") {
+	_, err := e.Apply("name: vm1\npci_aliases: [{name: gpu}]\n")
+	if !errors.Is(err, controller.ErrInjected) || !strings.Contains(err.Error(), "apply vm1: claim devices for vm1") {
 		t.Fatalf("apply = %v", err)
 	}
 	lr.lose = false
-	if _, err := e.st.Instance(ctx, "vm1"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.Record(ctx, "vm1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the failed apply left a record: %v", err)
 	}
-	if len(e.hv.domains) != 0 {
-		t.Fatalf("the failed apply defined %d domains", len(e.hv.domains))
+	if e.DomainCount() != 0 {
+		t.Fatalf("the failed apply defined %d domains", e.DomainCount())
 	}
 	list, _ := inv.List(ctx, devices.Filter{})
 	used, nc := 0, 0
@@ -61,54 +62,24 @@ func TestApplyClaimReplyLost(t *testing.T) {
 	}
 }
 
-// withDevices gives e's controller an inventory of two one-time-use gpus
-// (the device records in e's own bolt store, through wrap when not nil).
-func withDevices(t *testing.T, e *env, wrap ...func(devices.Store) devices.Store) *devices.Inventory {
-	t.Helper()
-	ds, ok := e.st.Store.(devices.Store)
-	if !ok {
-		t.Fatalf("%T has no record groups", e.st.Store)
-	}
-	for _, w := range wrap {
-		ds = w(ds)
-	}
-	spec, err := devices.ParseSpec([]byte(`[{"vendor_id":"10de","alias":"gpu","one_time_use":true}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := devices.New(ds, devices.Options{Host: "h1", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := []devices.Found{
-		{Address: "0000:3b:00.0", VendorID: "10de", ProductID: "20b5", Class: "030200"},
-		{Address: "0000:3c:00.0", VendorID: "10de", ProductID: "20b5", Class: "030200"},
-	}
-	if _, err := inv.Sync(t.Context(), found); err != nil {
-		t.Fatal(err)
-	}
-	e.c.devices = inv
-	return inv
-}
-
 // The claimed device goes into the domain as a managed <hostdev>, checked
 // in the XML the real libvirtd defined (define only: this machine has no
 // spare PCI device to start a guest with). A publish that fails after the
 // define releases the device it claimed, burned; deleting the instance
 // releases its device, burned.
 func TestLibvirtHostdevDefined(t *testing.T) {
-	e, uri := realEnv(t)
-	inv := withDevices(t, e)
+	e, uri := controller.RealEnv(t)
+	inv := e.WithDevices()
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
 
-	inst := e.mustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n")
+	inst := e.MustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n")
 	if len(inst.Spec.PCIDevices) != 1 || inst.Spec.PCIDevices[0].Alias != "gpu" {
 		t.Fatalf("applied spec pci_devices %+v", inst.Spec.PCIDevices)
 	}
 	addr := inst.Spec.PCIDevices[0].Address
-	xml := virshOut(t, uri, "dumpxml", "--inactive", name)
+	xml := controller.Virsh(t, uri, "dumpxml", "--inactive", name)
 	bus := addr[5:7]
 	re := regexp.MustCompile(`(?s)<hostdev mode='subsystem' type='pci' managed='yes'>\s*<source>\s*<address domain='0x0000' bus='0x` + bus + `' slot='0x00' function='0x0'/>\s*</source>`)
 	if !re.MatchString(xml) {
@@ -125,20 +96,20 @@ func TestLibvirtHostdevDefined(t *testing.T) {
 	// A second instance: the publish fails after the define.
 	name2 := testenv.UniqueDomainName(t) + "-2"
 	testenv.CleanupDomain(t, uri, name2)
-	e.st.failPut = true
-	if _, err := e.apply("name: " + name2 + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n"); !errors.Is(err, errInjected) {
+	e.FailPuts(true)
+	if _, err := e.Apply("name: " + name2 + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n"); !errors.Is(err, controller.ErrInjected) {
 		t.Fatalf("apply with the publish failing = %v", err)
 	}
-	e.st.failPut = false
+	e.FailPuts(false)
 	nc, _ := inv.List(ctx, devices.Filter{NeedsCleaning: true})
 	if len(nc) != 1 || nc[0].ConsumerName != name2 || nc[0].Address == addr {
 		t.Fatalf("after the failed apply, needing cleaning: %+v; want the other gpu, released burned", nc)
 	}
-	if out := virshOut(t, uri, "list", "--all", "--name"); strings.Contains(out, name2) {
+	if out := controller.Virsh(t, uri, "list", "--all", "--name"); strings.Contains(out, name2) {
 		t.Fatalf("the failed apply left its domain: %s", out)
 	}
 
-	if err := e.c.Delete(ctx, name); err != nil {
+	if err := e.Ctl().Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	nc, _ = inv.List(ctx, devices.Filter{NeedsCleaning: true})

@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -20,13 +21,13 @@ import (
 // does (hostctl/shares).
 type failingMounts struct{ fail bool }
 
-func (f *failingMounts) SpecShares(_ context.Context, a ShareApply) ([]model.Share, func(error), error) {
+func (f *failingMounts) SpecShares(_ context.Context, a controller.ShareApply) ([]model.Share, func(error), error) {
 	return a.Shares, func(error) {}, nil
 }
 
 func (f *failingMounts) PrepareStart(_ context.Context, uuid string) error {
 	if f.fail {
-		return &MountError{Share: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Instance: uuid, Err: errInjected}
+		return &controller.MountError{Share: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Instance: uuid, Err: controller.ErrInjected}
 	}
 	return nil
 }
@@ -34,6 +35,18 @@ func (f *failingMounts) StartDone(context.Context, string, error)     {}
 func (f *failingMounts) Stopped(context.Context, string)              {}
 func (f *failingMounts) Deleted(context.Context, string)              {}
 func (f *failingMounts) Refuse(context.Context, string, string) error { return nil }
+
+// vmXML is the persistent definition of the fake hypervisor's vm1.
+func vmXML(e *controller.Env) string {
+	x, _, _ := e.Domain("vm1")
+	return x
+}
+
+// vmRunning reports whether the fake hypervisor's vm1 runs.
+func vmRunning(e *controller.Env) bool {
+	_, running, _ := e.Domain("vm1")
+	return running
+}
 
 // poolCounts counts the inventory's devices: free (neither used nor
 // reserved), burned (reserved = total) and held by uuid.
@@ -67,25 +80,25 @@ func poolCounts(t *testing.T, inv *devices.Inventory, uuid string) (free, burned
 // real Redis (the inventory's store).
 func TestFailedStartKeepsDevices(t *testing.T) {
 	t.Run("bolt", func(t *testing.T) {
-		e := newEnv(t)
-		testFailedStartKeeps(t, e, withDevices(t, e))
+		e := controller.NewEnv(t)
+		testFailedStartKeeps(t, e, e.WithDevices())
 	})
 	t.Run("redis", func(t *testing.T) {
-		e := newEnv(t)
+		e := controller.NewEnv(t)
 		rs, err := redis.Open(context.Background(), testenv.StartRedis(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rs.Close() })
-		testFailedStartKeeps(t, e, withDevices(t, e, func(devices.Store) devices.Store { return rs }))
+		testFailedStartKeeps(t, e, e.WithDevices(func(devices.Store) devices.Store { return rs }))
 	})
 }
 
-func testFailedStartKeeps(t *testing.T, e *env, inv *devices.Inventory) {
+func testFailedStartKeeps(t *testing.T, e *controller.Env, inv *devices.Inventory) {
 	ctx := context.Background()
 	mounts := &failingMounts{}
-	e.c.SetShareHooks(mounts)
-	inst := e.mustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
+	e.Ctl().SetShareHooks(mounts)
+	inst := e.MustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
 	gpu := inst.Spec.PCIDevices[0].Address
 	uuid := inst.Spec.UUID
 	bus := `bus="0x` + gpu[5:7] + `"`
@@ -99,7 +112,7 @@ func testFailedStartKeeps(t *testing.T, e *env, inv *devices.Inventory) {
 		if free, burned, held := poolCounts(t, inv, uuid); free != 1 || burned != 1 || held != 1 {
 			t.Fatalf("%s: %d free, %d burned, %d held by vm1; want 1, 1, 1", when, free, burned, held)
 		}
-		if x := e.hv.domains["vm1"].xml; !strings.Contains(x, "<hostdev") || !strings.Contains(x, bus) {
+		if x := vmXML(e); !strings.Contains(x, "<hostdev") || !strings.Contains(x, bus) {
 			t.Fatalf("%s: the domain's definition lost the hostdev of %s:\n%s", when, gpu, x)
 		}
 	}
@@ -107,8 +120,8 @@ func testFailedStartKeeps(t *testing.T, e *env, inv *devices.Inventory) {
 
 	const tries = 3
 	for i := range tries {
-		e.hv.failStarts = 1
-		if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
+		e.FailNextStarts(1)
+		if _, err := e.Ctl().Start(ctx, "vm1"); !errors.Is(err, controller.ErrInjected) {
 			t.Fatalf("start %d = %v, want the injected failure", i+1, err)
 		}
 		check(fmt.Sprintf("after failed start %d", i+1))
@@ -117,34 +130,34 @@ func testFailedStartKeeps(t *testing.T, e *env, inv *devices.Inventory) {
 	// A share that cannot be mounted: ERROR, and each hard reboot fails
 	// again.
 	mounts.fail = true
-	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, ErrMountFailed) {
+	if _, err := e.Ctl().Start(ctx, "vm1"); !errors.Is(err, controller.ErrMountFailed) {
 		t.Fatalf("start with the mount failing = %v", err)
 	}
-	if got, err := e.c.Get(ctx, "vm1"); err != nil || got.State != StateError {
+	if got, err := e.Ctl().Get(ctx, "vm1"); err != nil || got.State != controller.StateError {
 		t.Fatalf("after the mount failure: %+v, %v; want ERROR", got, err)
 	}
 	check("after the mount failure")
 	for i := range tries {
-		if _, err := e.c.Reboot(ctx, "vm1", true); !errors.Is(err, ErrMountFailed) {
+		if _, err := e.Ctl().Reboot(ctx, "vm1", true); !errors.Is(err, controller.ErrMountFailed) {
 			t.Fatalf("hard reboot %d in ERROR = %v", i+1, err)
 		}
 		check(fmt.Sprintf("after failed hard reboot %d in ERROR", i+1))
 	}
 
 	mounts.fail = false
-	got, err := e.c.Reboot(ctx, "vm1", true)
+	got, err := e.Ctl().Reboot(ctx, "vm1", true)
 	if err != nil {
 		t.Fatalf("hard reboot with the mount working: %v", err)
 	}
-	if got.State == StateError || len(got.Spec.PCIDevices) != 1 || got.Spec.PCIDevices[0].Address != gpu || !e.hv.domains["vm1"].running {
+	if got.State == controller.StateError || len(got.Spec.PCIDevices) != 1 || got.Spec.PCIDevices[0].Address != gpu || !vmRunning(e) {
 		t.Fatalf("after the successful hard reboot: state %s, devices %+v, running %v; want running with %s",
-			got.State, got.Spec.PCIDevices, e.hv.domains["vm1"].running, gpu)
+			got.State, got.Spec.PCIDevices, vmRunning(e), gpu)
 	}
 	check("after the successful hard reboot")
 	free, burned, _ := poolCounts(t, inv, uuid)
 	t.Logf("after %d failed starts, a mount failure and %d failed hard reboots in ERROR: %d of 2 gpus burned, %d free", tries, tries, burned, free)
 
-	if err := e.c.Delete(ctx, "vm1"); err != nil {
+	if err := e.Ctl().Delete(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := inv.Show(ctx, gpu); d.Used != 0 || !d.NeedsCleaning {
@@ -161,16 +174,16 @@ func testFailedStartKeeps(t *testing.T, e *env, inv *devices.Inventory) {
 // domain's definition; the other gpu stays free; delete releases the one
 // burned.
 func TestLibvirtFailedStartKeepsDevice(t *testing.T) {
-	e, uri := realEnv(t)
-	inv := withDevices(t, e)
+	e, uri := controller.RealEnv(t)
+	inv := e.WithDevices()
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
-	inst := e.mustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu, tag: ml}]\n")
+	inst := e.MustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu, tag: ml}]\n")
 	gpu, uuid := inst.Spec.PCIDevices[0].Address, inst.Spec.UUID
 
 	for i := range 3 {
-		_, err := e.c.Start(ctx, name)
+		_, err := e.Ctl().Start(ctx, name)
 		if err == nil {
 			t.Fatal("a domain with a hostdev of a missing device started")
 		}
@@ -183,15 +196,15 @@ func TestLibvirtFailedStartKeepsDevice(t *testing.T) {
 		if free, burned, held := poolCounts(t, inv, uuid); free != 1 || burned != 1 || held != 1 {
 			t.Fatalf("after failed start %d: %d free, %d burned, %d held; want 1, 1, 1", i+1, free, burned, held)
 		}
-		if x := virshOut(t, uri, "dumpxml", "--inactive", name); !strings.Contains(x, "bus='0x"+gpu[5:7]+"'") {
+		if x := controller.Virsh(t, uri, "dumpxml", "--inactive", name); !strings.Contains(x, "bus='0x"+gpu[5:7]+"'") {
 			t.Fatalf("after failed start %d the definition lost the hostdev of %s:\n%s", i+1, gpu, x)
 		}
-		got, err := e.c.Get(ctx, name)
+		got, err := e.Ctl().Get(ctx, name)
 		if err != nil || got.Spec.PCIDevices[0].Address != gpu {
 			t.Fatalf("after failed start %d: %+v, %v", i+1, got, err)
 		}
 	}
-	if err := e.c.Delete(ctx, name); err != nil {
+	if err := e.Ctl().Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	if nc, _ := inv.List(ctx, devices.Filter{NeedsCleaning: true}); len(nc) != 1 || nc[0].Address != gpu {
@@ -202,7 +215,7 @@ func TestLibvirtFailedStartKeepsDevice(t *testing.T) {
 // releaseAsBefore puts an instance in the state a hostctl before issue
 // 20 left it in after a failed start: its devices released and their
 // <hostdev>s out of the domain's definition.
-func releaseAsBefore(t *testing.T, e *env, inv *devices.Inventory, name, uuid string) {
+func releaseAsBefore(t *testing.T, e *controller.Env, inv *devices.Inventory, name, uuid string) {
 	t.Helper()
 	ctx := context.Background()
 	held, err := inv.HeldBy(ctx, uuid)
@@ -215,7 +228,7 @@ func releaseAsBefore(t *testing.T, e *env, inv *devices.Inventory, name, uuid st
 	for _, a := range held {
 		x, err := virt.HostdevXML(a, "")
 		if err == nil {
-			err = e.c.hotplug.DetachDevice(ctx, name, x, virt.AffectConfig)
+			err = e.DetachFromDefinition(ctx, name, x)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -229,14 +242,14 @@ func releaseAsBefore(t *testing.T, e *env, inv *devices.Inventory, name, uuid st
 // redefined with it), and the start is refused with nothing booted when
 // none is free.
 func TestStartHealsReleasedDevices(t *testing.T) {
-	e := newEnv(t)
-	inv := withDevices(t, e)
+	e := controller.NewEnv(t)
+	inv := e.WithDevices()
 	ctx := context.Background()
-	inst := e.mustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
+	inst := e.MustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
 	first, uuid := inst.Spec.PCIDevices[0].Address, inst.Spec.UUID
 	releaseAsBefore(t, e, inv, "vm1", uuid)
 
-	inst, err := e.c.Start(ctx, "vm1")
+	inst, err := e.Ctl().Start(ctx, "vm1")
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -244,18 +257,18 @@ func TestStartHealsReleasedDevices(t *testing.T) {
 		t.Fatalf("after the start the spec has %+v; want the other gpu", inst.Spec.PCIDevices)
 	}
 	second := inst.Spec.PCIDevices[0].Address
-	xml := e.hv.domains["vm1"].xml
-	if !e.hv.domains["vm1"].running || !strings.Contains(xml, `bus="0x`+second[5:7]+`"`) || strings.Contains(xml, "0x"+first[5:7]) {
-		t.Fatalf("domain (running %v) does not name only %s:\n%s", e.hv.domains["vm1"].running, second, xml)
+	xml := vmXML(e)
+	if !vmRunning(e) || !strings.Contains(xml, `bus="0x`+second[5:7]+`"`) || strings.Contains(xml, "0x"+first[5:7]) {
+		t.Fatalf("domain (running %v) does not name only %s:\n%s", vmRunning(e), second, xml)
 	}
-	if _, err := e.c.Stop(ctx, "vm1", 1); err != nil {
+	if _, err := e.Ctl().Stop(ctx, "vm1", 1); err != nil {
 		t.Fatal(err)
 	}
 	releaseAsBefore(t, e, inv, "vm1", uuid)
-	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "2 burned awaiting cleaning") {
+	if _, err := e.Ctl().Start(ctx, "vm1"); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "2 burned awaiting cleaning") {
 		t.Fatalf("start with every device burned = %v", err)
 	}
-	if e.hv.domains["vm1"].running {
+	if vmRunning(e) {
 		t.Fatal("the domain runs without a device")
 	}
 }
@@ -265,20 +278,20 @@ func TestStartHealsReleasedDevices(t *testing.T) {
 // would be unchanged — the start puts its hostdev back into the
 // definition before it boots.
 func TestStartHealsSameDeviceBack(t *testing.T) {
-	e := newEnv(t)
+	e := controller.NewEnv(t)
 	inv := nicInventory(t, e)
 	ctx := context.Background()
-	inst := e.mustApply("name: vm1\npci_aliases: [{name: nic, tag: fast}]\n")
+	inst := e.MustApply("name: vm1\npci_aliases: [{name: nic, tag: fast}]\n")
 	releaseAsBefore(t, e, inv, "vm1", inst.Spec.UUID)
-	if x := e.hv.domains["vm1"].xml; strings.Contains(x, "<hostdev") {
+	if x := vmXML(e); strings.Contains(x, "<hostdev") {
 		t.Fatalf("the definition still names the released device:\n%s", x)
 	}
-	if _, err := e.c.Start(ctx, "vm1"); err != nil {
+	if _, err := e.Ctl().Start(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
-	x := e.hv.domains["vm1"].xml
-	if !e.hv.domains["vm1"].running || !strings.Contains(x, "<hostdev") || !strings.Contains(x, `bus="0x3b"`) {
-		t.Fatalf("running %v with definition:\n%s", e.hv.domains["vm1"].running, x)
+	x := vmXML(e)
+	if !vmRunning(e) || !strings.Contains(x, "<hostdev") || !strings.Contains(x, `bus="0x3b"`) {
+		t.Fatalf("running %v with definition:\n%s", vmRunning(e), x)
 	}
 	if d, _ := inv.Show(ctx, "0000:3b:00.0"); d.Used != 1 || d.Consumer != inst.Spec.UUID {
 		t.Fatalf("after the start: %+v", d)
@@ -286,20 +299,20 @@ func TestStartHealsSameDeviceBack(t *testing.T) {
 }
 
 // nicInventory gives e's controller an inventory of one plain nic.
-func nicInventory(t *testing.T, e *env) *devices.Inventory {
+func nicInventory(t *testing.T, e *controller.Env) *devices.Inventory {
 	t.Helper()
 	spec, err := devices.ParseSpec([]byte(`[{"address":"0000:3b:00.0","alias":"nic"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := devices.New(e.st.Store.(devices.Store), devices.Options{Host: "h1", Spec: spec})
+	inv, err := devices.New(e.DeviceStore(), devices.Options{Host: "h1", Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := inv.Sync(t.Context(), []devices.Found{{Address: "0000:3b:00.0", VendorID: "8086", ProductID: "1572", Class: "020000"}}); err != nil {
 		t.Fatal(err)
 	}
-	e.c.devices = inv
+	e.UseInventory(inv)
 	return inv
 }
 
@@ -309,25 +322,25 @@ func nicInventory(t *testing.T, e *env) *devices.Inventory {
 // (checked before the boot, which fails here: no passthrough on this
 // machine).
 func TestLibvirtStartHealsSameDeviceBack(t *testing.T) {
-	e, uri := realEnv(t)
+	e, uri := controller.RealEnv(t)
 	inv := nicInventory(t, e)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
-	inst := e.mustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: nic, tag: fast}]\n")
+	inst := e.MustApply("name: " + name + "\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: nic, tag: fast}]\n")
 	guest := inst.Spec.PCIDevices[0].GuestAddress
 	if guest == "" {
 		t.Fatal("no guest address read back")
 	}
 	releaseAsBefore(t, e, inv, name, inst.Spec.UUID)
-	if x := virshOut(t, uri, "dumpxml", "--inactive", name); strings.Contains(x, "<hostdev") {
+	if x := controller.Virsh(t, uri, "dumpxml", "--inactive", name); strings.Contains(x, "<hostdev") {
 		t.Fatalf("the definition still names the released device:\n%s", x)
 	}
 	// What Start does before it boots.
-	if err := e.c.reclaimForStart(ctx, name); err != nil {
+	if err := e.PreStart(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	x := virshOut(t, uri, "dumpxml", "--inactive", name)
+	x := controller.Virsh(t, uri, "dumpxml", "--inactive", name)
 	want := fmt.Sprintf(`(?s)<source>\s*<address domain='0x0000' bus='0x3b' slot='0x00' function='0x0'/>\s*</source>\s*<address type='pci' domain='0x%s' bus='0x%s' slot='0x%s' function='0x%s'/>`,
 		guest[0:4], guest[5:7], guest[8:10], guest[11:12])
 	if !regexp.MustCompile(want).MatchString(x) {
@@ -336,7 +349,7 @@ func TestLibvirtStartHealsSameDeviceBack(t *testing.T) {
 	if d, _ := inv.Show(ctx, "0000:3b:00.0"); d.Used != 1 {
 		t.Fatalf("not claimed again: %+v", d)
 	}
-	if err := e.c.Delete(ctx, name); err != nil {
+	if err := e.Ctl().Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -347,12 +360,12 @@ func TestLibvirtStartHealsSameDeviceBack(t *testing.T) {
 // while held or burned; delete releases it needing cleaning. A host
 // without an inventory refuses the field, saying why.
 func TestDirectOneTimeUseDevice(t *testing.T) {
-	e := newEnv(t)
-	inv := withDevices(t, e)
+	e := controller.NewEnv(t)
+	inv := e.WithDevices()
 	ctx := context.Background()
 	const direct = "0000:d8:00.0"
 	spec := "name: vm1\npci_aliases: [{name: gpu}]\npci_devices: [{address: \"" + direct + "\", one_time_use: true}]\n"
-	inst := e.mustApply(spec)
+	inst := e.MustApply(spec)
 	uuid := inst.Spec.UUID
 	want := func(when, counters string) devices.Device {
 		t.Helper()
@@ -369,40 +382,40 @@ func TestDirectOneTimeUseDevice(t *testing.T) {
 	if n := len(inst.Spec.PCIDevices); n != 2 {
 		t.Fatalf("pci_devices after apply: %+v", inst.Spec.PCIDevices)
 	}
-	e.mustApply(spec)
+	e.MustApply(spec)
 	want("after a re-apply", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
-	e.hv.failStarts = 1
-	if _, err := e.c.Start(ctx, "vm1"); !errors.Is(err, errInjected) {
+	e.FailNextStarts(1)
+	if _, err := e.Ctl().Start(ctx, "vm1"); !errors.Is(err, controller.ErrInjected) {
 		t.Fatalf("start = %v", err)
 	}
 	want("after a failed start", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
-	if _, err := e.c.Start(ctx, "vm1"); err != nil {
+	if _, err := e.Ctl().Start(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
 	want("after the start", "reserved=1 used=1 consumer="+uuid+" needs_cleaning=false")
 
 	vm2 := "name: vm2\npci_devices: [{address: \"" + direct + "\"}]\n"
-	if _, err := e.apply(vm2); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "in use by instance vm1") {
+	if _, err := e.Apply(vm2); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "in use by instance vm1") {
 		t.Fatalf("vm2 asking for the held device = %v", err)
 	}
-	if err := e.c.Delete(ctx, "vm1"); err != nil {
+	if err := e.Ctl().Delete(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
 	want("after delete", "reserved=1 used=0 consumer= needs_cleaning=true")
-	if _, err := e.apply(vm2); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "burned awaiting cleaning") {
+	if _, err := e.Apply(vm2); !errors.Is(err, devices.ErrUnavailable) || !strings.Contains(err.Error(), "burned awaiting cleaning") {
 		t.Fatalf("vm2 asking for the burned device = %v", err)
 	}
 	if _, err := inv.Clean(ctx, direct); err != nil {
 		t.Fatal(err)
 	}
-	e.mustApply(vm2)
+	e.MustApply(vm2)
 
-	bare := newEnv(t)
-	_, err := bare.apply("name: vm3\npci_devices: [{address: \"" + direct + "\", one_time_use: true}]\n")
+	bare := controller.NewEnv(t)
+	_, err := bare.Apply("name: vm3\npci_devices: [{address: \"" + direct + "\", one_time_use: true}]\n")
 	if !errors.Is(err, model.ErrInvalidSpec) || !strings.Contains(err.Error(), `pci_devices[0].one_time_use: true: this host has no device inventory (hostctl serve --device-spec)`) {
 		t.Fatalf("one_time_use without an inventory = %v", err)
 	}
-	if len(bare.hv.domains) != 0 {
+	if bare.DomainCount() != 0 {
 		t.Fatal("the refused apply defined a domain")
 	}
 }

@@ -51,7 +51,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 			return nil, fmt.Errorf("apply %s: %w", name, &model.SpecError{Errors: fe})
 		}
 	}
-	addStaticAddresses(in)
 	dirs, err := c.shareRoot.Dirs(in.Shares)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
@@ -142,7 +141,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if _, err := c.readBack(ctx, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.syncLeases(ctx, r, old, in); err != nil {
+	if err := c.definedParts(ctx, op, r, old, in); err != nil { // core_nicspart.go
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	inst, err := c.publish(ctx, r, in, expect)

@@ -21,7 +21,8 @@ type driver interface {
 	// op is the operation (apply, resize, rebuild) the parts see.
 	apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error)
 	// remove takes down what an instance has besides its record and files
-	// (its domain, its DHCP leases), registering the undo steps on r.
+	// (its domain, what the parts have for it: DHCP leases), registering
+	// the undo steps on r.
 	remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error
 	// state is the state shown for an instance ("" when there is none).
 	state(ctx context.Context, name, uuid string) string
@@ -109,12 +110,7 @@ func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store
 	if err := d.c.removeDomain(ctx, r, in); err != nil {
 		return err
 	}
-	for _, l := range d.c.leases(in) {
-		if err := d.c.removeLease(ctx, r, l); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.c.removeParts(ctx, part.Delete, r, in) // core_nicspart.go
 }
 
 func (d libvirtDriver) state(ctx context.Context, name, uuid string) string {

@@ -167,7 +167,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 	if !hard {
 		return c.softReboot(ctx, name)
 	}
-	if err := c.reclaimForStart(ctx, name); err != nil {
+	if err := c.preStartParts(ctx, part.RebootHard, name); err != nil { // core_nicspart.go
 		return nil, fmt.Errorf("reboot %s: %w", name, err)
 	}
 	unlock := c.locks.Lock(name)
@@ -190,9 +190,6 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 	}
 	if err == nil {
 		err = c.startDomain(ctx, rec)
-		if err != nil {
-			c.keepDevicesAfterFailedStart(ctx, name, rec.UUID, err)
-		}
 	}
 	if err == nil {
 		err = c.clearFault(ctx, rec.UUID, name)

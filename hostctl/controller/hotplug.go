@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -329,7 +330,7 @@ func (c *Controller) finishDeviceChange(ctx context.Context, r *revert.Reverter,
 	if _, err := c.readBack(ctx, next); err != nil {
 		return nil, err
 	}
-	if err := c.syncLeases(ctx, r, dc.in, next); err != nil {
+	if err := c.definedParts(ctx, part.Apply, r, dc.in, next); err != nil { // core_nicspart.go
 		return nil, err
 	}
 	inst, err := c.publish(ctx, r, next, dc.rec.Revision)

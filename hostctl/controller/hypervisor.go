@@ -10,21 +10,19 @@ import (
 )
 
 // Hypervisor is everything the controller asks of libvirt: the roles its
-// parts declare (Domains in domain.go, HotPlug in hotplug.go, DHCP in
-// dhcp.go, Events in reconcile.go). *virt.Conn plays every role. Without
+// parts declare (Domains in domain.go, HotPlug in hotplug.go, Events in
+// reconcile.go). *virt.Conn plays every role. Without
 // one (hostctl serve --virt none) device addresses come from the spec
 // (driver.go).
 type Hypervisor interface {
 	Domains
 	HotPlug
-	DHCP
 	Events
 }
 
 var (
 	_ Domains    = (*virt.Conn)(nil)
 	_ HotPlug    = (*virt.Conn)(nil)
-	_ DHCP       = (*virt.Conn)(nil)
 	_ Events     = (*virt.Conn)(nil)
 	_ Hypervisor = (*virt.Conn)(nil)
 )

@@ -76,6 +76,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, dir: dir, st: &failingStore{Store: b}, hv: newFakeHV(), qemuImg: qemuImg}
 	e.c = newController(e.st, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: e.hv,
 		QemuImg: qemuImg, DetachTimeout: 300 * time.Millisecond})
+	registerParts(e, e.hv) // export_nicspart_test.go
 	return e
 }
 

@@ -42,6 +42,7 @@ func realEnv(t *testing.T) (*env, string) {
 	e := &env{t: t, dir: dir, st: &failingStore{Store: b}}
 	e.c = newController(e.st, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, QemuImg: qemuImg,
 		Domain: virt.Options{MemoryMiB: 128}})
+	registerParts(e, conn) // export_nicspart_test.go
 	return e, uri
 }
 

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/vmeta/vmeta/hostctl/part"
@@ -11,9 +10,9 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// The optional phases of the parts (hostctl/part: Completer, Committer,
-// Starter), called like the others (parts.go): in registration order,
-// for the parts that implement them.
+// The optional phases of the parts (hostctl/part: Completer, Committer),
+// called like the others (parts.go): in registration order, for the
+// parts that implement them and act on the operation.
 
 // completeParts lets every part that completes specs and acts on op
 // complete in before anything of op is checked; r undoes what they did.
@@ -50,33 +49,4 @@ func (c *Controller) committedRecordParts(ctx context.Context, op part.Op, rec s
 		return nil
 	}
 	return c.committedParts(ctx, op, in, rec.Host)
-}
-
-// beforeStartParts runs BeforeStart of every part that has one before
-// the domain of rec boots; r undoes them when it does not. A share that
-// could not be mounted (part.ErrMountFailed) puts the instance in ERROR
-// (fault.go).
-func (c *Controller) beforeStartParts(ctx context.Context, r *revert.Reverter, rec store.Instance) error {
-	var in *model.Instance
-	for _, p := range c.parts {
-		sp, ok := p.(part.Starter)
-		if !ok {
-			continue
-		}
-		if in == nil {
-			var err error
-			if in, err = decodeSpec(rec); err != nil {
-				return err
-			}
-		}
-		if err := sp.BeforeStart(ctx, &part.Instance{Spec: in, Host: rec.Host}, r); err != nil {
-			if errors.Is(err, ErrMountFailed) {
-				if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
-					return errors.Join(err, ferr)
-				}
-			}
-			return err
-		}
-	}
-	return nil
 }

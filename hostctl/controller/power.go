@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
@@ -27,10 +28,10 @@ const shutdownPollInterval = 200 * time.Millisecond
 // published metadata first; media swapped into the cdrom during an
 // earlier run are deleted (the domain boots from disk.config). A start
 // that fails keeps the instance's passthrough devices for the next start
-// (devicestart.go).
+// (hostctl/parts/passthrough).
 func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("start", time.Now(), &err)
-	if err := c.reclaimForStart(ctx, name); err != nil {
+	if err := c.preStartParts(ctx, part.Start, name); err != nil { // core_nicspart.go
 		return nil, err
 	}
 	unlock := c.locks.Lock(name)
@@ -48,9 +49,6 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 		if err == nil {
 			err = c.startDomain(ctx, rec)
 		}
-		if err != nil {
-			c.keepDevicesAfterFailedStart(ctx, name, rec.UUID, err)
-		}
 	}
 	unlock()
 	if err != nil {
@@ -61,23 +59,22 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 }
 
 // startDomain boots a domain that is not running, with the instance's
-// lock held: config drive, the parts' BeforeStart (share mounts), libvirt
-// start. A share that could not be mounted puts the instance in ERROR
-// (see fault.go).
-func (c *Controller) startDomain(ctx context.Context, rec store.Instance) (err error) {
+// lock held: config drive, the parts' BeforeStart (share mounts) and
+// libvirt start (startWithSecrets). A share that could not be mounted
+// puts the instance in ERROR (see fault.go).
+func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error {
 	c.pruneMedia(rec.Name, "")
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		return err
 	}
-	r := revert.New(c.log, "start "+rec.Name)
-	defer r.Fail(&err)
-	if err := c.beforeStartParts(ctx, r, rec); err != nil { // partphases.go
-		return err
-	}
 	if err := c.startWithSecrets(ctx, rec); err != nil {
+		if errors.Is(err, ErrMountFailed) {
+			if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
+				return errors.Join(err, ferr)
+			}
+		}
 		return err
 	}
-	r.Success()
 	c.afterRecordParts(ctx, "start", rec) // parts.go
 	return nil
 }
@@ -188,7 +185,7 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	if err := c.defineSecrets(ctx, r, in); err != nil {
 		return err
 	}
-	if err := c.liveLeases(ctx, r, in); err != nil { // dhcp.go
+	if err := c.startParts(ctx, r, in); err != nil { // core_nicspart.go
 		return err
 	}
 	if err := c.domains.Start(ctx, rec.Name); err != nil {

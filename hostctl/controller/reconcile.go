@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -229,7 +230,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	}
 	r := revert.New(c.log, "reconcile "+name)
 	defer r.Fail(&err)
-	if err := c.syncLeases(ctx, r, in, next); err != nil {
+	if err := c.definedParts(ctx, part.Apply, r, in, next); err != nil { // core_nicspart.go
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
 	if _, err := c.publish(ctx, r, next, rec.Revision); err != nil {

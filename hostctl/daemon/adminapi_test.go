@@ -2,13 +2,12 @@ package daemon
 
 import (
 	"log/slog"
-	"path/filepath"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestCatalogServedOutsideTheCore (issue 22, items 1 and 7): the admin
@@ -27,11 +26,7 @@ func TestCatalogServedOutsideTheCore(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	cat := catalog.New(c, catalog.Options{})
 	s := adminServices(c, cat, nil, nil, keyService{})

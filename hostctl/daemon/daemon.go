@@ -437,8 +437,8 @@ func (s *serve) startController(context.Context) error {
 	// The share service is a part: made first, given the controller
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
-	s.shareSvc = newShares(s.cfg, s.ctlStore, core, s.hv.shareSupport(), s.hostName, s.audit, s.log)
-	parts := Parts(s.inv, s.shareSvc) // parts.go
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.shareSvc) // parts.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -450,7 +450,6 @@ func (s *serve) startController(context.Context) error {
 		DriveFormat: s.chk.format,
 		Observe:     s.hm.Observe,
 		Encryption:  s.chk.encHost,
-		Devices:     s.inv,
 		Audit:       s.audit,
 
 		Keys:              s.km,
@@ -460,6 +459,7 @@ func (s *serve) startController(context.Context) error {
 		Parts:             parts,
 	}))
 	core.Controller = s.ctl
+	bindParts(s.ctl, s.log)
 	return nil
 }
 

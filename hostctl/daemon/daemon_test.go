@@ -1,7 +1,7 @@
 package daemon_test
 
 import (
-	"context"
+	"errors"
 	"flag"
 	"io"
 	"net/http"
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/daemon"
-	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // TestServeMetrics: one scrape of the operator listener gets the
@@ -33,29 +32,18 @@ func TestServeMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Metadata.TokenKeyFile = daemon.TokenKeyFilePath(cfg.DataDir)
-	var stdout, stderr testenv.SyncBuffer
-	cfg.Stdout, cfg.Stderr = &stdout, &stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- daemon.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v\n%s", err, stderr.String())
-		}
-	})
+	b := daemon.RunInBackground(cfg)
+	b.StopAtEnd(t)
 	re := regexp.MustCompile(`metadata_metrics=(\S+)`)
 	var addr string
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil && strings.Contains(stdout.String(), "applied") {
-			addr = m[1]
-			break
+	b.WaitFor(t, 20*time.Second, "start", func() error {
+		m := re.FindStringSubmatch(b.Stderr.String())
+		if m == nil || !strings.Contains(b.Stdout.String(), "applied") {
+			return errors.New("no metadata_metrics address logged and no instance applied yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s\n%s", stderr.String(), stdout.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		addr = m[1]
+		return nil
+	})
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

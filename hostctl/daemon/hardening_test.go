@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,34 +24,19 @@ func runUntilServing(t *testing.T, cfg daemon.Config) string {
 // instances instances (any number when negative).
 func runUntil(t *testing.T, cfg daemon.Config, instances int) string {
 	t.Helper()
-	var stderr testenv.SyncBuffer
-	cfg.Stdout, cfg.Stderr = &testenv.SyncBuffer{}, &stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
+	b := daemon.RunInBackground(cfg)
 	c := client.NewUnix(cfg.Socket)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if l, err := c.List(context.Background()); err == nil && (instances < 0 || len(l) == instances) {
-			break
+	b.WaitFor(t, 30*time.Second, "answer on the admin socket", func() error {
+		l, err := c.List(context.Background())
+		if err == nil && instances >= 0 && len(l) != instances {
+			return fmt.Errorf("%d instances, want %d", len(l), instances)
 		}
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("serve did not answer:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err
+	})
+	if err := b.Stop(); err != nil {
+		t.Fatalf("serve: %v\n%s", err, b.Stderr.String())
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v\n%s", err, stderr.String())
-	}
-	return stderr.String()
+	return b.Stderr.String()
 }
 
 // TestServeStartupHousekeeping: a config drive left half-built by a

@@ -11,7 +11,6 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/daemon"
-	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // TestAdminHeaderLimit: a request line of 1 MB on the admin socket is
@@ -19,27 +18,14 @@ import (
 // request of ordinary size is served.
 func TestAdminHeaderLimit(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir())
-	var stderr testenv.SyncBuffer
-	cfg.Stdout, cfg.Stderr = &testenv.SyncBuffer{}, &stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v\n%s", err, stderr.String())
-		}
-	}()
+	b := daemon.RunInBackground(cfg)
+	b.StopAtEnd(t)
+	stderr := b.Stderr
 	c := client.NewUnix(cfg.Socket)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := c.List(context.Background()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not answer:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.WaitFor(t, 30*time.Second, "answer on the admin socket", func() error {
+		_, err := c.List(context.Background())
+		return err
+	})
 
 	status := func(path string) int {
 		t.Helper()

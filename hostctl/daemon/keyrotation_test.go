@@ -18,30 +18,13 @@ import (
 // answers; the returned stop ends the daemon and returns Run's error.
 func serveUntilKeys(t *testing.T, cfg daemon.Config) (c *client.Client, stop func() error) {
 	t.Helper()
-	var stderr testenv.SyncBuffer
-	cfg.Stdout, cfg.Stderr = &testenv.SyncBuffer{}, &stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
+	b := daemon.RunInBackground(cfg)
 	c = client.NewUnix(cfg.Socket)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if _, err := c.Keys(context.Background(), ""); err == nil {
-			break
-		}
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("serve ended: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("the keys resource never answered\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return c, func() error { cancel(); return <-done }
+	b.WaitFor(t, 60*time.Second, "answer of the keys resource", func() error {
+		_, err := c.Keys(context.Background(), "")
+		return err
+	})
+	return c, b.Stop
 }
 
 func reportOf(t *testing.T, rs []types.KeyReport, c keyrotation.Class) types.KeyReport {

@@ -2,7 +2,9 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,29 +46,22 @@ func TestServeKeyEncryptionKey(t *testing.T) {
 	testenv.LookPath(t, "qemu-img")
 	dir := t.TempDir()
 	cfg := serveConfig(t, dir)
-	var stderr testenv.SyncBuffer
-	cfg.Stdout, cfg.Stderr = &testenv.SyncBuffer{}, &stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- daemon.Run(ctx, cfg) }()
+	b := daemon.RunInBackground(cfg)
+	// (The runs below that must fail log beside it.)
+	cfg.Stdout, cfg.Stderr = b.Stdout, b.Stderr
 	c := client.NewUnix(cfg.Socket)
 	var hs []types.HostStatus
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		var err error
+	b.WaitFor(t, 60*time.Second, "heartbeat with the host's traits", func() error {
 		// The heartbeat after the encryption probe carries the traits.
-		if strings.Contains(stderr.String(), "host traits published") {
-			hs, err = c.Hosts(context.Background())
-			if err == nil && len(hs) == 1 {
-				break
-			}
+		if !strings.Contains(b.Stderr.String(), "host traits published") {
+			return errors.New(`no "host traits published" logged`)
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("no heartbeat with the host's traits: %+v %v\n%s", hs, err, stderr.String())
+		var err error
+		if hs, err = c.Hosts(context.Background()); err == nil && len(hs) != 1 {
+			err = fmt.Errorf("hosts %+v, want one", hs)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 	// --virt none makes no disk: no encryption trait is true here (issue
 	// 20, item 6; TestHostTraits covers a host with a hypervisor).
 	if len(hs[0].Traits) != 0 {
@@ -76,8 +71,7 @@ func TestServeKeyEncryptionKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := b.Stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 	kek := filepath.Join(cfg.DataDir, keys.KEKFile)
@@ -110,20 +104,13 @@ func TestServeKeyEncryptionKey(t *testing.T) {
 		os.WriteFile(kek, orig, 0o600)
 	}
 	// Restored, it starts again and the secret is there.
-	ctx, cancel = context.WithCancel(context.Background())
-	go func() { done <- daemon.Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	b = daemon.RunInBackground(cfg)
+	defer b.Stop()
+	b.WaitFor(t, 20*time.Second, "secret after restart", func() error {
 		got, err := c.Secret(context.Background(), s.UUID)
-		if err == nil && got.UUID == s.UUID {
-			break
+		if err == nil && got.UUID != s.UUID {
+			err = fmt.Errorf("secret %s, want %s", got.UUID, s.UUID)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("secret after restart: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }

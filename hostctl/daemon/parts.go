@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"log/slog"
+
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
 	"github.com/vmeta/vmeta/hostctl/shares"
@@ -10,14 +14,30 @@ import (
 // Parts are the host features the daemon registers with the controller
 // core (hostctl/part), in the order the core calls their phases. A new
 // part is added here and answers every operation (parts_test.go checks).
-// The share service (sh) is the shares part.
-func Parts(inv passthrough.Inventory, sh *shares.Service) []part.Part {
-	parts := []part.Part{
-		passthrough.New(inv),
+// net is the hypervisor's networks (nil with --virt none), defaultNet
+// the network of a NIC that names none; the share service (sh) is the
+// shares part; bind gives the parts that need it the core, once it
+// exists.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, sh *shares.Service) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+	pt := passthrough.New(inv)
+	parts = []part.Part{
+		pt,
+		nics.New(net, defaultNet),
 		watchdog.New(),
 	}
 	if sh != nil {
 		parts = append(parts, sh)
 	}
-	return parts
+	return parts, func(c *controller.Controller, log *slog.Logger) {
+		pt.Bind(c, log)
+	}
+}
+
+// network is the hypervisor as the nics part uses it (nil with --virt
+// none).
+func (h *hypervisor) network() nics.Network {
+	if h.conn == nil {
+		return nil
+	}
+	return h.conn
 }

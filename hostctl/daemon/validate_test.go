@@ -282,34 +282,18 @@ func TestServeAdminTLS(t *testing.T) {
 	}
 	cfg := badConfigBase(t, filepath.Join(dir, "run"))
 	cfg.AdminListen, cfg.AdminTokensFile, cfg.AdminTLSCert, cfg.AdminTLSKey = "127.0.0.1:0", tokens, certFile, keyFile
-	var stderr testenv.SyncBuffer
-	cfg.Stderr = &stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	b := RunInBackground(cfg)
+	b.StopAtEnd(t)
 	re := regexp.MustCompile(`admin_tcp=(\S+) admin_tls=true`)
 	var addr string
-	for deadline := time.Now().Add(30 * time.Second); addr == ""; {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
+	b.WaitFor(t, 30*time.Second, "TLS admin listener", func() error {
+		m := re.FindStringSubmatch(b.Stderr.String())
+		if m == nil {
+			return errors.New("no admin_tcp address with admin_tls=true logged")
 		}
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		addr = m[1]
+		return nil
+	})
 	pool := x509.NewCertPool()
 	pool.AddCert(must(x509.ParseCertificate(der)))
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}

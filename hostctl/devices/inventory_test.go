@@ -11,9 +11,9 @@ import (
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // backend is a store the inventory runs on, with its event streams.
@@ -24,11 +24,7 @@ type backend struct {
 
 func openBolt(t testing.TB, dir string) backend {
 	t.Helper()
-	s, err := bolt.Open(filepath.Join(dir, "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := stores.BoltAt(t, filepath.Join(dir, "state.db"))
 	return backend{st: s, streams: events.For(s, filepath.Join(dir, "events"))}
 }
 

@@ -2,7 +2,6 @@ package devices
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -28,30 +27,22 @@ var goldenDevice = Device{
 	LastCleanupHook: &HookResult{Outcome: "failed", Message: "exit status 3", At: *goldenTime(3)},
 }
 
+var deviceFormat = testenv.Stored[Device]{Golden: filepath.Join("testdata", "device.v1.json"), Encode: encodeDevice, Decode: decodeDevice}
+
 func TestStoredDeviceGolden(t *testing.T) {
 	d := goldenDevice
 	d.Generation = 9 // the record's version: stored as 0
 	got := putOp(d, 0).Value
-	testenv.Golden(t, filepath.Join("testdata", "device.v1.json"), got, *update)
+	testenv.Golden(t, deviceFormat.Golden, got, *update)
 }
 
 // TestStoredDeviceReads: a record as the code before the stored format
 // had its own struct wrote it (testdata/device.v1.json, written then)
 // still reads, whole, through the inventory.
 func TestStoredDeviceReads(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "device.v1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeDevice(b)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := goldenDevice
 	want.NeedsCleaning = true
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("decoded %+v, want %+v", got, want)
-	}
+	b := deviceFormat.CheckReads(t, want)
 	st := openBolt(t, t.TempDir()).st
 	inv, err := New(st, Options{Host: "h1"})
 	if err != nil {
@@ -74,13 +65,5 @@ func TestStoredDeviceReads(t *testing.T) {
 // stored format (events and the cleanup hook's input carry it whole); a
 // field added to Device and not to deviceV1 fails here.
 func TestStoredDeviceKeepsEveryField(t *testing.T) {
-	d := testenv.Filled[Device](t)
-	b, err := encodeDevice(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeDevice(b)
-	if err != nil || !reflect.DeepEqual(got, d) {
-		t.Errorf("round trip: %+v, %v; want %+v", got, err, d)
-	}
+	deviceFormat.CheckRoundTrip(t, testenv.Filled[Device](t))
 }

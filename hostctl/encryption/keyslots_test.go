@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -203,16 +202,7 @@ func FuzzParseKeySlots(f *testing.F) {
 func TestKeySlotPassphrasesNeverOnCommandLine(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	log := filepath.Join(dir, "argv.log")
-	wrap := func(name, real string) string {
-		p := filepath.Join(dir, name)
-		script := "#!/bin/sh\n{ printf '%s\\n' \"$0\" \"$@\"; env; cat /proc/$$/cmdline; } >> " + log + "\nexec " + real + " \"$@\"\n"
-		if err := os.WriteFile(p, []byte(script), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	tl := encryption.New(encryption.Options{QemuImg: wrap("qemu-img", testenv.LookPath(t, "qemu-img")), QemuIO: wrap("qemu-io", testenv.LookPath(t, "qemu-io")), IterTime: 50 * time.Millisecond})
+	tl, log := recordingTool(t, dir)
 	basePass, oldPass, newPass := []byte("base-secret-never-in-argv"), []byte("old-secret-never-in-argv"), []byte("new-secret-never-in-argv")
 	base, ov := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "ov.qcow2")
 	if err := tl.Create(ctx, encryption.Disk{Path: base, Size: "8M"}, basePass); err != nil {

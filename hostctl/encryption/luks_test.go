@@ -19,6 +19,24 @@ func tool(t *testing.T) *encryption.Tool {
 	return encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 50 * time.Millisecond})
 }
 
+// recordingTool is tool with qemu-img and qemu-io wrapped by scripts in
+// dir that append their arguments, their environment and their
+// /proc/PID/cmdline to the file log names before they run the real
+// program.
+func recordingTool(t *testing.T, dir string) (tl *encryption.Tool, log string) {
+	t.Helper()
+	log = filepath.Join(dir, "argv.log")
+	wrap := func(name, real string) string {
+		p := filepath.Join(dir, name)
+		script := "#!/bin/sh\n{ printf '%s\\n' \"$0\" \"$@\"; env; cat /proc/$$/cmdline; } >> " + log + "\nexec " + real + " \"$@\"\n"
+		if err := os.WriteFile(p, []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return encryption.New(encryption.Options{QemuImg: wrap("qemu-img", testenv.LookPath(t, "qemu-img")), QemuIO: wrap("qemu-io", testenv.LookPath(t, "qemu-io")), IterTime: 50 * time.Millisecond}), log
+}
+
 // TestCreateLUKS: a disk made by Create is a LUKS qcow2 as qemu-img info
 // reads it, opens with its passphrase and not with another, and keeps no
 // plaintext of what is written through it.
@@ -107,16 +125,7 @@ func TestOverlayOverPlainBase(t *testing.T) {
 func TestPassphraseNeverOnCommandLine(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	log := filepath.Join(dir, "argv.log")
-	wrap := func(name, real string) string {
-		p := filepath.Join(dir, name)
-		script := "#!/bin/sh\n{ printf '%s\\n' \"$0\" \"$@\"; env; cat /proc/$$/cmdline; } >> " + log + "\nexec " + real + " \"$@\"\n"
-		if err := os.WriteFile(p, []byte(script), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	tl := encryption.New(encryption.Options{QemuImg: wrap("qemu-img", testenv.LookPath(t, "qemu-img")), QemuIO: wrap("qemu-io", testenv.LookPath(t, "qemu-io")), IterTime: 50 * time.Millisecond})
+	tl, log := recordingTool(t, dir)
 	pass := []byte("s3cr3t-passphrase-never-in-argv")
 	p := filepath.Join(dir, "d.qcow2")
 	if err := tl.Create(ctx, encryption.Disk{Path: p, Size: "8M"}, pass); err != nil {

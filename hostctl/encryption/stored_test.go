@@ -3,7 +3,6 @@ package encryption_test
 import (
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -27,29 +26,20 @@ func goldenBlockDevices() encryption.BlockDevices {
 	}}
 }
 
+var blockDevicesFormat = testenv.Stored[encryption.BlockDevices]{
+	Golden: filepath.Join("testdata", "blockdevices.v1.json"),
+	Encode: encryption.EncodeBlockDevices, Decode: encryption.DecodeBlockDevices,
+}
+
 func TestStoredBlockDevicesGolden(t *testing.T) {
-	got, err := encryption.EncodeBlockDevices(goldenBlockDevices())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Golden(t, filepath.Join("testdata", "blockdevices.v1.json"), got, *update)
+	blockDevicesFormat.CheckGolden(t, goldenBlockDevices(), *update)
 }
 
 // TestStoredBlockDevicesReads: a record as the controller wrote it before
 // the stored format had its own struct (testdata/blockdevices.v1.json,
 // written then, as a map of the wire type) still reads, whole.
 func TestStoredBlockDevicesReads(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "blockdevices.v1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := encryption.DecodeBlockDevices(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := goldenBlockDevices(); !reflect.DeepEqual(got, want) {
-		t.Errorf("decoded %+v, want %+v", got, want)
-	}
+	b := blockDevicesFormat.CheckReads(t, goldenBlockDevices())
 	// By hand, too: the record's JSON is its stored format.
 	var byHand encryption.BlockDevices
 	if err := json.Unmarshal(b, &byHand); err != nil || !reflect.DeepEqual(byHand, goldenBlockDevices()) {
@@ -58,7 +48,7 @@ func TestStoredBlockDevicesReads(t *testing.T) {
 	if again, err := json.Marshal(byHand); err != nil || string(again) != string(b) {
 		t.Errorf("json.Marshal: %s, %v; want %s", again, err, b)
 	}
-	got, err = encryption.DecodeBlockDevices([]byte(`{"instance":"a"}`))
+	got, err := encryption.DecodeBlockDevices([]byte(`{"instance":"a"}`))
 	if err != nil || got.Disks == nil {
 		t.Errorf("a record without disks: %+v, %v; want an empty map", got, err)
 	}
@@ -71,13 +61,5 @@ func TestStoredBlockDevicesReads(t *testing.T) {
 // survives the stored format; a field added to BlockDevice and not to
 // blockDeviceV1 fails here.
 func TestStoredBlockDevicesKeepEveryField(t *testing.T) {
-	rec := testenv.Filled[encryption.BlockDevices](t)
-	b, err := encryption.EncodeBlockDevices(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := encryption.DecodeBlockDevices(b)
-	if err != nil || !reflect.DeepEqual(got, rec) {
-		t.Errorf("round trip: %+v, %v; want %+v", got, err, rec)
-	}
+	blockDevicesFormat.CheckRoundTrip(t, testenv.Filled[encryption.BlockDevices](t))
 }

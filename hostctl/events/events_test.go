@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/redis"
-	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // backends returns the streams under test: files in a temporary directory
@@ -23,12 +22,7 @@ import (
 func backends(t *testing.T) map[string]store.Streams {
 	t.Helper()
 	files := NewFiles(t.TempDir())
-	rs, err := redis.Open(context.Background(), testenv.StartRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
-	return map[string]store.Streams{"files": files, "redis": rs}
+	return map[string]store.Streams{"files": files, "redis": stores.Redis(t)}
 }
 
 func TestEmitAndRead(t *testing.T) {

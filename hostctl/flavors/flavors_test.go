@@ -3,37 +3,17 @@ package flavors_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
-	"github.com/vmeta/vmeta/internal/store/redis"
-	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
-// backends opens the two real stores: bolt in a temporary directory and a
-// private redis-server.
-func backends(t *testing.T) map[string]flavors.Records {
-	t.Helper()
-	b, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	r, err := redis.Open(t.Context(), testenv.StartRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return map[string]flavors.Records{"bolt": b, "redis": r}
-}
-
 func TestRegistryBothStores(t *testing.T) {
-	for name, st := range backends(t) {
+	for name, st := range stores.Both(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			reg := &flavors.Registry{Store: st}

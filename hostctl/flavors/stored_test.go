@@ -2,9 +2,7 @@ package flavors
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 	"time"
 
@@ -20,33 +18,29 @@ var goldenFlavor = Flavor{
 	Created:     time.Date(2026, 11, 26, 11, 0, 0, 0, time.UTC),
 }
 
+// flavorFormat is the stored format of flavors, read as the record of
+// the given version.
+func flavorFormat(version int64) testenv.Stored[Flavor] {
+	return testenv.Stored[Flavor]{
+		Golden: filepath.Join("testdata", "flavor.v1.json"),
+		Encode: encodeFlavor,
+		Decode: func(b []byte) (Flavor, error) { return decodeFlavor(b, version) },
+	}
+}
+
 func TestStoredFlavorGolden(t *testing.T) {
 	f := goldenFlavor
 	f.Version = 7 // the record's, never stored
-	got, err := encodeFlavor(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Golden(t, filepath.Join("testdata", "flavor.v1.json"), got, *update)
+	flavorFormat(0).CheckGolden(t, f, *update)
 }
 
 // TestStoredFlavorReads: a record as the code before the stored format
 // had its own struct wrote it (testdata/flavor.v1.json, written then)
 // still reads, whole.
 func TestStoredFlavorReads(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "flavor.v1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeFlavor(b, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := goldenFlavor
 	want.Version = 3
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("decoded %+v, want %+v", got, want)
-	}
+	flavorFormat(3).CheckReads(t, want)
 	if _, err := decodeFlavor([]byte(`{"name": 1}`), 1); err == nil {
 		t.Error("a record with a number for a name decoded")
 	}
@@ -57,12 +51,5 @@ func TestStoredFlavorReads(t *testing.T) {
 // Flavor and not to flavorV1 fails here.
 func TestStoredFlavorKeepsEveryField(t *testing.T) {
 	f := testenv.Filled[Flavor](t)
-	b, err := encodeFlavor(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeFlavor(b, f.Version)
-	if err != nil || !reflect.DeepEqual(got, f) {
-		t.Errorf("round trip: %+v, %v; want %+v", got, err, f)
-	}
+	flavorFormat(f.Version).CheckRoundTrip(t, f)
 }

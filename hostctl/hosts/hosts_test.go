@@ -13,6 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 func TestResolveKeepsFirstName(t *testing.T) {
@@ -106,11 +107,7 @@ func (c *clock) now() time.Time          { return c.t }
 func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func openBolt(t *testing.T) *bolt.Store {
 	t.Helper()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.Bolt(t)
 	return st
 }
 

@@ -20,29 +20,17 @@ var goldenImage = Image{
 	Created:    time.Date(2026, 11, 26, 11, 0, 0, 0, time.UTC),
 }
 
+var sidecarFormat = testenv.Stored[Image]{Golden: filepath.Join("testdata", "sidecar.v1.json"), Encode: encodeSidecar, Decode: decodeSidecar}
+
 func TestStoredSidecarGolden(t *testing.T) {
-	got, err := encodeSidecar(goldenImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Golden(t, filepath.Join("testdata", "sidecar.v1.json"), got, *update)
+	sidecarFormat.CheckGolden(t, goldenImage, *update)
 }
 
 // TestStoredSidecarReads: a sidecar as the code before the stored format
 // had its own struct wrote it (testdata/sidecar.v1.json, written then)
 // still reads, whole, through Get and Lookup.
 func TestStoredSidecarReads(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "sidecar.v1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeSidecar(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, goldenImage) {
-		t.Errorf("decoded %+v, want %+v", got, goldenImage)
-	}
+	b := sidecarFormat.CheckReads(t, goldenImage)
 	d := &Dir{path: t.TempDir()}
 	if err := os.WriteFile(d.sidecar(goldenImage.Name), b, 0o640); err != nil {
 		t.Fatal(err)
@@ -66,12 +54,5 @@ func TestStoredSidecarReads(t *testing.T) {
 func TestStoredSidecarKeepsEveryField(t *testing.T) {
 	img := testenv.Filled[Image](t)
 	img.Legacy = false
-	b, err := encodeSidecar(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeSidecar(b)
-	if err != nil || !reflect.DeepEqual(got, img) {
-		t.Errorf("round trip: %+v, %v; want %+v", got, err, img)
-	}
+	sidecarFormat.CheckRoundTrip(t, img)
 }

@@ -3,7 +3,6 @@ package keyrotation_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,26 +10,8 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
-	"github.com/vmeta/vmeta/internal/store/bolt"
-	"github.com/vmeta/vmeta/internal/store/redis"
-	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
-
-// backends opens the two real stores.
-func backends(t *testing.T) map[string]keyrotation.Store {
-	t.Helper()
-	b, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	r, err := redis.Open(t.Context(), testenv.StartRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return map[string]keyrotation.Store{"bolt": b, "redis": r}
-}
 
 // fakeRotator records the rotations asked of it; a fake is enough here:
 // the real procedures have their own tests with real keys and disks.
@@ -78,7 +59,7 @@ func (f *fakeRotator) took() []string {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestEngine(t *testing.T) {
-	for name, st := range backends(t) {
+	for name, st := range stores.Both(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
@@ -221,7 +202,7 @@ func TestEngine(t *testing.T) {
 func ptr(n int) *int { return &n }
 
 func TestWithVersionUpgrade(t *testing.T) {
-	st := backends(t)["bolt"]
+	st := stores.Bolt(t)
 	ctx := t.Context()
 	r := &fakeRotator{}
 	run := func(version string) []string {

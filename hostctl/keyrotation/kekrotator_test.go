@@ -8,13 +8,14 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestKEKRotatorWithEngine: the Engine, with the real KEK procedure on
 // each real store, rotates the key-encryption key when the policy asks
 // for a generation; every secret still reads, wrapped under it.
 func TestKEKRotatorWithEngine(t *testing.T) {
-	for name, st := range backends(t) {
+	for name, st := range stores.Both(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			km, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 8})

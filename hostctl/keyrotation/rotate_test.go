@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // TestRotateClassWide (issue 20 item 7): `keys rotate disk-passphrases`
@@ -17,7 +18,7 @@ import (
 // and also an instance with a policy of its own, to one above the
 // highest generation of any of them.
 func TestRotateClassWide(t *testing.T) {
-	for name, st := range backends(t) {
+	for name, st := range stores.Both(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
@@ -123,7 +124,7 @@ func TestRotateClassWide(t *testing.T) {
 // TestRotateNothing (issue 20 item 11): a rotation request with no keys
 // to rotate says so (Subjects 0) and changes nothing.
 func TestRotateNothing(t *testing.T) {
-	st := backends(t)["bolt"]
+	st := stores.Bolt(t)
 	ctx := t.Context()
 	e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
 	disk := &fakeRotator{}
@@ -150,7 +151,7 @@ func TestRotateNothing(t *testing.T) {
 // generation) are accepted with keyGeneration 0; the wanted generation
 // is kept, so KeyGeneration still cannot go below it.
 func TestPolicySwitchAfterRotation(t *testing.T) {
-	st := backends(t)["bolt"]
+	st := stores.Bolt(t)
 	ctx := t.Context()
 	e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
 	e.Register(keyrotation.KEK, &fakeRotator{})
@@ -201,7 +202,7 @@ func TestPolicySwitchAfterRotation(t *testing.T) {
 // TestReportsEveryClass (issue 20 item 11): every class is reported with
 // its policy, "no keys" where it has no subject.
 func TestReportsEveryClass(t *testing.T) {
-	st := backends(t)["bolt"]
+	st := stores.Bolt(t)
 	ctx := t.Context()
 	e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
 	e.Register(keyrotation.KEK, &fakeRotator{})
@@ -235,7 +236,7 @@ func TestReportsEveryClass(t *testing.T) {
 // records go with it, on its own host or, force-deleted, another's;
 // nothing else is touched.
 func TestForgetInstance(t *testing.T) {
-	for name, st := range backends(t) {
+	for name, st := range stores.Both(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			later := time.Now().Add(time.Hour)
@@ -304,7 +305,7 @@ func (c checkingRotator) InstanceExists(_ context.Context, uuid string) (bool, e
 // they were) go at the next run; those of an instance that still exists
 // (with no encrypted disk now, or on another host) stay.
 func TestSweepDeletedInstances(t *testing.T) {
-	st := backends(t)["bolt"]
+	st := stores.Bolt(t)
 	ctx := t.Context()
 	e := keyrotation.New(st, keyrotation.Options{Host: "h1", Version: "v1.2.0"})
 	later := time.Now().Add(time.Hour)

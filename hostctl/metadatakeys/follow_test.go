@@ -16,8 +16,8 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/storeurl"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 	"github.com/vmeta/vmeta/server"
 )
 
@@ -133,14 +133,18 @@ func TestRotateUnderLoad(t *testing.T) {
 	t.Run("timer", func(t *testing.T) { rotateUnderLoad(t, false, "50ms", "700ms") })
 }
 
-func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
+// seededRedis starts a private redis-server (the tests take it away and
+// bring it back) and opens a store on it holding the guest seed puts.
+func seededRedis(t *testing.T) (*testenv.RedisServer, store.Store) {
+	t.Helper()
 	srv := testenv.StartRedisServer(t)
-	st, err := storeurl.Open(t.Context(), srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.RedisAt(t, srv.URL())
 	seed(t, st)
+	return srv, st
+}
+
+func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
+	srv, st := seededRedis(t)
 
 	dir := t.TempDir()
 	proxyFile, tokenFile := filepath.Join(dir, "proxy.secret"), filepath.Join(dir, "token.key")
@@ -268,13 +272,7 @@ func rotateUnderLoad(t *testing.T, announce bool, check1, check2 string) {
 // effect, through SIGHUP; a broken file keeps the keys it had (and the
 // error is logged and counted, never the key).
 func TestReplicaReloadPaths(t *testing.T) {
-	srv := testenv.StartRedisServer(t)
-	st, err := storeurl.Open(t.Context(), srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	seed(t, st)
+	srv, _ := seededRedis(t)
 	dir := t.TempDir()
 	secret0 := []byte("reload-paths-secret-zero")
 	newFiles := func(name string) (string, string) {
@@ -369,13 +367,7 @@ func TestReplicaReloadPaths(t *testing.T) {
 // distributed, and the replica, which checks its files only hourly here,
 // follows (its feed resubscribes and resyncs, then the announcement).
 func TestRotationAcrossRedisOutage(t *testing.T) {
-	srv := testenv.StartRedisServer(t)
-	st, err := storeurl.Open(t.Context(), srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	seed(t, st)
+	srv, st := seededRedis(t)
 	dir := t.TempDir()
 	p, tk := filepath.Join(dir, "proxy.secret"), filepath.Join(dir, "token.key")
 	writeKeyFile(t, p, server.KeyEntry{Key: []byte("outage-secret"), State: server.KeyCurrent})

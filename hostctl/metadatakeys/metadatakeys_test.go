@@ -16,7 +16,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 	"github.com/vmeta/vmeta/server"
 )
 
@@ -378,11 +378,7 @@ func TestRegister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := stores.BoltIn(t, dir)
 	reg := registrar{}
 	tok, prox := Register(reg, md, st, nil)
 	if reg[keyrotation.Token] != tok || reg[keyrotation.Proxy] != prox || tok == nil || prox == nil {
@@ -424,11 +420,7 @@ func TestRegister(t *testing.T) {
 // reader's record says it has loaded it; expired records and readers
 // without that key file do not hold it back.
 func TestWaitsForReaders(t *testing.T) {
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := stores.Bolt(t)
 	putReader := func(id string, expires time.Time, keys map[string]server.KeyReaderFile) {
 		t.Helper()
 		b, _ := json.Marshal(server.KeyReader{ID: id, Keys: keys, Updated: time.Now(), Expires: expires})
@@ -517,11 +509,7 @@ func TestExpireLoop(t *testing.T) {
 // finished by a later run, and Prune's count is the status's
 // priorKeyCount.
 func TestWithEngine(t *testing.T) {
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := stores.Bolt(t)
 	f := newFixture(t, "# vmeta-keyset id=engine-set\n# vmeta-key generation=3 state=current\nengine-proxy-secret\n")
 	e := keyrotation.New(st, keyrotation.Options{Host: "kf-host", Version: "v1.0.0"})
 	o := f.opts()

@@ -22,6 +22,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 	"github.com/vmeta/vmeta/server"
 )
 
@@ -72,11 +73,7 @@ func value(fams map[string]*dto.MetricFamily, name string, labels ...string) (fl
 func openStore(t *testing.T) (*bolt.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := stores.BoltIn(t, dir)
 	return st, dir
 }
 

@@ -10,11 +10,10 @@ import (
 	"github.com/vmeta/vmeta/internal/revert"
 )
 
-// The phases below are optional: a part implements those it needs, the
-// core calls them for every registered part that does (Complete and
-// Committed only for a part answering Act for the operation; BeforeStart
-// for every start, as AfterStart). The shares part needs all three; the
-// watchdog and passthrough parts need none.
+// More optional phases (besides those of part.go): a part implements
+// those it needs, the core calls them for every registered part that
+// does and answers Act for the operation. The shares part needs both
+// (and Starter).
 
 // Completer is a part that completes the instance's spec before the core
 // checks an operation on it (today: apply). The shares part decides the
@@ -36,18 +35,6 @@ type Committer interface {
 	// warnings, what a force-delete leaves on the dead host); what fails
 	// here is the part's to finish later (its reconciler).
 	Committed(ctx context.Context, op Op, in *Instance) []string
-}
-
-// Starter is a part with work on the host before the instance's domain
-// boots (a start, a hard reboot, an unshelve's start): the shares part
-// mounts the instance's NFS shares. AfterStart follows when the domain
-// booted; when it did not, the core runs r's undo steps.
-type Starter interface {
-	// BeforeStart prepares the host for the domain's boot and registers
-	// on r the undo of what it did. An error refuses the start; one
-	// wrapping ErrMountFailed puts the instance in ERROR until a hard
-	// reboot.
-	BeforeStart(ctx context.Context, in *Instance, r *revert.Reverter) error
 }
 
 // ErrState is the error kind of a refusal because of the instance's state

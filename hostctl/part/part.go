@@ -13,6 +13,12 @@
 //	AfterStop   the domain is shut off
 //	AfterDelete the instance is gone
 //
+// A part with work at another point of an operation implements one of
+// the optional phases as well (Claimer, Definer, Starter, Remover,
+// PreStarter): the NICs' DHCP leases follow the spec once the domain is
+// defined and go live before every start; passthrough claims are taken
+// before an apply plans the domain and healed before a start.
+//
 // Every operation is an Op value every part sees, and every part
 // declares, in Answers, what it does for every operation: act, refuse
 // (with the reason), or nothing. A table test in hostctl/daemon, over
@@ -127,6 +133,10 @@ type Instance struct {
 	// ImageProperties are the properties of the instance's image (nil
 	// without one).
 	ImageProperties map[string]string
+	// Old is the spec the operation changes (an apply's stored spec, the
+	// spec before a hot-plug); nil for a new instance and for an
+	// operation that does not change the spec.
+	Old *model.Instance
 	// Host is the host the instance's record names ("" when hosts are
 	// not tracked, or not told: only force-delete's Committed needs it).
 	Host string
@@ -175,6 +185,55 @@ type Part interface {
 	AfterStart(ctx context.Context, in *Instance) error
 	AfterStop(ctx context.Context, in *Instance) error
 	AfterDelete(ctx context.Context, in *Instance) error
+}
+
+// The optional phases: a part that has work at one of these points of
+// an operation implements the interface; the others need not. Their
+// Instance has Spec (and Old) only: the flavor's extra specs and the
+// image's properties are read for Check, Prepare and Devices.
+
+// Claimer is a part that takes what an instance needs of the host before
+// the core plans its domain: on an apply, for the parts that answer Act,
+// before anything else changes. Claim completes in.Spec with what it
+// took; end is called once the operation is over, with its error:
+// non-nil gives back what this Claim took, nil lets go of what the
+// instance no longer asks for.
+type Claimer interface {
+	Claim(ctx context.Context, op Op, in *Instance) (end func(ctx context.Context, err error), err error)
+}
+
+// Definer is a part with work once the instance's domain is defined and
+// read back (libvirt's MACs and guest addresses are in in.Spec), before
+// the core publishes the spec: for the parts that answer Act for op, on
+// an apply, resize or rebuild; on a device hot-plug and the reconciler's
+// republish of a domain changed outside hostctl as op Apply. in.Old is
+// the spec before (nil for a new instance). Its undo steps go on r.
+type Definer interface {
+	Defined(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error
+}
+
+// Starter is a part with work just before the core starts the
+// instance's domain, whatever the operation (start, hard reboot,
+// unshelve, unrescue, the restart a failed operation's undo makes). Its
+// undo steps go on r: they run when the start fails.
+type Starter interface {
+	BeforeStart(ctx context.Context, in *Instance, r *revert.Reverter) error
+}
+
+// Remover is a part with something to take down while an instance is
+// deleted (for the parts that answer Act for op), after its domain and
+// before its record: its undo steps go on r, so a delete that fails
+// leaves it as it was.
+type Remover interface {
+	Remove(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error
+}
+
+// PreStarter is a part with work before a start or a hard reboot takes
+// the instance's lock (for the parts that answer Act for op), given the
+// stored spec: it may bring what the instance holds in line with it, and
+// have the core apply the spec again (which takes the lock).
+type PreStarter interface {
+	PreStart(ctx context.Context, op Op, in *Instance) error
 }
 
 // Refusal is the error a Check returns for a Refuse answer.

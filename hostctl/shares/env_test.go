@@ -202,7 +202,7 @@ func (f instancesFunc) DomainState(ctx context.Context, name string) (string, er
 	return state, err
 }
 
-func (f instancesFunc) Reapply(ctx context.Context, in *model.Instance) ([]string, error) {
+func (f instancesFunc) Reapply(ctx context.Context, in *model.Instance) error {
 	return f.e.inst.Reapply(ctx, in)
 }
 

@@ -172,7 +172,7 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 			}
 			return err
 		}
-		if _, err := s.reapply(ctx, m.InstanceName); err != nil {
+		if err := s.reapply(ctx, m.InstanceName); err != nil {
 			return fmt.Errorf("complete attach of %v: %w", m, err)
 		}
 		if err := transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareAttaching); err != nil {

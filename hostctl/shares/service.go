@@ -60,8 +60,8 @@ type Instances interface {
 	// libvirt's ("running", "shutoff", ...), StateError, StateMissing,
 	// StateUnknown, a shelve's or rescue's; "" without a hypervisor.
 	DomainState(ctx context.Context, name string) (string, error)
-	// Reapply applies in again; it returns the apply's warnings.
-	Reapply(ctx context.Context, in *model.Instance) ([]string, error)
+	// Reapply applies in again.
+	Reapply(ctx context.Context, in *model.Instance) error
 	// Hypervisor reports whether instances have domains on this host
 	// (false with --virt none).
 	Hypervisor() bool
@@ -468,7 +468,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	if live {
 		return s.attachLive(ctx, r, lc, m, p)
 	}
-	if _, err := s.inst.Reapply(ctx, in); err != nil {
+	if err := s.inst.Reapply(ctx, in); err != nil {
 		return types.ShareMapping{}, err
 	}
 	// Undone after the mapping is gone, so that the apply drops the share.
@@ -477,7 +477,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		if err := s.dropMapping(ctx, mm); err != nil {
 			return err
 		}
-		_, err := s.reapply(ctx, rec.Name)
+		err := s.reapply(ctx, rec.Name)
 		return err
 	})
 	if err := s.finishAttach(ctx, &m); err != nil {
@@ -632,14 +632,14 @@ func (s *Service) dropMapping(ctx context.Context, m Mapping) error {
 
 // reapply applies an instance's stored spec again (its mapped shares are
 // merged in by the part's Complete).
-func (s *Service) reapply(ctx context.Context, name string) ([]string, error) {
+func (s *Service) reapply(ctx context.Context, name string) error {
 	rec, err := s.st.Instance(ctx, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	return s.inst.Reapply(ctx, in)
 }
@@ -722,7 +722,7 @@ func (s *Service) finishDetach(ctx context.Context, m Mapping, withApply bool) e
 		return err
 	}
 	if withApply {
-		if _, err := s.reapply(ctx, m.InstanceName); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.reapply(ctx, m.InstanceName); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("detach %v: %w", m, err)
 		}
 	}

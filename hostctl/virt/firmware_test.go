@@ -141,14 +141,7 @@ func TestFirmwareAgainstLibvirt(t *testing.T) {
 	if _, err := c.Define(ctx, doc); err != nil {
 		t.Fatalf("Define: %v", err)
 	}
-	inactive, err := c.XML(ctx, name, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := ParseDevices(inactive)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inactive, devs := domainDevices(t, ctx, c, name, false)
 	if err := devs.Apply(in); err != nil {
 		t.Fatal(err)
 	}

@@ -121,14 +121,7 @@ func TestGuestSeesAddresses(t *testing.T) {
 	out := testenv.WaitConsole(t, console, testenv.GuestDone, guestBootTimeout)
 	t.Logf("guest boot and report under TCG: %s", time.Since(start).Round(time.Millisecond))
 
-	doc, err := c.XML(ctx, in.Name, false) // the guest may already be off
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := ParseDevices(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, devs := domainDevices(t, ctx, c, in.Name, false) // the guest may already be off
 	if err := devs.Apply(in); err != nil {
 		t.Fatal(err)
 	}
@@ -324,14 +317,7 @@ func TestHotplug(t *testing.T) {
 	}
 	// The config drive took sda: hot-plugged disks take names the domain
 	// leaves free.
-	doc, err := c.XML(ctx, in.Name, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := ParseDevices(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, before := domainDevices(t, ctx, c, in.Name, true)
 	if got := before.FreeTarget("virtio") + " " + before.FreeTarget("scsi"); got != "vdb sdb" {
 		t.Fatalf("FreeTarget: %s, want vdb sdb", got)
 	}
@@ -362,14 +348,7 @@ func TestHotplug(t *testing.T) {
 	}
 	addrs := map[string]string{}
 	for _, live := range []bool{true, false} {
-		doc, err := c.XML(ctx, in.Name, live)
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs, err := ParseDevices(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		doc, devs := domainDevices(t, ctx, c, in.Name, live)
 		compareSeen(t, map[bool]string{true: "live", false: "inactive"}[live], must(parsedSeen(t, doc)), dumpSeen(t, uri, in.Name, live))
 		for _, p := range devices {
 			var addr, alias string
@@ -419,14 +398,7 @@ func TestHotplug(t *testing.T) {
 		t.Logf("detach %s %s until device-removed: %s", p.kind, p.key, time.Since(t0).Round(time.Millisecond))
 	}
 	for _, live := range []bool{true, false} {
-		doc, err := c.XML(ctx, in.Name, live)
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs, err := ParseDevices(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, devs := domainDevices(t, ctx, c, in.Name, live)
 		for _, p := range devices {
 			_, diskThere := devs.Disk(p.key)
 			_, nicThere := devs.NIC(p.key)

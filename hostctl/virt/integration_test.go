@@ -76,6 +76,21 @@ func randomUUID(t testing.TB) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
+// domainDevices returns the live or inactive XML of domain name and
+// the devices parsed from it.
+func domainDevices(t *testing.T, ctx context.Context, c *Conn, name string, live bool) ([]byte, *Devices) {
+	t.Helper()
+	doc, err := c.XML(ctx, name, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := ParseDevices(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc, devs
+}
+
 func connect(t *testing.T, uri string, opts ConnOptions) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

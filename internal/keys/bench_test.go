@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // rewrapSecrets is the size of the rewrap benchmark (issue 10: 100,000
@@ -24,10 +25,7 @@ func BenchmarkRewrap100k(b *testing.B) {
 		b.Run(be.name, func(b *testing.B) {
 			ctx := context.Background()
 			st, _ := be.open(b)
-			m, err := keys.Open(ctx, st, b.TempDir(), keys.Options{Host: "bench"})
-			if err != nil {
-				b.Fatal(err)
-			}
+			m := openManager(b, st, b.TempDir(), keys.Options{Host: "bench"})
 			if err := m.SeedForBench(ctx, rewrapSecrets); err != nil {
 				b.Fatal(err)
 			}
@@ -66,11 +64,8 @@ func BenchmarkRewrap100k(b *testing.B) {
 //	go test -run '^$' -bench RewrapCPU ./internal/keys/
 func BenchmarkRewrapCPU(b *testing.B) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(b)
-	m, err := keys.Open(ctx, st, b.TempDir(), keys.Options{Host: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := stores.Bolt(b)
+	m := openManager(b, st, b.TempDir(), keys.Options{Host: "bench"})
 	if err := m.SeedForBench(ctx, 1); err != nil {
 		b.Fatal(err)
 	}

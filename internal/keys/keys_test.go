@@ -15,9 +15,9 @@ import (
 
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 type backend struct {
@@ -31,11 +31,7 @@ func backends() []backend {
 	return []backend{
 		{"bolt", func(t testing.TB) (store.Store, func(t testing.TB) [][]byte) {
 			p := filepath.Join(t.TempDir(), "vmeta.db")
-			st, err := bolt.Open(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
+			st := stores.BoltAt(t, p)
 			return st, func(t testing.TB) [][]byte {
 				b, err := os.ReadFile(p)
 				if err != nil {
@@ -54,6 +50,16 @@ func backends() []backend {
 			return st, func(t testing.TB) [][]byte { return redisDump(t, url) }
 		}},
 	}
+}
+
+// openManager opens the key manager of st with its key file in dir.
+func openManager(t testing.TB, st keys.Store, dir string, opts keys.Options) *keys.Manager {
+	t.Helper()
+	m, err := keys.Open(context.Background(), st, dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // redisDump returns DUMP of every key (and the key names themselves).
@@ -89,10 +95,7 @@ func TestSecretsNeverStoredInPlain(t *testing.T) {
 			ctx := context.Background()
 			st, raw := b.open(t)
 			dir := t.TempDir()
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1"})
 			var passes [][]byte
 			for i := range 5 {
 				s, err := m.Create(ctx, keys.Request{Name: "disk", ProjectID: "p1",
@@ -182,10 +185,7 @@ func TestLifecycle(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
 			dir := t.TempDir()
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1"})
 			a, err := m.Create(ctx, keys.Request{Name: "a", ProjectID: "p1"})
 			if err != nil {
 				t.Fatal(err)
@@ -209,10 +209,7 @@ func TestLifecycle(t *testing.T) {
 			}
 			// A second Open of the same data directory and store reads
 			// the same key.
-			m2, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m2 := openManager(t, st, dir, keys.Options{Host: "h1"})
 			if p, err := m2.Passphrase(ctx, bb.UUID); err != nil || string(p) != "pw" {
 				t.Fatalf("after reopen: %q, %v", p, err)
 			}
@@ -233,11 +230,8 @@ func TestLifecycle(t *testing.T) {
 // record does not unwrap (the UUID is additional data).
 func TestCiphertextBoundToSecret(t *testing.T) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(t)
-	m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stores.Bolt(t)
+	m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1"})
 	a, _ := m.Create(ctx, keys.Request{ProjectID: "p"})
 	b, _ := m.Create(ctx, keys.Request{ProjectID: "p"})
 	ra, _ := st.Record(ctx, "keys/secret/"+a.UUID)
@@ -260,12 +254,9 @@ func TestCiphertextBoundToSecret(t *testing.T) {
 
 func TestOpenRefusesMissingOrWrongKey(t *testing.T) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(t)
+	st := stores.Bolt(t)
 	dir := t.TempDir()
-	m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openManager(t, st, dir, keys.Options{Host: "h1"})
 	s, _ := m.Create(ctx, keys.Request{ProjectID: "p"})
 	kf := filepath.Join(dir, keys.KEKFile)
 	orig, _ := os.ReadFile(kf)
@@ -278,7 +269,7 @@ func TestOpenRefusesMissingOrWrongKey(t *testing.T) {
 		{"missing", func(t *testing.T) { os.Remove(kf) }, "is missing, but the store holds secrets"},
 		{"another data directory's key", func(t *testing.T) {
 			other := t.TempDir()
-			st2, _ := backends()[0].open(t)
+			st2 := stores.Bolt(t)
 			if _, err := keys.Open(ctx, st2, other, keys.Options{Host: "h1"}); err != nil {
 				t.Fatal(err)
 			}
@@ -316,10 +307,7 @@ func TestOpenRefusesMissingOrWrongKey(t *testing.T) {
 	// The original key still opens, and the secret is intact.
 	os.WriteFile(kf, orig, 0o600)
 	os.Chmod(kf, 0o600)
-	m, err = keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m = openManager(t, st, dir, keys.Options{Host: "h1"})
 	if _, err := m.Passphrase(ctx, s.UUID); err != nil {
 		t.Fatal(err)
 	}
@@ -329,11 +317,8 @@ func TestOpenRefusesMissingOrWrongKey(t *testing.T) {
 // the store holds no secret of its key gets a new key.
 func TestOpenNewKeyWhenNothingDependsOnIt(t *testing.T) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(t)
-	m1, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stores.Bolt(t)
+	m1 := openManager(t, st, t.TempDir(), keys.Options{Host: "h1"})
 	m2, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
 	if err != nil {
 		t.Fatalf("fresh data directory, no secrets: %v", err)
@@ -376,11 +361,8 @@ func TestRequestCheck(t *testing.T) {
 // metadata, its passphrase and its deletion.
 func TestSecretUUIDEitherCase(t *testing.T) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(t)
-	m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stores.Bolt(t)
+	m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1"})
 	s, err := m.Create(ctx, keys.Request{ProjectID: "p", Payload: []byte("pass")})
 	if err != nil {
 		t.Fatal(err)

@@ -25,10 +25,7 @@ func TestRotateKEKRedisOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	dir := t.TempDir()
-	m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1", RotateBatch: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openManager(t, st, dir, keys.Options{Host: "h1", RotateBatch: 16})
 	s := seed(t, m, 100)
 
 	stopped := false

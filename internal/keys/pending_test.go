@@ -21,10 +21,7 @@ func TestPending(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
 			st, raw := be.open(t)
-			m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1"})
 			s, err := m.Create(ctx, keys.Request{ProjectID: "p1", Owner: &keys.Owner{Host: "h1", InstanceName: "i", InstanceUUID: "u", Disk: "vda"}})
 			if err != nil {
 				t.Fatal(err)
@@ -120,10 +117,7 @@ func TestPendingConcurrentSet(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
 			st, _ := be.open(t)
-			m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1"})
 			s, err := m.Create(ctx, keys.Request{ProjectID: "p1"})
 			if err != nil {
 				t.Fatal(err)

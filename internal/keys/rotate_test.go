@@ -19,6 +19,7 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
 // seeded is a set of secrets made for a rotation test, with what each
@@ -114,19 +115,13 @@ func TestRotateKEK(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
 			dir := t.TempDir()
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1", RotateBatch: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1", RotateBatch: 16})
 			if k := m.KEK(); !k.Created || k.Current != 1 {
 				t.Fatalf("KEK() = %+v; want created at generation 1", k)
 			}
 			s := seed(t, m, 100)
 			// Another host's secrets in the same store: never touched.
-			other, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h2"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			other := openManager(t, st, t.TempDir(), keys.Options{Host: "h2"})
 			os2 := seed(t, other, 10)
 			before := otherRecords(t, st, other)
 
@@ -220,6 +215,23 @@ func equalRecords(a, b []store.Record) bool {
 	})
 }
 
+// untilStopped runs step(from), step(from+1), … on a goroutine of wg
+// until stop is closed or step returns false.
+func untilStopped(wg *sync.WaitGroup, stop <-chan struct{}, from int, step func(i int) bool) {
+	wg.Go(func() {
+		for i := from; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !step(i) {
+				return
+			}
+		}
+	})
+}
+
 // TestRotateKEKConcurrent: secrets are created, read and deleted while a
 // rotation runs; no read fails, and afterwards every secret left unwraps
 // and uses the new generation alone.
@@ -229,10 +241,7 @@ func TestRotateKEKConcurrent(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
 			dir := t.TempDir()
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1", RotateBatch: 8})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1", RotateBatch: 8})
 			s := seed(t, m, 200)
 			ids := slices.Sorted(maps.Keys(s.pass))
 			orig := maps.Clone(s.pass)
@@ -247,102 +256,84 @@ func TestRotateKEKConcurrent(t *testing.T) {
 			}
 			// Readers: every secret read during the rotation unwraps.
 			for w := range 2 {
-				wg.Go(func() {
-					for i := w; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						id := ids[i%len(ids)]
-						got, err := m.Passphrase(ctx, id)
-						mu.Lock()
-						_, live := s.pass[id]
-						mu.Unlock()
-						switch {
-						case errors.Is(err, keys.ErrNotFound) && !live:
-							// deleted by the writer
-						case err != nil:
-							fail("read %s during rotation: %v", id, err)
-						case !bytes.Equal(got, orig[id]):
-							fail("read %s during rotation: not its passphrase", id)
-						}
-						ops.Add(1)
+				untilStopped(&wg, stop, w, func(i int) bool {
+					id := ids[i%len(ids)]
+					got, err := m.Passphrase(ctx, id)
+					mu.Lock()
+					_, live := s.pass[id]
+					mu.Unlock()
+					switch {
+					case errors.Is(err, keys.ErrNotFound) && !live:
+						// deleted by the writer
+					case err != nil:
+						fail("read %s during rotation: %v", id, err)
+					case !bytes.Equal(got, orig[id]):
+						fail("read %s during rotation: not its passphrase", id)
 					}
+					ops.Add(1)
+					return true
 				})
 			}
 			// A writer of pending passphrases (a disk passphrase rotation
 			// running at the same time): its writes conflict with the
 			// rotation's, which re-reads and rewraps again.
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					id := ids[(i*13+5)%len(ids)]
-					pend := []byte(keys.NewUUID())
-					mu.Lock()
-					_, live := s.pass[id]
-					mu.Unlock()
-					if !live {
-						continue
-					}
-					err := m.SetPendingForTest(ctx, id, pend)
-					switch {
-					case err == nil:
-						mu.Lock()
-						if _, live := s.pass[id]; live {
-							s.pending[id] = pend
-						}
-						mu.Unlock()
-						pendingWrites.Add(1)
-					case errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrConflict):
-						// deleted, or rewrapped by the rotation meanwhile
-					default:
-						fail("set pending during rotation: %v", err)
-						return
-					}
-					ops.Add(1)
+			untilStopped(&wg, stop, 0, func(i int) bool {
+				id := ids[(i*13+5)%len(ids)]
+				pend := []byte(keys.NewUUID())
+				mu.Lock()
+				_, live := s.pass[id]
+				mu.Unlock()
+				if !live {
+					return true
 				}
+				err := m.SetPendingForTest(ctx, id, pend)
+				switch {
+				case err == nil:
+					mu.Lock()
+					if _, live := s.pass[id]; live {
+						s.pending[id] = pend
+					}
+					mu.Unlock()
+					pendingWrites.Add(1)
+				case errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrConflict):
+					// deleted, or rewrapped by the rotation meanwhile
+				default:
+					fail("set pending during rotation: %v", err)
+					return false
+				}
+				ops.Add(1)
+				return true
 			})
 			// A writer: creates and deletes secrets.
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					sec, err := m.Create(ctx, keys.Request{ProjectID: "p"})
-					if err != nil {
-						fail("create during rotation: %v", err)
-						return
-					}
-					p, err := m.Passphrase(ctx, sec.UUID)
-					if err != nil {
-						fail("read new secret: %v", err)
-						return
-					}
-					mu.Lock()
-					s.pass[sec.UUID] = p
-					mu.Unlock()
-					victim := ids[(i*7)%len(ids)]
-					mu.Lock()
-					_, live := s.pass[victim]
-					if live {
-						delete(s.pass, victim)
-						delete(s.pending, victim)
-					}
-					mu.Unlock()
-					if live {
-						if err := m.Delete(ctx, victim); err != nil {
-							fail("delete during rotation: %v", err)
-						}
-					}
-					ops.Add(1)
+			untilStopped(&wg, stop, 0, func(i int) bool {
+				sec, err := m.Create(ctx, keys.Request{ProjectID: "p"})
+				if err != nil {
+					fail("create during rotation: %v", err)
+					return false
 				}
+				p, err := m.Passphrase(ctx, sec.UUID)
+				if err != nil {
+					fail("read new secret: %v", err)
+					return false
+				}
+				mu.Lock()
+				s.pass[sec.UUID] = p
+				mu.Unlock()
+				victim := ids[(i*7)%len(ids)]
+				mu.Lock()
+				_, live := s.pass[victim]
+				if live {
+					delete(s.pass, victim)
+					delete(s.pending, victim)
+				}
+				mu.Unlock()
+				if live {
+					if err := m.Delete(ctx, victim); err != nil {
+						fail("delete during rotation: %v", err)
+					}
+				}
+				ops.Add(1)
+				return true
 			})
 			// Let the workers get going before the rotation starts, and
 			// keep them going until it ends (rotation progress, not time).
@@ -385,10 +376,7 @@ func TestRotateKEKStopsAtUnreadableSecret(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
-			m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 4})
 			s := seed(t, m, 20)
 			var bad string
 			for id := range s.pass {
@@ -452,10 +440,7 @@ func TestRotateKEKCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m, err := keys.Open(ctx, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openManager(t, st, t.TempDir(), keys.Options{Host: "h1", RotateBatch: 64})
 	s := seed(t, m, 300)
 	res, err := m.RotateKEK(ctx, 2, nil)
 	if err != nil || res.Rewrapped != 301 {
@@ -472,12 +457,9 @@ func TestRotateKEKCluster(t *testing.T) {
 // nothing.
 func TestOpenRefusesKeyFileOlderThanRotation(t *testing.T) {
 	ctx := context.Background()
-	st, _ := backends()[0].open(t)
+	st := stores.Bolt(t)
 	dir := t.TempDir()
-	m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := openManager(t, st, dir, keys.Options{Host: "h1"})
 	s := seed(t, m, 5)
 	kf := filepath.Join(dir, keys.KEKFile)
 	backup, err := os.ReadFile(kf)

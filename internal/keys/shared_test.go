@@ -21,14 +21,8 @@ func TestKeyFileSharedByTwoManagers(t *testing.T) {
 			ctx := context.Background()
 			st, _ := b.open(t)
 			dir := t.TempDir()
-			m1, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			m2, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m1 := openManager(t, st, dir, keys.Options{Host: "h1"})
+			m2 := openManager(t, st, dir, keys.Options{Host: "h1"})
 			if _, err := m1.RotateKEK(ctx, 2, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -78,10 +72,7 @@ func TestRotateKEKKeepsGenerationStillUsed(t *testing.T) {
 			ctx := context.Background()
 			raw, _ := b.open(t)
 			dir := t.TempDir()
-			m0, err := keys.Open(ctx, raw, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m0 := openManager(t, raw, dir, keys.Options{Host: "h1"})
 			sec, err := m0.Create(ctx, keys.Request{ProjectID: "p"})
 			if err != nil {
 				t.Fatal(err)
@@ -102,10 +93,7 @@ func TestRotateKEKKeepsGenerationStillUsed(t *testing.T) {
 					t.Error(err)
 				}
 			}}
-			m, err := keys.Open(ctx, st, dir, keys.Options{Host: "h1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := openManager(t, st, dir, keys.Options{Host: "h1"})
 			_, err = m.RotateKEK(ctx, 2, nil)
 			if err == nil || !strings.Contains(err.Error(), "kept generation 1") || !strings.Contains(err.Error(), sec.UUID) {
 				t.Errorf("RotateKEK with a generation-1 secret written after its listing = %v; want an error keeping generation 1 for secret %s", err, sec.UUID)

@@ -754,14 +754,7 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Files) != len(tr.Files) {
-		t.Fatalf("decoded tree has %d files, want %d", len(back.Files), len(tr.Files))
-	}
-	for p, b := range tr.Files {
-		if !bytes.Equal(back.Files[p], b) {
-			t.Errorf("%s changed through Encode/DecodeTree", p)
-		}
-	}
+	metadata.SameTreeFiles(t, back, tr)
 }
 
 func TestDecodeTreeErrors(t *testing.T) {

@@ -90,14 +90,7 @@ func TestTreeDict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Files) != len(other.Files) {
-		t.Errorf("decoded %d files, want %d", len(got.Files), len(other.Files))
-	}
-	for p, b := range other.Files {
-		if !bytes.Equal(got.Files[p], b) {
-			t.Errorf("%s differs after a round trip", p)
-		}
-	}
+	SameTreeFiles(t, got, other)
 }
 
 // TestDecodeTreeV2: trees stored in the previous form ("VMT2": the same
@@ -113,12 +106,19 @@ func TestDecodeTreeV2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Files) != len(tr.Files) {
-		t.Fatalf("decoded %d files, want %d", len(got.Files), len(tr.Files))
+	SameTreeFiles(t, got, tr)
+}
+
+// SameTreeFiles checks that a decoded tree, got, holds exactly the files
+// of want, byte for byte (for metadata_test too).
+func SameTreeFiles(t testing.TB, got, want *Tree) {
+	t.Helper()
+	if len(got.Files) != len(want.Files) {
+		t.Errorf("decoded %d files, want %d", len(got.Files), len(want.Files))
 	}
-	for p, b := range tr.Files {
+	for p, b := range want.Files {
 		if !bytes.Equal(got.Files[p], b) {
-			t.Errorf("%s differs", p)
+			t.Errorf("%s differs after a round trip", p)
 		}
 	}
 }

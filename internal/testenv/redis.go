@@ -194,6 +194,17 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// ClosedAddr returns a loopback host:port nobody listens on (free a
+// moment ago): a dial to it is refused.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
 // SyncBuffer is a bytes.Buffer safe for concurrent use: a child process's
 // output (exec copies into it from another goroutine) or a log read while
 // it is written.

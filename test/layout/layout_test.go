@@ -235,6 +235,19 @@ var importRules = []importRule{
 		from:      module + "/hostctl/controller",
 		forbidden: []string{module + "/hostctl/catalog"},
 	},
+	{
+		// The parts reach the core through their own narrow interfaces
+		// (passthrough.Core); the core knows them only as hostctl/part
+		// values the daemon registers.
+		name:      "hostctl/controller does not import the parts",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/parts"},
+	},
+	{
+		name:      "the parts do not import hostctl/controller",
+		from:      module + "/hostctl/parts",
+		forbidden: []string{module + "/hostctl/controller"},
+	},
 }
 
 // under reports whether package p is pkg or below it.

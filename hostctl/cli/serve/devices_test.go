@@ -87,6 +87,24 @@ func (d *daemonRun) hostctl(args ...string) (int, string) {
 	return code, out.String()
 }
 
+// applyGPUInstance applies vm1, an instance asking for one device of
+// alias gpu (its spec in dir), and returns the device it holds.
+func (d *daemonRun) applyGPUInstance(dir string) types.Device {
+	d.t.Helper()
+	vm := filepath.Join(dir, "vm.yaml")
+	os.WriteFile(vm, []byte("name: vm1\npci_aliases: [{name: gpu}]\n"), 0o600)
+	if code, out := d.hostctl("instance", "apply", "-f", vm); code != 0 {
+		d.t.Fatalf("apply: %s", out)
+	}
+	var held types.Device
+	for _, dev := range d.devices() {
+		if dev.Used == 1 {
+			held = dev
+		}
+	}
+	return held
+}
+
 func (d *daemonRun) devices(args ...string) []types.Device {
 	d.t.Helper()
 	code, out := d.hostctl(append([]string{"device", "list", "--output", "json"}, args...)...)
@@ -301,17 +319,7 @@ func TestServeHealsDeviceMarkedOneTimeUse(t *testing.T) {
 	spec := filepath.Join(dir, "devices.yaml")
 	os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n"), 0o600)
 	d := serveDevices(t, dir, "--device-sync-interval", "20ms")
-	vm := filepath.Join(dir, "vm.yaml")
-	os.WriteFile(vm, []byte("name: vm1\npci_aliases: [{name: gpu}]\n"), 0o600)
-	if code, out := d.hostctl("instance", "apply", "-f", vm); code != 0 {
-		t.Fatalf("apply: %s", out)
-	}
-	var held types.Device
-	for _, dev := range d.devices() {
-		if dev.Used == 1 {
-			held = dev
-		}
-	}
+	held := d.applyGPUInstance(dir)
 	if held.Reserved != 0 || held.OneTimeUse {
 		t.Fatalf("before the mark: %+v", held)
 	}
@@ -372,17 +380,7 @@ func TestServeUnmarkedDeviceNeedsCleaning(t *testing.T) {
 		t.Fatalf("--trait %s: %+v", types.TraitOneTimeUse, l)
 	}
 
-	vm := filepath.Join(dir, "vm.yaml")
-	os.WriteFile(vm, []byte("name: vm1\npci_aliases: [{name: gpu}]\n"), 0o600)
-	if code, out := d.hostctl("instance", "apply", "-f", vm); code != 0 {
-		t.Fatalf("apply: %s", out)
-	}
-	var held types.Device
-	for _, dev := range d.devices() {
-		if dev.Used == 1 {
-			held = dev
-		}
-	}
+	held := d.applyGPUInstance(dir)
 	if held.Reserved != 1 {
 		t.Fatalf("not burned: %+v", held)
 	}

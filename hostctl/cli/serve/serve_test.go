@@ -64,17 +64,7 @@ func TestServeMetadataWiring(t *testing.T) {
 	}
 	do := func(method, url string, h http.Header) (int, string) {
 		t.Helper()
-		r, _ := http.NewRequest(method, url, nil)
-		for k, v := range h {
-			r.Header[k] = v
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return testenv.HTTP(t, method, url, h, "")
 	}
 	// The required token policy is in force.
 	if code, _ := do("GET", "http://"+md+"/latest/meta-data/hostname", nil); code != 401 {

@@ -12,13 +12,16 @@
 // one-time-use device burned by the shelve refuses the unshelve (the
 // inventory names it) until it is cleaned.
 //
-// The claims of apply and the release of delete are still made by the
-// controller core (its devices.go); moving them here is the next step.
+// An apply claims the instance's pci_aliases (and burns one-time-use
+// devices, in the same atomic write) before the core plans its domain
+// (claim.go); the instance holds them while it exists — stopped, running,
+// in ERROR, after a failed start (start.go) — and delete releases them.
 package passthrough
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -37,46 +40,87 @@ type Inventory interface {
 	// ReleaseFor releases what the instance holds (only addrs when not
 	// nil); one-time-use devices stay burned.
 	ReleaseFor(ctx context.Context, uuid string, addrs []string) error
+	// HeldBy lists the addresses the instance holds.
+	HeldBy(ctx context.Context, uuid string) ([]string, error)
+	// Managed reports whether addr is a device of the device spec, and
+	// its alias.
+	Managed(ctx context.Context, addr string) (alias string, ok bool, err error)
+}
+
+// Core is what the part needs of the controller core: the persistent
+// definition of an instance's domain, and applying a spec again.
+type Core interface {
+	// DomainDefinition returns the persistent XML of the instance's
+	// domain (nil without a hypervisor).
+	DomainDefinition(ctx context.Context, name string) ([]byte, error)
+	// AttachToDefinition adds the device element x to the domain's
+	// persistent definition.
+	AttachToDefinition(ctx context.Context, name string, x []byte) error
+	// Reapply applies in again as ApplyInstance does (taking the
+	// instance's lock): the domain is redefined with what it holds and
+	// the metadata republished.
+	Reapply(ctx context.Context, in *model.Instance) error
 }
 
 // Part is the passthrough devices part.
-type Part struct{ inv Inventory }
+type Part struct {
+	inv  Inventory
+	core Core
+	log  *slog.Logger
+}
+
+var (
+	_ part.Claimer    = (*Part)(nil)
+	_ part.PreStarter = (*Part)(nil)
+)
 
 // New returns the part over the host's inventory (nil: the host has
-// none, and no instance holds a device).
-func New(inv Inventory) Part { return Part{inv: inv} }
+// none; pci_aliases and one_time_use are refused).
+func New(inv Inventory) *Part { return &Part{inv: inv, log: slog.Default()} }
+
+// Bind gives the part the controller core (a start heals the claims an
+// earlier hostctl released only with one) and its logger; call it before
+// the core serves.
+func (p *Part) Bind(core Core, log *slog.Logger) {
+	p.core = core
+	if log != nil {
+		p.log = log
+	}
+}
 
 // Name implements part.Part.
-func (Part) Name() string { return "passthrough" }
+func (*Part) Name() string { return "passthrough" }
 
 // Answers implements part.Part.
-func (Part) Answers() part.Answers {
-	core := part.Answer{Do: part.Nothing, Why: "the controller core claims and releases (devices.go, devicestart.go)"}
+func (*Part) Answers() part.Answers {
 	nothing := part.Answer{Do: part.Nothing}
+	start := part.Answer{Do: part.Act, Why: "makes sure the instance holds its domain's devices before the start (start.go); a failed start keeps them"}
+	carried := part.Answer{Do: part.Nothing, Why: "the spec carries the devices the instance holds"}
 	return part.Answers{
-		part.Apply:       core,
-		part.Start:       core,
+		part.Apply:       {Do: part.Act, Why: "claims the aliases and burns one-time-use entries before the domain is planned (claim.go)"},
+		part.Start:       start,
 		part.Stop:        {Do: part.Nothing, Why: "a stopped instance keeps its devices (Nova keeps allocations)"},
 		part.RebootSoft:  nothing,
-		part.RebootHard:  core,
-		part.Delete:      core,
+		part.RebootHard:  start,
+		part.Delete:      {Do: part.Act, Why: "releases every claim once the instance is gone (a burned device stays burned)"},
 		part.ForceDelete: {Do: part.Nothing, Why: "the dead host's inventory records are released by that host's orphan release"},
 		part.Adopt:       {Do: part.Nothing, Why: "the devices are the old host's; the adopting apply claims this host's"},
 		part.Shelve:      {Do: part.Act, Why: "releases every claim (a burned device stays burned)"},
 		part.Unshelve:    {Do: part.Act, Why: "claims the aliases and one-time-use entries again"},
 		part.Rescue:      {Do: part.Nothing, Why: "the rescue domain keeps the instance's devices"},
 		part.Unrescue:    nothing,
-		part.Resize:      core,
-		part.Rebuild:     core,
+		part.Resize:      carried,
+		part.Rebuild:     carried,
 		part.Snapshot:    nothing,
 	}
 }
 
 // Check implements part.Part: nothing is refused here (an unshelve whose
 // burned device is not clean is refused by the claim, naming it).
-func (Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+func (*Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
 
-// undoTimeout bounds an undo step run after its request's context ended.
+// undoTimeout bounds an undo step or a release run after its request's
+// context may have ended.
 const undoTimeout = 30 * time.Second
 
 // uses reports whether in holds or asks for inventory devices.
@@ -90,7 +134,7 @@ func direct(in *model.Instance) []model.PCIDevice {
 }
 
 // Prepare implements part.Part: shelve releases, unshelve claims again.
-func (p Part) Prepare(ctx context.Context, op part.Op, pi *part.Instance, r *revert.Reverter, _ *part.Contribution) error {
+func (p *Part) Prepare(ctx context.Context, op part.Op, pi *part.Instance, r *revert.Reverter, _ *part.Contribution) error {
 	in := pi.Spec
 	if p.inv == nil || !uses(in) {
 		return nil
@@ -147,13 +191,25 @@ func complete(in *model.Instance, held []model.PCIDevice) {
 
 // Devices implements part.Part: the devices are listed with the guest's
 // device metadata already (instance show's Devices).
-func (Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
+func (*Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
 
 // AfterStart implements part.Part.
-func (Part) AfterStart(context.Context, *part.Instance) error { return nil }
+func (*Part) AfterStart(context.Context, *part.Instance) error { return nil }
 
 // AfterStop implements part.Part.
-func (Part) AfterStop(context.Context, *part.Instance) error { return nil }
+func (*Part) AfterStop(context.Context, *part.Instance) error { return nil }
 
-// AfterDelete implements part.Part.
-func (Part) AfterDelete(context.Context, *part.Instance) error { return nil }
+// AfterDelete implements part.Part: what the deleted instance held is
+// released. A failure is returned for the core to log: the restart's
+// orphan release catches it, the device stays out of the pool meanwhile.
+func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
+	if p.inv == nil {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if err := p.inv.ReleaseFor(rctx, in.Spec.UUID, nil); err != nil {
+		return fmt.Errorf("release the devices of deleted instance %s (they stay held until the next start): %w", in.Spec.Name, err)
+	}
+	return nil
+}

@@ -14,10 +14,11 @@ import (
 
 // fakeInventory hands out the free addresses in order and records calls.
 type fakeInventory struct {
-	free  []string
-	held  []string
-	calls []string
-	fail  error
+	managed map[string]string // address -> alias
+	free    []string
+	held    []string
+	calls   []string
+	fail    error
 }
 
 func (f *fakeInventory) ClaimFor(_ context.Context, _, _ string, reqs []model.PCIAlias, _ []model.PCIDevice) ([]model.PCIDevice, []string, error) {
@@ -47,6 +48,15 @@ func (f *fakeInventory) ReleaseFor(_ context.Context, _ string, addrs []string) 
 	}
 	f.held = slices.DeleteFunc(f.held, func(a string) bool { return slices.Contains(addrs, a) })
 	return nil
+}
+
+func (f *fakeInventory) HeldBy(context.Context, string) ([]string, error) {
+	return slices.Clone(f.held), nil
+}
+
+func (f *fakeInventory) Managed(_ context.Context, addr string) (string, bool, error) {
+	alias, ok := f.managed[addr]
+	return alias, ok, nil
 }
 
 func TestShelveUnshelve(t *testing.T) {

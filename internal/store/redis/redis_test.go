@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -149,21 +148,9 @@ func testKeyLayout(t *testing.T, url string) {
 	}
 }
 
-// closedAddr returns a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestOpenErrors(t *testing.T) {
 	const password = "s3cr3t-Pa55"
-	unreachable := closedAddr(t)
+	unreachable := testenv.ClosedAddr(t)
 	for _, tc := range []struct {
 		name, url string
 		want      []string // substrings of the error
@@ -183,20 +170,7 @@ func TestOpenErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
 			defer cancel()
 			s, err := Open(ctx, tc.url)
-			if err == nil {
-				s.Close()
-				t.Fatalf("Open(%s) succeeded", redactURL(tc.url))
-			}
-			msg := err.Error()
-			t.Logf("error: %s", msg)
-			if strings.Contains(msg, password) {
-				t.Fatalf("error contains the password: %s", msg)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not mention %q", msg, w)
-				}
-			}
+			storetest.OpenRefused(t, s, err, redactURL(tc.url), password, tc.want)
 		})
 	}
 }

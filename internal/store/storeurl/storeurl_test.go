@@ -3,7 +3,6 @@ package storeurl
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
+	"github.com/vmeta/vmeta/internal/store/storetest"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -60,24 +60,12 @@ func TestIsEmbedded(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // Bad URLs fail with an error that says what is wrong and never shows a
 // password.
 func TestOpenErrors(t *testing.T) {
 	const password = "s3cr3t-Pa55"
 	dir := t.TempDir()
-	unreachable := closedAddr(t)
+	unreachable := testenv.ClosedAddr(t)
 	for _, tc := range []struct {
 		name, url string
 		opts      []Option
@@ -113,20 +101,7 @@ func TestOpenErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
 			defer cancel()
 			st, err := Open(ctx, tc.url, tc.opts...)
-			if err == nil {
-				st.Close()
-				t.Fatalf("Open(%s) succeeded", Redact(tc.url))
-			}
-			msg := err.Error()
-			t.Logf("error: %s", msg)
-			if strings.Contains(msg, password) {
-				t.Fatalf("error contains the password: %s", msg)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not mention %q", msg, w)
-				}
-			}
+			storetest.OpenRefused(t, st, err, Redact(tc.url), password, tc.want)
 		})
 	}
 }

@@ -1,12 +1,26 @@
-package controller
+// Package nics is the host part of an instance's NICs (hostctl/part):
+// their fixed DHCP leases in libvirt's networks, so that the metadata
+// service knows a guest's source address before it boots.
+//
+// An apply writes the leases its NICs need into the networks' persistent
+// definitions only (a live update reloads the network's firewall rules
+// and dnsmasq: 0.5–1 s, most of an apply), and makes them live at once
+// when the domain runs. Every start of the domain — start, hard reboot,
+// unshelve, unrescue, and the rescue domain's start — brings them to the
+// running network first, and takes back what it brought when the start
+// fails. Delete removes them (restored when the delete fails). A NIC's
+// static IPv4 address joins the instance's addresses at apply.
+package nics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -32,7 +46,127 @@ type LiveDHCP interface {
 	RemoveLiveDHCPHost(ctx context.Context, network, mac string) error
 }
 
-var _ LiveDHCP = (*virt.Conn)(nil)
+// Network is the hypervisor as the part uses it: the networks' leases
+// and whether a domain runs.
+type Network interface {
+	DHCP
+	State(ctx context.Context, name string) (virt.State, error)
+}
+
+var (
+	_ LiveDHCP     = (*virt.Conn)(nil)
+	_ Network      = (*virt.Conn)(nil)
+	_ part.Claimer = (*Part)(nil)
+	_ part.Definer = (*Part)(nil)
+	_ part.Starter = (*Part)(nil)
+	_ part.Remover = (*Part)(nil)
+)
+
+// Part is the NICs part.
+type Part struct {
+	net            Network
+	defaultNetwork string
+}
+
+// New returns the part over the hypervisor's networks (nil: no
+// hypervisor, the part does nothing); a NIC without a network is on
+// defaultNetwork (model.DefaultNetwork when "").
+func New(net Network, defaultNetwork string) *Part {
+	if defaultNetwork == "" {
+		defaultNetwork = model.DefaultNetwork
+	}
+	return &Part{net: net, defaultNetwork: defaultNetwork}
+}
+
+// Name implements part.Part.
+func (*Part) Name() string { return "nics" }
+
+// Answers implements part.Part.
+func (*Part) Answers() part.Answers {
+	sync := part.Answer{Do: part.Act, Why: "the NICs' fixed DHCP leases follow the spec once the domain is defined (live when it runs)"}
+	live := part.Answer{Do: part.Act, Why: "the leases go live before the domain starts (taken back when the start fails)"}
+	return part.Answers{
+		part.Apply:       sync,
+		part.Start:       live,
+		part.Stop:        {Do: part.Nothing, Why: "the leases stay: the instance keeps its addresses"},
+		part.RebootSoft:  {Do: part.Nothing, Why: "the domain keeps running, its leases live"},
+		part.RebootHard:  live,
+		part.Delete:      {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails)"},
+		part.ForceDelete: {Do: part.Nothing, Why: "the leases are in the dead host's networks, out of reach (force-delete lists them as left behind)"},
+		part.Adopt:       {Do: part.Nothing, Why: "the adopting apply writes the leases into this host's networks"},
+		part.Shelve:      {Do: part.Nothing, Why: "the leases stay with the instance's addresses"},
+		part.Unshelve:    live,
+		part.Rescue:      {Do: part.Act, Why: "the leases go live before the rescue domain (same NICs) starts"},
+		part.Unrescue:    live,
+		part.Resize:      sync,
+		part.Rebuild:     sync,
+		part.Snapshot:    {Do: part.Nothing},
+	}
+}
+
+// Check implements part.Part: nothing is refused here.
+func (*Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+
+// Claim implements part.Claimer: each NIC's static IPv4 address joins
+// the instance's addresses (see addStaticAddresses).
+func (p *Part) Claim(_ context.Context, _ part.Op, in *part.Instance) (func(context.Context, error), error) {
+	if p.net != nil {
+		addStaticAddresses(in.Spec)
+	}
+	return func(context.Context, error) {}, nil
+}
+
+// Prepare implements part.Part: rescue makes the leases live before the
+// rescue domain starts.
+func (p *Part) Prepare(ctx context.Context, op part.Op, in *part.Instance, r *revert.Reverter, _ *part.Contribution) error {
+	if p.net == nil || op != part.Rescue {
+		return nil
+	}
+	return p.liveLeases(ctx, r, in.Spec)
+}
+
+// Remove implements part.Remover: delete removes the leases.
+func (p *Part) Remove(ctx context.Context, _ part.Op, in *part.Instance, r *revert.Reverter) error {
+	if p.net == nil {
+		return nil
+	}
+	for _, l := range p.leases(in.Spec) {
+		if err := p.removeLease(ctx, r, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Defined implements part.Definer: the leases go from those of in.Old to
+// those of in.Spec.
+func (p *Part) Defined(ctx context.Context, _ part.Op, in *part.Instance, r *revert.Reverter) error {
+	if p.net == nil {
+		return nil
+	}
+	return p.syncLeases(ctx, r, in.Old, in.Spec)
+}
+
+// BeforeStart implements part.Starter: the leases go live.
+func (p *Part) BeforeStart(ctx context.Context, in *part.Instance, r *revert.Reverter) error {
+	if p.net == nil {
+		return nil
+	}
+	return p.liveLeases(ctx, r, in.Spec)
+}
+
+// Devices implements part.Part: the NICs are listed with the domain's
+// devices already.
+func (*Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
+
+// AfterStart implements part.Part.
+func (*Part) AfterStart(context.Context, *part.Instance) error { return nil }
+
+// AfterStop implements part.Part.
+func (*Part) AfterStop(context.Context, *part.Instance) error { return nil }
+
+// AfterDelete implements part.Part.
+func (*Part) AfterDelete(context.Context, *part.Instance) error { return nil }
 
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
 type lease struct {
@@ -42,14 +176,11 @@ type lease struct {
 func (l lease) String() string { return fmt.Sprintf("%s -> %s on network %s", l.mac, l.ip, l.network) }
 
 // network is the libvirt network of a NIC.
-func (c *Controller) network(n model.NIC) string {
+func (p *Part) network(n model.NIC) string {
 	if n.Network != "" {
 		return n.Network
 	}
-	if c.dom.DefaultNetwork != "" {
-		return c.dom.DefaultNetwork
-	}
-	return model.DefaultNetwork
+	return p.defaultNetwork
 }
 
 // leases are the fixed DHCP leases of an instance, so that the metadata
@@ -62,7 +193,7 @@ func (c *Controller) network(n model.NIC) string {
 //
 // NICs left without an address get none (dnsmasq gives them one from its
 // range; the operator must then list it in addresses).
-func (c *Controller) leases(in *model.Instance) []lease {
+func (p *Part) leases(in *model.Instance) []lease {
 	if in == nil {
 		return nil
 	}
@@ -91,7 +222,7 @@ func (c *Controller) leases(in *model.Instance) []lease {
 		if ip == "" || n.MAC == "" {
 			continue
 		}
-		out = append(out, lease{network: c.network(n), mac: strings.ToLower(n.MAC), ip: ip})
+		out = append(out, lease{network: p.network(n), mac: strings.ToLower(n.MAC), ip: ip})
 	}
 	return out
 }
@@ -120,13 +251,13 @@ func addStaticAddresses(in *model.Instance) {
 // syncLeases makes the network's fixed leases go from those of old to
 // those of new: leases only old has are removed, leases new has are added
 // unless the network already has them; each change registers its undo.
-func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, new *model.Instance) error {
-	oldL, newL := c.leases(old), c.leases(new)
+func (p *Part) syncLeases(ctx context.Context, r *revert.Reverter, old, new *model.Instance) error {
+	oldL, newL := p.leases(old), p.leases(new)
 	for _, l := range oldL {
 		if slices.Contains(newL, l) {
 			continue
 		}
-		if err := c.removeLease(ctx, r, l); err != nil {
+		if err := p.removeLease(ctx, r, l); err != nil {
 			return err
 		}
 	}
@@ -136,7 +267,7 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		hs, ok := hosts[l.network]
 		if !ok {
 			var err error
-			if hs, err = c.dhcp.DHCPHosts(ctx, l.network); err != nil {
+			if hs, err = p.net.DHCPHosts(ctx, l.network); err != nil {
 				return fmt.Errorf("DHCP lease %s: %w", l, err)
 			}
 			hosts[l.network] = hs
@@ -144,8 +275,8 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 		if slices.ContainsFunc(hs, func(h virt.DHCPHost) bool { return h.MAC == l.mac && h.IP == l.ip }) {
 			continue
 		}
-		add := c.dhcp.AddDHCPHost
-		if ld, ok := c.dhcp.(LiveDHCP); ok {
+		add := p.net.AddDHCPHost
+		if ld, ok := p.net.(LiveDHCP); ok {
 			add = ld.AddDHCPHostConfig
 			added = true
 		}
@@ -153,14 +284,14 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 			return fmt.Errorf("DHCP lease %s: %w", l, err)
 		}
 		r.Add("remove DHCP lease "+l.String(), func(ctx context.Context) error {
-			return c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac)
+			return p.net.RemoveDHCPHost(ctx, l.network, l.mac)
 		})
 	}
-	if added && new != nil && c.domains != nil {
+	if added && new != nil {
 		// A running guest may ask for its lease at any time: now, not at
 		// its next start.
-		if st, err := c.domains.State(ctx, new.Name); err == nil && st != virt.StateShutoff {
-			return c.liveLeases(ctx, r, new)
+		if st, err := p.net.State(ctx, new.Name); err == nil && st != virt.StateShutoff {
+			return p.liveLeases(ctx, r, new)
 		}
 	}
 	return nil
@@ -171,14 +302,14 @@ func (c *Controller) syncLeases(ctx context.Context, r *revert.Reverter, old, ne
 // its domain starts; a lease already live costs no update. A lease it
 // brings live is registered on r to leave the running network again, so a
 // start that fails changes nothing.
-func (c *Controller) liveLeases(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	ld, ok := c.dhcp.(LiveDHCP)
+func (p *Part) liveLeases(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
+	ld, ok := p.net.(LiveDHCP)
 	if !ok {
 		return nil
 	}
 	macs := map[string][]string{}
 	var nets []string
-	for _, l := range c.leases(in) {
+	for _, l := range p.leases(in) {
 		if _, ok := macs[l.network]; !ok {
 			nets = append(nets, l.network)
 		}
@@ -209,10 +340,10 @@ func (c *Controller) liveLeases(ctx context.Context, r *revert.Reverter, in *mod
 }
 
 // removeLease removes a lease the network has, registering its re-adding.
-func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l lease) error {
-	hs, err := c.dhcp.DHCPHosts(ctx, l.network)
+func (p *Part) removeLease(ctx context.Context, r *revert.Reverter, l lease) error {
+	hs, err := p.net.DHCPHosts(ctx, l.network)
 	if err != nil {
-		if isNotFound(err) {
+		if errors.Is(err, virt.ErrNotFound) {
 			return nil // the network is gone, and its leases with it
 		}
 		return fmt.Errorf("DHCP lease %s: %w", l, err)
@@ -222,7 +353,7 @@ func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l leas
 		return nil
 	}
 	h := hs[i]
-	ld, split := c.dhcp.(LiveDHCP)
+	ld, split := p.net.(LiveDHCP)
 	wasLive := false
 	if split {
 		live, err := ld.LiveDHCPHosts(ctx, l.network)
@@ -231,12 +362,12 @@ func (c *Controller) removeLease(ctx context.Context, r *revert.Reverter, l leas
 		}
 		wasLive = slices.Contains(live, h)
 	}
-	if err := c.dhcp.RemoveDHCPHost(ctx, l.network, l.mac); err != nil {
+	if err := p.net.RemoveDHCPHost(ctx, l.network, l.mac); err != nil {
 		return fmt.Errorf("remove DHCP lease %s: %w", l, err)
 	}
 	r.Add("restore DHCP lease "+l.String(), func(ctx context.Context) error {
 		if !split {
-			return c.dhcp.AddDHCPHost(ctx, l.network, h)
+			return p.net.AddDHCPHost(ctx, l.network, h)
 		}
 		// As it was: in the definition, and live if it was.
 		if err := ld.AddDHCPHostConfig(ctx, l.network, h); err != nil {

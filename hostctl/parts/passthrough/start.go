@@ -1,10 +1,11 @@
-package controller
+package passthrough
 
 import (
 	"context"
 	"fmt"
 	"slices"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -21,48 +22,35 @@ import (
 // move: the old host releases what an adopted instance held) releases
 // them, as burned.
 //
-// Before each start, reclaimForStart still checks that the instance holds
-// every device its domain names, and heals one that does not (a hostctl
-// before this rule released the devices of a failed start and took their
+// Before each start, PreStart still checks that the instance holds every
+// device its domain names, and heals one that does not (a hostctl before
+// this rule released the devices of a failed start and took their
 // <hostdev>s out of the definition): its pci_aliases are claimed again —
 // another device when the released one is burned — and the shut-off
 // domain is redefined with the devices held (or an unchanged device's
 // <hostdev> put back) before it boots. A domain is therefore never started
 // with a device its instance does not hold.
 
-// reclaimForStart makes sure the instance holds the devices of its spec
-// before Start takes the instance's lock (the apply takes it too).
-func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
-	if c.devices == nil {
+// PreStart implements part.PreStarter: it makes sure the instance holds
+// the devices of its stored spec before the start takes the instance's
+// lock (the apply of a redefinition takes it too). The core refuses a
+// shelved instance (which holds no devices) before it asks.
+func (p *Part) PreStart(ctx context.Context, _ part.Op, pi *part.Instance) error {
+	in := pi.Spec
+	if p.inv == nil || p.core == nil || len(in.PCIAliases) == 0 {
 		return nil
 	}
-	rec, err := c.ownRecord(ctx, "start", name)
-	if err != nil {
-		return err
-	}
-	// A shelved instance holds no devices (shelve released them) and
-	// does not start: nothing is claimed for it here.
-	if err := c.refuseVMState(ctx, "start", rec); err != nil { // vmstate.go
-		return err
-	}
-	in, err := decodeSpec(rec)
-	if err != nil {
-		return err
-	}
-	if len(in.PCIAliases) == 0 {
-		return nil
-	}
-	held, err := c.devices.HeldBy(ctx, in.UUID)
+	name := in.Name
+	held, err := p.inv.HeldBy(ctx, in.UUID)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	held = aliasHeld(in, held)
 	if holdsAll(in, held) {
-		return c.restoreHostdevs(ctx, in, held)
+		return p.restoreHostdevs(ctx, in, held)
 	}
-	c.log.Warn("the instance no longer holds the devices of its domain (released by an earlier hostctl when a start failed); claiming again", "name", name)
-	direct := slices.DeleteFunc(slices.Clone(in.PCIDevices), func(p model.PCIDevice) bool { return p.Alias != "" })
-	got, _, err := c.devices.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases, direct)
+	p.log.Warn("the instance no longer holds the devices of its domain (released by an earlier hostctl when a start failed); claiming again", "name", name)
+	got, _, err := p.inv.ClaimFor(ctx, in.UUID, in.Name, in.PCIAliases, direct(in))
 	if err != nil {
 		return fmt.Errorf("start %s: claim devices again: %w", name, err)
 	}
@@ -71,21 +59,21 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 	// the domain is redefined with the devices held and the metadata (their
 	// guest addresses) republished.
 	held = held[:0]
-	for _, p := range got {
-		if p.Alias != "" {
-			held = append(held, p.Address)
+	for _, d := range got {
+		if d.Alias != "" {
+			held = append(held, d.Address)
 		}
 	}
-	if err := c.restoreHostdevs(ctx, in, slices.DeleteFunc(slices.Clone(held), func(a string) bool {
-		return !slices.ContainsFunc(in.PCIDevices, func(p model.PCIDevice) bool { return p.Alias != "" && p.Address == a })
+	if err := p.restoreHostdevs(ctx, in, slices.DeleteFunc(slices.Clone(held), func(a string) bool {
+		return !slices.ContainsFunc(in.PCIDevices, func(d model.PCIDevice) bool { return d.Alias != "" && d.Address == a })
 	})); err != nil {
 		return err
 	}
 	if holdsAll(in, held) {
 		return nil
 	}
-	c.log.Info("redefining the domain with the devices claimed again", "name", name, "devices", held)
-	if _, err := c.ApplyInstance(ctx, in); err != nil {
+	p.log.Info("redefining the domain with the devices claimed again", "name", name, "devices", held)
+	if err := p.core.Reapply(ctx, in); err != nil {
 		return fmt.Errorf("start %s: redefine with the devices claimed again: %w", name, err)
 	}
 	return nil
@@ -97,14 +85,17 @@ func (c *Controller) reclaimForStart(ctx context.Context, name string) error {
 // the apply did not redefine the domain. Each goes back at the guest
 // address the stored spec has for it, where the published metadata says
 // it is.
-func (c *Controller) restoreHostdevs(ctx context.Context, in *model.Instance, held []string) error {
+func (p *Part) restoreHostdevs(ctx context.Context, in *model.Instance, held []string) error {
 	name := in.Name
-	if c.domains == nil || c.hotplug == nil || len(held) == 0 {
+	if len(held) == 0 {
 		return nil
 	}
-	doc, err := c.domains.XML(ctx, name, false)
+	doc, err := p.core.DomainDefinition(ctx, name)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
+	}
+	if doc == nil {
+		return nil // no hypervisor
 	}
 	devs, err := virt.ParseDevices(doc)
 	if err != nil {
@@ -115,14 +106,14 @@ func (c *Controller) restoreHostdevs(ctx context.Context, in *model.Instance, he
 			continue
 		}
 		guest := ""
-		for _, p := range in.PCIDevices {
-			if p.Address == a {
-				guest = p.GuestAddress
+		for _, d := range in.PCIDevices {
+			if d.Address == a {
+				guest = d.GuestAddress
 			}
 		}
 		x, err := virt.HostdevXML(a, guest)
 		if err == nil {
-			err = c.hotplug.AttachDevice(ctx, name, x, virt.AffectConfig)
+			err = p.core.AttachToDefinition(ctx, name, x)
 		}
 		if err != nil {
 			return fmt.Errorf("start %s: put back the hostdev of %s: %w", name, a, err)
@@ -140,9 +131,9 @@ func holdsAll(in *model.Instance, held []string) bool {
 		want += max(a.Count, 1)
 	}
 	var mine []string
-	for _, p := range in.PCIDevices {
-		if p.Alias != "" {
-			mine = append(mine, p.Address)
+	for _, d := range in.PCIDevices {
+		if d.Alias != "" {
+			mine = append(mine, d.Address)
 		}
 	}
 	if len(mine) != want || len(held) != want {
@@ -159,21 +150,6 @@ func holdsAll(in *model.Instance, held []string) bool {
 // pci_aliases device).
 func aliasHeld(in *model.Instance, held []string) []string {
 	return slices.DeleteFunc(slices.Clone(held), func(a string) bool {
-		return slices.ContainsFunc(in.PCIDevices, func(p model.PCIDevice) bool { return p.Alias == "" && p.Address == a })
+		return slices.ContainsFunc(in.PCIDevices, func(d model.PCIDevice) bool { return d.Alias == "" && d.Address == a })
 	})
-}
-
-// keepDevicesAfterFailedStart is what a failed start does about devices:
-// nothing. The instance keeps its claims and burned devices, and its
-// domain's definition their <hostdev>s, so the retry uses the same
-// devices; only delete releases them.
-func (c *Controller) keepDevicesAfterFailedStart(ctx context.Context, name, uuid string, cause error) {
-	if c.devices == nil {
-		return
-	}
-	held, err := c.devices.HeldBy(ctx, uuid)
-	if err != nil || len(held) == 0 {
-		return
-	}
-	c.log.Info("start failed: the instance keeps its devices for the next start", "instance", name, "devices", held, "cause", cause)
 }
