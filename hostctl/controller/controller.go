@@ -125,8 +125,6 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
 
-	keyForget keyForgetPtr // diskrotate.go
-
 	parts []part.Part // the host features, in registration order (parts.go)
 }
 
@@ -756,7 +754,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.dropFault(ctx, rec.UUID, name)
-	c.forgetKeyRotation(ctx, rec) // diskrotate.go
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)

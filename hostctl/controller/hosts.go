@@ -156,7 +156,7 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		return nil, fmt.Errorf("delete %s from the store: %w", name, err)
 	}
 	c.dropFault(ctx, rec.UUID, name)
-	c.forgetKeyRotation(ctx, rec) // its owner's records (diskrotate.go)
+	c.afterForceDeleteParts(ctx, rec) // the parts that act on it, for its owner (parts.go)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -112,13 +112,16 @@ func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Rev
 }
 
 // afterParts runs one after-phase (AfterStart, AfterStop, AfterDelete)
-// of every part; what fails is logged (the operation stands).
-func (c *Controller) afterParts(ctx context.Context, phase string, in *model.Instance) {
+// of every part (only of those that act on op, when op is not ""); what
+// fails is logged (the operation stands).
+func (c *Controller) afterParts(ctx context.Context, phase string, pi *part.Instance, op part.Op) {
 	if len(c.parts) == 0 {
 		return
 	}
-	pi := &part.Instance{Spec: in}
 	for _, p := range c.parts {
+		if op != "" && p.Answers()[op].Do != part.Act {
+			continue
+		}
 		var err error
 		switch phase {
 		case "start":
@@ -129,13 +132,23 @@ func (c *Controller) afterParts(ctx context.Context, phase string, in *model.Ins
 			err = p.AfterDelete(ctx, pi)
 		}
 		if err != nil {
-			c.log.Warn("a part failed after "+phase, "part", p.Name(), "instance", in.Name, "err", err)
+			c.log.Warn("a part failed after "+phase, "part", p.Name(), "instance", pi.Spec.Name, "err", err)
 		}
 	}
 }
 
 // afterRecordParts is afterParts for a stored instance.
 func (c *Controller) afterRecordParts(ctx context.Context, phase string, rec store.Instance) {
+	c.afterStoredParts(ctx, phase, rec, "")
+}
+
+// afterForceDeleteParts runs AfterDelete of the parts that act on a
+// force delete: another host's instance (rec.Host) whose record is gone.
+func (c *Controller) afterForceDeleteParts(ctx context.Context, rec store.Instance) {
+	c.afterStoredParts(ctx, "delete", rec, part.ForceDelete)
+}
+
+func (c *Controller) afterStoredParts(ctx context.Context, phase string, rec store.Instance, op part.Op) {
 	if len(c.parts) == 0 {
 		return
 	}
@@ -144,7 +157,7 @@ func (c *Controller) afterRecordParts(ctx context.Context, phase string, rec sto
 		c.log.Warn("parts not told after "+phase, "instance", rec.Name, "err", err)
 		return
 	}
-	c.afterParts(ctx, phase, in)
+	c.afterParts(ctx, phase, &part.Instance{Spec: in, Host: rec.Host}, op)
 }
 
 // partDevices lists the devices the parts give in (instance show).

@@ -2,10 +2,11 @@ package controller
 
 // NewStopped is New without starting the reconciler: for start-up work
 // that must run before the reconciler acts on any instance (the disk
-// passphrase rotator's Recover). StartReconciler starts it afterwards:
+// passphrase rotator's Recover, hostctl/diskrotate). StartReconciler
+// starts it afterwards:
 //
 //	c := controller.NewStopped(st, opts)
-//	if err := controller.NewDiskRotator(c).Recover(ctx); err != nil { … }
+//	if err := diskrotate.New(c, km, luks, log).Recover(ctx); err != nil { … }
 //	c.StartReconciler()
 func NewStopped(st Store, opts Options) *Controller { return newController(st, opts) }
 

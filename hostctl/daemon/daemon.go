@@ -438,7 +438,7 @@ func (s *serve) startController(context.Context) error {
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
 	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.shareSvc) // parts.go
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc) // parts.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -454,6 +454,7 @@ func (s *serve) startController(context.Context) error {
 
 		Keys:              s.km,
 		LUKSIterTime:      cfg.LUKSIterTime,
+		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
 		EncryptionSupport: s.prober.Support,
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 		Parts:             parts,
@@ -481,7 +482,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(e, s.ctl) // keyrotation.go
+	registerDiskRotation(e, s.ctl, s.km, luksTool(s.cfg), s.log) // keyrotation.go
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}

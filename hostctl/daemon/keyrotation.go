@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/diskrotate"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
+	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/version"
 	"github.com/vmeta/vmeta/server"
@@ -124,11 +127,18 @@ func newKeyEngine(st keyrotation.Store, host string, log *slog.Logger) *keyrotat
 	return keyrotation.New(st, keyrotation.Options{Host: host, Version: version.String(), Log: log})
 }
 
-// registerDiskRotation registers the disk passphrase rotator of ctl, and
-// has ctl delete an instance's key rotation records with the instance.
-func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller) {
-	e.Register(keyrotation.Disk, controller.NewDiskRotator(ctl))
-	ctl.SetKeyRotationForget(e.ForgetInstance)
+// registerDiskRotation registers the disk passphrase rotator of ctl's
+// instances, with the key manager and the LUKS tool ctl made their disks
+// with. (An instance's key rotation records go with it through the
+// diskrotate.Forget part: parts.go.)
+func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller, km *keys.Manager, luks *encryption.Tool, log *slog.Logger) {
+	e.Register(keyrotation.Disk, diskrotate.New(ctl, km, luks, log))
+}
+
+// luksTool is the LUKS tool of the controller's encrypted disks and of
+// their passphrase rotation (one configuration for both).
+func luksTool(cfg Config) *encryption.Tool {
+	return encryption.New(encryption.Options{IterTime: cfg.LUKSIterTime})
 }
 
 // markKeyFilesCreated records generation 1, minted by this version, for

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
@@ -15,15 +16,17 @@ import (
 // core (hostctl/part), in the order the core calls their phases. A new
 // part is added here and answers every operation (parts_test.go checks).
 // net is the hypervisor's networks (nil with --virt none), defaultNet
-// the network of a NIC that names none; the share service (sh) is the
-// shares part; bind gives the parts that need it the core, once it
-// exists.
-func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, sh *shares.Service) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// the network of a NIC that names none; bind gives the parts that need
+// it the core, once it exists; keyRecords is the key rotation engine
+// (nil: none), whose records of an instance go with it; the share
+// service (sh) is the shares part.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
 	parts = []part.Part{
 		pt,
 		nics.New(net, defaultNet),
 		watchdog.New(),
+		diskrotate.NewForget(keyRecords),
 	}
 	if sh != nil {
 		parts = append(parts, sh)

@@ -12,7 +12,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
+	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}

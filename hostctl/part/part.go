@@ -137,8 +137,9 @@ type Instance struct {
 	// spec before a hot-plug); nil for a new instance and for an
 	// operation that does not change the spec.
 	Old *model.Instance
-	// Host is the host the instance's record names ("" when hosts are
-	// not tracked, or not told: only force-delete's Committed needs it).
+	// Host is the host the instance lives on (its record's owner; another
+	// host's for a force delete). Set for the after-phases and Committed
+	// of a stored instance; "" when hosts are not tracked.
 	Host string
 }
 

@@ -41,7 +41,7 @@ func (*Service) Answers() part.Answers {
 		part.RebootSoft:  {Do: part.Nothing, Why: "the domain keeps running: the mappings stay active"},
 		part.RebootHard:  {Do: part.Act, Why: "power-off releases the host mounts, the start mounts again (retrying a failed mount)"},
 		part.Delete:      {Do: part.Act, Why: "each mapping is detached: host mount released, share unlocked, mapping removed"},
-		part.ForceDelete: {Do: part.Act, Why: "the mappings go and the shares are unlocked; the dead host's NFS mounts are its share reconciler's"},
+		part.ForceDelete: {Do: part.Act, Why: "the mappings go and the shares are unlocked (AfterDelete); the dead host's NFS mounts are its share reconciler's"},
 		part.Adopt:       {Do: part.Act, Why: "the mappings move to the adopting host, inactive (the domain does not run here yet)"},
 		part.Shelve:      {Do: part.Act, Why: "the mappings stop: inactive, host mounts released; they stay, and unshelve mounts again"},
 		part.Unshelve:    {Do: part.Act, Why: "the domain is defined with the mapped shares; its start mounts them and the mappings become active"},
@@ -137,15 +137,16 @@ func (s *Service) Complete(ctx context.Context, op part.Op, in *part.Instance, r
 }
 
 // Committed implements part.Committer: an apply's attaches are finished
-// (the mappings inactive); a force-delete drops the instance's mappings
-// and names the NFS mounts left on its dead host; an adopt moves them to
-// this host.
+// (the mappings inactive); a force-delete names the NFS mounts left on
+// the instance's dead host (its mappings went in AfterDelete); an adopt
+// moves the mappings to this host.
 func (s *Service) Committed(ctx context.Context, op part.Op, in *part.Instance) []string {
 	switch op {
 	case part.Apply:
 		s.finishSpecAttaches(ctx, in.Spec.UUID)
 	case part.ForceDelete:
-		s.Deleted(ctx, in.Spec.UUID)
+		// AfterDelete dropped the mappings (the core runs it for the
+		// parts acting on a force delete); what stays is the dead host's.
 		return []string{fmt.Sprintf("NFS share mounts of %s on host %s (its share reconciler unmounts them if it comes back)", in.Spec.Name, in.Host)}
 	case part.Adopt:
 		s.adopted(ctx, in.Spec.UUID, in.Host)

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	_ "github.com/vmeta/vmeta/hostctl/metadatakeys" // its procedures' steps
@@ -459,13 +459,14 @@ func diskScenario(uri string) crashScenario {
 	}
 	return crashScenario{
 		class:     keyrotation.Disk,
-		procedure: controller.DiskRotateProc,
+		procedure: diskrotate.Proc,
 		// A crash before the new slot is promoted (rolled back) and one
 		// after libvirt has the new passphrase (rolled forward). The
-		// controller's TestDiskRotateCrashMatrix kills the rotation at
-		// every step, on both stores, with real qemu-img LUKS disks and
-		// libvirt secrets; each row here (a daemon with a libvirt
-		// instance of two LUKS disks) takes over a minute.
+		// diskrotate package's TestDiskRotateCrashMatrix stops the
+		// rotation at every step (over fakes), its TestDiskRotateCrashQemu
+		// kills it with real qemu-img LUKS disks and libvirt secrets on
+		// both stores; each row here (a daemon with a libvirt instance of
+		// two LUKS disks) takes over a minute.
 		steps:  []string{"slot-added", "libvirt-updated"},
 		policy: "disk=KeyGeneration,generation=2", // made by this hostctl: generation 1
 		gen:    2,

@@ -1,5 +1,5 @@
 // Command diskrot runs hostctl's disk passphrase rotation as the daemon
-// would: the DiskRotator registered in a keyrotation Engine, start-up
+// would: the diskrotate.Rotator registered in a keyrotation Engine, start-up
 // recovery, then (with -gen) a run for the policy KeyGeneration=gen of
 // the disk class; it prints the instance's status. The crash-matrix test builds it with -tags vmetacrash
 // and kills it at each step (VMETA_CRASH_AT).
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -54,13 +55,13 @@ func run(storeURL, dataDir, uri, name, uuid string, gen int64) error {
 	}
 	defer conn.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c := controller.NewStopped(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Keys: km,
-		LUKS: encryption.New(encryption.Options{IterTime: 20 * time.Millisecond})})
+	luks := encryption.New(encryption.Options{IterTime: 20 * time.Millisecond})
+	c := controller.NewStopped(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Keys: km, LUKS: luks})
 	defer c.Close()
 	// As the daemon wires it: the rotator registered in the Engine,
 	// recovery first, then a run for the disk class's policy.
 	e := keyrotation.New(st, keyrotation.Options{Host: "local", Version: "v0.0.0-test", Log: log})
-	e.Register(keyrotation.Disk, controller.NewDiskRotator(c))
+	e.Register(keyrotation.Disk, diskrotate.New(c, km, luks, log))
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

@@ -1,4 +1,4 @@
-package controller
+package diskrotate
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -18,17 +19,23 @@ import (
 // encrypted disk (real qemu-img LUKS disks and libvirt secrets). The
 // instance's key rotation records go when it is deleted (item 10).
 func TestDiskRotateClassWide(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()
+	// As the daemon registers it: the part that deletes a deleted
+	// instance's key rotation records (the engine is made below).
+	var e *keyrotation.Engine
+	f.parts = []part.Part{NewForget(forgetFunc(func(ctx context.Context, host, uuid string) error {
+		return e.ForgetInstance(ctx, host, uuid)
+	}))}
 	c, km, done := f.open()
 	defer done()
 	// The host began tracking key status before the instance was made
 	// (as a daemon does at its first start): its disks are generation 1.
-	e := keyrotation.New(c.records, keyrotation.Options{Host: "local", Version: "v1.0.0",
+	e = keyrotation.New(f.st, keyrotation.Options{Host: "local", Version: "v1.0.0",
 		Now: func() time.Time { return time.Now().Add(-time.Hour) }})
-	e.Register(keyrotation.Disk, NewDiskRotator(c))
-	c.SetKeyRotationForget(e.ForgetInstance)
+	e.Register(keyrotation.Disk, f.rotator(c, km))
 	if err := e.Run(ctx); err != nil { // first sight: generation 1
 		t.Fatal(err)
 	}
@@ -53,7 +60,7 @@ func TestDiskRotateClassWide(t *testing.T) {
 	if err := c.Delete(ctx, f.name); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := c.records.Records(ctx, "keyrotation/")
+	recs, err := f.st.Records(ctx, "keyrotation/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +69,7 @@ func TestDiskRotateClassWide(t *testing.T) {
 			t.Errorf("%s outlives the instance", r.Key)
 		}
 	}
-	if _, err := c.records.Record(ctx, "keyrotation/local/policy/disk-passphrases"); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.st.Record(ctx, "keyrotation/local/policy/disk-passphrases"); err != nil && !errors.Is(err, store.ErrNotFound) {
 		t.Fatal(err)
 	} else if err != nil {
 		t.Error("the class policy went with the instance")

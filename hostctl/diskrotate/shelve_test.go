@@ -1,8 +1,9 @@
-package controller
+package diskrotate
 
 import (
 	"bytes"
 	"context"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"testing"
 	"time"
 
@@ -15,13 +16,14 @@ import (
 // reports it pending and changes no passphrase; after unshelve and stop
 // the rotation runs.
 func TestDiskRotateShelved(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	r := NewDiskRotator(c)
-	id := mustSecret(t, c, f.uuid, "vda")
+	r := f.rotator(c, km)
+	id := mustSecret(t, c, f.name, "vda")
 	before, err := km.Passphrase(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +33,7 @@ func TestDiskRotateShelved(t *testing.T) {
 	}
 	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
 	res, err := r.Rotate(ctx, s, 2, 0, nil)
-	if err != nil || res.Done || res.Pending != PendingVMState(StateShelved) {
+	if err != nil || res.Done || res.Pending != PendingVMState(controller.StateShelved) {
 		t.Fatalf("Rotate while shelved = %+v, %v", res, err)
 	}
 	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, before) {

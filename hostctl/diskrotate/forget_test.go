@@ -1,25 +1,68 @@
-package controller_test
+package diskrotate_test
 
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
 )
+
+// liveness is a hand-written Liveness: the hosts named down are down.
+type liveness struct {
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+func (l *liveness) set(host string, down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down[host] = down
+}
+
+func (l *liveness) List(context.Context) ([]types.HostStatus, error) { return nil, nil }
+
+func (l *liveness) HostDown(_ context.Context, host string) (bool, string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down[host] {
+		return true, "silent", nil
+	}
+	return false, "last seen just now", nil
+}
+
+const spec = "name: app-1\n"
 
 // TestDeleteForgetsKeyRotation (issue 20 item 10): an instance's key
 // rotation records (its own disk passphrase policy and status) go with
 // it, on a plain delete and on a force delete from another host (whose
-// records are its owner's).
+// records are its owner's), through the Forget part each host's
+// controller has registered (as the daemon does).
 func TestDeleteForgetsKeyRotation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	cs, st, live := hostControllers(t, "host-a", "host-b")
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	live := &liveness{down: map[string]bool{}}
+	cs := map[string]*controller.Controller{}
 	for _, h := range []string{"host-a", "host-b"} {
 		e := keyrotation.New(st, keyrotation.Options{Host: h, Version: "v1.0.0"})
-		cs[h].SetKeyRotationForget(e.ForgetInstance)
+		cs[h] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: h, Hosts: live,
+			Logger: slog.New(slog.DiscardHandler), Parts: []part.Part{diskrotate.NewForget(e)}})
+		t.Cleanup(func() { cs[h].Close() })
 	}
 	// The records as the engine of host-a writes them.
 	ea := keyrotation.New(st, keyrotation.Options{Host: "host-a", Version: "v1.0.0"})

@@ -1,4 +1,4 @@
-package controller
+package diskrotate
 
 import (
 	"bytes"
@@ -13,16 +13,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/catalog"
+	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/flavors"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
-	"github.com/vmeta/vmeta/internal/crashpoint"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
@@ -48,6 +50,34 @@ type rotFixture struct {
 	patterns map[string]byte
 	tool     *encryption.Tool
 	prefix   string // this key manager's libvirt secret usage prefix
+	// Set by open: the store of the controller it returned.
+	st store.Store
+	// Optional, for open: the controller's record store wrapped, and the
+	// controller's and rotator's logger (nil: discarded).
+	wrap  func(store.Records) store.Records
+	log   *slog.Logger
+	parts []part.Part
+}
+
+// forgetFunc is a Forgetter.
+type forgetFunc func(ctx context.Context, host, uuid string) error
+
+func (f forgetFunc) ForgetInstance(ctx context.Context, host, uuid string) error {
+	return f(ctx, host, uuid)
+}
+
+// logger is the fixture's logger.
+func (f *rotFixture) logger() *slog.Logger {
+	if f.log != nil {
+		return f.log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// rotator is the disk rotator of c as the daemon wires it: the key
+// manager and the LUKS tool c made its disks with.
+func (f *rotFixture) rotator(c *controller.Controller, km *keys.Manager) *Rotator {
+	return New(c, km, f.tool, f.logger())
 }
 
 func uniqueRotName(t *testing.T) string {
@@ -61,7 +91,7 @@ func uniqueRotName(t *testing.T) string {
 // openRot opens a controller over the fixture's store (without its
 // reconciler) with a key manager and the qemu-img LUKS tool; the store
 // and the connection are closed by the returned function.
-func (f *rotFixture) open() (*Controller, *keys.Manager, func()) {
+func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 	f.t.Helper()
 	ctx := context.Background()
 	st, err := storeurl.Open(ctx, f.storeURL, storeurl.WithDataDir(f.dir))
@@ -78,8 +108,13 @@ func (f *rotFixture) open() (*Controller, *keys.Manager, func()) {
 		st.Close()
 		f.t.Fatal(err)
 	}
-	c := newController(st, Options{DataDir: f.dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, Keys: km, LUKS: f.tool,
-		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}})
+	opts := controller.Options{DataDir: f.dir, Logger: f.logger(), Hypervisor: conn, Keys: km, LUKS: f.tool,
+		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}, Parts: f.parts}
+	if f.wrap != nil {
+		opts.Records = f.wrap(st)
+	}
+	c := controller.NewStopped(st, opts)
+	f.st = st
 	return c, km, func() { c.Close(); conn.Close(); st.Close() }
 }
 
@@ -104,7 +139,7 @@ func newRotFixture(t *testing.T, backend string) *rotFixture {
 	testenv.CleanupDomain(t, uri, f.name)
 	c, km, done := f.open()
 	defer done()
-	f.prefix = c.secretPrefix()
+	f.prefix = "vmeta/" + km.KeyID() + "/" // as the controller names its libvirt secrets' usages
 	t.Cleanup(f.cleanupSecrets)
 	inst, err := c.Apply(context.Background(), []byte("name: "+f.name+"\n"+
 		"disks: [{name: vda, size: 8M, tag: root, encrypted: true}, {name: vdb, size: 8M, encrypted: true}, {name: vdc, size: 8M}]\n"))
@@ -124,11 +159,22 @@ func newRotFixture(t *testing.T, backend string) *rotFixture {
 		if out, err := f.qemuIO(bd.Disk, pass, fmt.Sprintf("write -P 0x%x 0 64k", f.patterns[bd.Disk])); err != nil {
 			t.Fatalf("write pattern to %s: %v: %s", bd.Disk, err, out)
 		}
-		if err := c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: bd.EncryptionSecretUUID, Usage: c.secretUsage(f.uuid, bd.Disk)}, pass); err != nil {
+		if err := f.defineSecret(virt.LibvirtSecret{UUID: bd.EncryptionSecretUUID, Usage: f.prefix + f.uuid + "/" + bd.Disk}, pass); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return f
+}
+
+// defineSecret defines a libvirt secret with its value.
+func (f *rotFixture) defineSecret(s virt.LibvirtSecret, value []byte) error {
+	ctx := context.Background()
+	conn, err := virt.Connect(ctx, f.uri, virt.ConnOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.DefineSecret(ctx, s, value)
 }
 
 func (f *rotFixture) cleanupSecrets() {
@@ -153,6 +199,12 @@ func (f *rotFixture) cleanupSecrets() {
 
 func (f *rotFixture) diskPath(disk string) string {
 	return filepath.Join(f.dir, "instances", f.name, diskFile(disk))
+}
+
+// diskFile is the file of a disk that is not a flavor's (the
+// controller's layout).
+func diskFile(disk string) string {
+	return "disk-" + disk + "." + images.DiskFormat
 }
 
 // qemuIO runs a qemu-io command on a disk unlocked with pass (on fd 3).
@@ -217,7 +269,7 @@ func (f *rotFixture) checkRecovered() []string {
 	c, km, done := f.open()
 	defer done()
 	var bad []string
-	rec, _, err := c.loadBlockDevices(ctx, f.uuid)
+	_, rec, err := c.InstanceBlockDevices(ctx, f.name)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -243,11 +295,11 @@ func (f *rotFixture) checkRecovered() []string {
 }
 
 // checkWith is check through an open controller and key manager.
-func (f *rotFixture) checkWith(c *Controller, km *keys.Manager, gen int64, wantLibvirt bool) []string {
+func (f *rotFixture) checkWith(c *controller.Controller, km *keys.Manager, gen int64, wantLibvirt bool) []string {
 	f.t.Helper()
 	ctx := context.Background()
 	var bad []string
-	rec, _, err := c.loadBlockDevices(ctx, f.uuid)
+	_, rec, err := c.InstanceBlockDevices(ctx, f.name)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -293,109 +345,37 @@ func (f *rotFixture) checkWith(c *Controller, km *keys.Manager, gen int64, wantL
 	return bad
 }
 
-// TestDiskRotateCrashMatrix is the acceptance core of issue 10 for disk
-// passphrases, on both stores: a child process (testdata/diskrot, built
-// with -tags vmetacrash) runs recovery and the rotation of an instance's
-// two LUKS disks on real qemu-img images with real libvirt secrets, and
-// is killed by SIGKILL at every declared step, for the first disk and
-// (#2) the second. A second run does the start-up recovery alone: every
-// disk must then open with the passphrase the key manager holds, read
-// back its pattern, its libvirt secret hold that value, and no journal be
-// left. A third run rotates again to the same generation, which finishes
-// without minting a new key; then every disk must open with the passphrase the key manager
-// holds, read back the pattern written before, have one key slot, its
-// libvirt secret that value, nothing pending and its generation recorded.
-// The table procedure × step → recovered / lost is printed; any "lost"
-// fails.
-func TestDiskRotateCrashMatrix(t *testing.T) {
-	testenv.RequireLibvirt(t)
-	bin := testenv.BuildCrashBinary(t, "./testdata/diskrot")
-	steps := crashpoint.Steps(DiskRotateProc)
-	if len(steps) != 8 {
-		t.Fatalf("declared steps %v", steps)
-	}
-	for _, backend := range []string{"bolt", "redis"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel() // separate stores, instances and secrets
-			f := newRotFixture(t, backend)
-			run := func(gen int64, crashAt string) (killed bool, out string, err error) {
-				cmd := exec.Command(bin, "-store", f.storeURL, "-data", f.dir, "-libvirt", f.uri, "-instance", f.name, "-uuid", f.uuid, "-gen", strconv.FormatInt(gen, 10))
-				extra := []string{}
-				if crashAt != "" {
-					extra = append(extra, crashpoint.EnvVar+"="+crashAt)
-				}
-				cmd.Env = testenv.ChildEnv([]string{crashpoint.EnvVar}, extra...)
-				b, err := cmd.CombinedOutput()
-				var ee *exec.ExitError
-				if errors.As(err, &ee) && ee.ProcessState.String() == "signal: killed" {
-					return true, string(b), nil
-				}
-				return false, string(b), err
-			}
-			var table strings.Builder
-			fmt.Fprintf(&table, "\n%-12s %-22s %s\n", "procedure", "step", "result")
-			lost := 0
-			gen := int64(1)
-			for _, step := range steps {
-				for _, nth := range []string{"", "#2"} {
-					gen++
-					at := crashpoint.Name(DiskRotateProc, step) + nth
-					result := "recovered"
-					killed, out, err := run(gen, at)
-					switch {
-					case err != nil:
-						result = fmt.Sprintf("lost (crash run failed: %v: %s)", err, out)
-					case !killed:
-						result = "lost (step never reached: the child was not killed)"
-					default:
-						if _, out, err := run(0, ""); err != nil {
-							result = fmt.Sprintf("lost (recovery alone: %v: %s)", err, out)
-						} else if bad := f.checkRecovered(); len(bad) > 0 {
-							result = "lost: " + strings.Join(bad, "; ")
-						} else if _, out, err := run(gen, ""); err != nil {
-							result = fmt.Sprintf("lost (recovery run: %v: %s)", err, out)
-						} else if !strings.Contains(out, fmt.Sprintf(`{"keyGeneration":%d,`, gen)) || strings.Contains(out, `"pending"`) || strings.Contains(out, `"error"`) {
-							result = "lost (status after the run: " + out + ")"
-						} else if bad := f.check(gen, true); len(bad) > 0 {
-							result = "lost: " + strings.Join(bad, "; ")
-						}
-					}
-					if strings.HasPrefix(result, "lost") {
-						lost++
-					}
-					fmt.Fprintf(&table, "%-12s %-22s %s\n", DiskRotateProc, step+nth, result)
-				}
-			}
-			t.Logf("disk passphrase rotation crash matrix (%s store, real qemu-img LUKS disks, real libvirt secrets):%s", backend, table.String())
-			if lost > 0 {
-				t.Fatalf("%d of %d crash points lost a disk or left the rotation unfinished", lost, 2*len(steps))
-			}
-		})
-	}
-}
-
 // TestDiskRotateRedisOutage: Redis dies in the middle of a rotation (as
 // the journal is written, after the pending passphrase was stored); the
 // rotation fails, nothing is lost, and once Redis is back (its
 // append-only file restored) the same rotation resumes and finishes with
 // the same pending passphrase.
 func TestDiskRotateRedisOutage(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "redis")
 	ctx := context.Background()
+	var before func(key string)
+	f.wrap = func(r store.Records) store.Records {
+		return &outageRecords{inner: r, before: func(key string) {
+			if before != nil {
+				before(key)
+			}
+		}}
+	}
 	c, km, done := f.open()
 	defer done()
 	var pendingBefore []byte
-	c.records = &outageRecords{inner: c.records, before: func(key string) {
-		if key == blockDevPrefix+f.uuid && pendingBefore == nil {
-			p, err := km.Pending(ctx, mustSecret(t, c, f.uuid, "vda"))
+	before = func(key string) {
+		if key == "blockdev/"+f.uuid && pendingBefore == nil {
+			p, err := km.Pending(ctx, mustSecret(t, c, f.name, "vda"))
 			if err != nil {
 				t.Errorf("pending before the outage: %v", err)
 			}
 			pendingBefore = p
 			f.redis.Stop()
 		}
-	}}
-	r := NewDiskRotator(c)
+	}
+	r := f.rotator(c, km)
 	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
 	shortCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	_, err := r.Rotate(shortCtx, s, 2, 0, nil)
@@ -413,7 +393,7 @@ func TestDiskRotateRedisOutage(t *testing.T) {
 	if bad := f.checkWith(c, km, 2, true); len(bad) > 0 {
 		t.Fatalf("after the outage: %s", strings.Join(bad, "; "))
 	}
-	now, err := km.Passphrase(ctx, mustSecret(t, c, f.uuid, "vda"))
+	now, err := km.Passphrase(ctx, mustSecret(t, c, f.name, "vda"))
 	if err != nil || !bytes.Equal(now, pendingBefore) {
 		t.Fatal("the resumed rotation minted another passphrase than the one pending before the outage")
 	}
@@ -442,9 +422,9 @@ func (o *outageRecords) Records(ctx context.Context, prefix string) ([]store.Rec
 	return o.inner.Records(ctx, prefix)
 }
 
-func mustSecret(t *testing.T, c *Controller, uuid, disk string) string {
+func mustSecret(t *testing.T, c *controller.Controller, name, disk string) string {
 	t.Helper()
-	rec, _, err := c.loadBlockDevices(context.Background(), uuid)
+	_, rec, err := c.InstanceBlockDevices(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,12 +438,13 @@ func mustSecret(t *testing.T, c *Controller, uuid, disk string) string {
 // pending and changes nothing; after it stops the next call rotates it,
 // and it starts again.
 func TestDiskRotateLibvirt(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets() // as after a clean stop: no libvirt secret defined
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	r := NewDiskRotator(c)
+	r := f.rotator(c, km)
 	subs, err := r.Subjects(ctx)
 	if err != nil || len(subs) != 1 || subs[0].InstanceUUID != f.uuid || subs[0].InstanceName != f.name || subs[0].Class != keyrotation.Disk {
 		t.Fatalf("Subjects = %+v, %v", subs, err)
@@ -477,7 +458,7 @@ func TestDiskRotateLibvirt(t *testing.T) {
 	}
 	old := map[string][]byte{}
 	for _, d := range f.disks {
-		old[d], _ = km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
+		old[d], _ = km.Passphrase(ctx, mustSecret(t, c, f.name, d))
 	}
 	var prog []keyrotation.Progress
 	res, err := r.Rotate(ctx, s, 2, 0, func(p keyrotation.Progress) { prog = append(prog, p) })
@@ -504,8 +485,8 @@ func TestDiskRotateLibvirt(t *testing.T) {
 	}
 	before := map[string][]byte{}
 	for _, d := range f.disks {
-		before[d], _ = km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
-		if v, ok := libvirtSecretValue(t, mustSecret(t, c, f.uuid, d)); !ok || !bytes.Equal(v, before[d]) {
+		before[d], _ = km.Passphrase(ctx, mustSecret(t, c, f.name, d))
+		if v, ok := libvirtSecretValue(t, mustSecret(t, c, f.name, d)); !ok || !bytes.Equal(v, before[d]) {
 			t.Fatalf("libvirt secret of %s while running does not hold the rotated passphrase", d)
 		}
 	}
@@ -514,7 +495,7 @@ func TestDiskRotateLibvirt(t *testing.T) {
 		t.Fatalf("Rotate of a running instance = %+v, %v", res, err)
 	}
 	for _, d := range f.disks {
-		if now, _ := km.Passphrase(ctx, mustSecret(t, c, f.uuid, d)); !bytes.Equal(now, before[d]) {
+		if now, _ := km.Passphrase(ctx, mustSecret(t, c, f.name, d)); !bytes.Equal(now, before[d]) {
 			t.Fatalf("disk %s passphrase changed while running", d)
 		}
 	}
@@ -544,104 +525,10 @@ func TestDiskRotateLibvirt(t *testing.T) {
 	}
 }
 
-// TestDiskRotateRefusals: bad arguments are refused naming the field,
-// value and rule, before anything changes.
-func TestDiskRotateRefusals(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, _, done := f.open()
-	defer done()
-	r := NewDiskRotator(c)
-	good := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
-	for _, tc := range []struct {
-		name string
-		s    keyrotation.Subject
-		gen  int64
-		keep int
-		want string
-	}{
-		{"keep", good, 2, 1, "keepPriorKeyCount 1: disk passphrases rotate in place"},
-		{"gen", good, 0, 0, "keyGeneration 0: must be at least 1"},
-		{"class", keyrotation.Subject{Class: keyrotation.Proxy}, 2, 0, "not an instance's disk passphrases"},
-		{"missing", keyrotation.Subject{Class: keyrotation.Disk, InstanceName: "nope"}, 2, 0, "not found"},
-		{"uuid", keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name, InstanceUUID: "00000000-0000-4000-8000-000000000000"}, 2, 0, "not 00000000"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := r.Rotate(ctx, tc.s, tc.gen, tc.keep, nil)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
-		})
-	}
-	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
-	for _, d := range f.disks {
-		if bd := rec.Disks[d]; bd.KeyGeneration != 0 || bd.KeyRotation != nil {
-			t.Fatalf("a refused rotation changed %s: %+v", d, bd)
-		}
-	}
-	if err := NewDiskRotator(&Controller{}).Recover(ctx); !errors.Is(err, ErrNoRotation) {
-		t.Fatalf("Recover without a key manager = %v", err)
-	}
-}
-
-// TestDiskRotateRecoverNeither: when neither the current nor the pending
-// passphrase opens a disk (here: its image replaced by one under another
-// passphrase), recovery reports it and changes or deletes nothing.
-func TestDiskRotateRecoverNeither(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	r := NewDiskRotator(c)
-	id := mustSecret(t, c, f.uuid, "vdb")
-	if _, err := km.SetPending(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
-	bd := rec.Disks["vdb"]
-	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 1}
-	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.setRecord(ctx, in, bd); err != nil {
-		t.Fatal(err)
-	}
-	p := f.diskPath("vdb")
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.tool.Create(ctx, encryption.Disk{Path: p, Size: "8M"}, []byte("someone else's")); err != nil {
-		t.Fatal(err)
-	}
-	curBefore, _ := km.Passphrase(ctx, id)
-	err = r.Recover(ctx)
-	if err == nil || !strings.Contains(err.Error(), "neither the current nor the pending passphrase opens it") || !strings.Contains(err.Error(), "vdb") {
-		t.Fatalf("Recover = %v", err)
-	}
-	if ok, _ := km.HasPending(ctx, id); !ok {
-		t.Fatal("recovery dropped the pending passphrase")
-	}
-	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, curBefore) {
-		t.Fatal("recovery changed the current passphrase")
-	}
-	if s, _ := f.tool.KeySlots(ctx, p); !s[0] || s[1] {
-		t.Fatalf("recovery changed the key slots: %v", s)
-	}
-	rec, _, _ = c.loadBlockDevices(ctx, f.uuid)
-	if rec.Disks["vdb"].KeyRotation == nil {
-		t.Fatal("recovery dropped the journal")
-	}
-	// vda was not touched and still rotates.
-	if bad := f.checkDisk(ctx, c, km, "vda"); bad != "" {
-		t.Fatal(bad)
-	}
-}
-
 // checkDisk: the disk opens with the key manager's passphrase and reads
 // back its pattern.
-func (f *rotFixture) checkDisk(ctx context.Context, c *Controller, km *keys.Manager, disk string) string {
-	pass, err := km.Passphrase(ctx, mustSecret(f.t, c, f.uuid, disk))
+func (f *rotFixture) checkDisk(ctx context.Context, c *controller.Controller, km *keys.Manager, disk string) string {
+	pass, err := km.Passphrase(ctx, mustSecret(f.t, c, f.name, disk))
 	if err != nil {
 		return err.Error()
 	}
@@ -660,13 +547,14 @@ func (f *rotFixture) checkDisk(ctx context.Context, c *Controller, km *keys.Mana
 // the instance pending; after a stop it finishes (old slot erased) and
 // the domain starts with the new passphrase.
 func TestDiskRotateRecoverRunning(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	f.cleanupSecrets()
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	r := NewDiskRotator(c)
-	id := mustSecret(t, c, f.uuid, "vda")
+	r := f.rotator(c, km)
+	id := mustSecret(t, c, f.name, "vda")
 	cur, _ := km.Passphrase(ctx, id)
 	pending, err := km.SetPending(ctx, id)
 	if err != nil {
@@ -676,10 +564,10 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
+	_, rec, _ := c.InstanceBlockDevices(ctx, f.name)
 	bd := rec.Disks["vda"]
 	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 1}
-	if err := r.setRecord(ctx, in, bd); err != nil {
+	if err := c.SetBlockDevice(ctx, in, bd); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.tool.AddKeySlot(ctx, f.diskPath("vda"), 1, cur, pending, nil); err != nil {
@@ -723,156 +611,17 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 	}
 }
 
-// TestDiskRotateRewritesBadSlot: the journal's key slot is active but
-// does not hold the pending passphrase (an amend cut short); recovery
-// proves the current passphrase opens the disk, rewrites the slot and
-// finishes the rotation.
-func TestDiskRotateRewritesBadSlot(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	r := NewDiskRotator(c)
-	id := mustSecret(t, c, f.uuid, "vdb")
-	cur, _ := km.Passphrase(ctx, id)
-	pending, err := km.SetPending(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, _, err := r.instanceDisks(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceName: f.name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, _, _ := c.loadBlockDevices(ctx, f.uuid)
-	bd := rec.Disks["vdb"]
-	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 3}
-	if err := r.setRecord(ctx, in, bd); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.tool.AddKeySlot(ctx, f.diskPath("vdb"), 3, cur, []byte("not the pending one"), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Recover(ctx); err != nil {
-		t.Fatalf("Recover: %v", err)
-	}
-	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, pending) {
-		t.Fatal("the pending passphrase was not made current")
-	}
-	rec, _, _ = c.loadBlockDevices(ctx, f.uuid)
-	if bd := rec.Disks["vdb"]; bd.KeyGeneration != 2 || bd.KeyRotation != nil || bd.KeySlot == nil || *bd.KeySlot != 3 {
-		t.Fatalf("record after recovery: %+v", bd)
-	}
-	if s, _ := f.tool.KeySlots(ctx, f.diskPath("vdb")); s[0] || !s[3] {
-		t.Fatalf("key slots %v, want only 3", s)
-	}
-	if msg := f.checkDisk(ctx, c, km, "vdb"); msg != "" {
-		t.Fatal(msg)
-	}
-}
-
-// TestDiskRotateEngine: the rotator registered in the lead's
-// keyrotation.Engine (as the daemon wires it): a KeyGeneration policy on
-// the disk class rotates the stopped instance's disks and the status
-// reaches the generation; a running instance's status says pending and
-// keeps its generation until a run after the stop.
-func TestDiskRotateEngine(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	f.cleanupSecrets()
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	e := keyrotation.New(c.records, keyrotation.Options{Host: "local", Version: "v1.0.0"})
-	e.Register(keyrotation.Disk, NewDiskRotator(c))
-	if err := e.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
-	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st, err := e.Status(ctx, s)
-	if err != nil || st.KeyGeneration != 2 || st.Pending != "" || st.Error != "" {
-		t.Fatalf("status after the run = %+v, %v", st, err)
-	}
-	if bad := f.checkWith(c, km, 2, false); len(bad) > 0 {
-		t.Fatal(strings.Join(bad, "; "))
-	}
-	if _, err := c.Start(ctx, f.name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.SetPolicy(ctx, keyrotation.Subject{Class: keyrotation.Disk}, keyrotation.Policy{KeyRotationPolicy: keyrotation.KeyGeneration, KeyGeneration: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := e.Status(ctx, s); err != nil || st.KeyGeneration != 2 || st.Pending != PendingRunning {
-		t.Fatalf("status of the running instance = %+v, %v", st, err)
-	}
-	if _, err := c.Stop(ctx, f.name, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := e.Status(ctx, s); err != nil || st.KeyGeneration != 3 || st.Pending != "" {
-		t.Fatalf("status after the stop = %+v, %v", st, err)
-	}
-	if bad := f.checkWith(c, km, 3, false); len(bad) > 0 {
-		t.Fatal(strings.Join(bad, "; "))
-	}
-}
-
-// TestDiskRotateLogsNoSecret: a rotation (and a recovery) logged at
-// debug level names disks, secrets' UUIDs and key slots, never a
-// passphrase, old or new.
-func TestDiskRotateLogsNoSecret(t *testing.T) {
-	f := newRotFixture(t, "bolt")
-	ctx := context.Background()
-	c, km, done := f.open()
-	defer done()
-	var logBuf testenv.SyncBuffer
-	c.log = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var secrets [][]byte
-	for _, d := range f.disks {
-		p, _ := km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
-		secrets = append(secrets, p)
-	}
-	r := NewDiskRotator(c)
-	if err := r.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}, 2, 0, nil); err != nil || !res.Done {
-		t.Fatalf("Rotate = %+v, %v", res, err)
-	}
-	for _, d := range f.disks {
-		p, _ := km.Passphrase(ctx, mustSecret(t, c, f.uuid, d))
-		secrets = append(secrets, p)
-	}
-	logs := logBuf.String()
-	if !strings.Contains(logs, "disk passphrase rotated") {
-		t.Fatalf("no rotation logged:\n%s", logs)
-	}
-	for _, s := range secrets {
-		if strings.Contains(logs, string(s)) {
-			t.Fatal("a passphrase is in the log")
-		}
-	}
-}
-
 // TestDiskRotateFlavorDisks: a flavor's encrypted root, ephemeral and
 // swap disks (Nova's file names disk, disk.eph0, disk.swap; the latter two
 // over blank templates) rotate like any other, and the domain starts with
 // the new passphrases.
 func TestDiskRotateFlavorDisks(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	if _, err := c.CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
+	if _, err := catalog.New(c, catalog.Options{Keys: km, LUKS: f.tool}).CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -890,7 +639,10 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 		}
 		for _, d := range inst.Spec.Disks {
 			if d.Name == bd.Disk {
-				files[bd.Disk] = filepath.Join(f.dir, "instances", name, diskFileOf(d))
+				files[bd.Disk], err = c.DiskPath(inst.Spec, d.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		old[bd.Disk], _ = km.Passphrase(ctx, bd.EncryptionSecretUUID)
@@ -898,13 +650,13 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 	if len(files) != 3 {
 		t.Fatalf("encrypted flavor disks %v, want root, ephemeral and swap", files)
 	}
-	r := NewDiskRotator(c)
+	r := f.rotator(c, km)
 	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: inst.Spec.UUID, InstanceName: name}
 	if res, err := r.Rotate(ctx, s, 2, 0, nil); err != nil || !res.Done {
 		t.Fatalf("Rotate = %+v, %v", res, err)
 	}
 	for disk, p := range files {
-		pass, _ := km.Passphrase(ctx, mustSecret(t, c, inst.Spec.UUID, disk))
+		pass, _ := km.Passphrase(ctx, mustSecret(t, c, name, disk))
 		if err := f.tool.Verify(ctx, p, pass, nil); err != nil {
 			t.Errorf("%s (%s): the new passphrase does not open it: %v", disk, filepath.Base(p), err)
 		}
@@ -933,11 +685,12 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 // shared), the image's data still reads through the overlay, and the
 // domain starts.
 func TestDiskRotateOverEncryptedImage(t *testing.T) {
+	t.Parallel()
 	f := newRotFixture(t, "bolt")
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	imgSec := makeEncryptedImage(t, &env{t: t, dir: f.dir, c: c}, km, "enc-rot", "p1")
+	imgSec := makeEncryptedImage(t, c, km, "enc-rot", "p1")
 	imgPass, _ := km.Passphrase(ctx, imgSec.UUID)
 	name := uniqueRotName(t)
 	testenv.CleanupDomain(t, f.uri, name)
@@ -957,7 +710,7 @@ func TestDiskRotateOverEncryptedImage(t *testing.T) {
 	imgSlotsBefore, _ := f.tool.KeySlots(ctx, info.BackingFile)
 	old, _ := km.Passphrase(ctx, bd.EncryptionSecretUUID)
 	backing, _ := km.Passphrase(ctx, bd.BackingEncryptionSecretUUID)
-	r := NewDiskRotator(c)
+	r := f.rotator(c, km)
 	if res, err := r.Rotate(ctx, keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: inst.Spec.UUID, InstanceName: name}, 2, 0, nil); err != nil || !res.Done {
 		t.Fatalf("Rotate = %+v, %v", res, err)
 	}
@@ -993,4 +746,73 @@ func TestDiskRotateOverEncryptedImage(t *testing.T) {
 	if err := c.Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// imagePattern is what makeEncryptedImage writes at offset 0 of the
+// image, so a read through an overlay shows the backing file was opened.
+const imagePattern = "0x5a"
+
+// qemuIOSecrets runs qemu-io with args, the secrets on fds 3, 4… (pipes,
+// as hostctl/encryption passes them).
+func qemuIOSecrets(t *testing.T, args []string, secrets ...[]byte) (string, error) {
+	t.Helper()
+	var files []*os.File
+	for _, s := range secrets {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		files = append(files, r)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	cmd := exec.Command(testenv.LookPath(t, "qemu-io"), args...)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// makeEncryptedImage makes a LUKS qcow2 with the real qemu-img under a
+// new key-manager secret of project, writes imagePattern into its first
+// 64 KiB, and imports it into c's image catalog as name
+// (os_encrypt_key_id naming the secret). It returns the secret.
+func makeEncryptedImage(t *testing.T, c *controller.Controller, km *keys.Manager, name, project string) keys.Secret {
+	t.Helper()
+	ctx := context.Background()
+	sec, err := km.Create(ctx, keys.Request{Name: "image-" + name, ProjectID: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, err := km.Passphrase(ctx, sec.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "src.qcow2")
+	tool := encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 10 * time.Millisecond})
+	if err := tool.Create(ctx, encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts",
+		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}, pass); err != nil {
+		t.Fatalf("qemu-io write: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := catalog.New(c, catalog.Options{Keys: km, LUKS: tool}).ImportImage(ctx, name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !img.Encrypted {
+		t.Fatalf("imported image not encrypted: %+v", img)
+	}
+	return sec
 }
