@@ -39,6 +39,25 @@ func newRateLimiter(rate float64, burst int, now func() time.Time) *rateLimiter 
 // allow takes a token from key's bucket at time now. When there is none
 // it returns false and how long until there is one.
 func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
+	return l.take(l.bucketOf(key, now), now)
+}
+
+// allowView is allow for the instance of a cached view: the view keeps
+// its bucket (issue 23 item 3: looking it up by uuid was a hash and a
+// walk of the limiter's map per request, cache misses in a boot storm).
+// A bucket that prune drops from the map while a view holds it was full,
+// as a new one would be: the view goes on with it.
+func (l *rateLimiter) allowView(v *view, now time.Time) (bool, time.Duration) {
+	b := v.bucket.Load()
+	if b == nil {
+		b = l.bucketOf(v.uuid, now)
+		v.bucket.Store(b)
+	}
+	return l.take(b, now)
+}
+
+// bucketOf is key's bucket, made full at time now if it has none.
+func (l *rateLimiter) bucketOf(key string, now time.Time) *bucket {
 	v, ok := l.buckets.Load(key)
 	if !ok {
 		v, ok = l.buckets.LoadOrStore(key, &bucket{tokens: l.burst, last: now})
@@ -46,7 +65,11 @@ func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 			l.prune()
 		}
 	}
-	b := v.(*bucket)
+	return v.(*bucket)
+}
+
+// take takes a token from b at time now (see allow).
+func (l *rateLimiter) take(b *bucket, now time.Time) (bool, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if el := now.Sub(b.last); el > 0 {

@@ -333,3 +333,26 @@ func TestServerLimitsEndToEnd(t *testing.T) {
 		t.Errorf("connections rejected metric %v, want 1", m)
 	}
 }
+
+// TestRateLimitBucketKeptByView (issue 23 item 3): a cached instance's
+// requests take from the bucket its view keeps — made when the view was
+// warmed — not one looked up by uuid in the limiter's map per request:
+// with the map emptied, the view's drained bucket still refuses.
+func TestRateLimitBucketKeptByView(t *testing.T) {
+	s, _, _ := rateSetup(t, 0.001, 2)
+	s.warm(t.Context(), richUUID, []string{"10.0.0.5"})
+	v := s.cache.byUUID(richUUID)
+	if v == nil || v.bucket.Load() == nil {
+		t.Fatal("the warmed view has no rate-limit bucket")
+	}
+	const target = "/latest/meta-data/hostname"
+	for i := range 2 {
+		if r := get(s, target); r.status != 200 {
+			t.Fatalf("request %d of the burst: %d", i+1, r.status)
+		}
+	}
+	s.limiter.buckets.Clear()
+	if r := get(s, target); r.status != 429 {
+		t.Errorf("past the burst, the limiter's map emptied: %d, want 429 (the view's bucket is drained)", r.status)
+	}
+}

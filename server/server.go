@@ -414,7 +414,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	}
 	res.uuid = v.uuid
 	if s.limiter != nil {
-		if ok, wait := s.limiter.allow(v.uuid, now); !ok {
+		if ok, wait := s.limiter.allowView(v, now); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfter(wait)))
 			return fail(w, res, http.StatusTooManyRequests, "429 Too Many Requests")
 		}

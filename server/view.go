@@ -152,6 +152,10 @@ type view struct {
 	// addrs are the source addresses the cache maps to this view (kept so
 	// that invalidating the view drops them); guarded by cache.mu.
 	addrs []netip.Addr
+
+	// bucket is the instance's rate-limit bucket once a request (or the
+	// warmer) looked it up (rateLimiter.allowView).
+	bucket atomic.Pointer[bucket]
 }
 
 // vdir is one version's directory of one instance: where each slot of its

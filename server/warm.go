@@ -14,7 +14,8 @@ import (
 // reads the views ahead of the guests: the instances the store lists when
 // Run starts (Options.WarmInstances of them), and an instance whenever it
 // is published (Invalidate, the change feed). A warmed view has the
-// directories cloud-init reads built (warmVersions) and its source
+// directories cloud-init reads built (warmVersions), its rate-limit
+// bucket made (the first request finds it in the view) and its source
 // addresses mapped, as after a guest's first boot requests; what was not
 // warmed (yet) is read on its first request, as before.
 
@@ -92,6 +93,9 @@ func (s *Server) warm(ctx context.Context, uuid string, addrs []string) {
 	if err := v.prebuild(warmVersions...); err != nil {
 		s.log.Debug("warm the cache", "uuid", uuid, "err", err)
 		return
+	}
+	if s.limiter != nil && v.bucket.Load() == nil {
+		v.bucket.Store(s.limiter.bucketOf(uuid, s.now()))
 	}
 	for _, addr := range addrs {
 		a, err := netip.ParseAddr(addr)

@@ -354,11 +354,15 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
 	defer c.observe("apply", time.Now(), &err)
+	st := newSteps(in.Name)
+	defer st.log(c.log, "apply instance steps")
 	defer c.locks.Lock(in.Name)()
+	st.done("lock")
 	old, expect, err := c.existing(ctx, in)
 	if err != nil {
 		return nil, err
 	}
+	st.done("existing")
 	// The parts complete the spec first (the shares part: the instance's
 	// mapped shares); r undoes that when the apply fails.
 	r := revert.New(c.log, "apply "+in.Name)
@@ -376,16 +380,19 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	st.done("layout")
 	end, err := c.claimParts(ctx, part.Apply, in, old) // core_nicspart.go
 	if err != nil {
 		return nil, err
 	}
+	st.done("parts")
 	inst, err := c.drv.apply(ctx, part.Apply, in, old, expect)
 	end(ctx, err)
 	if err != nil {
 		return nil, err
 	}
 	r.Success()
+	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
 	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
 	return inst, nil
@@ -498,6 +505,8 @@ func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instanc
 // running domain gets the new drive as its medium before the Put (undone
 // with the rest when the publish fails; media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
+	st := newSteps(in.Name)
+	defer st.log(c.log, "publish steps")
 	// The guest is told what hostctl created, not what the spec asked.
 	told, bds, err := c.told(ctx, in)
 	if err != nil {
@@ -525,6 +534,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 
+	st.done("render")
 	dir := c.instanceDir(in.Name)
 	if err := c.mkdirInstance(r, dir); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
@@ -542,10 +552,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 		}
 	}
+	st.done("drive")
 	fwRev, err := c.drv.setFirmware(ctx, r, in.Name, tree, rev)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	st.done("firmware")
 
 	rec, doc, err := c.store.Put(ctx, store.Instance{
 		Name: in.Name, UUID: in.UUID, ProjectID: in.ProjectID, Host: c.hostName, Addresses: in.Addresses, Spec: specJSON,
@@ -555,6 +567,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
+	st.done("store")
 	r.Success()
 	if c.notify != nil {
 		c.notify.Invalidate(in.UUID)

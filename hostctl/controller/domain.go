@@ -45,6 +45,8 @@ type Domains interface {
 // step undoes the steps before it.
 func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Instance, old *model.Instance, expect int64) (_ *Instance, err error) {
 	name := in.Name
+	st := newSteps(name)
+	defer st.log(c.log, "apply steps")
 	if old != nil {
 		carryOver(old, in)
 		if fe := sizeChanges(old, in); len(fe) > 0 {
@@ -100,6 +102,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 			name, ErrState, joinChanges(changes))
 	}
 
+	st.done("check")
 	r := revert.New(c.log, "apply "+name)
 	defer r.Fail(&err)
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
@@ -111,10 +114,20 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.createDisks(ctx, r, in, plans); err != nil {
+	redefine := cur == nil || len(changes) > 0
+	var waitDisks func() error
+	if redefine && !slices.ContainsFunc(plans, func(p diskPlan) bool { return p.encrypt }) {
+		// The plain images are made while libvirt defines the domain,
+		// whose definition only names their files (issue 23 item 4).
+		// Every qemu-img has ended before an undo or a return (defers
+		// run last first: this wait before r.Fail).
+		waitDisks = c.startDisks(ctx, r, plans)
+		defer func() { _ = waitDisks() }()
+	} else if err := c.createDisks(ctx, r, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if cur == nil || len(changes) > 0 {
+	st.done("disks")
+	if redefine {
 		if err := c.encryptedSources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
@@ -138,16 +151,29 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 			})
 		}
 	}
+	st.done("define")
+	if waitDisks != nil {
+		if err := waitDisks(); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+		if err := c.finishDisks(ctx, r, in, plans); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+		st.done("disks_wait")
+	}
 	if _, err := c.readBack(ctx, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	st.done("read_back")
 	if err := c.definedParts(ctx, op, r, old, in); err != nil { // core_nicspart.go
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
+	st.done("parts")
 	inst, err := c.publish(ctx, r, in, expect)
 	if err != nil {
 		return nil, err
 	}
+	st.done("publish")
 	// Committed. Disks the spec no longer has go now.
 	if old != nil {
 		var gone []string
@@ -162,6 +188,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	c.deleteSecrets(ctx, in, replaced)
 	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
+	st.done("state")
 	return inst, nil
 }
 

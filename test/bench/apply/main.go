@@ -2,7 +2,7 @@
 // (qemu:///system, TCG), end to end through a `hostctl serve --virt
 // libvirt` built from this checkout and its admin API:
 //
-//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system] [-firmware auto|on|off]
+//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system] [-firmware auto|on|off] [-steps]
 //
 // Rows:
 //   - apply, 4 disks + 2 NICs: a new instance — validate, four qemu-img
@@ -18,6 +18,12 @@
 //     with 1 instance present and with -instances present: the store
 //     keeps one document per instance and an address index, so
 //     republishing one must cost the same either way.
+//
+// With -steps, hostctl logs at debug level and the run ends with the
+// median time of each step of an apply and of its publish (hostctl's
+// "apply instance steps", "apply steps" and "publish steps" lines: the
+// whole apply, its domain part and its publish), for the new 4-disk instance
+// and for its unchanged re-apply: where an apply's time goes.
 //
 // Every domain it defines is named vmeta-bench-<run>-…, deleted at the end
 // (also on error or SIGINT) through hostctl, and then, should that fail,
@@ -37,6 +43,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -52,6 +59,7 @@ func main() {
 	instances := flag.Int("instances", 200, "instances present for the list and republish rows")
 	uri := flag.String("uri", "qemu:///system", "libvirt URI")
 	firmware := flag.String("firmware", "auto", "hostctl serve --firmware-metadata (on costs a redefine of the persistent domain per publish)")
+	flag.BoolVar(&showSteps, "steps", false, "log hostctl at debug level and print the median time of each step of an apply")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -104,7 +112,7 @@ func run(ctx context.Context, n, instances int, uri, firmware string) (err error
 	}
 	defer logf.Close()
 	daemon := exec.Command(bin, "serve", "--virt", "libvirt", "--libvirt-uri", uri, "--data-dir", filepath.Join(tmp, "data"),
-		"--socket", sock, "--metadata-listen", "127.0.0.1:0", "--reconcile-interval", "0", "--domain-memory", "128", "--log-level", "warn",
+		"--socket", sock, "--metadata-listen", "127.0.0.1:0", "--reconcile-interval", "0", "--domain-memory", "128", "--log-level", logLevel(),
 		"--firmware-metadata", firmware)
 	daemon.Stdout, daemon.Stderr = logf, logf
 	if err := daemon.Start(); err != nil {
@@ -250,7 +258,107 @@ func run(ctx context.Context, n, instances int, uri, firmware string) (err error
 	m200, _, _ := repub200.stats()
 	fmt.Printf("\npublishing %d instances took %s in all; republishing one costs %.2fx with %d instances present as with 1\n",
 		instances-1, fillTotal.Round(time.Millisecond), float64(m200)/float64(m1), instances)
+	if showSteps {
+		return printSteps(logPath, b.prefix+"-full-")
+	}
 	return nil
+}
+
+// showSteps is -steps.
+var showSteps bool
+
+func logLevel() string {
+	if showSteps {
+		return "debug"
+	}
+	return "warn"
+}
+
+// stepAttr is one key=value of a log line (slog's text format).
+var stepAttr = regexp.MustCompile(`(\w+)=(\S+)`)
+
+// printSteps prints, from hostctl's log, the median of each step of the
+// "apply steps" and "publish steps" lines of the instances whose names
+// begin with prefix: their first apply (new) and their second (the
+// unchanged re-apply).
+func printSteps(logPath, prefix string) error {
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		return err
+	}
+	type key struct{ msg, kind string }
+	times := map[key]map[string][]time.Duration{}
+	var order []key
+	seen := map[string]int{} // "apply steps"/"publish steps" lines per name
+	for _, line := range strings.Split(string(raw), "\n") {
+		var msg string
+		switch {
+		case strings.Contains(line, `msg="apply steps"`):
+			msg = "apply"
+		case strings.Contains(line, `msg="publish steps"`):
+			msg = "publish"
+		case strings.Contains(line, `msg="apply instance steps"`):
+			msg = "instance"
+		default:
+			continue
+		}
+		var name string
+		var attrs [][]string
+		for _, m := range stepAttr.FindAllStringSubmatch(line, -1) {
+			switch m[1] {
+			case "time", "level", "msg":
+			case "name":
+				name = m[2]
+			default:
+				attrs = append(attrs, m[1:])
+			}
+		}
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		seen[msg+name]++
+		kind := map[int]string{1: "new instance", 2: "unchanged re-apply"}[seen[msg+name]]
+		if kind == "" {
+			continue
+		}
+		k := key{msg, kind}
+		if times[k] == nil {
+			times[k] = map[string][]time.Duration{}
+			order = append(order, k)
+		}
+		for _, a := range attrs {
+			d, err := time.ParseDuration(a[1])
+			if err != nil {
+				continue
+			}
+			times[k][a[0]] = append(times[k][a[0]], d)
+		}
+	}
+	fmt.Println("\nsteps (hostctl's debug log; median of each step):")
+	for _, k := range order {
+		var parts []string
+		for _, step := range stepOrder(k.msg) {
+			t := times[k][step]
+			if len(t) == 0 {
+				continue
+			}
+			slices.Sort(t)
+			parts = append(parts, fmt.Sprintf("%s %s", step, ms(t[len(t)/2])))
+		}
+		fmt.Printf("  %s, %s (%d): %s\n", k.msg, k.kind, len(times[k][stepOrder(k.msg)[0]]), strings.Join(parts, ", "))
+	}
+	return nil
+}
+
+// stepOrder is the order in which hostctl logs the steps.
+func stepOrder(msg string) []string {
+	switch msg {
+	case "apply":
+		return []string{"check", "disks", "define", "disks_wait", "read_back", "parts", "publish", "state"}
+	case "instance":
+		return []string{"lock", "existing", "layout", "parts", "domain"}
+	}
+	return []string{"render", "drive", "firmware", "store"}
 }
 
 // apply sends a spec and remembers the name for cleanup.

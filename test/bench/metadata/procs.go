@@ -25,6 +25,9 @@ type proc struct {
 	log  string
 	done chan struct{} // closed when the process has exited
 	err  error         // its exit status, once done is closed
+	// metrics is a URL where the process serves Prometheus text with
+	// go_memstats_mallocs_total (its heap allocations so far), "" if none.
+	metrics string
 }
 
 // procs are all the processes of one run; stopAll ends them (on success,

@@ -21,11 +21,16 @@ package main
 // it counts.
 //
 // Per storm: the server's CPU time (user + system of its process, from
-// /proc/<pid>/stat, over the storm), requests, errors,
+// /proc/<pid>/stat, over the storm), its heap allocations per request
+// (go_memstats_mallocs_total of its metrics listener, read before and
+// after, the cost of one read subtracted), requests, errors,
 // p50 and p99 of the requests and the wall time; the load average at the
 // start and end of each round; and per round the ratios vmeta / bare of
-// CPU time and p99, cold and warm. The load generator is this process, on
-// the same cores as the servers.
+// CPU time, p99 and allocations per request, cold and warm. The load
+// generator is this process, on the same cores as the servers. With
+// VMETA_BENCH_PERF=<dir>, each storm is also recorded with `perf record
+// -g` into that directory (to find where the server's CPU time goes; the
+// figures of such a run are not comparable).
 
 import (
 	"context"
@@ -35,7 +40,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +63,7 @@ type stormResult struct {
 	wall       time.Duration
 	loadBefore string
 	settleCPU  time.Duration // of the fresh process before the cold storm
+	mallocs    int64         // heap allocations of the server over the storm; -1: unknown
 }
 
 // settle leaves a fresh process alone for d and returns the CPU time it
@@ -135,13 +143,13 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 		}
 		e.procs.stopSome(h.proc)
 		rows = append(rows, r)
-		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×; warm CPU %.2f×, p99 %.2f×; load average at the end %s\n",
-			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99),
-			durRatio(r.vWarm.cpu, r.bareWarm.cpu), durRatio(r.vWarm.p99, r.bareWarm.p99), loadAverage())
+		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×, allocs %.2f×; warm CPU %.2f×, p99 %.2f×, allocs %.2f×; load average at the end %s\n",
+			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99), allocRatio(r.vCold, r.bareCold),
+			durRatio(r.vWarm.cpu, r.bareWarm.cpu), durRatio(r.vWarm.p99, r.bareWarm.p99), allocRatio(r.vWarm, r.bareWarm), loadAverage())
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tserver\tstorm\tsettle CPU\trequests\terrors\tserver CPU\tCPU/request\tp50\tp99\twall\tload average before\t")
+	fmt.Fprintln(tw, "round\tserver\tstorm\tsettle CPU\trequests\terrors\tserver CPU\tCPU/request\tallocs/request\tp50\tp99\twall\tload average before\t")
 	for i, r := range rows {
 		for _, x := range []struct {
 			server, kind string
@@ -151,8 +159,8 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 			if x.kind == "cold" {
 				settled = x.s.settleCPU.Round(10 * time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, x.server, x.kind, settled, x.s.requests, x.s.errors,
-				x.s.cpu.Round(10*time.Millisecond), cpuDur(x.s.cpu/time.Duration(max(x.s.requests, 1))), dur(x.s.p50), dur(x.s.p99),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, x.server, x.kind, settled, x.s.requests, x.s.errors,
+				x.s.cpu.Round(10*time.Millisecond), cpuDur(x.s.cpu/time.Duration(max(x.s.requests, 1))), x.s.allocsPerRequest(), dur(x.s.p50), dur(x.s.p99),
 				x.s.wall.Round(time.Millisecond), x.s.loadBefore)
 		}
 	}
@@ -169,9 +177,83 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 	cp := med(func(r row) float64 { return durRatio(r.vCold.p99, r.bareCold.p99) })
 	wc := med(func(r row) float64 { return durRatio(r.vWarm.cpu, r.bareWarm.cpu) })
 	wp := med(func(r row) float64 { return durRatio(r.vWarm.p99, r.bareWarm.p99) })
-	fmt.Printf("boot storm, vmeta / bare (median of %d rounds): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); load average %s\n",
-		len(rows), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05), loadAverage())
+	ca := med(func(r row) float64 { return allocRatio(r.vCold, r.bareCold) })
+	wa := med(func(r row) float64 { return allocRatio(r.vWarm, r.bareWarm) })
+	fmt.Printf("boot storm, vmeta / bare (median of %d rounds): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); allocations per request cold %.2f×, warm %.2f×; load average %s\n",
+		len(rows), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05), ca, wa, loadAverage())
 	return nil
+}
+
+// quiesce waits until process pid uses no CPU time over 100 ms (at most
+// 5 s).
+func quiesce(ctx context.Context, pid int) error {
+	for range 50 {
+		c0, err := processCPU(pid)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		c1, err := processCPU(pid)
+		if err != nil {
+			return err
+		}
+		if c1-c0 < 10*time.Millisecond {
+			return nil
+		}
+	}
+	return nil
+}
+
+// allocsPerRequest renders the storm's heap allocations per request.
+func (s *stormResult) allocsPerRequest() string {
+	if s.mallocs < 0 || s.requests == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f", float64(s.mallocs)/float64(s.requests))
+}
+
+// allocRatio is a's allocations per request over b's (0: unknown).
+func allocRatio(a, b *stormResult) float64 {
+	if a.mallocs < 0 || b.mallocs <= 0 || a.requests == 0 || b.requests == 0 {
+		return 0
+	}
+	return (float64(a.mallocs) / float64(a.requests)) / (float64(b.mallocs) / float64(b.requests))
+}
+
+// mallocs reads go_memstats_mallocs_total from a process's metrics URL.
+func mallocs(ctx context.Context, url string) (int64, error) {
+	if url == "" {
+		return 0, errors.New("no metrics URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("allocations: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("allocations: %w", err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, "go_memstats_mallocs_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("allocations: %q: %w", l, err)
+			}
+			return int64(f), nil
+		}
+	}
+	return 0, fmt.Errorf("allocations: no go_memstats_mallocs_total at %s", url)
 }
 
 func durRatio(a, b time.Duration) float64 {
@@ -245,6 +327,19 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	lat := make([][]time.Duration, n)
 	var errs atomic.Int64
 	var firstErr atomic.Value
+	// Allocations are read outside the CPU window: reading them is a
+	// scrape of the server's metrics, which costs hostctl a lot (its
+	// instance collector reads every instance). Two reads back to back
+	// measure what one costs (subtracted below), and the storm starts
+	// once the server is quiet again (the scrape's garbage collected).
+	mA, merrA := mallocs(ctx, p.metrics)
+	m0, merr := mallocs(ctx, p.metrics)
+	merr = errors.Join(merrA, merr)
+	if err := quiesce(ctx, p.pid()); err != nil {
+		return nil, err
+	}
+	stopPerf := startPerf(ctx, p.pid())
+	defer stopPerf()
 	cpu0, err := processCPU(p.pid())
 	if err != nil {
 		return nil, err
@@ -272,13 +367,21 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	wg.Wait()
 	res.wall = time.Since(start)
 	cpu1, err := processCPU(p.pid())
+	stopPerf()
 	if err != nil {
 		return nil, err
 	}
+	m1, merr1 := mallocs(ctx, p.metrics)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	res.cpu = cpu1 - cpu0
+	res.mallocs = -1
+	if merr == nil && merr1 == nil {
+		res.mallocs = max(m1-m0-(m0-mA), 0)
+	} else {
+		fmt.Printf("    allocations unknown: %v\n", errors.Join(merr, merr1))
+	}
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -313,4 +416,35 @@ func get(ctx context.Context, c *http.Client, url string) error {
 		return errors.New(url + ": " + resp.Status)
 	}
 	return nil
+}
+
+// perfDir is where startPerf writes its profiles (VMETA_BENCH_PERF; empty:
+// no profiling).
+var perfDir = os.Getenv("VMETA_BENCH_PERF")
+
+var perfSeq atomic.Int64
+
+// startPerf records a perf profile of pid (call graphs) into perfDir while
+// a storm runs, if VMETA_BENCH_PERF names a directory; the returned
+// function stops it. The profile costs the server CPU time: figures of a
+// profiled run are not comparable.
+func startPerf(ctx context.Context, pid int) func() {
+	if perfDir == "" {
+		return func() {}
+	}
+	out := fmt.Sprintf("%s/storm-%02d-%d.data", perfDir, perfSeq.Add(1), pid)
+	cmd := exec.CommandContext(ctx, "perf", "record", "-q", "-F", "2999", "-g", "-p", strconv.Itoa(pid), "-o", out)
+	if err := cmd.Start(); err != nil {
+		fmt.Printf("    perf: %v\n", err)
+		return func() {}
+	}
+	time.Sleep(300 * time.Millisecond) // let perf attach
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+			fmt.Printf("    perf profile %s\n", out)
+		})
+	}
 }

@@ -113,7 +113,12 @@ func (e *env) startHostctl(ctx context.Context, name, store string) (*host, erro
 		return nil, err
 	}
 	sock := filepath.Join(dir, "s.sock")
-	args := []string{"serve", "--data-dir", dir, "--socket", sock, "--metadata-listen", addr, "--log-level", "warn", "--virt", "none"}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--data-dir", dir, "--socket", sock, "--metadata-listen", addr, "--log-level", "warn", "--virt", "none",
+		"--metadata-metrics-listen", metricsAddr}
 	if store != "" {
 		args = append(args, "--store", store)
 	}
@@ -128,6 +133,7 @@ func (e *env) startHostctl(ctx context.Context, name, store string) (*host, erro
 	if err := p.waitDial(ctx, "tcp", addr); err != nil {
 		return nil, err
 	}
+	p.metrics = "http://" + metricsAddr + "/metrics"
 	return &host{proc: p, base: "http://" + addr, api: client.NewUnix(sock)}, nil
 }
 
@@ -243,11 +249,16 @@ func (e *env) startBare(ctx context.Context, routes []route) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.procs.start(spawn{name: "bare", log: filepath.Join(e.tmp, "bare.log"),
-		bin: e.bins.bare, args: []string{"-listen", addr, "-config", file}})
+	statsAddr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
+	p, err := e.procs.start(spawn{name: "bare", log: filepath.Join(e.tmp, "bare.log"),
+		bin: e.bins.bare, args: []string{"-listen", addr, "-config", file, "-metrics-listen", statsAddr}})
+	if err != nil {
+		return nil, err
+	}
+	p.metrics = "http://" + statsAddr + "/metrics"
 	if err := p.waitDial(ctx, "tcp", addr); err != nil {
 		return nil, err
 	}

@@ -4,10 +4,14 @@
 // machine, this Go and this load generator allow before any metadata
 // logic runs. It is run as its own process, like every other target.
 //
-//	bare -listen 127.0.0.1:PORT -config routes.json
+//	bare -listen 127.0.0.1:PORT -config routes.json [-metrics-listen 127.0.0.1:PORT2]
 //
 // routes.json is [{"path": "/a/b", "content_type": "text/plain", "body": "…"}];
 // each path is served for GET (and HEAD) with a standard ServeMux pattern.
+// With -metrics-listen, GET /metrics on that second listener answers
+// go_memstats_mallocs_total (as a Prometheus Go collector names the heap
+// allocations so far), so that the boot storm can compare allocations
+// per request with hostctl's.
 package main
 
 import (
@@ -16,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/metrics"
 	"time"
 )
 
@@ -29,7 +34,17 @@ type Route struct {
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	config := flag.String("config", "", "JSON file listing the routes")
+	metricsListen := flag.String("metrics-listen", "", "address to serve GET /metrics (allocations) on; empty: none")
 	flag.Parse()
+	if *metricsListen != "" {
+		go func() {
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /metrics", serveMallocs)
+			srv := &http.Server{Addr: *metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			fmt.Fprintln(os.Stderr, "bare: metrics:", srv.ListenAndServe())
+			os.Exit(1)
+		}()
+	}
 	if err := run(*listen, *config); err != nil {
 		fmt.Fprintln(os.Stderr, "bare:", err)
 		os.Exit(1)
@@ -55,4 +70,12 @@ func run(listen, config string) error {
 	}
 	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
+}
+
+// serveMallocs answers the heap allocations so far, counted as the
+// Prometheus Go collector counts go_memstats_mallocs_total.
+func serveMallocs(w http.ResponseWriter, _ *http.Request) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/tiny/allocs:objects"}}
+	metrics.Read(s)
+	fmt.Fprintf(w, "go_memstats_mallocs_total %d\n", s[0].Value.Uint64()+s[1].Value.Uint64())
 }

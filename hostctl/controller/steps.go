@@ -1,0 +1,31 @@
+package controller
+
+import (
+	"log/slog"
+	"time"
+)
+
+// steps times the steps of one apply or publish for a debug log line
+// (issue 23 item 4: where an apply's time goes), e.g.
+//
+//	msg="apply steps" name=web-1 check=1.2ms disks=61ms define=20ms …
+type steps struct {
+	last  time.Time
+	attrs []any
+}
+
+func newSteps(name string) *steps {
+	return &steps{last: time.Now(), attrs: []any{"name", name}}
+}
+
+// done ends the step called step, which began when the previous one ended.
+func (s *steps) done(step string) {
+	now := time.Now()
+	s.attrs = append(s.attrs, step, now.Sub(s.last).Round(10*time.Microsecond))
+	s.last = now
+}
+
+// log writes the line at debug level.
+func (s *steps) log(l *slog.Logger, msg string) {
+	l.Debug(msg, s.attrs...)
+}
