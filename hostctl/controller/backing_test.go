@@ -64,6 +64,10 @@ func makeEncryptedImage(t *testing.T, e *env, km KeyManager, name, project strin
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "src.qcow2")
+	if e.fakeQemuImg != "" { // e is on the fake disk layer (fakedisk_test.go)
+		makeFakeEncryptedImage(t, p, pass)
+		return importEncryptedImage(t, e, name, sec, p)
+	}
 	tool := encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 10 * time.Millisecond})
 	if err := tool.Create(ctx, encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
 		t.Fatal(err)
@@ -72,11 +76,18 @@ func makeEncryptedImage(t *testing.T, e *env, km KeyManager, name, project strin
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}, pass); err != nil {
 		t.Fatalf("qemu-io write: %v: %s", err, out)
 	}
+	return importEncryptedImage(t, e, name, sec, p)
+}
+
+// importEncryptedImage imports the LUKS image at p, under secret sec,
+// into e's catalog as name.
+func importEncryptedImage(t *testing.T, e *env, name string, sec keys.Secret, p string) keys.Secret {
+	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := e.c.ImportImage(ctx, name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
+	img, err := e.c.ImportImage(context.Background(), name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +117,7 @@ func readThrough(t *testing.T, p string, pass, backing []byte) error {
 // start hands both to libvirt and stop takes both back; delete removes
 // the instance's secrets and leaves the image's.
 func TestEncryptedImageRoot(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -205,7 +217,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 // encrypted image encrypted: no surprise decryption).
 func TestEncryptedImageRefusals(t *testing.T) {
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e) // refused before any LUKS work
 	ctx := context.Background()
 	makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
 	gone := makeEncryptedImage(t, e, e.c.keys, "lost-img", "p1")
@@ -235,15 +247,15 @@ const encImageSpec = "name: img-1\nproject_id: p1\nimage: enc-img\ndisks: [{name
 // every libvirt and store step, of an apply over an encrypted image and
 // of its start: nothing is left behind (the backing copy included).
 func TestFaultsEncryptedImage(t *testing.T) {
-	setup := func(e *env) { makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1") }
+	setup := func(e *env) { makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1") }
 	apply := func(e *env) error { _, err := e.apply(encImageSpec); return err }
 	t.Run("apply keys and qemu-img", func(t *testing.T) { encFaults(t, setup, apply) })
 	t.Run("apply libvirt and store", func(t *testing.T) {
-		faultMatrix(t, func(e *env) { withFakeEncryption(t, e); setup(e) }, apply)
+		faultMatrix(t, func(e *env) { withFakeEncryption(e.t, e); setup(e) }, apply)
 	})
 	start := func(e *env) error { _, err := e.c.Start(context.Background(), "img-1"); return err }
 	t.Run("start libvirt", func(t *testing.T) {
-		hvFaults(t, func(e *env) { withFakeEncryption(t, e); setup(e); e.mustApply(encImageSpec) }, start, nil)
+		hvFaults(t, func(e *env) { withFakeEncryption(e.t, e); setup(e); e.mustApply(encImageSpec) }, start, nil)
 	})
 }
 

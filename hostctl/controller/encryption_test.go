@@ -3,7 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -160,72 +159,11 @@ func (l faultyLUKS) Verify(ctx context.Context, path string, pass, backing []byt
 	return l.LUKS.Verify(ctx, path, pass, backing)
 }
 
-// fakeLUKS stands in for qemu-img in the fault matrices (which test the
-// controller's undo logic, many times over; TestEncryptedApply and the
-// end-to-end tests use the real qemu-img): a "disk" is a file holding a
-// digest of its passphrase.
-type fakeLUKS struct{}
-
-func (fakeLUKS) Create(ctx context.Context, d encryption.Disk, pass []byte) error {
-	sum := sha256.Sum256(pass)
-	b := append([]byte("FAKE-LUKS "), sum[:]...)
-	if d.Base != nil {
-		b = append(b, "\nbacking="+d.Base.Path+"\n"+d.Base.Format...)
-	}
-	return os.WriteFile(d.Path, b, 0o600)
-}
-
-func (fakeLUKS) Inspect(ctx context.Context, path string) (encryption.Info, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return encryption.Info{}, err
-	}
-	if !bytes.HasPrefix(b, []byte("FAKE-LUKS ")) {
-		return encryption.Info{Format: "qcow2"}, nil
-	}
-	info := encryption.Info{Format: "qcow2", Encrypted: true, EncryptFormat: "luks", Cipher: "aes-256", Mode: "xts", Hash: "sha256", IVGen: "plain64", KeyBits: 512}
-	if _, rest, ok := bytes.Cut(b, []byte("\nbacking=")); ok {
-		f, format, _ := strings.Cut(string(rest), "\n")
-		info.BackingFile, info.BackingFormat = f, format
-	}
-	return info, nil
-}
-
-func (fakeLUKS) Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error {
-	return fakeLUKS{}.Verify(ctx, path, pass, backing)
-}
-
-func (fakeLUKS) Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error {
-	return errors.New("fakeLUKS cannot convert (snapshots are tested with the real qemu-img)")
-}
-
-func (fakeLUKS) Verify(ctx context.Context, path string, pass, backing []byte) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(pass)
-	b, _, _ = bytes.Cut(b, []byte("\nbacking="))
-	if !bytes.Equal(b, append([]byte("FAKE-LUKS "), sum[:]...)) {
-		return encryption.ErrWrongPassphrase
-	}
-	return nil
-}
-
-// VerifyImage checks a fake disk as Verify does; an imported image the
-// tests made with the real qemu-img (makeEncryptedImage) is opened with
-// the real qemu-io.
-func (fakeLUKS) VerifyImage(ctx context.Context, path, format string, pass []byte) error {
-	if b, err := os.ReadFile(path); err == nil && !bytes.HasPrefix(b, []byte("FAKE-LUKS ")) {
-		return encryption.New(encryption.Options{}).VerifyImage(ctx, path, format, pass)
-	}
-	return fakeLUKS{}.Verify(ctx, path, pass, nil)
-}
-
-// withFakeEncryption is withEncryption with fakeLUKS.
+// withFakeEncryption is withEncryption on the fake disk layer
+// (fakedisk_test.go).
 func withFakeEncryption(t *testing.T, e *env) *faults {
 	f := withEncryption(t, e)
-	e.c.luks = faultyLUKS{fakeLUKS{}, f}
+	withFakeDisks(t, e, f)
 	return f
 }
 
@@ -263,6 +201,7 @@ nics:
 // domain XML names the secrets; start hands them to libvirt and stop
 // takes them back; delete removes the key-manager secrets.
 func TestEncryptedApply(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -371,7 +310,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	t.Run("format", func(t *testing.T) {
 		for _, format := range []string{"luksv2", "plain", "bogus"} {
 			e := newEnv(t)
-			withEncryption(t, e)
+			withFakeEncryption(t, e) // refused before any LUKS work
 			before := e.snapshot()
 			in, err := model.ParseSpec([]byte(encSpec))
 			if err != nil {
@@ -391,7 +330,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	})
 	t.Run("unsupported by the probe", func(t *testing.T) {
 		e := newEnv(t)
-		withEncryption(t, e)
+		withFakeEncryption(t, e) // refused before any LUKS work
 		e.c.encSupport = func(context.Context) (encryption.Support, error) {
 			return encryption.Support{Why: map[string]string{"luks": "qemu-img lacks it"}}, nil
 		}
@@ -402,7 +341,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	})
 	t.Run("existing disk changes encryption", func(t *testing.T) {
 		e := newEnv(t)
-		withEncryption(t, e)
+		withFakeEncryption(t, e) // refused before any LUKS work
 		e.mustApply(encSpec)
 		before := e.snapshot()
 		_, err := e.apply(strings.Replace(encSpec, "{name: vdb, size: 8M, tag: data}", "{name: vdb, size: 8M, tag: data, encrypted: true}", 1))
@@ -447,6 +386,8 @@ func TestNoHypervisorNeverClaimsEncryption(t *testing.T) {
 // encFaults injects a failure at every key-manager and LUKS step of op
 // (counted in a reference run) and checks that nothing is left behind:
 // no partial file, no key-manager secret, no libvirt secret, no record.
+// Each failure is a parallel subtest with its own env (on the fake disk
+// layer, fakedisk_test.go).
 func encFaults(t *testing.T, setup func(e *env), op func(e *env) error) {
 	t.Helper()
 	ref := newEnv(t)
@@ -461,26 +402,28 @@ func encFaults(t *testing.T, setup func(e *env), op func(e *env) error) {
 		t.Fatal("no key-manager or LUKS call")
 	}
 	for k := 1; k <= n; k++ {
-		e := newEnv(t)
-		f := withFakeEncryption(t, e)
-		setup(e)
-		before := e.snapshot()
-		f.failAt = len(f.calls) + k
-		err := op(e)
 		call := rf.calls[start+k-1]
-		if !errors.Is(err, errInjected) {
-			t.Errorf("failing %s (%d/%d): %v", call, k, n, err)
-			continue
-		}
-		if after := e.snapshot(); after != before {
-			t.Errorf("failing %s (%d/%d) left changes behind:\n%s", call, k, n, diffLines(before, after))
-		}
+		faultStep(t, fmt.Sprintf("%d-%s", k, call), func(t *testing.T) {
+			e := newEnv(t)
+			f := withFakeEncryption(t, e)
+			setup(e)
+			before := e.snapshot()
+			f.failAt = len(f.calls) + k
+			err := op(e)
+			if !errors.Is(err, errInjected) {
+				t.Errorf("failing %s (%d/%d): %v", call, k, n, err)
+				return
+			}
+			if after := e.snapshot(); after != before {
+				t.Errorf("failing %s (%d/%d) left changes behind:\n%s", call, k, n, diffLines(before, after))
+			}
+		})
 	}
 }
 
 // hvFaults fails each hypervisor call of op in turn (op need not write
 // the store, unlike faultMatrix's) and checks that a failed op leaves
-// nothing behind.
+// nothing behind; each failure is a parallel subtest with its own env.
 func hvFaults(t *testing.T, setup func(e *env), op func(e *env) error, succeeded func(t *testing.T, e *env)) {
 	t.Helper()
 	ref := newEnv(t)
@@ -491,22 +434,24 @@ func hvFaults(t *testing.T, setup func(e *env), op func(e *env) error, succeeded
 	}
 	n := ref.hv.callCount() - start
 	for k := 1; k <= n; k++ {
-		e := newEnv(t)
-		setup(e)
-		before := e.snapshot()
-		e.hv.setFailAt(e.hv.callCount() + k)
-		err := op(e)
 		call := ref.hv.calls[start+k-1]
-		if err == nil {
-			t.Logf("failing %s (%d/%d): succeeded regardless", call, k, n)
-			if succeeded != nil {
-				succeeded(t, e)
+		faultStep(t, fmt.Sprintf("%d-%s", k, call), func(t *testing.T) {
+			e := newEnv(t)
+			setup(e)
+			before := e.snapshot()
+			e.hv.setFailAt(e.hv.callCount() + k)
+			err := op(e)
+			if err == nil {
+				t.Logf("failing %s (%d/%d): succeeded regardless", call, k, n)
+				if succeeded != nil {
+					succeeded(t, e)
+				}
+				return
 			}
-			continue
-		}
-		if after := e.snapshot(); after != before {
-			t.Errorf("failing %s (%d/%d: %v) left changes behind:\n%s", call, k, n, err, diffLines(before, after))
-		}
+			if after := e.snapshot(); after != before {
+				t.Errorf("failing %s (%d/%d: %v) left changes behind:\n%s", call, k, n, err, diffLines(before, after))
+			}
+		})
 	}
 }
 
@@ -514,13 +459,13 @@ func TestFaultsEncryptedApply(t *testing.T) {
 	apply := func(e *env) error { _, err := e.apply(encSpec); return err }
 	t.Run("keys and qemu-img", func(t *testing.T) { encFaults(t, func(*env) {}, apply) })
 	t.Run("libvirt and store", func(t *testing.T) {
-		faultMatrix(t, func(e *env) { withFakeEncryption(t, e) }, apply)
+		faultMatrix(t, func(e *env) { withFakeEncryption(e.t, e) }, apply)
 	})
 }
 
 func TestFaultsEncryptedStart(t *testing.T) {
 	setup := func(e *env) {
-		withFakeEncryption(t, e)
+		withFakeEncryption(e.t, e)
 		e.mustApply(encSpec)
 	}
 	start := func(e *env) error { _, err := e.c.Start(context.Background(), "app-1"); return err }
@@ -533,10 +478,10 @@ func TestFaultsEncryptedStart(t *testing.T) {
 // delete succeed, and the reconciler's next pass removes what is left.
 func TestFaultsEncryptedDelete(t *testing.T) {
 	setup := func(e *env) {
-		withFakeEncryption(t, e)
+		withFakeEncryption(e.t, e)
 		e.mustApply(encSpec)
 		if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
-			t.Fatal(err)
+			e.t.Fatal(err)
 		}
 	}
 	hvFaults(t, setup, func(e *env) error { return e.c.Delete(context.Background(), "app-1") }, func(t *testing.T, e *env) {
@@ -567,7 +512,7 @@ func TestFaultsEncryptedDelete(t *testing.T) {
 // records whose instance is gone (a crash between delete's steps).
 func TestSweepSecrets(t *testing.T) {
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e) // the sweep's logic: no LUKS work
 	ctx := context.Background()
 	inst := e.mustApply(encSpec)
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
@@ -631,6 +576,7 @@ func openBolt(t *testing.T, dir string) store.Store {
 // a plain base image is an encrypted overlay; the base image (the backing
 // file) stays plain, and the record names no backing secret.
 func TestEncryptedRootOverPlainImage(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -671,6 +617,7 @@ func TestEncryptedRootOverPlainImage(t *testing.T) {
 // domain gets its own secret, libvirt the passphrase before the attach,
 // and the guest is told encrypted; detaching it deletes the secret.
 func TestAttachEncryptedDisk(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -711,10 +658,10 @@ func TestAttachEncryptedDisk(t *testing.T) {
 
 func TestFaultsAttachEncryptedDisk(t *testing.T) {
 	setup := func(e *env) {
-		withFakeEncryption(t, e)
+		withFakeEncryption(e.t, e)
 		e.mustApply(hvSpec)
 		if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
-			t.Fatal(err)
+			e.t.Fatal(err)
 		}
 	}
 	attach := func(e *env) error {
@@ -725,7 +672,7 @@ func TestFaultsAttachEncryptedDisk(t *testing.T) {
 	encFaults(t, func(e *env) {
 		e.mustApply(hvSpec)
 		if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
-			t.Fatal(err)
+			e.t.Fatal(err)
 		}
 	}, attach)
 }
@@ -789,6 +736,7 @@ func TestReplacedDiskSecret(t *testing.T) {
 // grows the LUKS root disk through its passphrase and makes the swap disk
 // anew with a new secret (the old one deleted).
 func TestFlavorEncryptionEndToEnd(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	flavorSetup(e)
 	withEncryption(t, e)

@@ -23,7 +23,7 @@ func TestFaultsDevices(t *testing.T) {
 			e.mustApply(hvSpec)
 			if running {
 				if _, err := e.c.Start(ctx, "app-1"); err != nil {
-					t.Fatal(err)
+					e.t.Fatal(err)
 				}
 			}
 		}

@@ -7,9 +7,11 @@ package controller
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -62,6 +64,9 @@ type env struct {
 	// fileView, when set, shows a file of the data directory in a
 	// snapshot instead of its hash, when it returns true.
 	fileView func(path string) (string, bool)
+	// fakeQemuImg is the fake qemu-img of the fake disk layer
+	// (fakedisk_test.go) when e is on it.
+	fakeQemuImg string
 }
 
 func newEnv(t *testing.T) *env {
@@ -140,11 +145,11 @@ func (e *env) snapshot() string {
 				return nil
 			}
 		}
-		data, err := os.ReadFile(p)
+		v, err := fileDigest(p)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "file %s %x\n", rel, sha256.Sum256(data))
+		fmt.Fprintf(&b, "file %s %s\n", rel, v)
 		return nil
 	})
 	// Store records besides instances: block-device records and
@@ -162,6 +167,58 @@ func (e *env) snapshot() string {
 		b.WriteString(e.hv.snapshot())
 	}
 	return b.String()
+}
+
+// qcow2HeaderBytes is how much of a plain qcow2 image a snapshot hashes:
+// its header, header extensions and backing file name.
+const qcow2HeaderBytes = 4096
+
+// fileDigest is how a snapshot shows a file: a plain qcow2 image by its
+// size and header (virtual size, backing file and format, the table
+// offsets), anything else by the hash of its content. The controller
+// never writes guest data into a plain image (it creates, resizes,
+// converts, renames and removes them), and the test disks are blank, so
+// hashing their data clusters adds nothing but time (a third of a fault
+// step under -race); an encrypted qcow2 is hashed whole (its LUKS
+// header — keyslots, a rotation's work — is the point), and so are the
+// fake LUKS disks (fakedisk_test.go), the config drives and every record.
+func fileDigest(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	head := make([]byte, qcow2HeaderBytes)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	head = head[:n]
+	if isPlainQcow2Header(head) {
+		return fmt.Sprintf("qcow2 size=%d header=%x", fi.Size(), sha256.Sum256(head)), nil
+	}
+	h := sha256.New()
+	h.Write(head)
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}
+
+// isPlainQcow2Header: head starts a qcow2 image that is not encrypted and
+// whose backing file name lies within head.
+func isPlainQcow2Header(head []byte) bool {
+	if len(head) < 104 || string(head[:4]) != "QFI\xfb" {
+		return false
+	}
+	be := binary.BigEndian
+	cryptMethod := be.Uint32(head[32:36])
+	backingEnd := be.Uint64(head[8:16]) + uint64(be.Uint32(head[16:20]))
+	return cryptMethod == 0 && backingEnd <= uint64(len(head))
 }
 
 func devicesOf(t *testing.T, st store.Store, uuid string) []metadata.Device {
@@ -327,7 +384,9 @@ func TestReapplyRunning(t *testing.T) {
 // faultMatrix runs op once to count the hypervisor calls it makes, then
 // again in fresh environments failing each of those calls in turn, and
 // checks that every failure leaves the store, the files and libvirt as
-// they were. It also fails the store write and qemu-img.
+// they were. It also fails the store write and qemu-img. Each failure is
+// a parallel subtest with its own environment (setup runs in each: it
+// must use e.t, not an outer test's t).
 func faultMatrix(t *testing.T, setup func(e *env), op func(e *env) error) {
 	t.Helper()
 	ref := newEnv(t)
@@ -340,7 +399,7 @@ func faultMatrix(t *testing.T, setup func(e *env), op func(e *env) error) {
 	if n == 0 {
 		t.Fatal("the operation made no hypervisor call")
 	}
-	check := func(name string, e *env, before string, err error) {
+	check := func(t *testing.T, name string, e *env, before string, err error) {
 		t.Helper()
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -354,46 +413,69 @@ func faultMatrix(t *testing.T, setup func(e *env), op func(e *env) error) {
 		}
 	}
 	for k := 1; k <= n; k++ {
+		faultStep(t, fmt.Sprintf("hv-%d-%s", k, ref.hv.calls[start+k-1]), func(t *testing.T) {
+			e := newEnv(t)
+			setup(e)
+			before := e.snapshot()
+			base := e.hv.callCount()
+			e.hv.setFailAt(base + k)
+			err := op(e)
+			call := "?"
+			if base+k <= e.hv.callCount() {
+				call = e.hv.calls[base+k-1]
+			}
+			if err == nil && slices.Contains([]string{"XML", "List", "State"}, call) {
+				// A read whose failure only costs a display (the state shown
+				// after the commit) or a check (whether a live detach is done,
+				// reported as a warning) may let the operation succeed.
+				t.Logf("failing call %d/%d (%s): the operation succeeded regardless", k, n, call)
+				return
+			}
+			check(t, fmt.Sprintf("failing call %d/%d (%s)", k, n, call), e, before, err)
+		})
+	}
+	faultStep(t, "store-write", func(t *testing.T) {
 		e := newEnv(t)
 		setup(e)
 		before := e.snapshot()
-		base := e.hv.callCount()
-		e.hv.setFailAt(base + k)
-		err := op(e)
-		call := "?"
-		if base+k <= len(e.hv.calls) {
-			call = e.hv.calls[base+k-1]
-		}
-		if err == nil && slices.Contains([]string{"XML", "List", "State"}, call) {
-			// A read whose failure only costs a display (the state shown
-			// after the commit) or a check (whether a live detach is done,
-			// reported as a warning) may let the operation succeed.
-			t.Logf("failing call %d/%d (%s): the operation succeeded regardless", k, n, call)
-			continue
-		}
-		check(fmt.Sprintf("failing call %d/%d (%s)", k, n, call), e, before, err)
-	}
-	e := newEnv(t)
-	setup(e)
-	before := e.snapshot()
-	e.st.failPut, e.st.failDelete = true, true
-	check("failing store write", e, before, op(e))
+		e.st.failPut, e.st.failDelete = true, true
+		check(t, "failing store write", e, before, op(e))
+	})
+	faultStep(t, "qemu-img-create", func(t *testing.T) {
+		e := newEnv(t)
+		setup(e)
+		before := e.snapshot()
+		e.failQemuImgCreate()
+		if err := op(e); err != nil {
+			check(t, "failing qemu-img", e, before, err)
+		} // an operation that creates no disk succeeds
+	})
+}
 
-	e = newEnv(t)
-	setup(e)
-	before = e.snapshot()
-	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(t)})
-	if err := op(e); err != nil {
-		check("failing qemu-img", e, before, err)
-	} // an operation that creates no disk succeeds
+// faultStep runs one step of a fault matrix as a parallel subtest.
+func faultStep(t *testing.T, name string, step func(t *testing.T)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		step(t)
+	})
+}
+
+// failQemuImgCreate makes e's disk maker run failingQemuImg.
+func (e *env) failQemuImgCreate() {
+	real := e.fakeQemuImg
+	if real == "" {
+		real = e.qemuImg
+	}
+	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(e.t, real)})
 }
 
 // failingQemuImg is a qemu-img that fails to create an image after
-// writing part of it.
-func failingQemuImg(t *testing.T) string {
+// writing part of it, and runs real for any other command.
+func failingQemuImg(t *testing.T, real string) string {
 	p := filepath.Join(t.TempDir(), "qemu-img")
 	// The partial file is the new image's, never the backing file (-b).
-	script := "#!/bin/sh\nfor a; do last=$a; done\n[ \"$1\" = create ] || exec qemu-img \"$@\"\n" +
+	script := "#!/bin/sh\nfor a; do last=$a; done\n[ \"$1\" = create ] || exec " + real + " \"$@\"\n" +
 		"prev=\nfor a; do [ \"$prev\" = -b ] || case $a in *.qcow2) echo partial > \"$a\";; esac; prev=$a; done\n" +
 		"echo 'qemu-img: injected failure' >&2\nexit 1\n"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
@@ -441,7 +523,7 @@ func TestFaultsDelete(t *testing.T) {
 				e.mustApply(hvSpec)
 				if running {
 					if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
-						t.Fatal(err)
+						e.t.Fatal(err)
 					}
 				}
 			}
@@ -835,5 +917,57 @@ func TestNoConfigDrive(t *testing.T) {
 	}
 	if _, err := os.Stat(drive); !os.IsNotExist(err) {
 		t.Errorf("config_drive: false again, but %s: %v", drive, err)
+	}
+}
+
+// TestFileDigest: a snapshot shows a plain qcow2 by its size and header,
+// so a resize or another backing file shows; an encrypted image and any
+// other file by their whole content.
+func TestFileDigest(t *testing.T) {
+	qemuImg := testenv.LookPath(t, "qemu-img")
+	dir := t.TempDir()
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := execCommand(qemuImg, args...); err != nil {
+			t.Fatalf("qemu-img %v: %v: %s", args, err, out)
+		}
+	}
+	digest := func(p string) string {
+		t.Helper()
+		v, err := fileDigest(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	a, b, over := filepath.Join(dir, "a.qcow2"), filepath.Join(dir, "b.qcow2"), filepath.Join(dir, "over.qcow2")
+	run("create", "-q", "-f", "qcow2", a, "8M")
+	run("create", "-q", "-f", "qcow2", b, "8M")
+	plain := digest(a)
+	if !strings.HasPrefix(plain, "qcow2 size=") || digest(b) != plain {
+		t.Errorf("two blank images of a size: %q and %q, want the same size and header", plain, digest(b))
+	}
+	run("resize", "-q", a, "16M")
+	if digest(a) == plain {
+		t.Error("a resize does not show")
+	}
+	run("create", "-q", "-f", "qcow2", "-b", a, "-F", "qcow2", over)
+	overA := digest(over)
+	os.Remove(over)
+	run("create", "-q", "-f", "qcow2", "-b", b, "-F", "qcow2", over, "16M")
+	if digest(over) == overA {
+		t.Error("another backing file does not show")
+	}
+	fake := filepath.Join(dir, "fake.qcow2")
+	makeFakeEncryptedImage(t, fake, []byte("pass"))
+	if v := digest(fake); strings.HasPrefix(v, "qcow2") {
+		t.Errorf("a fake LUKS disk shows as %q, want its content's hash", v)
+	}
+	// A LUKS qcow2's header is not that of a plain image: hashed whole.
+	head := make([]byte, 104)
+	copy(head, "QFI\xfb")
+	head[35] = 2 // crypt_method LUKS
+	if isPlainQcow2Header(head) {
+		t.Error("an encrypted qcow2 header is taken for a plain one")
 	}
 }

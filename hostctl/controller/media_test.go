@@ -278,7 +278,7 @@ func TestFaultsMedium(t *testing.T) {
 	running := func(e *env) {
 		e.mustApply(hvSpec)
 		if _, err := e.c.Start(ctx, "app-1"); err != nil {
-			t.Fatal(err)
+			e.t.Fatal(err)
 		}
 	}
 	retag := func(e *env) error {
@@ -290,7 +290,7 @@ func TestFaultsMedium(t *testing.T) {
 		faultMatrix(t, func(e *env) {
 			running(e)
 			if err := retag(e); err != nil {
-				t.Fatal(err)
+				e.t.Fatal(err)
 			}
 		}, func(e *env) error {
 			_, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Serial: "hot-1"})

@@ -97,6 +97,7 @@ func refusedIn(t *testing.T, e *env, name, state string) {
 // secret UUID and passphrase, the data written before the shelve read
 // back), starts the instance and deletes the image.
 func TestShelveUnshelve(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -213,7 +214,7 @@ func mapsEqual(a, b map[string]string) bool {
 // image, its secrets and its state record.
 func TestShelvedDelete(t *testing.T) {
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e) // TestShelveUnshelve takes the real path
 	ctx := context.Background()
 	e.mustApply(encSpec)
 	if _, err := e.c.Shelve(ctx, "app-1"); err != nil {
@@ -276,9 +277,9 @@ func (r *failingRecords) Records(ctx context.Context, prefix string) ([]store.Re
 // opFaults fails, in turn, every hypervisor call, every key-manager and
 // LUKS tool call, every record write and qemu-img's image creation that
 // op makes (counted in a reference run), each in a fresh env made by
-// setup: op must fail and leave everything as it was — files, store,
-// libvirt, every secret. A failing read whose only cost is the display
-// after the commit may let op succeed.
+// setup (a parallel subtest): op must fail and leave everything as it
+// was — files, store, libvirt, every secret. A failing read whose only
+// cost is the display after the commit may let op succeed.
 func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
 	t.Helper()
 	ref := newEnv(t)
@@ -290,7 +291,7 @@ func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
 		t.Fatalf("reference run: %v", err)
 	}
 	nHV, nF, nRec := ref.hv.callCount()-hv0, len(rf.calls)-f0, recs.calls
-	check := func(what string, e *env, before string, err error, mayPass bool) {
+	check := func(t *testing.T, what string, e *env, before string, err error, mayPass bool) {
 		t.Helper()
 		if err == nil {
 			if !mayPass {
@@ -303,49 +304,63 @@ func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
 		}
 	}
 	for k := 1; k <= nHV; k++ {
-		e := newEnv(t)
-		setup(e)
-		before := e.snapshot()
-		base := e.hv.callCount()
-		e.hv.setFailAt(base + k)
-		err := op(e)
-		call := "?"
-		if base+k <= len(e.hv.calls) {
-			call = e.hv.calls[base+k-1]
-		}
-		check(fmt.Sprintf("failing hypervisor call %d/%d (%s)", k, nHV, call), e, before, err, slices.Contains([]string{"XML", "List", "State", "Secrets", "Shutdown"}, call))
+		faultStep(t, fmt.Sprintf("hv-%d-%s", k, ref.hv.calls[hv0+k-1]), func(t *testing.T) {
+			e := newEnv(t)
+			setup(e)
+			before := e.snapshot()
+			base := e.hv.callCount()
+			e.hv.setFailAt(base + k)
+			err := op(e)
+			call := "?"
+			if base+k <= e.hv.callCount() {
+				call = e.hv.calls[base+k-1]
+			}
+			check(t, fmt.Sprintf("failing hypervisor call %d/%d (%s)", k, nHV, call), e, before, err, slices.Contains([]string{"XML", "List", "State", "Secrets", "Shutdown"}, call))
+		})
 	}
 	for k := 1; k <= nF; k++ {
-		e := newEnv(t)
-		f := setup(e)
-		before := e.snapshot()
-		f.failAt = len(f.calls) + k
-		err := op(e)
-		check(fmt.Sprintf("failing key/LUKS call %d/%d (%s)", k, nF, f.calls[len(f.calls)-1]), e, before, err, false)
+		faultStep(t, fmt.Sprintf("keys-luks-%d-%s", k, rf.calls[f0+k-1]), func(t *testing.T) {
+			e := newEnv(t)
+			f := setup(e)
+			before := e.snapshot()
+			f.failAt = len(f.calls) + k
+			err := op(e)
+			check(t, fmt.Sprintf("failing key/LUKS call %d/%d (%s)", k, nF, f.calls[len(f.calls)-1]), e, before, err, false)
+		})
 	}
 	for k := 1; k <= nRec; k++ {
+		faultStep(t, fmt.Sprintf("record-%d", k), func(t *testing.T) {
+			e := newEnv(t)
+			setup(e)
+			before := e.snapshot()
+			e.c.records = &failingRecords{inner: e.c.records, failAt: k}
+			check(t, fmt.Sprintf("failing record write %d/%d", k, nRec), e, before, op(e), false)
+		})
+	}
+	faultStep(t, "qemu-img-create", func(t *testing.T) {
 		e := newEnv(t)
 		setup(e)
 		before := e.snapshot()
-		e.c.records = &failingRecords{inner: e.c.records, failAt: k}
-		check(fmt.Sprintf("failing record write %d/%d", k, nRec), e, before, op(e), false)
-	}
-	e := newEnv(t)
-	setup(e)
-	before := e.snapshot()
-	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(t)})
-	if err := op(e); err != nil {
-		check("failing qemu-img create", e, before, err, true)
-	}
+		e.failQemuImgCreate()
+		if err := op(e); err != nil {
+			check(t, "failing qemu-img create", e, before, err, true)
+		}
+	})
 }
 
-func shelveSetup(e *env) *faults {
+// shelveSetup is the instance of the shelve fault matrices, on the fake
+// disk layer (fakedisk_test.go).
+func shelveSetup(e *env) *faults { return shelveSetupWith(e, withFakeEncryption) }
+
+// shelveSetupWith makes the faultSpec instance with the encryption enc
+// gives (withEncryption: the real qemu-img and LUKS).
+func shelveSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 	// The image catalog's directory exists (a shelve adds an image to it,
 	// and its undo removes the image, not the catalog).
 	if err := os.MkdirAll(filepath.Join(e.dir, "images"), 0o750); err != nil {
 		e.t.Fatal(err)
 	}
-	f := withEncryption(e.t, e)
+	f := enc(e.t, e)
 	e.mustApply(faultSpec)
 	return f
 }
@@ -374,9 +389,14 @@ func TestFaultsUnshelve(t *testing.T) {
 }
 
 // rescueSetup: the encSpec instance, running, and a plain and an
-// encrypted image (of its project) to rescue it with.
-func rescueSetup(e *env) *faults {
-	f := shelveSetup(e)
+// encrypted image (of its project) to rescue it with, on the fake disk
+// layer (the fault matrices).
+func rescueSetup(e *env) *faults { return rescueSetupWith(e, withFakeEncryption) }
+
+// rescueSetupWith is rescueSetup with the encryption enc gives
+// (withEncryption: the real qemu-img and LUKS).
+func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
+	f := shelveSetupWith(e, enc)
 	makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1")
 	p := filepath.Join(e.t.TempDir(), "plain.qcow2")
 	if err := images.New(e.t.TempDir(), images.Options{QemuImg: e.qemuImg}).Create(context.Background(), images.Disk{Path: p, Size: "16M"}); err != nil {
@@ -404,13 +424,18 @@ func rescueSetup(e *env) *faults {
 // during the rescue; the reconciler leaves the rescue definition alone;
 // unrescue restores the definition.
 func TestRescueUnrescue(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
+	// The plain image's rescue makes no LUKS disk: its instance's disks
+	// are on the fake disk layer, its rescue disk a real plain overlay.
 	for _, tc := range []struct {
 		image     string
 		encrypted bool
-	}{{"plain-img", false}, {"enc-img", true}} {
+		enc       func(*testing.T, *env) *faults
+	}{{"plain-img", false, withFakeEncryption}, {"enc-img", true, withEncryption}} {
 		t.Run(tc.image, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
-			rescueSetup(e)
+			rescueSetupWith(e, tc.enc)
 			ctx := context.Background()
 			origXML := normalizeXML(e.hv.domains["app-1"].xml)
 			secretsBefore, _ := e.c.keys.List(ctx, "")
@@ -558,7 +583,7 @@ func TestFaultsRescue(t *testing.T) {
 	e := newEnv(t)
 	rescueSetup(e)
 	before := e.snapshot()
-	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(t)})
+	e.failQemuImgCreate()
 	if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "plain-img", TimeoutSeconds: 0.01}); !errors.Is(err, ErrState) && err == nil {
 		t.Error("rescue with a failing qemu-img create succeeded")
 	}

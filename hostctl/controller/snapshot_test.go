@@ -3,13 +3,13 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // readImage reads imagePattern at offset 0 of a catalog image: with pass
@@ -43,6 +43,7 @@ const snapSrcSpec = "name: src-1\nproject_id: p1\nimage: enc-img\ndisks: [{name:
 // booted from an encrypted snapshot is encrypted and reads the data;
 // deleting an image deletes its secret only when its policy says so.
 func TestSnapshotEncryptionKeys(t *testing.T) {
+	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
 	withEncryption(t, e)
 	ctx := context.Background()
@@ -155,14 +156,16 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 
 // TestFaultsSnapshot fails each key-manager and qemu-img step of a
 // snapshot (same and new) in turn: nothing is left behind — no image, no
-// secret, no temporary file.
+// secret, no temporary file. Each failure is a parallel subtest on the
+// fake disk layer (fakedisk_test.go); TestSnapshotEncryptionKeys takes
+// the real qemu-img's path.
 func TestFaultsSnapshot(t *testing.T) {
-	testenv.LookPath(t, "qemu-io")
+	t.Parallel()
 	for _, mode := range []string{"same", "new"} {
 		t.Run(mode, func(t *testing.T) {
-			setup := func() (*env, *faults) {
+			setup := func(t *testing.T) (*env, *faults) {
 				e := newEnv(t)
-				f := withEncryption(t, e)
+				f := withFakeEncryption(t, e)
 				makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
 				e.mustApply(snapSrcSpec)
 				return e, f
@@ -171,23 +174,25 @@ func TestFaultsSnapshot(t *testing.T) {
 				_, err := e.c.Snapshot(context.Background(), "src-1", SnapshotRequest{Image: "snap", EncryptionKey: mode})
 				return err
 			}
-			ref, rf := setup()
+			ref, rf := setup(t)
 			start := len(rf.calls)
 			if err := op(ref); err != nil {
 				t.Fatal(err)
 			}
 			calls := rf.calls[start:]
 			for k := range calls {
-				e, f := setup()
-				before := e.snapshot()
-				f.failAt = len(f.calls) + k + 1
-				if err := op(e); !errors.Is(err, errInjected) {
-					t.Errorf("failing %s (%d/%d): %v", calls[k], k+1, len(calls), err)
-					continue
-				}
-				if after := e.snapshot(); after != before {
-					t.Errorf("failing %s (%d/%d) left changes:\n%s", calls[k], k+1, len(calls), diffLines(before, after))
-				}
+				faultStep(t, fmt.Sprintf("%d-%s", k+1, calls[k]), func(t *testing.T) {
+					e, f := setup(t)
+					before := e.snapshot()
+					f.failAt = len(f.calls) + k + 1
+					if err := op(e); !errors.Is(err, errInjected) {
+						t.Errorf("failing %s (%d/%d): %v", calls[k], k+1, len(calls), err)
+						return
+					}
+					if after := e.snapshot(); after != before {
+						t.Errorf("failing %s (%d/%d) left changes:\n%s", calls[k], k+1, len(calls), diffLines(before, after))
+					}
+				})
 			}
 		})
 	}

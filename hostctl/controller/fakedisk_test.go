@@ -1,0 +1,324 @@
+package controller
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// The fake disk layer of the fault matrices (issue 22, item 9): a real
+// LUKS qcow2 costs qemu-img two PBKDF benchmarks (about 2 s of CPU each
+// create or convert, whatever the iteration time), and a matrix makes
+// hundreds. The matrices test the controller's undo logic, so here an
+// encrypted disk is a small text file (fakeLUKSMagic, then its virtual
+// size, the digest of its passphrase, its data's identity and its backing
+// file) and:
+//   - fakeLUKS makes, opens, resizes and converts such files in Go (the
+//     controller's LUKS interface);
+//   - fakeQemuImgScript is a qemu-img whose `info` answers for them as
+//     the real one does for a LUKS qcow2 (format qcow2, encrypted, the
+//     LUKS header's algorithms, the backing file): the image catalog
+//     (images.Dir) and the header reads (encryption.Tool.Inspect) run
+//     over it unchanged; for any other file, and every other command,
+//     it runs the real qemu-img (plain qcow2 work takes milliseconds).
+//
+// Each operation keeps its path through the real qemu-img and LUKS in
+// the integration tests (withEncryption: TestEncryptedApply,
+// TestShelveUnshelve, TestRescueUnrescue, TestSnapshotEncryptionKeys,
+// TestEncryptedImage…; libvirt_*_test.go on the real libvirtd).
+
+const fakeLUKSMagic = "FAKE-LUKS"
+
+// fakeDisk is a fake LUKS qcow2's content.
+type fakeDisk struct {
+	size    int64  // virtual size in bytes
+	pass    string // hex sha256 of the passphrase
+	data    string // what the guest reads: "blank" (its backing file's, if any) or a copied source's identity
+	backing string // backing file (absolute), if any
+	bformat string // the backing file's format
+}
+
+func (d fakeDisk) encode() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\nsize %d\npass %s\ndata %s\n", fakeLUKSMagic, d.size, d.pass, d.data)
+	if d.backing != "" {
+		fmt.Fprintf(&b, "backing %s\nbacking-format %s\n", d.backing, d.bformat)
+	}
+	return b.Bytes()
+}
+
+// readFakeDisk reads the fake LUKS disk at path; ok is false for any
+// other file (a real image, a partial file).
+func readFakeDisk(path string) (d fakeDisk, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fakeDisk{}, false, err
+	}
+	if !bytes.HasPrefix(b, []byte(fakeLUKSMagic+"\n")) {
+		return fakeDisk{}, false, nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Scan()
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		switch k {
+		case "size":
+			d.size, err = strconv.ParseInt(v, 10, 64)
+		case "pass":
+			d.pass = v
+		case "data":
+			d.data = v
+		case "backing":
+			d.backing = v
+		case "backing-format":
+			d.bformat = v
+		}
+		if err != nil {
+			return fakeDisk{}, false, fmt.Errorf("fake LUKS disk %s: %w", path, err)
+		}
+	}
+	return d, true, nil
+}
+
+func passDigest(pass []byte) string {
+	sum := sha256.Sum256(pass)
+	return hex.EncodeToString(sum[:])
+}
+
+// fakeLUKS is the controller's LUKS over fake disks; real is the real
+// tool over the fake qemu-img, for header reads and for the files that
+// are not fake disks (plain images).
+type fakeLUKS struct {
+	real    *encryption.Tool
+	qemuImg string // the fake qemu-img
+}
+
+// newFakeLUKS returns the fake LUKS tool and the fake qemu-img (a script
+// in a temporary directory of t).
+func newFakeLUKS(t *testing.T) (fakeLUKS, string) {
+	t.Helper()
+	qemuImg := fakeQemuImgScript(t, testenv.LookPath(t, "qemu-img"))
+	return fakeLUKS{real: encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: testenv.LookPath(t, "qemu-io")}), qemuImg: qemuImg}, qemuImg
+}
+
+// fakeQemuImgScript writes a qemu-img that answers `info` for the fake
+// LUKS disks and runs real for everything else.
+func fakeQemuImgScript(t *testing.T, real string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "qemu-img")
+	script := `#!/bin/sh
+# qemu-img with fake LUKS disks (hostctl/controller/fakedisk_test.go)
+if [ "$1" = info ]; then
+	for f; do :; done
+	magic=
+	[ -f "$f" ] && IFS= read -r magic < "$f"
+	if [ "$magic" = ` + fakeLUKSMagic + ` ]; then
+		size=0 backing= bformat=
+		while read -r k v; do
+			case $k in
+			size) size=$v ;;
+			backing) backing=$v ;;
+			backing-format) bformat=$v ;;
+			esac
+		done < "$f"
+		printf '{"filename": "%s", "format": "qcow2", "virtual-size": %s, "actual-size": %s, "encrypted": true' "$f" "$size" "$(wc -c < "$f")"
+		[ -n "$backing" ] && printf ', "backing-filename": "%s", "full-backing-filename": "%s", "backing-filename-format": "%s"' "$backing" "$backing" "$bformat"
+		printf ', "format-specific": {"type": "qcow2", "data": {"compat": "1.1", "encrypt": {"format": "luks", "cipher-alg": "aes-256", "cipher-mode": "xts", "hash-alg": "sha256", "ivgen-alg": "plain64", "slots": [{"active": true}, {"active": false}]}}}}\n'
+		exit 0
+	fi
+fi
+exec ` + real + ` "$@"
+`
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// size is the virtual size of a new disk: its spec's, else its base's.
+func (l fakeLUKS) size(ctx context.Context, size string, base string) (int64, error) {
+	if size != "" {
+		n, err := model.ParseDiskSize(size)
+		if err != nil {
+			return 0, fmt.Errorf("fake LUKS: size %q: %w", size, err)
+		}
+		return n, nil
+	}
+	if base == "" {
+		return 0, errors.New("fake LUKS: a disk needs a size or a base")
+	}
+	return images.New(filepath.Dir(base), images.Options{QemuImg: l.qemuImg}).VirtualSize(ctx, base)
+}
+
+func (l fakeLUKS) Create(ctx context.Context, d encryption.Disk, pass []byte) error {
+	if _, err := os.Lstat(d.Path); err == nil {
+		return fmt.Errorf("fake LUKS: create %s: the file exists", d.Path)
+	}
+	fd := fakeDisk{pass: passDigest(pass), data: "blank"}
+	base := ""
+	if d.Base != nil {
+		base, fd.backing, fd.bformat = d.Base.Path, d.Base.Path, d.Base.Format
+		if _, err := os.Stat(base); err != nil {
+			return fmt.Errorf("fake LUKS: backing file: %w", err)
+		}
+	}
+	var err error
+	if fd.size, err = l.size(ctx, d.Size, base); err != nil {
+		return err
+	}
+	return os.WriteFile(d.Path, fd.encode(), 0o600)
+}
+
+// Inspect is the real header read (qemu-img info, the fake's for a fake
+// disk).
+func (l fakeLUKS) Inspect(ctx context.Context, path string) (encryption.Info, error) {
+	return l.real.Inspect(ctx, path)
+}
+
+// open checks pass (and backing, for a fake backing file) against the
+// fake disk at path, as qemu-io's open does, and returns its data.
+func (l fakeLUKS) open(path string, pass, backing []byte) (fakeDisk, string, error) {
+	d, ok, err := readFakeDisk(path)
+	if err != nil {
+		return fakeDisk{}, "", fmt.Errorf("open %s: %w", path, err)
+	}
+	if !ok {
+		return fakeDisk{}, "", fmt.Errorf("open %s: not a fake LUKS disk", path)
+	}
+	if d.pass != passDigest(pass) {
+		return fakeDisk{}, "", fmt.Errorf("open %s: %w", path, encryption.ErrWrongPassphrase)
+	}
+	data := d.data
+	if d.backing != "" {
+		bd, fake, err := readFakeDisk(d.backing)
+		switch {
+		case err != nil:
+			return fakeDisk{}, "", fmt.Errorf("open %s: backing file: %w", path, err)
+		case fake && backing == nil:
+			return fakeDisk{}, "", fmt.Errorf("open %s: backing file %s is encrypted and no passphrase was given", path, d.backing)
+		case fake && bd.pass != passDigest(backing):
+			return fakeDisk{}, "", fmt.Errorf("open %s: backing file: %w", path, encryption.ErrWrongPassphrase)
+		}
+		if data == "blank" {
+			if data = bd.data; !fake {
+				data = plainData(d.backing)
+			}
+		}
+	}
+	return d, data, nil
+}
+
+// plainData is the identity of a plain image's data.
+func plainData(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "unreadable"
+	}
+	sum := sha256.Sum256(b)
+	return "plain:" + hex.EncodeToString(sum[:8])
+}
+
+func (l fakeLUKS) Verify(ctx context.Context, path string, pass, backing []byte) error {
+	if _, fake, _ := readFakeDisk(path); !fake {
+		return l.real.Verify(ctx, path, pass, backing)
+	}
+	_, _, err := l.open(path, pass, backing)
+	return err
+}
+
+func (l fakeLUKS) VerifyImage(ctx context.Context, path, format string, pass []byte) error {
+	if _, fake, _ := readFakeDisk(path); !fake {
+		return l.real.VerifyImage(ctx, path, format, pass)
+	}
+	return l.Verify(ctx, path, pass, nil)
+}
+
+func (l fakeLUKS) Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error {
+	if _, fake, _ := readFakeDisk(path); !fake {
+		return l.real.Resize(ctx, path, size, shrink, pass, backing)
+	}
+	d, _, err := l.open(path, pass, backing)
+	if err != nil {
+		return err
+	}
+	if size < d.size && !shrink {
+		return fmt.Errorf("fake LUKS: resize %s: use the --shrink option to shrink", path)
+	}
+	d.size = size
+	return os.WriteFile(path, d.encode(), 0o600)
+}
+
+// Convert copies src flattened into a new fake disk under pass, or, when
+// pass is nil, into a new plain qcow2 of its size (with the real
+// qemu-img; a plain source is converted by the real tool: no LUKS).
+func (l fakeLUKS) Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("fake LUKS: convert to %s: the file exists", dst)
+	}
+	_, fake, err := readFakeDisk(src.Path)
+	if err != nil {
+		return fmt.Errorf("fake LUKS: convert %s: %w", src.Path, err)
+	}
+	if !fake && pass == nil {
+		return l.real.Convert(ctx, dst, src, nil)
+	}
+	out := fakeDisk{data: plainData(src.Path)}
+	if fake {
+		var d fakeDisk
+		if d, out.data, err = l.open(src.Path, src.Pass, src.BackingPass); err != nil {
+			return fmt.Errorf("convert %s: %w", src.Path, err)
+		}
+		out.size = d.size
+	} else if out.size, err = l.size(ctx, "", src.Path); err != nil {
+		return err
+	}
+	if pass == nil {
+		return images.New(filepath.Dir(dst), images.Options{QemuImg: l.qemuImg}).Create(ctx, images.Disk{Path: dst, Size: strconv.FormatInt(out.size, 10)})
+	}
+	out.pass = passDigest(pass)
+	return os.WriteFile(dst, out.encode(), 0o600)
+}
+
+// withFakeDisks puts e's controller on the fake disk layer: the fake LUKS
+// tool (failing as f says) and an image catalog, disk and template maker
+// over the fake qemu-img. It returns the fake qemu-img.
+func withFakeDisks(t *testing.T, e *env, f *faults) string {
+	t.Helper()
+	l, qemuImg := newFakeLUKS(t)
+	e.fakeQemuImg = qemuImg
+	e.c.luks = faultyLUKS{l, f}
+	setImagesTool(e, qemuImg)
+	return qemuImg
+}
+
+// setImagesTool makes e's image catalog, disk maker and templates run
+// qemuImg.
+func setImagesTool(e *env, qemuImg string) {
+	e.c.imageDir = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: qemuImg})
+	e.c.images = e.c.imageDir
+	e.c.templates = e.c.imageDir.NewTemplates(filepath.Join(e.dir, "instances", "_base"))
+}
+
+// makeFakeEncryptedImage is makeEncryptedImage on the fake disk layer: a
+// fake LUKS image of 32 MiB under pass whose data is imagePattern.
+func makeFakeEncryptedImage(t *testing.T, p string, pass []byte) {
+	t.Helper()
+	d := fakeDisk{size: 32 << 20, pass: passDigest(pass), data: "pattern:" + imagePattern}
+	if err := os.WriteFile(p, d.encode(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
