@@ -23,9 +23,10 @@
 // running domain also puts the rebuilt config drive into its cdrom, as a
 // new file, by a forced media change (media.go). Shares are virtiofs
 // filesystems of host directories under the share root; the share
-// service (hostctl/shares) merges an instance's mapped shares into every
-// apply and follows its starts, stops and deletes (sharehooks.go), and
-// hot-plugs shares into running instances (sharehotplug.go).
+// service (hostctl/shares) is a part: it merges an instance's mapped
+// shares into every apply and follows its starts, stops and deletes
+// (partphases.go), and hot-plugs shares into running instances through
+// ChangeLive (core_sharespart.go).
 package controller
 
 import (
@@ -41,7 +42,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -123,10 +123,6 @@ type Controller struct {
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
-
-	shareHooks shareHooksPtr // sharehooks.go
-	shareCaps  shareSupporter
-	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -263,7 +259,6 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.events = hv, hv, hv
-		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
@@ -362,11 +357,13 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	st.done("existing")
-	sharesDone, err := c.specShares(ctx, in, old) // sharehooks.go
-	if err != nil {
+	// The parts complete the spec first (the shares part: the instance's
+	// mapped shares); r undoes that when the apply fails.
+	r := revert.New(c.log, "apply "+in.Name)
+	defer r.Fail(&err)
+	if err := c.completeParts(ctx, part.Apply, r, in); err != nil { // partphases.go
 		return nil, err
 	}
-	defer func() { sharesDone(err) }()
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
 		defer c.imageDir.Use(in.Image)()
@@ -388,8 +385,10 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	r.Success()
 	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
+	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
 	return inst, nil
 }
 
@@ -758,9 +757,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.dropFault(ctx, rec.UUID, name)
-	if h := c.sharesHook(); h != nil {
-		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
-	}
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)

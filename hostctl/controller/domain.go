@@ -57,11 +57,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if len(in.Shares) > 0 {
-		if err := c.CheckShareSupport(ctx); err != nil {
-			return nil, fmt.Errorf("apply %s: %w", name, err)
-		}
-	}
 	host := c.host(in)
 	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {

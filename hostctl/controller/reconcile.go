@@ -177,11 +177,12 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		return c.undefineSecrets(ctx, rec.UUID)
 	}
 	c.setMissing(name, false)
-	if h := c.sharesHook(); h != nil {
-		// A guest that powered itself off: its share mappings go
-		// inactive and its host mounts are released (sharehooks.go).
+	if len(c.parts) > 0 {
+		// A guest that powered itself off: the parts are told it stopped
+		// (the share mappings go inactive, their host mounts released);
+		// their AfterStop does nothing for one already told.
 		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
-			h.Stopped(ctx, rec.UUID)
+			c.afterRecordParts(ctx, "stop", rec) // parts.go
 		}
 	}
 	// A domain that went off by itself (the guest powered off) no longer

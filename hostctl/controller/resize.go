@@ -224,10 +224,8 @@ func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (stor
 	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
 		return store.Instance{}, nil, err
 	}
-	if h := c.sharesHook(); h != nil {
-		if err := h.Refuse(ctx, rec.UUID, op); err != nil {
-			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
-		}
+	if err := c.checkRecordParts(ctx, part.Op(op), rec); err != nil { // parts.go (shares refuse a resize or rebuild)
+		return store.Instance{}, nil, err
 	}
 	old, err := decodeSpec(rec)
 	if err != nil {

@@ -136,12 +136,6 @@ func (c *Controller) shelveLocked(ctx context.Context, in *model.Instance) (err 
 		c.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
 	}
 	c.pruneMedia(in.Name, "")
-	if h := c.sharesHook(); h != nil {
-		// The instance was stopped: its share mappings are inactive and
-		// their host mounts released; a stop whose release failed is
-		// retried here (the mappings stay, unshelve's start mounts again).
-		h.Stopped(ctx, in.UUID)
-	}
 	// A stopped domain's passphrases are not in libvirt; any left by a
 	// crash go now (the reconciler would sweep them too).
 	if err := c.undefineSecrets(ctx, in.UUID); err != nil {

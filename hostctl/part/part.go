@@ -27,9 +27,12 @@
 // its answer: a new operation or a new part cannot silently forget the
 // other.
 //
+// A part may also implement the optional phases of more.go (Completer,
+// Committer, Starter) when it needs them (the shares part does).
+//
 // This package imports nothing of hostctl but the instance model, the
-// metadata tree and the revert helper; parts import it, the core iterates them, the daemon
-// registers them.
+// metadata tree, the revert helper and the error kinds; parts import it,
+// the core iterates them, the daemon registers them.
 package part
 
 import (
@@ -137,8 +140,8 @@ type Instance struct {
 	// operation that does not change the spec.
 	Old *model.Instance
 	// Host is the host the instance lives on (its record's owner; another
-	// host's for a force delete). Set for the after-phases of a stored
-	// instance; "" when hosts are not tracked.
+	// host's for a force delete). Set for the after-phases and Committed
+	// of a stored instance; "" when hosts are not tracked.
 	Host string
 	// Revision is the metadata revision the operation's publish makes
 	// (an apply's, for the Prepare of the definition it makes); 0 when
@@ -194,6 +197,9 @@ type Part interface {
 	Devices(in *Instance) ([]Device, error)
 	// AfterStart, AfterStop and AfterDelete follow the domain's start,
 	// stop and the instance's deletion; an error is reported, not undone.
+	// AfterStop is also called for a domain the reconciler finds shut off
+	// (the guest powered off), again on every pass: it must do nothing
+	// for an instance it was told of already.
 	AfterStart(ctx context.Context, in *Instance) error
 	AfterStop(ctx context.Context, in *Instance) error
 	AfterDelete(ctx context.Context, in *Instance) error
