@@ -21,6 +21,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/cli"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -84,18 +85,21 @@ func TestInstanceErrorAPI(t *testing.T) {
 			t.Logf("log:\n%s", logs.String())
 		}
 	})
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log, Hypervisor: conn, QemuImg: qemuImg,
-		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), ResyncInterval: -1})
-	t.Cleanup(func() { ctl.Close() })
 	run := &failingMount{mountinfo: filepath.Join(dir, "mountinfo")}
 	if err := os.WriteFile(run.mountinfo, []byte("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	run.fail.Store(true)
-	svc := shares.New(st, ctl, shares.Options{ShareRoot: filepath.Join(dir, "shares"), Logger: log, Runner: run,
+	// The share service is a part of the controller: made first, given
+	// the controller once it is built.
+	core := &lateCore{}
+	svc := shares.New(st, core, shares.Options{ShareRoot: filepath.Join(dir, "shares"), Logger: log, Runner: run,
 		MountInfo: run.mountinfo, ReconcileInterval: -1})
+	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log, Hypervisor: conn, QemuImg: qemuImg,
+		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), ResyncInterval: -1, Parts: []part.Part{svc}})
+	core.Controller = ctl
+	t.Cleanup(func() { ctl.Close() })
 	t.Cleanup(func() { svc.Close() })
-	ctl.SetShareHooks(svc)
 	tok, entry, err := auth.NewToken("root", types.RoleAdmin, "")
 	if err != nil {
 		t.Fatal(err)
@@ -190,3 +194,6 @@ func TestInstanceErrorAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lateCore is the controller as a share service made before it sees it.
+type lateCore struct{ *controller.Controller }

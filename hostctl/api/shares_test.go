@@ -18,7 +18,9 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
@@ -32,15 +34,12 @@ type stateCtl struct {
 	unsupported bool
 }
 
-// CheckShareSupport plays a host whose libvirt cannot share guest
-// memory when unsupported is set (virt.ShareSupport.Check's words).
-func (s *stateCtl) CheckShareSupport(ctx context.Context) error {
+// shareSupport plays a host whose libvirt cannot share guest memory when
+// unsupported is set (the share service's Options.Support).
+func (s *stateCtl) shareSupport(context.Context) (virt.ShareSupport, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.unsupported {
-		return fmt.Errorf("%w: this host cannot share guest memory: libvirt's domain capabilities list no memfd memory backing, which virtiofs needs", controller.ErrState)
-	}
-	return s.Controller.CheckShareSupport(ctx)
+	return virt.ShareSupport{Virtiofs: true, SharedMemory: !s.unsupported}, nil
 }
 
 func (s *stateCtl) Get(ctx context.Context, name string) (*controller.Instance, error) {
@@ -53,6 +52,15 @@ func (s *stateCtl) Get(ctx context.Context, name string) (*controller.Instance, 
 		inst.State = "shutoff" // no hypervisor here: play a shut-off domain, where shares are attached
 	}
 	return inst, err
+}
+
+// DomainState is Get's state: the share service sees the states set here.
+func (s *stateCtl) DomainState(ctx context.Context, name string) (string, error) {
+	inst, err := s.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return inst.State, nil
 }
 
 type sharesAPI struct {
@@ -84,13 +92,15 @@ func newSharesAPI(t *testing.T) *sharesAPI {
 	st := stores.BoltIn(t, dir)
 	logs := &lockedBuf{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	ctl := &stateCtl{Controller: controller.New(st, controller.Options{DataDir: dir, Logger: log}), state: map[string]string{}}
+	// The share service is a part of the controller: made first, it sees
+	// the controller through ctl.
+	ctl := &stateCtl{state: map[string]string{}}
 	root := filepath.Join(dir, "shares")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1})
-	ctl.SetShareHooks(svc)
+	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1, Support: ctl.shareSupport})
+	ctl.Controller = controller.New(st, controller.Options{DataDir: dir, Logger: log, Parts: []part.Part{svc}})
 	tt := newTestTokens(t)
 	svcs := ctlServices(ctl.Controller)
 	svcs.Instances, svcs.Shares = ctl, svc

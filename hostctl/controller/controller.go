@@ -23,9 +23,10 @@
 // running domain also puts the rebuilt config drive into its cdrom, as a
 // new file, by a forced media change (media.go). Shares are virtiofs
 // filesystems of host directories under the share root; the share
-// service (hostctl/shares) merges an instance's mapped shares into every
-// apply and follows its starts, stops and deletes (sharehooks.go), and
-// hot-plugs shares into running instances (sharehotplug.go).
+// service (hostctl/shares) is a part: it merges an instance's mapped
+// shares into every apply and follows its starts, stops and deletes
+// (partphases.go), and hot-plugs shares into running instances through
+// ChangeLive (core_sharespart.go).
 package controller
 
 import (
@@ -41,7 +42,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -81,7 +81,6 @@ type Controller struct {
 	store    Store
 	dataDir  string
 	render   metadata.Options
-	firmware bool
 	notify   Publisher
 	log      *slog.Logger
 	driveFmt configdrive.Format
@@ -124,10 +123,6 @@ type Controller struct {
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
 	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
-
-	shareHooks shareHooksPtr // sharehooks.go
-	shareCaps  shareSupporter
-	shareOK    atomic.Bool // the host's libvirt offered virtiofs and shared memory once
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -204,11 +199,6 @@ type Options struct {
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
-	// FirmwareMetadata also hands each instance's guest-facing facts to
-	// its domain's firmware configuration device (firmware.go); only
-	// with a Hypervisor. Off, a publish takes earlier entries out of the
-	// persistent definition.
-	FirmwareMetadata bool
 	// Reconciled, when set, is called after every reconcile pass of the
 	// watcher (all instances, or those of domain events); it must not
 	// block (the daemon kicks its key rotation loop with it).
@@ -260,7 +250,7 @@ func New(st Store, opts Options) *Controller {
 
 // newController is New without the reconciler.
 func newController(st Store, opts Options) *Controller {
-	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, firmware: opts.FirmwareMetadata, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
+	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
@@ -269,7 +259,6 @@ func newController(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug, c.events = hv, hv, hv
-		c.shareCaps, _ = hv.(shareSupporter) // sharehotplug.go
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
@@ -368,11 +357,13 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	st.done("existing")
-	sharesDone, err := c.specShares(ctx, in, old) // sharehooks.go
-	if err != nil {
+	// The parts complete the spec first (the shares part: the instance's
+	// mapped shares); r undoes that when the apply fails.
+	r := revert.New(c.log, "apply "+in.Name)
+	defer r.Fail(&err)
+	if err := c.completeParts(ctx, part.Apply, r, in); err != nil { // partphases.go
 		return nil, err
 	}
-	defer func() { sharesDone(err) }()
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
 		defer c.imageDir.Use(in.Image)()
@@ -394,8 +385,10 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	if err != nil {
 		return nil, err
 	}
+	r.Success()
 	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
+	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
 	return inst, nil
 }
 
@@ -554,7 +547,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		}
 	}
 	st.done("drive")
-	fwRev, err := c.drv.setFirmware(ctx, r, in.Name, tree, rev)
+	committed, err := c.publishParts(ctx, r, in, tree, rev) // core_firmwarepart.go
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -576,11 +569,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if rec.Revision != rev {
 		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
 	}
-	if c.firmware {
-		c.drv.pruneFirmware(in.Name, fwRev) // the revision the definition names
-	} else {
-		c.drv.pruneFirmware(in.Name, 0)
-	}
+	committed()
 	if !in.WantsConfigDrive() {
 		// config_drive: false (the domain, if any, has no cdrom): a drive
 		// of an earlier spec goes.
@@ -768,9 +757,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	r.Success()
 	c.dropFault(ctx, rec.UUID, name)
-	if h := c.sharesHook(); h != nil {
-		h.Deleted(ctx, rec.UUID) // what fails is left to the share reconciler
-	}
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)

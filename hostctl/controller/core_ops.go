@@ -124,10 +124,9 @@ func (c *Controller) OpInstance(ctx context.Context, op part.Op, name string, ne
 	var in *model.Instance
 	var err error
 	if need == NeedStopped {
-		rec, in, err = c.stoppedInstance(ctx, string(op), name)
-	} else {
-		rec, in, err = c.ownInstance(ctx, string(op), name, need == NeedNoState)
+		return c.stoppedInstance(ctx, string(op), name) // the parts' Check included
 	}
+	rec, in, err = c.ownInstance(ctx, string(op), name, need == NeedNoState)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
@@ -383,17 +382,13 @@ func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, i
 }
 
 // ReleaseHost takes what the stopped instance in, shelved, still has on
-// the host besides its domain and files: its share mappings go inactive
-// and their host mounts are released (a stop whose release failed is
-// retried; the mappings stay, unshelve's start mounts again), stale
-// config-drive media go, and its libvirt secrets (a stopped domain's
+// the host besides its domain, its files and what the parts gave back
+// (part.Shelve: the shares' host mounts, passthrough devices): stale
+// config-drive media, and its libvirt secrets (a stopped domain's
 // passphrases are not in libvirt: any left by a crash go now; failures
 // are logged, the reconciler retries).
 func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
 	c.pruneMedia(in.Name, "")
-	if h := c.sharesHook(); h != nil {
-		h.Stopped(ctx, in.UUID)
-	}
 	if err := c.undefineSecrets(ctx, in.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
 	}
@@ -530,7 +525,8 @@ func (c *Controller) ResizeDisk(ctx context.Context, in *model.Instance, disk, p
 func DiskBytes(size string) (int64, bool) { return sizeBytes(size) }
 
 // stoppedInstance returns the record and spec of this host's instance
-// name for op, refusing (ErrState) one whose domain is not shut off.
+// name for op, refusing (ErrState) one whose domain is not shut off,
+// and one the parts refuse op for.
 func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (store.Instance, *model.Instance, error) {
 	rec, err := c.ownRecord(ctx, op, name)
 	if err != nil {
@@ -539,10 +535,8 @@ func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (stor
 	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
 		return store.Instance{}, nil, err
 	}
-	if h := c.sharesHook(); h != nil {
-		if err := h.Refuse(ctx, rec.UUID, op); err != nil {
-			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
-		}
+	if err := c.checkRecordParts(ctx, part.Op(op), rec); err != nil { // parts.go (shares refuse a resize or rebuild)
+		return store.Instance{}, nil, err
 	}
 	old, err := decodeSpec(rec)
 	if err != nil {

@@ -125,14 +125,15 @@ func (f *fakeHV) countCalls(from int, ops ...string) map[string]int {
 // cost (issue 23 item 4): a network update of a running network (libvirt
 // reloads its firewall rules and dnsmasq: 0.5–1 s each) and a domain
 // define. A new instance with one fixed lease makes one persistent-only
-// lease write and no live update; an unchanged re-apply and a republish
+// lease write, no live update and one define (its firmware entries are in
+// the first definition); an unchanged re-apply and a republish
 // with the firmware entries on make no network update and no define; the
 // start brings the lease to the running network (one live update), a
 // second start none; a change of what the firmware carries redefines once.
 func TestApplyLibvirtCalls(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.c.firmware = true
+	withFirmware(e, true) // export_firmwarepart_test.go
 	ops := []string{"Define", "AddDHCPHost", "AddDHCPHostConfig", "RemoveDHCPHost", "NetworkUpdateLive"}
 	step := func(what string, want map[string]int, f func()) {
 		t.Helper()
@@ -147,7 +148,12 @@ func TestApplyLibvirtCalls(t *testing.T) {
 	}
 	leases := []virt.DHCPHost{{MAC: "52:54:00:00:00:01", IP: "10.1.0.7"}, {MAC: "52:54:00:00:00:02", IP: "192.168.122.20"}}
 
-	step("new instance", map[string]int{"Define": 2, "AddDHCPHostConfig": 2}, func() { e.mustApply(hvSpec) })
+	// One define: the definition the apply makes already names the
+	// firmware entry files of the revision it publishes, which the
+	// publish writes (hostctl/parts/firmware); it used to define the
+	// domain a second time to add them.
+	step("new instance", map[string]int{"Define": 1, "AddDHCPHostConfig": 2}, func() { e.mustApply(hvSpec) })
+	checkFirmware(t, e, e.hv, "app-1", 1)
 	if lv := e.hv.liveOf("default"); len(lv) != 0 {
 		t.Errorf("the running network has %v before the domain starts", lv)
 	}

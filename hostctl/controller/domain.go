@@ -57,11 +57,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if len(in.Shares) > 0 {
-		if err := c.CheckShareSupport(ctx); err != nil {
-			return nil, fmt.Errorf("apply %s: %w", name, err)
-		}
-	}
 	host := c.host(in)
 	host.ShareDirs = dirs
 	if err := virt.Validate(in, host, c.dom); err != nil {
@@ -136,7 +131,11 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		if err := c.encryptedSources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
-		if err := c.prepareParts(ctx, op, r, in, &host); err != nil {
+		// The parts' contributions: their devices, and the firmware
+		// entries of the revision the publish below makes (it writes
+		// their files once it has rendered them from the addresses the
+		// define gives: the domain is defined once).
+		if err := c.preparePartsFor(ctx, op, r, in, max(expect, 0)+1, &host); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", op, name, err)
 		}
 		doc, err := virt.BuildDomain(in, host, c.dom)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
-	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -34,12 +33,6 @@ type driver interface {
 	swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error)
 	// pruneMedia deletes the media swapped out of the cdrom but keep.
 	pruneMedia(name, keep string)
-	// setFirmware puts the firmware entries of a publish (revision rev)
-	// into the persistent definition (firmware.go) unless it has them,
-	// and returns the revision whose files it names; pruneFirmware
-	// deletes the entry files of other revisions than keep.
-	setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) (int64, error)
-	pruneFirmware(name string, keep int64)
 	// require refuses a request (op on instance name) the mode cannot do.
 	require(op, name string) error
 	// reconcile brings every instance in line with the hypervisor.
@@ -84,10 +77,6 @@ func (noDriver) swapMedium(context.Context, *revert.Reverter, string, string, in
 	return "", nil, nil
 }
 func (noDriver) pruneMedia(string, string) {}
-func (noDriver) setFirmware(context.Context, *revert.Reverter, string, *metadata.Tree, int64) (int64, error) {
-	return 0, nil
-}
-func (noDriver) pruneFirmware(string, int64) {}
 func (noDriver) require(op, name string) error {
 	return fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
 }
@@ -154,12 +143,6 @@ func (d libvirtDriver) swapMedium(ctx context.Context, r *revert.Reverter, name,
 }
 
 func (d libvirtDriver) pruneMedia(name, keep string) { d.c.pruneMedia(name, keep) }
-
-func (d libvirtDriver) setFirmware(ctx context.Context, r *revert.Reverter, name string, tree *metadata.Tree, rev int64) (int64, error) {
-	return d.c.setFirmware(ctx, r, name, tree, rev)
-}
-
-func (d libvirtDriver) pruneFirmware(name string, keep int64) { d.c.pruneFirmware(name, keep) }
 
 func (libvirtDriver) require(string, string) error { return nil }
 

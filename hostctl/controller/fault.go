@@ -31,27 +31,14 @@ import (
 // error; the instance runs and still shows the fault until a later hard
 // reboot clears it.
 
-// ErrMountFailed is wrapped by the error of ShareHooks.PrepareStart when
-// a share could not be mounted (a *MountError): the start that hit it
-// puts the instance in ERROR.
-var ErrMountFailed = errors.New("share mount failed")
+// ErrMountFailed is wrapped by the error of a part's BeforeStart when a
+// share could not be mounted (a *MountError): the start that hit it puts
+// the instance in ERROR.
+var ErrMountFailed = part.ErrMountFailed
 
-// MountError is the error of ShareHooks.PrepareStart when a share could
-// not be mounted on the host. The instance's fault names the share only:
-// the mount's own words (host paths, the filer's answer) stay in the
-// mapping's error, which admins see, and in the start's error.
-type MountError struct {
-	Share    string // the share's id
-	Instance string // the instance's name
-	Err      error
-}
-
-func (e *MountError) Error() string {
-	return fmt.Sprintf("%v (the instance is in ERROR until a hard reboot): share %s on instance %s could not be mounted on the host: %v", ErrMountFailed, e.Share, e.Instance, e.Err)
-}
-
-// Unwrap is ErrMountFailed and the mount's error.
-func (e *MountError) Unwrap() []error { return []error{ErrMountFailed, e.Err} }
+// MountError is the error of a part's BeforeStart when a share could not
+// be mounted on the host (hostctl/part).
+type MountError = part.MountError
 
 // faultReason is the fault of an instance whose start failed with err.
 func faultReason(err error) string {
@@ -193,9 +180,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 		err = c.domains.Destroy(ctx, name)
 		if err == nil {
 			c.pruneMedia(name, "")
-			if h := c.sharesHook(); h != nil {
-				h.Stopped(ctx, rec.UUID)
-			}
+			c.afterRecordParts(ctx, "stop", rec) // parts.go
 			// The passphrases leave libvirt with the domain, as on
 			// stop; the start below defines them again.
 			if serr := c.undefineSecrets(ctx, rec.UUID); serr != nil {

@@ -85,7 +85,7 @@ func checkFirmware(t *testing.T, e *env, hv Hypervisor, name string, rev int64) 
 // publish takes them out.
 func TestFirmwareEntries(t *testing.T) {
 	e := newEnv(t)
-	e.c.firmware = true
+	withFirmware(e, true)
 	inst := e.mustApply(hvSpec)
 	checkFirmware(t, e, e.hv, "app-1", inst.Revision)
 	inst = e.mustApply(strings.Replace(hvSpec, "tag: data", "tag: data2", 1))
@@ -102,7 +102,7 @@ func TestFirmwareEntries(t *testing.T) {
 		t.Errorf("transports of a stopped instance: %+v", ts)
 	}
 
-	e.c.firmware = false
+	withFirmware(e, false)
 	e.mustApply(hvSpec)
 	doc, _ := e.hv.XML(context.Background(), "app-1", false)
 	if files, _ := virt.FirmwareFiles(doc); len(files) != 0 || len(firmwareFilesOf(t, e, "app-1")) != 0 {
@@ -128,14 +128,14 @@ func transportMap(inst *Instance) map[string]Transport {
 // revision go, the previous definition is back.
 func TestFaultsFirmware(t *testing.T) {
 	t.Run("create", func(t *testing.T) {
-		faultMatrix(t, func(e *env) { e.c.firmware = true }, func(e *env) error {
+		faultMatrix(t, func(e *env) { withFirmware(e, true) }, func(e *env) error {
 			_, err := e.apply(hvSpec)
 			return err
 		})
 	})
 	t.Run("re-apply", func(t *testing.T) {
 		faultMatrix(t, func(e *env) {
-			e.c.firmware = true
+			withFirmware(e, true)
 			e.mustApply(hvSpec)
 		}, func(e *env) error {
 			_, err := e.apply(strings.Replace(hvSpec, "tag: data", "tag: data2", 1))
@@ -144,9 +144,9 @@ func TestFaultsFirmware(t *testing.T) {
 	})
 	t.Run("turned off", func(t *testing.T) {
 		faultMatrix(t, func(e *env) {
-			e.c.firmware = true
+			withFirmware(e, true)
 			e.mustApply(hvSpec)
-			e.c.firmware = false
+			withFirmware(e, false)
 		}, func(e *env) error {
 			_, err := e.apply(hvSpec)
 			return err
@@ -159,7 +159,7 @@ func TestFaultsFirmware(t *testing.T) {
 // boot's entries, not the running QEMU's, and instance show says so.
 func TestLibvirtFirmware(t *testing.T) {
 	e, uri := realEnv(t)
-	e.c.firmware = true
+	withFirmware(e, true)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
@@ -222,7 +222,7 @@ func TestReconcileFirmware(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.mustApply(hvSpec)
-	e.c.firmware = true
+	withFirmware(e, true)
 	if err := e.c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestReconcileFirmware(t *testing.T) {
 	}
 	checkFirmware(t, e, e.hv, "app-1", 3)
 
-	e.c.firmware = false
+	withFirmware(e, false)
 	if err := e.c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

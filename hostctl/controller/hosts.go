@@ -116,6 +116,7 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err e
 		c.notify.Invalidate(rec.UUID)
 	}
 	c.log.Info("instance adopted", "name", name, "from", prev, "host", c.hostName)
+	c.committedRecordParts(ctx, part.Adopt, rec) // partphases.go (the share mappings follow)
 	if err := afterState(); err != nil {
 		return nil, err
 	}
@@ -164,13 +165,9 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		fmt.Sprintf("DHCP host entries of %s in host %s's libvirt network", name, rec.Host),
 	}
 	left = append(left, c.forceForgetState(ctx, rec)...) // a shelve's or rescue's state (vmstate.go)
-	if h := c.sharesHook(); h != nil {
-		// Its share mappings go (the shares are unlocked); NFS mounts
-		// on the dead host are unmounted by its share reconciler if it
-		// comes back.
-		h.Deleted(ctx, rec.UUID)
-		left = append(left, fmt.Sprintf("NFS share mounts of %s on host %s (its share reconciler unmounts them if it comes back)", name, rec.Host))
-	}
+	// The parts drop what they hold of it beyond its host (its share
+	// mappings) and name what stays there.
+	left = append(left, c.committedRecordParts(ctx, part.ForceDelete, rec)...) // partphases.go
 	c.log.Warn("instance record removed from the store by force; its host's resources stay", "name", name, "host", rec.Host)
 	return left, nil
 }

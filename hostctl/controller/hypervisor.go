@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/model"
@@ -34,7 +35,8 @@ var (
 	ErrNoHypervisor = errkind.New(errkind.Unsupported, "no hypervisor (hostctl serve runs with --virt none)")
 	// ErrState: the instance's domain is not in a state that allows the
 	// request (missing, running where a change needs it shut off, ...).
-	ErrState = errkind.New(errkind.Conflict, "instance state does not allow this")
+	// The parts' (hostctl/part) refusals by state are this error too.
+	ErrState = part.ErrState
 )
 
 // Domain states beyond libvirt's own (virt.State).

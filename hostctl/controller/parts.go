@@ -85,8 +85,14 @@ func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store
 }
 
 // prepareParts runs Prepare of every part that acts on op and hands
-// their devices to the domain host will build.
+// their devices (and fw_cfg entries) to the domain host will build.
 func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
+	return c.preparePartsFor(ctx, op, r, in, 0, host)
+}
+
+// preparePartsFor is prepareParts for a domain whose publish makes
+// metadata revision rev (0: not known).
+func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, rev int64, host *virt.Host) error {
 	if len(c.parts) == 0 {
 		return nil
 	}
@@ -94,6 +100,7 @@ func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	if err != nil {
 		return err
 	}
+	pi.Revision = rev
 	var contrib part.Contribution
 	for _, p := range c.parts {
 		if p.Answers()[op].Do != part.Act {
@@ -105,6 +112,9 @@ func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	}
 	for _, d := range contrib.Devices {
 		host.Extra = append(host.Extra, d.XML)
+	}
+	for _, f := range contrib.Firmware {
+		host.Firmware = append(host.Firmware, virt.FirmwareFile{Name: f.Name, File: f.File})
 	}
 	return nil
 }

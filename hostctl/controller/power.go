@@ -59,32 +59,24 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 }
 
 // startDomain boots a domain that is not running, with the instance's
-// lock held: config drive, share mounts, libvirt start. A share that
-// could not be mounted puts the instance in ERROR (see fault.go).
+// lock held: config drive, the parts' BeforeStart (share mounts) and
+// libvirt start (startWithSecrets). A share that could not be mounted
+// puts the instance in ERROR (see fault.go).
 func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error {
 	c.pruneMedia(rec.Name, "")
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		return err
 	}
-	h := c.sharesHook()
-	if h != nil {
-		if err := h.PrepareStart(ctx, rec.UUID); err != nil {
-			if errors.Is(err, ErrMountFailed) {
-				if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
-					return errors.Join(err, ferr)
-				}
+	if err := c.startWithSecrets(ctx, rec); err != nil {
+		if errors.Is(err, ErrMountFailed) {
+			if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
+				return errors.Join(err, ferr)
 			}
-			return err
 		}
+		return err
 	}
-	err := c.startWithSecrets(ctx, rec)
-	if h != nil {
-		h.StartDone(ctx, rec.UUID, err)
-	}
-	if err == nil {
-		c.afterRecordParts(ctx, "start", rec) // parts.go
-	}
-	return err
+	c.afterRecordParts(ctx, "start", rec) // parts.go
+	return nil
 }
 
 // Stop asks the guest to shut down (ACPI) and waits up to timeout
@@ -112,9 +104,6 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		if serr := c.undefineSecrets(ctx, cur.uuid); serr != nil {
 			c.log.Warn("libvirt secrets of a stopped instance not undefined (the reconciler retries)", "name", name, "err", serr)
 			warn = append(warn, fmt.Sprintf("the disks' passphrases could not be removed from libvirt yet (the reconciler retries): %v", serr))
-		}
-		if h := c.sharesHook(); h != nil {
-			h.Stopped(ctx, rec.UUID)
 		}
 		c.afterRecordParts(ctx, "stop", rec) // parts.go
 	}

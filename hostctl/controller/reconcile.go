@@ -177,11 +177,12 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		return c.undefineSecrets(ctx, rec.UUID)
 	}
 	c.setMissing(name, false)
-	if h := c.sharesHook(); h != nil {
-		// A guest that powered itself off: its share mappings go
-		// inactive and its host mounts are released (sharehooks.go).
+	if len(c.parts) > 0 {
+		// A guest that powered itself off: the parts are told it stopped
+		// (the share mappings go inactive, their host mounts released);
+		// their AfterStop does nothing for one already told.
 		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
-			h.Stopped(ctx, rec.UUID)
+			c.afterRecordParts(ctx, "stop", rec) // parts.go
 		}
 	}
 	// A domain that went off by itself (the guest powered off) no longer
@@ -220,12 +221,11 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if err := devs.Apply(next); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
-	firmwareOnly := false
+	drifted := ""
 	if reflect.DeepEqual(next, in) {
-		if !c.firmwareDrift(ctx, name, rec.Revision) {
+		if drifted = c.partsDrifted(ctx, in, rec.Revision); drifted == "" { // core_firmwarepart.go
 			return nil
 		}
-		firmwareOnly = true
 	}
 	r := revert.New(c.log, "reconcile "+name)
 	defer r.Fail(&err)
@@ -236,8 +236,8 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
 	switch {
-	case firmwareOnly:
-		c.log.Info("firmware entries did not match --firmware-metadata; republished (effective at the next boot)", "name", name, "firmware", c.firmware)
+	case drifted != "":
+		c.log.Info("what a part carries to the guest did not match its setting (the firmware entries: --firmware-metadata); republished (effective at the next boot)", "name", name, "part", drifted)
 	case len(gone) > 0:
 		c.log.Warn("devices removed outside hostctl; dropped from the metadata", "name", name, "devices", strings.Join(gone, ", "))
 	default:

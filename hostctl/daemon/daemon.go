@@ -434,7 +434,12 @@ func (s *serve) startKeys(ctx context.Context) error {
 func (s *serve) startController(context.Context) error {
 	s.keyKick = make(kicker, 1)
 	cfg, hv := s.cfg, s.hv
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine) // parts.go
+	// The share service is a part: made first, given the controller
+	// once it exists (shares.go); its reconciler starts with "shares".
+	core := &shareCore{}
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc) // parts.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                  // virt.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -455,6 +460,7 @@ func (s *serve) startController(context.Context) error {
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 		Parts:             parts,
 	}))
+	core.Controller = s.ctl
 	bindParts(s.ctl, s.log)
 	return nil
 }
@@ -502,7 +508,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 func (s *serve) stopKeyRotation(context.Context) error { s.stopKeys(); return nil }
 
 func (s *serve) startShares(context.Context) error {
-	s.shareSvc = newShares(s.cfg, s.ctlStore, s.ctl, s.hostName, s.log)
+	s.shareSvc.Start()
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
+	"github.com/vmeta/vmeta/hostctl/shares"
 )
 
 // Parts are the host features the daemon registers with the controller
@@ -17,17 +18,22 @@ import (
 // net is the hypervisor's networks (nil with --virt none), defaultNet
 // the network of a NIC that names none; bind gives the parts that need
 // it the core, once it exists; keyRecords is the key rotation engine
-// (nil: none), whose records of an instance go with it.
-func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// (nil: none), whose records of an instance go with it; the share
+// service (sh) is the shares part.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
-	return []part.Part{
-			pt,
-			nics.New(net, defaultNet),
-			watchdog.New(),
-			diskrotate.NewForget(keyRecords),
-		}, func(c *controller.Controller, log *slog.Logger) {
-			pt.Bind(c, log)
-		}
+	parts = []part.Part{
+		pt,
+		nics.New(net, defaultNet),
+		watchdog.New(),
+		diskrotate.NewForget(keyRecords),
+	}
+	if sh != nil {
+		parts = append(parts, sh)
+	}
+	return parts, func(c *controller.Controller, log *slog.Logger) {
+		pt.Bind(c, log)
+	}
 }
 
 // network is the hypervisor as the nics part uses it (nil with --virt

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/firmware"
+	"github.com/vmeta/vmeta/hostctl/shares"
 )
 
 // TestPartsAnswerEveryOperation is the parts × operations table: every
@@ -11,7 +13,9 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", nil)
+	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
+	// The firmware part is registered with a hypervisor only (virt.go).
+	parts = append(parts, firmware.New(nil, "", false, nil))
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}
@@ -28,6 +32,11 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			if !isOp(op) {
 				t.Errorf("part %s answers %q, which is no operation", p.Name(), op)
 			}
+		}
+	}
+	for _, want := range []string{"passthrough", "watchdog", "shares"} {
+		if !names[want] {
+			t.Errorf("part %s is not registered", want)
 		}
 	}
 	t.Logf("parts × operations:\n%s", part.Table(parts))

@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"context"
 	"flag"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -28,9 +32,14 @@ func (c *ShareConfig) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.InstanceEvents, "events-include-share-mappings", false, "emit instance.update events (stream instances) carrying the instance's share mappings whenever one changes")
 }
 
-// newShares starts the share service (registry, mappings, host mounts,
-// reconciler) and installs it in the controller.
-func newShares(cfg Config, st store.Store, ctl *controller.Controller, host string, log *slog.Logger) *shares.Service {
+// shareCore is the controller as the share service calls it. The service
+// is a part the controller is built with, so it is made first; the
+// controller is set right after it is built, before anything runs.
+type shareCore struct{ *controller.Controller }
+
+// newShares makes the share service (registry, mappings, host mounts;
+// its reconciler runs from Start), a part of the controller (parts.go).
+func newShares(cfg Config, st store.Store, core shares.Instances, support func(context.Context) (virt.ShareSupport, error), host string, audit *events.Log, log *slog.Logger) *shares.Service {
 	root := cfg.Virt.ShareRoot
 	if root == "" {
 		root = filepath.Join(cfg.DataDir, "shares")
@@ -39,9 +48,26 @@ func newShares(cfg Config, st store.Store, ctl *controller.Controller, host stri
 	if interval <= 0 {
 		interval = -1
 	}
-	svc := shares.New(st, ctl, shares.Options{Host: host, ShareRoot: root, Logger: log, Events: ctl.Audit(),
+	return shares.New(st, core, shares.Options{Host: host, ShareRoot: root, Logger: log, Events: audit, Support: support,
 		ReconcileInterval: interval, InstanceUpdateEvents: cfg.Shares.InstanceEvents})
-	ctl.SetShareHooks(svc)
-	svc.Start()
-	return svc
+}
+
+// shareSupport is what this host's libvirt offers shares, asked until it
+// offered them once (the domain capabilities do not change while libvirtd
+// runs); nil for --virt none.
+func (h *hypervisor) shareSupport() func(context.Context) (virt.ShareSupport, error) {
+	if h.conn == nil {
+		return nil
+	}
+	var ok atomic.Bool
+	return func(ctx context.Context) (virt.ShareSupport, error) {
+		if ok.Load() {
+			return virt.ShareSupport{Virtiofs: true, SharedMemory: true}, nil
+		}
+		sup, err := h.conn.ShareSupport(ctx, h.dom.Type, h.dom.Machine)
+		if err == nil && sup.Check() == nil {
+			ok.Store(true)
+		}
+		return sup, err
+	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/firmware"
 	"github.com/vmeta/vmeta/hostctl/virt"
 )
 
@@ -208,7 +210,6 @@ func (h *hypervisor) options(o controller.Options) controller.Options {
 	o.ImageDir = h.cfg.ImageDir
 	o.ShareRoot = h.cfg.ShareRoot
 	o.DetachTimeout = h.cfg.DetachTimeout
-	o.FirmwareMetadata = h.firmware
 	o.ResyncInterval = h.cfg.Resync
 	if h.cfg.Resync == 0 {
 		o.ResyncInterval = -1
@@ -223,6 +224,16 @@ func (h *hypervisor) metricSources(s hostmetrics.Sources) hostmetrics.Sources {
 		s.LibvirtConnected = h.conn.Connected
 	}
 	return s
+}
+
+// firmwarePart is the firmware transport (hostctl/parts/firmware) over
+// the hypervisor, for the instance directories of dataDir, as
+// --firmware-metadata resolved; none for --virt none.
+func (h *hypervisor) firmwarePart(dataDir string, log *slog.Logger) []part.Part {
+	if h.conn == nil {
+		return nil
+	}
+	return []part.Part{firmware.New(h.conn, dataDir, h.firmware, log)}
 }
 
 // close disconnects from libvirtd.

@@ -125,7 +125,7 @@ func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) 
 	if err := os.RemoveAll(aside); err != nil {
 		o.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
 	}
-	// Its shares' host mounts, stale media, libvirt secrets go.
+	// Stale media and libvirt secrets go.
 	o.core.ReleaseHost(ctx, in)
 	return nil
 }

@@ -15,9 +15,10 @@
 //
 // A part with work at another point of an operation implements one of
 // the optional phases as well (Claimer, Definer, Starter, Remover,
-// PreStarter): the NICs' DHCP leases follow the spec once the domain is
-// defined and go live before every start; passthrough claims are taken
-// before an apply plans the domain and healed before a start.
+// PreStarter, Publisher): the NICs' DHCP leases follow the spec once the
+// domain is defined and go live before every start; passthrough claims
+// are taken before an apply plans the domain and healed before a start;
+// the firmware entries carry every publish to the guest.
 //
 // Every operation is an Op value every part sees, and every part
 // declares, in Answers, what it does for every operation: act, refuse
@@ -26,9 +27,12 @@
 // its answer: a new operation or a new part cannot silently forget the
 // other.
 //
-// This package imports nothing of hostctl but the instance model and the
-// revert helper; parts import it, the core iterates them, the daemon
-// registers them.
+// A part may also implement the optional phases of more.go (Completer,
+// Committer, Starter) when it needs them (the shares part does).
+//
+// This package imports nothing of hostctl but the instance model, the
+// metadata tree, the revert helper and the error kinds; parts import it,
+// the core iterates them, the daemon registers them.
 package part
 
 import (
@@ -37,6 +41,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 )
@@ -135,9 +140,13 @@ type Instance struct {
 	// operation that does not change the spec.
 	Old *model.Instance
 	// Host is the host the instance lives on (its record's owner; another
-	// host's for a force delete). Set for the after-phases of a stored
-	// instance; "" when hosts are not tracked.
+	// host's for a force delete). Set for the after-phases and Committed
+	// of a stored instance; "" when hosts are not tracked.
 	Host string
+	// Revision is the metadata revision the operation's publish makes
+	// (an apply's, for the Prepare of the definition it makes); 0 when
+	// the core does not know it yet.
+	Revision int64
 }
 
 // Device is a domain device a part gives an instance.
@@ -153,6 +162,17 @@ type Device struct {
 // Contribution collects what the parts' Prepare give a domain.
 type Contribution struct {
 	Devices []Device
+	// Firmware are fw_cfg entries (<sysinfo type='fwcfg'>) the domain
+	// hands its guest: files QEMU reads when the domain starts.
+	Firmware []FirmwareFile
+}
+
+// FirmwareFile is one fw_cfg entry of a domain: its name
+// ("opt/<reverse-domain>/<name>") and the host file, in the data
+// directory, QEMU reads it from.
+type FirmwareFile struct {
+	Name string
+	File string
 }
 
 // Part is one host feature as the core drives it. The core calls Check of
@@ -177,6 +197,9 @@ type Part interface {
 	Devices(in *Instance) ([]Device, error)
 	// AfterStart, AfterStop and AfterDelete follow the domain's start,
 	// stop and the instance's deletion; an error is reported, not undone.
+	// AfterStop is also called for a domain the reconciler finds shut off
+	// (the guest powered off), again on every pass: it must do nothing
+	// for an instance it was told of already.
 	AfterStart(ctx context.Context, in *Instance) error
 	AfterStop(ctx context.Context, in *Instance) error
 	AfterDelete(ctx context.Context, in *Instance) error
@@ -229,6 +252,36 @@ type Remover interface {
 // have the core apply the spec again (which takes the lock).
 type PreStarter interface {
 	PreStart(ctx context.Context, op Op, in *Instance) error
+}
+
+// Publisher is a part that carries an instance's published metadata to
+// its guest by a way of its own (the firmware entries), beside the
+// metadata service and the config drive the core has. The core calls
+// it on every publish (whatever the operation: an apply, an unshelve, a
+// hot-plug, the reconciler's republish), for the instance show and for
+// the reconciler.
+type Publisher interface {
+	// Publish hands tree, the metadata the store write makes revision
+	// rev, to the instance's domain, before that write; its undo steps
+	// go on r. commit, when not nil, runs once the write succeeded.
+	Publish(ctx context.Context, in *Instance, tree *metadata.Tree, rev int64, r *revert.Reverter) (commit func(), err error)
+	// Drifted reports whether what the part gave the domain no longer
+	// agrees with its setting or with rev, the stored revision: the
+	// reconciler then publishes the instance again.
+	Drifted(ctx context.Context, in *Instance, rev int64) bool
+	// Transport says which revision the part carries to the guest:
+	// running says whether the domain runs, stored is the stored
+	// metadata's revision (0: none).
+	Transport(ctx context.Context, in *Instance, running bool, stored int64) Transport
+}
+
+// Transport is which metadata revision a way to the guest carries: the
+// guest's (Revision) and its next boot's (NextBoot), with a note.
+type Transport struct {
+	Name     string
+	Revision int64
+	NextBoot int64
+	Note     string
 }
 
 // Refusal is the error a Check returns for a Refuse answer.

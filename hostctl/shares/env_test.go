@@ -17,6 +17,8 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -162,14 +164,24 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	for _, f := range more {
 		f(st, &o)
 	}
-	e.ctl = controller.New(st, o)
-	t.Cleanup(func() { e.ctl.Close() })
+	// The service is a part of the controller: made first, it sees the
+	// controller through instancesFunc.
 	streams := events.For(st, filepath.Join(dir, "events"))
 	e.events = streams
-	e.inst = e.ctl
+	var support func(context.Context) (virt.ShareSupport, error)
+	if hv, ok := o.Hypervisor.(interface {
+		ShareSupport(context.Context, virt.DomainType, string) (virt.ShareSupport, error)
+	}); ok {
+		support = func(ctx context.Context) (virt.ShareSupport, error) {
+			return hv.ShareSupport(ctx, o.Domain.Type, o.Domain.Machine)
+		}
+	}
 	e.svc = New(st, instancesFunc{e}, Options{Host: "host-a", ShareRoot: e.root, Runner: e.run, Logger: log,
-		Events: events.New(streams, "host-a", log), MountInfo: e.run.mountinfo, ReconcileInterval: -1})
-	e.ctl.SetShareHooks(e.svc)
+		Events: events.New(streams, "host-a", log), MountInfo: e.run.mountinfo, ReconcileInterval: -1, Support: support})
+	o.Parts = append(o.Parts, e.svc)
+	e.ctl = controller.New(st, o)
+	t.Cleanup(func() { e.ctl.Close() })
+	e.inst = e.ctl
 	t.Cleanup(func() { e.svc.Close() })
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -182,40 +194,34 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 // instancesFunc lets a test swap the controller the service sees.
 type instancesFunc struct{ e *env }
 
-func (f instancesFunc) Get(ctx context.Context, name string) (*controller.Instance, error) {
-	inst, err := f.e.inst.Get(ctx, name)
-	if err == nil && inst.State == "" && !f.e.rawState {
-		inst.State = "shutoff"
+func (f instancesFunc) DomainState(ctx context.Context, name string) (string, error) {
+	state, err := f.e.inst.DomainState(ctx, name)
+	if err == nil && state == "" && !f.e.rawState {
+		state = "shutoff"
 	}
-	return inst, err
+	return state, err
 }
 
-func (f instancesFunc) ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error) {
-	return f.e.inst.ApplyInstance(ctx, in)
+func (f instancesFunc) Reapply(ctx context.Context, in *model.Instance) error {
+	return f.e.inst.Reapply(ctx, in)
 }
 
-func (f instancesFunc) CheckShareLive(ctx context.Context, name string) error {
-	li, ok := f.e.inst.(LiveInstances)
-	if !ok {
-		return fmt.Errorf("no live attach in this test")
-	}
-	return li.CheckShareLive(ctx, name)
-}
+func (f instancesFunc) Hypervisor() bool { return f.e.inst.Hypervisor() }
 
-func (f instancesFunc) AttachShareLive(ctx context.Context, name string, s model.Share) (*controller.Instance, error) {
-	li, ok := f.e.inst.(LiveInstances)
+func (f instancesFunc) LiveXML(ctx context.Context, name string) ([]byte, error) {
+	lc, ok := f.e.inst.(LiveCore)
 	if !ok {
 		return nil, fmt.Errorf("no live attach in this test")
 	}
-	return li.AttachShareLive(ctx, name, s)
+	return lc.LiveXML(ctx, name)
 }
 
-func (f instancesFunc) DetachShareLive(ctx context.Context, name, id string) (*controller.Instance, error) {
-	li, ok := f.e.inst.(LiveInstances)
+func (f instancesFunc) ChangeLive(ctx context.Context, op, name string, plan func(*model.Instance, []byte) (part.LiveDevice, error)) ([]string, error) {
+	lc, ok := f.e.inst.(LiveCore)
 	if !ok {
-		return nil, fmt.Errorf("no live detach in this test")
+		return nil, fmt.Errorf("no live attach in this test")
 	}
-	return li.DetachShareLive(ctx, name, id)
+	return lc.ChangeLive(ctx, op, name, plan)
 }
 
 // stateOverride reports a fixed domain state for every instance.
@@ -224,12 +230,11 @@ type stateOverride struct {
 	state string
 }
 
-func (s stateOverride) Get(ctx context.Context, name string) (*controller.Instance, error) {
-	inst, err := s.Instances.Get(ctx, name)
-	if err == nil {
-		inst.State = s.state
+func (s stateOverride) DomainState(ctx context.Context, name string) (string, error) {
+	if _, err := s.Instances.DomainState(ctx, name); err != nil {
+		return "", err
 	}
-	return inst, err
+	return s.state, nil
 }
 
 // instance applies an instance and returns its UUID.

@@ -33,7 +33,7 @@ func TestLibvirtMountFailureError(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			e, uri := libvirtEnvOn(t, backend)
 			ctx := context.Background()
-			if err := e.ctl.CheckShareSupport(ctx); err != nil {
+			if err := e.svc.checkSupport(ctx); err != nil {
 				t.Fatalf("this host's libvirt (domain capabilities): %v", err)
 			}
 			const export = "127.0.0.1:/vmeta-export"

@@ -94,7 +94,7 @@ func virtiofsdFor(dir string) bool {
 func TestLibvirtShareLifecycle(t *testing.T) {
 	e, uri := libvirtEnv(t)
 	ctx := context.Background()
-	if err := e.ctl.CheckShareSupport(ctx); err != nil {
+	if err := e.svc.checkSupport(ctx); err != nil {
 		t.Fatalf("this host's libvirt (domain capabilities): %v", err)
 	}
 	name := domainName(t, uri)

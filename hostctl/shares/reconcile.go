@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -173,7 +172,7 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 			}
 			return err
 		}
-		if _, err := s.reapply(ctx, m.InstanceName); err != nil {
+		if err := s.reapply(ctx, m.InstanceName); err != nil {
 			return fmt.Errorf("complete attach of %v: %w", m, err)
 		}
 		if err := transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareAttaching); err != nil {
@@ -185,21 +184,21 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 		s.log.Warn("share mapping left detaching; completing the detach", "share", m.ShareID, "instance", m.InstanceName)
 		return s.finishDetach(ctx, m, true)
 	}
-	inst, err := s.inst.Get(ctx, rec.Name)
+	state, err := s.inst.DomainState(ctx, rec.Name)
 	if err != nil {
 		return err
 	}
-	running := inst.State == "running" || inst.State == "paused" || inst.State == "blocked"
+	running := state == "running" || state == "paused" || state == "blocked"
 	switch {
-	case m.Status == types.ShareError && !running && inst.State != controller.StateUnknown:
+	case m.Status == types.ShareError && !running && state != StateUnknown:
 		// Left in error by an unmount (or a mount) that failed: retry
 		// the unmount; once it succeeds the mapping is inactive again.
 		if err := s.recoverError(ctx, &m); err != nil {
 			return fmt.Errorf("%v: still in error: %w (retried on the next pass)", m, err)
 		}
 		return nil
-	case m.Status == types.ShareActive && !running && inst.State != controller.StateUnknown:
-		s.log.Info("instance no longer runs; share mapping inactive", "share", m.ShareID, "instance", m.InstanceName, "state", inst.State)
+	case m.Status == types.ShareActive && !running && state != StateUnknown:
+		s.log.Info("instance no longer runs; share mapping inactive", "share", m.ShareID, "instance", m.InstanceName, "state", state)
 		return transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareActive)
 	case m.Status == types.ShareInactive && running:
 		if m.Proto == types.ShareProtoNFS {

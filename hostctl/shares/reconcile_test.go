@@ -225,7 +225,7 @@ func (e *env) crashAttach(u, id string, steps int) {
 		}
 	}
 	if steps >= 3 {
-		if _, err := e.svc.reapply(ctx, "a"); err != nil {
+		if err := e.svc.reapply(ctx, "a"); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -242,7 +242,7 @@ func (e *env) crashDetach(u, id string, steps int) {
 		e.t.Fatal(err)
 	}
 	if steps >= 2 {
-		if _, err := e.svc.reapply(ctx, "a"); err != nil {
+		if err := e.svc.reapply(ctx, "a"); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -50,29 +51,32 @@ type Store interface {
 	Instances(ctx context.Context) ([]store.Instance, error)
 }
 
-// Instances is what the service needs from the controller: an instance
-// with its domain state, and applying its spec again (which merges the
-// mapped shares through SpecShares).
+// Instances is what the service needs from the controller core (its
+// methods in hostctl/controller/core_sharespart.go): an instance's domain
+// state, applying its spec again (which merges the mapped shares through
+// the part's Complete), and whether instances have domains here at all.
 type Instances interface {
-	Get(ctx context.Context, name string) (*controller.Instance, error)
-	ApplyInstance(ctx context.Context, in *model.Instance) (*controller.Instance, error)
+	// DomainState is the instance's state as `instance show` gives it:
+	// libvirt's ("running", "shutoff", ...), StateError, StateMissing,
+	// StateUnknown, a shelve's or rescue's; "" without a hypervisor.
+	DomainState(ctx context.Context, name string) (string, error)
+	// Reapply applies in again.
+	Reapply(ctx context.Context, in *model.Instance) error
+	// Hypervisor reports whether instances have domains on this host
+	// (false with --virt none).
+	Hypervisor() bool
 }
 
-// LiveInstances is the controller's hot-plug of shares into running
-// instances (controller.AttachShareLive/DetachShareLive), for attach and
-// detach with live set; an Instances without it refuses them.
-type LiveInstances interface {
-	CheckShareLive(ctx context.Context, name string) error
-	AttachShareLive(ctx context.Context, name string, s model.Share) (*controller.Instance, error)
-	DetachShareLive(ctx context.Context, name, shareID string) (*controller.Instance, error)
-}
-
-// SupportChecker tells whether this host can give instances shares at all
-// (controller.CheckShareSupport): asked before an attach changes
-// anything.
-type SupportChecker interface {
-	CheckShareSupport(ctx context.Context) error
-}
+// The states of DomainState that are the core's, not libvirt's (the
+// controller's StateError, StateMissing, StateUnknown).
+const (
+	// StateError: a start failed on a share mount (hard reboot needed).
+	StateError = "error"
+	// StateMissing: libvirt has no domain for the instance.
+	StateMissing = "missing"
+	// StateUnknown: libvirtd could not be asked.
+	StateUnknown = "unknown"
+)
 
 // Options configure a Service.
 type Options struct {
@@ -92,6 +96,10 @@ type Options struct {
 	ReconcileInterval time.Duration
 	// MountInfo is the mount table read; /proc/self/mountinfo when empty.
 	MountInfo string
+	// Support is what this host's libvirt offers shares (virt.Conn's
+	// ShareSupport for the domains' type and machine); nil without a
+	// hypervisor.
+	Support func(ctx context.Context) (virt.ShareSupport, error)
 	// InstanceUpdateEvents emits an instance.update event (stream
 	// "instances") with the instance's mappings whenever one of them
 	// changes (the specification's include_share_mapping; off by default).
@@ -102,6 +110,7 @@ type Options struct {
 type Service struct {
 	st       Store
 	inst     Instances
+	support  func(ctx context.Context) (virt.ShareSupport, error)
 	host     string
 	root     hostdir.Root
 	mounts   *Mounts
@@ -117,6 +126,10 @@ type Service struct {
 	// their mappings alone meanwhile.
 	applyingMu sync.Mutex
 	applying   map[string]int
+	begun      map[string][]Mapping // their mappings, to finish once the apply stands
+
+	seedMu sync.Mutex
+	seeded bool // the mount counts were loaded before a phase (seedCounts)
 
 	reconcileMu sync.Mutex
 	rebuilt     bool // the first Reconcile rebuilt the mount counts
@@ -132,7 +145,7 @@ func New(st Store, inst Instances, opts Options) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{st: st, inst: inst, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
+	s := &Service{st: st, inst: inst, support: opts.Support, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
 		instEvts: opts.InstanceUpdateEvents}
 	s.mounts = NewMounts(filepath.Join(opts.ShareRoot, NFSMountDir), opts.Runner, log)
 	if opts.MountInfo != "" {
@@ -341,11 +354,7 @@ func (s *Service) ServerShare(ctx context.Context, p types.Principal, server, sh
 
 // stateOf returns the instance's domain state.
 func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, error) {
-	inst, err := s.inst.Get(ctx, rec.Name)
-	if err != nil {
-		return "", err
-	}
-	return inst.State, nil
+	return s.inst.DomainState(ctx, rec.Name)
 }
 
 // shutOff reports whether a state allows a detach (the specification:
@@ -353,7 +362,7 @@ func (s *Service) stateOf(ctx context.Context, rec store.Instance) (string, erro
 // start failed on a share mount), or no hypervisor at all (nothing runs,
 // and a mapping made before must be removable).
 func shutOff(state string) bool {
-	return state == "shutoff" || state == controller.StateError || state == ""
+	return state == "shutoff" || state == StateError || state == ""
 }
 
 // attachable refuses, with ErrState naming the state, an attach to an
@@ -366,11 +375,11 @@ func attachable(name, state string) error {
 	case "shutoff":
 		return nil
 	case "":
-		return fmt.Errorf("%w: %s has no hypervisor state (hostctl serve runs with --virt none): shares are attached to SHUTOFF instances only, which needs a hypervisor", controller.ErrState, name)
-	case controller.StateError:
-		return fmt.Errorf("%w: %s is in ERROR; shares are attached to SHUTOFF instances only (hard reboot it, or stop it, first)", controller.ErrState, name)
+		return fmt.Errorf("%w: %s has no hypervisor state (hostctl serve runs with --virt none): shares are attached to SHUTOFF instances only, which needs a hypervisor", part.ErrState, name)
+	case StateError:
+		return fmt.Errorf("%w: %s is in ERROR; shares are attached to SHUTOFF instances only (hard reboot it, or stop it, first)", part.ErrState, name)
 	}
-	return fmt.Errorf("%w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", controller.ErrState, state)
+	return fmt.Errorf("%w: the instance is %s; shares are attached to SHUTOFF instances (stop it first, or --live to hot-plug it)", part.ErrState, state)
 }
 
 // AttachShare attaches a share to a server that is shut off: the mapping
@@ -395,7 +404,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		return types.ShareMapping{}, err
 	}
 	if !s.owns(rec) {
-		return types.ShareMapping{}, fmt.Errorf("attach share to %s: %w: %s lives on %s (this is %s)", rec.Name, controller.ErrOtherHost, rec.Name, rec.Host, s.host)
+		return types.ShareMapping{}, fmt.Errorf("attach share to %s: %w: %s lives on %s (this is %s)", rec.Name, ErrOtherHost, rec.Name, rec.Host, s.host)
 	}
 	defer s.locks.Lock(rec.UUID)()
 	sh, err := loadShare(ctx, s.st, id)
@@ -415,23 +424,23 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	}
 	live := req.Live && state != "shutoff"
 	switch {
-	case state == "" || state == controller.StateError:
+	case state == "" || state == StateError:
 		if err := attachable(rec.Name, state); err != nil {
 			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
 		}
 	case live && state != "running":
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, controller.ErrState, orDash(state))
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: the instance is %s; a live attach needs it running", id, rec.Name, part.ErrState, orDash(state))
 	case !live:
 		if err := attachable(rec.Name, state); err != nil {
 			return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w", id, rec.Name, err)
 		}
 	}
-	li, _ := s.inst.(LiveInstances)
-	if live && li == nil {
-		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, controller.ErrState)
+	lc, _ := s.inst.(LiveCore)
+	if live && lc == nil {
+		return types.ShareMapping{}, fmt.Errorf("attach share %s to %s: %w: live attach is not available here", id, rec.Name, part.ErrState)
 	}
 	if live {
-		if err := li.CheckShareLive(ctx, rec.Name); err != nil {
+		if err := checkLive(ctx, lc, rec.Name); err != nil {
 			return types.ShareMapping{}, err
 		}
 	}
@@ -457,9 +466,9 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		return types.ShareMapping{}, err
 	}
 	if live {
-		return s.attachLive(ctx, r, li, m, p)
+		return s.attachLive(ctx, r, lc, m, p)
 	}
-	if _, err := s.inst.ApplyInstance(ctx, in); err != nil {
+	if err := s.inst.Reapply(ctx, in); err != nil {
 		return types.ShareMapping{}, err
 	}
 	// Undone after the mapping is gone, so that the apply drops the share.
@@ -468,7 +477,7 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 		if err := s.dropMapping(ctx, mm); err != nil {
 			return err
 		}
-		_, err := s.reapply(ctx, rec.Name)
+		err := s.reapply(ctx, rec.Name)
 		return err
 	})
 	if err := s.finishAttach(ctx, &m); err != nil {
@@ -478,11 +487,22 @@ func (s *Service) AttachShare(ctx context.Context, p types.Principal, server str
 	return m.View(isAdmin(p)), nil
 }
 
-// checkSupport asks the controller whether this host can give instances
-// shares at all.
+// checkSupport refuses, with ErrState, shares on a host whose libvirt
+// offers no virtiofs driver or cannot share guest memory (Nova's
+// COMPUTE_STORAGE_VIRTIO_FS and COMPUTE_MEM_BACKING_FILE traits): an
+// instance whose memory cannot be shared cannot have a share. Without a
+// hypervisor there is nothing to check. Asked before an attach, or an
+// apply of a spec with shares, changes anything.
 func (s *Service) checkSupport(ctx context.Context) error {
-	if sc, ok := s.inst.(SupportChecker); ok {
-		return sc.CheckShareSupport(ctx)
+	if s.support == nil {
+		return nil
+	}
+	sup, err := s.support(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sup.Check(); err != nil {
+		return fmt.Errorf("%w: %w", part.ErrState, err)
 	}
 	return nil
 }
@@ -529,7 +549,7 @@ func (s *Service) checkAttach(t attachTarget, sh Share, tag string, existing []M
 		if _, err := checkLocalExport(s.root, s.mounts.base, sh.Export); err != nil {
 			// Not the caller's input, and the export location is
 			// admin-only: no details here, nor in the log line.
-			return fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, controller.ErrState)
+			return fmt.Errorf("attach share %s: %w: the share's directory is missing, not a directory, or no longer inside the share root on this host (an administrator sees its export location with hostctl share show)", id, part.ErrState)
 		}
 	} else if err := os.MkdirAll(s.mounts.Dir(id), 0o700); err != nil {
 		return fmt.Errorf("attach share %s: %w", id, err)
@@ -575,18 +595,18 @@ func (s *Service) finishAttach(ctx context.Context, m *Mapping) error {
 // attachLive finishes an attach to a running instance: the NFS export
 // mounted on the host, the share hot-plugged (the mapping is attaching
 // and locked; r undoes both), the mapping active.
-func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, li LiveInstances, m Mapping, p types.Principal) (types.ShareMapping, error) {
+func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, lc LiveCore, m Mapping, p types.Principal) (types.ShareMapping, error) {
 	if m.Proto == types.ShareProtoNFS {
 		if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
 			return types.ShareMapping{}, err
 		}
 		r.Add("release the host mount", func(ctx context.Context) error { return s.mounts.Release(ctx, m.ShareID, m.Instance) })
 	}
-	if _, err := li.AttachShareLive(ctx, m.InstanceName, model.Share{ShareID: m.ShareID, Tag: m.Tag, Source: s.sourceOf(m)}); err != nil {
+	if _, err := s.plugLive(ctx, lc, m.InstanceName, model.Share{ShareID: m.ShareID, Tag: m.Tag, Source: s.sourceOf(m)}); err != nil {
 		return types.ShareMapping{}, err
 	}
 	r.Add("hot-unplug the share", func(ctx context.Context) error {
-		_, err := li.DetachShareLive(ctx, m.InstanceName, m.ShareID)
+		_, err := s.unplugLive(ctx, lc, m.InstanceName, m.ShareID)
 		return err
 	})
 	if err := s.step(ctx, "inactive"); err != nil {
@@ -611,17 +631,17 @@ func (s *Service) dropMapping(ctx context.Context, m Mapping) error {
 }
 
 // reapply applies an instance's stored spec again (its mapped shares are
-// merged in by SpecShares).
-func (s *Service) reapply(ctx context.Context, name string) (*controller.Instance, error) {
+// merged in by the part's Complete).
+func (s *Service) reapply(ctx context.Context, name string) error {
 	rec, err := s.st.Instance(ctx, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return s.inst.ApplyInstance(ctx, in)
+	return s.inst.Reapply(ctx, in)
 }
 
 // DetachShare detaches a share from a server that is SHUTOFF (or in
@@ -643,7 +663,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 		return types.ShareMapping{}, err
 	}
 	if !s.owns(rec) {
-		return types.ShareMapping{}, fmt.Errorf("detach share from %s: %w: %s lives on %s (this is %s)", rec.Name, controller.ErrOtherHost, rec.Name, rec.Host, s.host)
+		return types.ShareMapping{}, fmt.Errorf("detach share from %s: %w: %s lives on %s (this is %s)", rec.Name, ErrOtherHost, rec.Name, rec.Host, s.host)
 	}
 	defer s.locks.Lock(rec.UUID)()
 	m, err := loadMapping(ctx, s.st, rec.UUID, id)
@@ -658,12 +678,12 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 		return types.ShareMapping{}, err
 	}
 	live = live && state == "running"
-	li, _ := s.inst.(LiveInstances)
+	lc, _ := s.inst.(LiveCore)
 	switch {
-	case live && li == nil:
-		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, controller.ErrState)
-	case !live && !shutOff(state) && state != controller.StateMissing:
-		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, controller.ErrState, state)
+	case live && lc == nil:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: live detach is not available here", id, rec.Name, part.ErrState)
+	case !live && !shutOff(state) && state != StateMissing:
+		return types.ShareMapping{}, fmt.Errorf("detach share %s from %s: %w: the instance is %s; shares are detached from SHUTOFF or ERROR instances (stop it first, or --live to hot-unplug it)", id, rec.Name, part.ErrState, state)
 	}
 	prev := m.Status
 	if m.Status != types.ShareDetaching {
@@ -673,7 +693,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 	}
 	view := m.View(isAdmin(p))
 	if live {
-		inst, err := li.DetachShareLive(ctx, rec.Name, id)
+		warnings, err := s.unplugLive(ctx, lc, rec.Name, id)
 		if err != nil {
 			if prev != types.ShareDetaching {
 				if terr := transition(ctx, s.st, &m, prev, m.Error, types.ShareDetaching); terr != nil {
@@ -682,7 +702,7 @@ func (s *Service) DetachShare(ctx context.Context, p types.Principal, server, sh
 			}
 			return types.ShareMapping{}, err
 		}
-		for _, w := range inst.Warnings {
+		for _, w := range warnings {
 			s.log.Warn("live detach", "share", id, "instance", rec.Name, "warning", w)
 		}
 		return view, s.finishDetach(ctx, m, false)
@@ -702,7 +722,7 @@ func (s *Service) finishDetach(ctx context.Context, m Mapping, withApply bool) e
 		return err
 	}
 	if withApply {
-		if _, err := s.reapply(ctx, m.InstanceName); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.reapply(ctx, m.InstanceName); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("detach %v: %w", m, err)
 		}
 	}

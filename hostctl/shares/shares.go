@@ -17,8 +17,9 @@
 // while another deletes it, exactly one wins and the other is told so.
 //
 // A share reaches the guest through the instance's spec: a mapped share
-// is merged into the spec's shares on every apply (Service.SpecShares),
-// so the controller defines its virtiofs <filesystem> (with shared
+// is merged into the spec's shares on every apply (the Service is the
+// controller core's shares part, hostctl/part: part.go), so the
+// controller defines its virtiofs <filesystem> (with shared
 // memory) and publishes it in the metadata, which vmeta-agent mounts.
 //
 // export_location is admin-only: it is never logged, never put in an
@@ -35,6 +36,11 @@ import (
 
 // ErrForbidden: the caller's project does not own the share (403).
 var ErrForbidden = errkind.New(errkind.Forbidden, "forbidden")
+
+// ErrOtherHost: the server lives on another host, whose share service
+// attaches and detaches its shares (409, as the controller's
+// ErrOtherHost).
+var ErrOtherHost = errkind.New(errkind.Conflict, "another host's instance")
 
 // Key prefixes of the share records.
 const (

@@ -3,6 +3,7 @@ package shares
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 )
 
 // TestSpecSharesAreMappings: a share the instance spec names (by the id of
@@ -41,7 +44,7 @@ func TestSpecSharesAreMappings(t *testing.T) {
 			if err != nil || len(ms) != 1 || ms[0].ShareID != id || ms[0].Status != types.ShareInactive {
 				t.Errorf("GET /v1/servers/a/shares: %+v %v", ms, err)
 			}
-			if err := e.svc.Refuse(ctx, u, "resize"); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), id) {
+			if _, err := ops.New(e.ctl).Resize(ctx, "a", "f.big"); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), id) {
 				t.Errorf("a move with a spec share: %v; want refused naming the share", err)
 			}
 			if devs := e.devices(u, "latest"); len(devs) != 1 || devs[0].ShareID != id || devs[0].Tag != "data" {
@@ -212,8 +215,8 @@ func TestReconcileLeavesSpecAttachAlone(t *testing.T) {
 	ctx := context.Background()
 	id := e.localShare("demo")
 	const u = "0b6e4a52-1b0e-4a8e-8f7e-5d3c2b1a0f99"
-	done, err := e.svc.attachFromSpec(ctx, attachTarget{UUID: u, Name: "new-1", Host: "host-a", Project: "demo"}, []shareTag{{sh: e.share(id), tag: "data"}})
-	if err != nil {
+	r := revert.New(slog.Default(), "apply new-1")
+	if err := e.svc.attachFromSpec(ctx, r, attachTarget{UUID: u, Name: "new-1", Host: "host-a", Project: "demo"}, []shareTag{{sh: e.share(id), tag: "data"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.svc.Reconcile(ctx); err != nil {
@@ -222,7 +225,8 @@ func TestReconcileLeavesSpecAttachAlone(t *testing.T) {
 	if m, ok := e.mapping(u, id); !ok || m.Status != types.ShareAttaching || len(e.share(id).Holders) != 1 {
 		t.Fatalf("the reconciler touched an attach in progress: %+v %v, holders %+v", m, ok, e.share(id).Holders)
 	}
-	done(errors.New("the apply failed"))
+	applyErr := errors.New("the apply failed")
+	r.Fail(&applyErr) // the core's revert of the failed apply
 	if _, ok := e.mapping(u, id); ok || len(e.share(id).Holders) != 0 {
 		t.Errorf("a failed apply left its attach: holders %+v", e.share(id).Holders)
 	}

@@ -161,6 +161,10 @@ type Host struct {
 	// (hostctl/part: a watchdog), each one XML element, appended to
 	// <devices> as given.
 	Extra [][]byte
+	// Firmware are the domain's fw_cfg entries (<sysinfo type='fwcfg'>,
+	// firmware.go), each a file in the data directory that QEMU reads
+	// when the domain starts (it need not exist before); none when empty.
+	Firmware []FirmwareFile
 }
 
 // SMBIOS identity: cloud-init's OpenStack datasource only runs on x86 when
@@ -277,6 +281,14 @@ func buildDomain(in *model.Instance, host Host, opts Options) (*domainXML, error
 		OnPoweroff: "destroy",
 		OnReboot:   "restart",
 		OnCrash:    "destroy",
+	}
+	if len(host.Firmware) > 0 {
+		add(CheckFirmwareFiles(host.DataDir, host.Firmware))
+		block := sysInfoXML{Type: "fwcfg"}
+		for _, f := range host.Firmware {
+			block.Entries = append(block.Entries, fwCfgEntryXML{Name: f.Name, File: f.File})
+		}
+		d.SysInfo = append(d.SysInfo, block)
 	}
 	if opts.Kernel != "" {
 		d.OS.Kernel, d.OS.Initrd, d.OS.Cmdline = opts.Kernel, opts.Initrd, opts.Cmdline

@@ -214,6 +214,21 @@ var importRules = []importRule{
 		forbidden: []string{module + "/hostctl/api"},
 	},
 	{
+		// The share service is a part (hostctl/part): it reaches the core
+		// through its own narrow interfaces (shares.Instances,
+		// shares.LiveCore), the core does not know it (issue 22 item 2).
+		name:      "hostctl/shares does not import hostctl/controller",
+		from:      module + "/hostctl/shares",
+		forbidden: []string{module + "/hostctl/controller"},
+	},
+	{
+		// (hostdir, the share root's directory rules, is a leaf both use.)
+		name:      "hostctl/controller does not import hostctl/shares",
+		from:      module + "/hostctl/controller",
+		forbidden: []string{module + "/hostctl/shares"},
+		allowed:   []string{module + "/hostctl/shares/hostdir"},
+	},
+	{
 		// The catalog reaches the core through its own narrow interface
 		// (catalog.Core); the core does not know the catalog.
 		name:      "hostctl/controller does not import hostctl/catalog",

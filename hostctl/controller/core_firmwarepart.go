@@ -1,0 +1,66 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+)
+
+// The parts that carry the published metadata to the guest by a way of
+// their own (part.Publisher: the firmware entries, hostctl/parts/firmware)
+// are called on every publish, for the instance show and by the
+// reconciler.
+
+// publishParts hands tree (revision rev) to every Publisher part, before
+// the store write; their undo steps go on r. The returned function runs
+// what they do once the write succeeded.
+func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *model.Instance, tree *metadata.Tree, rev int64) (func(), error) {
+	var commits []func()
+	for _, p := range c.parts {
+		pub, ok := p.(part.Publisher)
+		if !ok {
+			continue
+		}
+		commit, err := pub.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name(), err)
+		}
+		if commit != nil {
+			commits = append(commits, commit)
+		}
+	}
+	return func() {
+		for _, f := range commits {
+			f()
+		}
+	}, nil
+}
+
+// partsDrifted reports whether a Publisher part's transport of in no
+// longer agrees with its setting or the stored revision rev (the
+// reconciler then publishes in again); it names the first.
+func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) string {
+	for _, p := range c.parts {
+		if pub, ok := p.(part.Publisher); ok && pub.Drifted(ctx, &part.Instance{Spec: in}, rev) {
+			return p.Name()
+		}
+	}
+	return ""
+}
+
+// partTransports says which revision each Publisher part carries for in
+// (stored: the stored metadata's revision, 0 when none).
+func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []Transport {
+	var out []Transport
+	for _, p := range c.parts {
+		if pub, ok := p.(part.Publisher); ok {
+			t := pub.Transport(ctx, &part.Instance{Spec: in}, running, stored)
+			out = append(out, Transport{Name: t.Name, Revision: t.Revision, NextBoot: t.NextBoot, Note: t.Note})
+		}
+	}
+	return out
+}
