@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
@@ -25,6 +26,7 @@ import (
 // pays for).
 type scrapeFixture struct {
 	ctl     *controller.Controller
+	st      store.Store
 	handler http.Handler
 	reg     *prometheus.Registry
 }
@@ -53,10 +55,10 @@ func newScrapeFixture(tb testing.TB, n int) *scrapeFixture {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New()
-	if err := m.Register(reg, metrics.Sources{Instances: a}); err != nil {
+	if err := m.Register(reg, metrics.Sources{Instances: a, Store: st}); err != nil {
 		tb.Fatal(err)
 	}
-	return &scrapeFixture{ctl: a, reg: reg, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})}
+	return &scrapeFixture{ctl: a, st: st, reg: reg, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})}
 }
 
 func (f *scrapeFixture) scrape(tb testing.TB) {

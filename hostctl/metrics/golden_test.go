@@ -69,17 +69,27 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 }
 
 // TestInstancesGolden: the exposition of vmeta_host_instances for a fixed
-// store content, series, labels, help and values.
+// store content, series, labels, help and values: the same whether it
+// follows the store's feed (as hostctl serve has it) or lists every
+// instance through the controller (no Store).
 func TestInstancesGolden(t *testing.T) {
-	st, dir := openStore(t)
-	a := goldenStore(t, st, dir)
-	reg := prometheus.NewRegistry()
-	if err := metrics.New().Register(reg, goldenSources(a, st)); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // the second scrape reads what the first left
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(goldenInstances), "vmeta_host_instances"); err != nil {
-			t.Fatal(err)
-		}
+	for _, feed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("feed=%v", feed), func(t *testing.T) {
+			st, dir := openStore(t)
+			a := goldenStore(t, st, dir)
+			src := metrics.Sources{Instances: a}
+			if feed {
+				src.Store = st
+			}
+			reg := prometheus.NewRegistry()
+			if err := metrics.New().Register(reg, src); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // the second scrape reads what the first left
+				if err := testutil.GatherAndCompare(reg, strings.NewReader(goldenInstances), "vmeta_host_instances"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
