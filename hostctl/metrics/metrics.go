@@ -4,7 +4,9 @@
 // collectors):
 //
 //   - vmeta_host_instances{host,state}: instance records of every host in
-//     the store, read at scrape time;
+//     the store, kept up to date from the store's change feed (a scrape
+//     reads only the records that changed, and each instance's live
+//     state: instances.go);
 //   - vmeta_host_heartbeat_age_seconds{host} and vmeta_host_up{host}: every
 //     host's heartbeat, read at scrape time;
 //   - vmeta_hostctl_operation_duration_seconds{op} and
