@@ -515,6 +515,7 @@ func (s *serve) startShares(context.Context) error {
 func (s *serve) startMetrics(context.Context) error {
 	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(hostmetrics.Sources{
 		Instances: s.ctl,
+		Store:     s.ctlStore, // a scrape reads only the instance records that changed
 		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
 			return hosts.List(ctx, s.ctlStore, time.Now(), s.cfg.HostDownAfter)
 		},

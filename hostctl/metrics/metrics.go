@@ -4,7 +4,9 @@
 // collectors):
 //
 //   - vmeta_host_instances{host,state}: instance records of every host in
-//     the store, read at scrape time;
+//     the store, kept up to date from the store's change feed (a scrape
+//     reads only the records that changed, and each instance's live
+//     state: instances.go);
 //   - vmeta_host_heartbeat_age_seconds{host} and vmeta_host_up{host}: every
 //     host's heartbeat, read at scrape time;
 //   - vmeta_hostctl_operation_duration_seconds{op} and
@@ -60,6 +62,14 @@ type InstanceLister interface {
 type Sources struct {
 	// Instances feeds vmeta_host_instances.
 	Instances InstanceLister
+	// Store, when set and Instances has InstanceStates (the controller
+	// does), makes vmeta_host_instances keep every instance's record
+	// (name, UUID, host) and follow the store's change feed: a scrape
+	// then reads only the records that changed, and for each instance
+	// only its live state (InstanceStates), never its spec. Without it
+	// every scrape lists every instance through Instances.ListAll, which
+	// decodes and validates each one.
+	Store InstanceStore
 	// Hosts feeds vmeta_host_heartbeat_age_seconds and vmeta_host_up
 	// (hosts.List over the store, as the daemon judges heartbeats).
 	Hosts func(ctx context.Context) ([]hosts.Status, error)
@@ -116,7 +126,11 @@ func (m *Metrics) Register(reg prometheus.Registerer, o Sources) error {
 		if timeout <= 0 {
 			timeout = DefaultScrapeTimeout
 		}
-		cs = append(cs, &storeCollector{instances: o.Instances, hosts: o.Hosts, timeout: timeout})
+		sc := &storeCollector{instances: o.Instances, hosts: o.Hosts, timeout: timeout}
+		if stater, ok := o.Instances.(InstanceStater); ok && o.Store != nil {
+			sc.stater, sc.cache = stater, newInstanceCache(o.Store)
+		}
+		cs = append(cs, sc)
 	}
 	if o.LibvirtConnected != nil {
 		connected := o.LibvirtConnected
@@ -184,6 +198,10 @@ type storeCollector struct {
 	instances InstanceLister
 	hosts     func(ctx context.Context) ([]hosts.Status, error)
 	timeout   time.Duration
+	// stater and cache, when set, feed vmeta_host_instances instead of
+	// instances.ListAll.
+	stater InstanceStater
+	cache  *instanceCache
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -211,19 +229,39 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *storeCollector) collectInstances(ctx context.Context, ch chan<- prometheus.Metric) {
-	insts, err := c.instances.ListAll(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(instancesDesc, fmt.Errorf("vmeta_host_instances: %w", err))
-		return
-	}
 	type key struct{ host, state string }
 	counts := map[key]int{}
-	for _, in := range insts {
-		state := in.State
+	count := func(host, state string) {
 		if state == "" {
 			state = StateUnobserved
 		}
-		counts[key{in.Host, state}]++
+		counts[key{host, state}]++
+	}
+	if c.cache != nil {
+		recs, err := c.cache.records(ctx)
+		var states []string
+		if err == nil {
+			states, err = c.stater.InstanceStates(ctx, recs)
+		}
+		if err == nil && len(states) != len(recs) {
+			err = fmt.Errorf("%d states for %d instances", len(states), len(recs))
+		}
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(instancesDesc, fmt.Errorf("vmeta_host_instances: %w", err))
+			return
+		}
+		for i, r := range recs {
+			count(r.Host, states[i])
+		}
+	} else {
+		insts, err := c.instances.ListAll(ctx)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(instancesDesc, fmt.Errorf("vmeta_host_instances: %w", err))
+			return
+		}
+		for _, in := range insts {
+			count(in.Host, in.State)
+		}
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(instancesDesc, prometheus.GaugeValue, float64(n), k.host, k.state)

@@ -106,6 +106,7 @@ func TestScrape(t *testing.T) {
 	connected := true
 	if err := m.Register(reg, metrics.Sources{
 		Instances: a,
+		Store:     ctlStore,
 		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
 			return hosts.List(ctx, ctlStore, now, time.Minute)
 		},
