@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -181,16 +180,21 @@ func (c *Controller) RequireState(ctx context.Context, rec store.Instance, want 
 }
 
 // PutVMState writes the instance's state record (the undo step on r
-// removes it); DropVMState removes it (version ver; the undo step puts
-// it back).
+// removes it); Resume ends it.
 func (c *Controller) PutVMState(ctx context.Context, r *revert.Reverter, uuid string, st VMState) error {
 	return c.putVMState(ctx, r, uuid, st)
 }
 
-// DropVMState removes the instance's state record st of version ver; the
-// undo step on r puts it back.
-func (c *Controller) DropVMState(ctx context.Context, r *revert.Reverter, uuid string, st VMState, ver int64) error {
-	return c.dropVMState(ctx, r, uuid, st, ver)
+// Resume ends the state of rec (shelved, rescued) and starts it: its
+// state record st of version ver removed (the undo step on r puts it
+// back), then its domain started as start does (config drive, shares,
+// passphrases, the parts' start phase; a failed start takes its secrets
+// back).
+func (c *Controller) Resume(ctx context.Context, r *revert.Reverter, rec store.Instance, st VMState, ver int64) error {
+	if err := c.dropVMState(ctx, r, rec.UUID, st, ver); err != nil {
+		return err
+	}
+	return c.startDomain(ctx, rec)
 }
 
 // PrepareParts runs the parts' Prepare phase for op on in, with the undo
@@ -236,10 +240,9 @@ func (c *Controller) PlanDisks(ctx context.Context, r *revert.Reverter, in *mode
 	return out, nil
 }
 
-// DiskFile is the image file of in's disk d.
-func (c *Controller) DiskFile(in *model.Instance, d model.Disk) string {
-	return filepath.Join(c.instanceDir(in.Name), diskFileOf(d))
-}
+// DiskFileName is the name of disk d's image file in its instance's
+// directory (InstanceDir).
+func DiskFileName(d model.Disk) string { return diskFileOf(d) }
 
 // SetAside renames file p out of the way of its replacement; the undo
 // step on r puts it back.
@@ -315,28 +318,26 @@ func (c *Controller) ApplyFor(ctx context.Context, op part.Op, in, old *model.In
 	return c.drv.apply(ctx, op, in, old, expect)
 }
 
-// Shutdown shuts the domain of rec down (powered off after timeout; at
-// once when timeout is negative); the undo step on r starts it again:
-// again, or as start does with its passphrases when again is nil.
-func (c *Controller) Shutdown(ctx context.Context, r *revert.Reverter, rec store.Instance, timeout time.Duration, again func(context.Context) error) error {
-	if timeout < 0 {
-		if err := c.domains.Destroy(ctx, rec.Name); err != nil {
+// StopDomain leaves the domain of rec stopped with no libvirt secret: when
+// running, it is shut down (powered off after timeout; at once when
+// timeout is negative) and the undo step on r starts it again (again, or
+// as start does with its passphrases when again is nil); then the
+// libvirt secrets of its disks are undefined.
+func (c *Controller) StopDomain(ctx context.Context, r *revert.Reverter, rec store.Instance, running bool, timeout time.Duration, again func(context.Context) error) error {
+	if running {
+		if timeout < 0 {
+			if err := c.domains.Destroy(ctx, rec.Name); err != nil {
+				return err
+			}
+		} else if _, err := c.shutdown(ctx, rec.Name, timeout); err != nil {
 			return err
 		}
-	} else if _, err := c.shutdown(ctx, rec.Name, timeout); err != nil {
-		return err
+		if again == nil {
+			again = func(ctx context.Context) error { return c.startWithSecrets(ctx, rec) }
+		}
+		r.Add("start "+rec.Name+" again", again)
 	}
-	if again == nil {
-		again = func(ctx context.Context) error { return c.startWithSecrets(ctx, rec) }
-	}
-	r.Add("start "+rec.Name+" again", again)
-	return nil
-}
-
-// UndefineSecrets undefines the libvirt secrets of instance uuid's disks
-// (its domain does not run).
-func (c *Controller) UndefineSecrets(ctx context.Context, uuid string) error {
-	return c.undefineSecrets(ctx, uuid)
+	return c.undefineSecrets(ctx, rec.UUID)
 }
 
 // Boot starts the domain of rec, not running, as the operation defined
@@ -355,13 +356,6 @@ func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Ins
 		}
 	}
 	return c.domains.Start(ctx, rec.Name)
-}
-
-// StartDomain starts the domain of rec as start does (config drive,
-// shares, passphrases, the parts' start phase); a failed start takes its
-// secrets back.
-func (c *Controller) StartDomain(ctx context.Context, rec store.Instance) error {
-	return c.startDomain(ctx, rec)
 }
 
 // DefineDiskSecret hands libvirt the passphrase of key-manager secret

@@ -8,8 +8,10 @@
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
-// core is Core, a narrow interface the core implements
-// (hostctl/controller, core_ops.go); the core does not know the
+// core is a few narrow roles (Frame, Files, Disks, Domains, Host,
+// Secrets, Layouts) the core implements (hostctl/controller,
+// core_ops.go); each operation holds only the roles it uses. The core
+// does not know the
 // operations: the daemon wires them into the admin API
 // (api.Services.Shelve, Resize and Snapshot).
 package ops
@@ -22,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -35,79 +38,215 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// Core is what the operations need of the controller core
-// (hostctl/controller, core_ops.go). Every method taking a
-// *revert.Reverter registers the undo of what it did on it.
-type Core interface {
-	// The frame of an operation: the instance's lock, the observation of
-	// its outcome, its events, the instance as the API shows it.
+// What the operations need of the controller core (hostctl/controller,
+// core_ops.go), by role, each role a narrow interface: Frame, Files,
+// Disks, Domains, Host, Secrets, Layouts. Every method taking a
+// *revert.Reverter registers the undo of what it did on it. Each
+// operation holds only the roles it uses (shelver, rescuer, resizer,
+// rebuilder, snapshotter); no interface here has more than 8 methods
+// (TestRolesAreNarrow).
+
+// Frame is the frame of an operation: the instance's lock, the
+// observation of its outcome, its events, the instance in the state the
+// operation needs (checked by the parts), its state record.
+type Frame interface {
 	LockInstance(name string) (unlock func())
 	Observe(op string, start time.Time, err *error)
 	Emit(ctx context.Context, stream, typ string, payload any)
-	Logger() *slog.Logger
+	// Get is the instance as the API shows it.
+	Get(ctx context.Context, name string) (*controller.Instance, error)
 	// Capabilities: the host has a hypervisor; its store keeps records
 	// (block devices, states).
 	Capabilities() (hypervisor, records bool)
-	Get(ctx context.Context, name string) (*controller.Instance, error)
-
 	// OpInstance is this host's instance name for op, in the state op
 	// needs, checked by the parts for op; RequireState refuses one not
-	// in state want and returns its state record.
+	// in state want and returns its state record; PutVMState writes
+	// one (Domains.Resume ends it).
 	OpInstance(ctx context.Context, op part.Op, name string, need controller.Need) (store.Instance, *model.Instance, error)
 	RequireState(ctx context.Context, rec store.Instance, want string) (controller.VMState, int64, error)
 	PutVMState(ctx context.Context, r *revert.Reverter, uuid string, st controller.VMState) error
-	DropVMState(ctx context.Context, r *revert.Reverter, uuid string, st controller.VMState, ver int64) error
+}
 
-	// The parts' phases for an operation (Check is OpInstance's).
-	PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error
-
-	// Files, disks and their block-device records.
+// Files is where an instance's files are (a disk's file:
+// diskFile) and setting one aside for its replacement.
+type Files interface {
 	DataDir() string
 	InstanceDir(name string) string
-	DiskFile(in *model.Instance, d model.Disk) string
 	SetAside(r *revert.Reverter, path string) (aside string, err error)
+}
+
+// Disks is the disks of an instance: how they are made, their
+// block-device records, their size, the disk-image layer and the image
+// catalog.
+type Disks interface {
 	PlanDisks(ctx context.Context, r *revert.Reverter, in *model.Instance) ([]controller.DiskPlan, error)
 	BlockDevices(ctx context.Context, uuid string) (map[string]encryption.BlockDevice, error)
 	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
 	ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error
 	DiskImages() controller.Images
 	ImageDir() *images.Dir
-	Encryption() (controller.KeyManager, controller.LUKS)
+}
 
-	// Layouts: in for another flavor or root image, as an apply lays
-	// instances out; ApplyFor applies it (disks, domain, publish) for op.
-	ResizeLayout(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
-	RebuildLayout(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
-	ApplyFor(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*controller.Instance, error)
-
-	// The domain, its power and its secrets.
+// Domains is an instance's libvirt domain and its power.
+type Domains interface {
 	CurrentDomain(ctx context.Context, name, uuid string) (*controller.Domain, error)
 	DomainHost(ctx context.Context, in *model.Instance) (virt.Host, virt.Options, error)
 	DefineDomain(ctx context.Context, r *revert.Reverter, name string, doc, prev []byte) error
 	RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error
 	ReadBack(ctx context.Context, in *model.Instance) error
-	Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error
-	Shutdown(ctx context.Context, r *revert.Reverter, rec store.Instance, timeout time.Duration, again func(context.Context) error) error
-	UndefineSecrets(ctx context.Context, uuid string) error
+	// StopDomain shuts a running domain down and undefines its libvirt
+	// secrets; Boot starts one an operation defined; Resume ends the
+	// instance's state record and starts it as start does.
+	StopDomain(ctx context.Context, r *revert.Reverter, rec store.Instance, running bool, timeout time.Duration, again func(context.Context) error) error
 	Boot(ctx context.Context, r *revert.Reverter, rec store.Instance, in *model.Instance, extra func(context.Context, *revert.Reverter) error) error
-	StartDomain(ctx context.Context, rec store.Instance) error
+	Resume(ctx context.Context, r *revert.Reverter, rec store.Instance, st controller.VMState, ver int64) error
+}
+
+// Host is what an instance has on this host besides its disks and
+// domain: what the parts give it (their Prepare phase for an operation),
+// what a shelve releases, its published metadata.
+type Host interface {
+	PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error
 	ReleaseHost(ctx context.Context, in *model.Instance)
+	Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error
+}
+
+// Secrets is the key manager and LUKS layer, libvirt's copies of the
+// passphrases, and the core's secret rules (locks, deletion).
+type Secrets interface {
+	Encryption() (controller.KeyManager, controller.LUKS)
 	DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, libvirtUUID string) error
 	DeleteSecrets(ctx context.Context, in *model.Instance, ids []string)
 	ReleaseSecret(ctx context.Context, id, image string) error
 	LockSecret(id string) (unlock func())
 }
 
-var _ Core = (*controller.Controller)(nil)
-
-// Ops runs the operations over a core.
-type Ops struct {
-	core Core
-	log  *slog.Logger
+// Layouts is an instance laid out for another flavor or root image, as
+// an apply lays instances out; ApplyFor applies it (disks, domain,
+// publish) for op.
+type Layouts interface {
+	ResizeLayout(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
+	RebuildLayout(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
+	ApplyFor(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*controller.Instance, error)
 }
 
-// New returns the operations over core.
-func New(core Core) *Ops { return &Ops{core: core, log: core.Logger()} }
+// base is what every operation has: its frame and the logger.
+type base struct {
+	frame Frame
+	log   *slog.Logger
+}
+
+// snapshotter makes images of instances' root disks (snapshot.go).
+type snapshotter struct {
+	base
+	files   Files
+	disks   Disks
+	secrets Secrets
+}
+
+// shelver shelves and unshelves (shelve.go); a shelve snapshots.
+type shelver struct {
+	*snapshotter
+	domains Domains
+	host    Host
+}
+
+// rescuer rescues and unrescues (rescue.go).
+type rescuer struct {
+	base
+	files   Files
+	disks   Disks
+	domains Domains
+	host    Host
+	secrets Secrets
+}
+
+// resizer resizes (resize.go), rebuilder rebuilds (rebuild.go).
+type (
+	resizer struct {
+		base
+		files   Files
+		disks   Disks
+		layouts Layouts
+	}
+	rebuilder struct {
+		base
+		files   Files
+		disks   Disks
+		layouts Layouts
+	}
+)
+
+// Ops runs the operations over the core.
+type Ops struct {
+	shelve   *shelver
+	rescue   *rescuer
+	resize   *resizer
+	rebuild  *rebuilder
+	snapshot *snapshotter
+}
+
+// New returns the operations over the core c, each holding only the
+// roles of c it uses.
+func New(c *controller.Controller) *Ops {
+	b := base{frame: c, log: c.Logger()}
+	snap := &snapshotter{base: b, files: c, disks: c, secrets: c}
+	return &Ops{
+		shelve:   &shelver{snapshotter: snap, domains: c, host: c},
+		rescue:   &rescuer{base: b, files: c, disks: c, domains: c, host: c, secrets: c},
+		resize:   &resizer{base: b, files: c, disks: c, layouts: c},
+		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c},
+		snapshot: snap,
+	}
+}
+
+// Shelve shelves the stopped instance name (shelve.go).
+func (o *Ops) Shelve(ctx context.Context, name string) (*controller.Instance, error) {
+	return o.shelve.Shelve(ctx, name)
+}
+
+// Unshelve brings a shelved instance back and starts it (shelve.go).
+func (o *Ops) Unshelve(ctx context.Context, name string) (*controller.Instance, error) {
+	return o.shelve.Unshelve(ctx, name)
+}
+
+// Rescue boots the instance name from a rescue disk (rescue.go).
+func (o *Ops) Rescue(ctx context.Context, name string, req controller.RescueRequest) (*controller.Instance, error) {
+	return o.rescue.Rescue(ctx, name, req)
+}
+
+// Unrescue ends a rescue (rescue.go).
+func (o *Ops) Unrescue(ctx context.Context, name string) (*controller.Instance, error) {
+	return o.rescue.Unrescue(ctx, name)
+}
+
+// Resize gives a stopped instance another flavor (resize.go).
+func (o *Ops) Resize(ctx context.Context, name, flavorName string) (*controller.Instance, error) {
+	return o.resize.Resize(ctx, name, flavorName)
+}
+
+// Rebuild makes a stopped instance's root disk anew from another image
+// (rebuild.go).
+func (o *Ops) Rebuild(ctx context.Context, name, imageName string) (*controller.Instance, error) {
+	return o.rebuild.Rebuild(ctx, name, imageName)
+}
+
+// Snapshot copies a stopped instance's root disk into a new image
+// (snapshot.go).
+func (o *Ops) Snapshot(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+	return o.snapshot.Snapshot(ctx, name, req)
+}
+
+// SnapshotAnyProject is Snapshot where encryption_key existing may name a
+// secret of any project (snapshot.go).
+func (o *Ops) SnapshotAnyProject(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+	return o.snapshot.SnapshotAnyProject(ctx, name, req)
+}
+
+// diskFile is the image file of in's disk d.
+func diskFile(f Files, in *model.Instance, d model.Disk) string {
+	return filepath.Join(f.InstanceDir(in.Name), controller.DiskFileName(d))
+}
 
 // rootIndex is the index of the instance's root disk (the first disk when
 // none is made from an image), -1 when it has no disk.

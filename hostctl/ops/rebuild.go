@@ -15,20 +15,20 @@ import (
 // encryption settings differ from the current image's is refused (409,
 // naming both images): the disks' secrets and formats stay the
 // instance's. A failure puts the old root disk back.
-func (o *Ops) Rebuild(ctx context.Context, name, imageName string) (_ *controller.Instance, err error) {
-	defer o.core.Observe("rebuild", time.Now(), &err)
-	defer o.core.LockInstance(name)()
-	rec, old, err := o.core.OpInstance(ctx, part.Rebuild, name, controller.NeedStopped)
+func (o *rebuilder) Rebuild(ctx context.Context, name, imageName string) (_ *controller.Instance, err error) {
+	defer o.frame.Observe("rebuild", time.Now(), &err)
+	defer o.frame.LockInstance(name)()
+	rec, old, err := o.frame.OpInstance(ctx, part.Rebuild, name, controller.NeedStopped)
 	if err != nil {
 		return nil, err
 	}
-	dir := o.core.ImageDir()
+	dir := o.disks.ImageDir()
 	defer dir.Use(imageName)()
 	newImg, err := dir.Get(ctx, imageName)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
-	in, err := o.core.RebuildLayout(ctx, old, &newImg)
+	in, err := o.layouts.RebuildLayout(ctx, old, &newImg)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
@@ -36,12 +36,12 @@ func (o *Ops) Rebuild(ctx context.Context, name, imageName string) (_ *controlle
 	r := revert.New(o.log, "rebuild "+name)
 	defer r.Fail(&err)
 	var aside string
-	if p := o.core.DiskFile(old, old.Disks[controller.RootDisk(old)]); fileExists(p) {
-		if aside, err = o.core.SetAside(r, p); err != nil {
+	if p := diskFile(o.files, old, old.Disks[controller.RootDisk(old)]); fileExists(p) {
+		if aside, err = o.files.SetAside(r, p); err != nil {
 			return nil, fmt.Errorf("rebuild %s: %w", name, err)
 		}
 	}
-	inst, err := o.core.ApplyFor(ctx, part.Rebuild, in, old, rec.Revision)
+	inst, err := o.layouts.ApplyFor(ctx, part.Rebuild, in, old, rec.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
@@ -50,6 +50,6 @@ func (o *Ops) Rebuild(ctx context.Context, name, imageName string) (_ *controlle
 		_ = removeFile(aside)
 	}
 	o.log.Info("instance rebuilt", "name", name, "image", newImg.Name, "from", old.Image)
-	o.core.Emit(ctx, controller.StreamInstances, "instance.rebuilt", map[string]string{"name": name, "uuid": old.UUID, "from": old.Image, "to": newImg.Name})
+	o.frame.Emit(ctx, controller.StreamInstances, "instance.rebuilt", map[string]string{"name": name, "uuid": old.UUID, "from": old.Image, "to": newImg.Name})
 	return inst, nil
 }

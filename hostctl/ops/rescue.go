@@ -66,49 +66,49 @@ func checkRescue(req controller.RescueRequest) error {
 
 // Rescue boots the instance name from a rescue disk made from
 // req.Image (see the top of this file).
-func (o *Ops) Rescue(ctx context.Context, name string, req controller.RescueRequest) (_ *controller.Instance, err error) {
-	defer o.core.Observe("rescue", time.Now(), &err)
+func (o *rescuer) Rescue(ctx context.Context, name string, req controller.RescueRequest) (_ *controller.Instance, err error) {
+	defer o.frame.Observe("rescue", time.Now(), &err)
 	if err := checkRescue(req); err != nil {
 		return nil, fmt.Errorf("rescue %s: %w", name, err)
 	}
-	unlock := o.core.LockInstance(name)
+	unlock := o.frame.LockInstance(name)
 	err = o.rescueLocked(ctx, name, req)
 	unlock()
 	if err != nil {
 		return nil, err
 	}
 	o.log.Info("instance rescued", "name", name, "image", req.Image)
-	o.core.Emit(ctx, controller.StreamInstances, "instance.rescued", map[string]string{"name": name, "image": req.Image})
-	return o.core.Get(ctx, name)
+	o.frame.Emit(ctx, controller.StreamInstances, "instance.rescued", map[string]string{"name": name, "image": req.Image})
+	return o.frame.Get(ctx, name)
 }
 
-func (o *Ops) rescueLocked(ctx context.Context, name string, req controller.RescueRequest) (err error) {
-	rec, in, err := o.core.OpInstance(ctx, part.Rescue, name, controller.NeedNoState)
+func (o *rescuer) rescueLocked(ctx context.Context, name string, req controller.RescueRequest) (err error) {
+	rec, in, err := o.frame.OpInstance(ctx, part.Rescue, name, controller.NeedNoState)
 	if err != nil {
 		return err
 	}
-	if _, records := o.core.Capabilities(); !records {
+	if _, records := o.frame.Capabilities(); !records {
 		return fmt.Errorf("rescue %s: %w", name, controller.ErrNoRecords)
 	}
 	root := rootIndex(in)
 	if root < 0 {
 		return fmt.Errorf("rescue %s: %w: the instance has no disk to rescue", name, controller.ErrState)
 	}
-	cur, err := o.core.CurrentDomain(ctx, name, rec.UUID)
+	cur, err := o.domains.CurrentDomain(ctx, name, rec.UUID)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	dir := o.core.ImageDir()
+	dir := o.disks.ImageDir()
 	defer dir.Use(req.Image)()
 	img, err := dir.Get(ctx, req.Image)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	base, err := o.core.DiskImages().Lookup(ctx, req.Image)
+	base, err := o.disks.DiskImages().Lookup(ctx, req.Image)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	disk := images.Disk{Path: filepath.Join(o.core.InstanceDir(name), controller.RescueFile), Base: &base}
+	disk := images.Disk{Path: filepath.Join(o.files.InstanceDir(name), controller.RescueFile), Base: &base}
 	if img.Encrypted {
 		if err := o.checkRescueImage(ctx, in, img); err != nil {
 			return fmt.Errorf("rescue %s: %w", name, err)
@@ -126,10 +126,7 @@ func (o *Ops) rescueLocked(ctx context.Context, name string, req controller.Resc
 		if timeout <= 0 {
 			timeout = controller.DefaultStopTimeout
 		}
-		if err := o.core.Shutdown(ctx, r, rec, timeout, nil); err != nil {
-			return fmt.Errorf("rescue %s: %w", name, err)
-		}
-		if err := o.core.UndefineSecrets(ctx, rec.UUID); err != nil {
+		if err := o.domains.StopDomain(ctx, r, rec, true, timeout, nil); err != nil {
 			return fmt.Errorf("rescue %s: %w", name, err)
 		}
 	}
@@ -143,21 +140,21 @@ func (o *Ops) rescueLocked(ctx context.Context, name string, req controller.Resc
 		src.Backing = &virt.BackingSource{Path: base.Path, Format: base.Format, SecretUUID: rk.libvirtUUID}
 		host.Disks[in.Disks[root].Name] = src
 	}
-	if err := o.core.PutVMState(ctx, r, rec.UUID, controller.VMState{Instance: name, State: controller.StateRescue, RescueImage: img.Name, Domain: cur.Inactive,
+	if err := o.frame.PutVMState(ctx, r, rec.UUID, controller.VMState{Instance: name, State: controller.StateRescue, RescueImage: img.Name, Domain: cur.Inactive,
 		RescueSecret: rk.keyID, RescueLibvirtSecret: rk.libvirtUUID}); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	if err := o.core.PrepareParts(ctx, part.Rescue, r, in, &host); err != nil {
+	if err := o.host.PrepareParts(ctx, part.Rescue, r, in, &host); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
 	doc, err := virt.BuildDomain(rin, host, dom)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	if err := o.core.DefineDomain(ctx, r, name, doc, cur.Inactive); err != nil {
+	if err := o.domains.DefineDomain(ctx, r, name, doc, cur.Inactive); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	if err := o.core.Boot(ctx, r, rec, in, o.rescueSecret(in, rk)); err != nil {
+	if err := o.domains.Boot(ctx, r, rec, in, o.rescueSecret(in, rk)); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
 	r.Success()
@@ -167,10 +164,10 @@ func (o *Ops) rescueLocked(ctx context.Context, name string, req controller.Resc
 // checkRescueImage refuses an encrypted rescue image whose secret this
 // host cannot use for the instance (409 naming the image): no key
 // manager, no os_encrypt_key_id, a secret missing or of another project.
-func (o *Ops) checkRescueImage(ctx context.Context, in *model.Instance, img images.Image) error {
+func (o *rescuer) checkRescueImage(ctx context.Context, in *model.Instance, img images.Image) error {
 	keyID := img.Properties[policy.ImageEncryptKeyID]
 	conflict := func(rule string) error { return controller.EncryptionConflict("image", img.Name, rule) }
-	km, _ := o.core.Encryption()
+	km, _ := o.secrets.Encryption()
 	switch {
 	case km == nil:
 		return conflict("the image is encrypted and this host has no key manager")
@@ -193,13 +190,13 @@ func (o *Ops) checkRescueImage(ctx context.Context, in *model.Instance, img imag
 // disk under the root disk's target name, the root disk as the next
 // target of its bus, no other disk, share or passthrough device — and the
 // host files (the rescue disk's encryption is set by the caller).
-func (o *Ops) rescueDomain(ctx context.Context, in *model.Instance, root int, encrypted bool) (*model.Instance, virt.Host, virt.Options, error) {
+func (o *rescuer) rescueDomain(ctx context.Context, in *model.Instance, root int, encrypted bool) (*model.Instance, virt.Host, virt.Options, error) {
 	rd := in.Disks[root]
 	second, err := nextTarget(rd.Name)
 	if err != nil {
 		return nil, virt.Host{}, virt.Options{}, err
 	}
-	orig, dom, err := o.core.DomainHost(ctx, in)
+	orig, dom, err := o.domains.DomainHost(ctx, in)
 	if err != nil {
 		return nil, virt.Host{}, virt.Options{}, err
 	}
@@ -240,12 +237,12 @@ type rescueKey struct {
 // rescue disk's passphrase (both layers have it: the rescue image's
 // secret) into libvirt under the rescue's own libvirt secret; nil for a
 // plain rescue disk.
-func (o *Ops) rescueSecret(in *model.Instance, rk rescueKey) func(context.Context, *revert.Reverter) error {
+func (o *rescuer) rescueSecret(in *model.Instance, rk rescueKey) func(context.Context, *revert.Reverter) error {
 	if rk.keyID == "" {
 		return nil
 	}
 	return func(ctx context.Context, r *revert.Reverter) error {
-		if err := o.core.DefineDiskSecret(ctx, r, in, controller.RescueDisk, rk.keyID, rk.libvirtUUID); err != nil {
+		if err := o.secrets.DefineDiskSecret(ctx, r, in, controller.RescueDisk, rk.keyID, rk.libvirtUUID); err != nil {
 			return fmt.Errorf("rescue disk: %w", err)
 		}
 		return nil
@@ -256,15 +253,15 @@ func (o *Ops) rescueSecret(in *model.Instance, rk rescueKey) func(context.Contex
 // overlay of a plain image, or a LUKS overlay under the image's own
 // passphrase (its key-manager secret, no copy). Undo steps remove the
 // file.
-func (o *Ops) makeRescueDisk(ctx context.Context, r *revert.Reverter, d images.Disk, img images.Image) (rescueKey, error) {
+func (o *rescuer) makeRescueDisk(ctx context.Context, r *revert.Reverter, d images.Disk, img images.Image) (rescueKey, error) {
 	r.Add("remove rescue disk "+d.Path, func(context.Context) error { return removeFile(d.Path) })
 	if !img.Encrypted {
-		if err := o.core.DiskImages().Create(ctx, d); err != nil {
+		if err := o.disks.DiskImages().Create(ctx, d); err != nil {
 			return rescueKey{}, fmt.Errorf("create the rescue disk: %w", err)
 		}
 		return rescueKey{}, nil
 	}
-	km, luks := o.core.Encryption()
+	km, luks := o.secrets.Encryption()
 	keyID := img.Properties[policy.ImageEncryptKeyID]
 	pass, err := km.Passphrase(ctx, keyID)
 	if err != nil {
@@ -290,39 +287,39 @@ func (o *Ops) makeRescueDisk(ctx context.Context, r *revert.Reverter, d images.D
 
 // Unrescue ends a rescue: the original definition back, the rescue disk
 // and its secrets gone, the instance started.
-func (o *Ops) Unrescue(ctx context.Context, name string) (_ *controller.Instance, err error) {
-	defer o.core.Observe("unrescue", time.Now(), &err)
-	unlock := o.core.LockInstance(name)
+func (o *rescuer) Unrescue(ctx context.Context, name string) (_ *controller.Instance, err error) {
+	defer o.frame.Observe("unrescue", time.Now(), &err)
+	unlock := o.frame.LockInstance(name)
 	uuid, copyID, err := o.unrescueLocked(ctx, name)
 	unlock()
 	if err != nil {
 		return nil, err
 	}
 	if copyID != "" {
-		o.core.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: uuid}, []string{copyID})
+		o.secrets.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: uuid}, []string{copyID})
 	}
 	o.log.Info("instance unrescued", "name", name)
-	o.core.Emit(ctx, controller.StreamInstances, "instance.unrescued", map[string]string{"name": name})
-	return o.core.Get(ctx, name)
+	o.frame.Emit(ctx, controller.StreamInstances, "instance.unrescued", map[string]string{"name": name})
+	return o.frame.Get(ctx, name)
 }
 
 // unrescueLocked returns the instance's UUID and the secret copy of a
 // rescue begun by an older hostctl (none now: the rescue image's own
 // secret is used), to delete after the commit.
-func (o *Ops) unrescueLocked(ctx context.Context, name string) (_, _ string, err error) {
-	rec, in, err := o.core.OpInstance(ctx, part.Unrescue, name, controller.NeedAnyState)
+func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string, err error) {
+	rec, in, err := o.frame.OpInstance(ctx, part.Unrescue, name, controller.NeedAnyState)
 	if err != nil {
 		return "", "", err
 	}
-	st, ver, err := o.core.RequireState(ctx, rec, controller.StateRescue)
+	st, ver, err := o.frame.RequireState(ctx, rec, controller.StateRescue)
 	if err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
-	cur, err := o.core.CurrentDomain(ctx, name, rec.UUID)
+	cur, err := o.domains.CurrentDomain(ctx, name, rec.UUID)
 	if err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
-	bds, err := o.core.BlockDevices(ctx, rec.UUID)
+	bds, err := o.disks.BlockDevices(ctx, rec.UUID)
 	if err != nil {
 		return "", "", err
 	}
@@ -336,46 +333,38 @@ func (o *Ops) unrescueLocked(ctx context.Context, name string) (_, _ string, err
 
 	r := revert.New(o.log, "unrescue "+name)
 	defer r.Fail(&err)
-	if cur.Running {
-		// The rescue system is disposable: powered off at once; undone by
-		// starting it again with its secrets, the rescue's too.
-		again := func(ctx context.Context) error {
-			rr := revert.New(o.log, "restart rescue "+name)
-			var err error
-			defer rr.Fail(&err)
-			if err = o.core.Boot(ctx, rr, rec, in, o.rescueSecret(in, rk)); err != nil {
-				return err
-			}
-			rr.Success()
-			return nil
+	// The rescue system is disposable: a running one is powered off at
+	// once, undone by starting it again with its secrets, the rescue's
+	// too. Then its libvirt secrets, the rescue's too, go.
+	again := func(ctx context.Context) error {
+		rr := revert.New(o.log, "restart rescue "+name)
+		var err error
+		defer rr.Fail(&err)
+		if err = o.domains.Boot(ctx, rr, rec, in, o.rescueSecret(in, rk)); err != nil {
+			return err
 		}
-		if err := o.core.Shutdown(ctx, r, rec, -1, again); err != nil {
-			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
-		}
+		rr.Success()
+		return nil
 	}
-	// The domain does not run: its libvirt secrets, the rescue's too, go.
-	if err := o.core.UndefineSecrets(ctx, rec.UUID); err != nil {
+	if err := o.domains.StopDomain(ctx, r, rec, cur.Running, -1, again); err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
-	if err := o.core.DefineDomain(ctx, r, name, st.Domain, cur.Inactive); err != nil {
+	if err := o.domains.DefineDomain(ctx, r, name, st.Domain, cur.Inactive); err != nil {
 		return "", "", fmt.Errorf("unrescue %s: restore the definition: %w", name, err)
 	}
-	p := filepath.Join(o.core.InstanceDir(name), controller.RescueFile)
+	p := filepath.Join(o.files.InstanceDir(name), controller.RescueFile)
 	var aside string
 	if fileExists(p) {
-		if aside, err = o.core.SetAside(r, p); err != nil {
+		if aside, err = o.files.SetAside(r, p); err != nil {
 			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}
 	if legacy {
-		if err := o.core.UpdateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{controller.RescueDisk: nil}); err != nil {
+		if err := o.disks.UpdateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{controller.RescueDisk: nil}); err != nil {
 			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}
-	if err := o.core.DropVMState(ctx, r, rec.UUID, st, ver); err != nil {
-		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
-	}
-	if err := o.core.StartDomain(ctx, rec); err != nil {
+	if err := o.domains.Resume(ctx, r, rec, st, ver); err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	r.Success()

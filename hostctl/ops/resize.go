@@ -20,14 +20,14 @@ import (
 // encryption settings differ from the current flavor's (the disks would
 // have to be converted in place), naming both flavors. A failure undoes
 // what was done.
-func (o *Ops) Resize(ctx context.Context, name, flavorName string) (_ *controller.Instance, err error) {
-	defer o.core.Observe("resize", time.Now(), &err)
-	defer o.core.LockInstance(name)()
-	rec, old, err := o.core.OpInstance(ctx, part.Resize, name, controller.NeedStopped)
+func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *controller.Instance, err error) {
+	defer o.frame.Observe("resize", time.Now(), &err)
+	defer o.frame.LockInstance(name)()
+	rec, old, err := o.frame.OpInstance(ctx, part.Resize, name, controller.NeedStopped)
 	if err != nil {
 		return nil, err
 	}
-	in, newF, err := o.core.ResizeLayout(ctx, old, flavorName)
+	in, newF, err := o.layouts.ResizeLayout(ctx, old, flavorName)
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
@@ -40,21 +40,21 @@ func (o *Ops) Resize(ctx context.Context, name, flavorName string) (_ *controlle
 		if j < 0 || old.Disks[j].Size == d.Size {
 			continue
 		}
-		p := o.core.DiskFile(in, d)
+		p := diskFile(o.files, in, d)
 		if !fileExists(p) {
 			continue // no hypervisor: there are no disk files
 		}
 		if d.Kind == model.DiskKindSwap {
 			// Swap holds nothing worth keeping: made anew over the new
 			// size's template by the apply below.
-			a, err := o.core.SetAside(r, p)
+			a, err := o.files.SetAside(r, p)
 			if err != nil {
 				return nil, fmt.Errorf("resize %s: %w", name, err)
 			}
 			aside = append(aside, a)
 			continue
 		}
-		before, err := o.core.ImageDir().VirtualSize(ctx, p)
+		before, err := o.disks.ImageDir().VirtualSize(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("resize %s: %w", name, err)
 		}
@@ -62,12 +62,12 @@ func (o *Ops) Resize(ctx context.Context, name, flavorName string) (_ *controlle
 		if !ok {
 			continue // the image's size: unchanged
 		}
-		if err := o.core.ResizeDisk(ctx, old, d.Name, p, want, false); err != nil {
+		if err := o.disks.ResizeDisk(ctx, old, d.Name, p, want, false); err != nil {
 			return nil, fmt.Errorf("resize %s: disk %s: %w", name, d.Name, err)
 		}
-		r.Add("shrink disk "+p+" back", func(ctx context.Context) error { return o.core.ResizeDisk(ctx, old, d.Name, p, before, true) })
+		r.Add("shrink disk "+p+" back", func(ctx context.Context) error { return o.disks.ResizeDisk(ctx, old, d.Name, p, before, true) })
 	}
-	inst, err := o.core.ApplyFor(ctx, part.Resize, in, withSizesOf(old, in), rec.Revision)
+	inst, err := o.layouts.ApplyFor(ctx, part.Resize, in, withSizesOf(old, in), rec.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
@@ -76,7 +76,7 @@ func (o *Ops) Resize(ctx context.Context, name, flavorName string) (_ *controlle
 		_ = removeFile(a)
 	}
 	o.log.Info("instance resized", "name", name, "flavor", newF.Name, "from", old.Flavor)
-	o.core.Emit(ctx, controller.StreamInstances, "instance.resized", map[string]string{"name": name, "uuid": old.UUID, "from": old.Flavor, "to": newF.Name})
+	o.frame.Emit(ctx, controller.StreamInstances, "instance.resized", map[string]string{"name": name, "uuid": old.UUID, "from": old.Flavor, "to": newF.Name})
 	return inst, nil
 }
 

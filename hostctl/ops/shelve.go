@@ -49,10 +49,10 @@ import (
 )
 
 // Shelve shelves the stopped instance name (see the top of this file).
-func (o *Ops) Shelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
-	defer o.core.Observe("shelve", time.Now(), &err)
-	unlock := o.core.LockInstance(name)
-	rec, in, err := o.core.OpInstance(ctx, part.Shelve, name, controller.NeedStopped)
+func (o *shelver) Shelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
+	defer o.frame.Observe("shelve", time.Now(), &err)
+	unlock := o.frame.LockInstance(name)
+	rec, in, err := o.frame.OpInstance(ctx, part.Shelve, name, controller.NeedStopped)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -64,12 +64,12 @@ func (o *Ops) Shelve(ctx context.Context, name string) (_ *controller.Instance, 
 	unlock()
 	image := controller.ShelvedImageName(name)
 	o.log.Info("instance shelved", "name", name, "uuid", rec.UUID, "image", image)
-	o.core.Emit(ctx, controller.StreamInstances, "instance.shelved", map[string]string{"name": name, "uuid": rec.UUID, "image": image})
-	return o.core.Get(ctx, name)
+	o.frame.Emit(ctx, controller.StreamInstances, "instance.shelved", map[string]string{"name": name, "uuid": rec.UUID, "image": image})
+	return o.frame.Get(ctx, name)
 }
 
-func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) {
-	switch hv, records := o.core.Capabilities(); {
+func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err error) {
+	switch hv, records := o.frame.Capabilities(); {
 	case !hv:
 		return fmt.Errorf("%w: this host runs without a hypervisor (--virt none) and made no disk to keep", controller.ErrState)
 	case !records:
@@ -79,7 +79,7 @@ func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) 
 	if root < 0 {
 		return fmt.Errorf("%w: the instance has no disk", controller.ErrState)
 	}
-	bds, err := o.core.BlockDevices(ctx, in.UUID)
+	bds, err := o.disks.BlockDevices(ctx, in.UUID)
 	if err != nil {
 		return err
 	}
@@ -98,19 +98,19 @@ func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) 
 	if err != nil {
 		return err
 	}
-	if err := o.core.PutVMState(ctx, r, in.UUID, controller.VMState{Instance: in.Name, State: controller.StateShelved, ShelvedImage: img.Name}); err != nil {
+	if err := o.frame.PutVMState(ctx, r, in.UUID, controller.VMState{Instance: in.Name, State: controller.StateShelved, ShelvedImage: img.Name}); err != nil {
 		return err
 	}
-	if err := o.core.RemoveDomain(ctx, r, in); err != nil {
+	if err := o.domains.RemoveDomain(ctx, r, in); err != nil {
 		return err
 	}
 	// The parts give back what the instance held on this host (its
 	// passthrough devices, its shares), undone with the rest on failure.
-	if err := o.core.PrepareParts(ctx, part.Shelve, r, in, &virt.Host{}); err != nil {
+	if err := o.host.PrepareParts(ctx, part.Shelve, r, in, &virt.Host{}); err != nil {
 		return err
 	}
 	// The instance's files move aside in one rename, back on failure.
-	dir := o.core.InstanceDir(in.Name)
+	dir := o.files.InstanceDir(in.Name)
 	aside := filepath.Join(filepath.Dir(dir), ".shelved-"+in.Name)
 	if err := os.RemoveAll(aside); err != nil {
 		return err
@@ -126,21 +126,21 @@ func (o *Ops) shelveLocked(ctx context.Context, in *model.Instance) (err error) 
 		o.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
 	}
 	// Stale media and libvirt secrets go.
-	o.core.ReleaseHost(ctx, in)
+	o.host.ReleaseHost(ctx, in)
 	return nil
 }
 
 // Unshelve brings a shelved instance back and starts it (see the top of
 // this file).
-func (o *Ops) Unshelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
-	defer o.core.Observe("unshelve", time.Now(), &err)
-	unlock := o.core.LockInstance(name)
-	rec, in, err := o.core.OpInstance(ctx, part.Unshelve, name, controller.NeedAnyState)
+func (o *shelver) Unshelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
+	defer o.frame.Observe("unshelve", time.Now(), &err)
+	unlock := o.frame.LockInstance(name)
+	rec, in, err := o.frame.OpInstance(ctx, part.Unshelve, name, controller.NeedAnyState)
 	if err != nil {
 		unlock()
 		return nil, err
 	}
-	st, ver, err := o.core.RequireState(ctx, rec, controller.StateShelved)
+	st, ver, err := o.frame.RequireState(ctx, rec, controller.StateShelved)
 	var unused []string
 	if err == nil {
 		unused, err = o.unshelveLocked(ctx, rec, in, st, ver)
@@ -149,33 +149,33 @@ func (o *Ops) Unshelve(ctx context.Context, name string) (_ *controller.Instance
 	if err != nil {
 		return nil, fmt.Errorf("unshelve %s: %w", name, err)
 	}
-	if err := o.core.ImageDir().Delete(ctx, st.ShelvedImage, nil); err != nil {
+	if err := o.disks.ImageDir().Delete(ctx, st.ShelvedImage, nil); err != nil {
 		o.log.Warn("shelved image of an unshelved instance not deleted", "name", name, "image", st.ShelvedImage, "err", err)
 	} else {
-		o.core.Emit(ctx, controller.StreamImages, "image.deleted", map[string]string{"name": st.ShelvedImage})
+		o.frame.Emit(ctx, controller.StreamImages, "image.deleted", map[string]string{"name": st.ShelvedImage})
 	}
-	o.core.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: rec.UUID}, unused)
+	o.secrets.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: rec.UUID}, unused)
 	o.log.Info("instance unshelved", "name", name, "uuid", rec.UUID)
-	o.core.Emit(ctx, controller.StreamInstances, "instance.unshelved", map[string]string{"name": name, "uuid": rec.UUID})
-	return o.core.Get(ctx, name)
+	o.frame.Emit(ctx, controller.StreamInstances, "instance.unshelved", map[string]string{"name": name, "uuid": rec.UUID})
+	return o.frame.Get(ctx, name)
 }
 
 // unshelveLocked makes the disks and the domain of the shelved instance
 // in again and starts it; it returns the secrets no disk uses any more
 // (a flattened root disk's backing copy), to delete after the commit.
-func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.Instance, st controller.VMState, ver int64) (_ []string, err error) {
-	dir := o.core.ImageDir()
+func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *model.Instance, st controller.VMState, ver int64) (_ []string, err error) {
+	dir := o.disks.ImageDir()
 	defer dir.Use(st.ShelvedImage)()
 	img, err := dir.Lookup(ctx, st.ShelvedImage)
 	if err != nil {
 		return nil, fmt.Errorf("shelved image %s: %w", st.ShelvedImage, err)
 	}
-	if cur, err := o.core.CurrentDomain(ctx, in.Name, ""); err != nil {
+	if cur, err := o.domains.CurrentDomain(ctx, in.Name, ""); err != nil {
 		return nil, err
 	} else if cur != nil {
 		return nil, fmt.Errorf("%w: libvirt has a domain %s (uuid %s) already; hostctl does not take it over", controller.ErrState, in.Name, cur.UUID)
 	}
-	bds, err := o.core.BlockDevices(ctx, rec.UUID)
+	bds, err := o.disks.BlockDevices(ctx, rec.UUID)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.
 
 	r := revert.New(o.log, "unshelve "+in.Name)
 	defer r.Fail(&err)
-	plans, err := o.core.PlanDisks(ctx, r, in)
+	plans, err := o.disks.PlanDisks(ctx, r, in)
 	if err != nil {
 		return nil, err
 	}
@@ -211,20 +211,20 @@ func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.
 				return nil, err
 			}
 		default:
-			if err := o.core.DiskImages().Create(ctx, p.Disk); err != nil {
+			if err := o.disks.DiskImages().Create(ctx, p.Disk); err != nil {
 				return nil, fmt.Errorf("create disk %s: %w", p.Target, err)
 			}
 		}
 	}
-	if err := o.core.UpdateBlockDevices(ctx, r, in, upd); err != nil {
+	if err := o.disks.UpdateBlockDevices(ctx, r, in, upd); err != nil {
 		return nil, err
 	}
-	host, dom, err := o.core.DomainHost(ctx, in)
+	host, dom, err := o.domains.DomainHost(ctx, in)
 	if err != nil {
 		return nil, err
 	}
 	was := clone(in)
-	if err := o.core.PrepareParts(ctx, part.Unshelve, r, in, &host); err != nil {
+	if err := o.host.PrepareParts(ctx, part.Unshelve, r, in, &host); err != nil {
 		return nil, err
 	}
 	// A part completed the spec (passthrough devices claimed again are
@@ -235,20 +235,18 @@ func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.
 	if err != nil {
 		return nil, err
 	}
-	if err := o.core.DefineDomain(ctx, r, in.Name, doc, nil); err != nil {
+	if err := o.domains.DefineDomain(ctx, r, in.Name, doc, nil); err != nil {
 		return nil, err
 	}
 	if republish {
-		if err := o.core.ReadBack(ctx, in); err != nil {
+		if err := o.domains.ReadBack(ctx, in); err != nil {
 			return nil, err
 		}
 	}
-	if err := o.core.DropVMState(ctx, r, rec.UUID, st, ver); err != nil {
-		return nil, err
-	}
-	// Config drive (rebuilt from the published metadata), shares,
-	// passphrases, start; a failed start takes its secrets back.
-	if err := o.core.StartDomain(ctx, rec); err != nil {
+	// No longer shelved; config drive (rebuilt from the published
+	// metadata), shares, passphrases, start; a failed start takes its
+	// secrets back.
+	if err := o.domains.Resume(ctx, r, rec, st, ver); err != nil {
 		return nil, err
 	}
 	r.Success()
@@ -256,7 +254,7 @@ func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.
 		pr := revert.New(o.log, "publish unshelved "+in.Name)
 		var perr error
 		defer pr.Fail(&perr)
-		if perr = o.core.Publish(ctx, pr, in, rec.Revision); perr != nil {
+		if perr = o.host.Publish(ctx, pr, in, rec.Revision); perr != nil {
 			return unused, fmt.Errorf("unshelved, but the spec the parts completed was not published (apply it again): %w", perr)
 		}
 	}
@@ -266,8 +264,8 @@ func (o *Ops) unshelveLocked(ctx context.Context, rec store.Instance, in *model.
 // restoreRoot copies the shelved image at src into the root disk of plan
 // p: encrypted under the disk's own secret (bd) when it was, read back
 // and proven to open with it.
-func (o *Ops) restoreRoot(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice, src string) error {
-	km, luks := o.core.Encryption()
+func (o *shelver) restoreRoot(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice, src string) error {
+	km, luks := o.secrets.Encryption()
 	var pass []byte
 	if bd.Encrypted {
 		if km == nil {
@@ -290,8 +288,8 @@ func (o *Ops) restoreRoot(ctx context.Context, p controller.DiskPlan, bd encrypt
 
 // recreateEncrypted makes the disk of plan p again, blank, encrypted
 // under its existing secret (bd).
-func (o *Ops) recreateEncrypted(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice) error {
-	km, luks := o.core.Encryption()
+func (o *shelver) recreateEncrypted(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice) error {
+	km, luks := o.secrets.Encryption()
 	if km == nil {
 		return fmt.Errorf("%w: disk %s is encrypted and this host has no key manager", controller.ErrState, p.Target)
 	}

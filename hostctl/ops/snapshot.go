@@ -73,28 +73,28 @@ func checkSnapshot(r *controller.SnapshotRequest) error {
 // of the catalog, encrypted as req says; encryption_key existing names a
 // secret of the instance's project. Every step is undone on failure: the
 // partial file, the key-manager secret the snapshot made, the image.
-func (o *Ops) Snapshot(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+func (o *snapshotter) Snapshot(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
 	return o.snapshot(ctx, name, req, false)
 }
 
 // SnapshotAnyProject is Snapshot where encryption_key existing may name a
 // secret of any project (the administrator's: sharing an encrypted image
 // with another project).
-func (o *Ops) SnapshotAnyProject(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+func (o *snapshotter) SnapshotAnyProject(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
 	return o.snapshot(ctx, name, req, true)
 }
 
-func (o *Ops) snapshot(ctx context.Context, name string, req controller.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
-	defer o.core.Observe("snapshot", time.Now(), &err)
+func (o *snapshotter) snapshot(ctx context.Context, name string, req controller.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
+	defer o.frame.Observe("snapshot", time.Now(), &err)
 	if err := checkSnapshot(&req); err != nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
-	defer o.core.LockInstance(name)()
-	_, in, err := o.core.OpInstance(ctx, part.Snapshot, name, controller.NeedStopped)
+	defer o.frame.LockInstance(name)()
+	_, in, err := o.frame.OpInstance(ctx, part.Snapshot, name, controller.NeedStopped)
 	if err != nil {
 		return images.Image{}, err
 	}
-	if hv, _ := o.core.Capabilities(); !hv {
+	if hv, _ := o.frame.Capabilities(); !hv {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w: this host runs without a hypervisor (--virt none) and made no disk to copy", name, controller.ErrState)
 	}
 	r := revert.New(o.log, "snapshot "+name)
@@ -104,7 +104,7 @@ func (o *Ops) snapshot(ctx context.Context, name string, req controller.Snapshot
 		return images.Image{}, err
 	}
 	r.Success()
-	o.core.Emit(ctx, controller.StreamImages, "image.imported", types.Image(img))
+	o.frame.Emit(ctx, controller.StreamImages, "image.imported", types.Image(img))
 	return img, nil
 }
 
@@ -112,23 +112,23 @@ func (o *Ops) snapshot(ctx context.Context, name string, req controller.Snapshot
 // image as req says (checked); the undo steps on r delete what it made.
 // Shelve uses it too (shelve.go). anyProject lets encryption_key existing
 // name another project's secret.
-func (o *Ops) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req controller.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
+func (o *snapshotter) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req controller.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
 	name := in.Name
 	root := rootIndex(in)
 	if root < 0 {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w: the instance has no disk", name, controller.ErrState)
 	}
 	disk := in.Disks[root]
-	bds, err := o.core.BlockDevices(ctx, in.UUID)
+	bds, err := o.disks.BlockDevices(ctx, in.UUID)
 	if err != nil {
 		return images.Image{}, err
 	}
-	km, luks := o.core.Encryption()
+	km, luks := o.secrets.Encryption()
 	bd := bds[disk.Name]
 	if bd.Encrypted && km == nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w: its root disk is encrypted and this host has no key manager", name, controller.ErrState)
 	}
-	src := encryption.Source{Path: o.core.DiskFile(in, disk)}
+	src := encryption.Source{Path: diskFile(o.files, in, disk)}
 	if bd.Encrypted {
 		if src.Pass, err = km.Passphrase(ctx, bd.EncryptionSecretUUID); err != nil {
 			return images.Image{}, fmt.Errorf("snapshot %s: disk %s: %w", name, disk.Name, err)
@@ -147,7 +147,7 @@ func (o *Ops) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.In
 		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer clear(pass)
-	tmp, err := os.MkdirTemp(o.core.DataDir(), ".snapshot-")
+	tmp, err := os.MkdirTemp(o.files.DataDir(), ".snapshot-")
 	if err != nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
@@ -160,7 +160,7 @@ func (o *Ops) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.In
 	if err != nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
-	dir := o.core.ImageDir()
+	dir := o.disks.ImageDir()
 	props := map[string]string{}
 	if pass != nil {
 		if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
@@ -190,7 +190,7 @@ func (o *Ops) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.In
 	if keyID != "" {
 		// The image is about to name the secret: it is not deleted
 		// meanwhile (the core's secret rule).
-		defer o.core.LockSecret(keyID)()
+		defer o.secrets.LockSecret(keyID)()
 		if _, err := km.Get(ctx, keyID); err != nil {
 			return images.Image{}, fmt.Errorf("snapshot %s: secret %s: %w", name, keyID, err)
 		}
@@ -207,12 +207,12 @@ func (o *Ops) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.In
 // snapshotKey returns the secret (its id, deletion policy and
 // passphrase) the snapshot image is encrypted under, nil for a plain
 // image; the undo step deletes a secret it made.
-func (o *Ops) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Instance, req controller.SnapshotRequest, rootPass []byte, anyProject bool) (string, string, []byte, error) {
+func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Instance, req controller.SnapshotRequest, rootPass []byte, anyProject bool) (string, string, []byte, error) {
 	mode := req.EncryptionKey
 	if mode == controller.SnapshotKeyNone || mode == controller.SnapshotKeySame && rootPass == nil {
 		return "", "", nil, nil
 	}
-	km, _ := o.core.Encryption()
+	km, _ := o.secrets.Encryption()
 	if km == nil {
 		return "", "", nil, controller.EncryptionConflict("encryption_key", mode, "this host has no key manager: it cannot make encrypted images")
 	}
@@ -245,7 +245,7 @@ func (o *Ops) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Ins
 		return "", "", nil, err
 	}
 	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
-		return o.core.ReleaseSecret(ctx, sec.UUID, req.Image)
+		return o.secrets.ReleaseSecret(ctx, sec.UUID, req.Image)
 	})
 	pass, err := km.Passphrase(ctx, sec.UUID)
 	if err != nil {

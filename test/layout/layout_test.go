@@ -262,7 +262,7 @@ var importRules = []importRule{
 	},
 	{
 		// The operations (shelve, rescue, resize, rebuild, snapshot) are
-		// composed over the core's narrow ops.Core; the daemon wires them.
+		// composed over narrow roles of the core (ops.Frame, Disks, ...); the daemon wires them.
 		name:      "the controller does not import hostctl/ops",
 		from:      module + "/hostctl/controller",
 		forbidden: []string{module + "/hostctl/ops"},
