@@ -64,7 +64,7 @@ func TestAdoptAndForceDeleteKnowTheState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := b.ImportImage(ctx, ShelvedImageName("vm1"), nil, f); err != nil {
+	if _, err := b.catalog().ImportImage(ctx, ShelvedImageName("vm1"), nil, f); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.Adopt(ctx, "vm1")

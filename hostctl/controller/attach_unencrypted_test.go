@@ -20,7 +20,7 @@ func TestAttachExplicitUnencrypted(t *testing.T) {
 	flavorSetup(e)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	if _, err := e.c.CreateFlavor(ctx, flavors.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
+	if _, err := e.Catalog().CreateFlavor(ctx, flavors.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "on"}}); err != nil {
 		t.Fatal(err)
 	}

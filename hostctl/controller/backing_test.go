@@ -87,7 +87,7 @@ func importEncryptedImage(t *testing.T, e *env, name string, sec keys.Secret, p 
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := e.c.ImportImage(context.Background(), name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
+	img, err := e.Catalog().ImportImage(context.Background(), name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,31 +10,45 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store/redis"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// failingMounts is a share service whose mounts fail while fail is set:
-// each start then puts the instance in ERROR, as a real NFS mount failure
-// does (hostctl/shares).
+// failingMounts is a part standing for the share service whose mounts
+// fail while fail is set: each start then puts the instance in ERROR, as
+// a real NFS mount failure does (hostctl/shares).
 type failingMounts struct{ fail bool }
 
-func (f *failingMounts) SpecShares(_ context.Context, a controller.ShareApply) ([]model.Share, func(error), error) {
-	return a.Shares, func(error) {}, nil
-}
+var _ part.Starter = (*failingMounts)(nil)
 
-func (f *failingMounts) PrepareStart(_ context.Context, uuid string) error {
+func (f *failingMounts) Name() string { return "failing-mounts" }
+func (f *failingMounts) Answers() part.Answers {
+	a := part.Answers{}
+	for _, op := range part.Ops() {
+		a[op] = part.Answer{Do: part.Nothing}
+	}
+	return a
+}
+func (f *failingMounts) Check(context.Context, part.Op, *part.Instance) error { return nil }
+func (f *failingMounts) Prepare(context.Context, part.Op, *part.Instance, *revert.Reverter, *part.Contribution) error {
+	return nil
+}
+func (f *failingMounts) Devices(*part.Instance) ([]part.Device, error)     { return nil, nil }
+func (f *failingMounts) AfterStart(context.Context, *part.Instance) error  { return nil }
+func (f *failingMounts) AfterStop(context.Context, *part.Instance) error   { return nil }
+func (f *failingMounts) AfterDelete(context.Context, *part.Instance) error { return nil }
+
+// BeforeStart mounts the instance's shares: it fails while fail is set.
+func (f *failingMounts) BeforeStart(_ context.Context, in *part.Instance, _ *revert.Reverter) error {
 	if f.fail {
-		return &controller.MountError{Share: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Instance: uuid, Err: controller.ErrInjected}
+		return &part.MountError{Share: "1b4e28ba-2fa1-11d2-883f-0016d3cca427", Instance: in.Spec.UUID, Err: controller.ErrInjected}
 	}
 	return nil
 }
-func (f *failingMounts) StartDone(context.Context, string, error)     {}
-func (f *failingMounts) Stopped(context.Context, string)              {}
-func (f *failingMounts) Deleted(context.Context, string)              {}
-func (f *failingMounts) Refuse(context.Context, string, string) error { return nil }
 
 // vmXML is the persistent definition of the fake hypervisor's vm1.
 func vmXML(e *controller.Env) string {
@@ -97,7 +111,7 @@ func TestFailedStartKeepsDevices(t *testing.T) {
 func testFailedStartKeeps(t *testing.T, e *controller.Env, inv *devices.Inventory) {
 	ctx := context.Background()
 	mounts := &failingMounts{}
-	e.Ctl().SetShareHooks(mounts)
+	e.AddPart(mounts)
 	inst := e.MustApply("name: vm1\npci_aliases: [{name: gpu}]\n")
 	gpu := inst.Spec.PCIDevices[0].Address
 	uuid := inst.Spec.UUID

@@ -745,7 +745,7 @@ func TestFlavorEncryptionEndToEnd(t *testing.T) {
 		{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
 		{Name: "f.encb", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
 	} {
-		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+		if _, err := e.Catalog().CreateFlavor(ctx, f); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,14 +1,9 @@
 package controller
 
 import (
-	"context"
-	"io"
 	"testing"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/catalog"
-	"github.com/vmeta/vmeta/hostctl/flavors"
-	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/keys"
 )
 
@@ -33,57 +28,6 @@ func (e *env) WithKeys() *keys.Manager {
 	e.t.Helper()
 	withEncryption(e.t, e)
 	return realKeys(e.t, e)
-}
-
-// The catalog's calls on the controller, for the tests of the core that
-// set up flavors, images and secrets.
-
-func (c *Controller) CreateFlavor(ctx context.Context, f flavors.Flavor) (flavors.Flavor, error) {
-	return c.catalog().CreateFlavor(ctx, f)
-}
-
-func (c *Controller) Flavor(ctx context.Context, name string) (flavors.Flavor, error) {
-	return c.catalog().Flavor(ctx, name)
-}
-
-func (c *Controller) Flavors(ctx context.Context) ([]flavors.Flavor, error) {
-	return c.catalog().Flavors(ctx)
-}
-
-func (c *Controller) DeleteFlavor(ctx context.Context, name string) error {
-	return c.catalog().DeleteFlavor(ctx, name)
-}
-
-func (c *Controller) ImportImage(ctx context.Context, name string, props map[string]string, r io.Reader) (images.Image, error) {
-	return c.catalog().ImportImage(ctx, name, props, r)
-}
-
-func (c *Controller) Image(ctx context.Context, name string) (images.Image, error) {
-	return c.catalog().Image(ctx, name)
-}
-
-func (c *Controller) Images(ctx context.Context) ([]images.Image, error) {
-	return c.catalog().Images(ctx)
-}
-
-func (c *Controller) DeleteImage(ctx context.Context, name string) error {
-	return c.catalog().DeleteImage(ctx, name)
-}
-
-func (c *Controller) CreateSecret(ctx context.Context, req types.SecretRequest) (*types.Secret, error) {
-	return c.catalog().CreateSecret(ctx, req)
-}
-
-func (c *Controller) Secrets(ctx context.Context, project string) ([]types.Secret, error) {
-	return c.catalog().Secrets(ctx, project)
-}
-
-func (c *Controller) Secret(ctx context.Context, uuid string) (*types.Secret, error) {
-	return c.catalog().Secret(ctx, uuid)
-}
-
-func (c *Controller) DeleteSecret(ctx context.Context, uuid string) error {
-	return c.catalog().DeleteSecret(ctx, uuid)
 }
 
 // realKeys replaces the key manager's fault wrapper by the manager itself

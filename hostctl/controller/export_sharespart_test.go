@@ -8,8 +8,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/internal/model"
-	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -57,72 +55,3 @@ func (e *env) DomainXML(name string) string {
 	}
 	return ""
 }
-
-// The share service plugged in through ShareHooks until it became a part
-// (hostctl/shares). A test written against those hooks (devicestart_test.go:
-// failingMounts) installs them with SetShareHooks, which registers them as
-// a part: PrepareStart is its BeforeStart, StartDone(nil) its AfterStart,
-// Stopped its AfterStop, Deleted its AfterDelete.
-
-// ShareApply is what an apply told the share hooks.
-type ShareApply struct {
-	Shares []model.Share
-}
-
-// shareHooks are the old share hooks.
-type shareHooks interface {
-	SpecShares(ctx context.Context, a ShareApply) ([]model.Share, func(error), error)
-	PrepareStart(ctx context.Context, uuid string) error
-	StartDone(ctx context.Context, uuid string, err error)
-	Stopped(ctx context.Context, uuid string)
-	Deleted(ctx context.Context, uuid string)
-	Refuse(ctx context.Context, uuid, op string) error
-}
-
-// SetShareHooks registers h as a part of c.
-func (c *Controller) SetShareHooks(h shareHooks) { c.parts = append(c.parts, hooksPart{h}) }
-
-// hooksPart is the part old share hooks make.
-type hooksPart struct{ h shareHooks }
-
-var _ part.Starter = hooksPart{}
-
-func (hooksPart) Name() string { return "share-hooks" }
-func (hooksPart) Answers() part.Answers {
-	a := part.Answers{}
-	for _, op := range part.Ops() {
-		a[op] = part.Answer{Do: part.Nothing}
-	}
-	return a
-}
-func (hooksPart) Check(context.Context, part.Op, *part.Instance) error { return nil }
-func (hooksPart) Prepare(context.Context, part.Op, *part.Instance, *revert.Reverter, *part.Contribution) error {
-	return nil
-}
-func (hooksPart) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
-func (p hooksPart) BeforeStart(ctx context.Context, in *part.Instance, r *revert.Reverter) error {
-	if err := p.h.PrepareStart(ctx, in.Spec.UUID); err != nil {
-		return err
-	}
-	r.Add("start failed", func(ctx context.Context) error { p.h.StartDone(ctx, in.Spec.UUID, errStartFailed); return nil })
-	return nil
-}
-func (p hooksPart) AfterStart(ctx context.Context, in *part.Instance) error {
-	p.h.StartDone(ctx, in.Spec.UUID, nil)
-	return nil
-}
-func (p hooksPart) AfterStop(ctx context.Context, in *part.Instance) error {
-	p.h.Stopped(ctx, in.Spec.UUID)
-	return nil
-}
-func (p hooksPart) AfterDelete(ctx context.Context, in *part.Instance) error {
-	p.h.Deleted(ctx, in.Spec.UUID)
-	return nil
-}
-
-// errStartFailed is what StartDone hears of a start that failed.
-var errStartFailed = errorString("the start failed")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }

@@ -60,7 +60,7 @@ func flavorSetup(e *env) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if _, err := e.c.ImportImage(ctx, name, nil, bytes.NewReader(b)); err != nil {
+		if _, err := e.Catalog().ImportImage(ctx, name, nil, bytes.NewReader(b)); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -68,7 +68,7 @@ func flavorSetup(e *env) {
 		{Name: "f.small", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16},
 		{Name: "f.big", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32},
 	} {
-		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+		if _, err := e.Catalog().CreateFlavor(ctx, f); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -154,7 +154,7 @@ func TestAttachedDiskFollowsPolicy(t *testing.T) {
 	e := newEnv(t)
 	flavorSetup(e)
 	withFakeEncryption(t, e) // the disks are made encrypted (encryption_test.go)
-	if _, err := e.c.CreateFlavor(context.Background(), flavors.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
+	if _, err := e.Catalog().CreateFlavor(context.Background(), flavors.Flavor{Name: "f.enc", VCPUs: 1, RAM: 128, Disk: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "on"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestFlavorRegisteredLater(t *testing.T) {
 	flavorSetup(e)
 	const spec = "name: old-1\nflavor: f.later\nimage: deb\ndisks: [{name: vda, tag: root}, {name: vdb, size: 8M}]\n"
 	e.mustApply(spec)
-	if _, err := e.c.CreateFlavor(context.Background(), flavors.Flavor{Name: "f.later", VCPUs: 4, RAM: 512, Disk: 1, Ephemeral: 1,
+	if _, err := e.Catalog().CreateFlavor(context.Background(), flavors.Flavor{Name: "f.later", VCPUs: 4, RAM: 512, Disk: 1, Ephemeral: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}

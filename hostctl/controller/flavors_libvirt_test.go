@@ -82,7 +82,7 @@ func TestFlavorLibvirt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := e.c.ImportImage(ctx, imgName, props, bytes.NewReader(b))
+		img, err := e.Catalog().ImportImage(ctx, imgName, props, bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestFlavorLibvirt(t *testing.T) {
 		{Name: "f.big", VCPUs: 1, RAM: 256, Disk: 2, Ephemeral: 2, Swap: 64},
 		{Name: "f.enc", VCPUs: 1, RAM: 256, Disk: 4, Ephemeral: 4, Swap: 64, ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}},
 	} {
-		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+		if _, err := e.Catalog().CreateFlavor(ctx, f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,10 +151,10 @@ func TestFlavorLibvirt(t *testing.T) {
 	}
 
 	// In use: the flavor and the image stay.
-	if err := e.c.DeleteFlavor(ctx, "f.small"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), name) {
+	if err := e.Catalog().DeleteFlavor(ctx, "f.small"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), name) {
 		t.Errorf("delete flavor in use: %v", err)
 	}
-	if err := e.c.DeleteImage(ctx, "deb"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), name) {
+	if err := e.Catalog().DeleteImage(ctx, "deb"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), name) {
 		t.Errorf("delete image in use: %v", err)
 	}
 
@@ -249,7 +249,7 @@ func TestFlavorLibvirt(t *testing.T) {
 	if err := e.c.Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.DeleteImage(ctx, "deb"); err != nil {
+	if err := e.Catalog().DeleteImage(ctx, "deb"); err != nil {
 		t.Errorf("delete the freed image: %v", err)
 	}
 }
@@ -261,7 +261,7 @@ func TestFlavorPolicyCreatesNothing(t *testing.T) {
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
 	testenv.CleanupDomain(t, uri, name)
-	if _, err := e.c.CreateFlavor(ctx, flavors.Flavor{Name: "f.plain", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1,
+	if _, err := e.Catalog().CreateFlavor(ctx, flavors.Flavor{Name: "f.plain", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "false"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestFlavorPolicyCreatesNothing(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	b, _ := os.ReadFile(p)
-	if _, err := e.c.ImportImage(ctx, "enc", map[string]string{"hw_ephemeral_encryption": "True"}, bytes.NewReader(b)); err != nil {
+	if _, err := e.Catalog().ImportImage(ctx, "enc", map[string]string{"hw_ephemeral_encryption": "True"}, bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := e.apply("name: " + name + "\nflavor: f.plain\nimage: enc\n")

@@ -163,7 +163,7 @@ func TestLibvirtEncryptedImage(t *testing.T) {
 	if err := e.c.Delete(ctx, name2); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.DeleteImage(ctx, "snap-new"); err != nil {
+	if err := e.Catalog().DeleteImage(ctx, "snap-new"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := km.Get(ctx, snapImg.Properties["os_encrypt_key_id"]); !errors.Is(err, keys.ErrNotFound) {

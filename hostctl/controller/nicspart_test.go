@@ -32,7 +32,7 @@ func TestRescueMakesLeaseLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.ImportImage(ctx, "plain-img", nil, strings.NewReader(string(b))); err != nil {
+	if _, err := e.Catalog().ImportImage(ctx, "plain-img", nil, strings.NewReader(string(b))); err != nil {
 		t.Fatal(err)
 	}
 	e.mustApply("name: vm1\naddresses: [10.1.0.7]\ndisks: [{name: vda, size: 8M, tag: root}]\nnics: [{mac: \"52:54:00:00:00:01\"}]\n")

@@ -67,7 +67,7 @@ func TestWatchdogPart(t *testing.T) {
 		{Name: "f.wdbig", VCPUs: 2, RAM: 256, Disk: 2, Swap: 32, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "poweroff"}},
 		{Name: "f.wdbad", VCPUs: 1, RAM: 128, Disk: 1, Swap: 16, ExtraSpecs: map[string]string{watchdog.FlavorExtraSpec: "dump"}},
 	} {
-		if _, err := e.c.CreateFlavor(ctx, f); err != nil {
+		if _, err := e.Catalog().CreateFlavor(ctx, f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -79,7 +79,7 @@ func TestWatchdogPart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.ImportImage(ctx, "deb-pause", map[string]string{watchdog.ImageProperty: "pause"}, bytes.NewReader(b)); err != nil {
+	if _, err := e.Catalog().ImportImage(ctx, "deb-pause", map[string]string{watchdog.ImageProperty: "pause"}, bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
 

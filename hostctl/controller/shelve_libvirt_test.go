@@ -109,7 +109,7 @@ func TestLibvirtShelveUnshelve(t *testing.T) {
 			t.Errorf("libvirt secret of %s missing while running", d)
 		}
 	}
-	if _, err := e.c.Image(ctx, ShelvedImageName(name)); err == nil {
+	if _, err := e.Catalog().Image(ctx, ShelvedImageName(name)); err == nil {
 		t.Error("the shelved image outlived the unshelve")
 	}
 }
@@ -142,7 +142,7 @@ func TestLibvirtRescue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.ImportImage(ctx, "plain-img", nil, f); err != nil {
+	if _, err := e.Catalog().ImportImage(ctx, "plain-img", nil, f); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

@@ -140,7 +140,7 @@ func TestShelveUnshelve(t *testing.T) {
 			t.Errorf("secret of %s gone after shelve: %v", d, err)
 		}
 	}
-	img, err := e.c.Image(ctx, "app-1-shelved")
+	img, err := e.Catalog().Image(ctx, "app-1-shelved")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestShelveUnshelve(t *testing.T) {
 	e.fileView = nil
 	refusedIn(t, e, "app-1", StateShelved)
 	before := e.snapshot()
-	if err := e.c.DeleteImage(ctx, "app-1-shelved"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "app-1") {
+	if err := e.Catalog().DeleteImage(ctx, "app-1-shelved"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "app-1") {
 		t.Errorf("delete of the shelved image = %v", err)
 	}
 	if err := e.c.Reconcile(ctx); err != nil {
@@ -185,7 +185,7 @@ func TestShelveUnshelve(t *testing.T) {
 	if err := readPattern(t, vda, pass); err != nil {
 		t.Errorf("root disk after unshelve: %v", err)
 	}
-	if _, err := e.c.Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.Catalog().Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("shelved image after unshelve: %v", err)
 	}
 	for d, id := range secs {
@@ -223,7 +223,7 @@ func TestShelvedDelete(t *testing.T) {
 	if err := e.c.Delete(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.Catalog().Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("shelved image after delete: %v", err)
 	}
 	if l, _ := e.c.keys.List(ctx, ""); len(l) != 0 {
@@ -407,7 +407,7 @@ func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.c.ImportImage(context.Background(), "plain-img", nil, strings.NewReader(string(b))); err != nil {
+	if _, err := e.Catalog().ImportImage(context.Background(), "plain-img", nil, strings.NewReader(string(b))); err != nil {
 		e.t.Fatal(err)
 	}
 	if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
@@ -476,7 +476,7 @@ func TestRescueUnrescue(t *testing.T) {
 			st, _, _ := e.c.vmStateOf(ctx, got.Spec.UUID)
 			libvirtID := st.RescueLibvirtSecret
 			if tc.encrypted {
-				img, _ := e.c.Image(ctx, "enc-img")
+				img, _ := e.Catalog().Image(ctx, "enc-img")
 				imgID := img.Properties["os_encrypt_key_id"]
 				imgPass, _ := e.c.keys.Passphrase(ctx, imgID)
 				if st.RescueSecret != imgID || libvirtID == "" || libvirtID == imgID {
@@ -491,7 +491,7 @@ func TestRescueUnrescue(t *testing.T) {
 				if err := readThrough(t, rescue, imgPass, imgPass); err != nil {
 					t.Errorf("the rescue disk does not read the image's data with the image's passphrase: %v", err)
 				}
-				if err := e.c.DeleteSecret(ctx, imgID); !errors.Is(err, keys.ErrInUse) || !strings.Contains(err.Error(), "rescue disk of instance app-1") {
+				if err := e.Catalog().DeleteSecret(ctx, imgID); !errors.Is(err, keys.ErrInUse) || !strings.Contains(err.Error(), "rescue disk of instance app-1") {
 					t.Errorf("delete of the rescue image's secret during the rescue = %v", err)
 				}
 			} else if err := readPlain(t, rescue); err != nil {
@@ -506,7 +506,7 @@ func TestRescueUnrescue(t *testing.T) {
 			if after := e.snapshot(); after != before {
 				t.Errorf("reconcile of a rescued instance changed:\n%s", diffLines(before, after))
 			}
-			if err := e.c.DeleteImage(ctx, tc.image); !errors.Is(err, store.ErrConflict) {
+			if err := e.Catalog().DeleteImage(ctx, tc.image); !errors.Is(err, store.ErrConflict) {
 				t.Errorf("delete of the rescue image during the rescue = %v", err)
 			}
 

@@ -16,7 +16,7 @@ import (
 // when it is encrypted, plain otherwise.
 func readImage(t *testing.T, e *env, name string, pass []byte) error {
 	t.Helper()
-	img, err := e.c.Image(context.Background(), name)
+	img, err := e.Catalog().Image(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 	if !bd.Encrypted || bd.BackingEncryptionSecretUUID == "" {
 		t.Fatalf("from an encrypted snapshot: %+v", bd)
 	}
-	if err := e.c.DeleteImage(ctx, "snap-new"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "from-snap") {
+	if err := e.Catalog().DeleteImage(ctx, "snap-new"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "from-snap") {
 		t.Errorf("delete of an image in use = %v", err)
 	}
 	if err := e.c.Delete(ctx, "from-snap"); err != nil {
@@ -142,7 +142,7 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 	}
 	// Deletion policies.
 	for _, img := range []string{"snap-new", "snap-existing"} {
-		if err := e.c.DeleteImage(ctx, img); err != nil {
+		if err := e.Catalog().DeleteImage(ctx, img); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,7 +24,7 @@ func TestExplicitUnencryptedConflict(t *testing.T) {
 	flavorSetup(e)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	if _, err := e.c.CreateFlavor(ctx, flavors.Flavor{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1,
+	if _, err := e.Catalog().CreateFlavor(ctx, flavors.Flavor{Name: "f.encs", VCPUs: 1, RAM: 128, Disk: 1,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestExplicitUnencryptedConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.ImportImage(ctx, "img-enc", map[string]string{"hw_ephemeral_encryption": "true"}, bytes.NewReader(b)); err != nil {
+	if _, err := e.Catalog().ImportImage(ctx, "img-enc", map[string]string{"hw_ephemeral_encryption": "true"}, bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
 	before := e.snapshot()
