@@ -40,16 +40,18 @@ func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *m
 	}, nil
 }
 
-// partsDrifted reports whether a Publisher part's transport of in no
-// longer agrees with its setting or the stored revision rev (the
-// reconciler then publishes in again); it names the first.
-func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) string {
+// partsDrifted says how a Publisher part's transport of in no longer
+// agrees with its setting or the stored revision rev (the reconciler
+// then publishes in again): the first part's reason, "" when none.
+func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) (partName, reason string) {
 	for _, p := range c.parts {
-		if pub, ok := p.(part.Publisher); ok && pub.Drifted(ctx, &part.Instance{Spec: in}, rev) {
-			return p.Name()
+		if pub, ok := p.(part.Publisher); ok {
+			if why := pub.Drifted(ctx, &part.Instance{Spec: in}, rev); why != "" {
+				return p.Name(), why
+			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // partTransports says which revision each Publisher part carries for in

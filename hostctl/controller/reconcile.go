@@ -221,9 +221,9 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if err := devs.Apply(next); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	}
-	drifted := ""
+	driftedPart, drifted := "", ""
 	if reflect.DeepEqual(next, in) {
-		if drifted = c.partsDrifted(ctx, in, rec.Revision); drifted == "" { // core_firmwarepart.go
+		if driftedPart, drifted = c.partsDrifted(ctx, in, rec.Revision); drifted == "" { // core_firmwarepart.go
 			return nil
 		}
 	}
@@ -237,7 +237,9 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	}
 	switch {
 	case drifted != "":
-		c.log.Info("what a part carries to the guest did not match its setting (the firmware entries: --firmware-metadata); republished (effective at the next boot)", "name", name, "part", drifted)
+		// The part's reason ("firmware entries did not match
+		// --firmware-metadata (…)") is the message.
+		c.log.Info(drifted+"; republished (effective at the next boot)", "name", name, "part", driftedPart)
 	case len(gone) > 0:
 		c.log.Warn("devices removed outside hostctl; dropped from the metadata", "name", name, "devices", strings.Join(gone, ", "))
 	default:

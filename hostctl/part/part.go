@@ -265,10 +265,10 @@ type Publisher interface {
 	// rev, to the instance's domain, before that write; its undo steps
 	// go on r. commit, when not nil, runs once the write succeeded.
 	Publish(ctx context.Context, in *Instance, tree *metadata.Tree, rev int64, r *revert.Reverter) (commit func(), err error)
-	// Drifted reports whether what the part gave the domain no longer
-	// agrees with its setting or with rev, the stored revision: the
-	// reconciler then publishes the instance again.
-	Drifted(ctx context.Context, in *Instance, rev int64) bool
+	// Drifted says how what the part gave the domain no longer agrees
+	// with its setting or with rev, the stored revision ("": it agrees);
+	// the reconciler then publishes the instance again and logs it.
+	Drifted(ctx context.Context, in *Instance, rev int64) string
 	// Transport says which revision the part carries to the guest:
 	// running says whether the domain runs, stored is the stored
 	// metadata's revision (0: none).

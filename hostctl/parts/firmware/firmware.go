@@ -287,28 +287,37 @@ func current(have []virt.FirmwareFile, entries []metadata.FirmwareEntry) bool {
 // disagree with the transport's setting: none while it is on (an
 // instance published before it was turned on), of a newer revision than
 // the record's, or naming files that are gone; or some while it is off.
-func (p *Part) Drifted(ctx context.Context, in *part.Instance, rev int64) bool {
+// The reason names the setting (the reconciler logs it).
+func (p *Part) Drifted(ctx context.Context, in *part.Instance, rev int64) string {
 	doc, err := p.domains.XML(ctx, in.Spec.Name, false)
 	if err != nil {
-		return false
+		return ""
 	}
 	files, err := virt.FirmwareFiles(doc)
 	if err != nil {
-		return false
+		return ""
 	}
 	if !p.on {
-		return len(files) > 0
+		if len(files) > 0 {
+			return "firmware entries did not match --firmware-metadata (off: the definition has entries)"
+		}
+		return ""
 	}
 	for _, f := range files {
 		if _, err := os.Stat(f.File); err != nil {
-			return true // QEMU would not start: write them again
+			return "firmware entries did not match --firmware-metadata (an entry's file is gone: QEMU would not start)"
 		}
 	}
 	// An older revision is that of the last publish that changed the
 	// entries (Publish); none, or a newer one (a publish that redefined
 	// and did not finish), is drift.
-	fr := virt.FirmwareRevision(files)
-	return fr == 0 || fr > rev
+	switch fr := virt.FirmwareRevision(files); {
+	case fr == 0:
+		return "firmware entries did not match --firmware-metadata (on: the definition has none)"
+	case fr > rev:
+		return fmt.Sprintf("firmware entries did not match --firmware-metadata (revision %d, newer than the stored %d: a publish that did not finish)", fr, rev)
+	}
+	return ""
 }
 
 // prune deletes the instance's firmware entry files of other revisions

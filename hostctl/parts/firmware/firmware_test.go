@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -162,8 +163,8 @@ func TestPublishAfterPrepare(t *testing.T) {
 	check("the apply's publish", t1, 1, 1)
 	publish(render(t, in, 2), 2)
 	check("an unchanged publish", t1, 1, 1)
-	if p.Drifted(ctx, &part.Instance{Spec: in}, 2) {
-		t.Error("unchanged entries of an older revision are drift")
+	if why := p.Drifted(ctx, &part.Instance{Spec: in}, 2); why != "" {
+		t.Errorf("unchanged entries of an older revision are drift: %s", why)
 	}
 
 	changed := *in
@@ -185,8 +186,8 @@ func TestPublishAfterPrepare(t *testing.T) {
 	check("after a failed publish", t3, 3, 4)
 
 	off := firmware.New(hv, dir, false, nil)
-	if !off.Drifted(ctx, &part.Instance{Spec: in}, 3) {
-		t.Error("entries while the transport is off are no drift")
+	if why := off.Drifted(ctx, &part.Instance{Spec: in}, 3); !strings.HasPrefix(why, "firmware entries did not match --firmware-metadata") {
+		t.Errorf("entries while the transport is off: drift %q; want the --firmware-metadata reason", why)
 	}
 	r = revert.New(nil, "off")
 	commit, err := off.Publish(ctx, &part.Instance{Spec: in}, t3, 4, r)
