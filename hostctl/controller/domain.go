@@ -115,15 +115,10 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	redefine := cur == nil || len(changes) > 0
-	var waitDisks func() error
-	if redefine && !slices.ContainsFunc(plans, func(p diskPlan) bool { return p.encrypt }) {
-		// The plain images are made while libvirt defines the domain,
-		// whose definition only names their files (issue 23 item 4).
-		// Every qemu-img has ended before an undo or a return (defers
-		// run last first: this wait before r.Fail).
-		waitDisks = c.startDisks(ctx, r, plans)
-		defer func() { _ = waitDisks() }()
-	} else if err := c.createDisks(ctx, r, in, plans); err != nil {
+	// Every disk is made before the domain is defined (the plain ones at
+	// once): a hostctl killed while qemu-img runs leaves no domain behind
+	// for files that never were (test/e2e TestDeviceKilledBetweenClaimAndDomain).
+	if err := c.createDisks(ctx, r, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("disks")
@@ -156,15 +151,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		}
 	}
 	st.done("define")
-	if waitDisks != nil {
-		if err := waitDisks(); err != nil {
-			return nil, fmt.Errorf("apply %s: %w", name, err)
-		}
-		if err := c.finishDisks(ctx, r, in, plans); err != nil {
-			return nil, fmt.Errorf("apply %s: %w", name, err)
-		}
-		st.done("disks_wait")
-	}
 	if _, err := c.readBack(ctx, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
