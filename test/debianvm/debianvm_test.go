@@ -433,7 +433,7 @@ func TestDebianGuest(t *testing.T) {
 		restart := time.Now()
 		d.proc.Stop()
 		d = startHostd(t, bin, uri, img, bridge.String(), dataDir, sockDir, "on")
-		waitLog(t, d, "firmware entries did not match --firmware-metadata; republished", 2*time.Minute)
+		waitLog(t, d, "firmware entries did not match --firmware-metadata", 2*time.Minute)
 		t.Logf("hostctl serve restarted with --firmware-metadata on, instance republished: %s", time.Since(restart).Round(time.Millisecond))
 		name := driveName
 		console := filepath.Join(d.DataDir, "instances", name, "console.log")
