@@ -3,11 +3,12 @@ package controller
 import (
 	"context"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/images"
 )
 
 // The operations of hostctl/ops for this package's tests, which drive
-// them as e.c.Shelve(...) and so on: hostctl/ops imports this package, so
+// them as e.c.Shelve(...), e.c.AttachDisk(...) and so on: hostctl/ops imports this package, so
 // a test file of package controller cannot import it; ops_wiring_test.go
 // (package controller_test, in the same test binary) sets opsOf in its
 // init to hostctl/ops over the controller under test.
@@ -22,6 +23,10 @@ type Operations interface {
 	Rebuild(ctx context.Context, name, image string) (*Instance, error)
 	Snapshot(ctx context.Context, name string, req SnapshotRequest) (images.Image, error)
 	SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (images.Image, error)
+	AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*Instance, error)
+	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*Instance, error)
+	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*Instance, error)
+	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*Instance, error)
 }
 
 // opsOf returns the operations over a controller (set by
@@ -61,4 +66,20 @@ func (c *Controller) Snapshot(ctx context.Context, name string, req SnapshotRequ
 
 func (c *Controller) SnapshotAnyProject(ctx context.Context, name string, req SnapshotRequest) (images.Image, error) {
 	return opsOf(c).SnapshotAnyProject(ctx, name, req)
+}
+
+func (c *Controller) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*Instance, error) {
+	return opsOf(c).AttachDisk(ctx, name, req)
+}
+
+func (c *Controller) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*Instance, error) {
+	return opsOf(c).DetachDisk(ctx, name, req)
+}
+
+func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*Instance, error) {
+	return opsOf(c).AttachNIC(ctx, name, req)
+}
+
+func (c *Controller) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*Instance, error) {
+	return opsOf(c).DetachNIC(ctx, name, req)
 }

@@ -1,6 +1,7 @@
 package controller
 
-// Tests of disk and NIC hot-plug (hotplug.go) against the fake hypervisor.
+// Tests of disk and NIC hot-plug (hostctl/ops, hotplug.go, driven through
+// export_ops_test.go) against the fake hypervisor.
 
 import (
 	"context"

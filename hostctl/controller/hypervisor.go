@@ -1,17 +1,14 @@
 package controller
 
 import (
-	"fmt"
-
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/errkind"
-	"github.com/vmeta/vmeta/internal/model"
 )
 
 // Hypervisor is everything the controller asks of libvirt: the roles its
-// parts declare (Domains in domain.go, HotPlug in hotplug.go, Events in
-// reconcile.go). *virt.Conn plays every role. Without
+// parts declare (Domains in domain.go, HotPlug in core_hotplug.go,
+// Events in reconcile.go). *virt.Conn plays every role. Without
 // one (hostctl serve --virt none) device addresses come from the spec
 // (driver.go).
 type Hypervisor interface {
@@ -47,8 +44,3 @@ const (
 	// StateUnknown: libvirtd could not be asked.
 	StateUnknown = "unknown"
 )
-
-// fieldError is a one-field *model.SpecError.
-func fieldError(field string, value any, format string, args ...any) error {
-	return &model.SpecError{Errors: []model.FieldError{{Field: field, Value: value, Rule: fmt.Sprintf(format, args...)}}}
-}

@@ -1,19 +1,20 @@
 // Package ops is the operations of an instance composed from the core's
 // and the parts' phases: shelve and unshelve (shelve.go), rescue and
-// unrescue (rescue.go), resize (resize.go), rebuild (rebuild.go) and
+// unrescue (rescue.go), resize (resize.go), rebuild (rebuild.go),
 // snapshot (snapshot.go), Nova's operations translated to one host
-// (issue: ephemeral storage encryption, item 8).
+// (issue: ephemeral storage encryption, item 8), and the hot-plug of
+// disks and NICs (hotplug.go).
 //
 // Each operation holds the instance's lock, finds the instance in the
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
 // core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts) the core implements (hostctl/controller,
-// core_ops.go); each operation holds only the roles it uses. The core
-// does not know the
-// operations: the daemon wires them into the admin API
-// (api.Services.Shelve, Resize and Snapshot).
+// Secrets, Layouts, DeviceChanges, Volumes) the core implements
+// (hostctl/controller, core_ops.go, core_hotplug.go); each operation
+// holds only the roles it uses. The core does not know the operations:
+// the daemon wires them into the admin API (api.Services.Shelve,
+// Resize, Snapshot and Hotplug).
 package ops
 
 import (
@@ -27,6 +28,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/flavors"
@@ -184,6 +186,7 @@ type Ops struct {
 	resize   *resizer
 	rebuild  *rebuilder
 	snapshot *snapshotter
+	hotplug  *hotplugger
 }
 
 // New returns the operations over the core c, each holding only the
@@ -197,6 +200,7 @@ func New(c *controller.Controller) *Ops {
 		resize:   &resizer{base: b, files: c, disks: c, layouts: c},
 		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c},
 		snapshot: snap,
+		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c},
 	}
 }
 
@@ -241,6 +245,28 @@ func (o *Ops) Snapshot(ctx context.Context, name string, req controller.Snapshot
 // secret of any project (snapshot.go).
 func (o *Ops) SnapshotAnyProject(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
 	return o.snapshot.SnapshotAnyProject(ctx, name, req)
+}
+
+// AttachDisk creates a blank disk and attaches it to the instance name
+// (hotplug.go).
+func (o *Ops) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (*controller.Instance, error) {
+	return o.hotplug.AttachDisk(ctx, name, req)
+}
+
+// DetachDisk detaches a disk of the instance name and deletes its image
+// (hotplug.go).
+func (o *Ops) DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
+	return o.hotplug.DetachDisk(ctx, name, req)
+}
+
+// AttachNIC attaches a NIC to the instance name (hotplug.go).
+func (o *Ops) AttachNIC(ctx context.Context, name string, req types.NICRequest) (*controller.Instance, error) {
+	return o.hotplug.AttachNIC(ctx, name, req)
+}
+
+// DetachNIC detaches a NIC of the instance name (hotplug.go).
+func (o *Ops) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
+	return o.hotplug.DetachNIC(ctx, name, req)
 }
 
 // diskFile is the image file of in's disk d.
