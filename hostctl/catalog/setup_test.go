@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -159,11 +158,8 @@ func rawLUKS(t *testing.T, pass []byte) []byte {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "raw.luks")
-	out, err := exec.Command(testenv.LookPath(t, "qemu-img"), "create", "-q", "-f", "luks", "--object", "secret,id=s0,file="+sf,
-		"-o", "key-secret=s0,iter-time=10", p, "16M").CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img create -f luks: %v: %s", err, out)
-	}
+	testenv.QemuImg(t, "create", "-q", "-f", "luks", "--object", "secret,id=s0,file="+sf,
+		"-o", "key-secret=s0,iter-time=10", p, "16M")
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)

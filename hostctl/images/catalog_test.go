@@ -28,18 +28,7 @@ func makeImage(t *testing.T, qemuImg string, args ...string) []byte {
 		full = append([]string{"create", "-q", "--object", "secret,id=sec0,data=test-only-passphrase"}, append(args, p)...)
 	}
 	full = append(full, "16M")
-	// QEMU's LUKS PBKDF benchmark fails now and then on a loaded machine
-	// when its first round is accounted 0 ms of thread CPU time ("Unable
-	// to get accurate CPU usage"; nothing is created): try again.
-	for attempt := 1; ; attempt++ {
-		out, err := exec.Command(qemuImg, full...).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if attempt == 10 || !strings.Contains(string(out), "Unable to get accurate CPU usage") {
-			t.Fatalf("qemu-img %v: %v: %s", full, err, out)
-		}
-	}
+	testenv.QemuImg(t, full...) // retries QEMU's LUKS benchmark failure
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
