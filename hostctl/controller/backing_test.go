@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,33 +19,6 @@ import (
 // imagePattern is what makeEncryptedImage writes at offset 0 of the
 // image, so a read through an overlay shows the backing file was opened.
 const imagePattern = "0x5a"
-
-// qemuIOSecrets runs qemu-io with args, the secrets on fds 3, 4… (pipes,
-// as hostctl/encryption passes them).
-func qemuIOSecrets(t *testing.T, args []string, secrets ...[]byte) (string, error) {
-	t.Helper()
-	var files []*os.File
-	for _, s := range secrets {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write(s); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
-		files = append(files, r)
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	cmd := exec.Command(testenv.LookPath(t, "qemu-io"), args...)
-	cmd.ExtraFiles = files
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
 
 // makeEncryptedImage makes a LUKS qcow2 with the real qemu-img under a
 // new key-manager secret of project, writes imagePattern into its first
@@ -72,7 +44,7 @@ func makeEncryptedImage(t *testing.T, e *env, km KeyManager, name, project strin
 	if err := tool.Create(ctx, encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts",
+	if out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}, pass); err != nil {
 		t.Fatalf("qemu-io write: %v: %s", err, out)
 	}
@@ -102,7 +74,7 @@ func importEncryptedImage(t *testing.T, e *env, name string, sec keys.Secret, p 
 // passphrases.
 func readThrough(t *testing.T, p string, pass, backing []byte) error {
 	t.Helper()
-	out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--object", "secret,id=s1,file=/dev/fd/4", "-r", "-U", "--image-opts",
+	out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--object", "secret,id=s1,file=/dev/fd/4", "-r", "-U", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0,backing.encrypt.key-secret=s1", "-c", "read -P " + imagePattern + " 0 64k"}, pass, backing)
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
 		return errors.New(out)

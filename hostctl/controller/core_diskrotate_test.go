@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/hosts/hoststest"
+
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -69,7 +71,7 @@ func TestForceDeleteTellsParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	live := &liveness{down: map[string]bool{}}
+	live := &hoststest.Liveness{}
 	forced, plain := &deletePart{name: "forced", forced: true}, &deletePart{name: "plain"}
 	cs := map[string]*controller.Controller{}
 	for _, h := range []string{"host-a", "host-b"} {
@@ -81,11 +83,11 @@ func TestForceDeleteTellsParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live.set("host-a", true)
+	live.Set("host-a", true)
 	if _, err := cs["host-b"].ForceDeleteFromStore(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	live.set("host-a", false)
+	live.Set("host-a", false)
 	if got, want := forced.calls(), []string{"host-a/" + inst.Spec.UUID}; len(got) != 1 || got[0] != want[0] {
 		t.Fatalf("AfterDelete of the part acting on force-delete: %v, want %v", got, want)
 	}

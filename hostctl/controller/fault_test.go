@@ -35,7 +35,7 @@ func TestFaultFollowsTheInstance(t *testing.T) {
 	if got, err := cs["host-a"].Get(ctx, "app-1"); err != nil || got.State != controller.StateError || got.Fault != reason {
 		t.Errorf("owner: state %q fault %q, %v", got.State, got.Fault, err)
 	}
-	live.set("host-a", true)
+	live.Set("host-a", true)
 	if _, err := cs["host-b"].Adopt(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/hosts/hoststest"
+
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
@@ -16,39 +18,16 @@ import (
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
-// liveness is a hand-written Liveness: the hosts named down are down.
-type liveness struct {
-	mu   sync.Mutex
-	down map[string]bool
-}
-
-func (l *liveness) set(host string, down bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.down[host] = down
-}
-
-func (l *liveness) List(context.Context) ([]types.HostStatus, error) { return nil, nil }
-
-func (l *liveness) HostDown(_ context.Context, host string) (bool, string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.down[host] {
-		return true, "silent", nil
-	}
-	return false, "last seen just now", nil
-}
-
 // hostControllers returns one controller per host name on one store, each
 // with its own data directory, as hostctl serve --host on several machines.
-func hostControllers(t *testing.T, names ...string) (map[string]*controller.Controller, store.Store, *liveness) {
+func hostControllers(t *testing.T, names ...string) (map[string]*controller.Controller, store.Store, *hoststest.Liveness) {
 	t.Helper()
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	live := &liveness{down: map[string]bool{}}
+	live := &hoststest.Liveness{}
 	out := map[string]*controller.Controller{}
 	for _, n := range names {
 		out[n] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: n, Hosts: live,
@@ -135,7 +114,7 @@ func TestAdoptOnlyWhenOwnerDownAndOneWinner(t *testing.T) {
 	if _, err := cs["host-b"].Adopt(ctx, "app-1"); !errors.Is(err, controller.ErrOwnerAlive) {
 		t.Fatalf("adopt while alive: %v", err)
 	}
-	live.set("host-a", true)
+	live.Set("host-a", true)
 	var wg sync.WaitGroup
 	errs := map[string]error{}
 	var mu sync.Mutex
@@ -172,7 +151,7 @@ func TestAdoptOnlyWhenOwnerDownAndOneWinner(t *testing.T) {
 		}
 	}
 	// The old owner, back, may no longer touch it.
-	live.set("host-a", false)
+	live.Set("host-a", false)
 	if err := cs["host-a"].Delete(ctx, "app-1"); !errors.Is(err, controller.ErrOtherHost) {
 		t.Fatalf("old owner delete: %v", err)
 	}
@@ -191,7 +170,7 @@ func TestForceDeleteFromStore(t *testing.T) {
 	if _, err := cs["host-a"].ForceDeleteFromStore(ctx, "app-1"); !errors.Is(err, controller.ErrState) {
 		t.Fatalf("force delete of an own instance: %v", err)
 	}
-	live.set("host-a", true)
+	live.Set("host-a", true)
 	left, err := cs["host-b"].ForceDeleteFromStore(ctx, "app-1")
 	if err != nil {
 		t.Fatal(err)

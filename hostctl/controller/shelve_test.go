@@ -34,7 +34,7 @@ func writePattern(t *testing.T, p string, pass []byte) {
 		args = []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts", "driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}
 		secrets = [][]byte{pass}
 	}
-	if out, err := qemuIOSecrets(t, args, secrets...); err != nil {
+	if out, err := testenv.QemuIO(t, args, secrets...); err != nil {
 		t.Fatalf("qemu-io write: %v: %s", err, out)
 	}
 }
@@ -43,7 +43,7 @@ func writePattern(t *testing.T, p string, pass []byte) {
 // (-U: the domain may run).
 func readPattern(t *testing.T, p string, pass []byte) error {
 	t.Helper()
-	out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "-r", "-U", "--image-opts",
+	out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "-r", "-U", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "read -P " + imagePattern + " 0 64k"}, pass)
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
 		return fmt.Errorf("qemu-io read: %w: %s", err, out)
@@ -544,7 +544,7 @@ func TestRescueUnrescue(t *testing.T) {
 // readPlain reads imagePattern through the plain overlay at p.
 func readPlain(t *testing.T, p string) error {
 	t.Helper()
-	out, err := qemuIOSecrets(t, []string{"-r", "-U", "-f", "qcow2", p, "-c", "read -P " + imagePattern + " 0 64k"})
+	out, err := testenv.QemuIO(t, []string{"-r", "-U", "-f", "qcow2", p, "-c", "read -P " + imagePattern + " 0 64k"})
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
 		return fmt.Errorf("qemu-io read: %w: %s", err, out)
 	}

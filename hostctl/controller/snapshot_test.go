@@ -10,6 +10,7 @@ import (
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 // readImage reads imagePattern at offset 0 of a catalog image: with pass
@@ -27,7 +28,7 @@ func readImage(t *testing.T, e *env, name string, pass []byte) error {
 		args = []string{"--object", "secret,id=s0,file=/dev/fd/3", "-r", "-U", "--image-opts", "driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "read -P " + imagePattern + " 0 64k"}
 		secrets = [][]byte{pass}
 	}
-	out, err := qemuIOSecrets(t, args, secrets...)
+	out, err := testenv.QemuIO(t, args, secrets...)
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
 		return errors.New(out)
 	}

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/hosts/hoststest"
+
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
@@ -17,29 +17,6 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
-
-// liveness is a hand-written Liveness: the hosts named down are down.
-type liveness struct {
-	mu   sync.Mutex
-	down map[string]bool
-}
-
-func (l *liveness) set(host string, down bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.down[host] = down
-}
-
-func (l *liveness) List(context.Context) ([]types.HostStatus, error) { return nil, nil }
-
-func (l *liveness) HostDown(_ context.Context, host string) (bool, string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.down[host] {
-		return true, "silent", nil
-	}
-	return false, "last seen just now", nil
-}
 
 const spec = "name: app-1\n"
 
@@ -56,7 +33,7 @@ func TestDeleteForgetsKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	live := &liveness{down: map[string]bool{}}
+	live := &hoststest.Liveness{}
 	cs := map[string]*controller.Controller{}
 	for _, h := range []string{"host-a", "host-b"} {
 		e := keyrotation.New(st, keyrotation.Options{Host: h, Version: "v1.0.0"})
@@ -84,8 +61,8 @@ func TestDeleteForgetsKeyRotation(t *testing.T) {
 	}{
 		{"delete", func() error { return cs["host-a"].Delete(ctx, "app-1") }},
 		{"force delete", func() error {
-			live.set("host-a", true)
-			defer live.set("host-a", false)
+			live.Set("host-a", true)
+			defer live.Set("host-a", false)
 			_, err := cs["host-b"].ForceDeleteFromStore(ctx, "app-1")
 			return err
 		}},

@@ -733,7 +733,7 @@ func TestDiskRotateOverEncryptedImage(t *testing.T) {
 	if s, _ := f.tool.KeySlots(ctx, info.BackingFile); !slices.Equal(s, imgSlotsBefore) {
 		t.Fatalf("the image's key slots changed: %v, were %v", s, imgSlotsBefore)
 	}
-	if out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--object", "secret,id=s1,file=/dev/fd/4", "--image-opts",
+	if out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--object", "secret,id=s1,file=/dev/fd/4", "--image-opts",
 		"driver=qcow2,file.filename=" + overlay + ",encrypt.key-secret=s0,backing.encrypt.key-secret=s1", "-r", "-U", "-c", "read -P " + imagePattern + " 0 64k"}, cur, backing); err != nil || strings.Contains(out, "Pattern verification failed") {
 		t.Fatalf("the image's data through the rotated overlay: %v: %s", err, out)
 	}
@@ -751,33 +751,6 @@ func TestDiskRotateOverEncryptedImage(t *testing.T) {
 // imagePattern is what makeEncryptedImage writes at offset 0 of the
 // image, so a read through an overlay shows the backing file was opened.
 const imagePattern = "0x5a"
-
-// qemuIOSecrets runs qemu-io with args, the secrets on fds 3, 4… (pipes,
-// as hostctl/encryption passes them).
-func qemuIOSecrets(t *testing.T, args []string, secrets ...[]byte) (string, error) {
-	t.Helper()
-	var files []*os.File
-	for _, s := range secrets {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write(s); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
-		files = append(files, r)
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	cmd := exec.Command(testenv.LookPath(t, "qemu-io"), args...)
-	cmd.ExtraFiles = files
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
 
 // makeEncryptedImage makes a LUKS qcow2 with the real qemu-img under a
 // new key-manager secret of project, writes imagePattern into its first
@@ -799,7 +772,7 @@ func makeEncryptedImage(t *testing.T, c *controller.Controller, km *keys.Manager
 	if err := tool.Create(ctx, encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := qemuIOSecrets(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts",
+	if out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}, pass); err != nil {
 		t.Fatalf("qemu-io write: %v: %s", err, out)
 	}

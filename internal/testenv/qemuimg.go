@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,4 +24,32 @@ func QemuImg(t testing.TB, args ...string) []byte {
 			t.Fatalf("qemu-img %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+// QemuIO runs qemu-io with args, the secrets on fds 3, 4… (pipes, as
+// hostctl/encryption passes them), and returns its output.
+func QemuIO(t testing.TB, args []string, secrets ...[]byte) (string, error) {
+	t.Helper()
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, s := range secrets {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, r)
+		_, err = w.Write(s)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(LookPath(t, "qemu-io"), args...)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
