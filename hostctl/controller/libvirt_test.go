@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,9 +66,7 @@ func TestLibvirtPutFailsAfterDefine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 192.168.122.10-39: this test's share of the default network (the
-	// virt tests take 100-249, the e2e tests 40-99).
-	ip := fmt.Sprintf("192.168.122.%d", 10+rand.IntN(30))
+	ip := testenv.DefaultNetworkAddress(t, uri, testenv.AddrsController)
 	t.Cleanup(func() {
 		_ = exec.Command("virsh", "-q", "-c", uri, "net-update", "default", "delete", "ip-dhcp-host", "<host mac='"+mac+"'/>", "--live", "--config").Run()
 	})

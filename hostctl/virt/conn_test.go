@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,18 +176,7 @@ func TestDHCPHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	existing, err := c.DHCPHosts(ctx, network)
-	if err != nil {
-		t.Fatal(err)
-	}
-	used := map[string]bool{}
-	for _, h := range existing {
-		used[h.IP] = true
-	}
-	var ip string
-	for ip == "" || used[ip] {
-		ip = "192.168.122." + strconv.Itoa(100+rand.IntN(150))
-	}
+	ip := testenv.DefaultNetworkAddress(t, uri, testenv.AddrsVirt)
 	h := DHCPHost{MAC: mac, IP: ip, Name: testenv.UniqueDomainName(t)}
 	t.Cleanup(func() { // also after a failure
 		_ = exec.Command("virsh", "-q", "-c", uri, "net-update", network, "delete", "ip-dhcp-host",

@@ -2,9 +2,7 @@ package virt
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,25 +24,13 @@ func TestDHCPHostConfigAndSyncLive(t *testing.T) {
 	if out := virsh(t, uri, "net-info", network); !strings.Contains(out, "Active:         yes") {
 		t.Skipf("network %s does not run:\n%s", network, out)
 	}
-	existing, err := c.DHCPHosts(ctx, network)
-	if err != nil {
-		t.Fatal(err)
-	}
-	used := map[string]bool{}
-	for _, h := range existing {
-		used[h.IP] = true
-	}
 	var hs []DHCPHost
 	for range 2 {
 		mac, err := GenerateMAC()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ip string
-		for ip == "" || used[ip] {
-			ip = "192.168.122." + strconv.Itoa(100+rand.IntN(150))
-		}
-		used[ip] = true
+		ip := testenv.DefaultNetworkAddress(t, uri, testenv.AddrsVirt)
 		hs = append(hs, DHCPHost{MAC: mac, IP: ip})
 		t.Cleanup(func() { // also after a failure
 			for _, scope := range []string{"--live", "--config"} {

@@ -263,17 +263,6 @@ func parseReport(console string) report {
 
 func (r report) text(what string) string { return strings.Join(r[what], "\n") }
 
-// staticAddress picks an address on libvirt's default network that the
-// DHCP range hands out last.
-func staticAddress(t *testing.T) string {
-	m, err := virt.GenerateMAC()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, _ := strconv.ParseUint(m[len(m)-2:], 16, 8)
-	return fmt.Sprintf("192.168.122.%d", 200+last%50)
-}
-
 // TestDebianGuest boots the Debian image three times, proving each
 // transport of the metadata with systemd, udev and stock cloud-init:
 //
@@ -517,7 +506,7 @@ func applyGuest(t, owner *testing.T, d *hostd, uri, work string, configDrive boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr = staticAddress(t)
+	addr = testenv.DefaultNetworkAddress(owner, uri, testenv.AddrsDebianVM)
 	ud, _ := json.Marshal(userData)
 	key, _ := json.Marshal(sshKey)
 	spec := fmt.Sprintf(`name: %s

@@ -101,39 +101,12 @@ func guestAddr() string {
 	return fmt.Sprintf("127.77.%d.%d", rand.IntN(256), 1+rand.IntN(254))
 }
 
-// leaseIP is an address of the default network for a fixed lease:
-// 192.168.122.40-99 is the e2e tests' share (the virt tests take 100-249,
-// the controller's 10-39). The tests run in parallel, so an address is
-// never one the network already has a lease for, nor one another test of
-// this process holds (until the test ends): a random pick of 60 collided
-// often enough to fail a run.
+// leaseIP is an address of the default network for a fixed lease, from
+// the e2e tests' share.
 func leaseIP(t *testing.T, uri string) string {
 	t.Helper()
-	leaseMu.Lock()
-	defer leaseMu.Unlock()
-	xml := mustVirsh(t, uri, "net-dumpxml", "default", "--inactive") + mustVirsh(t, uri, "net-dumpxml", "default")
-	start := rand.IntN(60)
-	for i := range 60 {
-		ip := fmt.Sprintf("192.168.122.%d", 40+(start+i)%60)
-		if leaseHeld[ip] || strings.Contains(xml, "ip='"+ip+"'") {
-			continue
-		}
-		leaseHeld[ip] = true
-		t.Cleanup(func() {
-			leaseMu.Lock()
-			defer leaseMu.Unlock()
-			delete(leaseHeld, ip)
-		})
-		return ip
-	}
-	t.Fatalf("no free address in 192.168.122.40-99 on the default network:\n%s", xml)
-	return ""
+	return testenv.DefaultNetworkAddress(t, uri, testenv.AddrsE2E)
 }
-
-var (
-	leaseMu   sync.Mutex
-	leaseHeld = map[string]bool{}
-)
 
 // The independent reading of `virsh dumpxml`: regular expressions over
 // libvirt's own formatting, no encoding/xml, no code from hostctl.

@@ -1,0 +1,74 @@
+//go:build unix
+
+package testenv
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Shares of libvirt's default network (192.168.122.0/24) for fixed DHCP
+// leases. Test packages run in parallel against one libvirtd, each with its
+// own store, so no two packages may draw from one range: each takes its own.
+const (
+	AddrsController = 10  // hostctl/controller: .10-.39
+	AddrsE2E        = 40  // test/e2e: .40-.99
+	AddrsVirt       = 100 // hostctl/virt: .100-.199
+	AddrsDebianVM   = 200 // test/debianvm: .200-.249
+)
+
+// addrRangeLen is how many addresses each share has, by its first one.
+var addrRangeLen = map[int]int{
+	AddrsController: 30,
+	AddrsE2E:        60,
+	AddrsVirt:       100,
+	AddrsDebianVM:   50,
+}
+
+var (
+	addrMu   sync.Mutex
+	addrHeld = map[string]bool{}
+)
+
+// DefaultNetworkAddress returns an address of libvirt's default network
+// from the share that starts at first (one of the Addrs constants) that the
+// network has no host entry for — live or in its definition, whoever left
+// it there (a killed run leaves entries behind) — and that no other test of
+// this process holds. The hold ends with t.
+func DefaultNetworkAddress(t testing.TB, uri string, first int) string {
+	t.Helper()
+	n, ok := addrRangeLen[first]
+	if !ok {
+		t.Fatalf("DefaultNetworkAddress: %d starts no share of the default network", first)
+	}
+	addrMu.Lock()
+	defer addrMu.Unlock()
+	var xml strings.Builder
+	for _, args := range [][]string{{"net-dumpxml", "default"}, {"net-dumpxml", "default", "--inactive"}} {
+		out, err := exec.Command("virsh", append([]string{"-q", "-c", uri}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("virsh %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		xml.Write(out)
+	}
+	start := rand.IntN(n)
+	for i := range n {
+		ip := fmt.Sprintf("192.168.122.%d", first+(start+i)%n)
+		if addrHeld[ip] || strings.Contains(xml.String(), "ip='"+ip+"'") {
+			continue
+		}
+		addrHeld[ip] = true
+		t.Cleanup(func() {
+			addrMu.Lock()
+			defer addrMu.Unlock()
+			delete(addrHeld, ip)
+		})
+		return ip
+	}
+	t.Fatalf("no free address in 192.168.122.%d-%d on the default network:\n%s", first, first+n-1, xml.String())
+	return ""
+}
