@@ -13,6 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 )
 
 // shelveCtl is the shelve service, with shelve and rescue kept as a
@@ -47,19 +48,19 @@ func (s *shelveCtl) move(ctx context.Context, name, op, from, to string) (*contr
 }
 
 func (s *shelveCtl) Shelve(ctx context.Context, name string) (*controller.Instance, error) {
-	return s.move(ctx, name, "shelve", "shutoff", controller.StateShelved)
+	return s.move(ctx, name, "shelve", "shutoff", vmstate.Shelved)
 }
 
 func (s *shelveCtl) Unshelve(ctx context.Context, name string) (*controller.Instance, error) {
-	return s.move(ctx, name, "unshelve", controller.StateShelved, "running")
+	return s.move(ctx, name, "unshelve", vmstate.Shelved, "running")
 }
 
 func (s *shelveCtl) Rescue(ctx context.Context, name string, req types.RescueRequest) (*controller.Instance, error) {
-	return s.move(ctx, name, "rescue "+req.Image, "running", controller.StateRescue)
+	return s.move(ctx, name, "rescue "+req.Image, "running", vmstate.Rescue)
 }
 
 func (s *shelveCtl) Unrescue(ctx context.Context, name string) (*controller.Instance, error) {
-	return s.move(ctx, name, "unrescue", controller.StateRescue, "running")
+	return s.move(ctx, name, "unrescue", vmstate.Rescue, "running")
 }
 
 // TestShelveRescueAPI: the four routes reach the controller with their
@@ -83,19 +84,19 @@ func TestShelveRescueAPI(t *testing.T) {
 		want   string
 	}{
 		{"unshelve a stopped instance", func(c *client.Client) (*types.Instance, error) { return c.Unshelve(ctx, "a-1") }, http.StatusConflict, "shutoff"},
-		{"shelve", func(c *client.Client) (*types.Instance, error) { return c.Shelve(ctx, "a-1") }, http.StatusOK, controller.StateShelved},
-		{"shelve again", func(c *client.Client) (*types.Instance, error) { return c.Shelve(ctx, "a-1") }, http.StatusConflict, controller.StateShelved},
+		{"shelve", func(c *client.Client) (*types.Instance, error) { return c.Shelve(ctx, "a-1") }, http.StatusOK, vmstate.Shelved},
+		{"shelve again", func(c *client.Client) (*types.Instance, error) { return c.Shelve(ctx, "a-1") }, http.StatusConflict, vmstate.Shelved},
 		{"rescue a shelved instance", func(c *client.Client) (*types.Instance, error) {
 			return c.Rescue(ctx, "a-1", types.RescueRequest{Image: "img"})
-		}, http.StatusConflict, controller.StateShelved},
+		}, http.StatusConflict, vmstate.Shelved},
 		{"unshelve", func(c *client.Client) (*types.Instance, error) { return c.Unshelve(ctx, "a-1") }, http.StatusOK, "running"},
 		{"rescue without an image", func(c *client.Client) (*types.Instance, error) { return c.Rescue(ctx, "a-1", types.RescueRequest{}) }, http.StatusBadRequest, "image"},
 		{"rescue", func(c *client.Client) (*types.Instance, error) {
 			return c.Rescue(ctx, "a-1", types.RescueRequest{Image: "img"})
-		}, http.StatusOK, controller.StateRescue},
+		}, http.StatusOK, vmstate.Rescue},
 		{"rescue again", func(c *client.Client) (*types.Instance, error) {
 			return c.Rescue(ctx, "a-1", types.RescueRequest{Image: "img"})
-		}, http.StatusConflict, controller.StateRescue},
+		}, http.StatusConflict, vmstate.Rescue},
 		{"unrescue", func(c *client.Client) (*types.Instance, error) { return c.Unrescue(ctx, "a-1") }, http.StatusOK, "running"},
 		{"unrescue again", func(c *client.Client) (*types.Instance, error) { return c.Unrescue(ctx, "a-1") }, http.StatusConflict, "running"},
 	}

@@ -25,7 +25,8 @@ func (downHosts) List(context.Context) ([]types.HostStatus, error) { return nil,
 // where its shelved image is (refused naming it, nothing changed, until
 // it is imported; then it stays shelved); a rescued one leaves the rescue
 // of its dead host; delete --force-from-store of either removes its state
-// record and names what stays on the dead host.
+// record and names what stays on the dead host. The hosts register the
+// vmstate part, as the daemon does (withStates).
 func TestAdoptAndForceDeleteKnowTheState(t *testing.T) {
 	e := newEnv(t)
 	e.c.hostName = "host-a"
@@ -46,7 +47,7 @@ func TestAdoptAndForceDeleteKnowTheState(t *testing.T) {
 	r.Success()
 
 	bdir := t.TempDir()
-	b := newController(e.st, Options{DataDir: bdir, Logger: slog.New(slog.DiscardHandler), Host: "host-b", Hosts: downHosts{up: "host-b"}, QemuImg: e.qemuImg})
+	b := withStates(newController(e.st, Options{DataDir: bdir, Logger: slog.New(slog.DiscardHandler), Host: "host-b", Hosts: downHosts{up: "host-b"}, QemuImg: e.qemuImg}))
 
 	// Shelved, the image only in host-a's catalog: refused, naming it.
 	if _, err := b.Adopt(ctx, "vm1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "image vm1-shelved of host host-a's catalog") {
@@ -92,7 +93,7 @@ func TestAdoptAndForceDeleteKnowTheState(t *testing.T) {
 
 	// Force-delete from a third host while host-b is down: the shelve's
 	// state record goes, the image left is named.
-	c3 := newController(e.st, Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Host: "host-c", Hosts: downHosts{up: "host-c"}, QemuImg: e.qemuImg})
+	c3 := withStates(newController(e.st, Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Host: "host-c", Hosts: downHosts{up: "host-c"}, QemuImg: e.qemuImg}))
 	rec1, _ := e.st.Instance(ctx, "vm1")
 	left, err := c3.ForceDeleteFromStore(ctx, "vm1")
 	if err != nil {

@@ -403,9 +403,6 @@ func (c *Controller) existing(ctx context.Context, in *model.Instance) (*model.I
 		if !c.owns(rec) {
 			return nil, 0, c.otherHost("apply", rec)
 		}
-		if err := c.refuseVMState(ctx, "apply", rec); err != nil { // vmstate.go
-			return nil, 0, err
-		}
 		if in.UUID != "" && in.UUID != rec.UUID {
 			return nil, 0, fmt.Errorf("apply %s: %w: uuid %s differs from the existing instance's %s (delete it first)", in.Name, store.ErrConflict, in.UUID, rec.UUID)
 		}
@@ -642,8 +639,8 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	} else {
 		inst.Fault = reason
 	}
-	if st, _, err := c.vmStateOf(ctx, rec.UUID); err == nil && st.State != "" {
-		inst.State = st.State // vmstate.go
+	if st, _, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
+		inst.State = st // core_vmstate.go
 	}
 	return inst, nil
 }
@@ -671,7 +668,7 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	vmStates, err := c.vmStates(ctx)
+	vmStates, err := c.states().States(ctx) // core_vmstate.go
 	if err != nil {
 		return nil, err
 	}
@@ -692,7 +689,7 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*Instance, error) {
 			inst.Fault = faultFor(faults, rec.UUID)
 		}
 		if st := vmStates[strings.ToLower(rec.UUID)]; st != "" {
-			inst.State = st // vmstate.go
+			inst.State = st
 		}
 		out = append(out, inst)
 	}
@@ -770,8 +767,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
 		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
-	c.forgetVMState(ctx, name, rec.UUID)   // a shelved instance's image (vmstate.go)
-	c.afterRecordParts(ctx, "delete", rec) // parts.go
+	c.afterRecordParts(ctx, "delete", rec) // parts.go (the state record and a shelved instance's image too)
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

@@ -34,7 +34,7 @@ func (c *Controller) ImageUsers(ctx context.Context, image string) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	shelved, err := c.shelvedUsing(ctx, image) // vmstate.go
+	shelved, err := c.states().ImageUsers(ctx, image) // core_vmstate.go
 	return append(using, shelved...), err
 }
 

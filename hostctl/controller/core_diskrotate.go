@@ -90,18 +90,18 @@ func (c *Controller) DiskPath(in *model.Instance, disk string) (string, error) {
 // InstanceState returns in's VM state (StateShelved, StateRescued; ""
 // for none) and whether its domain (with in's UUID) runs.
 func (c *Controller) InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error) {
-	st, _, err := c.vmStateOf(ctx, in.UUID)
+	st, _, err := c.states().State(ctx, in.UUID) // core_vmstate.go
 	if err != nil {
 		return "", false, err
 	}
 	if c.domains == nil {
-		return st.State, false, nil
+		return st, false, nil
 	}
 	cur, err := c.currentDomain(ctx, in.Name)
 	if err != nil {
 		return "", false, fmt.Errorf("domain %s: %w", in.Name, err)
 	}
-	return st.State, cur != nil && cur.uuid == in.UUID && cur.running, nil
+	return st, cur != nil && cur.uuid == in.UUID && cur.running, nil
 }
 
 // UpdateLibvirtSecret gives the libvirt secret id of in's disk, if

@@ -174,12 +174,12 @@ func (c *Controller) beginDeviceChange(ctx context.Context, op, name string, a t
 	if err := c.drv.require(op, name); err != nil {
 		return nil, err
 	}
-	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
-		return nil, err
-	}
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return nil, err
+	}
+	if err := c.checkParts(ctx, part.Apply, in); err != nil { // parts.go: the parts see a hot-plug as an apply
+		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)
 	if err != nil {

@@ -23,7 +23,7 @@ func (c *Controller) InstanceStates(ctx context.Context, recs []store.Instance) 
 	if err != nil {
 		return nil, err
 	}
-	vmStates, err := c.vmStates(ctx)
+	vmStates, err := c.states().States(ctx) // core_vmstate.go
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func (c *Controller) InstanceStates(ctx context.Context, recs []store.Instance) 
 			out[i] = inst.State
 		}
 		if st := vmStates[strings.ToLower(rec.UUID)]; st != "" {
-			out[i] = st // vmstate.go
+			out[i] = st
 		}
 	}
 	return out, nil

@@ -129,7 +129,7 @@ func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string)
 	if err != nil {
 		return err
 	}
-	if err := c.refuseVMState(ctx, "start", rec); err != nil { // vmstate.go
+	if err := c.checkRecordParts(ctx, op, rec); err != nil { // parts.go (a shelved or rescued instance is refused)
 		return err
 	}
 	in, err := decodeSpec(rec)

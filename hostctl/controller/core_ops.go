@@ -63,9 +63,6 @@ const (
 // (secretuse.go counts its secret in use).
 const rescueDisk = "_rescue"
 
-// VMState is the record of a shelved or rescued instance (vmstate.go).
-type VMState = vmState
-
 // Domain is an instance's libvirt domain as an operation finds it.
 type Domain struct {
 	UUID     string     // its UUID
@@ -104,14 +101,14 @@ func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name
 type Need int
 
 const (
-	// NeedStopped: neither shelved nor rescued, its shares agreeing, its
-	// domain shut off.
+	// NeedStopped: its domain shut off (and as the parts' Check allow:
+	// neither shelved nor rescued, its shares agreeing).
 	NeedStopped Need = iota
-	// NeedNoState: neither shelved nor rescued, on a host with a
-	// hypervisor.
+	// NeedNoState: on a host with a hypervisor (the parts' Check refuse a
+	// shelved or rescued one).
 	NeedNoState
-	// NeedAnyState: on a host with a hypervisor (the operation checks the
-	// state itself: RequireState).
+	// NeedAnyState: on a host with a hypervisor (the parts' Check allow
+	// the state the operation ends: unshelve, unrescue).
 	NeedAnyState
 )
 
@@ -125,7 +122,7 @@ func (c *Controller) OpInstance(ctx context.Context, op part.Op, name string, ne
 	if need == NeedStopped {
 		return c.stoppedInstance(ctx, string(op), name) // the parts' Check included
 	}
-	rec, in, err = c.ownInstance(ctx, string(op), name, need == NeedNoState)
+	rec, in, err = c.ownInstance(ctx, string(op), name)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
@@ -136,8 +133,8 @@ func (c *Controller) OpInstance(ctx context.Context, op part.Op, name string, ne
 }
 
 // ownInstance is this host's instance name for op, on a host with a
-// hypervisor; noState refuses a shelved or rescued one.
-func (c *Controller) ownInstance(ctx context.Context, op, name string, noState bool) (store.Instance, *model.Instance, error) {
+// hypervisor.
+func (c *Controller) ownInstance(ctx context.Context, op, name string) (store.Instance, *model.Instance, error) {
 	rec, err := c.ownRecord(ctx, op, name)
 	if err != nil {
 		return store.Instance{}, nil, err
@@ -145,56 +142,11 @@ func (c *Controller) ownInstance(ctx context.Context, op, name string, noState b
 	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
-	if noState {
-		if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
-			return store.Instance{}, nil, err
-		}
-	}
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
 	return rec, in, nil
-}
-
-// RequireState returns the instance's state record and its version,
-// refusing (ErrState, naming the state it is in) an instance whose state
-// is not want (StateShelved, StateRescue).
-func (c *Controller) RequireState(ctx context.Context, rec store.Instance, want string) (VMState, int64, error) {
-	st, ver, err := c.vmStateOf(ctx, rec.UUID)
-	if err != nil {
-		return vmState{}, 0, err
-	}
-	if st.State != want {
-		state := st.State
-		if state == "" {
-			state = c.drv.state(ctx, rec.Name, rec.UUID)
-		}
-		what := "shelved"
-		if want == StateRescue {
-			what = "in rescue"
-		}
-		return vmState{}, 0, fmt.Errorf("%w: the instance is not %s (state %s)", ErrState, what, state)
-	}
-	return st, ver, nil
-}
-
-// PutVMState writes the instance's state record (the undo step on r
-// removes it); Resume ends it.
-func (c *Controller) PutVMState(ctx context.Context, r *revert.Reverter, uuid string, st VMState) error {
-	return c.putVMState(ctx, r, uuid, st)
-}
-
-// Resume ends the state of rec (shelved, rescued) and starts it: its
-// state record st of version ver removed (the undo step on r puts it
-// back), then its domain started as start does (config drive, shares,
-// passphrases, the parts' start phase; a failed start takes its secrets
-// back).
-func (c *Controller) Resume(ctx context.Context, r *revert.Reverter, rec store.Instance, st VMState, ver int64) error {
-	if err := c.dropVMState(ctx, r, rec.UUID, st, ver); err != nil {
-		return err
-	}
-	return c.startDomain(ctx, rec)
 }
 
 // PrepareParts runs the parts' Prepare phase for op on in, with the undo
@@ -526,10 +478,7 @@ func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (stor
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
-		return store.Instance{}, nil, err
-	}
-	if err := c.checkRecordParts(ctx, part.Op(op), rec); err != nil { // parts.go (shares refuse a resize or rebuild)
+	if err := c.checkRecordParts(ctx, part.Op(op), rec); err != nil { // parts.go (shares refuse a resize or rebuild; a shelved or rescued instance is refused)
 		return store.Instance{}, nil, err
 	}
 	old, err := decodeSpec(rec)

@@ -93,11 +93,7 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err e
 	if err := c.ownerDown(ctx, "adopt "+name, rec); err != nil {
 		return nil, err
 	}
-	if err := c.checkRecordParts(ctx, part.Adopt, rec); err != nil { // parts.go
-		return nil, err
-	}
-	afterState, err := c.adoptState(ctx, rec) // vmstate.go
-	if err != nil {
+	if err := c.checkRecordParts(ctx, part.Adopt, rec); err != nil { // parts.go (a shelved instance only where its image is)
 		return nil, err
 	}
 	doc, err := c.store.Document(ctx, rec.UUID)
@@ -116,11 +112,8 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err e
 		c.notify.Invalidate(rec.UUID)
 	}
 	c.log.Info("instance adopted", "name", name, "from", prev, "host", c.hostName)
-	c.committedRecordParts(ctx, part.Adopt, rec) // partphases.go (the share mappings follow)
-	if err := afterState(); err != nil {
-		return nil, err
-	}
-	if st, _, _ := c.vmStateOf(ctx, rec.UUID); st.State == StateShelved {
+	c.committedRecordParts(ctx, part.Adopt, rec) // partphases.go (the share mappings follow, a rescue ends)
+	if st, _, _ := c.states().State(ctx, rec.UUID); st != "" {
 		// No instance files while shelved: unshelve's start builds the
 		// drive.
 		return c.Get(ctx, name)
@@ -164,9 +157,8 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 		fmt.Sprintf("the domain %s, its disks and files on host %s (remove them there if the host comes back)", name, rec.Host),
 		fmt.Sprintf("DHCP host entries of %s in host %s's libvirt network", name, rec.Host),
 	}
-	left = append(left, c.forceForgetState(ctx, rec)...) // a shelve's or rescue's state (vmstate.go)
 	// The parts drop what they hold of it beyond its host (its share
-	// mappings) and name what stays there.
+	// mappings, its state record) and name what stays there.
 	left = append(left, c.committedRecordParts(ctx, part.ForceDelete, rec)...) // partphases.go
 	c.log.Warn("instance record removed from the store by force; its host's resources stay", "name", name, "host", rec.Host)
 	return left, nil

@@ -48,6 +48,11 @@ func (c *Controller) partView(ctx context.Context, in *model.Instance) (*part.In
 // it refuses op for in. A refusal wraps ErrState and names the part and
 // its reason.
 func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance) error {
+	return c.checkPartsOn(ctx, op, in, "")
+}
+
+// checkPartsOn is checkParts for an instance of host (its record's).
+func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Instance, host string) error {
 	if len(c.parts) == 0 {
 		return nil
 	}
@@ -55,6 +60,7 @@ func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Insta
 	if err != nil {
 		return err
 	}
+	pi.Host = host
 	for _, p := range c.parts {
 		if p.Answers()[op].Do == part.Nothing {
 			continue
@@ -78,7 +84,7 @@ func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store
 	if err != nil {
 		return err
 	}
-	if err := c.checkParts(ctx, op, in); err != nil {
+	if err := c.checkPartsOn(ctx, op, in, rec.Host); err != nil {
 		return fmt.Errorf("%s %s: %w", op, rec.Name, err)
 	}
 	return nil

@@ -157,7 +157,7 @@ func TestWatchdogPart(t *testing.T) {
 func TestShelveReleasesDevices(t *testing.T) {
 	e := newEnv(t)
 	inv := withDevices(t, e)
-	e.c.parts = []part.Part{passthrough.New(inv)}
+	e.c.parts = []part.Part{boundStates(e.c), passthrough.New(inv)} // boundStates: export_vmstate_test.go
 	ctx := context.Background()
 	e.mustApply("name: vm1\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu, tag: ml}]\n")
 	held := func() []string {

@@ -160,10 +160,7 @@ func (c *Controller) powerTarget(ctx context.Context, op string, pop part.Op, na
 	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.refuseVMState(ctx, op, rec); err != nil { // vmstate.go
-		return store.Instance{}, nil, err
-	}
-	if err := c.checkRecordParts(ctx, pop, rec); err != nil { // parts.go
+	if err := c.checkRecordParts(ctx, pop, rec); err != nil { // parts.go (a shelved or rescued instance is refused)
 		return store.Instance{}, nil, err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)

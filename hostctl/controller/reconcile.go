@@ -149,11 +149,11 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if !c.owns(rec) {
 		return nil
 	}
-	if st, _, err := c.vmStateOf(ctx, rec.UUID); err != nil {
+	if st, _, err := c.states().State(ctx, rec.UUID); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
-	} else if st.State != "" {
+	} else if st != "" {
 		// Shelved (no domain) or rescued (another definition): left
-		// alone until unshelve or unrescue (vmstate.go).
+		// alone until unshelve or unrescue (core_vmstate.go).
 		return nil
 	}
 	in, err := decodeSpec(rec)

@@ -35,7 +35,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -87,22 +86,17 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 	if rel.image != "" {
 		released[rel.image] = true
 	}
-	states := map[string]vmState{}
-	if c.records != nil {
-		recs, err := c.records.Records(ctx, vmStatePrefix)
+	states, err := c.states().States(ctx) // core_vmstate.go
+	if err != nil {
+		return nil, err
+	}
+	if rel.allDisks {
+		_, img, err := c.states().State(ctx, rel.instanceUUID)
 		if err != nil {
-			return nil, fmt.Errorf("instance states: %w", err)
+			return nil, err
 		}
-		for _, sr := range recs {
-			var st vmState
-			if err := json.Unmarshal(sr.Value, &st); err != nil {
-				return nil, fmt.Errorf("state record %s: %w", sr.Key, err)
-			}
-			uuid := strings.TrimPrefix(sr.Key, vmStatePrefix)
-			states[uuid] = st
-			if rel.allDisks && strings.EqualFold(uuid, rel.instanceUUID) && st.ShelvedImage != "" {
-				released[st.ShelvedImage] = true // deleted with the instance
-			}
+		if img != "" {
+			released[img] = true // deleted with the instance
 		}
 	}
 	// Images of this host's catalog (snapshots and shelved images are
@@ -135,7 +129,7 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 			if inst == "" {
 				inst = uuid
 			}
-			if st := states[uuid].State; st != "" {
+			if st := states[uuid]; st != "" {
 				inst += " (" + st + ")"
 			}
 			for disk, bd := range rec.Disks {
@@ -156,9 +150,13 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 		}
 		// A rescued instance's rescue disk opens with the rescue image's
 		// own secret (hostctl/ops, rescue.go).
-		for uuid, st := range states {
-			if st.RescueSecret == id && !rel.releasesDisk(uuid, rescueDisk) {
-				out = append(out, "rescue disk of instance "+st.Instance+" (rescue image "+st.RescueImage+")")
+		rescues, err := c.states().SecretUsers(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		for uuid, what := range rescues {
+			if !rel.releasesDisk(uuid, rescueDisk) {
+				out = append(out, what)
 			}
 		}
 	}

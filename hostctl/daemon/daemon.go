@@ -438,8 +438,8 @@ func (s *serve) startController(context.Context) error {
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
 	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc) // parts.go
-	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                  // virt.go
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc, s.ctlStore, s.hostName) // parts.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                          // virt.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,

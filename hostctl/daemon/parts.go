@@ -8,8 +8,10 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/internal/store"
 )
 
 // Parts are the host features the daemon registers with the controller
@@ -19,10 +21,15 @@ import (
 // the network of a NIC that names none; bind gives the parts that need
 // it the core, once it exists; keyRecords is the key rotation engine
 // (nil: none), whose records of an instance go with it; the share
-// service (sh) is the shares part.
-func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// service (sh) is the shares part; the instances' states (shelved,
+// rescued) are kept in records (nil: none) by host. The states part comes
+// first: its Check refuses what a shelved or rescued instance must not
+// undergo before any other part acts.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
+	vs := vmstate.New(records, host)
 	parts = []part.Part{
+		vs,
 		pt,
 		nics.New(net, defaultNet),
 		watchdog.New(),
@@ -33,6 +40,7 @@ func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRe
 	}
 	return parts, func(c *controller.Controller, log *slog.Logger) {
 		pt.Bind(c, log)
+		vs.Bind(c.ImageDir(), c, log)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
+	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}), nil, "")
 	// The firmware part is registered with a hypervisor only (virt.go).
 	parts = append(parts, firmware.New(nil, "", false, nil))
 	if len(parts) == 0 {
@@ -34,7 +34,7 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"passthrough", "watchdog", "shares"} {
+	for _, want := range []string{"vmstate", "passthrough", "watchdog", "shares"} {
 		if !names[want] {
 			t.Errorf("part %s is not registered", want)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
@@ -109,11 +110,17 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 		f.t.Fatal(err)
 	}
 	opts := controller.Options{DataDir: f.dir, Logger: f.logger(), Hypervisor: conn, Keys: km, LUKS: f.tool,
-		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}, Parts: f.parts}
+		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}}
+	var recs store.Records = st
 	if f.wrap != nil {
 		opts.Records = f.wrap(st)
+		recs = opts.Records
 	}
+	// The instances' states (shelved, rescued) as the daemon keeps them.
+	vs := vmstate.New(recs, "")
+	opts.Parts = append([]part.Part{vs}, f.parts...)
 	c := controller.NewStopped(st, opts)
+	vs.Bind(c.ImageDir(), c, f.logger())
 	f.st = st
 	return c, km, func() { c.Close(); conn.Close(); st.Close() }
 }

@@ -3,8 +3,8 @@ package diskrotate
 import (
 	"bytes"
 	"context"
-	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"testing"
 	"time"
 
@@ -34,7 +34,7 @@ func TestDiskRotateShelved(t *testing.T) {
 	}
 	s := keyrotation.Subject{Class: keyrotation.Disk, InstanceUUID: f.uuid, InstanceName: f.name}
 	res, err := r.Rotate(ctx, s, 2, 0, nil)
-	if err != nil || res.Done || res.Pending != PendingVMState(controller.StateShelved) {
+	if err != nil || res.Done || res.Pending != PendingVMState(vmstate.Shelved) {
 		t.Fatalf("Rotate while shelved = %+v, %v", res, err)
 	}
 	if now, _ := km.Passphrase(ctx, id); !bytes.Equal(now, before) {

@@ -34,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -50,7 +51,7 @@ import (
 
 // Frame is the frame of an operation: the instance's lock, the
 // observation of its outcome, its events, the instance in the state the
-// operation needs (checked by the parts), its state record.
+// operation needs (checked by the parts).
 type Frame interface {
 	LockInstance(name string) (unlock func())
 	Observe(op string, start time.Time, err *error)
@@ -61,12 +62,19 @@ type Frame interface {
 	// (block devices, states).
 	Capabilities() (hypervisor, records bool)
 	// OpInstance is this host's instance name for op, in the state op
-	// needs, checked by the parts for op; RequireState refuses one not
-	// in state want and returns its state record; PutVMState writes
-	// one (Domains.Resume ends it).
+	// needs, checked by the parts for op (the states part refuses one
+	// shelved or rescued, or for unshelve and unrescue one that is not).
 	OpInstance(ctx context.Context, op part.Op, name string, need controller.Need) (store.Instance, *model.Instance, error)
-	RequireState(ctx context.Context, rec store.Instance, want string) (controller.VMState, int64, error)
-	PutVMState(ctx context.Context, r *revert.Reverter, uuid string, st controller.VMState) error
+}
+
+// States is the part that keeps the instances' states (shelved,
+// rescued: hostctl/parts/vmstate, registered with the core): Require
+// returns the state record of an instance in state want (refusing one
+// that is not) and its version, Put records one, Drop ends one.
+type States interface {
+	Require(ctx context.Context, name, uuid, want string) (vmstate.Record, int64, error)
+	Put(ctx context.Context, r *revert.Reverter, uuid string, st vmstate.Record) error
+	Drop(ctx context.Context, r *revert.Reverter, uuid string, st vmstate.Record, ver int64) error
 }
 
 // Files is where an instance's files are (a disk's file:
@@ -97,11 +105,11 @@ type Domains interface {
 	RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error
 	ReadBack(ctx context.Context, in *model.Instance) error
 	// StopDomain shuts a running domain down and undefines its libvirt
-	// secrets; Boot starts one an operation defined; Resume ends the
-	// instance's state record and starts it as start does.
+	// secrets; Boot starts one an operation defined; Resume starts one
+	// whose state (States.Drop) just ended as start does.
 	StopDomain(ctx context.Context, r *revert.Reverter, rec store.Instance, running bool, timeout time.Duration, again func(context.Context) error) error
 	Boot(ctx context.Context, r *revert.Reverter, rec store.Instance, in *model.Instance, extra func(context.Context, *revert.Reverter) error) error
-	Resume(ctx context.Context, r *revert.Reverter, rec store.Instance, st controller.VMState, ver int64) error
+	Resume(ctx context.Context, rec store.Instance) error
 }
 
 // Host is what an instance has on this host besides its disks and
@@ -151,6 +159,7 @@ type shelver struct {
 	*snapshotter
 	domains Domains
 	host    Host
+	states  States
 }
 
 // rescuer rescues and unrescues (rescue.go).
@@ -161,6 +170,7 @@ type rescuer struct {
 	domains Domains
 	host    Host
 	secrets Secrets
+	states  States
 }
 
 // resizer resizes (resize.go), rebuilder rebuilds (rebuild.go).
@@ -194,9 +204,10 @@ type Ops struct {
 func New(c *controller.Controller) *Ops {
 	b := base{frame: c, log: c.Logger()}
 	snap := &snapshotter{base: b, files: c, disks: c, secrets: c}
+	st := statesOf(c.Parts())
 	return &Ops{
-		shelve:   &shelver{snapshotter: snap, domains: c, host: c},
-		rescue:   &rescuer{base: b, files: c, disks: c, domains: c, host: c, secrets: c},
+		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st},
+		rescue:   &rescuer{base: b, files: c, disks: c, domains: c, host: c, secrets: c, states: st},
 		resize:   &resizer{base: b, files: c, disks: c, layouts: c},
 		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c},
 		snapshot: snap,
@@ -315,4 +326,32 @@ func removeFile(p string) error {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// statesOf is the registered part that keeps the instances' states
+// (noStates when none does: shelve and rescue are refused).
+func statesOf(parts []part.Part) States {
+	for _, p := range parts {
+		if s, ok := p.(States); ok {
+			return s
+		}
+	}
+	return noStates{}
+}
+
+// noStates keeps no state.
+type noStates struct{}
+
+var errNoStates = errors.New("no part keeps instance states (hostctl/parts/vmstate is not registered)")
+
+func (noStates) Require(context.Context, string, string, string) (vmstate.Record, int64, error) {
+	return vmstate.Record{}, 0, errNoStates
+}
+
+func (noStates) Put(context.Context, *revert.Reverter, string, vmstate.Record) error {
+	return errNoStates
+}
+
+func (noStates) Drop(context.Context, *revert.Reverter, string, vmstate.Record, int64) error {
+	return errNoStates
 }

@@ -44,6 +44,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -140,7 +141,7 @@ func (o *rescuer) rescueLocked(ctx context.Context, name string, req controller.
 		src.Backing = &virt.BackingSource{Path: base.Path, Format: base.Format, SecretUUID: rk.libvirtUUID}
 		host.Disks[in.Disks[root].Name] = src
 	}
-	if err := o.frame.PutVMState(ctx, r, rec.UUID, controller.VMState{Instance: name, State: controller.StateRescue, RescueImage: img.Name, Domain: cur.Inactive,
+	if err := o.states.Put(ctx, r, rec.UUID, vmstate.Record{Instance: name, State: vmstate.Rescue, RescueImage: img.Name, Domain: cur.Inactive,
 		RescueSecret: rk.keyID, RescueLibvirtSecret: rk.libvirtUUID}); err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
@@ -311,7 +312,7 @@ func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string,
 	if err != nil {
 		return "", "", err
 	}
-	st, ver, err := o.frame.RequireState(ctx, rec, controller.StateRescue)
+	st, ver, err := o.states.Require(ctx, name, rec.UUID, vmstate.Rescue)
 	if err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
@@ -364,7 +365,10 @@ func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string,
 			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}
-	if err := o.domains.Resume(ctx, r, rec, st, ver); err != nil {
+	if err := o.states.Drop(ctx, r, rec.UUID, st, ver); err != nil {
+		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
+	}
+	if err := o.domains.Resume(ctx, rec); err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
 	r.Success()

@@ -15,7 +15,7 @@ package ops
 // stopped), the instance directory (disks, config drive, console log)
 // removed, the libvirt secrets undefined. The instance record, its
 // published metadata, its DHCP leases, its block-device records and its
-// key-manager secrets stay; the instance is StateShelved.
+// key-manager secrets stay; the instance is vmstate.Shelved.
 //
 // Unshelve makes the disks again: the root disk a standalone qcow2
 // copied from the shelved image, encrypted under the same secret and
@@ -42,6 +42,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -98,7 +99,7 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 	if err != nil {
 		return err
 	}
-	if err := o.frame.PutVMState(ctx, r, in.UUID, controller.VMState{Instance: in.Name, State: controller.StateShelved, ShelvedImage: img.Name}); err != nil {
+	if err := o.states.Put(ctx, r, in.UUID, vmstate.Record{Instance: in.Name, State: vmstate.Shelved, ShelvedImage: img.Name}); err != nil {
 		return err
 	}
 	if err := o.domains.RemoveDomain(ctx, r, in); err != nil {
@@ -140,7 +141,7 @@ func (o *shelver) Unshelve(ctx context.Context, name string) (_ *controller.Inst
 		unlock()
 		return nil, err
 	}
-	st, ver, err := o.frame.RequireState(ctx, rec, controller.StateShelved)
+	st, ver, err := o.states.Require(ctx, name, rec.UUID, vmstate.Shelved)
 	var unused []string
 	if err == nil {
 		unused, err = o.unshelveLocked(ctx, rec, in, st, ver)
@@ -163,7 +164,7 @@ func (o *shelver) Unshelve(ctx context.Context, name string) (_ *controller.Inst
 // unshelveLocked makes the disks and the domain of the shelved instance
 // in again and starts it; it returns the secrets no disk uses any more
 // (a flattened root disk's backing copy), to delete after the commit.
-func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *model.Instance, st controller.VMState, ver int64) (_ []string, err error) {
+func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *model.Instance, st vmstate.Record, ver int64) (_ []string, err error) {
 	dir := o.disks.ImageDir()
 	defer dir.Use(st.ShelvedImage)()
 	img, err := dir.Lookup(ctx, st.ShelvedImage)
@@ -246,7 +247,10 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 	// No longer shelved; config drive (rebuilt from the published
 	// metadata), shares, passphrases, start; a failed start takes its
 	// secrets back.
-	if err := o.domains.Resume(ctx, r, rec, st, ver); err != nil {
+	if err := o.states.Drop(ctx, r, rec.UUID, st, ver); err != nil {
+		return nil, err
+	}
+	if err := o.domains.Resume(ctx, rec); err != nil {
 		return nil, err
 	}
 	r.Success()

@@ -140,8 +140,8 @@ type Instance struct {
 	// operation that does not change the spec.
 	Old *model.Instance
 	// Host is the host the instance lives on (its record's owner; another
-	// host's for a force delete). Set for the after-phases and Committed
-	// of a stored instance; "" when hosts are not tracked.
+	// host's for a force delete). Set for the Check, the after-phases and
+	// Committed of a stored instance; "" when hosts are not tracked.
 	Host string
 	// Revision is the metadata revision the operation's publish makes
 	// (an apply's, for the Prepare of the definition it makes); 0 when

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"context"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// The states hostctl gives an instance besides its domain's (shelved,
+// rescued) are kept by a part (hostctl/parts/vmstate, registered by the
+// daemon): its Check refuses what a state does not allow, its other
+// phases follow delete, force-delete and adopt. What the core needs of
+// the states beyond the phases — showing them, leaving such an instance
+// to its operations in the reconciler, counting what they hold of images
+// and secrets — it asks the registered part that keeps them
+// (instanceStates); without one, no instance has a state.
+
+// instanceStates is the part that keeps the instances' states.
+type instanceStates interface {
+	// State is the instance's state ("": none) and the catalog image
+	// that goes with the instance when it is deleted ("": none).
+	State(ctx context.Context, uuid string) (state, image string, err error)
+	// States are the states of the instances that have one, by
+	// lower-case UUID.
+	States(ctx context.Context) (map[string]string, error)
+	// ImageUsers names the instances whose state holds image name;
+	// SecretUsers what of a state opens with secret id, by lower-case
+	// instance UUID.
+	ImageUsers(ctx context.Context, name string) ([]string, error)
+	SecretUsers(ctx context.Context, id string) (map[string]string, error)
+}
+
+// states is the registered part that keeps the instances' states.
+func (c *Controller) states() instanceStates {
+	for _, p := range c.parts {
+		if s, ok := p.(instanceStates); ok {
+			return s
+		}
+	}
+	return noStates{}
+}
+
+// noStates: no part keeps states.
+type noStates struct{}
+
+func (noStates) State(context.Context, string) (string, string, error)          { return "", "", nil }
+func (noStates) States(context.Context) (map[string]string, error)              { return nil, nil }
+func (noStates) ImageUsers(context.Context, string) ([]string, error)           { return nil, nil }
+func (noStates) SecretUsers(context.Context, string) (map[string]string, error) { return nil, nil }
+
+// Parts are the registered parts, in registration order (the operations
+// of hostctl/ops find the state keeper among them).
+func (c *Controller) Parts() []part.Part { return c.parts }
+
+// PowerState is the state of instance name's domain as list shows it
+// ("running", "shutoff"; "" without a hypervisor).
+func (c *Controller) PowerState(ctx context.Context, name, uuid string) string {
+	return c.drv.state(ctx, name, uuid)
+}
+
+// Resume starts rec, whose state (shelved, rescued) just ended, as start
+// does (config drive, shares, passphrases, the parts' start phase; a
+// failed start takes its secrets back).
+func (c *Controller) Resume(ctx context.Context, rec store.Instance) error {
+	return c.startDomain(ctx, rec)
+}
