@@ -87,8 +87,8 @@ func (c *Controller) DiskPath(in *model.Instance, disk string) (string, error) {
 	return "", fmt.Errorf("disk %s of %s: %w: not in the spec", disk, in.Name, store.ErrNotFound)
 }
 
-// InstanceState returns in's VM state (StateShelved, StateRescued; ""
-// for none) and whether its domain (with in's UUID) runs.
+// InstanceState returns in's VM state (the states part's: shelved,
+// rescue; "" for none) and whether its domain (with in's UUID) runs.
 func (c *Controller) InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error) {
 	st, _, err := c.states().State(ctx, in.UUID) // core_vmstate.go
 	if err != nil {

@@ -59,7 +59,7 @@ func hostDevicesOf(inst *Instance) []string {
 // one of Nova's is refused naming it, changing nothing.
 func TestWatchdogPart(t *testing.T) {
 	e := newEnv(t)
-	e.c.parts = []part.Part{watchdog.New()}
+	e.c.parts = []part.Part{boundStates(e.c), watchdog.New()} // boundStates: export_vmstate_test.go
 	flavorSetup(e)
 	ctx := context.Background()
 	for _, f := range []flavors.Flavor{

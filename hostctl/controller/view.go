@@ -18,8 +18,9 @@ type Instance struct {
 	// State is the domain's state (running, shutoff, paused, ...),
 	// "missing" when libvirt has no domain of this name and UUID
 	// (deleted behind hostctl's back), "unknown" when libvirtd does not
-	// answer; empty without a hypervisor. StateShelved and StateRescue
-	// while the instance is shelved or rescued, StateError in ERROR.
+	// answer; empty without a hypervisor. The state the states part
+	// keeps (hostctl/parts/vmstate: shelved_offloaded, rescue) while the
+	// instance is shelved or rescued, StateError in ERROR.
 	State string
 	// Fault says why the instance is in ERROR: a start failed because a
 	// share could not be mounted on the host.
