@@ -176,7 +176,6 @@ func TestCheckRefusesByState(t *testing.T) {
 	f.put(t, uuidA, Record{Instance: "shelved-1", State: Shelved, ShelvedImage: "shelved-1-shelved"})
 	f.put(t, uuidB, Record{Instance: "rescued-1", State: Rescue, RescueImage: "rescue-img"})
 	f.cat.names["shelved-1-shelved"] = true
-	type want struct{ err string } // "" allowed
 	shelvedRefused := "instance state does not allow this: the instance is shelved_offloaded (hostctl instance unshelve shelved-1 first)"
 	rescueRefused := "instance state does not allow this: the instance is in rescue (hostctl instance unrescue rescued-1 first)"
 	for _, op := range part.Ops() {
