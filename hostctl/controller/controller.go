@@ -21,7 +21,7 @@
 // The metadata describes the running configuration of a running domain
 // and the persistent one of a domain that is shut off. Every publish of a
 // running domain also puts the rebuilt config drive into its cdrom, as a
-// new file, by a forced media change (hostctl/parts/configdrive). Shares are virtiofs
+// new file, by a forced media change (parts/configdrive). Shares are virtiofs
 // filesystems of host directories under the share root; the share
 // service (hostctl/shares) is a part: it merges an instance's mapped
 // shares into every apply and follows its starts, stops and deletes
@@ -535,15 +535,15 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	drive := filepath.Join(dir, driveFile)
 	staged := drive + ".staged"
-	hand := ""
+	forMedia := "" // the drive the media part gets ("": none)
 	if in.WantsConfigDrive() {
 		defer os.Remove(staged)
 		if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 			return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 		}
-		hand = staged
+		forMedia = staged
 	}
-	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, hand, rev) // core_media.go
+	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // core_media.go
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
