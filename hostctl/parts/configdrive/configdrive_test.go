@@ -80,8 +80,11 @@ func (h *hv) UpdateDevice(_ context.Context, _ string, deviceXML []byte, affect 
 		return errors.New("domain is not running")
 	}
 	d, err := virt.ParseDevices([]byte(`<domain><devices>` + string(deviceXML) + `</devices></domain>`))
-	if err != nil || len(d.Disks) != 1 {
-		return fmt.Errorf("not one disk: %v", err)
+	if err != nil {
+		return err
+	}
+	if len(d.Disks) != 1 {
+		return fmt.Errorf("%d disks, want one", len(d.Disks))
 	}
 	if _, err := os.Stat(d.Disks[0].Source); err != nil {
 		return fmt.Errorf("cannot open the new medium: %w", err)
