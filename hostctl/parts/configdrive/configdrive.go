@@ -347,10 +347,14 @@ func driveRevision(path string) (int64, error) {
 
 // linkOrCopy makes dst a hard link of src, or a copy where the file system
 // has no hard links; either way dst appears whole or not at all. dst must
-// not exist.
+// not exist (an error wrapping fs.ErrExist).
 func linkOrCopy(src, dst string) error {
-	if err := os.Link(src, dst); err == nil {
+	err := os.Link(src, dst)
+	switch {
+	case err == nil:
 		return atomicfile.SyncDir(filepath.Dir(dst))
+	case errors.Is(err, fs.ErrExist):
+		return err
 	}
 	in, err := os.Open(src)
 	if err != nil {

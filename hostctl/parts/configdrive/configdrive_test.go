@@ -169,7 +169,8 @@ func TestChangeMediumRunning(t *testing.T) {
 			dataDir, dir, staged := setup(t, 7)
 			disk := filepath.Join(dir, configdrive.DriveFile)
 			h := &hv{state: virt.StateRunning, bus: "sata", live: disk}
-			touch(t, filepath.Join(dir, "disk.config.5")) // a leftover of a crash
+			touch(t, filepath.Join(dir, "disk.config.5")) // leftovers of a crash
+			touch(t, filepath.Join(dir, "disk.config.7"))
 			p := configdrive.New(h, dataDir, nil)
 			r := newReverter()
 			commit, warn, err := p.ChangeMedium(ctx, r, "app-1", staged, 7)
