@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
@@ -259,32 +258,11 @@ func orImage(size string) string {
 }
 
 // DiskBytes is the size in bytes a disk's size field says, in qemu-img
-// syntax ("10G", "512M", "1048576"); false when it says none (the
-// image's size) or is not one.
+// syntax ("10G", "512M", "1048576"; model.ParseDiskSize); false when it
+// says none (the image's size) or is not one.
 func DiskBytes(s string) (int64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	shift := 0
-	switch s[len(s)-1] {
-	case 'K':
-		shift = 10
-	case 'M':
-		shift = 20
-	case 'G':
-		shift = 30
-	case 'T':
-		shift = 40
-	}
-	digits := s
-	if shift > 0 {
-		digits = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)>>shift {
-		return 0, false
-	}
-	return n << shift, true
+	n, err := model.ParseDiskSize(s)
+	return n, err == nil
 }
 
 // LaidOut reports whether a stored instance was laid out by a

@@ -351,7 +351,8 @@ func TestDiskBytes(t *testing.T) {
 	}{
 		{"", 0, false}, {"1048576", 1 << 20, true}, {"4K", 4 << 10, true}, {"512M", 512 << 20, true},
 		{"10G", 10 << 30, true}, {"2T", 2 << 40, true}, {"G", 0, false}, {"-1G", 0, false},
-		{"1.5G", 0, false}, {"10X", 0, false}, {"9223372036854775807G", 0, false}, {"4194304T", 1 << 62, true}, {"4194305T", 0, false},
+		{"1.5G", 0, false}, {"10X", 0, false}, {"+5G", 0, false}, {"9223372036854775807G", 0, false},
+		{"1024T", model.MaxDiskSize, true}, {"1025T", 0, false},
 	} {
 		if n, ok := layout.DiskBytes(tc.s); n != tc.n || ok != tc.ok {
 			t.Errorf("DiskBytes(%q) = %d, %t; want %d, %t", tc.s, n, ok, tc.n, tc.ok)

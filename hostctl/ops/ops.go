@@ -10,7 +10,7 @@
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
 // core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts, Applier, DeviceChanges, Volumes) the core implements
+// Secrets, Layouts, DeviceChanges, Volumes) the core implements
 // (hostctl/controller, core_ops.go, core_hotplug.go); each operation
 // holds only the roles it uses. The core does not know the operations:
 // the daemon wires them into the admin API (api.Services.Shelve,
