@@ -3,17 +3,17 @@
 // unrescue (rescue.go), resize (resize.go), rebuild (rebuild.go),
 // snapshot (snapshot.go), Nova's operations translated to one host
 // (issue: ephemeral storage encryption, item 8), and the hot-plug of
-// disks and NICs (hotplug.go).
+// disks and NICs (hotplug.go, over devicechange.go).
 //
 // Each operation holds the instance's lock, finds the instance in the
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
 // core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts, DeviceChanges, Volumes) the core implements
-// (hostctl/controller, core_ops.go, core_hotplug.go); each operation
-// holds only the roles it uses. The core does not know the operations:
-// the daemon wires them into the admin API (api.Services.Shelve,
+// Secrets, Layouts, DeviceChanges, Volumes) the core
+// implements (hostctl/controller, core_ops.go, core_devchange.go); each
+// operation holds only the roles it uses. The core does not know the
+// operations: the daemon wires them into the admin API (api.Services.Shelve,
 // Resize, Snapshot and Hotplug).
 package ops
 
