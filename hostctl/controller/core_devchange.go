@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/part"
@@ -184,4 +186,162 @@ func (c *Controller) DefineSecrets(ctx context.Context, r *revert.Reverter, in *
 func (c *Controller) ForgetDisk(ctx context.Context, in *model.Instance, disk string) {
 	c.removeDiskFile(in.Name, disk)
 	c.forgetDisks(ctx, in, []string{disk})
+}
+
+// The power of an instance's domain as a reboot (hostctl/ops, reboot.go)
+// changes it, and the parts it meets: a plain start and a soft reboot
+// are refused by the parts' Check (an instance in ERROR:
+// hostctl/parts/faults), a hard reboot clears the fault.
+
+// Parts are the registered parts, in registration order (an operation
+// of hostctl/ops finds among them those it works with).
+func (c *Controller) Parts() []part.Part { return c.parts }
+
+// PreStart runs the parts' work before the lock of a start for op.
+func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) error {
+	return c.preStartParts(ctx, op, name) // core_nicspart.go
+}
+
+// PowerTarget is this host's instance name (locked by the caller) for
+// op, checked by the parts for pop; running tells whether its domain
+// runs.
+func (c *Controller) PowerTarget(ctx context.Context, op string, pop part.Op, name string) (store.Instance, bool, error) {
+	rec, cur, err := c.powerTarget(ctx, op, pop, name)
+	if err != nil {
+		return store.Instance{}, false, err
+	}
+	return rec, cur.running, nil
+}
+
+// PowerOff powers the running domain of rec off and leaves it as a stop
+// does: media pruned, the parts told, the passphrases out of libvirt (a
+// failure there is logged: the reconciler retries; the start after
+// defines them again).
+func (c *Controller) PowerOff(ctx context.Context, rec store.Instance) error {
+	if err := c.domains.Destroy(ctx, rec.Name); err != nil {
+		return err
+	}
+	c.pruneMedia(rec.Name, "")
+	c.afterRecordParts(ctx, "stop", rec) // parts.go
+	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+		c.log.Warn("libvirt secrets not removed after power-off; the reconciler retries", "name", rec.Name, "err", err)
+	}
+	return nil
+}
+
+// StartDomain starts the domain of rec, not running, as Start does (a
+// share that cannot be mounted puts the instance in ERROR).
+func (c *Controller) StartDomain(ctx context.Context, rec store.Instance) error {
+	return c.startDomain(ctx, rec)
+}
+
+// RebootDomain reboots the running domain name in place (libvirt's
+// reboot); ok is false when the hypervisor cannot.
+func (c *Controller) RebootDomain(ctx context.Context, name string) (ok bool, err error) {
+	r, ok := c.domains.(interface {
+		Reboot(ctx context.Context, name string) error
+	})
+	if !ok {
+		return false, nil
+	}
+	return true, r.Reboot(ctx, name)
+}
+
+// An instance is in ERROR when a start failed because a share it needs
+// could not be mounted on the host; the part that keeps the faults
+// (hostctl/parts/faults) records it (startFailer) and the core shows it
+// (faultShower): Instance.State is StateError while the domain is not
+// running, Instance.Fault says why.
+
+// ErrMountFailed is wrapped by the error of a part's BeforeStart when a
+// share could not be mounted (a *MountError): the start that hit it puts
+// the instance in ERROR.
+var ErrMountFailed = part.ErrMountFailed
+
+// MountError is the error of a part's BeforeStart when a share could not
+// be mounted on the host (hostctl/part).
+type MountError = part.MountError
+
+// StateError is the state of an instance in ERROR (Instance.State)
+// while its domain is not running.
+const StateError = "error"
+
+// startFailer is a part with work when a start failed (the faults part:
+// a mount failure puts the instance in ERROR); its error joins the
+// start's.
+type startFailer interface {
+	StartFailed(ctx context.Context, in *part.Instance, err error) error
+}
+
+// faultShower is a part that knows the instances in ERROR: the reason by
+// instance UUID (Faults: every one, by lower-case UUID).
+type faultShower interface {
+	Fault(ctx context.Context, uuid string) (string, error)
+	Faults(ctx context.Context) (map[string]string, error)
+}
+
+// startFailed tells the parts that the start of rec failed with err and
+// returns err, joined by what they could not do.
+func (c *Controller) startFailed(ctx context.Context, rec store.Instance, err error) error {
+	var in *part.Instance
+	errs := []error{err}
+	for _, p := range c.parts {
+		sf, ok := p.(startFailer)
+		if !ok {
+			continue
+		}
+		if in == nil {
+			spec, derr := decodeSpec(rec)
+			if derr != nil {
+				return errors.Join(err, derr)
+			}
+			in = &part.Instance{Spec: spec, Host: rec.Host}
+		}
+		if ferr := sf.StartFailed(ctx, in, err); ferr != nil {
+			errs = append(errs, ferr)
+		}
+	}
+	if len(errs) == 1 {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// faultOf returns the reason an instance is in ERROR ("" when it is not).
+func (c *Controller) faultOf(ctx context.Context, uuid string) (string, error) {
+	for _, p := range c.parts {
+		if fs, ok := p.(faultShower); ok {
+			return fs.Fault(ctx, uuid)
+		}
+	}
+	return "", nil
+}
+
+// faults returns the reasons of every instance in ERROR, by UUID.
+func (c *Controller) faults(ctx context.Context) (map[string]string, error) {
+	for _, p := range c.parts {
+		if fs, ok := p.(faultShower); ok {
+			return fs.Faults(ctx)
+		}
+	}
+	return nil, nil
+}
+
+// faultFor is the reason of uuid in a map of faults.
+func faultFor(faults map[string]string, uuid string) string {
+	return faults[strings.ToLower(uuid)]
+}
+
+// showFault sets the state and fault of an instance in ERROR whose
+// domain is not running (a running domain shows its own state).
+func showFault(inst *Instance, reason string) {
+	if reason == "" {
+		return
+	}
+	inst.Fault = reason
+	switch inst.State {
+	case "running", "paused", StateUnknown:
+	default:
+		inst.State = StateError
+	}
 }

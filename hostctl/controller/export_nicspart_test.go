@@ -21,9 +21,10 @@ import (
 // package controller_test) drive the harness with.
 
 // registerParts gives e's controller the passthrough part (without an
-// inventory until withInventory) and the nics part over net.
+// inventory until withInventory), the nics part over net and the faults
+// part.
 func registerParts(e *env, net nics.Network) {
-	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, "")}
+	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, ""), faultsPart(e.c)} // export_devchange_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.

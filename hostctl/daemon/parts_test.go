@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/firmware"
 	"github.com/vmeta/vmeta/hostctl/shares"
 )
@@ -13,7 +14,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
+	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}), faults.New(nil, nil))
 	// The firmware part is registered with a hypervisor only (virt.go).
 	parts = append(parts, firmware.New(nil, "", false, nil))
 	if len(parts) == 0 {
@@ -34,7 +35,7 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"passthrough", "watchdog", "shares"} {
+	for _, want := range []string{"passthrough", "watchdog", "shares", "faults"} {
 		if !names[want] {
 			t.Errorf("part %s is not registered", want)
 		}
