@@ -370,7 +370,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	}
 	// The flavor's layout and the encryption decision first: they only
 	// decide, so a refusal there has nothing to undo.
-	warn, err := c.layout(ctx, in, old)
+	warn, err := c.Layouts().Apply(ctx, in, old) // hostctl/layout
 	if err != nil {
 		return nil, err
 	}
