@@ -10,6 +10,12 @@ import (
 // harness registers it as the daemon does (registerParts), and setFault
 // puts an instance in ERROR as a start whose share mount failed does.
 
+// The faults part plays the roles the core finds it by.
+var (
+	_ startFailer = (*faultspart.Part)(nil)
+	_ faultShower = (*faultspart.Part)(nil)
+)
+
 // faultsPart is the faults part over c's records.
 func faultsPart(c *Controller) *faultspart.Part { return faultspart.New(c.records, c.log) }
 

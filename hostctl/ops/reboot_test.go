@@ -11,8 +11,12 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/internal/store"
 )
+
+// The faults part is the Faults the reboot finds among the core's parts.
+var _ Faults = (*faults.Part)(nil)
 
 // fakeCore is the core as the reboot sees it (Frame, Power, Faults): it
 // records the calls, in order, and fails the one named in fail.
