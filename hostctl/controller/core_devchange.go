@@ -26,9 +26,9 @@ import (
 type HotPlug interface {
 	AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
 	DetachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
-	// UpdateDevice changes a device in place; the controller swaps the
-	// config drive cdrom's medium with it (virt.ConfigDriveMediaXML,
-	// live and forced; media.go).
+	// UpdateDevice changes a device in place; the config-drive media
+	// part swaps the cdrom's medium with it (virt.ConfigDriveMediaXML,
+	// live and forced; hostctl/parts/configdrive).
 	UpdateDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
 }
 
@@ -214,14 +214,13 @@ func (c *Controller) PowerTarget(ctx context.Context, op string, pop part.Op, na
 }
 
 // PowerOff powers the running domain of rec off and leaves it as a stop
-// does: media pruned, the parts told, the passphrases out of libvirt (a
+// does: the parts told, the passphrases out of libvirt (a
 // failure there is logged: the reconciler retries; the start after
 // defines them again).
 func (c *Controller) PowerOff(ctx context.Context, rec store.Instance) error {
 	if err := c.domains.Destroy(ctx, rec.Name); err != nil {
 		return err
 	}
-	c.pruneMedia(rec.Name, "")
 	c.afterRecordParts(ctx, "stop", rec) // parts.go
 	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
 		c.log.Warn("libvirt secrets not removed after power-off; the reconciler retries", "name", rec.Name, "err", err)

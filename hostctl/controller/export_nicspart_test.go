@@ -21,10 +21,10 @@ import (
 // package controller_test) drive the harness with.
 
 // registerParts gives e's controller the passthrough part (without an
-// inventory until withInventory), the nics part over net and the faults
-// part.
+// inventory until withInventory), the nics part over net, the media part
+// (export_media_test.go) and the faults part (export_devchange_test.go).
 func registerParts(e *env, net nics.Network) {
-	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, ""), faultsPart(e.c)} // export_devchange_test.go
+	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, ""), mediaPart(e, net), faultsPart(e.c)}
 }
 
 // withInventory replaces e's passthrough part by one over inv.
