@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 
-	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -48,10 +47,6 @@ func (noStates) State(context.Context, string) (string, string, error)          
 func (noStates) States(context.Context) (map[string]string, error)              { return nil, nil }
 func (noStates) ImageUsers(context.Context, string) ([]string, error)           { return nil, nil }
 func (noStates) SecretUsers(context.Context, string) (map[string]string, error) { return nil, nil }
-
-// Parts are the registered parts, in registration order (the operations
-// of hostctl/ops find the state keeper among them).
-func (c *Controller) Parts() []part.Part { return c.parts }
 
 // PowerState is the state of instance name's domain as list shows it
 // ("running", "shutoff"; "" without a hypervisor).

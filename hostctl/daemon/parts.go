@@ -6,6 +6,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
@@ -21,11 +22,13 @@ import (
 // the network of a NIC that names none; bind gives the parts that need
 // it the core, once it exists; keyRecords is the key rotation engine
 // (nil: none), whose records of an instance go with it; the share
-// service (sh) is the shares part; the instances' states (shelved,
-// rescued) are kept in records (nil: none) by host. The states part comes
-// first: its Check refuses what a shelved or rescued instance must not
-// undergo before any other part acts.
-func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// service (sh) is the shares part; fl keeps the faults of instances in
+// ERROR (a share that could not be mounted), last: the other parts
+// refuse a start for their own reasons first; the instances' states
+// (shelved, rescued) are kept in records (nil: none) by host. The states
+// part comes first: its Check refuses what a shelved or rescued instance
+// must not undergo before any other part acts.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
 	vs := vmstate.New(records, host)
 	parts = []part.Part{
@@ -38,6 +41,7 @@ func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRe
 	if sh != nil {
 		parts = append(parts, sh)
 	}
+	parts = append(parts, fl)
 	return parts, func(c *controller.Controller, log *slog.Logger) {
 		pt.Bind(c, log)
 		vs.Bind(c.ImageDir(), c, log)
