@@ -127,6 +127,9 @@ type view struct {
 	// reps gives, per version index, the version index whose directory
 	// it shares (see checkTree).
 	reps []uint8
+	// keys are the names of the public keys openstack/latest's
+	// meta_data.json lists (checkTree), for the EC2 public-keys listings.
+	keys []string
 
 	// dirs holds each version's directory once built, by version index
 	// (see osVersions).
@@ -185,13 +188,13 @@ func buildView(doc store.Document, policy TokenPolicy) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	reps, err := checkTree(t)
+	reps, keys, err := checkTree(t)
 	if err != nil {
 		return nil, err
 	}
 	return &view{
 		uuid: doc.InstanceUUID, projectID: unique.Make(doc.ProjectID).Value(), version: doc.Version, policy: policy,
-		reps: reps, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t,
+		reps: reps, keys: keys, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t,
 	}, nil
 }
 
@@ -309,7 +312,7 @@ func (v *view) buildLocked(i int, t *metadata.Tree) (*vdir, error) {
 	var b dirBuilder
 	if isOSVersion(rep) {
 		buildOS(&b, rep, t)
-	} else if err := buildEC2(&b, rep, t); err != nil {
+	} else if err := buildEC2(&b, rep, t, v.keys); err != nil {
 		return nil, err
 	}
 	d := v.add(&b)
@@ -376,8 +379,8 @@ func buildOS(b *dirBuilder, i int, t *metadata.Tree) {
 }
 
 // buildEC2 collects the paths of EC2 version index i (Nova's get_ec2_item
-// and ec2_md_print).
-func buildEC2(b *dirBuilder, i int, t *metadata.Tree) error {
+// and ec2_md_print); names are the public keys' (keyNames).
+func buildEC2(b *dirBuilder, i int, t *metadata.Tree, names []string) error {
 	ver := ec2Versions[i-len(osVersions)]
 	raw, _ := fileOf(t, i, colMetaData)
 	var tree map[string]any
@@ -385,11 +388,6 @@ func buildEC2(b *dirBuilder, i int, t *metadata.Tree) error {
 		return fmt.Errorf("decode ec2/%s/meta-data.json: %w", ver, err)
 	}
 	if pk, ok := tree["public-keys"].(map[string]any); ok {
-		md, _ := fileOf(t, len(osVersions)-1, colMetaData)
-		names, err := keyNames(md)
-		if err != nil {
-			return err
-		}
 		for idx, name := range names {
 			if sub, ok := pk[strconv.Itoa(idx)].(map[string]any); ok {
 				sub["_name"] = strconv.Itoa(idx) + "=" + name

@@ -218,9 +218,12 @@ func DecodeTree(b []byte) (*Tree, error) {
 		}
 		return &t, nil
 	}
-	// Deflated JSON-like text shrinks about fourfold: one buffer, mostly
-	// without growing it (the files of the tree point into it).
-	buf := bytes.NewBuffer(make([]byte, 0, min(4*len(b)+512, maxTreeBytes+1)))
+	// A stored tree inflates about thirtyfold (its files are alike, and
+	// the dictionary holds what every tree says): one buffer, mostly
+	// without growing it (the files of the tree point into it). The
+	// guess is capped: a tree of incompressible user data inflates
+	// little, and grows the buffer instead.
+	buf := bytes.NewBuffer(make([]byte, 0, min(32*len(b), 64<<10)+bytes.MinRead))
 	_, err := buf.ReadFrom(io.LimitReader(zr, maxTreeBytes+1))
 	raw := buf.Bytes()
 	if err != nil {
@@ -241,7 +244,7 @@ func DecodeTree(b []byte) (*Tree, error) {
 		n := d.count()
 		maps[k] = make(map[string][]byte, min(n, maxTreeEntries))
 		for i := 0; i < n && d.err == nil; i++ {
-			p := string(d.bytes())
+			p := pathString(d.bytes())
 			bi := d.count()
 			if d.err == nil && bi >= len(blobs) {
 				d.err = fmt.Errorf("content index %d out of range", bi)
@@ -271,6 +274,35 @@ func DecodeTree(b []byte) (*Tree, error) {
 		t.DriveOnly = maps[1]
 	}
 	return t, nil
+}
+
+// knownPaths are the paths every tree has (each file of each version, as
+// Render writes them), so that decoding a tree finds their strings here
+// instead of allocating one per path: the metadata server decodes a tree
+// on the first request for an instance.
+var knownPaths = func() map[string]string {
+	m := map[string]string{}
+	for _, v := range append(append([]string(nil), OpenStackVersions...), "latest") {
+		for _, f := range []string{"meta_data.json", "user_data", "vendor_data.json", "network_data.json", "vendor_data2.json"} {
+			p := "openstack/" + v + "/" + f
+			m[p] = p
+		}
+	}
+	for _, v := range append(append([]string(nil), EC2Versions...), "latest") {
+		for _, f := range []string{"meta-data.json", "user-data"} {
+			p := "ec2/" + v + "/" + f
+			m[p] = p
+		}
+	}
+	return m
+}()
+
+// pathString is b as a string: a known path's shared string, or a copy.
+func pathString(b []byte) string {
+	if p, ok := knownPaths[string(b)]; ok {
+		return p
+	}
+	return string(b)
 }
 
 // treeDecoder reads the varint-framed fields of the stored form; the
