@@ -394,6 +394,9 @@ func buildEC2(b *dirBuilder, i int, t *metadata.Tree, names []string) error {
 			}
 		}
 	}
+	// The bodies rendered (values and listings) are about as long as
+	// the JSON they come from.
+	b.buf = make([]byte, 0, len(raw))
 	top := map[string]any{"meta-data": tree}
 	if ud, ok := fileOf(t, i, colUserData); ok {
 		top["user-data"] = string(ud)
@@ -405,6 +408,10 @@ func buildEC2(b *dirBuilder, i int, t *metadata.Tree, names []string) error {
 // dirBuilder collects the paths of a version's directory.
 type dirBuilder struct {
 	items []item
+	// buf holds the bodies the builder renders (EC2 values and
+	// listings). Appending never changes what earlier bodies slice,
+	// even when it moves to a larger array.
+	buf []byte
 }
 
 type item struct {
@@ -420,7 +427,7 @@ func (b *dirBuilder) add(key string, s slot, body []byte) {
 // addEC2 adds p (a path below the version, "" for the version itself) and
 // everything below it, rendered as ec2_md_print does.
 func (b *dirBuilder) addEC2(p string, data any) {
-	text := func(s string) { b.add(p, slot{class: classEC2}, []byte(s)) }
+	text := func(s string) { b.add(p, slot{class: classEC2}, b.text(s)) }
 	switch v := data.(type) {
 	case map[string]any:
 		keys := make([]string, 0, len(v))
@@ -430,24 +437,32 @@ func (b *dirBuilder) addEC2(p string, data any) {
 			}
 		}
 		sort.Strings(keys)
-		lines := make([]string, 0, len(keys))
 		for _, k := range keys {
-			if sub, ok := v[k].(map[string]any); ok {
-				if name, ok := sub["_name"].(string); ok {
-					lines = append(lines, name)
-				} else {
-					lines = append(lines, k+"/")
-				}
-			} else {
-				lines = append(lines, k)
-			}
 			sub := k
 			if p != "" {
 				sub = p + "/" + k
 			}
 			b.addEC2(sub, v[k])
 		}
-		b.add(p, slot{class: classListing}, []byte(strings.Join(lines, "\n")))
+		// The listing, once what is below it is added (its body is
+		// one run of the builder's text).
+		start := len(b.buf)
+		for i, k := range keys {
+			if i > 0 {
+				b.buf = append(b.buf, '\n')
+			}
+			if sub, ok := v[k].(map[string]any); ok {
+				if name, ok := sub["_name"].(string); ok {
+					b.buf = append(b.buf, name...)
+				} else {
+					b.buf = append(b.buf, k...)
+					b.buf = append(b.buf, '/')
+				}
+			} else {
+				b.buf = append(b.buf, k...)
+			}
+		}
+		b.add(p, slot{class: classListing}, b.buf[start:len(b.buf):len(b.buf)])
 	case []any:
 		items := make([]string, len(v))
 		for i, it := range v {
@@ -459,7 +474,9 @@ func (b *dirBuilder) addEC2(p string, data any) {
 	case nil:
 		text("None") // Python's str(None), as Nova prints it
 	case float64:
-		text(strconv.FormatFloat(v, 'f', -1, 64))
+		start := len(b.buf)
+		b.buf = strconv.AppendFloat(b.buf, v, 'f', -1, 64)
+		b.add(p, slot{class: classEC2}, b.buf[start:len(b.buf):len(b.buf)])
 	case bool:
 		if v {
 			text("True")
@@ -469,6 +486,14 @@ func (b *dirBuilder) addEC2(p string, data any) {
 	default:
 		text(fmt.Sprint(v))
 	}
+}
+
+// text returns s as bytes of the builder's own (appended to buf: one
+// allocation for many bodies, each sliced to its length).
+func (b *dirBuilder) text(s string) []byte {
+	start := len(b.buf)
+	b.buf = append(b.buf, s...)
+	return b.buf[start:len(b.buf):len(b.buf)]
 }
 
 // sorted returns the paths added, sorted, each once (of a path added
