@@ -142,7 +142,10 @@ type view struct {
 	tree []byte
 	// decoded is the tree buildView decoded, for the first directory
 	// built (the first request of a guest needs one at once); nil after.
-	decoded *metadata.Tree
+	// freeDecoded gives its buffer back once that directory is built (what
+	// a directory keeps is copied: see add).
+	decoded     *metadata.Tree
+	freeDecoded func()
 	// bodies are the bodies of the directories built so far.
 	bodies []byte
 	// shapes is the table directories take their shapes from while the
@@ -184,17 +187,18 @@ func (d *vdir) body(i int) []byte {
 // buildView checks a published document and keeps what its view's
 // directories are built from.
 func buildView(doc store.Document, policy TokenPolicy) (*view, error) {
-	t, err := metadata.DecodeTree(doc.Tree)
+	t, release, err := metadata.DecodeTreeScratch(doc.Tree)
 	if err != nil {
 		return nil, err
 	}
 	reps, keys, err := checkTree(t)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	return &view{
 		uuid: doc.InstanceUUID, projectID: unique.Make(doc.ProjectID).Value(), version: doc.Version, policy: policy,
-		reps: reps, keys: keys, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t,
+		reps: reps, keys: keys, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t, freeDecoded: release,
 	}, nil
 }
 
@@ -263,12 +267,12 @@ func (v *view) build(i int) (*vdir, error) {
 	if d := v.dirs[i].Load(); d != nil {
 		return d, nil
 	}
-	t, err := v.treeLocked()
+	t, release, err := v.treeLocked()
 	if err != nil {
 		return nil, err
 	}
 	d, err := v.buildLocked(i, t)
-	v.decoded = nil
+	release()
 	return d, err
 }
 
@@ -278,13 +282,15 @@ func (v *view) prebuild(idx ...int) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var t *metadata.Tree
+	release := func() {}
+	defer func() { release() }()
 	for _, i := range idx {
 		if v.dirs[i].Load() != nil {
 			continue
 		}
 		if t == nil {
 			var err error
-			if t, err = v.treeLocked(); err != nil {
+			if t, release, err = v.treeLocked(); err != nil {
 				return err
 			}
 		}
@@ -292,17 +298,23 @@ func (v *view) prebuild(idx ...int) error {
 			return err
 		}
 	}
-	v.decoded = nil
+	if v.decoded != nil { // every directory asked for was built
+		v.freeDecoded()
+		v.decoded, v.freeDecoded = nil, nil
+	}
 	return nil
 }
 
-// treeLocked is the decoded tree: buildView's, or the stored form decoded
-// again.
-func (v *view) treeLocked() (*metadata.Tree, error) {
-	if v.decoded != nil {
-		return v.decoded, nil
+// treeLocked is the decoded tree, buildView's (handed over once), or the
+// stored form decoded again, with the function that gives its buffer
+// back: the caller calls it once done with the tree.
+func (v *view) treeLocked() (*metadata.Tree, func(), error) {
+	if t := v.decoded; t != nil {
+		free := v.freeDecoded
+		v.decoded, v.freeDecoded = nil, nil
+		return t, free, nil
 	}
-	return metadata.DecodeTree(v.tree)
+	return metadata.DecodeTreeScratch(v.tree)
 }
 
 // buildLocked builds the directory of version index i from t, with v.mu
