@@ -23,7 +23,7 @@ import (
 // registerParts gives e's controller the passthrough part (without an
 // inventory until withInventory) and the nics part over net.
 func registerParts(e *env, net nics.Network) {
-	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, "")}
+	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, ""), mediaPart(e, net)} // export_media_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.
