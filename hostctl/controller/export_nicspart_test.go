@@ -21,9 +21,12 @@ import (
 // package controller_test) drive the harness with.
 
 // registerParts gives e's controller the passthrough part (without an
-// inventory until withInventory) and the nics part over net.
+// inventory until withInventory) and the nics part over net, its MAC
+// claims in e's store.
 func registerParts(e *env, net nics.Network) {
-	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, "")}
+	n := nics.New(net, "")
+	n.UseStore(e.st, slog.New(slog.DiscardHandler)) // the MAC claims, as the daemon does (daemon/macs.go)
+	e.c.parts = []part.Part{boundPassthrough(e, nil), n}
 }
 
 // withInventory replaces e's passthrough part by one over inv.

@@ -23,15 +23,13 @@ import (
 // makes it (hostctl/controller, core_hotplug.go): begun (the instance
 // found, its domain's devices, the configurations affected), the device
 // plugged (HotPlug), a detached one waited for, finished (addresses read
-// back, the parts' Defined phase, published); the host side of a device;
-// the MAC addresses other instances have.
+// back, the parts' Defined phase, published); the host side of a device.
 type DeviceChanges interface {
 	BeginDeviceChange(ctx context.Context, op, name string, a types.Affect) (*controller.DeviceChange, error)
 	HotPlug() controller.HotPlug
 	WaitRemoved(ctx context.Context, name string, affect virt.Affect, what string, present func(*virt.Devices) bool) []string
 	FinishDeviceChange(ctx context.Context, r *revert.Reverter, dc *controller.DeviceChange, next *model.Instance, warn []string) (*controller.Instance, error)
 	DeviceHost(in *model.Instance) (virt.Host, virt.Options)
-	CheckMACs(ctx context.Context, op string, in *model.Instance) error
 }
 
 // Volumes is the disks an attach makes and a detach forgets: their
@@ -52,6 +50,7 @@ type hotplugger struct {
 	devices DeviceChanges
 	volumes Volumes
 	domains Domains // DomainHost: an encrypted disk's source
+	macs    []MACClaims
 }
 
 // AttachDisk creates a blank disk (qemu-img, in the instance directory)
@@ -224,10 +223,12 @@ func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRe
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
-	// Another instance's NIC may have the MAC (an apply checks the same).
-	if err := o.devices.CheckMACs(ctx, "attach NIC to", next); err != nil {
+	// Another instance's NIC may have the MAC (an apply claims the same).
+	end, err := o.claimMACs(ctx, "attach NIC to", next, dc.In) // macs.go
+	if err != nil {
 		return nil, err
 	}
+	defer func() { end(ctx, err) }()
 	host, opts := o.devices.DeviceHost(next)
 	devXML, err := virt.NICDeviceXML(nic, len(dc.In.NICs), host, opts)
 	if err != nil {
@@ -270,6 +271,11 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 	}
 	next := clone(dc.In)
 	next.NICs = slices.Delete(next.NICs, i, i+1)
+	end, err := o.claimMACs(ctx, "detach NIC from", next, dc.In) // macs.go: the NIC's MAC is released once it is gone
+	if err != nil {
+		return nil, err
+	}
+	defer func() { end(ctx, err) }()
 
 	r := revert.New(o.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)
