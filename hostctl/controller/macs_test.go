@@ -162,7 +162,7 @@ func TestMACClaimsAcrossHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := "name: app-2\naddresses: [10.1.0.8]\nnics: [{mac: \"" + mac + "\"}]\n"
-	if _, err := cs["host-b"].Apply(ctx, []byte(other)); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance app-1") {
+	if _, err := cs["host-b"].Apply(ctx, []byte(other)); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance app-1") || strings.Contains(err.Error(), "no record") {
 		t.Fatalf("another host's instance with app-1's MAC: %v", err)
 	}
 	before := claim()

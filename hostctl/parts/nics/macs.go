@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,10 +83,17 @@ type heldError struct {
 	field    string
 	mac      string
 	holder   string
+	// unstored: the holder has no instance record (its first apply is
+	// under way, or the claim outlived it).
+	unstored bool
 }
 
 func (e *heldError) Error() string {
-	return fmt.Sprintf("%s %s: %v: %s: %q is already the MAC address of instance %s (a MAC address names one NIC)", e.op, e.name, store.ErrConflict, e.field, e.mac, e.holder)
+	s := fmt.Sprintf("%s %s: %v: %s: %q is already the MAC address of instance %s (a MAC address names one NIC)", e.op, e.name, store.ErrConflict, e.field, e.mac, e.holder)
+	if e.unstored {
+		s += fmt.Sprintf("; instance %s has no record: its first apply is under way, or the claim record %s outlived it", e.holder, macKey(e.mac))
+	}
+	return s
 }
 
 func (e *heldError) Unwrap() error { return store.ErrConflict }
@@ -145,6 +153,7 @@ func (p *Part) ClaimMACs(ctx context.Context, op string, in, old *model.Instance
 func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i int) (*claimed, error) {
 	mac := strings.ToLower(in.NICs[i].MAC)
 	var created bool
+	var holder Holder
 	rec, err := store.Update(ctx, p.st, macKey(mac), func(old store.Record, exists bool) ([]byte, error) {
 		created = false
 		if exists {
@@ -155,13 +164,15 @@ func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i in
 			if h.UUID == in.UUID {
 				return nil, nil // carried
 			}
+			holder = h
 			return nil, &heldError{op: op, name: in.Name, field: fmt.Sprintf("nics[%d].mac", i), mac: in.NICs[i].MAC, holder: h.Name}
 		}
 		created = true
 		return encodeHolder(Holder{UUID: in.UUID, Name: in.Name})
 	})
 	if err != nil {
-		if _, held := errors.AsType[*heldError](err); held {
+		if he, held := errors.AsType[*heldError](err); held {
+			he.unstored = !p.stored(ctx, holder.UUID)
 			return nil, err
 		}
 		return nil, fmt.Errorf("%s %s: claim MAC address %s: %w", op, in.Name, mac, err)
@@ -170,6 +181,16 @@ func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i in
 		return nil, nil
 	}
 	return &claimed{mac: mac, version: rec.Version}, nil
+}
+
+// stored reports whether an instance of uuid has a record (true when the
+// store cannot tell).
+func (p *Part) stored(ctx context.Context, uuid string) bool {
+	recs, err := p.st.Instances(ctx)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(recs, func(r store.Instance) bool { return r.UUID == uuid })
 }
 
 // checkUnclaimed refuses a MAC just claimed that an instance stored

@@ -160,13 +160,14 @@ func wantClaims(t *testing.T, st Store, want ...string) {
 
 // TestMACClaimConcurrentOneWins: two instances claim one MAC at once,
 // both reading "no claim" before either writes (on the in-memory store
-// and the real bolt one): exactly one wins, the other is refused with a
+// and the real bolt and redis ones): exactly one wins, the other is refused with a
 // conflict naming the field, the MAC and the winner; only the winner's
 // claim stays once both operations ended.
 func TestMACClaimConcurrentOneWins(t *testing.T) {
 	for name, open := range map[string]func(*testing.T) Store{
 		"memory": func(*testing.T) Store { return newMemStore() },
 		"bolt":   boltStore,
+		"redis":  func(t *testing.T) Store { return stores.Redis(t) }, // many hosts' store
 	} {
 		t.Run(name, func(t *testing.T) {
 			base := open(t)
@@ -287,7 +288,8 @@ func TestMACClaimsSurviveRestartAndAdopt(t *testing.T) {
 	}()
 	st := stores.BoltAt(t, path)
 	_, err := claimPart(st).Claim(ctx, part.Apply, &part.Instance{Spec: instance("b", "00000000-0000-4000-8000-00000000000b", "52:54:00:00:00:01")})
-	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance a") {
+	// (a has no instance record here: the refusal says so.)
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance a") || !strings.Contains(err.Error(), "instance a has no record") {
 		t.Fatalf("after a restart, b with a's MAC: %v", err)
 	}
 	before, _ := st.Record(ctx, macKey("52:54:00:00:00:01"))
