@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -38,6 +39,7 @@ type Store interface {
 	Record(ctx context.Context, key string) (store.Record, error)
 	PutRecord(ctx context.Context, key string, value []byte, expectVersion int64) (store.Record, error)
 	DeleteRecord(ctx context.Context, key string, expectVersion int64) error
+	Records(ctx context.Context, prefix string) ([]store.Record, error)
 	Instances(ctx context.Context) ([]store.Instance, error)
 	LookupAddress(ctx context.Context, addr string) (string, error)
 }
@@ -287,6 +289,76 @@ func (p *Part) releaseMAC(ctx context.Context, uuid, mac string) error {
 		}
 		return err
 	})
+}
+
+// claimAdded claims the MACs in has and old has not that the operation
+// did not claim before it changed the domain: a NIC the domain got
+// outside hostctl, which the reconciler's republish finds. One another
+// instance holds is logged (the domain has the NIC already: refusing the
+// republish would help nobody). What it claims goes back on r when the
+// operation fails.
+func (p *Part) claimAdded(ctx context.Context, r *revert.Reverter, old, in *model.Instance) error {
+	if p.st == nil || old == nil || in.UUID == "" {
+		return nil
+	}
+	had := map[string]bool{}
+	for _, mac := range macsOf(old) {
+		had[mac] = true
+	}
+	for i, n := range in.NICs {
+		if n.MAC == "" || had[strings.ToLower(n.MAC)] {
+			continue
+		}
+		c, err := p.claimMAC(ctx, "republish", in, i)
+		if _, held := errors.AsType[*heldError](err); held {
+			p.log().Warn("a NIC of the domain has a MAC address another instance holds", "instance", in.Name, "err", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			r.Add("give back the claim of MAC "+c.mac, func(ctx context.Context) error {
+				return p.st.DeleteRecord(ctx, macKey(c.mac), c.version)
+			})
+		}
+	}
+	return nil
+}
+
+// heldBy lists the MACs whose claim names instance uuid (a NIC the
+// domain lost outside hostctl keeps its claim until the instance goes).
+func (p *Part) heldBy(ctx context.Context, uuid string) ([]string, error) {
+	recs, err := p.st.Records(ctx, macPrefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range recs {
+		if h, err := decodeHolder(r.Value); err == nil && h.UUID == uuid {
+			out = append(out, strings.TrimPrefix(r.Key, macPrefix))
+		}
+	}
+	return out, nil
+}
+
+// releaseAll releases every MAC claim of the deleted instance in.
+func (p *Part) releaseAll(ctx context.Context, in *model.Instance) error {
+	if p.st == nil || in.UUID == "" {
+		return nil
+	}
+	macs := macsOf(in)
+	held, err := p.heldBy(ctx, in.UUID)
+	for _, mac := range held {
+		if !slices.Contains(macs, mac) {
+			macs = append(macs, mac)
+		}
+	}
+	p.releaseMACs(ctx, in.UUID, in.Name, macs)
+	if err != nil {
+		return fmt.Errorf("list the MAC claims of %s: %w", in.Name, err)
+	}
+	return nil
 }
 
 // dropped lists the MACs old has and in has not.

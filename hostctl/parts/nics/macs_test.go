@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
@@ -69,6 +70,19 @@ func (m *memStore) DeleteRecord(_ context.Context, key string, expect int64) err
 	}
 	delete(m.recs, key)
 	return nil
+}
+
+func (m *memStore) Records(_ context.Context, prefix string) ([]store.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.Record
+	for k, r := range m.recs {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
 }
 
 func (m *memStore) Instances(context.Context) ([]store.Instance, error) {
@@ -363,4 +377,51 @@ func TestStoredMACClaim(t *testing.T) {
 	if _, err := decodeHolder([]byte(`{"name":"x"}`)); err == nil {
 		t.Error("a claim without a uuid decoded")
 	}
+}
+
+// TestMACClaimDomainChangedOutside: a NIC the domain got outside hostctl
+// (the reconciler's republish: the part's Defined phase with the stored
+// spec as Old) has its MAC claimed, given back when the republish fails;
+// one another instance holds is left to it (logged: the domain has the
+// NIC already). A claim whose NIC the domain lost outside hostctl goes
+// when the instance is deleted.
+func TestMACClaimDomainChangedOutside(t *testing.T) {
+	ctx := t.Context()
+	st := newMemStore()
+	p := claimPart(st)
+	const ua, ub = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
+	a := instance("a", ua, "52:54:00:00:00:01")
+	end, err := p.Claim(ctx, part.Apply, &part.Instance{Spec: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end(ctx, nil)
+	b := instance("b", ub, "52:54:00:00:00:03")
+	if end, err = p.Claim(ctx, part.Apply, &part.Instance{Spec: b}); err != nil {
+		t.Fatal(err)
+	}
+	end(ctx, nil)
+	grown := instance("a", ua, "52:54:00:00:00:01", "52:54:00:00:00:02", "52:54:00:00:00:03")
+	republish := func(fail bool) {
+		t.Helper()
+		r := revert.New(slog.New(slog.DiscardHandler), "republish")
+		if err := p.Defined(ctx, part.Apply, &part.Instance{Spec: grown, Old: a}, r); err != nil {
+			t.Fatal(err)
+		}
+		if !fail {
+			r.Success()
+		}
+		failed := errors.New("publish failed")
+		r.Fail(&failed)
+	}
+	republish(true)
+	wantClaims(t, st, "52:54:00:00:00:01=a", "52:54:00:00:00:03=b")
+	republish(false)
+	wantClaims(t, st, "52:54:00:00:00:01=a", "52:54:00:00:00:02=a", "52:54:00:00:00:03=b")
+	// The domain loses the NIC outside hostctl: the stored spec no longer
+	// has it, the claim stays with a until a is deleted.
+	if err := p.AfterDelete(ctx, &part.Instance{Spec: a}); err != nil {
+		t.Fatal(err)
+	}
+	wantClaims(t, st, "52:54:00:00:00:03=b")
 }

@@ -168,9 +168,13 @@ func (p *Part) Remove(ctx context.Context, _ part.Op, in *part.Instance, r *reve
 	return nil
 }
 
-// Defined implements part.Definer: the leases go from those of in.Old to
+// Defined implements part.Definer: a MAC the domain got outside hostctl
+// is claimed (claimAdded), and the leases go from those of in.Old to
 // those of in.Spec.
 func (p *Part) Defined(ctx context.Context, _ part.Op, in *part.Instance, r *revert.Reverter) error {
+	if err := p.claimAdded(ctx, r, in.Old, in.Spec); err != nil {
+		return err
+	}
 	if p.net == nil {
 		return nil
 	}
@@ -198,8 +202,7 @@ func (*Part) AfterStop(context.Context, *part.Instance) error { return nil }
 // AfterDelete implements part.Part: the instance's record is gone (a
 // delete, a force-delete from the store): its MAC claims are released.
 func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
-	p.releaseMACs(ctx, in.Spec.UUID, in.Spec.Name, macsOf(in.Spec))
-	return nil
+	return p.releaseAll(ctx, in.Spec)
 }
 
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
