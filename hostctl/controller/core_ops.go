@@ -374,12 +374,11 @@ func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, i
 
 // ReleaseHost takes what the stopped instance in, shelved, still has on
 // the host besides its domain, its files and what the parts gave back
-// (part.Shelve: the shares' host mounts, passthrough devices): stale
-// config-drive media, and its libvirt secrets (a stopped domain's
+// (part.Shelve: the shares' host mounts, passthrough devices; the
+// config-drive media went at the stop): its libvirt secrets (a stopped domain's
 // passphrases are not in libvirt: any left by a crash go now; failures
 // are logged, the reconciler retries).
 func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
-	c.pruneMedia(in.Name, "")
 	if err := c.undefineSecrets(ctx, in.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
 	}

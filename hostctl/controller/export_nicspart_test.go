@@ -25,8 +25,8 @@ import (
 // claims in e's store.
 func registerParts(e *env, net nics.Network) {
 	n := nics.New(net, "")
-	n.UseStore(e.st, slog.New(slog.DiscardHandler)) // the MAC claims, as the daemon does (daemon/macs.go)
-	e.c.parts = []part.Part{boundPassthrough(e, nil), n}
+	n.UseStore(e.st, slog.New(slog.DiscardHandler))                         // the MAC claims, as the daemon does (daemon/macs.go)
+	e.c.parts = []part.Part{boundPassthrough(e, nil), n, mediaPart(e, net)} // export_media_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.
