@@ -27,12 +27,11 @@ func TestPartsClaimMACsInTheStore(t *testing.T) {
 		t.Fatal("no nics part claims")
 	}
 	nic := []model.NIC{{MAC: "52:54:00:00:00:01"}}
-	end, err := cl.Claim(t.Context(), part.Apply, &part.Instance{Spec: &model.Instance{Name: "a", UUID: "00000000-0000-4000-8000-00000000000a", NICs: nic}})
-	if err != nil {
+	// a's apply is under way (its claim pending): b is refused the MAC.
+	if _, err := cl.Claim(t.Context(), part.Apply, &part.Instance{Spec: &model.Instance{Name: "a", UUID: "00000000-0000-4000-8000-00000000000a", NICs: nic}}); err != nil {
 		t.Fatal(err)
 	}
-	end(t.Context(), nil)
-	_, err = cl.Claim(t.Context(), part.Apply, &part.Instance{Spec: &model.Instance{Name: "b", UUID: "00000000-0000-4000-8000-00000000000b", NICs: nic}})
+	_, err := cl.Claim(t.Context(), part.Apply, &part.Instance{Spec: &model.Instance{Name: "b", UUID: "00000000-0000-4000-8000-00000000000b", NICs: nic}})
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance a") {
 		t.Fatalf("b with a's MAC: %v", err)
 	}

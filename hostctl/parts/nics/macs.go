@@ -33,6 +33,13 @@ import (
 // gone. Instances stored before the claims existed hold none: a MAC newly
 // claimed is also looked for in the other instances' stored specs, and
 // their next apply claims theirs.
+//
+// A new instance's claims are pending until its apply stands (its record
+// written): a pending claim whose holder has no record is an apply under
+// way (refused, saying so), unless the holder has the name of the
+// instance applied now (an earlier attempt of it that died). A claim that
+// is not pending, whose holder has no record any more, outlived its
+// instance (the release after its delete failed): it is taken over.
 
 // Store is the store as the claims and the address check use it.
 type Store interface {
@@ -57,13 +64,16 @@ func macKey(mac string) string { return macPrefix + strings.ToLower(mac) }
 type Holder struct {
 	UUID string
 	Name string
+	// Pending: the instance's first apply is under way (no record yet).
+	Pending bool
 }
 
 // holderV1 is the stored format of a MAC claim record (macPrefix + the
 // MAC in lower case).
 type holderV1 struct {
-	UUID string `json:"uuid"`
-	Name string `json:"name"`
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	Pending bool   `json:"pending,omitempty"`
 }
 
 func encodeHolder(h Holder) ([]byte, error) { return json.Marshal(holderV1(h)) }
@@ -100,10 +110,12 @@ func (e *heldError) Error() string {
 
 func (e *heldError) Unwrap() error { return store.ErrConflict }
 
-// claimed is a claim record a call created (what its failure gives back).
+// claimed is a claim record a call wrote (what its failure gives back,
+// its success commits when pending).
 type claimed struct {
 	mac     string
 	version int64
+	pending bool
 }
 
 // ClaimMACs claims the MAC address of every NIC of in for it (in.UUID),
@@ -126,7 +138,7 @@ func (p *Part) ClaimMACs(ctx context.Context, op string, in, old *model.Instance
 		if n.MAC == "" {
 			continue
 		}
-		c, err := p.claimMAC(ctx, op, in, i)
+		c, err := p.claimMAC(ctx, op, in, i, old == nil)
 		if err != nil {
 			p.giveBack(ctx, in, got)
 			return nil, err
@@ -144,15 +156,16 @@ func (p *Part) ClaimMACs(ctx context.Context, op string, in, old *model.Instance
 			p.giveBack(ctx, in, got)
 			return
 		}
+		p.commit(ctx, in, got)
 		if old != nil {
 			p.releaseMACs(ctx, old.UUID, old.Name, dropped(old, in))
 		}
 	}, nil
 }
 
-// claimMAC claims the MAC of in.NICs[i]; it returns the record it
-// created (nil when in holds it already).
-func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i int) (*claimed, error) {
+// claimMAC claims the MAC of in.NICs[i] (pending: in has no record
+// yet); it returns the record it wrote (nil when in holds it already).
+func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i int, pending bool) (*claimed, error) {
 	mac := strings.ToLower(in.NICs[i].MAC)
 	var created bool
 	var holder Holder
@@ -167,10 +180,14 @@ func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i in
 				return nil, nil // carried
 			}
 			holder = h
-			return nil, &heldError{op: op, name: in.Name, field: fmt.Sprintf("nics[%d].mac", i), mac: in.NICs[i].MAC, holder: h.Name}
+			if (!h.Pending || h.Name == in.Name) && !p.stored(ctx, h.UUID) {
+				p.log().Warn("a MAC address claim outlived its instance: taken over", "mac", mac, "holder", h.Name, "holder_uuid", h.UUID, "instance", in.Name)
+			} else {
+				return nil, &heldError{op: op, name: in.Name, field: fmt.Sprintf("nics[%d].mac", i), mac: in.NICs[i].MAC, holder: h.Name}
+			}
 		}
 		created = true
-		return encodeHolder(Holder{UUID: in.UUID, Name: in.Name})
+		return encodeHolder(Holder{UUID: in.UUID, Name: in.Name, Pending: pending})
 	})
 	if err != nil {
 		if he, held := errors.AsType[*heldError](err); held {
@@ -182,7 +199,37 @@ func (p *Part) claimMAC(ctx context.Context, op string, in *model.Instance, i in
 	if !created {
 		return nil, nil
 	}
-	return &claimed{mac: mac, version: rec.Version}, nil
+	return &claimed{mac: mac, version: rec.Version, pending: pending}, nil
+}
+
+// commit ends the pending claims of in's apply that stands (its record
+// written). A claim that went meanwhile (another instance took it over as
+// outlived, or its give-back raced a retry) is written again; one another
+// instance holds by now is logged: two instances have the MAC.
+func (p *Part) commit(ctx context.Context, in *model.Instance, got []claimed) {
+	for _, c := range got {
+		if !c.pending {
+			continue
+		}
+		_, err := store.Update(ctx, p.st, macKey(c.mac), func(old store.Record, exists bool) ([]byte, error) {
+			if exists {
+				h, err := decodeHolder(old.Value)
+				if err != nil {
+					return nil, err
+				}
+				if h.UUID != in.UUID {
+					return nil, fmt.Errorf("%w: instance %s holds it by now", store.ErrConflict, h.Name)
+				}
+				if !h.Pending {
+					return nil, nil
+				}
+			}
+			return encodeHolder(Holder{UUID: in.UUID, Name: in.Name})
+		})
+		if err != nil {
+			p.log().Error("commit the claim of a MAC address", "instance", in.Name, "mac", c.mac, "err", err)
+		}
+	}
 }
 
 // stored reports whether an instance of uuid has a record (true when the
@@ -309,7 +356,7 @@ func (p *Part) claimAdded(ctx context.Context, r *revert.Reverter, old, in *mode
 		if n.MAC == "" || had[strings.ToLower(n.MAC)] {
 			continue
 		}
-		c, err := p.claimMAC(ctx, "republish", in, i)
+		c, err := p.claimMAC(ctx, "republish", in, i, false)
 		if _, held := errors.AsType[*heldError](err); held {
 			p.log().Warn("a NIC of the domain has a MAC address another instance holds", "instance", in.Name, "err", err)
 			continue

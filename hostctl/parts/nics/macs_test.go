@@ -2,11 +2,13 @@ package nics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -101,8 +103,64 @@ func (m *memStore) LookupAddress(_ context.Context, a string) (string, error) {
 	return u, nil
 }
 
+func (m *memStore) Put(_ context.Context, in store.Instance, doc store.Document, _ int64) (store.Instance, store.Document, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.insts = slices.DeleteFunc(m.insts, func(r store.Instance) bool { return r.Name == in.Name })
+	m.insts = append(m.insts, in)
+	return in, doc, nil
+}
+
+func (m *memStore) Delete(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.insts = slices.DeleteFunc(m.insts, func(r store.Instance) bool { return r.Name == name })
+	return nil
+}
+
+// recorder writes and deletes instance records (the core's publish and
+// delete): memStore, the bolt and redis stores.
+type recorder interface {
+	Put(ctx context.Context, in store.Instance, doc store.Document, expect int64) (store.Instance, store.Document, error)
+	Delete(ctx context.Context, name string) error
+}
+
+// putInstance stores in's record, as the core's publish does.
+func putInstance(t *testing.T, rs recorder, in *model.Instance) {
+	t.Helper()
+	spec, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rs.Put(t.Context(), store.Instance{Name: in.Name, UUID: in.UUID, Spec: spec}, store.Document{InstanceUUID: in.UUID, Tree: []byte("{}")}, -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyOn is an apply of in (old: its stored spec) as the core makes it
+// with p: the claim, the record written when the apply stands (opErr
+// nil), the claim's end.
+func applyOn(t *testing.T, p *Part, rs recorder, in, old *model.Instance, opErr error) error {
+	t.Helper()
+	end, err := p.Claim(t.Context(), part.Apply, &part.Instance{Spec: in, Old: old})
+	if err != nil {
+		return err
+	}
+	if opErr == nil {
+		putInstance(t, rs, in)
+	}
+	end(t.Context(), opErr)
+	return nil
+}
+
 // boltStore is the real bolt store as the part uses it.
-func boltStore(t *testing.T) Store { return stores.Bolt(t) }
+func boltStore(t *testing.T) testStore { return stores.Bolt(t) }
+
+// testStore is a store the tests write instance records in.
+type testStore interface {
+	Store
+	recorder
+}
 
 // racing holds every caller of Record until two are there or done is
 // closed: two claims of one MAC then both read "no claim" before either
@@ -178,10 +236,10 @@ func wantClaims(t *testing.T, st Store, want ...string) {
 // conflict naming the field, the MAC and the winner; only the winner's
 // claim stays once both operations ended.
 func TestMACClaimConcurrentOneWins(t *testing.T) {
-	for name, open := range map[string]func(*testing.T) Store{
-		"memory": func(*testing.T) Store { return newMemStore() },
+	for name, open := range map[string]func(*testing.T) testStore{
+		"memory": func(*testing.T) testStore { return newMemStore() },
 		"bolt":   boltStore,
-		"redis":  func(t *testing.T) Store { return stores.Redis(t) }, // many hosts' store
+		"redis":  func(t *testing.T) testStore { return stores.Redis(t) }, // many hosts' store
 	} {
 		t.Run(name, func(t *testing.T) {
 			base := open(t)
@@ -200,6 +258,7 @@ func TestMACClaimConcurrentOneWins(t *testing.T) {
 					end, errs[i] = p.Claim(t.Context(), part.Apply, &part.Instance{Spec: in})
 					once.Do(func() { close(st.done) })
 					if errs[i] == nil {
+						putInstance(t, base, in)
 						end(t.Context(), nil)
 					}
 				})
@@ -231,12 +290,7 @@ func TestMACClaimLifecycle(t *testing.T) {
 	const ua, ub = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
 	apply := func(in, old *model.Instance, opErr error) error {
 		t.Helper()
-		end, err := p.Claim(ctx, part.Apply, &part.Instance{Spec: in, Old: old})
-		if err != nil {
-			return err
-		}
-		end(ctx, opErr)
-		return nil
+		return applyOn(t, p, st, in, old, opErr)
 	}
 	a1 := instance("a", ua, "52:54:00:00:00:01")
 	if err := apply(a1, nil, nil); err != nil {
@@ -274,9 +328,13 @@ func TestMACClaimLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	putInstance(t, st, instance("b", ub))
 	end(ctx, nil)
 	wantClaims(t, st, "52:54:00:00:00:02=a")
 	// Delete (and force-delete: the record is gone) releases the rest.
+	if err := st.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.AfterDelete(ctx, &part.Instance{Spec: a2}); err != nil {
 		t.Fatal(err)
 	}
@@ -293,17 +351,14 @@ func TestMACClaimsSurviveRestartAndAdopt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vmeta.db")
 	func() {
 		st := stores.BoltAt(t, path)
-		end, err := claimPart(st).Claim(ctx, part.Apply, &part.Instance{Spec: instance("a", "00000000-0000-4000-8000-00000000000a", "52:54:00:00:00:01")})
-		if err != nil {
+		if err := applyOn(t, claimPart(st), st, instance("a", "00000000-0000-4000-8000-00000000000a", "52:54:00:00:00:01"), nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		end(ctx, nil)
 		st.Close()
 	}()
 	st := stores.BoltAt(t, path)
 	_, err := claimPart(st).Claim(ctx, part.Apply, &part.Instance{Spec: instance("b", "00000000-0000-4000-8000-00000000000b", "52:54:00:00:00:01")})
-	// (a has no instance record here: the refusal says so.)
-	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance a") || !strings.Contains(err.Error(), "instance a has no record") {
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance a") || strings.Contains(err.Error(), "no record") {
 		t.Fatalf("after a restart, b with a's MAC: %v", err)
 	}
 	before, _ := st.Record(ctx, macKey("52:54:00:00:00:01"))
@@ -319,6 +374,9 @@ func TestMACClaimsSurviveRestartAndAdopt(t *testing.T) {
 	}
 	if a := other.Answers()[part.ForceDelete]; a.Do != part.Act {
 		t.Fatalf("force-delete answer %v: the core would not tell the part", a)
+	}
+	if err := st.Delete(ctx, "a"); err != nil { // the force-delete from the store
+		t.Fatal(err)
 	}
 	if err := other.AfterDelete(ctx, &part.Instance{Spec: a, Host: "dead-host"}); err != nil {
 		t.Fatal(err)
@@ -391,16 +449,12 @@ func TestMACClaimDomainChangedOutside(t *testing.T) {
 	p := claimPart(st)
 	const ua, ub = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
 	a := instance("a", ua, "52:54:00:00:00:01")
-	end, err := p.Claim(ctx, part.Apply, &part.Instance{Spec: a})
-	if err != nil {
+	if err := applyOn(t, p, st, a, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	end(ctx, nil)
-	b := instance("b", ub, "52:54:00:00:00:03")
-	if end, err = p.Claim(ctx, part.Apply, &part.Instance{Spec: b}); err != nil {
+	if err := applyOn(t, p, st, instance("b", ub, "52:54:00:00:00:03"), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	end(ctx, nil)
 	grown := instance("a", ua, "52:54:00:00:00:01", "52:54:00:00:00:02", "52:54:00:00:00:03")
 	republish := func(fail bool) {
 		t.Helper()
@@ -420,8 +474,62 @@ func TestMACClaimDomainChangedOutside(t *testing.T) {
 	wantClaims(t, st, "52:54:00:00:00:01=a", "52:54:00:00:00:02=a", "52:54:00:00:00:03=b")
 	// The domain loses the NIC outside hostctl: the stored spec no longer
 	// has it, the claim stays with a until a is deleted.
+	if err := st.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.AfterDelete(ctx, &part.Instance{Spec: a}); err != nil {
 		t.Fatal(err)
 	}
 	wantClaims(t, st, "52:54:00:00:00:03=b")
+}
+
+// TestMACClaimOutlived: a claim whose holder has no record is an apply
+// under way while pending (refused, saying so), unless the holder has
+// the name applied now (an earlier attempt of it that died: taken over);
+// a committed one outlived its instance (the release after its delete
+// failed): taken over. A pending claim that went before its apply
+// stood is written again by the commit.
+func TestMACClaimOutlived(t *testing.T) {
+	ctx := t.Context()
+	st := newMemStore()
+	p := claimPart(st)
+	// a's first apply is under way: its claim is pending, no record.
+	endA, err := p.Claim(ctx, part.Apply, &part.Instance{Spec: instance("a", "00000000-0000-4000-8000-00000000000a", "52:54:00:00:00:01")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Claim(ctx, part.Apply, &part.Instance{Spec: instance("b", "00000000-0000-4000-8000-00000000000b", "52:54:00:00:00:01")})
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "instance a has no record: its first apply is under way") {
+		t.Fatalf("b with the MAC of a's apply under way: %v", err)
+	}
+	// a's hostctl died there; a is applied again (a new UUID).
+	_ = endA
+	a := instance("a", "00000000-0000-4000-8000-0000000000a2", "52:54:00:00:00:01")
+	if err := applyOn(t, p, st, a, nil, nil); err != nil {
+		t.Fatalf("a again after its first apply died: %v", err)
+	}
+	r, _ := st.Record(ctx, macKey("52:54:00:00:00:01"))
+	if h, _ := decodeHolder(r.Value); h.UUID != a.UUID || h.Pending {
+		t.Fatalf("claim after a's apply: %+v, want a's (%s), committed", h, a.UUID)
+	}
+	// a is deleted, and the release fails: its claim outlives it.
+	if err := st.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyOn(t, p, st, instance("c", "00000000-0000-4000-8000-00000000000c", "52:54:00:00:00:01"), nil, nil); err != nil {
+		t.Fatalf("c with the MAC of a claim that outlived a: %v", err)
+	}
+	wantClaims(t, st, "52:54:00:00:00:01=c")
+	// A pending claim gone before the commit is written again.
+	d := instance("d", "00000000-0000-4000-8000-00000000000d", "52:54:00:00:00:02")
+	end, err := p.Claim(ctx, part.Apply, &part.Instance{Spec: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteRecord(ctx, macKey("52:54:00:00:00:02"), -1); err != nil {
+		t.Fatal(err)
+	}
+	putInstance(t, st, d)
+	end(ctx, nil)
+	wantClaims(t, st, "52:54:00:00:00:01=c", "52:54:00:00:00:02=d")
 }
