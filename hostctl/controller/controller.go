@@ -701,7 +701,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
-	c.dropFault(ctx, rec.UUID, name)
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)

@@ -155,7 +155,6 @@ func (c *Controller) ForceDeleteFromStore(ctx context.Context, name string) (_ [
 	if err := c.store.Delete(ctx, name); err != nil {
 		return nil, fmt.Errorf("delete %s from the store: %w", name, err)
 	}
-	c.dropFault(ctx, rec.UUID, name)
 	c.afterForceDeleteParts(ctx, rec) // the parts that act on it, for its owner (parts.go)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
