@@ -542,10 +542,7 @@ func (s *serve) startHeartbeat(ctx context.Context) error {
 			}
 			return nil
 		},
-		Count: func(ctx context.Context) (int, error) {
-			l, err := ctl.List(ctx)
-			return len(l), err
-		}}
+		Count: ctl.Count}
 	if err := s.beater.Beat(ctx); err != nil {
 		return fmt.Errorf("first heartbeat: %w", err)
 	}
