@@ -134,12 +134,6 @@ func (c *Controller) DeviceHost(in *model.Instance) (virt.Host, virt.Options) {
 	return c.host(in), c.dom
 }
 
-// CheckMACs refuses (for op) a NIC of in whose MAC address another
-// instance already has.
-func (c *Controller) CheckMACs(ctx context.Context, op string, in *model.Instance) error {
-	return c.checkMACs(ctx, op, in)
-}
-
 // EncryptAttached applies in's ephemeral encryption decision to d, a
 // disk attached to it.
 func (c *Controller) EncryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {

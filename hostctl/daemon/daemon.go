@@ -445,6 +445,7 @@ func (s *serve) startController(context.Context) error {
 	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
 	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
+	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,

@@ -21,15 +21,13 @@ import (
 // DeviceChanges is what a device change needs of the core
 // (hostctl/controller, core_devchange.go): the instance and its domain,
 // the hypervisor's hot-plug, the wait for a guest to release a device
-// detached live, the change published; the host side of a device; the
-// MAC addresses other instances have.
+// detached live, the change published; the host side of a device.
 type DeviceChanges interface {
 	DeviceTarget(ctx context.Context, op, name string) (*controller.DeviceTarget, error)
 	HotPlug() controller.HotPlug
 	WaitRemoved(ctx context.Context, name string, affect virt.Affect, what string, present func(*virt.Devices) bool) []string
 	FinishDeviceChange(ctx context.Context, r *revert.Reverter, t *controller.DeviceTarget, next *model.Instance, warn []string) (*controller.Instance, error)
 	DeviceHost(in *model.Instance) (virt.Host, virt.Options)
-	CheckMACs(ctx context.Context, op string, in *model.Instance) error
 }
 
 // deviceChange is a device change begun: the instance (locked by the

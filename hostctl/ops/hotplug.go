@@ -37,6 +37,7 @@ type hotplugger struct {
 	devices DeviceChanges
 	volumes Volumes
 	domains Domains // DomainHost: an encrypted disk's source
+	macs    []MACClaims
 }
 
 // AttachDisk creates a blank disk (qemu-img, in the instance directory)
@@ -209,10 +210,12 @@ func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRe
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
-	// Another instance's NIC may have the MAC (an apply checks the same).
-	if err := o.devices.CheckMACs(ctx, "attach NIC to", next); err != nil {
+	// Another instance's NIC may have the MAC (an apply claims the same).
+	end, err := o.claimMACs(ctx, "attach NIC to", next, dc.In) // macs.go
+	if err != nil {
 		return nil, err
 	}
+	defer func() { end(ctx, err) }()
 	host, opts := o.devices.DeviceHost(next)
 	devXML, err := virt.NICDeviceXML(nic, len(dc.In.NICs), host, opts)
 	if err != nil {
@@ -255,6 +258,11 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 	}
 	next := clone(dc.In)
 	next.NICs = slices.Delete(next.NICs, i, i+1)
+	end, err := o.claimMACs(ctx, "detach NIC from", next, dc.In) // macs.go: the NIC's MAC is released once it is gone
+	if err != nil {
+		return nil, err
+	}
+	defer func() { end(ctx, err) }()
 
 	r := revert.New(o.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)

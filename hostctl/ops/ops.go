@@ -220,7 +220,7 @@ func New(c *controller.Controller) *Ops {
 		resize:   &resizer{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
 		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
-		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c},
+		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c, macs: macClaimers(c.Parts())},
 		reboot:   &rebooter{base: b, power: c, faults: faultsOf(c.Parts())},
 	}
 }
