@@ -25,9 +25,16 @@ import (
 // the real libvirtd in shelve_libvirt_test.go.
 
 // writePattern writes imagePattern into the first 64 KiB of the LUKS
-// qcow2 at p (pass nil: a plain qcow2).
+// qcow2 at p (pass nil: a plain qcow2), or into the fake LUKS disk at p
+// (fakedisk_test.go).
 func writePattern(t *testing.T, p string, pass []byte) {
 	t.Helper()
+	if ok, err := fakeWritePattern(p, pass); ok {
+		if err != nil {
+			t.Fatalf("fake write: %v", err)
+		}
+		return
+	}
 	args := []string{"-f", "qcow2", p, "-c", "write -P " + imagePattern + " 0 64k"}
 	var secrets [][]byte
 	if pass != nil {
@@ -39,10 +46,13 @@ func writePattern(t *testing.T, p string, pass []byte) {
 	}
 }
 
-// readPattern reads imagePattern back from the LUKS qcow2 at p with pass
-// (-U: the domain may run).
+// readPattern reads imagePattern back from the LUKS qcow2 (or the fake
+// LUKS disk) at p with pass (-U: the domain may run).
 func readPattern(t *testing.T, p string, pass []byte) error {
 	t.Helper()
+	if ok, err := fakeReadPattern(p, pass, nil); ok {
+		return err
+	}
 	out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "-r", "-U", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "read -P " + imagePattern + " 0 64k"}, pass)
 	if err != nil || strings.Contains(out, "Pattern verification failed") {
@@ -96,10 +106,14 @@ func refusedIn(t *testing.T, e *env, name, state string) {
 // nothing; unshelve makes the disks again (the root disk with the same
 // secret UUID and passphrase, the data written before the shelve read
 // back), starts the instance and deletes the image.
+//
+// On the fake disk layer (fakedisk_test.go): TestLibvirtShelveUnshelve
+// takes the real qemu-img's, LUKS's and libvirtd's path of both
+// operations and reads the data back through them.
 func TestShelveUnshelve(t *testing.T) {
-	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
+	t.Parallel()
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e)
 	ctx := context.Background()
 	inst := e.mustApply(encSpec)
 	secs := diskSecretsOf(inst)
@@ -214,7 +228,7 @@ func mapsEqual(a, b map[string]string) bool {
 // image, its secrets and its state record.
 func TestShelvedDelete(t *testing.T) {
 	e := newEnv(t)
-	withFakeEncryption(t, e) // TestShelveUnshelve takes the real path
+	withFakeEncryption(t, e) // TestLibvirtShelveUnshelve takes the real path
 	ctx := context.Background()
 	e.mustApply(encSpec)
 	if _, err := e.c.Shelve(ctx, "app-1"); err != nil {
@@ -423,19 +437,20 @@ func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 // secret that unrescue removes; the image's secret cannot be deleted
 // during the rescue; the reconciler leaves the rescue definition alone;
 // unrescue restores the definition.
+//
+// On the fake disk layer (fakedisk_test.go; the plain image's rescue disk
+// is a real plain overlay): TestLibvirtRescue takes the real qemu-img's,
+// LUKS's and libvirtd's path of a rescue with either image.
 func TestRescueUnrescue(t *testing.T) {
-	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
-	// The plain image's rescue makes no LUKS disk: its instance's disks
-	// are on the fake disk layer, its rescue disk a real plain overlay.
+	t.Parallel()
 	for _, tc := range []struct {
 		image     string
 		encrypted bool
-		enc       func(*testing.T, *env) *faults
-	}{{"plain-img", false, withFakeEncryption}, {"enc-img", true, withEncryption}} {
+	}{{"plain-img", false}, {"enc-img", true}} {
 		t.Run(tc.image, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			rescueSetupWith(e, tc.enc)
+			rescueSetup(e)
 			ctx := context.Background()
 			origXML := normalizeXML(e.hv.domains["app-1"].xml)
 			secretsBefore, _ := e.c.keys.List(ctx, "")
@@ -488,7 +503,7 @@ func TestRescueUnrescue(t *testing.T) {
 				if !strings.Contains(d.xml, libvirtID) {
 					t.Errorf("the rescue domain does not name libvirt secret %s:\n%s", libvirtID, d.xml)
 				}
-				if err := readThrough(t, rescue, imgPass, imgPass); err != nil {
+				if err := readThroughAny(t, rescue, imgPass, imgPass); err != nil {
 					t.Errorf("the rescue disk does not read the image's data with the image's passphrase: %v", err)
 				}
 				if err := e.Catalog().DeleteSecret(ctx, imgID); !errors.Is(err, keys.ErrInUse) || !strings.Contains(err.Error(), "rescue disk of instance app-1") {
