@@ -127,6 +127,7 @@ func transportMap(inst *Instance) map[string]Transport {
 // data directory and the store as they were: the entry files of the new
 // revision go, the previous definition is back.
 func TestFaultsFirmware(t *testing.T) {
+	t.Parallel()
 	t.Run("create", func(t *testing.T) {
 		faultMatrix(t, func(e *env) { withFirmware(e, true) }, func(e *env) error {
 			_, err := e.apply(hvSpec)
