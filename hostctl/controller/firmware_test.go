@@ -159,6 +159,7 @@ func TestFaultsFirmware(t *testing.T) {
 // domain libvirt keeps; a publish while the domain runs changes the next
 // boot's entries, not the running QEMU's, and instance show says so.
 func TestLibvirtFirmware(t *testing.T) {
+	t.Parallel() // its own domain; no NIC
 	e, uri := realEnv(t)
 	withFirmware(e, true)
 	ctx := context.Background()

@@ -585,6 +585,18 @@ func TestRescueRefusals(t *testing.T) {
 	}
 }
 
+// noShutdownWait is the rescue timeout of the fault matrices: one
+// nanosecond, over before the shutdown's first state poll, so the
+// operation makes the same hypervisor calls in every run (Shutdown, the
+// fake guest ignores it, Destroy). With 10 ms the poll ran once or, when
+// the test was descheduled for 10 ms between the deadline and the first
+// poll (a loaded machine), not at all: a step's calls then shifted by one
+// from the reference run's and the last step failed no call ("no
+// error"). A failing state poll returns from the stop where a failing
+// Destroy does (before the undo step that starts the domain again), so
+// the matrix still fails that path.
+const noShutdownWait = 1e-9
+
 // The fault matrices rescue with the encrypted image (every step of the
 // plain image's rescue is one of its steps, but for the plain overlay's
 // qemu-img create, failed here too).
@@ -592,14 +604,14 @@ func TestFaultsRescue(t *testing.T) {
 	t.Parallel() // minutes each (two LUKS disks made per case): overlap them
 	testenv.LookPath(t, "qemu-io")
 	opFaults(t, rescueSetup, func(e *env) error {
-		_, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: 0.01})
+		_, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: noShutdownWait})
 		return err
 	})
 	e := newEnv(t)
 	rescueSetup(e)
 	before := e.snapshot()
 	e.failQemuImgCreate()
-	if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "plain-img", TimeoutSeconds: 0.01}); !errors.Is(err, ErrState) && err == nil {
+	if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "plain-img", TimeoutSeconds: noShutdownWait}); !errors.Is(err, ErrState) && err == nil {
 		t.Error("rescue with a failing qemu-img create succeeded")
 	}
 	if after := e.snapshot(); after != before {
@@ -612,7 +624,7 @@ func TestFaultsUnrescue(t *testing.T) {
 	testenv.LookPath(t, "qemu-io")
 	opFaults(t, func(e *env) *faults {
 		f := rescueSetup(e)
-		if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: 0.01}); err != nil {
+		if _, err := e.c.Rescue(context.Background(), "app-1", RescueRequest{Image: "enc-img", TimeoutSeconds: noShutdownWait}); err != nil {
 			e.t.Fatal(err)
 		}
 		return f
