@@ -21,7 +21,7 @@
 // The metadata describes the running configuration of a running domain
 // and the persistent one of a domain that is shut off. Every publish of a
 // running domain also puts the rebuilt config drive into its cdrom, as a
-// new file, by a forced media change (media.go). Shares are virtiofs
+// new file, by a forced media change (parts/configdrive). Shares are virtiofs
 // filesystems of host directories under the share root; the share
 // service (hostctl/shares) is a part: it merges an instance's mapped
 // shares into every apply and follows its starts, stops and deletes
@@ -370,7 +370,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	}
 	// The flavor's layout and the encryption decision first: they only
 	// decide, so a refusal there has nothing to undo.
-	warn, err := c.layout(ctx, in, old)
+	warn, err := c.Layouts().Apply(ctx, in, old) // hostctl/layout
 	if err != nil {
 		return nil, err
 	}
@@ -433,71 +433,15 @@ func decodeSpec(rec store.Instance) (*model.Instance, error) {
 	return &in, nil
 }
 
-// checkAddresses names the field of an address conflict up front; Put
-// re-checks atomically, so a race still ends in a (less specific)
-// conflict.
-func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) error {
-	if err := c.checkProxyAddresses(in); err != nil {
-		return err
-	}
-	for i, a := range in.Addresses {
-		owner, err := c.store.LookupAddress(ctx, a)
-		switch {
-		case err == nil && owner != in.UUID:
-			return fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("apply %s: %w", in.Name, err)
-		}
-	}
-	return c.checkMACs(ctx, "apply", in)
-}
-
-// checkMACs refuses a NIC whose MAC address another instance already has,
-// on any host sharing the store (two guests with one MAC break each
-// other's networking). The store has no MAC index: the other instances'
-// stored specs are read, their NICs only.
-func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instance) error {
-	if len(in.NICs) == 0 {
-		return nil
-	}
-	mine := make(map[string]int, len(in.NICs))
-	for i, n := range in.NICs {
-		mine[strings.ToLower(n.MAC)] = i
-	}
-	recs, err := c.store.Instances(ctx)
-	if err != nil {
-		return fmt.Errorf("%s %s: check MAC addresses: %w", op, in.Name, err)
-	}
-	for _, rec := range recs {
-		if rec.Name == in.Name || (in.UUID != "" && rec.UUID == in.UUID) {
-			continue
-		}
-		var other struct {
-			NICs []struct {
-				MAC string `json:"mac"`
-			} `json:"nics"`
-		}
-		if err := json.Unmarshal(rec.Spec, &other); err != nil {
-			return fmt.Errorf("%s %s: check MAC addresses: instance %s: decode stored spec: %w", op, in.Name, rec.Name, err)
-		}
-		for _, n := range other.NICs {
-			if i, dup := mine[strings.ToLower(n.MAC)]; dup {
-				return fmt.Errorf("%s %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", op, in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
-			}
-		}
-	}
-	return nil
-}
-
 // publish renders in, builds its config drive next to the final one
 // (none with config_drive: false, which removes an earlier one after the
 // Put), and stores record and document in one Put expecting revision
 // expect.
 // The Put is the commit point: r.Success is called right after it, and
 // only then is the drive renamed into place (a refused or failed publish
-// leaves the old drive, or none). With a hypervisor, the cdrom of a
-// running domain gets the new drive as its medium before the Put (undone
-// with the rest when the publish fails; media.go).
+// leaves the old drive, or none). The cdrom of a running domain gets the
+// new drive as its medium before the Put (undone with the rest when the
+// publish fails; core_media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
 	st := newSteps(in.Name)
 	defer st.log(c.log, "publish steps")
@@ -535,16 +479,17 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	drive := filepath.Join(dir, driveFile)
 	staged := drive + ".staged"
-	var medium string
-	var warn []string
+	forMedia := "" // the drive the media part gets ("": none)
 	if in.WantsConfigDrive() {
 		defer os.Remove(staged)
 		if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 			return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 		}
-		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, rev); err != nil {
-			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
-		}
+		forMedia = staged
+	}
+	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // core_media.go
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	st.done("drive")
 	committed, err := c.publishParts(ctx, r, in, tree, rev) // core_firmwarepart.go
@@ -573,7 +518,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if !in.WantsConfigDrive() {
 		// config_drive: false (the domain, if any, has no cdrom): a drive
 		// of an earlier spec goes.
-		c.drv.pruneMedia(in.Name, "")
+		mediaCommitted()
 		if rerr := removeFile(drive); rerr != nil {
 			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 		}
@@ -585,8 +530,8 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		// is rebuilt by the next apply or by `configdrive build`.
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
-	c.drv.pruneMedia(in.Name, medium)
-	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
+	mediaCommitted()
+	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
 	return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
 }
 
@@ -756,7 +701,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
-	c.dropFault(ctx, rec.UUID, name)
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)

@@ -2,19 +2,20 @@
 // and the parts' phases: shelve and unshelve (shelve.go), rescue and
 // unrescue (rescue.go), resize (resize.go), rebuild (rebuild.go),
 // snapshot (snapshot.go), Nova's operations translated to one host
-// (issue: ephemeral storage encryption, item 8), and the hot-plug of
-// disks and NICs (hotplug.go).
+// (issue: ephemeral storage encryption, item 8), reboot, soft and hard
+// (reboot.go), and the hot-plug of disks and NICs (hotplug.go, over
+// devicechange.go).
 //
 // Each operation holds the instance's lock, finds the instance in the
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
 // core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts, DeviceChanges, Volumes) the core implements
-// (hostctl/controller, core_ops.go, core_hotplug.go); each operation
-// holds only the roles it uses. The core does not know the operations:
-// the daemon wires them into the admin API (api.Services.Shelve,
-// Resize, Snapshot and Hotplug).
+// Secrets, Layouts, DeviceChanges, Volumes, Power, Faults) the core
+// implements (hostctl/controller, core_ops.go, core_devchange.go); each
+// operation holds only the roles it uses. The core does not know the
+// operations: the daemon wires them into the admin API (api.Services.Shelve,
+// Resize, Snapshot, Hotplug and Reboot).
 package ops
 
 import (
@@ -33,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -42,7 +44,7 @@ import (
 
 // What the operations need of the controller core (hostctl/controller,
 // core_ops.go), by role, each role a narrow interface: Frame, Files,
-// Disks, Domains, Host, Secrets, Layouts. Every method taking a
+// Disks, Domains, Host, Secrets, Layouts, Applier. Every method taking a
 // *revert.Reverter registers the undo of what it did on it. Each
 // operation holds only the roles it uses (shelver, rescuer, resizer,
 // rebuilder, snapshotter); no interface here has more than 8 methods
@@ -124,11 +126,15 @@ type Secrets interface {
 }
 
 // Layouts is an instance laid out for another flavor or root image, as
-// an apply lays instances out; ApplyFor applies it (disks, domain,
-// publish) for op.
+// an apply lays instances out (hostctl/layout, the core's Layouts).
 type Layouts interface {
-	ResizeLayout(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
-	RebuildLayout(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
+	Resize(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
+	Rebuild(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
+}
+
+// Applier applies an instance laid out anew (disks, domain, publish)
+// for op.
+type Applier interface {
 	ApplyFor(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*controller.Instance, error)
 }
 
@@ -170,12 +176,14 @@ type (
 		files   Files
 		disks   Disks
 		layouts Layouts
+		apply   Applier
 	}
 	rebuilder struct {
 		base
 		files   Files
 		disks   Disks
 		layouts Layouts
+		apply   Applier
 	}
 )
 
@@ -187,6 +195,7 @@ type Ops struct {
 	rebuild  *rebuilder
 	snapshot *snapshotter
 	hotplug  *hotplugger
+	reboot   *rebooter
 }
 
 // New returns the operations over the core c, each holding only the
@@ -197,11 +206,23 @@ func New(c *controller.Controller) *Ops {
 	return &Ops{
 		shelve:   &shelver{snapshotter: snap, domains: c, host: c},
 		rescue:   &rescuer{base: b, files: c, disks: c, domains: c, host: c, secrets: c},
-		resize:   &resizer{base: b, files: c, disks: c, layouts: c},
-		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c},
+		resize:   &resizer{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
+		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
-		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c},
+		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c, macs: macClaimers(c.Parts())},
+		reboot:   &rebooter{base: b, power: c, faults: faultsOf(c.Parts())},
 	}
+}
+
+// faultsOf is the part among parts that keeps the faults of instances in
+// ERROR (hostctl/parts/faults), noFaults without one.
+func faultsOf(parts []part.Part) Faults {
+	for _, p := range parts {
+		if f, ok := p.(Faults); ok {
+			return f
+		}
+	}
+	return noFaults{}
 }
 
 // Shelve shelves the stopped instance name (shelve.go).
@@ -269,6 +290,11 @@ func (o *Ops) DetachNIC(ctx context.Context, name string, req types.DetachReques
 	return o.hotplug.DetachNIC(ctx, name, req)
 }
 
+// Reboot reboots the instance name, hard or soft (reboot.go).
+func (o *Ops) Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error) {
+	return o.reboot.Reboot(ctx, name, hard)
+}
+
 // diskFile is the image file of in's disk d.
 func diskFile(f Files, in *model.Instance, d model.Disk) string {
 	return filepath.Join(f.InstanceDir(in.Name), controller.DiskFileName(d))
@@ -277,7 +303,7 @@ func diskFile(f Files, in *model.Instance, d model.Disk) string {
 // rootIndex is the index of the instance's root disk (the first disk when
 // none is made from an image), -1 when it has no disk.
 func rootIndex(in *model.Instance) int {
-	root := controller.RootDisk(in)
+	root := layout.RootDisk(in)
 	if root < 0 && len(in.Disks) > 0 {
 		root = 0
 	}
