@@ -117,12 +117,14 @@ type Controller struct {
 
 	observer func(op string, took time.Duration, err error)
 
-	// Encrypted disks (encryption.go).
+	// The disks part (hostctl/parts/disks; noDisks without one) and the
+	// handles it uses (core_diskpart.go).
+	disks          Disks
 	keys           KeyManager
 	luks           LUKS
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
-	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
+	secretLocks    keylock.Map // per key-manager secret (the disks part's secret rule)
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -234,6 +236,11 @@ type Options struct {
 	// refused at apply (proxynets.go).
 	ProxyNetworks []netip.Prefix
 
+	// Disks makes the disks part (hostctl/parts/disks) over the core:
+	// the instances' disks, their encryption and block-device records,
+	// the secrets' rule. Nil: no disk is made, none is encrypted.
+	Disks func(*Controller) Disks
+
 	// Parts are the host features the daemon registers (hostctl/part);
 	// the core calls their phases, in this order, for every operation.
 	Parts []part.Part
@@ -302,6 +309,10 @@ func newController(st Store, opts Options) *Controller {
 	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork
+	}
+	c.disks = noDisks{}
+	if opts.Disks != nil {
+		c.disks = opts.Disks(c)
 	}
 	return c
 }
@@ -502,7 +513,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	st := newSteps(in.Name)
 	defer st.log(c.log, "publish steps")
 	// The guest is told what hostctl created, not what the spec asked.
-	told, bds, err := c.told(ctx, in)
+	told, bds, err := c.disks.Told(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -715,7 +726,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	if drive := filepath.Join(c.instanceDir(rec.Name), driveFile); fileExists(drive) {
 		inst.ConfigDrive = drive
 	}
-	told, bds, err := c.told(ctx, in)
+	told, bds, err := c.disks.Told(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 	}
@@ -764,10 +775,10 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	// The disks go with the instance, and their secrets with them: from
 	// libvirt (the domain is gone) and from the key manager. A failure
 	// here is left to the reconciler's sweep.
-	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
 	}
-	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
+	if err := c.disks.ForgetInstance(ctx, name, rec.UUID); err != nil {
 		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
 	c.forgetVMState(ctx, name, rec.UUID)   // a shelved instance's image (vmstate.go)

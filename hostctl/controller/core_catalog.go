@@ -39,10 +39,10 @@ func (c *Controller) ImageUsers(ctx context.Context, image string) ([]string, er
 }
 
 // ReleaseSecret deletes the key-manager secret id under the one rule
-// (deleteSecret): refused with keys.ErrInUse naming what still names it,
+// (the disks part's): refused with keys.ErrInUse naming what still names it,
 // apart from image, an image being deleted ("": none).
 func (c *Controller) ReleaseSecret(ctx context.Context, id, image string) error {
-	return c.deleteSecret(ctx, id, secretRelease{image: image})
+	return c.disks.ReleaseSecret(ctx, id, image)
 }
 
 // LockSecret holds the lock of secret id until unlock: a step about to

@@ -24,6 +24,7 @@ import (
 // inventory until withInventory) and the nics part over net.
 func registerParts(e *env, net nics.Network) {
 	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, "")}
+	withDisks(e) // export_diskpart_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.

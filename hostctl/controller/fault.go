@@ -183,7 +183,7 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 			c.afterRecordParts(ctx, "stop", rec) // parts.go
 			// The passphrases leave libvirt with the domain, as on
 			// stop; the start below defines them again.
-			if serr := c.undefineSecrets(ctx, rec.UUID); serr != nil {
+			if serr := c.disks.UndefineSecrets(ctx, rec.UUID); serr != nil {
 				c.log.Warn("libvirt secrets not removed after power-off; the reconciler retries", "name", name, "err", serr)
 			}
 		}

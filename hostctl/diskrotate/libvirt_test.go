@@ -24,6 +24,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
@@ -109,7 +110,8 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 		f.t.Fatal(err)
 	}
 	opts := controller.Options{DataDir: f.dir, Logger: f.logger(), Hypervisor: conn, Keys: km, LUKS: f.tool,
-		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}, Parts: f.parts}
+		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}, Parts: f.parts,
+		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
 	if f.wrap != nil {
 		opts.Records = f.wrap(st)
 	}
