@@ -8,8 +8,8 @@
 // --virt none) device addresses come from the spec, "none" otherwise.
 //
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
-// the disks (hostctl/images), defines the domain, reads the addresses, MACs
-// and serials libvirt chose back from its XML into the instance before
+// the disks (the disks part, hostctl/parts/disks), defines the domain,
+// reads the addresses, MACs and serials libvirt chose back from its XML into the instance before
 // rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
 // ...) add what their features need. Devices are
 // attached and detached by tag, instances started, stopped and deleted,

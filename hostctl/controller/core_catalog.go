@@ -11,7 +11,7 @@ import (
 // What hostctl/catalog (the flavor registry, the image catalog and the
 // secrets of the admin API) needs of the core: the registries the core
 // lays instances out from, which instances use a flavor or an image, and
-// the one rule for deleting a secret (secretuse.go).
+// the one rule for deleting a secret (hostctl/parts/disks, secretuse.go).
 
 // FlavorRegistry is the flavor registry; nil when the store keeps no
 // records.
