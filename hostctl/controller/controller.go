@@ -9,8 +9,8 @@
 //
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
 // the disks (the disks part, hostctl/parts/disks), defines the domain,
-// reads the addresses, MACs and serials libvirt chose back from its XML into the instance before
-// rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
+// reads the addresses, MACs and serials libvirt chose back from its XML
+// into the instance before rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
 // ...) add what their features need. Devices are
 // attached and detached by tag, instances started, stopped and deleted,
 // and a reconciler follows libvirt's events to notice domains and devices
@@ -21,7 +21,7 @@
 // The metadata describes the running configuration of a running domain
 // and the persistent one of a domain that is shut off. Every publish of a
 // running domain also puts the rebuilt config drive into its cdrom, as a
-// new file, by a forced media change (media.go). Shares are virtiofs
+// new file, by a forced media change (parts/configdrive). Shares are virtiofs
 // filesystems of host directories under the share root; the share
 // service (hostctl/shares) is a part: it merges an instance's mapped
 // shares into every apply and follows its starts, stops and deletes
@@ -381,7 +381,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	}
 	// The flavor's layout and the encryption decision first: they only
 	// decide, so a refusal there has nothing to undo.
-	warn, err := c.layout(ctx, in, old)
+	warn, err := c.Layouts().Apply(ctx, in, old) // hostctl/layout
 	if err != nil {
 		return nil, err
 	}
@@ -506,9 +506,9 @@ func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instanc
 // expect.
 // The Put is the commit point: r.Success is called right after it, and
 // only then is the drive renamed into place (a refused or failed publish
-// leaves the old drive, or none). With a hypervisor, the cdrom of a
-// running domain gets the new drive as its medium before the Put (undone
-// with the rest when the publish fails; media.go).
+// leaves the old drive, or none). The cdrom of a running domain gets the
+// new drive as its medium before the Put (undone with the rest when the
+// publish fails; core_media.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
 	st := newSteps(in.Name)
 	defer st.log(c.log, "publish steps")
@@ -546,16 +546,17 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	}
 	drive := filepath.Join(dir, driveFile)
 	staged := drive + ".staged"
-	var medium string
-	var warn []string
+	forMedia := "" // the drive the media part gets ("": none)
 	if in.WantsConfigDrive() {
 		defer os.Remove(staged)
 		if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
 			return nil, fmt.Errorf("apply %s: build config drive: %w", in.Name, err)
 		}
-		if medium, warn, err = c.drv.swapMedium(ctx, r, in.Name, staged, rev); err != nil {
-			return nil, fmt.Errorf("apply %s: %w", in.Name, err)
-		}
+		forMedia = staged
+	}
+	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // core_media.go
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	st.done("drive")
 	committed, err := c.publishParts(ctx, r, in, tree, rev) // core_firmwarepart.go
@@ -584,7 +585,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	if !in.WantsConfigDrive() {
 		// config_drive: false (the domain, if any, has no cdrom): a drive
 		// of an earlier spec goes.
-		c.drv.pruneMedia(in.Name, "")
+		mediaCommitted()
 		if rerr := removeFile(drive); rerr != nil {
 			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 		}
@@ -596,8 +597,8 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		// is rebuilt by the next apply or by `configdrive build`.
 		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 	}
-	c.drv.pruneMedia(in.Name, medium)
-	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "medium", medium)
+	mediaCommitted()
+	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
 	return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
 }
 

@@ -5,13 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption/policy"
-	"github.com/vmeta/vmeta/hostctl/flavors"
-	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -315,127 +311,15 @@ func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Ins
 
 // ReleaseHost takes what the stopped instance in, shelved, still has on
 // the host besides its domain, its files and what the parts gave back
-// (part.Shelve: the shares' host mounts, passthrough devices): stale
-// config-drive media, and its libvirt secrets (a stopped domain's
+// (part.Shelve: the shares' host mounts, passthrough devices; the
+// config-drive media went at the stop): its libvirt secrets (a stopped domain's
 // passphrases are not in libvirt: any left by a crash go now; failures
 // are logged, the reconciler retries).
 func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
-	c.pruneMedia(in.Name, "")
 	if err := c.disks.UndefineSecrets(ctx, in.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
 	}
 }
-
-// ResizeLayout is in laid out anew for flavor newF (its flavor disks,
-// their encryption), refused when the flavors' or the image's encryption
-// settings forbid the resize or a disk would shrink; flavors are those of
-// the core's registry.
-func (c *Controller) ResizeLayout(ctx context.Context, old *model.Instance, flavorName string) (*model.Instance, *flavors.Flavor, error) {
-	if c.flavors == nil {
-		return nil, nil, errNoRecords
-	}
-	newF, err := c.flavors.Get(ctx, flavorName)
-	if err != nil {
-		return nil, nil, err
-	}
-	if old.Flavor == newF.Name {
-		return nil, nil, fmt.Errorf("%w: the instance has flavor %s already", store.ErrConflict, newF.Name)
-	}
-	oldF, err := c.flavorOf(ctx, old.Flavor)
-	if err != nil {
-		return nil, nil, err
-	}
-	if oldF == nil || !laidOut(old) {
-		// Its disks were not laid out by a flavor: there is nothing to
-		// grow them from.
-		return nil, nil, fmt.Errorf("%w: the instance was not made from a registered flavor (flavor %q; its disks come from its spec: change them with instance apply)", ErrState, old.Flavor)
-	}
-	img, err := c.imageOf(ctx, old.Image)
-	if err != nil {
-		return nil, nil, err
-	}
-	oldS, err := flavorSettings(oldF, old.Flavor)
-	if err != nil {
-		return nil, nil, err
-	}
-	newS, err := flavorSettings(&newF, newF.Name)
-	if err != nil {
-		return nil, nil, err
-	}
-	imgS, err := imageSettings(img, old.Image)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := policy.SameForResize(oldS, newS, imgS, c.encHost); err != nil {
-		return nil, nil, err
-	}
-	in := clone(old)
-	in.Flavor, in.VCPUs, in.MemoryMiB = newF.Name, 0, 0
-	for i := range in.Disks {
-		if in.Disks[i].Kind != "" {
-			in.Disks[i].Size = ""
-		}
-	}
-	if err := c.flavorDisks(in, &newF, img); err != nil {
-		return nil, nil, err
-	}
-	if err := neverShrink(old, in, &newF, img); err != nil {
-		return nil, nil, err
-	}
-	if err := c.decideEncryption(in, &newF, img); err != nil {
-		return nil, nil, err
-	}
-	return in, &newF, nil
-}
-
-// RebuildLayout is in with its root disk from image newImg, refused when
-// the flavor's or the images' encryption settings forbid the rebuild or
-// the image does not fit the flavor's root disk.
-func (c *Controller) RebuildLayout(ctx context.Context, old *model.Instance, newImg *images.Image) (*model.Instance, error) {
-	f, err := c.flavorOf(ctx, old.Flavor)
-	if err != nil {
-		return nil, err
-	}
-	if !laidOut(old) {
-		f = nil // its flavor is a label (registered later, if at all)
-	}
-	oldImg, err := c.imageOf(ctx, old.Image)
-	if err != nil {
-		return nil, err
-	}
-	fS, err := flavorSettings(f, old.Flavor)
-	if err != nil {
-		return nil, err
-	}
-	oldS, err := imageSettings(oldImg, old.Image)
-	if err != nil {
-		return nil, err
-	}
-	newS, err := imageSettings(newImg, newImg.Name)
-	if err != nil {
-		return nil, err
-	}
-	if err := policy.SameForRebuild(fS, oldS, newS, c.encHost); err != nil {
-		return nil, err
-	}
-	if rootDisk(old) < 0 {
-		return nil, fmt.Errorf("%w: the instance has no disk made from an image", ErrState)
-	}
-	if f != nil && f.Disk > 0 && newImg.VirtualSize > int64(f.Disk)<<30 {
-		return nil, &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: newImg.Name,
-			Rule: fmt.Sprintf("its %d bytes do not fit flavor %s's %d GiB root disk", newImg.VirtualSize, f.Name, f.Disk)}}, Of: "rebuild request"}
-	}
-	in := clone(old)
-	in.Image = newImg.Name
-	if err := c.decideEncryption(in, f, newImg); err != nil {
-		return nil, err
-	}
-	return in, nil
-}
-
-// DiskBytes is the size in bytes a disk's size field says (false: the
-// image's size).
-func DiskBytes(size string) (int64, bool) { return sizeBytes(size) }
 
 // stoppedInstance returns the record and spec of this host's instance
 // name for op, refusing (ErrState) one whose domain is not shut off,
@@ -481,51 +365,6 @@ func (c *Controller) setAside(r *revert.Reverter, p string) (string, error) {
 		return os.Rename(a, p)
 	})
 	return a, nil
-}
-
-// rootDisk is the index of the disk made from the image: the one of kind
-// root, else (no kinds) the first disk of an instance with an image; -1
-// when there is none.
-func rootDisk(in *model.Instance) int {
-	if i := slices.IndexFunc(in.Disks, func(d model.Disk) bool { return d.Kind == model.DiskKindRoot }); i >= 0 {
-		return i
-	}
-	if in.Image != "" && len(in.Disks) > 0 && !slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" }) {
-		return 0
-	}
-	return -1
-}
-
-// RootDisk is the index of the disk made from the image (-1: none).
-func RootDisk(in *model.Instance) int { return rootDisk(in) }
-
-// neverShrink refuses a resize that would shrink or remove a flavor
-// disk, naming the disk and both sizes.
-func neverShrink(old, in *model.Instance, f *flavors.Flavor, img *images.Image) error {
-	imageSize := int64(-1)
-	if img != nil {
-		imageSize = img.VirtualSize
-	}
-	bytesOf := func(d model.Disk) int64 {
-		if n, ok := sizeBytes(d.Size); ok {
-			return n
-		}
-		return imageSize // "": the image's size
-	}
-	for _, o := range old.Disks {
-		if o.Kind == "" {
-			continue
-		}
-		j := slices.IndexFunc(in.Disks, func(d model.Disk) bool { return d.Kind == o.Kind })
-		if j < 0 {
-			return fmt.Errorf("%w: flavor %s has no %s disk, and the instance's %s (%s) would go: a resize never removes a disk", store.ErrConflict, f.Name, o.Kind, o.Name, orImage(o.Size))
-		}
-		before, after := bytesOf(o), bytesOf(in.Disks[j])
-		if before >= 0 && after >= 0 && after < before {
-			return fmt.Errorf("%w: flavor %s's %s disk (%s) is smaller than the instance's %s (%s): disks are never shrunk", store.ErrConflict, f.Name, o.Kind, orImage(in.Disks[j].Size), o.Name, orImage(o.Size))
-		}
-	}
-	return nil
 }
 
 // Capabilities reports whether this host has a hypervisor and whether

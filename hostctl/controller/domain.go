@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -48,8 +49,8 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	st := newSteps(name)
 	defer st.log(c.log, "apply steps")
 	if old != nil {
-		carryOver(old, in)
-		if fe := sizeChanges(old, in); len(fe) > 0 {
+		model.CarryOver(old, in)
+		if fe := model.SizeChanges(old, in); len(fe) > 0 {
 			return nil, fmt.Errorf("apply %s: %w", name, &model.SpecError{Errors: fe})
 		}
 	}
@@ -86,7 +87,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	case old == nil:
 		changes = []string{"the domain exists but hostctl has no record of it"}
 	default:
-		changes = hardwareChanges(old, in)
+		changes = model.HardwareChanges(old, in)
 		if ch, err := c.partsChange(ctx, old, in); err != nil { // parts.go
 			return nil, fmt.Errorf("%s %s: %w", op, name, err)
 		} else if ch != "" {
@@ -96,7 +97,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if cur != nil && cur.running && len(changes) > 0 {
 		return nil, fmt.Errorf("apply %s: %w: the domain is running and the spec changes its hardware (%s); "+
 			"attach or detach devices with `hostctl instance attach-disk|detach-disk|attach-nic|detach-nic`, or stop the instance first",
-			name, ErrState, joinChanges(changes))
+			name, ErrState, strings.Join(changes, "; "))
 	}
 
 	st.done("check")

@@ -28,11 +28,6 @@ type driver interface {
 	// lister returns the state of each of many instances, from one
 	// listing (some says whether there are any to ask about).
 	lister(ctx context.Context, some bool) func(name, uuid string) string
-	// swapMedium puts a new config drive into the cdrom of the running
-	// domain (media.go).
-	swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error)
-	// pruneMedia deletes the media swapped out of the cdrom but keep.
-	pruneMedia(name, keep string)
 	// require refuses a request (op on instance name) the mode cannot do.
 	require(op, name string) error
 	// reconcile brings every instance in line with the hypervisor.
@@ -73,18 +68,14 @@ func (noDriver) state(context.Context, string, string) string                   
 func (noDriver) lister(context.Context, bool) func(string, string) string {
 	return func(string, string) string { return "" }
 }
-func (noDriver) swapMedium(context.Context, *revert.Reverter, string, string, int64) (string, []string, error) {
-	return "", nil, nil
-}
-func (noDriver) pruneMedia(string, string) {}
 func (noDriver) require(op, name string) error {
 	return fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
 }
 func (noDriver) reconcile(context.Context) error { return nil }
 func (noDriver) startReconciler()                {}
 
-// libvirtDriver: instances are libvirt domains (domain.go, media.go,
-// dhcp.go, reconcile.go).
+// libvirtDriver: instances are libvirt domains (domain.go, dhcp.go,
+// reconcile.go).
 type libvirtDriver struct{ c *Controller }
 
 func (d libvirtDriver) apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error) {
@@ -137,12 +128,6 @@ func (d libvirtDriver) lister(ctx context.Context, some bool) func(name, uuid st
 		}
 	}
 }
-
-func (d libvirtDriver) swapMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (string, []string, error) {
-	return d.c.swapMedium(ctx, r, name, staged, rev)
-}
-
-func (d libvirtDriver) pruneMedia(name, keep string) { d.c.pruneMedia(name, keep) }
 
 func (libvirtDriver) require(string, string) error { return nil }
 

@@ -23,8 +23,8 @@ import (
 // registerParts gives e's controller the passthrough part (without an
 // inventory until withInventory) and the nics part over net.
 func registerParts(e *env, net nics.Network) {
-	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, "")}
-	withDisks(e) // export_diskpart_test.go
+	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, ""), mediaPart(e, net)} // export_media_test.go
+	withDisks(e)                                                                            // export_diskpart_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.

@@ -179,7 +179,6 @@ func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (_ *Ins
 	if cur.running {
 		err = c.domains.Destroy(ctx, name)
 		if err == nil {
-			c.pruneMedia(name, "")
 			c.afterRecordParts(ctx, "stop", rec) // parts.go
 			// The passphrases leave libvirt with the domain, as on
 			// stop; the start below defines them again.

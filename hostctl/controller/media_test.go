@@ -1,7 +1,8 @@
 package controller
 
-// The config drive follows on running domains (media.go), against the
-// fake hypervisor.
+// The config drive follows on running domains (the config-drive media
+// part, hostctl/parts/configdrive, as the harness registers it), against
+// the fake hypervisor.
 
 import (
 	"context"
@@ -253,7 +254,7 @@ func TestMediumGuestStopsMeanwhile(t *testing.T) {
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	e.c.hotplug = stoppingHV{e.hv}
+	withMedia(e, stoppingHV{e.hv}) // the part changes the medium (export_media_test.go)
 	if _, err := e.c.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "hot", Bus: "scsi", Size: "8M", Affect: types.Affect{Config: true}}); err == nil {
 		t.Fatal("--config alone on a running domain accepted")
 	}

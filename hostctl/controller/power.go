@@ -63,7 +63,6 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 // libvirt start (startWithSecrets). A share that could not be mounted
 // puts the instance in ERROR (see fault.go).
 func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error {
-	c.pruneMedia(rec.Name, "")
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		return err
 	}
@@ -98,7 +97,6 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 		warn, err = c.shutdown(ctx, name, timeout)
 	}
 	if err == nil {
-		c.pruneMedia(name, "")
 		// QEMU has closed the disks: libvirt no longer needs the
 		// passphrases. A failure leaves them to the reconciler.
 		if serr := c.disks.UndefineSecrets(ctx, cur.uuid); serr != nil {

@@ -440,6 +440,7 @@ func (s *serve) startController(context.Context) error {
 	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
 	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc) // parts.go
 	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                  // virt.go
+	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                     // media.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,

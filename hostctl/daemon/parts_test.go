@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/configdrive"
 	"github.com/vmeta/vmeta/hostctl/parts/firmware"
 	"github.com/vmeta/vmeta/hostctl/shares"
 )
@@ -16,6 +17,8 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
 	// The firmware part is registered with a hypervisor only (virt.go).
 	parts = append(parts, firmware.New(nil, "", false, nil))
+	// So is the config-drive media part (media.go).
+	parts = append(parts, configdrive.New(nil, "", nil))
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}
@@ -34,7 +37,7 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"passthrough", "watchdog", "shares"} {
+	for _, want := range []string{"passthrough", "watchdog", "shares", "firmware", "configdrive"} {
 		if !names[want] {
 			t.Errorf("part %s is not registered", want)
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -42,7 +43,7 @@ import (
 
 // What the operations need of the controller core (hostctl/controller,
 // core_ops.go), by role, each role a narrow interface: Frame, Files,
-// Disks, Domains, Host, Secrets, Layouts. Every method taking a
+// Disks, Domains, Host, Secrets, Layouts, Applier. Every method taking a
 // *revert.Reverter registers the undo of what it did on it. Each
 // operation holds only the roles it uses (shelver, rescuer, resizer,
 // rebuilder, snapshotter); no interface here has more than 8 methods
@@ -124,11 +125,15 @@ type Secrets interface {
 }
 
 // Layouts is an instance laid out for another flavor or root image, as
-// an apply lays instances out; ApplyFor applies it (disks, domain,
-// publish) for op.
+// an apply lays instances out (hostctl/layout, the core's Layouts).
 type Layouts interface {
-	ResizeLayout(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
-	RebuildLayout(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
+	Resize(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
+	Rebuild(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
+}
+
+// Applier applies an instance laid out anew (disks, domain, publish)
+// for op.
+type Applier interface {
 	ApplyFor(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*controller.Instance, error)
 }
 
@@ -170,12 +175,14 @@ type (
 		files   Files
 		disks   Disks
 		layouts Layouts
+		apply   Applier
 	}
 	rebuilder struct {
 		base
 		files   Files
 		disks   Disks
 		layouts Layouts
+		apply   Applier
 	}
 )
 
@@ -197,8 +204,8 @@ func New(c *controller.Controller) *Ops {
 	return &Ops{
 		shelve:   &shelver{snapshotter: snap, domains: c, host: c},
 		rescue:   &rescuer{base: b, files: c, disks: c, domains: c, host: c, secrets: c},
-		resize:   &resizer{base: b, files: c, disks: c, layouts: c},
-		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c},
+		resize:   &resizer{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
+		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
 		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c},
 	}
@@ -277,7 +284,7 @@ func diskFile(f Files, in *model.Instance, d model.Disk) string {
 // rootIndex is the index of the instance's root disk (the first disk when
 // none is made from an image), -1 when it has no disk.
 func rootIndex(in *model.Instance) int {
-	root := controller.RootDisk(in)
+	root := layout.RootDisk(in)
 	if root < 0 && len(in.Disks) > 0 {
 		root = 0
 	}

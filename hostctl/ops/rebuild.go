@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/revert"
 )
@@ -28,7 +29,7 @@ func (o *rebuilder) Rebuild(ctx context.Context, name, imageName string) (_ *con
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
-	in, err := o.layouts.RebuildLayout(ctx, old, &newImg)
+	in, err := o.layouts.Rebuild(ctx, old, &newImg)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}
@@ -36,12 +37,12 @@ func (o *rebuilder) Rebuild(ctx context.Context, name, imageName string) (_ *con
 	r := revert.New(o.log, "rebuild "+name)
 	defer r.Fail(&err)
 	var aside string
-	if p := diskFile(o.files, old, old.Disks[controller.RootDisk(old)]); fileExists(p) {
+	if p := diskFile(o.files, old, old.Disks[layout.RootDisk(old)]); fileExists(p) {
 		if aside, err = o.files.SetAside(r, p); err != nil {
 			return nil, fmt.Errorf("rebuild %s: %w", name, err)
 		}
 	}
-	inst, err := o.layouts.ApplyFor(ctx, part.Rebuild, in, old, rec.Revision)
+	inst, err := o.apply.ApplyFor(ctx, part.Rebuild, in, old, rec.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s: %w", name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -27,7 +28,7 @@ func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *contr
 	if err != nil {
 		return nil, err
 	}
-	in, newF, err := o.layouts.ResizeLayout(ctx, old, flavorName)
+	in, newF, err := o.layouts.Resize(ctx, old, flavorName)
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}
@@ -58,7 +59,7 @@ func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *contr
 		if err != nil {
 			return nil, fmt.Errorf("resize %s: %w", name, err)
 		}
-		want, ok := controller.DiskBytes(d.Size)
+		want, ok := layout.DiskBytes(d.Size)
 		if !ok {
 			continue // the image's size: unchanged
 		}
@@ -67,7 +68,7 @@ func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *contr
 		}
 		r.Add("shrink disk "+p+" back", func(ctx context.Context) error { return o.disks.ResizeDisk(ctx, old, d.Name, p, before, true) })
 	}
-	inst, err := o.layouts.ApplyFor(ctx, part.Resize, in, withSizesOf(old, in), rec.Revision)
+	inst, err := o.apply.ApplyFor(ctx, part.Resize, in, withSizesOf(old, in), rec.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("resize %s: %w", name, err)
 	}

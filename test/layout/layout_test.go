@@ -261,6 +261,14 @@ var importRules = []importRule{
 		forbidden: []string{module + "/hostctl/diskrotate"},
 	},
 	{
+		// The layout of an instance (flavor, image, encryption decision)
+		// only decides: the core and the operations call it, it knows
+		// neither (issue 22).
+		name:      "hostctl/layout imports neither the controller nor hostctl/ops",
+		from:      module + "/hostctl/layout",
+		forbidden: []string{module + "/hostctl/controller", module + "/hostctl/ops"},
+	},
+	{
 		// The operations (shelve, rescue, resize, rebuild, snapshot) are
 		// composed over narrow roles of the core (ops.Frame, Disks, ...); the daemon wires them.
 		name:      "the controller does not import hostctl/ops",

@@ -1,23 +1,20 @@
-package controller
+package model
 
 import (
 	"fmt"
 	"slices"
-	"strings"
-
-	"github.com/vmeta/vmeta/internal/model"
 )
 
-// carryOver gives the devices of a re-applied spec that name no address
+// CarryOver gives the devices of a re-applied spec that name no address
 // the address the hypervisor chose for the same device before (a disk by
 // target name and bus, a NIC by MAC), so a redefine does not move them.
-func carryOver(old, in *model.Instance) {
+func CarryOver(old, in *Instance) {
 	for i := range in.Disks {
 		d := &in.Disks[i]
 		if d.Address != "" {
 			continue
 		}
-		if j := slices.IndexFunc(old.Disks, func(o model.Disk) bool { return o.Name == d.Name && o.Bus == d.Bus }); j >= 0 {
+		if j := slices.IndexFunc(old.Disks, func(o Disk) bool { return o.Name == d.Name && o.Bus == d.Bus }); j >= 0 {
 			d.Address = old.Disks[j].Address
 		}
 	}
@@ -26,17 +23,17 @@ func carryOver(old, in *model.Instance) {
 		if n.Address != "" {
 			continue
 		}
-		if j := slices.IndexFunc(old.NICs, func(o model.NIC) bool { return o.MAC == n.MAC }); j >= 0 {
+		if j := slices.IndexFunc(old.NICs, func(o NIC) bool { return o.MAC == n.MAC }); j >= 0 {
 			n.Address = old.NICs[j].Address
 		}
 	}
 }
 
-// hardwareChanges lists what differs between the domain of old and that
+// HardwareChanges lists what differs between the domain of old and that
 // of in (devices added, removed or changed in a way the domain XML
 // shows); tags, metadata, addresses of the guest and the like are not
-// hardware. in must have been through carryOver.
-func hardwareChanges(old, in *model.Instance) []string {
+// hardware. in must have been through CarryOver.
+func HardwareChanges(old, in *Instance) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	if old.VCPUs != in.VCPUs {
@@ -46,7 +43,7 @@ func hardwareChanges(old, in *model.Instance) []string {
 		add("memory %d MiB -> %d MiB", old.MemoryMiB, in.MemoryMiB)
 	}
 	for _, d := range in.Disks {
-		j := slices.IndexFunc(old.Disks, func(o model.Disk) bool { return o.Name == d.Name })
+		j := slices.IndexFunc(old.Disks, func(o Disk) bool { return o.Name == d.Name })
 		if j < 0 {
 			add("disk %s added", d.Name)
 			continue
@@ -62,12 +59,12 @@ func hardwareChanges(old, in *model.Instance) []string {
 		}
 	}
 	for _, o := range old.Disks {
-		if !slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Name == o.Name }) {
+		if !slices.ContainsFunc(in.Disks, func(d Disk) bool { return d.Name == o.Name }) {
 			add("disk %s removed", o.Name)
 		}
 	}
 	for _, n := range in.NICs {
-		j := slices.IndexFunc(old.NICs, func(o model.NIC) bool { return o.MAC == n.MAC })
+		j := slices.IndexFunc(old.NICs, func(o NIC) bool { return o.MAC == n.MAC })
 		if j < 0 {
 			add("NIC %s added", n.MAC)
 			continue
@@ -83,39 +80,39 @@ func hardwareChanges(old, in *model.Instance) []string {
 		}
 	}
 	for _, o := range old.NICs {
-		if !slices.ContainsFunc(in.NICs, func(n model.NIC) bool { return n.MAC == o.MAC }) {
+		if !slices.ContainsFunc(in.NICs, func(n NIC) bool { return n.MAC == o.MAC }) {
 			add("NIC %s removed", o.MAC)
 		}
 	}
-	shareKey := func(s model.Share) string { return s.ShareID + "|" + s.EffectiveTag() + "|" + s.Source }
-	if !slices.Equal(mapSlice(old.Shares, shareKey), mapSlice(in.Shares, shareKey)) {
+	shareKey := func(s Share) string { return s.ShareID + "|" + s.EffectiveTag() + "|" + s.Source }
+	if !slices.Equal(sortedKeys(old.Shares, shareKey), sortedKeys(in.Shares, shareKey)) {
 		add("shares changed")
 	}
 	if o, n := old.WantsConfigDrive(), in.WantsConfigDrive(); o != n {
 		add("config_drive %t -> %t", o, n)
 	}
-	pciKey := func(p model.PCIDevice) string { return p.Address }
-	if !slices.Equal(mapSlice(old.PCIDevices, pciKey), mapSlice(in.PCIDevices, pciKey)) {
+	pciKey := func(p PCIDevice) string { return p.Address }
+	if !slices.Equal(sortedKeys(old.PCIDevices, pciKey), sortedKeys(in.PCIDevices, pciKey)) {
 		add("pci_devices changed")
 	}
 	return out
 }
 
-// sizeChanges lists disks whose size a re-applied spec changes: hostctl
+// SizeChanges lists disks whose size a re-applied spec changes: hostctl
 // does not resize images.
-func sizeChanges(old, in *model.Instance) []model.FieldError {
-	var out []model.FieldError
+func SizeChanges(old, in *Instance) []FieldError {
+	var out []FieldError
 	for i, d := range in.Disks {
-		j := slices.IndexFunc(old.Disks, func(o model.Disk) bool { return o.Name == d.Name })
+		j := slices.IndexFunc(old.Disks, func(o Disk) bool { return o.Name == d.Name })
 		if j >= 0 && old.Disks[j].Size != d.Size {
-			out = append(out, model.FieldError{Field: fmt.Sprintf("disks[%d].size", i), Value: d.Size,
+			out = append(out, FieldError{Field: fmt.Sprintf("disks[%d].size", i), Value: d.Size,
 				Rule: fmt.Sprintf("disk %s exists with size %q; hostctl does not resize disks (detach it and attach a new one)", d.Name, old.Disks[j].Size)})
 		}
 	}
 	return out
 }
 
-func mapSlice[T any](s []T, f func(T) string) []string {
+func sortedKeys[T any](s []T, f func(T) string) []string {
 	out := make([]string, len(s))
 	for i, v := range s {
 		out[i] = f(v)
@@ -123,5 +120,3 @@ func mapSlice[T any](s []T, f func(T) string) []string {
 	slices.Sort(out)
 	return out
 }
-
-func joinChanges(ch []string) string { return strings.Join(ch, "; ") }

@@ -1,41 +1,78 @@
-package controller
+// Package layout lays an instance out from its spec, its flavor and its
+// image before anything is created, as Nova lays out an instance's local
+// disks: the flavor's vCPUs and memory, its root disk "disk" from the
+// image, ephemeral "disk.eph0" and swap "disk.swap" (virtio, in that
+// order, then the spec's other disks), and the ephemeral encryption
+// decision (hostctl/encryption/policy) as per-disk requests. A resize
+// lays an instance out for another flavor (its disks never shrink), a
+// rebuild for another root image; a disk attached later is encrypted as
+// the instance's flavor and image say.
+//
+// The package only decides: it changes nothing on the host, and reaches
+// the flavor registry (hostctl/flavors), the image catalog
+// (hostctl/images) and the encryption policy through the narrow
+// interfaces Flavors, Images and Encryption. The controller core lays
+// out every apply with it; the operations of hostctl/ops resize and
+// rebuild with it.
+package layout
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// Flavors and images as the core uses them: the flavor and image an
-// instance names (the registries are hostctl/flavors in the store and
-// hostctl/images in the image directory; hostctl/catalog serves them),
-// the layout of an instance's disks from its flavor as Nova lays them
-// out, and the ephemeral encryption decision (hostctl/encryption) made
-// before anything is created.
+// Flavors finds a registered flavor (*flavors.Registry); an unknown
+// name is an error wrapping store.ErrNotFound.
+type Flavors interface {
+	Get(ctx context.Context, name string) (flavors.Flavor, error)
+}
 
-// DefaultEncryptionHost is the host's encryption formats and default
-// format when Options.Encryption names none.
-var DefaultEncryptionHost = policy.Host{Formats: []string{policy.FormatLUKS}, DefaultFormat: policy.FormatLUKS}
+// Images finds an image of the catalog (*images.Dir); an unknown name
+// is an error wrapping store.ErrNotFound.
+type Images interface {
+	Get(ctx context.Context, name string) (images.Image, error)
+}
 
-var errNoRecords = errors.New("the store of this controller keeps no records (flavors)")
+// Templates makes (or finds cached) the blank disk an ephemeral or swap
+// disk is an overlay of (*images.Templates).
+type Templates interface {
+	Template(ctx context.Context, kind string, size int) (images.Base, error)
+}
 
-// flavorOf returns the registered flavor an instance names, or nil when
+// Layout lays instances out from the flavors of Flavors (nil: the store
+// keeps no records, so no flavor is registered), the images of Images
+// and the encryption decisions of Encryption.
+type Layout struct {
+	Flavors    Flavors
+	Images     Images
+	Encryption Encryption
+}
+
+// DefaultHost is a host's encryption formats and default format when
+// its configuration names none.
+var DefaultHost = policy.Host{Formats: []string{policy.FormatLUKS}, DefaultFormat: policy.FormatLUKS}
+
+// ErrNoRecords: the store keeps no records, so there are no flavors.
+var ErrNoRecords = errors.New("the store of this controller keeps no records (flavors)")
+
+// FlavorOf returns the registered flavor an instance names, or nil when
 // it names none or one that is not registered (then the name is only a
 // label, reported as the EC2 instance-type, as before flavors were
 // registered).
-func (c *Controller) flavorOf(ctx context.Context, name string) (*flavors.Flavor, error) {
-	if name == "" || c.flavors == nil {
+func (l *Layout) FlavorOf(ctx context.Context, name string) (*flavors.Flavor, error) {
+	if name == "" || l.Flavors == nil {
 		return nil, nil
 	}
-	f, err := c.flavors.Get(ctx, name)
+	f, err := l.Flavors.Get(ctx, name)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil
@@ -45,14 +82,14 @@ func (c *Controller) flavorOf(ctx context.Context, name string) (*flavors.Flavor
 	return &f, nil
 }
 
-// imageOf returns the image an instance names, or nil when it names none
-// or the image directory has none of that name (planDisks reports a
+// ImageOf returns the image an instance names, or nil when it names none
+// or the catalog has none of that name (the disks' plan reports a
 // missing image when a disk needs it).
-func (c *Controller) imageOf(ctx context.Context, name string) (*images.Image, error) {
+func (l *Layout) ImageOf(ctx context.Context, name string) (*images.Image, error) {
 	if name == "" {
 		return nil, nil
 	}
-	img, err := c.imageDir.Get(ctx, name)
+	img, err := l.Images.Get(ctx, name)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil
@@ -62,60 +99,45 @@ func (c *Controller) imageOf(ctx context.Context, name string) (*images.Image, e
 	return &img, nil
 }
 
-func flavorSettings(f *flavors.Flavor, name string) (policy.Settings, error) {
-	if f == nil {
-		return policy.FlavorSettings(name, nil)
-	}
-	return policy.FlavorSettings(f.Name, f.ExtraSpecs)
-}
-
-func imageSettings(img *images.Image, name string) (policy.Settings, error) {
-	if img == nil {
-		return policy.ImageSettings(name, nil)
-	}
-	return policy.ImageSettings(img.Name, img.Properties)
-}
-
-// layout completes an instance from its flavor and image before it is
-// applied: the flavor's vCPUs and memory, its disks as Nova lays them
-// out (root "disk" from the image, ephemeral "disk.eph0", swap
-// "disk.swap", on virtio in that order, then the spec's other disks),
-// and the ephemeral encryption decision as per-disk requests. It returns
+// Apply completes an instance from its flavor and image before it is
+// applied over old (its stored spec; nil for a new instance): the
+// flavor's vCPUs and memory, its disks as Nova lays them out, and the
+// ephemeral encryption decision as per-disk requests. It returns
 // warnings (a flavor name no flavor has). A conflict is an error wrapping
-// store.ErrConflict, bad input a *model.SpecError; nothing is changed
-// anywhere on error.
-func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]string, error) {
-	if old != nil && laidOut(old) {
+// part.ErrState or store.ErrConflict, bad input a *model.SpecError;
+// nothing but in is changed (on error, in may be laid out in part).
+func (l *Layout) Apply(ctx context.Context, in, old *model.Instance) ([]string, error) {
+	if old != nil && LaidOut(old) {
 		// Laid out by a flavor: its flavor and image change only by
 		// resize and rebuild, which grow and remake disks.
 		switch {
 		case in.Flavor != old.Flavor:
-			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance has flavor %q; change it with `hostctl instance resize`", in.Name, ErrState, in.Flavor, old.Flavor)
+			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance has flavor %q; change it with `hostctl instance resize`", in.Name, part.ErrState, in.Flavor, old.Flavor)
 		case in.Image != old.Image:
-			return nil, fmt.Errorf("apply %s: %w: image %q: the instance has image %q; change it with `hostctl instance rebuild`", in.Name, ErrState, in.Image, old.Image)
+			return nil, fmt.Errorf("apply %s: %w: image %q: the instance has image %q; change it with `hostctl instance rebuild`", in.Name, part.ErrState, in.Image, old.Image)
 		}
 	}
-	f, err := c.flavorOf(ctx, in.Flavor)
+	f, err := l.FlavorOf(ctx, in.Flavor)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
-	img, err := c.imageOf(ctx, in.Image)
+	img, err := l.ImageOf(ctx, in.Image)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	var warn []string
-	if f != nil && old != nil && !laidOut(old) {
+	if f != nil && old != nil && !LaidOut(old) {
 		// The instance was made from its spec alone (its flavor was only a
 		// label then): a flavor registered since does not relayout or
 		// re-encrypt its disks.
 		if in.Flavor != old.Flavor {
-			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance was created without a registered flavor; create a new instance to use one", in.Name, ErrState, in.Flavor)
+			return nil, fmt.Errorf("apply %s: %w: flavor %q: the instance was created without a registered flavor; create a new instance to use one", in.Name, part.ErrState, in.Flavor)
 		}
 		warn = append(warn, fmt.Sprintf("flavor %q was registered after instance %s was created: the instance keeps its spec's disks and size", in.Flavor, in.Name))
 		f = nil
 	}
 	if f == nil {
-		if in.Flavor != "" && c.flavors != nil && len(warn) == 0 {
+		if in.Flavor != "" && l.Flavors != nil && len(warn) == 0 {
 			warn = append(warn, fmt.Sprintf("flavor %q is not a registered flavor: it is only reported as the instance type (hostctl flavor create registers one)", in.Flavor))
 		}
 		for i, d := range in.Disks {
@@ -124,49 +146,32 @@ func (c *Controller) layout(ctx context.Context, in, old *model.Instance) ([]str
 					Field: fmt.Sprintf("disks[%d].kind", i), Value: d.Kind, Rule: "only a registered flavor's disks have a kind (the spec names no registered flavor)"}}})
 			}
 		}
-	} else if err := c.flavorDisks(in, f, img); err != nil {
+	} else if err := flavorDisks(in, f, img); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
-	if err := c.decideEncryption(in, f, img); err != nil {
+	if err := l.Encryption.Decide(in, f, img); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	return warn, nil
 }
 
-// decideEncryption applies the ephemeral encryption policy to in's disks.
-func (c *Controller) decideEncryption(in *model.Instance, f *flavors.Flavor, img *images.Image) error {
-	fs, err := flavorSettings(f, in.Flavor)
-	if err != nil {
-		return err
-	}
-	is, err := imageSettings(img, in.Image)
-	if err != nil {
-		return err
-	}
-	d, err := policy.Decide(fs, is, c.encHost)
-	if err != nil {
-		return err
-	}
-	return d.Apply(in.Disks, c.encHost)
-}
-
-// encryptAttached applies the instance's ephemeral encryption decision
+// EncryptAttached applies the instance's ephemeral encryption decision
 // to a disk attached to it later: on an instance whose flavor or image
 // asks for encryption, every new disk is encrypted too.
-func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {
-	f, err := c.flavorOf(ctx, in.Flavor)
+func (l *Layout) EncryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {
+	f, err := l.FlavorOf(ctx, in.Flavor)
 	if err != nil {
 		return err
 	}
-	if !laidOut(in) {
+	if !LaidOut(in) {
 		f = nil // its flavor is a label (registered later, if at all)
 	}
-	img, err := c.imageOf(ctx, in.Image)
+	img, err := l.ImageOf(ctx, in.Image)
 	if err != nil {
 		return err
 	}
 	one := &model.Instance{Name: in.Name, Flavor: in.Flavor, Image: in.Image, Disks: []model.Disk{*d}}
-	if err := c.decideEncryption(one, f, img); err != nil {
+	if err := l.Encryption.Decide(one, f, img); err != nil {
 		return err
 	}
 	*d = one.Disks[0]
@@ -174,7 +179,7 @@ func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d 
 }
 
 // flavorDisks sets in's vCPUs, memory and local disks from the flavor f.
-func (c *Controller) flavorDisks(in *model.Instance, f *flavors.Flavor, img *images.Image) error {
+func flavorDisks(in *model.Instance, f *flavors.Flavor, img *images.Image) error {
 	var errs []model.FieldError
 	if in.VCPUs != 0 && in.VCPUs != f.VCPUs {
 		errs = append(errs, model.FieldError{Field: "vcpus", Value: in.VCPUs, Rule: fmt.Sprintf("flavor %s has %d vCPUs (leave vcpus out)", f.Name, f.VCPUs)})
@@ -252,56 +257,36 @@ func orImage(size string) string {
 	return size
 }
 
-// sizeBytes parses a disk size in qemu-img syntax ("10G", "512M",
-// "1048576").
-func sizeBytes(s string) (int64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	shift := 0
-	switch s[len(s)-1] {
-	case 'K':
-		shift = 10
-	case 'M':
-		shift = 20
-	case 'G':
-		shift = 30
-	case 'T':
-		shift = 40
-	}
-	digits := s
-	if shift > 0 {
-		digits = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)>>shift {
-		return 0, false
-	}
-	return n << shift, true
+// DiskBytes is the size in bytes a disk's size field says, in qemu-img
+// syntax ("10G", "512M", "1048576"; model.ParseDiskSize); false when it
+// says none (the image's size) or is not one.
+func DiskBytes(s string) (int64, bool) {
+	n, err := model.ParseDiskSize(s)
+	return n, err == nil
 }
 
-// laidOut reports whether a stored instance was laid out by a
+// LaidOut reports whether a stored instance was laid out by a
 // registered flavor: its disks have kinds, or the flavor set its size
 // (vcpus and memory_mib are new with flavors: older records have none).
-func laidOut(in *model.Instance) bool {
-	return hasKinds(in) || in.Flavor != "" && in.VCPUs > 0 && in.MemoryMiB > 0
+func LaidOut(in *model.Instance) bool {
+	return HasKinds(in) || in.Flavor != "" && in.VCPUs > 0 && in.MemoryMiB > 0
 }
 
-// hasKinds reports whether an instance's disks were laid out by a
+// HasKinds reports whether an instance's disks were laid out by a
 // flavor (some disk has a kind).
-func hasKinds(in *model.Instance) bool {
+func HasKinds(in *model.Instance) bool {
 	return slices.ContainsFunc(in.Disks, func(d model.Disk) bool { return d.Kind != "" })
 }
 
-// blankTemplate returns the blank-disk template a flavor's ephemeral or
-// swap disk is an overlay of, making it if the cache has none.
-func (c *Controller) blankTemplate(ctx context.Context, d model.Disk) (images.Base, error) {
-	n, ok := sizeBytes(d.Size)
+// BlankTemplate returns the blank-disk template of t a flavor's
+// ephemeral or swap disk d is an overlay of, making it if t has none.
+func BlankTemplate(ctx context.Context, t Templates, d model.Disk) (images.Base, error) {
+	n, ok := DiskBytes(d.Size)
 	switch {
 	case d.Kind == model.DiskKindEphemeral && ok && n > 0 && n%(1<<30) == 0:
-		return c.templates.Template(ctx, images.TemplateEphemeral, int(n>>30))
+		return t.Template(ctx, images.TemplateEphemeral, int(n>>30))
 	case d.Kind == model.DiskKindSwap && ok && n > 0 && n%(1<<20) == 0:
-		return c.templates.Template(ctx, images.TemplateSwap, int(n>>20))
+		return t.Template(ctx, images.TemplateSwap, int(n>>20))
 	}
 	return images.Base{}, fmt.Errorf("a %s disk of size %q has no blank template (whole GiB for ephemeral, MiB for swap)", d.Kind, d.Size)
 }
