@@ -28,38 +28,54 @@ const (
 	colNetworkData = 3 // network_data.json
 )
 
+// filePaths holds, per version index, the tree's path of each file of
+// osFiles or ec2Files (built once: a view's build looks files up without
+// making their paths).
+var filePaths = func() [][]string {
+	out := make([][]string, numVersions)
+	for i := range out {
+		top, ver := versionName(i)
+		names := osFiles
+		if !isOSVersion(i) {
+			names = ec2Files
+		}
+		for _, n := range names {
+			out[i] = append(out[i], top+"/"+ver+"/"+n)
+		}
+	}
+	return out
+}()
+
 // fileOf returns file col (of osFiles or ec2Files) of version index i.
 func fileOf(t *metadata.Tree, i, col int) ([]byte, bool) {
-	top, ver := versionName(i)
-	names := osFiles
-	if !isOSVersion(i) {
-		names = ec2Files
-	}
-	if col >= len(names) {
+	if col >= len(filePaths[i]) {
 		return nil, false
 	}
-	return t.Get(top + "/" + ver + "/" + names[col])
+	return t.Get(filePaths[i][col])
 }
 
 // checkTree checks a decoded tree (every version the server serves must
 // be there, and what is decoded when a version is built must decode)
 // and returns, per version index, the index of the version whose
 // directory it shares: itself, or the first version with the same files
-// (and, for OpenStack, the same password file).
-func checkTree(t *metadata.Tree) ([]uint8, error) {
+// (and, for OpenStack, the same password file); and the names of the
+// public keys (keyNames).
+func checkTree(t *metadata.Tree) ([]uint8, []string, error) {
 	for i, ver := range osVersions {
 		if _, ok := fileOf(t, i, colMetaData); !ok {
-			return nil, fmt.Errorf("tree has no openstack/%s/meta_data.json", ver)
+			return nil, nil, fmt.Errorf("tree has no openstack/%s/meta_data.json", ver)
 		}
 	}
-	if _, err := keyNames(t.Files["openstack/latest/meta_data.json"]); err != nil {
-		return nil, err
+	md, _ := fileOf(t, len(osVersions)-1, colMetaData)
+	keys, err := keyNames(md)
+	if err != nil {
+		return nil, nil, err
 	}
 	var checked [][]byte
 	for j, ver := range ec2Versions {
 		raw, ok := fileOf(t, len(osVersions)+j, colMetaData)
 		if !ok {
-			return nil, fmt.Errorf("tree has no ec2/%s/meta-data.json", ver)
+			return nil, nil, fmt.Errorf("tree has no ec2/%s/meta-data.json", ver)
 		}
 		if containsBytes(checked, raw) {
 			continue
@@ -67,7 +83,7 @@ func checkTree(t *metadata.Tree) ([]uint8, error) {
 		// Decoded when the version is first asked for; what would not
 		// decode is refused now, with the document.
 		if err := checkObject(raw); err != nil {
-			return nil, fmt.Errorf("decode ec2/%s/meta-data.json: %w", ver, err)
+			return nil, nil, fmt.Errorf("decode ec2/%s/meta-data.json: %w", ver, err)
 		}
 		checked = append(checked, raw)
 	}
@@ -95,7 +111,7 @@ func checkTree(t *metadata.Tree) ([]uint8, error) {
 			}
 		}
 	}
-	return reps, nil
+	return reps, keys, nil
 }
 
 func containsBytes(list [][]byte, b []byte) bool {
@@ -118,6 +134,9 @@ func keyNames(metaData []byte) ([]string, error) {
 	}
 	if err := json.Unmarshal(metaData, &md); err != nil {
 		return nil, fmt.Errorf("decode meta_data.json: %w", err)
+	}
+	if len(md.Keys) == 0 {
+		return nil, nil
 	}
 	names := make([]string, len(md.Keys))
 	for i, k := range md.Keys {

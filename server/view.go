@@ -127,6 +127,9 @@ type view struct {
 	// reps gives, per version index, the version index whose directory
 	// it shares (see checkTree).
 	reps []uint8
+	// keys are the names of the public keys openstack/latest's
+	// meta_data.json lists (checkTree), for the EC2 public-keys listings.
+	keys []string
 
 	// dirs holds each version's directory once built, by version index
 	// (see osVersions).
@@ -139,7 +142,10 @@ type view struct {
 	tree []byte
 	// decoded is the tree buildView decoded, for the first directory
 	// built (the first request of a guest needs one at once); nil after.
-	decoded *metadata.Tree
+	// freeDecoded gives its buffer back once that directory is built (what
+	// a directory keeps is copied: see add).
+	decoded     *metadata.Tree
+	freeDecoded func()
 	// bodies are the bodies of the directories built so far.
 	bodies []byte
 	// shapes is the table directories take their shapes from while the
@@ -181,17 +187,18 @@ func (d *vdir) body(i int) []byte {
 // buildView checks a published document and keeps what its view's
 // directories are built from.
 func buildView(doc store.Document, policy TokenPolicy) (*view, error) {
-	t, err := metadata.DecodeTree(doc.Tree)
+	t, release, err := metadata.DecodeTreeScratch(doc.Tree)
 	if err != nil {
 		return nil, err
 	}
-	reps, err := checkTree(t)
+	reps, keys, err := checkTree(t)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	return &view{
 		uuid: doc.InstanceUUID, projectID: unique.Make(doc.ProjectID).Value(), version: doc.Version, policy: policy,
-		reps: reps, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t,
+		reps: reps, keys: keys, dirs: make([]atomic.Pointer[vdir], numVersions), tree: doc.Tree, decoded: t, freeDecoded: release,
 	}, nil
 }
 
@@ -260,12 +267,12 @@ func (v *view) build(i int) (*vdir, error) {
 	if d := v.dirs[i].Load(); d != nil {
 		return d, nil
 	}
-	t, err := v.treeLocked()
+	t, release, err := v.treeLocked()
 	if err != nil {
 		return nil, err
 	}
 	d, err := v.buildLocked(i, t)
-	v.decoded = nil
+	release()
 	return d, err
 }
 
@@ -275,13 +282,15 @@ func (v *view) prebuild(idx ...int) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var t *metadata.Tree
+	release := func() {}
+	defer func() { release() }()
 	for _, i := range idx {
 		if v.dirs[i].Load() != nil {
 			continue
 		}
 		if t == nil {
 			var err error
-			if t, err = v.treeLocked(); err != nil {
+			if t, release, err = v.treeLocked(); err != nil {
 				return err
 			}
 		}
@@ -289,17 +298,23 @@ func (v *view) prebuild(idx ...int) error {
 			return err
 		}
 	}
-	v.decoded = nil
+	if v.decoded != nil { // every directory asked for was built
+		v.freeDecoded()
+		v.decoded, v.freeDecoded = nil, nil
+	}
 	return nil
 }
 
-// treeLocked is the decoded tree: buildView's, or the stored form decoded
-// again.
-func (v *view) treeLocked() (*metadata.Tree, error) {
-	if v.decoded != nil {
-		return v.decoded, nil
+// treeLocked is the decoded tree, buildView's (handed over once), or the
+// stored form decoded again, with the function that gives its buffer
+// back: the caller calls it once done with the tree.
+func (v *view) treeLocked() (*metadata.Tree, func(), error) {
+	if t := v.decoded; t != nil {
+		free := v.freeDecoded
+		v.decoded, v.freeDecoded = nil, nil
+		return t, free, nil
 	}
-	return metadata.DecodeTree(v.tree)
+	return metadata.DecodeTreeScratch(v.tree)
 }
 
 // buildLocked builds the directory of version index i from t, with v.mu
@@ -309,7 +324,7 @@ func (v *view) buildLocked(i int, t *metadata.Tree) (*vdir, error) {
 	var b dirBuilder
 	if isOSVersion(rep) {
 		buildOS(&b, rep, t)
-	} else if err := buildEC2(&b, rep, t); err != nil {
+	} else if err := buildEC2(&b, rep, t, v.keys); err != nil {
 		return nil, err
 	}
 	d := v.add(&b)
@@ -376,8 +391,8 @@ func buildOS(b *dirBuilder, i int, t *metadata.Tree) {
 }
 
 // buildEC2 collects the paths of EC2 version index i (Nova's get_ec2_item
-// and ec2_md_print).
-func buildEC2(b *dirBuilder, i int, t *metadata.Tree) error {
+// and ec2_md_print); names are the public keys' (keyNames).
+func buildEC2(b *dirBuilder, i int, t *metadata.Tree, names []string) error {
 	ver := ec2Versions[i-len(osVersions)]
 	raw, _ := fileOf(t, i, colMetaData)
 	var tree map[string]any
@@ -385,17 +400,15 @@ func buildEC2(b *dirBuilder, i int, t *metadata.Tree) error {
 		return fmt.Errorf("decode ec2/%s/meta-data.json: %w", ver, err)
 	}
 	if pk, ok := tree["public-keys"].(map[string]any); ok {
-		md, _ := fileOf(t, len(osVersions)-1, colMetaData)
-		names, err := keyNames(md)
-		if err != nil {
-			return err
-		}
 		for idx, name := range names {
 			if sub, ok := pk[strconv.Itoa(idx)].(map[string]any); ok {
 				sub["_name"] = strconv.Itoa(idx) + "=" + name
 			}
 		}
 	}
+	// The bodies rendered (values and listings) are about as long as
+	// the JSON they come from.
+	b.buf = make([]byte, 0, len(raw))
 	top := map[string]any{"meta-data": tree}
 	if ud, ok := fileOf(t, i, colUserData); ok {
 		top["user-data"] = string(ud)
@@ -407,6 +420,10 @@ func buildEC2(b *dirBuilder, i int, t *metadata.Tree) error {
 // dirBuilder collects the paths of a version's directory.
 type dirBuilder struct {
 	items []item
+	// buf holds the bodies the builder renders (EC2 values and
+	// listings). Appending never changes what earlier bodies slice,
+	// even when it moves to a larger array.
+	buf []byte
 }
 
 type item struct {
@@ -422,7 +439,7 @@ func (b *dirBuilder) add(key string, s slot, body []byte) {
 // addEC2 adds p (a path below the version, "" for the version itself) and
 // everything below it, rendered as ec2_md_print does.
 func (b *dirBuilder) addEC2(p string, data any) {
-	text := func(s string) { b.add(p, slot{class: classEC2}, []byte(s)) }
+	text := func(s string) { b.add(p, slot{class: classEC2}, b.text(s)) }
 	switch v := data.(type) {
 	case map[string]any:
 		keys := make([]string, 0, len(v))
@@ -432,24 +449,32 @@ func (b *dirBuilder) addEC2(p string, data any) {
 			}
 		}
 		sort.Strings(keys)
-		lines := make([]string, 0, len(keys))
 		for _, k := range keys {
-			if sub, ok := v[k].(map[string]any); ok {
-				if name, ok := sub["_name"].(string); ok {
-					lines = append(lines, name)
-				} else {
-					lines = append(lines, k+"/")
-				}
-			} else {
-				lines = append(lines, k)
-			}
 			sub := k
 			if p != "" {
 				sub = p + "/" + k
 			}
 			b.addEC2(sub, v[k])
 		}
-		b.add(p, slot{class: classListing}, []byte(strings.Join(lines, "\n")))
+		// The listing, once what is below it is added (its body is
+		// one run of the builder's text).
+		start := len(b.buf)
+		for i, k := range keys {
+			if i > 0 {
+				b.buf = append(b.buf, '\n')
+			}
+			if sub, ok := v[k].(map[string]any); ok {
+				if name, ok := sub["_name"].(string); ok {
+					b.buf = append(b.buf, name...)
+				} else {
+					b.buf = append(b.buf, k...)
+					b.buf = append(b.buf, '/')
+				}
+			} else {
+				b.buf = append(b.buf, k...)
+			}
+		}
+		b.add(p, slot{class: classListing}, b.buf[start:len(b.buf):len(b.buf)])
 	case []any:
 		items := make([]string, len(v))
 		for i, it := range v {
@@ -461,7 +486,9 @@ func (b *dirBuilder) addEC2(p string, data any) {
 	case nil:
 		text("None") // Python's str(None), as Nova prints it
 	case float64:
-		text(strconv.FormatFloat(v, 'f', -1, 64))
+		start := len(b.buf)
+		b.buf = strconv.AppendFloat(b.buf, v, 'f', -1, 64)
+		b.add(p, slot{class: classEC2}, b.buf[start:len(b.buf):len(b.buf)])
 	case bool:
 		if v {
 			text("True")
@@ -471,6 +498,14 @@ func (b *dirBuilder) addEC2(p string, data any) {
 	default:
 		text(fmt.Sprint(v))
 	}
+}
+
+// text returns s as bytes of the builder's own (appended to buf: one
+// allocation for many bodies, each sliced to its length).
+func (b *dirBuilder) text(s string) []byte {
+	start := len(b.buf)
+	b.buf = append(b.buf, s...)
+	return b.buf[start:len(b.buf):len(b.buf)]
 }
 
 // sorted returns the paths added, sorted, each once (of a path added

@@ -86,7 +86,8 @@ import (
 type Services struct {
 	// The controller's lifecycle role, one interface per resource.
 	Instances    InstanceService    // apply, show, list, delete
-	Power        PowerService       // start, stop, reboot
+	Power        PowerService       // start, stop
+	Reboot       RebootService      // reboot, hard or soft
 	Hotplug      HotplugService     // disks and NICs
 	ConfigDrives ConfigDriveService // config drive images
 	Resize       ResizeService      // resize, rebuild
@@ -138,6 +139,7 @@ func routes(s Services, e errorWriter) *mux.Router {
 	insts.instanceRoutes(one)
 	configDrives{svc: s.ConfigDrives, errorWriter: e}.routes(e.served(one, s.ConfigDrives != nil, "config drives"))
 	power{svc: s.Power, errorWriter: e}.routes(e.served(one, s.Power != nil, "power requests"))
+	reboot{svc: s.Reboot, errorWriter: e}.routes(e.served(one, s.Reboot != nil, "reboots"))
 	hotplug{svc: s.Hotplug, errorWriter: e}.routes(e.served(one, s.Hotplug != nil, "disk and NIC hotplug"))
 	resize{svc: s.Resize, errorWriter: e}.routes(e.served(one, s.Resize != nil, "resize and rebuild"))
 	snapshot{svc: s.Snapshot, secrets: s.Secrets, errorWriter: e}.routes(e.served(one, s.Snapshot != nil, "snapshots"))

@@ -18,10 +18,14 @@ import (
 type PowerService interface {
 	Start(ctx context.Context, name string) (*controller.Instance, error)
 	Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error)
+}
+
+// RebootService reboots instances, hard or soft (hostctl/ops).
+type RebootService interface {
 	Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error)
 }
 
-// power is /v1/instances/{name}/start, /stop and /reboot.
+// power is /v1/instances/{name}/start and /stop.
 type power struct {
 	svc PowerService
 	errorWriter
@@ -30,13 +34,22 @@ type power struct {
 func (h power) routes(r *mux.Router) {
 	r.HandleFunc("/start", h.start).Methods(http.MethodPost)
 	r.HandleFunc("/stop", h.stop).Methods(http.MethodPost)
+}
+
+// reboot is /v1/instances/{name}/reboot.
+type reboot struct {
+	svc RebootService
+	errorWriter
+}
+
+func (h reboot) routes(r *mux.Router) {
 	r.HandleFunc("/reboot", h.reboot).Methods(http.MethodPost)
 }
 
 // reboot is Nova's reboot action: {"type": "HARD"} powers off and starts
 // again (the way out of ERROR), {"type": "SOFT"} reboots a running
 // instance's guest (libvirt's reboot).
-func (h power) reboot(w http.ResponseWriter, r *http.Request) {
+func (h reboot) reboot(w http.ResponseWriter, r *http.Request) {
 	var req types.RebootRequest
 	if !h.decode(w, r, &req) {
 		return

@@ -20,7 +20,7 @@ func rawAPI(t *testing.T) (do func(tok int, method, path, body string) (*http.Re
 	c, _ := newController(t)
 	ctl = &recordingCtl{instances: c}
 	svcs := ctlServices(c)
-	svcs.Power, svcs.Hotplug = ctl, ctl
+	svcs.Power, svcs.Reboot, svcs.Hotplug = ctl, ctl, ctl
 	log := slog.New(slog.DiscardHandler)
 	tt := newTestTokens(t)
 	toks := []string{"", tt.alice, tt.bob}

@@ -85,7 +85,7 @@ func TestDeviceEndpoints(t *testing.T) {
 	c, _ := newController(t)
 	ctl := &recordingCtl{instances: c}
 	tt := newTestTokens(t)
-	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Power: ctl, Hotplug: ctl}, log, tt.auth))
+	srv := newTestServer(t, api.NewHandler(api.Services{Instances: c, Power: ctl, Reboot: ctl, Hotplug: ctl}, log, tt.auth))
 	alice, bob := client.NewTCP(srv, tt.alice), client.NewTCP(srv, tt.bob)
 	if _, err := alice.Apply(ctx, []byte("name: a-1\n")); err != nil {
 		t.Fatal(err)

@@ -444,62 +444,6 @@ func decodeSpec(rec store.Instance) (*model.Instance, error) {
 	return &in, nil
 }
 
-// checkAddresses names the field of an address conflict up front; Put
-// re-checks atomically, so a race still ends in a (less specific)
-// conflict.
-func (c *Controller) checkAddresses(ctx context.Context, in *model.Instance) error {
-	if err := c.checkProxyAddresses(in); err != nil {
-		return err
-	}
-	for i, a := range in.Addresses {
-		owner, err := c.store.LookupAddress(ctx, a)
-		switch {
-		case err == nil && owner != in.UUID:
-			return fmt.Errorf("apply %s: %w: addresses[%d]: %q is already the address of instance %s (an address identifies one guest)", in.Name, store.ErrConflict, i, a, c.nameOf(ctx, owner))
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("apply %s: %w", in.Name, err)
-		}
-	}
-	return c.checkMACs(ctx, "apply", in)
-}
-
-// checkMACs refuses a NIC whose MAC address another instance already has,
-// on any host sharing the store (two guests with one MAC break each
-// other's networking). The store has no MAC index: the other instances'
-// stored specs are read, their NICs only.
-func (c *Controller) checkMACs(ctx context.Context, op string, in *model.Instance) error {
-	if len(in.NICs) == 0 {
-		return nil
-	}
-	mine := make(map[string]int, len(in.NICs))
-	for i, n := range in.NICs {
-		mine[strings.ToLower(n.MAC)] = i
-	}
-	recs, err := c.store.Instances(ctx)
-	if err != nil {
-		return fmt.Errorf("%s %s: check MAC addresses: %w", op, in.Name, err)
-	}
-	for _, rec := range recs {
-		if rec.Name == in.Name || (in.UUID != "" && rec.UUID == in.UUID) {
-			continue
-		}
-		var other struct {
-			NICs []struct {
-				MAC string `json:"mac"`
-			} `json:"nics"`
-		}
-		if err := json.Unmarshal(rec.Spec, &other); err != nil {
-			return fmt.Errorf("%s %s: check MAC addresses: instance %s: decode stored spec: %w", op, in.Name, rec.Name, err)
-		}
-		for _, n := range other.NICs {
-			if i, dup := mine[strings.ToLower(n.MAC)]; dup {
-				return fmt.Errorf("%s %s: %w: nics[%d].mac: %q is already the MAC address of instance %s (a MAC address names one NIC)", op, in.Name, store.ErrConflict, i, in.NICs[i].MAC, rec.Name)
-			}
-		}
-	}
-	return nil
-}
-
 // publish renders in, builds its config drive next to the final one
 // (none with config_drive: false, which removes an earlier one after the
 // Put), and stores record and document in one Put expecting revision
@@ -768,7 +712,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
-	c.dropFault(ctx, rec.UUID, name)
 	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -63,15 +62,15 @@ func (c *Controller) LiveXML(ctx context.Context, name string) ([]byte, error) {
 func (c *Controller) ChangeLive(ctx context.Context, op, name string, plan func(in *model.Instance, liveXML []byte) (part.LiveDevice, error)) (_ []string, err error) {
 	defer c.observe(strings.Join(strings.Fields(op)[:2], "_"), time.Now(), &err)
 	defer c.locks.Lock(name)()
-	dc, err := c.beginDeviceChange(ctx, op, name, types.Affect{Live: true, Config: true})
+	dc, err := c.DeviceTarget(ctx, op, name) // core_devchange.go
 	if err != nil {
 		return nil, err
 	}
-	doc, err := c.domains.XML(ctx, name, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", op, name, err)
+	if !dc.Running {
+		return nil, fmt.Errorf("%s %s: %w: a live change needs a running domain; the domain is shut off", op, name, ErrState)
 	}
-	d, err := plan(clone(dc.in), doc)
+	const affect = virt.AffectLive | virt.AffectConfig
+	d, err := plan(clone(dc.In), dc.XML)
 	if err != nil {
 		return nil, err
 	}
@@ -84,18 +83,18 @@ func (c *Controller) ChangeLive(ctx context.Context, op, name string, plan func(
 	}
 	r := revert.New(c.log, op+" "+name+": "+d.What)
 	defer r.Fail(&err)
-	if err := plug(ctx, name, d.XML, dc.affect); err != nil {
+	if err := plug(ctx, name, d.XML, affect); err != nil {
 		return nil, fmt.Errorf("%s %s: %s: %w", op, name, d.What, err)
 	}
-	r.Add("undo "+op+" "+name+": "+d.What, func(ctx context.Context) error { return unplug(ctx, name, d.XML, dc.affect) })
+	r.Add("undo "+op+" "+name+": "+d.What, func(ctx context.Context) error { return unplug(ctx, name, d.XML, affect) })
 	var warn []string
 	if d.Detach && d.Present != nil {
-		warn = c.waitRemoved(ctx, name, dc.affect, d.What, func(*virt.Devices) bool {
+		warn = c.WaitRemoved(ctx, name, affect, d.What, func(*virt.Devices) bool {
 			doc, err := c.domains.XML(ctx, name, true)
 			return err != nil || d.Present(doc)
 		})
 	}
-	inst, err := c.finishDeviceChange(ctx, r, dc, d.Spec, warn)
+	inst, err := c.FinishDeviceChange(ctx, r, dc, d.Spec, warn)
 	if err != nil {
 		return nil, err
 	}

@@ -21,10 +21,14 @@ import (
 // package controller_test) drive the harness with.
 
 // registerParts gives e's controller the passthrough part (without an
-// inventory until withInventory) and the nics part over net.
+// inventory until withInventory), the nics part over net (its MAC claims
+// in e's store, as the daemon does: daemon/macs.go), the media part
+// (export_media_test.go) and the faults part (export_devchange_test.go).
 func registerParts(e *env, net nics.Network) {
-	e.c.parts = []part.Part{boundPassthrough(e, nil), nics.New(net, ""), mediaPart(e, net)} // export_media_test.go
-	withDisks(e)                                                                            // export_diskpart_test.go
+	n := nics.New(net, "")
+	n.UseStore(e.st, slog.New(slog.DiscardHandler))
+	e.c.parts = []part.Part{boundPassthrough(e, nil), n, mediaPart(e, net), faultsPart(e.c)}
+	withDisks(e) // export_diskpart_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.

@@ -8,7 +8,7 @@ import (
 )
 
 // The operations of hostctl/ops for this package's tests, which drive
-// them as e.c.Shelve(...), e.c.AttachDisk(...) and so on: hostctl/ops imports this package, so
+// them as e.c.Shelve(...), e.c.AttachDisk(...), e.c.Reboot(...) and so on: hostctl/ops imports this package, so
 // a test file of package controller cannot import it; ops_wiring_test.go
 // (package controller_test, in the same test binary) sets opsOf in its
 // init to hostctl/ops over the controller under test.
@@ -27,6 +27,7 @@ type Operations interface {
 	DetachDisk(ctx context.Context, name string, req types.DetachRequest) (*Instance, error)
 	AttachNIC(ctx context.Context, name string, req types.NICRequest) (*Instance, error)
 	DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*Instance, error)
+	Reboot(ctx context.Context, name string, hard bool) (*Instance, error)
 }
 
 // opsOf returns the operations over a controller (set by
@@ -82,4 +83,8 @@ func (c *Controller) AttachNIC(ctx context.Context, name string, req types.NICRe
 
 func (c *Controller) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*Instance, error) {
 	return opsOf(c).DetachNIC(ctx, name, req)
+}
+
+func (c *Controller) Reboot(ctx context.Context, name string, hard bool) (*Instance, error) {
+	return opsOf(c).Reboot(ctx, name, hard)
 }

@@ -2,21 +2,45 @@ package controller_test
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/hosts/hoststest"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/store/bolt"
 )
+
+// faultHosts is hostControllers (hosts_test.go) with the faults part
+// (hostctl/parts/faults) registered on every host, as the daemon does.
+func faultHosts(t *testing.T, names ...string) (map[string]*controller.Controller, store.Store, *hoststest.Liveness) {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "vmeta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	live := &hoststest.Liveness{}
+	out := map[string]*controller.Controller{}
+	for _, n := range names {
+		out[n] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: n, Hosts: live,
+			Logger: slog.New(slog.DiscardHandler), Parts: []part.Part{faults.New(st, nil)}})
+	}
+	return out, st, live
+}
 
 // TestFaultFollowsTheInstance: an instance's ERROR is a store record
 // every host sees: another host lists it with its fault, the adopting
 // host shows it in ERROR, and the delete removes the record. (The
-// record is written as the controller writes it after a failed share
+// record is written as the faults part writes it after a failed share
 // mount: hostctl/shares' TestLibvirtMountFailureError makes one for
 // real.)
 func TestFaultFollowsTheInstance(t *testing.T) {
 	ctx := context.Background()
-	cs, st, live := hostControllers(t, "host-a", "host-b")
+	cs, st, live := faultHosts(t, "host-a", "host-b")
 	inst, err := cs["host-a"].Apply(ctx, []byte(spec))
 	if err != nil {
 		t.Fatal(err)

@@ -99,6 +99,14 @@ func TestHostsActOnlyOnTheirOwn(t *testing.T) {
 	if l, _ := a.List(ctx); len(l) != 1 {
 		t.Errorf("host-a lists %d instances, want 1", len(l))
 	}
+	// Counts (the heartbeat's): each host its own, from the records
+	// alone.
+	if n, err := a.Count(ctx); n != 1 || err != nil {
+		t.Errorf("host-a Count = %d, %v; want 1", n, err)
+	}
+	if n, err := b.Count(ctx); n != 0 || err != nil {
+		t.Errorf("host-b Count = %d, %v; want 0", n, err)
+	}
 	// Showing another host's instance is allowed.
 	if got, err := b.Get(ctx, "app-1"); err != nil || got.Host != "host-a" {
 		t.Errorf("host-b Get: %+v %v", got, err)
@@ -183,5 +191,28 @@ func TestForceDeleteFromStore(t *testing.T) {
 	}
 	if _, err := st.LookupAddress(ctx, "10.1.0.7"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("address still claimed: %v", err)
+	}
+}
+
+// TestCountReadsRecordsOnly: the heartbeat's count (Count) does not
+// decode specs: a record whose spec no longer decodes fails List, and
+// with it, before Count, the heartbeat (the host then looked down to the
+// others); Count counts it.
+func TestCountReadsRecordsOnly(t *testing.T) {
+	ctx := context.Background()
+	cs, st, _ := hostControllers(t, "host-a")
+	a := cs["host-a"]
+	if _, err := a.Apply(ctx, []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Put(ctx, store.Instance{Name: "broken", UUID: "00000000-0000-4000-8000-00000000b0b0", Host: "host-a", Spec: []byte(`{"name": 7}`)},
+		store.Document{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.List(ctx); err == nil {
+		t.Fatal("List of a record whose spec does not decode: no error")
+	}
+	if n, err := a.Count(ctx); n != 2 || err != nil {
+		t.Errorf("Count = %d, %v; want 2", n, err)
 	}
 }

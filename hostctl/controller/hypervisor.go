@@ -7,7 +7,7 @@ import (
 )
 
 // Hypervisor is everything the controller asks of libvirt: the roles its
-// parts declare (Domains in domain.go, HotPlug in core_hotplug.go,
+// parts declare (Domains in domain.go, HotPlug in core_devchange.go,
 // Events in reconcile.go). *virt.Conn plays every role. Without
 // one (hostctl serve --virt none) device addresses come from the spec
 // (driver.go).

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
@@ -41,14 +40,7 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 		return nil, err
 	}
 	if !cur.running {
-		var reason string
-		if reason, err = c.faultOf(ctx, rec.UUID); err == nil && reason != "" {
-			unlock()
-			return nil, errNeedsHardReboot("start", name, reason)
-		}
-		if err == nil {
-			err = c.startDomain(ctx, rec)
-		}
+		err = c.startDomain(ctx, rec)
 	}
 	unlock()
 	if err != nil {
@@ -61,18 +53,13 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 // startDomain boots a domain that is not running, with the instance's
 // lock held: config drive, the parts' BeforeStart (share mounts) and
 // libvirt start (startWithSecrets). A share that could not be mounted
-// puts the instance in ERROR (see fault.go).
+// puts the instance in ERROR (hostctl/parts/faults).
 func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error {
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		return err
 	}
 	if err := c.startWithSecrets(ctx, rec); err != nil {
-		if errors.Is(err, ErrMountFailed) {
-			if ferr := c.setFault(ctx, rec.UUID, rec.Name, faultReason(err)); ferr != nil {
-				return errors.Join(err, ferr)
-			}
-		}
-		return err
+		return c.startFailed(ctx, rec, err) // core_devchange.go
 	}
 	c.afterRecordParts(ctx, "start", rec) // parts.go
 	return nil

@@ -14,13 +14,14 @@ import (
 // serves its lifecycle role; the catalog (hostctl/catalog, over the
 // controller's core) the flavor registry, the image catalog and the
 // secrets; the operations (hostctl/ops, over the controller's core)
-// shelve, rescue, resize, rebuild, snapshot and the hot-plug of disks
-// and NICs.
+// shelve, rescue, resize, rebuild, snapshot, reboot and the hot-plug of
+// disks and NICs.
 func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *devices.Inventory, shareSvc *shares.Service, keys keyService) api.Services {
 	op := ops.New(ctl)
 	return api.Services{
 		Instances:    ctl,
 		Power:        ctl,
+		Reboot:       op,
 		Hotplug:      op,
 		ConfigDrives: ctl,
 		Resize:       op,

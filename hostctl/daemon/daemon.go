@@ -34,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -438,9 +439,13 @@ func (s *serve) startController(context.Context) error {
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
 	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc) // parts.go
-	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                  // virt.go
-	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                     // media.go
+	// The faults part keeps its records in the controller's store.
+	faultRecords, _ := s.ctlStore.(store.Records)
+	fl := faults.New(faultRecords, s.log)
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc, fl) // parts.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                      // virt.go
+	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                         // media.go
+	useMACStore(parts, s.ctlStore, s.log)                                                              // macs.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -538,10 +543,7 @@ func (s *serve) startHeartbeat(ctx context.Context) error {
 			}
 			return nil
 		},
-		Count: func(ctx context.Context) (int, error) {
-			l, err := ctl.List(ctx)
-			return len(l), err
-		}}
+		Count: ctl.Count}
 	if err := s.beater.Beat(ctx); err != nil {
 		return fmt.Errorf("first heartbeat: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
 	"github.com/vmeta/vmeta/hostctl/parts/watchdog"
@@ -20,8 +21,10 @@ import (
 // the network of a NIC that names none; bind gives the parts that need
 // it the core, once it exists; keyRecords is the key rotation engine
 // (nil: none), whose records of an instance go with it; the share
-// service (sh) is the shares part.
-func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// service (sh) is the shares part; fl keeps the faults of instances in
+// ERROR (a share that could not be mounted), last: the other parts
+// refuse a start for their own reasons first.
+func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
 	parts = []part.Part{
 		pt,
@@ -32,6 +35,7 @@ func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRe
 	if sh != nil {
 		parts = append(parts, sh)
 	}
+	parts = append(parts, fl)
 	return parts, func(c *controller.Controller, log *slog.Logger) {
 		pt.Bind(c, log)
 	}

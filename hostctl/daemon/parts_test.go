@@ -5,6 +5,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/configdrive"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/firmware"
 	"github.com/vmeta/vmeta/hostctl/shares"
 )
@@ -14,7 +15,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}))
+	parts, _ := Parts(nil, nil, "", nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}), faults.New(nil, nil))
 	// The firmware part is registered with a hypervisor only (virt.go).
 	parts = append(parts, firmware.New(nil, "", false, nil))
 	// So is the config-drive media part (media.go).
@@ -37,7 +38,7 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"passthrough", "watchdog", "shares", "firmware", "configdrive"} {
+	for _, want := range []string{"passthrough", "watchdog", "shares", "firmware", "configdrive", "faults"} {
 		if !names[want] {
 			t.Errorf("part %s is not registered", want)
 		}

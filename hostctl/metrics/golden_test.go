@@ -13,6 +13,8 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
@@ -36,9 +38,10 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log})
+	parts := []part.Part{faults.New(st, log)} // the faults the daemon registers
+	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Parts: parts})
 	t.Cleanup(func() { a.Close() })
-	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log})
+	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log, Parts: parts})
 	t.Cleanup(func() { b.Close() })
 	for i, name := range []string{"a-1", "a-2", "a-err", "a-resc", "b-1", "b-err", "b-resc"} {
 		c := a
@@ -50,7 +53,7 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 		}
 	}
 	// The records the controller keeps a fault and a state in
-	// (hostctl/controller fault.go, vmstate.go).
+	// (hostctl/parts/faults, hostctl/controller vmstate.go).
 	for _, r := range []struct{ prefix, name, value string }{
 		{"instance-fault/", "a-err", `{"reason":"test","since":"2026-03-01T12:00:00Z"}`},
 		{"instance-fault/", "b-err", `{"reason":"test","since":"2026-03-01T12:00:00Z"}`},

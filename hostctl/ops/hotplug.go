@@ -19,21 +19,6 @@ import (
 // instance's domain, live, in its persistent configuration or both
 // (types.Affect), the metadata and config drive republished after.
 
-// DeviceChanges is a device change of an instance's domain as the core
-// makes it (hostctl/controller, core_hotplug.go): begun (the instance
-// found, its domain's devices, the configurations affected), the device
-// plugged (HotPlug), a detached one waited for, finished (addresses read
-// back, the parts' Defined phase, published); the host side of a device;
-// the MAC addresses other instances have.
-type DeviceChanges interface {
-	BeginDeviceChange(ctx context.Context, op, name string, a types.Affect) (*controller.DeviceChange, error)
-	HotPlug() controller.HotPlug
-	WaitRemoved(ctx context.Context, name string, affect virt.Affect, what string, present func(*virt.Devices) bool) []string
-	FinishDeviceChange(ctx context.Context, r *revert.Reverter, dc *controller.DeviceChange, next *model.Instance, warn []string) (*controller.Instance, error)
-	DeviceHost(in *model.Instance) (virt.Host, virt.Options)
-	CheckMACs(ctx context.Context, op string, in *model.Instance) error
-}
-
 // Volumes is the disks an attach makes and a detach forgets: their
 // encryption decided and checked, their files made, their passphrases
 // handed to libvirt.
@@ -52,6 +37,7 @@ type hotplugger struct {
 	devices DeviceChanges
 	volumes Volumes
 	domains Domains // DomainHost: an encrypted disk's source
+	macs    []MACClaims
 }
 
 // AttachDisk creates a blank disk (qemu-img, in the instance directory)
@@ -61,7 +47,7 @@ type hotplugger struct {
 func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("attach_disk", time.Now(), &err)
 	defer o.frame.LockInstance(name)()
-	dc, err := o.devices.BeginDeviceChange(ctx, "attach disk to", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.devices, "attach disk to", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +128,7 @@ func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.Disk
 	r.Add("detach disk "+disk.Name, func(ctx context.Context) error {
 		return o.devices.HotPlug().DetachDevice(ctx, name, devXML, dc.Affect)
 	})
-	return o.devices.FinishDeviceChange(ctx, r, dc, next, nil)
+	return o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, nil)
 }
 
 // DetachDisk detaches a disk (by tag or target) and deletes its image
@@ -155,7 +141,7 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 	if (req.Tag == "") == (req.Target == "") || req.MAC != "" {
 		return nil, fieldError("tag", nil, "name the disk to detach by exactly one of tag or target")
 	}
-	dc, err := o.devices.BeginDeviceChange(ctx, "detach disk from", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.devices, "detach disk from", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +176,7 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 		_, ok := d.Disk(disk.Name)
 		return ok
 	})
-	inst, err := o.devices.FinishDeviceChange(ctx, r, dc, next, warn)
+	inst, err := o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, warn)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +191,7 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRequest) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("attach_nic", time.Now(), &err)
 	defer o.frame.LockInstance(name)()
-	dc, err := o.devices.BeginDeviceChange(ctx, "attach NIC to", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.devices, "attach NIC to", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -224,10 +210,12 @@ func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRe
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
 	}
-	// Another instance's NIC may have the MAC (an apply checks the same).
-	if err := o.devices.CheckMACs(ctx, "attach NIC to", next); err != nil {
+	// Another instance's NIC may have the MAC (an apply claims the same).
+	end, err := o.claimMACs(ctx, "attach NIC to", next, dc.In) // macs.go
+	if err != nil {
 		return nil, err
 	}
+	defer func() { end(ctx, err) }()
 	host, opts := o.devices.DeviceHost(next)
 	devXML, err := virt.NICDeviceXML(nic, len(dc.In.NICs), host, opts)
 	if err != nil {
@@ -242,7 +230,7 @@ func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRe
 	r.Add("detach NIC "+mac, func(ctx context.Context) error {
 		return o.devices.HotPlug().DetachDevice(ctx, name, devXML, dc.Affect)
 	})
-	return o.devices.FinishDeviceChange(ctx, r, dc, next, nil)
+	return o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, nil)
 }
 
 // DetachNIC detaches a NIC (by tag or MAC) and removes its DHCP lease.
@@ -252,7 +240,7 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 	if (req.Tag == "") == (req.MAC == "") || req.Target != "" {
 		return nil, fieldError("tag", nil, "name the NIC to detach by exactly one of tag or mac")
 	}
-	dc, err := o.devices.BeginDeviceChange(ctx, "detach NIC from", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.devices, "detach NIC from", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +258,11 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 	}
 	next := clone(dc.In)
 	next.NICs = slices.Delete(next.NICs, i, i+1)
+	end, err := o.claimMACs(ctx, "detach NIC from", next, dc.In) // macs.go: the NIC's MAC is released once it is gone
+	if err != nil {
+		return nil, err
+	}
+	defer func() { end(ctx, err) }()
 
 	r := revert.New(o.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)
@@ -283,7 +276,7 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 		_, ok := d.NIC(nic.MAC)
 		return ok
 	})
-	return o.devices.FinishDeviceChange(ctx, r, dc, next, warn)
+	return o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, warn)
 }
 
 // machine is the machine type domains are built with.

@@ -2,19 +2,20 @@
 // and the parts' phases: shelve and unshelve (shelve.go), rescue and
 // unrescue (rescue.go), resize (resize.go), rebuild (rebuild.go),
 // snapshot (snapshot.go), Nova's operations translated to one host
-// (issue: ephemeral storage encryption, item 8), and the hot-plug of
-// disks and NICs (hotplug.go).
+// (issue: ephemeral storage encryption, item 8), reboot, soft and hard
+// (reboot.go), and the hot-plug of disks and NICs (hotplug.go, over
+// devicechange.go).
 //
 // Each operation holds the instance's lock, finds the instance in the
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
 // core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts, DeviceChanges, Volumes) the core implements
-// (hostctl/controller, core_ops.go, core_hotplug.go); each operation
-// holds only the roles it uses. The core does not know the operations:
-// the daemon wires them into the admin API (api.Services.Shelve,
-// Resize, Snapshot and Hotplug).
+// Secrets, Layouts, DeviceChanges, Volumes, Power, Faults) the core
+// implements (hostctl/controller, core_ops.go, core_devchange.go); each
+// operation holds only the roles it uses. The core does not know the
+// operations: the daemon wires them into the admin API (api.Services.Shelve,
+// Resize, Snapshot, Hotplug and Reboot).
 package ops
 
 import (
@@ -194,6 +195,7 @@ type Ops struct {
 	rebuild  *rebuilder
 	snapshot *snapshotter
 	hotplug  *hotplugger
+	reboot   *rebooter
 }
 
 // New returns the operations over the core c, each holding only the
@@ -207,8 +209,20 @@ func New(c *controller.Controller) *Ops {
 		resize:   &resizer{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
 		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
-		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c},
+		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c, macs: macClaimers(c.Parts())},
+		reboot:   &rebooter{base: b, power: c, faults: faultsOf(c.Parts())},
 	}
+}
+
+// faultsOf is the part among parts that keeps the faults of instances in
+// ERROR (hostctl/parts/faults), noFaults without one.
+func faultsOf(parts []part.Part) Faults {
+	for _, p := range parts {
+		if f, ok := p.(Faults); ok {
+			return f
+		}
+	}
+	return noFaults{}
 }
 
 // Shelve shelves the stopped instance name (shelve.go).
@@ -274,6 +288,11 @@ func (o *Ops) AttachNIC(ctx context.Context, name string, req types.NICRequest) 
 // DetachNIC detaches a NIC of the instance name (hotplug.go).
 func (o *Ops) DetachNIC(ctx context.Context, name string, req types.DetachRequest) (*controller.Instance, error) {
 	return o.hotplug.DetachNIC(ctx, name, req)
+}
+
+// Reboot reboots the instance name, hard or soft (reboot.go).
+func (o *Ops) Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error) {
+	return o.reboot.Reboot(ctx, name, hard)
 }
 
 // diskFile is the image file of in's disk d.

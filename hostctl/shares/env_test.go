@@ -19,6 +19,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -180,7 +181,11 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	}
 	e.svc = New(st, instancesFunc{e}, Options{Host: "host-a", ShareRoot: e.root, Runner: e.run, Logger: log,
 		Events: events.New(streams, "host-a", log), MountInfo: e.run.mountinfo, ReconcileInterval: -1, Support: support})
-	o.Parts = append(o.Parts, e.svc)
+	records, _ := st.(store.Records) // the controller's, as controller.New takes them
+	if o.Records != nil {
+		records = o.Records
+	}
+	o.Parts = append(o.Parts, e.svc, faults.New(records, log)) // as the daemon registers them
 	e.ctl = controller.New(st, o)
 	t.Cleanup(func() { e.ctl.Close() })
 	e.inst = e.ctl

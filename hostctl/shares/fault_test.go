@@ -10,6 +10,9 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -84,17 +87,19 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			if !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "hard reboot") {
 				t.Errorf("plain start in ERROR: %v; want ErrState asking for a hard reboot", err)
 			}
-			if _, err := e.ctl.Reboot(ctx, name, false); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "hard reboot") {
+			if _, err := ops.New(e.ctl).Reboot(ctx, name, false); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "hard reboot") {
 				t.Errorf("soft reboot in ERROR: %v", err)
 			}
-			if _, err := e.ctl.Reboot(ctx, name, true); !errors.Is(err, controller.ErrMountFailed) {
+			if _, err := ops.New(e.ctl).Reboot(ctx, name, true); !errors.Is(err, controller.ErrMountFailed) {
 				t.Errorf("hard reboot with the mount still failing: %v", err)
 			}
 			wantError("after a hard reboot that failed")
 
 			// A restart of the daemon (a fresh controller over the same
-			// store) still sees ERROR.
-			fresh := controller.New(e.st, controller.Options{DataDir: t.TempDir(), Host: "host-a"})
+			// store, the faults part registered as the daemon does) still
+			// sees ERROR.
+			records, _ := e.st.(store.Records)
+			fresh := controller.New(e.st, controller.Options{DataDir: t.TempDir(), Host: "host-a", Parts: []part.Part{faults.New(records, nil)}})
 			inst, err := fresh.Get(ctx, name)
 			fresh.Close()
 			if err != nil || !strings.Contains(inst.Fault, id) {
@@ -105,7 +110,7 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			if _, err := e.svc.DetachShare(ctx, admin, name, id, false); err != nil {
 				t.Fatalf("detach in ERROR: %v", err)
 			}
-			inst, err = e.ctl.Reboot(ctx, name, true)
+			inst, err = ops.New(e.ctl).Reboot(ctx, name, true)
 			if err != nil {
 				t.Fatalf("hard reboot without the share: %v", err)
 			}
@@ -113,7 +118,7 @@ func TestLibvirtMountFailureError(t *testing.T) {
 				t.Errorf("after the hard reboot: state %q fault %q", inst.State, inst.Fault)
 			}
 			// A hard reboot of a running domain powers it off and starts it.
-			if inst, err = e.ctl.Reboot(ctx, name, true); err != nil || inst.State != "running" {
+			if inst, err = ops.New(e.ctl).Reboot(ctx, name, true); err != nil || inst.State != "running" {
 				t.Fatalf("hard reboot of a running instance: %+v, %v", inst, err)
 			}
 			if _, err := e.ctl.Stop(ctx, name, time.Second); err != nil {
@@ -123,13 +128,13 @@ func TestLibvirtMountFailureError(t *testing.T) {
 				t.Fatalf("plain start out of ERROR: %+v, %v", inst, err)
 			}
 			// A soft reboot of the running instance (libvirt's reboot).
-			if inst, err := e.ctl.Reboot(ctx, name, false); err != nil || inst.State != "running" {
+			if inst, err := ops.New(e.ctl).Reboot(ctx, name, false); err != nil || inst.State != "running" {
 				t.Fatalf("soft reboot of a running instance: %+v, %v", inst, err)
 			}
 			if _, err := e.ctl.Stop(ctx, name, time.Second); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.ctl.Reboot(ctx, name, false); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "needs a running instance") {
+			if _, err := ops.New(e.ctl).Reboot(ctx, name, false); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "needs a running instance") {
 				t.Errorf("soft reboot of a shut-off instance: %v", err)
 			}
 			if err := e.ctl.Delete(ctx, name); err != nil {
@@ -237,7 +242,7 @@ func TestMountFailureErrorFaults(t *testing.T) {
 
 			e.run.fail = nil
 			hv.failStart.Store(true)
-			if _, err := e.ctl.Reboot(ctx, name, true); err == nil || !strings.Contains(err.Error(), "injected") {
+			if _, err := ops.New(e.ctl).Reboot(ctx, name, true); err == nil || !strings.Contains(err.Error(), "injected") {
 				t.Errorf("hard reboot, libvirt start failing: %v", err)
 			}
 			hv.failStart.Store(false)
@@ -252,14 +257,14 @@ func TestMountFailureErrorFaults(t *testing.T) {
 			}
 
 			recs.failDelete.Store(true)
-			if _, err := e.ctl.Reboot(ctx, name, true); err == nil || !strings.Contains(err.Error(), "clear the ERROR") {
+			if _, err := ops.New(e.ctl).Reboot(ctx, name, true); err == nil || !strings.Contains(err.Error(), "clear the ERROR") {
 				t.Errorf("hard reboot, fault record not removed: %v", err)
 			}
 			recs.failDelete.Store(false)
 			if inst, err := e.ctl.Get(ctx, name); err != nil || inst.State != "running" || inst.Fault == "" {
 				t.Errorf("after the reboot that could not clear ERROR: %+v, %v; want running with the fault shown", inst, err)
 			}
-			inst, err := e.ctl.Reboot(ctx, name, true)
+			inst, err := ops.New(e.ctl).Reboot(ctx, name, true)
 			if err != nil || inst.State != "running" || inst.Fault != "" {
 				t.Fatalf("hard reboot: %+v, %v", inst, err)
 			}

@@ -195,6 +195,41 @@ func getInflater(b, dict []byte) io.ReadCloser {
 
 // DecodeTree parses a tree serialized by Encode (or an earlier form).
 func DecodeTree(b []byte) (*Tree, error) {
+	t, _, err := decodeTree(b, nil)
+	return t, err
+}
+
+// scratchTrees are the buffers of trees their callers released
+// (DecodeTreeScratch), for the next decode.
+var scratchTrees sync.Pool
+
+// maxScratch is the largest buffer kept for another decode.
+const maxScratch = 256 << 10
+
+// DecodeTreeScratch is DecodeTree for a caller that is done with the tree
+// soon, and with every file of it (it copies what it keeps): once it has
+// dropped them it calls release, and the buffer the files were inflated
+// into serves the next decode. The metadata server decodes a tree on the
+// first request for an instance, and copies what it serves.
+func DecodeTreeScratch(b []byte) (t *Tree, release func(), err error) {
+	var buf []byte
+	if p, ok := scratchTrees.Get().(*[]byte); ok {
+		buf = *p
+	}
+	t, raw, err := decodeTree(b, buf)
+	if err != nil || cap(raw) > maxScratch || cap(raw) == 0 {
+		return t, func() {}, err
+	}
+	return t, func() {
+		raw = raw[:0]
+		scratchTrees.Put(&raw)
+	}, nil
+}
+
+// decodeTree decodes b, inflating into buf when it has room (nil: a new
+// buffer), and returns the buffer the files point into (nil for a tree
+// in the JSON form).
+func decodeTree(b, buf []byte) (*Tree, []byte, error) {
 	var zr io.Reader
 	switch {
 	case bytes.HasPrefix(b, []byte(treeMagic)):
@@ -208,26 +243,32 @@ func DecodeTree(b []byte) (*Tree, error) {
 	default:
 		var t Tree
 		if err := json.Unmarshal(b, &t); err != nil {
-			return nil, fmt.Errorf("decode tree: %w", err)
+			return nil, nil, fmt.Errorf("decode tree: %w", err)
 		}
 		if len(t.Files) == 0 {
-			return nil, fmt.Errorf("decode tree: no files")
+			return nil, nil, fmt.Errorf("decode tree: no files")
 		}
 		if n := len(t.Files) + len(t.DriveOnly); n > maxTreeEntries {
-			return nil, fmt.Errorf("decode tree: %d files, more than %d (maxTreeEntries)", n, maxTreeEntries)
+			return nil, nil, fmt.Errorf("decode tree: %d files, more than %d (maxTreeEntries)", n, maxTreeEntries)
 		}
-		return &t, nil
+		return &t, nil, nil
 	}
-	// Deflated JSON-like text shrinks about fourfold: one buffer, mostly
-	// without growing it (the files of the tree point into it).
-	buf := bytes.NewBuffer(make([]byte, 0, min(4*len(b)+512, maxTreeBytes+1)))
-	_, err := buf.ReadFrom(io.LimitReader(zr, maxTreeBytes+1))
-	raw := buf.Bytes()
+	// A stored tree inflates about thirtyfold (its files are alike, and
+	// the dictionary holds what every tree says): one buffer, mostly
+	// without growing it (the files of the tree point into it). The
+	// guess is capped: a tree of incompressible user data inflates
+	// little, and grows the buffer instead.
+	if guess := min(32*len(b), 64<<10) + bytes.MinRead; cap(buf) < guess {
+		buf = make([]byte, 0, guess)
+	}
+	w := bytes.NewBuffer(buf[:0])
+	_, err := w.ReadFrom(io.LimitReader(zr, maxTreeBytes+1))
+	raw := w.Bytes()
 	if err != nil {
-		return nil, fmt.Errorf("decode tree: %w", err)
+		return nil, nil, fmt.Errorf("decode tree: %w", err)
 	}
 	if len(raw) > maxTreeBytes {
-		return nil, fmt.Errorf("decode tree: larger than %d bytes (maxTreeBytes)", maxTreeBytes)
+		return nil, nil, fmt.Errorf("decode tree: larger than %d bytes (maxTreeBytes)", maxTreeBytes)
 	}
 	d := treeDecoder{b: raw}
 	n := d.count()
@@ -241,7 +282,7 @@ func DecodeTree(b []byte) (*Tree, error) {
 		n := d.count()
 		maps[k] = make(map[string][]byte, min(n, maxTreeEntries))
 		for i := 0; i < n && d.err == nil; i++ {
-			p := string(d.bytes())
+			p := pathString(d.bytes())
 			bi := d.count()
 			if d.err == nil && bi >= len(blobs) {
 				d.err = fmt.Errorf("content index %d out of range", bi)
@@ -261,16 +302,45 @@ func DecodeTree(b []byte) (*Tree, error) {
 		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("decode tree: %w", d.err)
+		return nil, nil, fmt.Errorf("decode tree: %w", d.err)
 	}
 	if len(maps[0]) == 0 {
-		return nil, fmt.Errorf("decode tree: no files")
+		return nil, nil, fmt.Errorf("decode tree: no files")
 	}
 	t := &Tree{Files: maps[0]}
 	if len(maps[1]) > 0 {
 		t.DriveOnly = maps[1]
 	}
-	return t, nil
+	return t, raw, nil
+}
+
+// knownPaths are the paths every tree has (each file of each version, as
+// Render writes them), so that decoding a tree finds their strings here
+// instead of allocating one per path: the metadata server decodes a tree
+// on the first request for an instance.
+var knownPaths = func() map[string]string {
+	m := map[string]string{}
+	for _, v := range append(append([]string(nil), OpenStackVersions...), "latest") {
+		for _, f := range []string{"meta_data.json", "user_data", "vendor_data.json", "network_data.json", "vendor_data2.json"} {
+			p := "openstack/" + v + "/" + f
+			m[p] = p
+		}
+	}
+	for _, v := range append(append([]string(nil), EC2Versions...), "latest") {
+		for _, f := range []string{"meta-data.json", "user-data"} {
+			p := "ec2/" + v + "/" + f
+			m[p] = p
+		}
+	}
+	return m
+}()
+
+// pathString is b as a string: a known path's shared string, or a copy.
+func pathString(b []byte) string {
+	if p, ok := knownPaths[string(b)]; ok {
+		return p
+	}
+	return string(b)
 }
 
 // treeDecoder reads the varint-framed fields of the stored form; the

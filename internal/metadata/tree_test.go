@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -221,5 +222,58 @@ func TestDecodeTreeRefuses(t *testing.T) {
 	// Just under the limit still decodes.
 	if tr, err := metadata.DecodeTree(oneBlobManyPaths(t, 1<<20, 64)); err != nil || len(tr.Files) != 64 {
 		t.Errorf("64 paths of 1 MiB: %v", err)
+	}
+}
+
+// TestDecodeTreeScratch: a tree decoded into a scratch buffer is the tree
+// DecodeTree returns, and after release the next decode reuses the
+// buffer (it allocates a fraction of the bytes DecodeTree does; sync.Pool
+// drops some of what it is given under the race detector, hence the
+// margin), while a tree not yet released stays whole.
+func TestDecodeTreeScratch(t *testing.T) {
+	enc, err := exampleTree(t).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := metadata.DecodeTree(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, releaseHeld, err := metadata.DecodeTreeScratch(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, held, want)
+	const runs = 200
+	bytesPerDecode := func(f func()) uint64 {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		for range runs {
+			f()
+		}
+		runtime.ReadMemStats(&m1)
+		return (m1.TotalAlloc - m0.TotalAlloc) / runs
+	}
+	plain := bytesPerDecode(func() {
+		if _, err := metadata.DecodeTree(enc); err != nil {
+			t.Fatal(err)
+		}
+	})
+	scratch := bytesPerDecode(func() {
+		tr, release, err := metadata.DecodeTreeScratch(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, tr, want)
+		release()
+	})
+	sameTree(t, held, want) // the decodes since left the tree not released alone
+	releaseHeld()
+	t.Logf("bytes allocated per decode: DecodeTree %d, DecodeTreeScratch %d", plain, scratch)
+	if scratch*2 > plain {
+		t.Errorf("DecodeTreeScratch allocates %d bytes per decode, DecodeTree %d: the buffer is not reused", scratch, plain)
+	}
+	if _, _, err := metadata.DecodeTreeScratch([]byte("VMT3garbage")); err == nil {
+		t.Error("DecodeTreeScratch of garbage: no error")
 	}
 }

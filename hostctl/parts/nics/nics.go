@@ -10,12 +10,18 @@
 // running network first, and takes back what it brought when the start
 // fails. Delete removes them (restored when the delete fails). A NIC's
 // static IPv4 address joins the instance's addresses at apply.
+//
+// The part also keeps the NICs' MAC addresses and the instance's
+// addresses unique across the hosts sharing the store (macs.go): an
+// apply or a NIC hot-plug claims the MACs atomically, and an address
+// another instance has is refused up front, naming the field.
 package nics
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -66,6 +72,8 @@ var (
 type Part struct {
 	net            Network
 	defaultNetwork string
+	st             Store // the MAC claims and the address index (nil: none)
+	logger         *slog.Logger
 }
 
 // New returns the part over the hypervisor's networks (nil: no
@@ -78,23 +86,38 @@ func New(net Network, defaultNetwork string) *Part {
 	return &Part{net: net, defaultNetwork: defaultNetwork}
 }
 
+// UseStore gives the part the store its MAC claims are kept in and whose
+// address index it checks (without one it claims and checks nothing:
+// the store's Put still refuses a taken address), and its logger (nil:
+// slog's default). Call it before the core serves.
+func (p *Part) UseStore(st Store, log *slog.Logger) {
+	p.st, p.logger = st, log
+}
+
+func (p *Part) log() *slog.Logger {
+	if p.logger != nil {
+		return p.logger
+	}
+	return slog.Default()
+}
+
 // Name implements part.Part.
 func (*Part) Name() string { return "nics" }
 
 // Answers implements part.Part.
 func (*Part) Answers() part.Answers {
-	sync := part.Answer{Do: part.Act, Why: "the NICs' fixed DHCP leases follow the spec once the domain is defined (live when it runs)"}
+	sync := part.Answer{Do: part.Act, Why: "the NICs' fixed DHCP leases follow the spec once the domain is defined (live when it runs); the MAC claims are carried"}
 	live := part.Answer{Do: part.Act, Why: "the leases go live before the domain starts (taken back when the start fails)"}
 	return part.Answers{
-		part.Apply:       sync,
+		part.Apply:       {Do: part.Act, Why: "claims the NICs' MAC addresses in the store and refuses an address another instance has, before anything changes (macs.go); the leases follow the spec once the domain is defined (live when it runs)"},
 		part.Start:       live,
 		part.Stop:        {Do: part.Nothing, Why: "the leases stay: the instance keeps its addresses"},
 		part.RebootSoft:  {Do: part.Nothing, Why: "the domain keeps running, its leases live"},
 		part.RebootHard:  live,
-		part.Delete:      {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails)"},
-		part.ForceDelete: {Do: part.Nothing, Why: "the leases are in the dead host's networks, out of reach (force-delete lists them as left behind)"},
-		part.Adopt:       {Do: part.Nothing, Why: "the adopting apply writes the leases into this host's networks"},
-		part.Shelve:      {Do: part.Nothing, Why: "the leases stay with the instance's addresses"},
+		part.Delete:      {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails); the MAC claims are released once the record is gone"},
+		part.ForceDelete: {Do: part.Act, Why: "releases the MAC claims (the store's); the leases are in the dead host's networks, out of reach (force-delete lists them as left behind)"},
+		part.Adopt:       {Do: part.Nothing, Why: "the MAC claims are the store's, not a host's: the adopting apply carries them, and writes the leases into this host's networks"},
+		part.Shelve:      {Do: part.Nothing, Why: "the leases and the MAC claims stay with the instance's addresses"},
 		part.Unshelve:    live,
 		part.Rescue:      {Do: part.Act, Why: "the leases go live before the rescue domain (same NICs) starts"},
 		part.Unrescue:    live,
@@ -104,16 +127,23 @@ func (*Part) Answers() part.Answers {
 	}
 }
 
-// Check implements part.Part: nothing is refused here.
-func (*Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+// Check implements part.Part: an apply is refused an address another
+// instance has (the field named); nothing else is refused here.
+func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
+	if op != part.Apply || p.st == nil {
+		return nil
+	}
+	return p.checkAddresses(ctx, in.Spec)
+}
 
 // Claim implements part.Claimer: each NIC's static IPv4 address joins
-// the instance's addresses (see addStaticAddresses).
-func (p *Part) Claim(_ context.Context, _ part.Op, in *part.Instance) (func(context.Context, error), error) {
+// the instance's addresses (see addStaticAddresses), and its MAC address
+// is claimed (ClaimMACs).
+func (p *Part) Claim(ctx context.Context, op part.Op, in *part.Instance) (func(context.Context, error), error) {
 	if p.net != nil {
 		addStaticAddresses(in.Spec)
 	}
-	return func(context.Context, error) {}, nil
+	return p.ClaimMACs(ctx, string(op), in.Spec, in.Old)
 }
 
 // Prepare implements part.Part: rescue makes the leases live before the
@@ -138,9 +168,13 @@ func (p *Part) Remove(ctx context.Context, _ part.Op, in *part.Instance, r *reve
 	return nil
 }
 
-// Defined implements part.Definer: the leases go from those of in.Old to
+// Defined implements part.Definer: a MAC the domain got outside hostctl
+// is claimed (claimAdded), and the leases go from those of in.Old to
 // those of in.Spec.
 func (p *Part) Defined(ctx context.Context, _ part.Op, in *part.Instance, r *revert.Reverter) error {
+	if err := p.claimAdded(ctx, r, in.Old, in.Spec); err != nil {
+		return err
+	}
 	if p.net == nil {
 		return nil
 	}
@@ -165,8 +199,11 @@ func (*Part) AfterStart(context.Context, *part.Instance) error { return nil }
 // AfterStop implements part.Part.
 func (*Part) AfterStop(context.Context, *part.Instance) error { return nil }
 
-// AfterDelete implements part.Part.
-func (*Part) AfterDelete(context.Context, *part.Instance) error { return nil }
+// AfterDelete implements part.Part: the instance's record is gone (a
+// delete, a force-delete from the store): its MAC claims are released.
+func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
+	return p.releaseAll(ctx, in.Spec)
+}
 
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
 type lease struct {

@@ -621,6 +621,14 @@ func getJSON(b *bbolt.Bucket, key string, v any) error {
 // documentVersion reads the "version" member of an encoded store.Document
 // without decoding (or, when it comes first, even scanning) the tree.
 func documentVersion(data []byte) (int64, error) {
+	if v, ok := versionFast(data); ok {
+		return v, nil
+	}
+	return decodeVersion(data)
+}
+
+// decodeVersion is documentVersion with a JSON decoder.
+func decodeVersion(data []byte) (int64, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return 0, fmt.Errorf("document is not a JSON object")

@@ -21,7 +21,8 @@
 // expected body before it is loaded; every load is preceded by a warm-up.
 // It prints requests/s, p50 and p99 per target, the server's CPU time
 // per request (user + system time of the server process over the
-// measured run, from /proc/<pid>/stat: the figure other work on the
+// measured run, to the nanosecond from /proc/<pid>/task/*/schedstat
+// (serverCPU; /proc/<pid>/stat's ticks without it): the figure other work on the
 // machine moves least), the load average as each run starts and ends,
 // the ratios to the bare handler and to Hegel, and PASS/MISS per goal of the issue (b and c at
 // least 0.9 × a and 1.1 × d in requests/s, p99 at most 1.2 × a's). A run

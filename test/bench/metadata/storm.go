@@ -20,8 +20,8 @@ package main
 // the storm starts as soon as the server accepts connections, and all of
 // it counts.
 //
-// Per storm: the server's CPU time (user + system of its process, from
-// /proc/<pid>/stat, over the storm), its heap allocations per request
+// Per storm: the server's CPU time (user + system of its threads, to the
+// nanosecond: serverCPU, over the storm), its heap allocations per request
 // (go_memstats_mallocs_total of its metrics listener, read before and
 // after, the cost of one read subtracted), requests, errors,
 // p50 and p99 of the requests and the wall time; the load average at the
@@ -64,12 +64,13 @@ type stormResult struct {
 	loadBefore string
 	settleCPU  time.Duration // of the fresh process before the cold storm
 	mallocs    int64         // heap allocations of the server over the storm; -1: unknown
+	allocBytes int64         // heap bytes allocated by the server over the storm (with mallocs)
 }
 
 // settle leaves a fresh process alone for d and returns the CPU time it
 // used meanwhile.
 func settle(ctx context.Context, p *proc, d time.Duration) (time.Duration, error) {
-	c0, err := processCPU(p.pid())
+	c0, err := serverCPU(p.pid())
 	if err != nil || d <= 0 {
 		return 0, err
 	}
@@ -78,7 +79,7 @@ func settle(ctx context.Context, p *proc, d time.Duration) (time.Duration, error
 		return 0, ctx.Err()
 	case <-time.After(d):
 	}
-	c1, err := processCPU(p.pid())
+	c1, err := serverCPU(p.pid())
 	return c1 - c0, err
 }
 
@@ -143,13 +144,13 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 		}
 		e.procs.stopSome(h.proc)
 		rows = append(rows, r)
-		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×, allocs %.2f×; warm CPU %.2f×, p99 %.2f×, allocs %.2f×; load average at the end %s\n",
-			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99), allocRatio(r.vCold, r.bareCold),
-			durRatio(r.vWarm.cpu, r.bareWarm.cpu), durRatio(r.vWarm.p99, r.bareWarm.p99), allocRatio(r.vWarm, r.bareWarm), loadAverage())
+		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; warm CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; load average at the end %s\n",
+			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99), allocRatio(r.vCold, r.bareCold), bytesRatio(r.vCold, r.bareCold),
+			durRatio(r.vWarm.cpu, r.bareWarm.cpu), durRatio(r.vWarm.p99, r.bareWarm.p99), allocRatio(r.vWarm, r.bareWarm), bytesRatio(r.vWarm, r.bareWarm), loadAverage())
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tserver\tstorm\tsettle CPU\trequests\terrors\tserver CPU\tCPU/request\tallocs/request\tp50\tp99\twall\tload average before\t")
+	fmt.Fprintln(tw, "round\tserver\tstorm\tsettle CPU\trequests\terrors\tserver CPU\tCPU/request\tallocs/request\tB/request\tp50\tp99\twall\tload average before\t")
 	for i, r := range rows {
 		for _, x := range []struct {
 			server, kind string
@@ -157,10 +158,10 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 		}{{"bare", "cold", r.bareCold}, {"bare", "warm", r.bareWarm}, {"vmeta", "cold", r.vCold}, {"vmeta", "warm", r.vWarm}} {
 			settled := "-"
 			if x.kind == "cold" {
-				settled = x.s.settleCPU.Round(10 * time.Millisecond).String()
+				settled = x.s.settleCPU.Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, x.server, x.kind, settled, x.s.requests, x.s.errors,
-				x.s.cpu.Round(10*time.Millisecond), cpuDur(x.s.cpu/time.Duration(max(x.s.requests, 1))), x.s.allocsPerRequest(), dur(x.s.p50), dur(x.s.p99),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, x.server, x.kind, settled, x.s.requests, x.s.errors,
+				x.s.cpu.Round(time.Millisecond), cpuDur(x.s.cpu/time.Duration(max(x.s.requests, 1))), x.s.allocsPerRequest(), x.s.bytesPerRequest(), dur(x.s.p50), dur(x.s.p99),
 				x.s.wall.Round(time.Millisecond), x.s.loadBefore)
 		}
 	}
@@ -179,8 +180,10 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 	wp := med(func(r row) float64 { return durRatio(r.vWarm.p99, r.bareWarm.p99) })
 	ca := med(func(r row) float64 { return allocRatio(r.vCold, r.bareCold) })
 	wa := med(func(r row) float64 { return allocRatio(r.vWarm, r.bareWarm) })
-	fmt.Printf("boot storm, vmeta / bare (median of %d rounds): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); allocations per request cold %.2f×, warm %.2f×; load average %s\n",
-		len(rows), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05), ca, wa, loadAverage())
+	cb := med(func(r row) float64 { return bytesRatio(r.vCold, r.bareCold) })
+	wb := med(func(r row) float64 { return bytesRatio(r.vWarm, r.bareWarm) })
+	fmt.Printf("boot storm, vmeta / bare (median of %d rounds): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
+		len(rows), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05), ca, wa, cb, wb, loadAverage())
 	return nil
 }
 
@@ -188,7 +191,7 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 // 5 s).
 func quiesce(ctx context.Context, pid int) error {
 	for range 50 {
-		c0, err := processCPU(pid)
+		c0, err := serverCPU(pid)
 		if err != nil {
 			return err
 		}
@@ -197,7 +200,7 @@ func quiesce(ctx context.Context, pid int) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
-		c1, err := processCPU(pid)
+		c1, err := serverCPU(pid)
 		if err != nil {
 			return err
 		}
@@ -216,6 +219,14 @@ func (s *stormResult) allocsPerRequest() string {
 	return fmt.Sprintf("%.1f", float64(s.mallocs)/float64(s.requests))
 }
 
+// bytesPerRequest renders the storm's heap bytes allocated per request.
+func (s *stormResult) bytesPerRequest() string {
+	if s.mallocs < 0 || s.requests == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f", float64(s.allocBytes)/float64(s.requests))
+}
+
 // allocRatio is a's allocations per request over b's (0: unknown).
 func allocRatio(a, b *stormResult) float64 {
 	if a.mallocs < 0 || b.mallocs <= 0 || a.requests == 0 || b.requests == 0 {
@@ -224,36 +235,62 @@ func allocRatio(a, b *stormResult) float64 {
 	return (float64(a.mallocs) / float64(a.requests)) / (float64(b.mallocs) / float64(b.requests))
 }
 
-// mallocs reads go_memstats_mallocs_total from a process's metrics URL.
-func mallocs(ctx context.Context, url string) (int64, error) {
+// bytesRatio is a's heap bytes allocated per request over b's (0:
+// unknown).
+func bytesRatio(a, b *stormResult) float64 {
+	if a.mallocs < 0 || b.mallocs < 0 || b.allocBytes <= 0 || a.requests == 0 || b.requests == 0 {
+		return 0
+	}
+	return (float64(a.allocBytes) / float64(a.requests)) / (float64(b.allocBytes) / float64(b.requests))
+}
+
+// mallocs reads go_memstats_mallocs_total and
+// go_memstats_alloc_bytes_total from a process's metrics URL.
+func mallocs(ctx context.Context, url string) (objects, bytes int64, err error) {
 	if url == "" {
-		return 0, errors.New("no metrics URL")
+		return 0, 0, errors.New("no metrics URL")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("allocations: %w", err)
+		return 0, 0, fmt.Errorf("allocations: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("allocations: %w", err)
+		return 0, 0, fmt.Errorf("allocations: %w", err)
 	}
-	for _, l := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(l, "go_memstats_mallocs_total "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return 0, fmt.Errorf("allocations: %q: %w", l, err)
+	return parseHeapCounters(string(body))
+}
+
+// parseHeapCounters reads go_memstats_mallocs_total and
+// go_memstats_alloc_bytes_total from a Prometheus text exposition.
+func parseHeapCounters(body string) (objects, bytes int64, err error) {
+	found := 0
+	for _, l := range strings.Split(body, "\n") {
+		for _, c := range []struct {
+			name string
+			v    *int64
+		}{{"go_memstats_mallocs_total ", &objects}, {"go_memstats_alloc_bytes_total ", &bytes}} {
+			if v, ok := strings.CutPrefix(l, c.name); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("allocations: %q: %w", l, err)
+				}
+				*c.v = int64(f)
+				found++
 			}
-			return int64(f), nil
 		}
 	}
-	return 0, fmt.Errorf("allocations: no go_memstats_mallocs_total at %s", url)
+	if found != 2 {
+		return 0, 0, errors.New("allocations: no go_memstats_mallocs_total and go_memstats_alloc_bytes_total")
+	}
+	return objects, bytes, nil
 }
 
 func durRatio(a, b time.Duration) float64 {
@@ -332,15 +369,15 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	// instance collector reads every instance). Two reads back to back
 	// measure what one costs (subtracted below), and the storm starts
 	// once the server is quiet again (the scrape's garbage collected).
-	mA, merrA := mallocs(ctx, p.metrics)
-	m0, merr := mallocs(ctx, p.metrics)
+	mA, bA, merrA := mallocs(ctx, p.metrics)
+	m0, b0, merr := mallocs(ctx, p.metrics)
 	merr = errors.Join(merrA, merr)
 	if err := quiesce(ctx, p.pid()); err != nil {
 		return nil, err
 	}
 	stopPerf := startPerf(ctx, p.pid())
 	defer stopPerf()
-	cpu0, err := processCPU(p.pid())
+	cpu0, err := serverCPU(p.pid())
 	if err != nil {
 		return nil, err
 	}
@@ -366,12 +403,12 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	close(gate)
 	wg.Wait()
 	res.wall = time.Since(start)
-	cpu1, err := processCPU(p.pid())
+	cpu1, err := serverCPU(p.pid())
 	stopPerf()
 	if err != nil {
 		return nil, err
 	}
-	m1, merr1 := mallocs(ctx, p.metrics)
+	m1, b1, merr1 := mallocs(ctx, p.metrics)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -379,6 +416,7 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 	res.mallocs = -1
 	if merr == nil && merr1 == nil {
 		res.mallocs = max(m1-m0-(m0-mA), 0)
+		res.allocBytes = max(b1-b0-(b0-bA), 0)
 	} else {
 		fmt.Printf("    allocations unknown: %v\n", errors.Join(merr, merr1))
 	}

@@ -57,7 +57,7 @@ func (c wrkConfig) run(ctx context.Context, url string, pid int) (*result, error
 		}
 	}
 	loadStart := loadAverage()
-	cpuStart, err := processCPU(pid)
+	cpuStart, err := serverCPU(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (c wrkConfig) run(ctx context.Context, url string, pid int) (*result, error
 	if err != nil {
 		return nil, err
 	}
-	cpuEnd, err := processCPU(pid)
+	cpuEnd, err := serverCPU(pid)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,9 @@
 // routes.json is [{"path": "/a/b", "content_type": "text/plain", "body": "…"}];
 // each path is served for GET (and HEAD) with a standard ServeMux pattern.
 // With -metrics-listen, GET /metrics on that second listener answers
-// go_memstats_mallocs_total (as a Prometheus Go collector names the heap
-// allocations so far), so that the boot storm can compare allocations
-// per request with hostctl's.
+// go_memstats_mallocs_total and go_memstats_alloc_bytes_total (as a
+// Prometheus Go collector names the heap allocations and bytes so far), so
+// that the boot storm can compare allocations per request with hostctl's.
 package main
 
 import (
@@ -72,10 +72,12 @@ func run(listen, config string) error {
 	return srv.ListenAndServe()
 }
 
-// serveMallocs answers the heap allocations so far, counted as the
-// Prometheus Go collector counts go_memstats_mallocs_total.
+// serveMallocs answers the heap allocations and bytes so far, counted as
+// the Prometheus Go collector counts go_memstats_mallocs_total and
+// go_memstats_alloc_bytes_total.
 func serveMallocs(w http.ResponseWriter, _ *http.Request) {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/tiny/allocs:objects"}}
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/tiny/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
 	fmt.Fprintf(w, "go_memstats_mallocs_total %d\n", s[0].Value.Uint64()+s[1].Value.Uint64())
+	fmt.Fprintf(w, "go_memstats_alloc_bytes_total %d\n", s[2].Value.Uint64())
 }

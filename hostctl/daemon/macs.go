@@ -1,0 +1,19 @@
+package daemon
+
+import (
+	"log/slog"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/nics"
+)
+
+// useMACStore gives the nics part among parts the store its MAC address
+// claims are kept in (shared by every host of the store) and whose
+// address index it checks.
+func useMACStore(parts []part.Part, st nics.Store, log *slog.Logger) {
+	for _, p := range parts {
+		if n, ok := p.(*nics.Part); ok {
+			n.UseStore(st, log)
+		}
+	}
+}
