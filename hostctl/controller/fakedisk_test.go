@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,10 +37,15 @@ import (
 //     over it unchanged; for any other file, and every other command,
 //     it runs the real qemu-img (plain qcow2 work takes milliseconds).
 //
+// The tests that check data (writePattern, readPattern, readImage,
+// readThroughAny) read a fake disk's data identity instead of its
+// blocks: "pattern:"+imagePattern once the pattern was written.
+//
 // Each operation keeps its path through the real qemu-img and LUKS in
 // the integration tests (withEncryption: TestEncryptedApply,
-// TestShelveUnshelve, TestRescueUnrescue, TestSnapshotEncryptionKeys,
-// TestEncryptedImage…; libvirt_*_test.go on the real libvirtd).
+// TestSnapshotRealQemuImg, TestEncryptedImage…; libvirt_*_test.go on
+// the real libvirtd: TestLibvirtShelveUnshelve, TestLibvirtRescue,
+// TestLibvirtEncryptedImage…).
 
 const fakeLUKSMagic = "FAKE-LUKS"
 
@@ -105,14 +111,15 @@ func passDigest(pass []byte) string {
 type fakeLUKS struct {
 	real    *encryption.Tool
 	qemuImg string // the fake qemu-img
+	qemuIO  string // the real qemu-io
 }
 
 // newFakeLUKS returns the fake LUKS tool and the fake qemu-img (a script
 // in a temporary directory of t).
 func newFakeLUKS(t *testing.T) (fakeLUKS, string) {
 	t.Helper()
-	qemuImg := fakeQemuImgScript(t, testenv.LookPath(t, "qemu-img"))
-	return fakeLUKS{real: encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: testenv.LookPath(t, "qemu-io")}), qemuImg: qemuImg}, qemuImg
+	qemuImg, qemuIO := fakeQemuImgScript(t, testenv.LookPath(t, "qemu-img")), testenv.LookPath(t, "qemu-io")
+	return fakeLUKS{real: encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO}), qemuImg: qemuImg, qemuIO: qemuIO}, qemuImg
 }
 
 // fakeQemuImgScript writes a qemu-img that answers `info` for the fake
@@ -264,7 +271,9 @@ func (l fakeLUKS) Resize(ctx context.Context, path string, size int64, shrink bo
 
 // Convert copies src flattened into a new fake disk under pass, or, when
 // pass is nil, into a new plain qcow2 of its size (with the real
-// qemu-img; a plain source is converted by the real tool: no LUKS).
+// qemu-img; a plain source is converted by the real tool: no LUKS) that
+// holds imagePattern when src's data is the pattern (written with the
+// real qemu-io: a plain write, milliseconds).
 func (l fakeLUKS) Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error {
 	if _, err := os.Lstat(dst); err == nil {
 		return fmt.Errorf("fake LUKS: convert to %s: the file exists", dst)
@@ -287,7 +296,16 @@ func (l fakeLUKS) Convert(ctx context.Context, dst string, src encryption.Source
 		return err
 	}
 	if pass == nil {
-		return images.New(filepath.Dir(dst), images.Options{QemuImg: l.qemuImg}).Create(ctx, images.Disk{Path: dst, Size: strconv.FormatInt(out.size, 10)})
+		if err := images.New(filepath.Dir(dst), images.Options{QemuImg: l.qemuImg}).Create(ctx, images.Disk{Path: dst, Size: strconv.FormatInt(out.size, 10)}); err != nil {
+			return err
+		}
+		if out.data != patternData {
+			return nil
+		}
+		if b, err := exec.CommandContext(ctx, l.qemuIO, "-f", "qcow2", dst, "-c", "write -P "+imagePattern+" 0 64k").CombinedOutput(); err != nil {
+			return fmt.Errorf("fake LUKS: convert %s: qemu-io write: %w: %s", src.Path, err, b)
+		}
+		return nil
 	}
 	out.pass = passDigest(pass)
 	return os.WriteFile(dst, out.encode(), 0o600)
@@ -313,12 +331,58 @@ func setImagesTool(e *env, qemuImg string) {
 	e.c.templates = e.c.imageDir.NewTemplates(filepath.Join(e.dir, "instances", "_base"))
 }
 
+// patternData is the data of a fake disk that holds imagePattern.
+const patternData = "pattern:" + imagePattern
+
 // makeFakeEncryptedImage is makeEncryptedImage on the fake disk layer: a
 // fake LUKS image of 32 MiB under pass whose data is imagePattern.
 func makeFakeEncryptedImage(t *testing.T, p string, pass []byte) {
 	t.Helper()
-	d := fakeDisk{size: 32 << 20, pass: passDigest(pass), data: "pattern:" + imagePattern}
+	d := fakeDisk{size: 32 << 20, pass: passDigest(pass), data: patternData}
 	if err := os.WriteFile(p, d.encode(), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fakeWritePattern is writePattern on a fake disk: opened with pass, the
+// disk at p holds imagePattern from now on. ok is false (and nothing is
+// done) when p is not a fake disk.
+func fakeWritePattern(p string, pass []byte) (ok bool, err error) {
+	if _, fake, err := readFakeDisk(p); err != nil || !fake {
+		return false, err
+	}
+	d, _, err := fakeLUKS{}.open(p, pass, nil)
+	if err != nil {
+		return true, err
+	}
+	d.data = patternData
+	return true, os.WriteFile(p, d.encode(), 0o600)
+}
+
+// fakeReadPattern is a read of imagePattern from the fake disk at p
+// opened with pass (and backing for its encrypted backing file), as
+// qemu-io's `read -P` is for a real one: an error when the disk does not
+// open or holds other data. ok is false when p is not a fake disk.
+func fakeReadPattern(p string, pass, backing []byte) (ok bool, err error) {
+	if _, fake, err := readFakeDisk(p); err != nil || !fake {
+		return false, err
+	}
+	_, data, err := fakeLUKS{}.open(p, pass, backing)
+	if err != nil {
+		return true, err
+	}
+	if data != patternData {
+		return true, fmt.Errorf("read %s: Pattern verification failed: the disk holds %q", p, data)
+	}
+	return true, nil
+}
+
+// readThroughAny is readThrough (backing_test.go) for a real or a fake
+// disk.
+func readThroughAny(t *testing.T, p string, pass, backing []byte) error {
+	t.Helper()
+	if ok, err := fakeReadPattern(p, pass, backing); ok {
+		return err
+	}
+	return readThrough(t, p, pass, backing)
 }

@@ -127,6 +127,7 @@ func transportMap(inst *Instance) map[string]Transport {
 // data directory and the store as they were: the entry files of the new
 // revision go, the previous definition is back.
 func TestFaultsFirmware(t *testing.T) {
+	t.Parallel()
 	t.Run("create", func(t *testing.T) {
 		faultMatrix(t, func(e *env) { withFirmware(e, true) }, func(e *env) error {
 			_, err := e.apply(hvSpec)
@@ -158,6 +159,7 @@ func TestFaultsFirmware(t *testing.T) {
 // domain libvirt keeps; a publish while the domain runs changes the next
 // boot's entries, not the running QEMU's, and instance show says so.
 func TestLibvirtFirmware(t *testing.T) {
+	t.Parallel() // its own domain; no NIC
 	e, uri := realEnv(t)
 	withFirmware(e, true)
 	ctx := context.Background()

@@ -242,6 +242,7 @@ func devicesOf(t *testing.T, st store.Store, uuid string) []metadata.Device {
 }
 
 func TestApplyDefinesAndReadsBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	inst := e.mustApply(hvSpec)
@@ -320,6 +321,7 @@ func execCommand(name string, args ...string) ([]byte, error) {
 // shut-off domain redefines it, keeps the addresses of the unchanged
 // devices, creates the new disk and deletes the removed one's image.
 func TestReapplyShutoffRedefines(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	first := e.mustApply(hvSpec)
 	changed := strings.Replace(hvSpec, "  - {name: sdb, bus: scsi, size: 8M}\n", "  - {name: vdc, size: 8M, tag: new}\n", 1)
@@ -356,6 +358,7 @@ func TestReapplyShutoffRedefines(t *testing.T) {
 }
 
 func TestReapplyRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.mustApply(hvSpec)
@@ -507,16 +510,19 @@ func diffLines(a, b string) string {
 }
 
 func TestFaultsApplyCreate(t *testing.T) {
+	t.Parallel()
 	faultMatrix(t, func(e *env) {}, func(e *env) error { _, err := e.apply(hvSpec); return err })
 }
 
 func TestFaultsApplyUpdate(t *testing.T) {
+	t.Parallel()
 	changed := strings.Replace(hvSpec, "  - {name: sdb, bus: scsi, size: 8M}\n", "  - {name: vdc, size: 8M, tag: new}\n", 1)
 	changed = strings.Replace(changed, `  - {mac: "52:54:00:00:00:01", tag: front}`+"\n", `  - {mac: "52:54:00:00:00:03", tag: side}`+"\n", 1)
 	faultMatrix(t, func(e *env) { e.mustApply(hvSpec) }, func(e *env) error { _, err := e.apply(changed); return err })
 }
 
 func TestFaultsDelete(t *testing.T) {
+	t.Parallel()
 	for _, running := range []bool{false, true} {
 		t.Run(fmt.Sprintf("running=%t", running), func(t *testing.T) {
 			setup := func(e *env) {
@@ -546,6 +552,7 @@ func TestFaultsDelete(t *testing.T) {
 // TestRefusedBeforeLibvirt: requests hostctl refuses never reach a
 // mutating libvirt call, and change nothing.
 func TestRefusedBeforeLibvirt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mutating := []string{"Define", "Remove", "Start", "Destroy", "AttachDevice", "DetachDevice", "AddDHCPHost", "AddDHCPHostConfig", "RemoveDHCPHost"}
 	e := newEnv(t)
@@ -660,6 +667,7 @@ func configDriveTarget(t *testing.T, e *env) string {
 }
 
 func TestImageBackedDisk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	images := filepath.Join(e.dir, "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
@@ -686,6 +694,7 @@ func TestImageBackedDisk(t *testing.T) {
 }
 
 func TestStartStop(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.mustApply(hvSpec)
@@ -713,6 +722,7 @@ func TestStartStop(t *testing.T) {
 }
 
 func TestDelete(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	before := e.snapshot()
@@ -856,6 +866,7 @@ func TestRevert(t *testing.T) {
 // drive, while the metadata is published as always; changing it is a
 // hardware change, refused while the domain runs.
 func TestNoConfigDrive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	drive := filepath.Join(e.dir, "instances", "app-1", "disk.config")
@@ -924,6 +935,7 @@ func TestNoConfigDrive(t *testing.T) {
 // so a resize or another backing file shows; an encrypted image and any
 // other file by their whole content.
 func TestFileDigest(t *testing.T) {
+	t.Parallel()
 	qemuImg := testenv.LookPath(t, "qemu-img")
 	dir := t.TempDir()
 	run := func(args ...string) {

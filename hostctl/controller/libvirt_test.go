@@ -145,6 +145,7 @@ func virshCdrom(t *testing.T, uri, name string, live bool) string {
 // definition keeps disk.config; a publish that fails puts the previous
 // medium back; NFS sources are refused before libvirt is asked.
 func TestLibvirtMediumAndShares(t *testing.T) {
+	t.Parallel() // its own domain; no NIC
 	e, uri := realEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)

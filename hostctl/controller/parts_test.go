@@ -58,6 +58,7 @@ func hostDevicesOf(inst *Instance) []string {
 // resize, unshelve — and instance show lists it; a value that is not
 // one of Nova's is refused naming it, changing nothing.
 func TestWatchdogPart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.c.parts = []part.Part{watchdog.New()}
 	flavorSetup(e)

@@ -37,6 +37,7 @@ func domainGone(uri, name string) bool {
 // the same secret UUID and passphrase and reads the pattern written
 // before the shelve, and the domain runs (QEMU unlocked both disks).
 func TestLibvirtShelveUnshelve(t *testing.T) {
+	t.Parallel()
 	e, uri, km := encryptedRealEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
@@ -123,6 +124,7 @@ func TestLibvirtShelveUnshelve(t *testing.T) {
 // rescue definition; unrescue restores the original definition, runs it,
 // and removes the rescue disk's libvirt secret.
 func TestLibvirtRescue(t *testing.T) {
+	t.Parallel()
 	e, uri, km := encryptedRealEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
