@@ -22,6 +22,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/cli"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -97,7 +98,8 @@ func TestInstanceErrorAPI(t *testing.T) {
 	svc := shares.New(st, core, shares.Options{ShareRoot: filepath.Join(dir, "shares"), Logger: log, Runner: run,
 		MountInfo: run.mountinfo, ReconcileInterval: -1})
 	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log, Hypervisor: conn, QemuImg: qemuImg,
-		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), ResyncInterval: -1, Parts: []part.Part{svc, faults.New(st, log)}})
+		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), ResyncInterval: -1, Parts: []part.Part{svc, faults.New(st, log)},
+		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }})
 	core.Controller = ctl
 	t.Cleanup(func() { ctl.Close() })
 	t.Cleanup(func() { svc.Close() })

@@ -12,6 +12,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/catalog"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -34,6 +35,9 @@ func newControllerIn(t *testing.T, dir string, st store.Store, opts controller.O
 	opts.DataDir = dir
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Disks == nil {
+		opts.Disks = func(c *controller.Controller) controller.Disks { return disks.New(c) }
 	}
 	return controller.New(st, opts)
 }

@@ -8,9 +8,9 @@
 // --virt none) device addresses come from the spec, "none" otherwise.
 //
 // With a Hypervisor (libvirt through hostctl/virt), Apply also creates
-// the disks (hostctl/images), defines the domain, reads the addresses, MACs
-// and serials libvirt chose back from its XML into the instance before
-// rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
+// the disks (the disks part, hostctl/parts/disks), defines the domain,
+// reads the addresses, MACs and serials libvirt chose back from its XML
+// into the instance before rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
 // ...) add what their features need. Devices are
 // attached and detached by tag, instances started, stopped and deleted,
 // and a reconciler follows libvirt's events to notice domains and devices
@@ -117,12 +117,14 @@ type Controller struct {
 
 	observer func(op string, took time.Duration, err error)
 
-	// Encrypted disks (encryption.go).
+	// The disks part (hostctl/parts/disks; noDisks without one) and the
+	// handles it uses (core_diskpart.go).
+	disks          Disks
 	keys           KeyManager
 	luks           LUKS
 	libvirtSecrets LibvirtSecrets
 	encSupport     func(context.Context) (encryption.Support, error)
-	secretLocks    keylock.Map // per key-manager secret (secretuse.go)
+	secretLocks    keylock.Map // per key-manager secret (the disks part's secret rule)
 
 	parts []part.Part // the host features, in registration order (parts.go)
 }
@@ -234,6 +236,11 @@ type Options struct {
 	// refused at apply (proxynets.go).
 	ProxyNetworks []netip.Prefix
 
+	// Disks makes the disks part (hostctl/parts/disks) over the core:
+	// the instances' disks, their encryption and block-device records,
+	// the secrets' rule. Nil: no disk is made, none is encrypted.
+	Disks func(*Controller) Disks
+
 	// Parts are the host features the daemon registers (hostctl/part);
 	// the core calls their phases, in this order, for every operation.
 	Parts []part.Part
@@ -302,6 +309,10 @@ func newController(st Store, opts Options) *Controller {
 	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork
+	}
+	c.disks = noDisks{}
+	if opts.Disks != nil {
+		c.disks = opts.Disks(c)
 	}
 	return c
 }
@@ -443,7 +454,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 	st := newSteps(in.Name)
 	defer st.log(c.log, "publish steps")
 	// The guest is told what hostctl created, not what the spec asked.
-	told, bds, err := c.told(ctx, in)
+	told, bds, err := c.disks.Told(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -584,7 +595,7 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	} else {
 		inst.Fault = reason
 	}
-	if st, _, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
+	if st, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
 		inst.State = st // core_vmstate.go
 	}
 	return inst, nil
@@ -657,7 +668,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	if drive := filepath.Join(c.instanceDir(rec.Name), driveFile); fileExists(drive) {
 		inst.ConfigDrive = drive
 	}
-	told, bds, err := c.told(ctx, in)
+	told, bds, err := c.disks.Told(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 	}
@@ -705,10 +716,10 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	// The disks go with the instance, and their secrets with them: from
 	// libvirt (the domain is gone) and from the key manager. A failure
 	// here is left to the reconciler's sweep.
-	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
 	}
-	if err := c.forgetInstance(ctx, name, rec.UUID); err != nil {
+	if err := c.disks.ForgetInstance(ctx, name, rec.UUID); err != nil {
 		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
 	c.afterRecordParts(ctx, "delete", rec) // parts.go (the state record and a shelved instance's image too)

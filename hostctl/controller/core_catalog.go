@@ -11,7 +11,7 @@ import (
 // What hostctl/catalog (the flavor registry, the image catalog and the
 // secrets of the admin API) needs of the core: the registries the core
 // lays instances out from, which instances use a flavor or an image, and
-// the one rule for deleting a secret (secretuse.go).
+// the one rule for deleting a secret (hostctl/parts/disks, secretuse.go).
 
 // FlavorRegistry is the flavor registry; nil when the store keeps no
 // records.
@@ -39,10 +39,10 @@ func (c *Controller) ImageUsers(ctx context.Context, image string) ([]string, er
 }
 
 // ReleaseSecret deletes the key-manager secret id under the one rule
-// (deleteSecret): refused with keys.ErrInUse naming what still names it,
+// (the disks part's): refused with keys.ErrInUse naming what still names it,
 // apart from image, an image being deleted ("": none).
 func (c *Controller) ReleaseSecret(ctx context.Context, id, image string) error {
-	return c.deleteSecret(ctx, id, secretRelease{image: image})
+	return c.disks.ReleaseSecret(ctx, id, image)
 }
 
 // LockSecret holds the lock of secret id until unlock: a step about to

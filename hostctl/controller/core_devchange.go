@@ -142,19 +142,18 @@ func (c *Controller) EncryptAttached(ctx context.Context, in *model.Instance, d 
 
 // NewDisks is how the disks of an instance that have no file yet are
 // made, checked against the encryption they need (CheckNewDisks).
-type NewDisks struct{ plans []diskPlan }
+type NewDisks struct {
+	create func(context.Context, *revert.Reverter) (func(context.Context), error)
+}
 
 // CheckNewDisks plans the disks of in and refuses, before anything is
 // made, the encryption this host cannot honour.
 func (c *Controller) CheckNewDisks(ctx context.Context, in *model.Instance) (NewDisks, error) {
-	plans, err := c.planDisks(ctx, in)
+	create, err := c.disks.Make(ctx, in) // the disks part
 	if err != nil {
 		return NewDisks{}, err
 	}
-	if err := c.checkEncryption(ctx, in, plans); err != nil {
-		return NewDisks{}, err
-	}
-	return NewDisks{plans: plans}, nil
+	return NewDisks{create: create}, nil
 }
 
 // MakeInstanceDir makes the directory of instance name's files; the undo
@@ -166,20 +165,21 @@ func (c *Controller) MakeInstanceDir(r *revert.Reverter, name string) error {
 // CreateDisks makes the disks nd of instance in (encrypted ones with
 // their secrets); the undo steps on r remove them.
 func (c *Controller) CreateDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, nd NewDisks) error {
-	return c.createDisks(ctx, r, in, nd.plans)
+	_, err := nd.create(ctx, r)
+	return err
 }
 
 // DefineSecrets hands libvirt the passphrases of in's encrypted disks;
 // the undo steps on r undefine them.
 func (c *Controller) DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	return c.defineSecrets(ctx, r, in)
+	return c.disks.DefineSecrets(ctx, r, in)
 }
 
 // ForgetDisk deletes the image file of in's disk and its key-manager
 // secret and block-device record.
 func (c *Controller) ForgetDisk(ctx context.Context, in *model.Instance, disk string) {
 	c.removeDiskFile(in.Name, disk)
-	c.forgetDisks(ctx, in, []string{disk})
+	c.disks.Forget(ctx, in, []string{disk})
 }
 
 // The power of an instance's domain as a reboot (hostctl/ops, reboot.go)
@@ -216,7 +216,7 @@ func (c *Controller) PowerOff(ctx context.Context, rec store.Instance) error {
 		return err
 	}
 	c.afterRecordParts(ctx, "stop", rec) // parts.go
-	if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
 		c.log.Warn("libvirt secrets not removed after power-off; the reconciler retries", "name", rec.Name, "err", err)
 	}
 	return nil

@@ -35,7 +35,7 @@ func (c *Controller) InstanceBlockDevices(ctx context.Context, name string) (*mo
 	if err != nil {
 		return nil, encryption.BlockDevices{}, err
 	}
-	bds, _, err := c.loadBlockDevices(ctx, in.UUID)
+	bds, err := c.disks.BlockDevices(ctx, in.UUID)
 	if err != nil {
 		return nil, encryption.BlockDevices{}, err
 	}
@@ -74,7 +74,7 @@ func (c *Controller) SetBlockDevice(ctx context.Context, in *model.Instance, bd 
 	if c.records == nil {
 		return fmt.Errorf("block devices of %s: no record store", in.Name)
 	}
-	return c.updateBlockDevices(ctx, nil, in, map[string]*encryption.BlockDevice{bd.Disk: &bd})
+	return c.disks.UpdateBlockDevices(ctx, nil, in, map[string]*encryption.BlockDevice{bd.Disk: &bd})
 }
 
 // DiskPath returns the image file of in's disk named disk.
@@ -90,7 +90,7 @@ func (c *Controller) DiskPath(in *model.Instance, disk string) (string, error) {
 // InstanceState returns in's VM state (the states part's: shelved,
 // rescue; "" for none) and whether its domain (with in's UUID) runs.
 func (c *Controller) InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error) {
-	st, _, err := c.states().State(ctx, in.UUID) // core_vmstate.go
+	st, err := c.states().State(ctx, in.UUID) // core_vmstate.go
 	if err != nil {
 		return "", false, err
 	}
@@ -111,7 +111,7 @@ func (c *Controller) UpdateLibvirtSecret(ctx context.Context, in *model.Instance
 	if c.libvirtSecrets == nil {
 		return false, nil
 	}
-	usage := c.secretUsage(in.UUID, disk)
+	usage := c.disks.SecretUsage(in.UUID, disk)
 	ss, err := c.libvirtSecrets.Secrets(ctx, usage)
 	if err != nil {
 		return false, fmt.Errorf("libvirt secrets: %w", err)

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/encryption"
-	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -56,8 +54,8 @@ const (
 	RescueFile = "disk.rescue"
 )
 
-// rescueDisk is the block-device record key of the rescue disk
-// (secretuse.go counts its secret in use).
+// rescueDisk is the block-device record key of the rescue disk (the
+// disks part's secret rule counts its secret in use: disks.RescueDisk).
 const rescueDisk = "_rescue"
 
 // Domain is an instance's libvirt domain as an operation finds it.
@@ -66,13 +64,6 @@ type Domain struct {
 	Running  bool       // any state but shut off
 	State    virt.State // its state
 	Inactive []byte     // the persistent definition
-}
-
-// DiskPlan is how a disk of the instance that has no file yet is made
-// (planDisks).
-type DiskPlan struct {
-	Target string // the disk's target name
-	images.Disk
 }
 
 // Observe tells Options.Observe that op, begun at start, ended with
@@ -152,43 +143,6 @@ func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	return c.prepareParts(ctx, op, r, in, host)
 }
 
-// Encryption is the core's key manager (nil without one) and LUKS disk
-// layer.
-func (c *Controller) Encryption() (KeyManager, LUKS) { return c.keys, c.luks }
-
-// DiskImages is the core's disk-image layer (blank and overlay disks).
-func (c *Controller) DiskImages() Images { return c.images }
-
-// BlockDevices returns the block-device records of instance uuid, by
-// disk (none when the store keeps no records).
-func (c *Controller) BlockDevices(ctx context.Context, uuid string) (map[string]encryption.BlockDevice, error) {
-	rec, _, err := c.loadBlockDevices(ctx, uuid)
-	return rec.Disks, err
-}
-
-// UpdateBlockDevices sets (non-nil) or drops (nil) the block-device
-// records of in's disks; the undo step on r restores them.
-func (c *Controller) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error {
-	return c.updateBlockDevices(ctx, r, in, upd)
-}
-
-// PlanDisks returns how the disks of in that have no file are made, and
-// makes the instance's directory (the undo step on r removes it).
-func (c *Controller) PlanDisks(ctx context.Context, r *revert.Reverter, in *model.Instance) ([]DiskPlan, error) {
-	plans, err := c.planDisks(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.mkdirInstance(r, c.instanceDir(in.Name)); err != nil {
-		return nil, err
-	}
-	out := make([]DiskPlan, len(plans))
-	for i, p := range plans {
-		out[i] = DiskPlan{Target: p.target, Disk: p.Disk}
-	}
-	return out, nil
-}
-
 // DiskFileName is the name of disk d's image file in its instance's
 // directory (InstanceDir).
 func DiskFileName(d model.Disk) string { return diskFileOf(d) }
@@ -201,7 +155,7 @@ func (c *Controller) SetAside(r *revert.Reverter, p string) (string, error) { re
 // sources) and the options domains are built with.
 func (c *Controller) DomainHost(ctx context.Context, in *model.Instance) (virt.Host, virt.Options, error) {
 	host := c.host(in)
-	if err := c.encryptedSources(ctx, in, &host); err != nil {
+	if err := c.disks.Sources(ctx, in, &host); err != nil {
 		return virt.Host{}, virt.Options{}, err
 	}
 	return host, c.dom, nil
@@ -286,7 +240,7 @@ func (c *Controller) StopDomain(ctx context.Context, r *revert.Reverter, rec sto
 		}
 		r.Add("start "+rec.Name+" again", again)
 	}
-	return c.undefineSecrets(ctx, rec.UUID)
+	return c.disks.UndefineSecrets(ctx, rec.UUID)
 }
 
 // Boot starts the domain of rec, not running, as the operation defined
@@ -296,7 +250,7 @@ func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Ins
 	if err := c.ensureDrive(ctx, rec); err != nil {
 		return err
 	}
-	if err := c.defineSecrets(ctx, r, in); err != nil {
+	if err := c.disks.DefineSecrets(ctx, r, in); err != nil {
 		return err
 	}
 	if extra != nil {
@@ -307,23 +261,6 @@ func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Ins
 	return c.domains.Start(ctx, rec.Name)
 }
 
-// DefineDiskSecret hands libvirt the passphrase of key-manager secret
-// keyID under the libvirt secret id, for in's disk; the undo step on r
-// undefines it.
-func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, id string) error {
-	pass, err := c.keys.Passphrase(ctx, keyID)
-	if err != nil {
-		return err
-	}
-	err = c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: c.secretUsage(in.UUID, disk)}, pass)
-	clear(pass)
-	if err != nil {
-		return err
-	}
-	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return c.libvirtSecrets.UndefineSecret(ctx, id) })
-	return nil
-}
-
 // ReleaseHost takes what the stopped instance in, shelved, still has on
 // the host besides its domain, its files and what the parts gave back
 // (part.Shelve: the shares' host mounts, passthrough devices; the
@@ -331,28 +268,9 @@ func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, i
 // passphrases are not in libvirt: any left by a crash go now; failures
 // are logged, the reconciler retries).
 func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
-	if err := c.undefineSecrets(ctx, in.UUID); err != nil {
+	if err := c.disks.UndefineSecrets(ctx, in.UUID); err != nil {
 		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
 	}
-}
-
-// DeleteSecrets deletes the key-manager secrets ids no disk of in uses
-// any more (failures are logged).
-func (c *Controller) DeleteSecrets(ctx context.Context, in *model.Instance, ids []string) {
-	c.deleteSecrets(ctx, in, ids)
-}
-
-// EncryptionConflict is the conflict (409, ErrEncryption) of an
-// encryption request this host cannot honour, naming field, value and
-// rule.
-func EncryptionConflict(field string, value any, rule string) error {
-	return &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: field, Value: value, Rule: rule}}}}
-}
-
-// ResizeDisk grows (or, shrink, shrinks back) the image file path of
-// in's disk to size bytes, opening an encrypted one with its secrets.
-func (c *Controller) ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error {
-	return c.resizeDisk(ctx, in, disk, path, size, shrink)
 }
 
 // stoppedInstance returns the record and spec of this host's instance

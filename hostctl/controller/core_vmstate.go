@@ -17,17 +17,16 @@ import (
 
 // instanceStates is the part that keeps the instances' states.
 type instanceStates interface {
-	// State is the instance's state ("": none) and the catalog image
-	// that goes with the instance when it is deleted ("": none).
-	State(ctx context.Context, uuid string) (state, image string, err error)
+	// State is the instance's state ("": none).
+	State(ctx context.Context, uuid string) (string, error)
 	// States are the states of the instances that have one, by
 	// lower-case UUID.
 	States(ctx context.Context) (map[string]string, error)
 	// ImageUsers names the instances whose state holds image name;
-	// SecretUsers what of a state opens with secret id, by lower-case
-	// instance UUID.
+	// Summaries is what the disks part's secrets' rule reads of the
+	// states, by lower-case instance UUID.
 	ImageUsers(ctx context.Context, name string) ([]string, error)
-	SecretUsers(ctx context.Context, id string) (map[string]string, error)
+	Summaries(ctx context.Context) (map[string]DiskState, error)
 }
 
 // states is the registered part that keeps the instances' states.
@@ -43,10 +42,10 @@ func (c *Controller) states() instanceStates {
 // noStates: no part keeps states.
 type noStates struct{}
 
-func (noStates) State(context.Context, string) (string, string, error)          { return "", "", nil }
-func (noStates) States(context.Context) (map[string]string, error)              { return nil, nil }
-func (noStates) ImageUsers(context.Context, string) ([]string, error)           { return nil, nil }
-func (noStates) SecretUsers(context.Context, string) (map[string]string, error) { return nil, nil }
+func (noStates) State(context.Context, string) (string, error)           { return "", nil }
+func (noStates) States(context.Context) (map[string]string, error)       { return nil, nil }
+func (noStates) ImageUsers(context.Context, string) ([]string, error)    { return nil, nil }
+func (noStates) Summaries(context.Context) (map[string]DiskState, error) { return nil, nil }
 
 // PowerState is the state of instance name's domain as list shows it
 // ("running", "shutoff"; "" without a hypervisor).

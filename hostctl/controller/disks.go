@@ -7,12 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 )
@@ -62,154 +61,131 @@ func (c *Controller) host(in *model.Instance) virt.Host {
 	return h
 }
 
-// Images makes the disk images of instances (hostctl/images).
-type Images interface {
-	// Lookup finds a base image by name, with its format.
-	Lookup(ctx context.Context, name string) (images.Base, error)
-	// Create creates a disk image; a failure may leave a partial file.
-	Create(ctx context.Context, d images.Disk) error
+// The handles of the disks part (hostctl/parts/disks) the core holds
+// and hands it (core_diskpart.go). Each is an alias of an unnamed
+// interface type, declared identically in hostctl/parts/disks, so that
+// the two packages share the type without importing each other.
+type (
+	// KeyManager is the key manager (internal/keys).
+	KeyManager = interface {
+		Create(ctx context.Context, req keys.Request) (keys.Secret, error)
+		Get(ctx context.Context, id string) (keys.Secret, error)
+		Passphrase(ctx context.Context, id string) ([]byte, error)
+		Delete(ctx context.Context, id string) error
+		List(ctx context.Context, project string) ([]keys.Secret, error)
+		KeyID() string
+	}
+	// LUKS makes and checks encrypted disk images (hostctl/encryption).
+	LUKS = interface {
+		Create(ctx context.Context, d encryption.Disk, pass []byte) error
+		Inspect(ctx context.Context, path string) (encryption.Info, error)
+		Verify(ctx context.Context, path string, pass, backing []byte) error
+		Resize(ctx context.Context, path string, size int64, shrink bool, pass, backing []byte) error
+		Convert(ctx context.Context, dst string, src encryption.Source, pass []byte) error
+		VerifyImage(ctx context.Context, path, format string, pass []byte) error
+	}
+	// LibvirtSecrets hands passphrases to QEMU through libvirt (virt.Conn).
+	LibvirtSecrets = interface {
+		DefineSecret(ctx context.Context, s virt.LibvirtSecret, value []byte) error
+		UndefineSecret(ctx context.Context, uuid string) error
+		Secrets(ctx context.Context, prefix string) ([]virt.LibvirtSecret, error)
+	}
+	// Images makes the disk images of instances (hostctl/images).
+	Images = interface {
+		// Lookup finds a base image by name, with its format.
+		Lookup(ctx context.Context, name string) (images.Base, error)
+		// Create creates a disk image; a failure may leave a partial file.
+		Create(ctx context.Context, d images.Disk) error
+	}
+	// DiskPlan is how a disk of the instance that has no file yet is
+	// made: its target name and its image.
+	DiskPlan = struct {
+		Target string
+		images.Disk
+	}
+)
+
+// Disks is the disks part (hostctl/parts/disks) as the core uses it:
+// how an instance's disks are made, their block-device records, what the
+// guest is told about them, libvirt's copies of their passphrases and
+// the secrets' deletion. The daemon wires it (Options.Disks).
+type Disks interface {
+	// Make plans and checks the disks of in that have no file yet;
+	// create makes them (undo steps on r) and returns committed, run
+	// once the operation stands.
+	Make(ctx context.Context, in *model.Instance) (create func(context.Context, *revert.Reverter) (committed func(context.Context), err error), err error)
+	Plans(ctx context.Context, in *model.Instance) ([]DiskPlan, error)
+	// Told is in as the guest is told about it (each disk's encrypted
+	// flag from its record) and the records of its disks; Sources sets
+	// the libvirt secrets of host's encrypted disks.
+	Told(ctx context.Context, in *model.Instance) (*model.Instance, []encryption.BlockDevice, error)
+	Sources(ctx context.Context, in *model.Instance, host *virt.Host) error
+	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
+	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
+	ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error
+	// DefineSecrets and UndefineSecrets put the passphrases of an
+	// instance's disks into libvirt and take them out; SecretUsage is
+	// the libvirt usage of a disk's secret.
+	DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error
+	UndefineSecrets(ctx context.Context, instUUID string) error
+	DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, id string) error
+	SecretUsage(instUUID, disk string) string
+	// Forget drops the secrets and records of removed disks,
+	// ForgetInstance those of a deleted instance; DeleteSecrets and
+	// ReleaseSecret delete secrets nothing names any more; Sweep is the
+	// reconciler's clean-up after crashes.
+	Forget(ctx context.Context, in *model.Instance, disks []string)
+	ForgetInstance(ctx context.Context, name, uuid string) error
+	DeleteSecrets(ctx context.Context, in *model.Instance, ids []string)
+	ReleaseSecret(ctx context.Context, id, image string) error
+	Sweep(ctx context.Context) error
 }
 
-var _ Images = (*images.Dir)(nil)
+// blockDevPrefix is the store key prefix of the block-device records
+// (the disks part's; HostBlockDevices lists them).
+const blockDevPrefix = "blockdev/"
 
-// diskPlan is a disk image to create.
-type diskPlan struct {
-	target string
-	images.Disk
-	// encrypt: the spec requests the disk encrypted (encryption.go).
-	encrypt bool
-	// image is the catalog image Base is (the root disk's), for an
-	// encrypted image's backing secret (backing.go).
-	image string
-}
+// ErrNoKeyManager: the controller has no key manager.
+var ErrNoKeyManager = fmt.Errorf("%w: this hostctl has no key manager", ErrNoHypervisor)
 
-// planDisks decides how each disk of in that has no image file yet is
-// created: disks[0] (a flavor's root disk) over the spec's image when it
-// names one, a flavor's ephemeral and swap disks over their blank
-// templates, every other disk blank with its size. A disk whose file
-// exists (an earlier apply made it) is kept as it is. It only reads (but
-// for making a missing template); the field errors say what a spec
-// lacks.
-func (c *Controller) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, error) {
-	var plans []diskPlan
-	var errs []model.FieldError
-	kinded := hasKinds(in)
-	for i, d := range in.Disks {
-		p, err := virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFileOf(d)))
-		if err != nil {
-			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d]", i), Value: d.Name, Rule: err.Error()})
-			continue
-		}
-		if _, err := os.Stat(p); err == nil {
-			continue
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
-		}
-		plan := diskPlan{target: d.Name, Disk: images.Disk{Path: p, Size: d.Size}, encrypt: d.Encrypted}
-		switch {
-		case d.Kind == model.DiskKindEphemeral || d.Kind == model.DiskKindSwap:
-			// An overlay of the blank template of its size, made now if
-			// the cache has none (a template is no instance's: it stays).
-			base, err := c.blankTemplate(ctx, d)
-			if err != nil {
-				return nil, fmt.Errorf("disk %s: %w", d.Name, err)
-			}
-			plan.Base, plan.Size = &base, ""
-		case d.Kind == model.DiskKindRoot && in.Image == "" && d.Size != "":
-			// A flavor's root disk without an image: blank.
-		case (d.Kind == model.DiskKindRoot || i == 0 && !kinded) && in.Image != "":
-			base, err := c.images.Lookup(ctx, in.Image)
-			if err != nil {
-				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})
-				continue
-			}
-			plan.Base, plan.image = &base, in.Image
-		case d.Size == "":
-			rule := "is required to create the disk (only disks[0] is created from the spec's image)"
-			if in.Image == "" {
-				rule = "is required to create the disk (the spec names no image)"
-			}
-			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d].size", i), Rule: rule})
-			continue
-		}
-		plans = append(plans, plan)
-	}
-	if len(errs) > 0 {
-		return nil, &model.SpecError{Errors: errs}
-	}
-	return plans, nil
-}
+// noDisks is the core without a disks part: no disk is made, the guest
+// is told no disk is encrypted, there are no secrets.
+type noDisks struct{}
 
-// createDisks creates the planned images of instance in — encrypted ones
-// with their own secret (encryption.go) — records how each was made (its
-// block-device record) and registers their removal as undo steps.
-func (c *Controller) createDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, plans []diskPlan) error {
-	if err := c.startDisks(ctx, r, plans)(); err != nil {
-		return err
-	}
-	return c.finishDisks(ctx, r, in, plans)
-}
+var errNoDisks = fmt.Errorf("%w: no disks part (hostctl/parts/disks) is registered", ErrNoHypervisor)
 
-// startDisks registers the removal of every planned image (first: a
-// failing qemu-img may leave a partial file) and starts making the plain
-// ones at once, a qemu-img each (issue 23 item 4: four disks one after
-// the other were most of an apply). The function it returns waits until
-// every one has ended — call it before returning or undoing anything, so
-// that an undo never races a qemu-img still writing — and returns the
-// first error in the plans' order; it may be called again.
-func (c *Controller) startDisks(ctx context.Context, r *revert.Reverter, plans []diskPlan) (wait func() error) {
-	for _, p := range plans {
-		r.Add("remove disk image "+p.Path, func(context.Context) error { return removeFile(p.Path) })
-	}
-	errs := make([]error, len(plans))
-	var wg sync.WaitGroup
-	for i, p := range plans {
-		if p.encrypt {
-			continue
-		}
-		wg.Go(func() {
-			if err := c.images.Create(ctx, p.Disk); err != nil {
-				errs[i] = fmt.Errorf("create disk %s: %w", p.target, err)
-			}
-		})
-	}
-	return func() error {
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+func (noDisks) Make(context.Context, *model.Instance) (func(context.Context, *revert.Reverter) (func(context.Context), error), error) {
+	return nil, errNoDisks
 }
-
-// finishDisks, once startDisks' plain images are made, creates the
-// encrypted ones one by one (each has a secret and undo steps of its own)
-// and records how every planned disk was made.
-func (c *Controller) finishDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, plans []diskPlan) error {
-	upd := map[string]*encryption.BlockDevice{}
-	created := time.Now().UTC().Truncate(time.Second)
-	for _, p := range plans {
-		if p.encrypt {
-			continue
-		}
-		upd[p.target] = &encryption.BlockDevice{Disk: p.target, Created: created}
-		c.log.Debug("disk created", "disk", p.Path, "base", p.Base, "size", p.Size, "encrypted", false)
+func (noDisks) Plans(context.Context, *model.Instance) ([]DiskPlan, error) { return nil, errNoDisks }
+func (noDisks) Told(_ context.Context, in *model.Instance) (*model.Instance, []encryption.BlockDevice, error) {
+	out := clone(in)
+	for i := range out.Disks {
+		out.Disks[i].Encrypted, out.Disks[i].EncryptionFormat = false, ""
 	}
-	for _, p := range plans {
-		if !p.encrypt {
-			continue
-		}
-		made, err := c.createEncrypted(ctx, r, in, p)
-		if err != nil {
-			return err
-		}
-		upd[p.target] = &made
-		c.log.Debug("disk created", "disk", p.Path, "base", p.Base, "size", p.Size, "encrypted", made.Encrypted)
-	}
-	return c.updateBlockDevices(ctx, r, in, upd)
+	return out, nil, nil
 }
+func (noDisks) Sources(context.Context, *model.Instance, *virt.Host) error { return nil }
+func (noDisks) BlockDevices(context.Context, string) (encryption.BlockDevices, error) {
+	return encryption.BlockDevices{}, nil
+}
+func (noDisks) UpdateBlockDevices(context.Context, *revert.Reverter, *model.Instance, map[string]*encryption.BlockDevice) error {
+	return errNoDisks
+}
+func (noDisks) ResizeDisk(context.Context, *model.Instance, string, string, int64, bool) error {
+	return errNoDisks
+}
+func (noDisks) DefineSecrets(context.Context, *revert.Reverter, *model.Instance) error { return nil }
+func (noDisks) UndefineSecrets(context.Context, string) error                          { return nil }
+func (noDisks) DefineDiskSecret(context.Context, *revert.Reverter, *model.Instance, string, string, string) error {
+	return ErrNoKeyManager
+}
+func (noDisks) SecretUsage(string, string) string                        { return "" }
+func (noDisks) Forget(context.Context, *model.Instance, []string)        {}
+func (noDisks) ForgetInstance(context.Context, string, string) error     { return nil }
+func (noDisks) DeleteSecrets(context.Context, *model.Instance, []string) {}
+func (noDisks) ReleaseSecret(context.Context, string, string) error      { return ErrNoKeyManager }
+func (noDisks) Sweep(context.Context) error                              { return nil }
 
 func removeFile(p string) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {

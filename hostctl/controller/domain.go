@@ -66,11 +66,8 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	plans, err := c.planDisks(ctx, in)
+	makeDisks, err := c.disks.Make(ctx, in) // the disks part
 	if err != nil {
-		return nil, fmt.Errorf("apply %s: %w", name, err)
-	}
-	if err := c.checkEncryption(ctx, in, plans); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	if err := c.checkProxyAddresses(in); err != nil { // proxynets.go (the parts check the other owners)
@@ -109,22 +106,19 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := c.mkdirInstance(r, c.instanceDir(name)); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	// Secrets of disks made anew (a rebuild's root disk) go once the new
-	// ones are committed.
-	replaced, err := c.replacedSecrets(ctx, in, plans)
-	if err != nil {
-		return nil, fmt.Errorf("apply %s: %w", name, err)
-	}
 	redefine := cur == nil || len(changes) > 0
 	// Every disk is made before the domain is defined (the plain ones at
 	// once): a hostctl killed while qemu-img runs leaves no domain behind
 	// for files that never were (test/e2e TestDeviceKilledBetweenClaimAndDomain).
-	if err := c.createDisks(ctx, r, in, plans); err != nil {
+	// Secrets of disks made anew (a rebuild's root disk) go once the new
+	// ones are committed.
+	disksCommitted, err := makeDisks(ctx, r)
+	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("disks")
 	if redefine {
-		if err := c.encryptedSources(ctx, in, &host); err != nil {
+		if err := c.disks.Sources(ctx, in, &host); err != nil {
 			return nil, fmt.Errorf("apply %s: %w", name, err)
 		}
 		// The parts' contributions: their devices, and the firmware
@@ -174,9 +168,9 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 				gone = append(gone, d.Name)
 			}
 		}
-		c.forgetDisks(ctx, in, gone)
+		c.disks.Forget(ctx, in, gone)
 	}
-	c.deleteSecrets(ctx, in, replaced)
+	disksCommitted(ctx)
 	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
 	st.done("state")

@@ -359,7 +359,7 @@ func TestEncryptionRefusals(t *testing.T) {
 func TestNoHypervisorNeverClaimsEncryption(t *testing.T) {
 	dir := t.TempDir()
 	st := openBolt(t, dir)
-	c := newController(st, Options{DataDir: dir})
+	c := newController(st, Options{DataDir: dir, Disks: diskPart})
 	inst, err := c.Apply(context.Background(), []byte(encSpec))
 	if err != nil {
 		t.Fatal(err)
@@ -675,17 +675,6 @@ func TestFaultsAttachEncryptedDisk(t *testing.T) {
 			e.t.Fatal(err)
 		}
 	}, attach)
-}
-
-func TestEncryptionConflictError(t *testing.T) {
-	err := fmt.Errorf("apply x: %w", &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: "disks[0].encryption_format", Value: "plain", Rule: "no"}}}})
-	var se *model.SpecError
-	if !errors.Is(err, store.ErrConflict) || !errors.Is(err, ErrEncryption) || errors.Is(err, model.ErrInvalidSpec) || !errors.As(err, &se) || len(se.Errors) != 1 {
-		t.Fatalf("%v", err)
-	}
-	if !strings.Contains(err.Error(), `disks[0].encryption_format`) || !strings.Contains(err.Error(), "plain") {
-		t.Fatal(err)
-	}
 }
 
 // TestReplacedDiskSecret: a disk made anew over an earlier record (as a

@@ -132,7 +132,7 @@ func (c *Controller) Adopt(ctx context.Context, name string) (_ *Instance, err e
 	}
 	c.log.Info("instance adopted", "name", name, "from", prev, "host", c.hostName)
 	c.committedRecordParts(ctx, part.Adopt, rec) // partphases.go (the share mappings follow, a rescue ends)
-	if st, _, _ := c.states().State(ctx, rec.UUID); st != "" {
+	if st, _ := c.states().State(ctx, rec.UUID); st != "" {
 		// No instance files while shelved: unshelve's start builds the
 		// drive.
 		return c.Get(ctx, name)

@@ -86,7 +86,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 	if err == nil {
 		// QEMU has closed the disks: libvirt no longer needs the
 		// passphrases. A failure leaves them to the reconciler.
-		if serr := c.undefineSecrets(ctx, cur.uuid); serr != nil {
+		if serr := c.disks.UndefineSecrets(ctx, cur.uuid); serr != nil {
 			c.log.Warn("libvirt secrets of a stopped instance not undefined (the reconciler retries)", "name", name, "err", serr)
 			warn = append(warn, fmt.Sprintf("the disks' passphrases could not be removed from libvirt yet (the reconciler retries): %v", serr))
 		}
@@ -164,7 +164,7 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	}
 	r := revert.New(c.log, "start "+rec.Name)
 	defer r.Fail(&err)
-	if err := c.defineSecrets(ctx, r, in); err != nil {
+	if err := c.disks.DefineSecrets(ctx, r, in); err != nil {
 		return err
 	}
 	if err := c.startParts(ctx, r, in); err != nil { // core_nicspart.go

@@ -130,7 +130,7 @@ func (c *Controller) reconcileAll(ctx context.Context) error {
 			}
 		}
 	}
-	if err := c.sweepSecrets(ctx); err != nil {
+	if err := c.disks.Sweep(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -149,7 +149,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	if !c.owns(rec) {
 		return nil
 	}
-	if st, _, err := c.states().State(ctx, rec.UUID); err != nil {
+	if st, err := c.states().State(ctx, rec.UUID); err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
 	} else if st != "" {
 		// Shelved (no domain) or rescued (another definition): left
@@ -163,7 +163,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	doc, err := c.domains.XML(ctx, name, true)
 	if isNotFound(err) {
 		c.setMissing(name, true)
-		return c.undefineSecrets(ctx, rec.UUID)
+		return c.disks.UndefineSecrets(ctx, rec.UUID)
 	}
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", name, err)
@@ -174,7 +174,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	}
 	if devs.UUID != rec.UUID {
 		c.setMissing(name, true)
-		return c.undefineSecrets(ctx, rec.UUID)
+		return c.disks.UndefineSecrets(ctx, rec.UUID)
 	}
 	c.setMissing(name, false)
 	if len(c.parts) > 0 {
@@ -189,7 +189,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 	// needs its passphrases in libvirt.
 	if c.keys != nil && c.libvirtSecrets != nil {
 		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
-			if err := c.undefineSecrets(ctx, rec.UUID); err != nil {
+			if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
 				return fmt.Errorf("reconcile %s: %w", name, err)
 			}
 		}

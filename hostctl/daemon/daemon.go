@@ -465,6 +465,7 @@ func (s *serve) startController(context.Context) error {
 		EncryptionSupport: s.prober.Support,
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 		Parts:             parts,
+		Disks:             diskPart, // parts.go
 	}))
 	core.Controller = s.ctl
 	bindParts(s.ctl, s.log)

@@ -6,6 +6,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/hostctl/parts/passthrough"
@@ -47,6 +48,11 @@ func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRe
 		vs.Bind(c.ImageDir(), c, log)
 	}
 }
+
+// diskPart is the disks part (hostctl/parts/disks) over the core: the
+// instances' disks, their encryption and block-device records, and the
+// key-manager secrets' deletion rule.
+func diskPart(c *controller.Controller) controller.Disks { return disks.New(c) }
 
 // network is the hypervisor as the nics part uses it (nil with --virt
 // none).

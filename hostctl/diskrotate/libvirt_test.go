@@ -24,6 +24,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -110,7 +111,8 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 		f.t.Fatal(err)
 	}
 	opts := controller.Options{DataDir: f.dir, Logger: f.logger(), Hypervisor: conn, Keys: km, LUKS: f.tool,
-		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128}}
+		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128},
+		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
 	var recs store.Records = st
 	if f.wrap != nil {
 		opts.Records = f.wrap(st)

@@ -44,6 +44,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -167,7 +168,7 @@ func (o *rescuer) rescueLocked(ctx context.Context, name string, req controller.
 // manager, no os_encrypt_key_id, a secret missing or of another project.
 func (o *rescuer) checkRescueImage(ctx context.Context, in *model.Instance, img images.Image) error {
 	keyID := img.Properties[policy.ImageEncryptKeyID]
-	conflict := func(rule string) error { return controller.EncryptionConflict("image", img.Name, rule) }
+	conflict := func(rule string) error { return disks.EncryptionConflict("image", img.Name, rule) }
 	km, _ := o.secrets.Encryption()
 	switch {
 	case km == nil:

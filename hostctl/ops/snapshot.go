@@ -37,6 +37,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -214,17 +215,17 @@ func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *m
 	}
 	km, _ := o.secrets.Encryption()
 	if km == nil {
-		return "", "", nil, controller.EncryptionConflict("encryption_key", mode, "this host has no key manager: it cannot make encrypted images")
+		return "", "", nil, disks.EncryptionConflict("encryption_key", mode, "this host has no key manager: it cannot make encrypted images")
 	}
 	if mode == controller.SnapshotKeyExisting {
 		sec, err := km.Get(ctx, req.SecretUUID)
 		switch {
 		case errors.Is(err, keys.ErrNotFound):
-			return "", "", nil, controller.EncryptionConflict("secret_uuid", req.SecretUUID, "no such secret in the key manager")
+			return "", "", nil, disks.EncryptionConflict("secret_uuid", req.SecretUUID, "no such secret in the key manager")
 		case err != nil:
 			return "", "", nil, err
 		case sec.ProjectID != in.ProjectID && !anyProject:
-			return "", "", nil, controller.EncryptionConflict("secret_uuid", req.SecretUUID,
+			return "", "", nil, disks.EncryptionConflict("secret_uuid", req.SecretUUID,
 				fmt.Sprintf("the secret belongs to project %q and the instance to project %q: the instance's project may not read it", sec.ProjectID, in.ProjectID))
 		}
 		pass, err := km.Passphrase(ctx, sec.UUID)
@@ -234,7 +235,7 @@ func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *m
 		return sec.UUID, controller.KeyDeletionDoNotDelete, pass, nil
 	}
 	if in.ProjectID == "" {
-		return "", "", nil, controller.EncryptionConflict("project_id", "", "the instance has no project: an encrypted image's secret is owned by one")
+		return "", "", nil, disks.EncryptionConflict("project_id", "", "the instance has no project: an encrypted image's secret is owned by one")
 	}
 	kr := keys.Request{Name: "image-" + req.Image, ProjectID: in.ProjectID}
 	if mode == controller.SnapshotKeySame {

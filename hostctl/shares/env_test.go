@@ -18,6 +18,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -158,7 +159,8 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	if err := os.WriteFile(e.run.mountinfo, []byte("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := controller.Options{DataDir: dir, Logger: log, Host: "host-a"}
+	o := controller.Options{DataDir: dir, Logger: log, Host: "host-a",
+		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
 	if opts != nil {
 		opts(dir, &o)
 	}

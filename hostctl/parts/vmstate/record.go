@@ -146,12 +146,10 @@ func (p *Part) Require(ctx context.Context, name, uuid, want string) (Record, in
 	return st, ver, nil
 }
 
-// State returns the instance's state ("" for none) and the catalog image
-// that goes with the instance when it is deleted (a shelved instance's
-// root disk; "" for none).
-func (p *Part) State(ctx context.Context, uuid string) (state, image string, err error) {
+// State returns the instance's state ("" for none).
+func (p *Part) State(ctx context.Context, uuid string) (string, error) {
 	st, _, err := p.Of(ctx, uuid)
-	return st.State, st.ShelvedImage, err
+	return st.State, err
 }
 
 // States returns the state of every instance that has one, by lower-case
@@ -188,19 +186,26 @@ func (p *Part) ImageUsers(ctx context.Context, name string) ([]string, error) {
 	return out, nil
 }
 
-// SecretUsers names, by lower-case instance UUID, the rescue disks that
-// open with key-manager secret id (a rescued instance's rescue disk
-// opens with the rescue image's own secret).
-func (p *Part) SecretUsers(ctx context.Context, id string) (map[string]string, error) {
+// Summary is what the secrets' rule reads of a state record (an alias
+// of an unnamed struct type, declared identically by the core and the
+// disks part, which import nothing of this package).
+type Summary = struct {
+	Instance, State, ShelvedImage, RescueImage, RescueSecret string
+}
+
+// Summaries returns what the secrets' rule reads of every state record
+// (a shelved instance's image goes with it, a rescue disk opens with the
+// rescue image's secret), by lower-case instance UUID. An unreadable
+// record is refused: a secret is not deleted on a guess.
+func (p *Part) Summaries(ctx context.Context) (map[string]Summary, error) {
 	all, err := p.all(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := make(map[string]Summary, len(all))
 	for uuid, st := range all {
-		if id != "" && st.RescueSecret == id {
-			out[uuid] = "rescue disk of instance " + st.Instance + " (rescue image " + st.RescueImage + ")"
-		}
+		out[uuid] = Summary{Instance: st.Instance, State: st.State, ShelvedImage: st.ShelvedImage,
+			RescueImage: st.RescueImage, RescueSecret: st.RescueSecret}
 	}
 	return out, nil
 }

@@ -16,7 +16,7 @@
 //     domain and is not "missing", a rescued one runs another definition
 //     that is not "repaired" back;
 //   - its block-device records and key-manager secrets stay, so the
-//     secrets sweep counts them in use (SecretUsers, ImageUsers);
+//     secrets sweep counts them in use (Summaries, ImageUsers);
 //   - delete removes the record and a shelved instance's image
 //     (AfterDelete); adopt takes a shelved instance only where its image
 //     is, and a rescued one out of its old host's rescue (Check,

@@ -245,7 +245,7 @@ func TestAdopt(t *testing.T) {
 	if notes := f.p.Committed(ctx, part.Adopt, inst("vm1", uuidA, "host-b")); len(notes) != 0 {
 		t.Errorf("adopt of a shelved instance: notes %q", notes)
 	}
-	if st, _, _ := f.p.State(ctx, uuidA); st != Shelved {
+	if st, _ := f.p.State(ctx, uuidA); st != Shelved {
 		t.Errorf("adopted shelved instance: state %q, want %s", st, Shelved)
 	}
 	if err := f.p.Check(ctx, part.Adopt, inst("vm2", uuidB, "host-a")); err != nil {
@@ -254,7 +254,7 @@ func TestAdopt(t *testing.T) {
 	if notes := f.p.Committed(ctx, part.Adopt, inst("vm2", uuidB, "host-b")); len(notes) != 0 {
 		t.Errorf("adopt of a rescued instance: notes %q", notes)
 	}
-	if st, _, _ := f.p.State(ctx, uuidB); st != "" {
+	if st, _ := f.p.State(ctx, uuidB); st != "" {
 		t.Errorf("adopted rescued instance: state %q, want none", st)
 	}
 	// Without a catalog bound, a shelved instance is not adopted blind.
@@ -287,7 +287,7 @@ func TestForceDelete(t *testing.T) {
 		if got := strings.Join(notes, "\n"); got != c.want {
 			t.Errorf("force delete of %s: notes %q, want %q", c.in.Spec.Name, got, c.want)
 		}
-		if st, _, _ := f.p.State(ctx, c.in.Spec.UUID); st != "" {
+		if st, _ := f.p.State(ctx, c.in.Spec.UUID); st != "" {
 			t.Errorf("state of %s after a force delete: %q", c.in.Spec.Name, st)
 		}
 	}
@@ -319,7 +319,7 @@ func TestDelete(t *testing.T) {
 	if want := "images image.deleted map[name:vm1-shelved]"; !slices.Equal(f.core.events, []string{want}) {
 		t.Errorf("events %q, want %q", f.core.events, want)
 	}
-	if st, _, _ := f.p.State(ctx, uuidA); st != "" {
+	if st, _ := f.p.State(ctx, uuidA); st != "" {
 		t.Errorf("state after delete: %q", st)
 	}
 }
@@ -343,7 +343,7 @@ func TestRecordsUndo(t *testing.T) {
 	fail(func(r *revert.Reverter) error {
 		return f.p.Put(ctx, r, uuidA, Record{Instance: "vm1", State: Shelved, ShelvedImage: "vm1-shelved"})
 	})
-	if st, _, _ := f.p.State(ctx, uuidA); st != "" {
+	if st, _ := f.p.State(ctx, uuidA); st != "" {
 		t.Fatalf("state after a failed shelve: %q", st)
 	}
 	f.put(t, uuidA, Record{Instance: "vm1", State: Shelved, ShelvedImage: "vm1-shelved"})
@@ -355,8 +355,8 @@ func TestRecordsUndo(t *testing.T) {
 		t.Fatalf("Require of rescue of a shelved instance = %v", err)
 	}
 	fail(func(r *revert.Reverter) error { return f.p.Drop(ctx, r, uuidA, st, ver) })
-	if s, img, _ := f.p.State(ctx, uuidA); s != Shelved || img != "vm1-shelved" {
-		t.Fatalf("state after a failed unshelve: %q, %q", s, img)
+	if s, _ := f.p.State(ctx, uuidA); s != Shelved {
+		t.Fatalf("state after a failed unshelve: %q", s)
 	}
 	// A second shelve record for the same instance conflicts.
 	r := revert.New(log, "test")
@@ -365,7 +365,7 @@ func TestRecordsUndo(t *testing.T) {
 	}
 	// Without records, no state is kept.
 	none := New(nil, "host-a")
-	if s, _, err := none.State(ctx, uuidA); s != "" || err != nil {
+	if s, err := none.State(ctx, uuidA); s != "" || err != nil {
 		t.Errorf("State without records = %q, %v", s, err)
 	}
 	if err := none.Put(ctx, r, uuidA, Record{State: Shelved}); !errors.Is(err, ErrNoRecords) {
@@ -373,8 +373,9 @@ func TestRecordsUndo(t *testing.T) {
 	}
 }
 
-// TestUsers: what the states hold of images and secrets, and the states
-// by UUID, as the core counts them.
+// TestUsers: what the states hold of images and secrets (the summaries
+// the disks part's secrets' rule reads), and the states by UUID, as the
+// core counts them.
 func TestUsers(t *testing.T) {
 	f := newFixture("host-a")
 	ctx := context.Background()
@@ -389,12 +390,13 @@ func TestUsers(t *testing.T) {
 			t.Errorf("ImageUsers(%s) = %q, %v, want %q", image, got, err, want)
 		}
 	}
-	users, err := f.p.SecretUsers(ctx, "sec-1")
-	if want := map[string]string{uuidB: "rescue disk of instance vm2 (rescue image rescue-img)"}; err != nil || !maps.Equal(users, want) {
-		t.Errorf("SecretUsers = %v, %v, want %v", users, err, want)
+	sums, err := f.p.Summaries(ctx)
+	want := map[string]Summary{
+		strings.ToLower(uuidA): {Instance: "vm1", State: Shelved, ShelvedImage: "vm1-shelved"},
+		uuidB:                  {Instance: "vm2", State: Rescue, RescueImage: "rescue-img", RescueSecret: "sec-1"},
 	}
-	if users, _ := f.p.SecretUsers(ctx, ""); len(users) != 0 {
-		t.Errorf("SecretUsers of no secret = %v", users)
+	if err != nil || !maps.Equal(sums, want) {
+		t.Errorf("Summaries = %v, %v, want %v", sums, err, want)
 	}
 	// An unreadable record: the listing skips it, the secrets' count
 	// refuses (a secret is not deleted on a guess).
@@ -402,7 +404,7 @@ func TestUsers(t *testing.T) {
 	if states, err := f.p.States(ctx); err != nil || len(states) != 2 {
 		t.Errorf("States with a bad record = %v, %v", states, err)
 	}
-	if _, err := f.p.SecretUsers(ctx, "sec-1"); err == nil {
-		t.Error("SecretUsers with a bad record: no error")
+	if _, err := f.p.Summaries(ctx); err == nil {
+		t.Error("Summaries with a bad record: no error")
 	}
 }

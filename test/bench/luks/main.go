@@ -41,6 +41,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -214,7 +215,8 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 	for i := 0; i < n; i++ {
 		for k, what := range order {
 			opts := controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, Keys: km,
-				Domain: virt.Options{MemoryMiB: 128}, ResyncInterval: -1}
+				Domain: virt.Options{MemoryMiB: 128}, ResyncInterval: -1,
+				Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
 			if k == 2 {
 				opts.LUKSIterTime = iter
 			}

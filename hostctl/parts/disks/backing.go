@@ -1,4 +1,4 @@
-package controller
+package disks
 
 // Disks over encrypted images (issue: ephemeral storage encryption, the
 // specification's "backing_encryption_secret_uuid").
@@ -44,11 +44,11 @@ func diskSecrets(bd encryption.BlockDevice) []string {
 
 // encryptedImage returns the catalog image of plan p when it is an
 // encrypted one (nil otherwise).
-func (c *Controller) encryptedImage(ctx context.Context, p diskPlan) (*images.Image, error) {
+func (pt *Part) encryptedImage(ctx context.Context, p diskPlan) (*images.Image, error) {
 	if p.image == "" || p.Base == nil {
 		return nil, nil
 	}
-	img, err := c.imageOf(ctx, p.image)
+	img, err := pt.core.Image(ctx, p.image)
 	if err != nil || img == nil || !img.Encrypted {
 		return nil, err
 	}
@@ -59,10 +59,10 @@ func (c *Controller) encryptedImage(ctx context.Context, p diskPlan) (*images.Im
 // encrypted image: the disk must be requested encrypted (no surprise
 // decryption), this host needs a key manager, and the image's secret must
 // exist and belong to the instance's project.
-func (c *Controller) checkEncryptedImages(ctx context.Context, in *model.Instance, plans []diskPlan) ([]model.FieldError, error) {
+func (pt *Part) checkEncryptedImages(ctx context.Context, in *model.Instance, plans []diskPlan) ([]model.FieldError, error) {
 	var errs []model.FieldError
 	for _, p := range plans {
-		img, err := c.encryptedImage(ctx, p)
+		img, err := pt.encryptedImage(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -81,14 +81,14 @@ func (c *Controller) checkEncryptedImages(ctx context.Context, in *model.Instanc
 			errs = append(errs, model.FieldError{Field: field + ".encrypted", Value: false,
 				Rule: fmt.Sprintf("image %q is encrypted (%s=%s): a disk over it is encrypted too (no surprise decryption)", img.Name, policy.ImageEncryptKeyID, keyID)})
 			continue
-		case c.keys == nil || c.records == nil:
+		case pt.keys() == nil || pt.records() == nil:
 			continue // the disk's own request is refused below
 		case keyID == "":
 			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
 				Rule: "qemu-img finds the image encrypted but it names no secret in " + policy.ImageEncryptKeyID})
 			continue
 		}
-		sec, err := c.keys.Get(ctx, keyID)
+		sec, err := pt.keys().Get(ctx, keyID)
 		switch {
 		case errors.Is(err, keys.ErrNotFound):
 			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
@@ -112,24 +112,24 @@ type backingCopy struct {
 // copyImageSecret makes, for a disk planned over an encrypted image, the
 // instance's own key-manager secret holding the image's passphrase; the
 // undo step deletes it. Nothing (a zero backingCopy) for any other disk.
-func (c *Controller) copyImageSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (backingCopy, error) {
-	img, err := c.encryptedImage(ctx, p)
+func (pt *Part) copyImageSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (backingCopy, error) {
+	img, err := pt.encryptedImage(ctx, p)
 	if err != nil || img == nil {
 		return backingCopy{}, err
 	}
 	keyID := img.Properties[policy.ImageEncryptKeyID]
-	pass, err := c.keys.Passphrase(ctx, keyID)
+	pass, err := pt.keys().Passphrase(ctx, keyID)
 	if err != nil {
 		return backingCopy{}, fmt.Errorf("disk %s: secret %s of image %s: %w", p.target, keyID, img.Name, err)
 	}
-	sec, err := c.keys.Create(ctx, keys.Request{Name: "backing-" + p.target, ProjectID: in.ProjectID, Payload: pass,
-		Owner: &keys.Owner{Host: c.hostName, InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
+	sec, err := pt.keys().Create(ctx, keys.Request{Name: "backing-" + p.target, ProjectID: in.ProjectID, Payload: pass,
+		Owner: &keys.Owner{Host: pt.core.Host(), InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
 	if err != nil {
 		clear(pass)
 		return backingCopy{}, fmt.Errorf("copy the secret of image %s for disk %s: %w", img.Name, p.target, err)
 	}
 	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
-		return c.deleteSecret(ctx, sec.UUID, secretRelease{instanceUUID: in.UUID, disks: []string{p.target}})
+		return pt.deleteSecret(ctx, sec.UUID, secretRelease{instanceUUID: in.UUID, disks: []string{p.target}})
 	})
 	return backingCopy{uuid: sec.UUID, pass: pass}, nil
 }
@@ -137,12 +137,12 @@ func (c *Controller) copyImageSecret(ctx context.Context, r *revert.Reverter, in
 // backingSource is the encrypted backing file of the disk image at path
 // (data-directory relative, as virt.Host has it), read from the image's
 // own header, with the libvirt secret of bd's backing copy.
-func (c *Controller) backingSource(ctx context.Context, path string, bd encryption.BlockDevice) (*virt.BackingSource, error) {
-	abs, err := virt.ResolveInDataDir(c.dataDir, path)
+func (pt *Part) backingSource(ctx context.Context, path string, bd encryption.BlockDevice) (*virt.BackingSource, error) {
+	abs, err := virt.ResolveInDataDir(pt.core.DataDir(), path)
 	if err != nil {
 		return nil, err
 	}
-	info, err := c.luks.Inspect(ctx, abs)
+	info, err := pt.luks().Inspect(ctx, abs)
 	if err != nil {
 		return nil, err
 	}
@@ -158,20 +158,20 @@ func (c *Controller) backingSource(ctx context.Context, path string, bd encrypti
 
 // defineBackingSecret puts the passphrase of disk's encrypted backing
 // file into libvirt (none: nothing to do); the undo step undefines it.
-func (c *Controller) defineBackingSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk string, bd encryption.BlockDevice) error {
+func (pt *Part) defineBackingSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk string, bd encryption.BlockDevice) error {
 	id := bd.BackingEncryptionSecretUUID
 	if id == "" {
 		return nil
 	}
-	pass, err := c.keys.Passphrase(ctx, id)
+	pass, err := pt.keys().Passphrase(ctx, id)
 	if err != nil {
 		return fmt.Errorf("disk %s backing file: %w", disk, err)
 	}
-	err = c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: c.secretUsage(in.UUID, disk+"/backing")}, pass)
+	err = pt.secrets().DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: pt.SecretUsage(in.UUID, disk+"/backing")}, pass)
 	clear(pass)
 	if err != nil {
 		return fmt.Errorf("disk %s backing file: %w", disk, err)
 	}
-	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return c.libvirtSecrets.UndefineSecret(ctx, id) })
+	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.secrets().UndefineSecret(ctx, id) })
 	return nil
 }

@@ -1,4 +1,4 @@
-package controller
+package disks
 
 // One rule for every deletion of a key-manager secret (issue 20, item 1):
 // a secret goes only when nothing names it any more — no image of the
@@ -20,14 +20,14 @@ package controller
 // a secretRelease, so the holder being removed does not keep its own
 // secret.
 //
-// The rule stays in the core because what it checks is the core's: the
-// block-device records, the instances' state records and rescue disks,
-// and the instances a secret was made for; and the core's own deletions,
-// inside its operations and their undo steps, call it directly.
+// The rule is the disks part's: the block-device records are its own;
+// what it needs of the core (the instances' state records, rescue disks,
+// and the instances a secret was made for) it reads through Holders and
+// Instances.
 //
 // Deletions and the steps that make something name an existing secret
 // (an image import naming os_encrypt_key_id, a snapshot, a rescue) hold
-// the secret's lock (Controller.secretLocks; LockSecret for the catalog)
+// the secret's lock (Core.LockSecret; the controller's LockSecret for the catalog)
 // over the check and the act, so on this host nothing starts naming a
 // secret between the check and the delete. Image directories are per
 // host: an image of another host's directory is not seen (that host's own
@@ -42,12 +42,13 @@ import (
 	"strings"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// ErrNoKeyManager: the controller has no key manager.
-var ErrNoKeyManager = fmt.Errorf("%w: this hostctl has no key manager", ErrNoHypervisor)
+// ErrNoKeyManager: the host has no key manager.
+var ErrNoKeyManager = errkind.New(errkind.Unsupported, "this hostctl has no key manager")
 
 func isStoreNotFound(err error) bool { return err != nil && errors.Is(err, store.ErrNotFound) }
 
@@ -80,29 +81,28 @@ type pendingChecker interface {
 // secretHolders returns what names the secret id, except what rel
 // releases, as phrases for an error ("image enc-b", "disk vda of instance
 // web"), sorted.
-func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRelease) ([]string, error) {
+func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease) ([]string, error) {
 	var out []string
 	released := map[string]bool{}
 	if rel.image != "" {
 		released[rel.image] = true
 	}
-	states, err := c.states().States(ctx) // core_vmstate.go
-	if err != nil {
-		return nil, err
-	}
-	if rel.allDisks {
-		_, img, err := c.states().State(ctx, rel.instanceUUID)
-		if err != nil {
+	states := map[string]State{}
+	if pt.records() != nil {
+		var err error
+		if states, err = pt.core.States(ctx); err != nil {
 			return nil, err
 		}
-		if img != "" {
-			released[img] = true // deleted with the instance
+		for uuid, st := range states {
+			if rel.allDisks && strings.EqualFold(uuid, rel.instanceUUID) && st.ShelvedImage != "" {
+				released[st.ShelvedImage] = true // deleted with the instance
+			}
 		}
 	}
 	// Images of this host's catalog (snapshots and shelved images are
 	// images too).
-	if c.imageDir != nil {
-		imgs, err := c.imageDir.NamingSecret(ctx, id)
+	if dir := pt.core.ImageDir(); dir != nil {
+		imgs, err := dir.NamingSecret(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -114,8 +114,8 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 	}
 	// Disks, backing files and rescue disks of every instance with
 	// block-device records.
-	if c.records != nil {
-		recs, err := c.records.Records(ctx, blockDevPrefix)
+	if pt.records() != nil {
+		recs, err := pt.records().Records(ctx, blockDevPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("block devices: %w", err)
 		}
@@ -129,7 +129,7 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 			if inst == "" {
 				inst = uuid
 			}
-			if st := states[uuid]; st != "" {
+			if st := states[uuid].State; st != "" {
 				inst += " (" + st + ")"
 			}
 			for disk, bd := range rec.Disks {
@@ -137,7 +137,7 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 					continue
 				}
 				what := "disk " + disk
-				if disk == rescueDisk {
+				if disk == RescueDisk {
 					what = "rescue disk"
 				}
 				if bd.EncryptionSecretUUID == id {
@@ -150,24 +150,20 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 		}
 		// A rescued instance's rescue disk opens with the rescue image's
 		// own secret (hostctl/ops, rescue.go).
-		rescues, err := c.states().SecretUsers(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		for uuid, what := range rescues {
-			if !rel.releasesDisk(uuid, rescueDisk) {
-				out = append(out, what)
+		for uuid, st := range states {
+			if st.RescueSecret == id && !rel.releasesDisk(uuid, RescueDisk) {
+				out = append(out, "rescue disk of instance "+st.Instance+" (rescue image "+st.RescueImage+")")
 			}
 		}
 	}
-	if c.keys != nil {
-		s, err := c.keys.Get(ctx, id)
+	if pt.keys() != nil {
+		s, err := pt.keys().Get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		// The instance a disk's secret was made for, while it exists.
 		if o := s.Owner; o != nil && o.InstanceName != "" && !strings.EqualFold(o.InstanceUUID, rel.instanceUUID) {
-			if rec, err := c.store.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
+			if rec, err := pt.core.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
 				out = append(out, fmt.Sprintf("disk %s of instance %s (made for it)", o.Disk, o.InstanceName))
 			} else if err != nil && !isStoreNotFound(err) {
 				return nil, err
@@ -175,7 +171,7 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 		}
 		// A passphrase rotation in progress (its new passphrase is
 		// pending): it goes with the disk it rotates, nothing else.
-		if pk, ok := c.keys.(pendingChecker); ok && (s.Owner == nil || !strings.EqualFold(s.Owner.InstanceUUID, rel.instanceUUID) || rel.instanceUUID == "") {
+		if pk, ok := pt.keys().(pendingChecker); ok && (s.Owner == nil || !strings.EqualFold(s.Owner.InstanceUUID, rel.instanceUUID) || rel.instanceUUID == "") {
 			pending, err := pk.HasPending(ctx, id)
 			if err != nil {
 				return nil, err
@@ -192,35 +188,35 @@ func (c *Controller) secretHolders(ctx context.Context, id string, rel secretRel
 // deleteSecret deletes the key-manager secret id unless something other
 // than what rel releases names it: then keys.ErrInUse naming the holders,
 // and the secret stays. A secret already gone is keys.ErrNotFound.
-func (c *Controller) deleteSecret(ctx context.Context, id string, rel secretRelease) error {
-	if c.keys == nil {
+func (pt *Part) deleteSecret(ctx context.Context, id string, rel secretRelease) error {
+	if pt.keys() == nil {
 		return ErrNoKeyManager
 	}
-	defer c.secretLocks.Lock(id)()
-	holders, err := c.secretHolders(ctx, id, rel)
+	defer pt.core.LockSecret(id)()
+	holders, err := pt.secretHolders(ctx, id, rel)
 	if err != nil {
 		return fmt.Errorf("delete secret %s: %w", id, err)
 	}
 	if len(holders) > 0 {
 		return fmt.Errorf("delete secret %s: %w: named by %s", id, keys.ErrInUse, strings.Join(holders, ", "))
 	}
-	if err := c.keys.Delete(ctx, id); err != nil {
+	if err := pt.keys().Delete(ctx, id); err != nil {
 		return err
 	}
-	c.log.Info("secret deleted", "secret", id)
+	pt.log.Info("secret deleted", "secret", id)
 	return nil
 }
 
 // deleteSecretQuietly is deleteSecret after a commit: a secret already
 // gone is no error, one still named is kept (logged), other failures are
 // returned.
-func (c *Controller) deleteSecretQuietly(ctx context.Context, id string, rel secretRelease) error {
-	err := c.deleteSecret(ctx, id, rel)
+func (pt *Part) deleteSecretQuietly(ctx context.Context, id string, rel secretRelease) error {
+	err := pt.deleteSecret(ctx, id, rel)
 	switch {
 	case err == nil, errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return nil
 	case errors.Is(err, keys.ErrInUse):
-		c.log.Info("secret kept: something else names it", "secret", id, "err", err)
+		pt.log.Info("secret kept: something else names it", "secret", id, "err", err)
 		return nil
 	}
 	return err

@@ -1,0 +1,157 @@
+package disks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
+	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/testenv/stores"
+)
+
+// fakeCore is the core as the part sees it, over a bolt store and a real
+// key manager in a temporary directory: no hypervisor, no LUKS work.
+type fakeCore struct {
+	dir    string
+	st     store.Store
+	km     *keys.Manager
+	states map[string]disks.State
+}
+
+func newFakeCore(t *testing.T) *fakeCore {
+	t.Helper()
+	dir := t.TempDir()
+	st := stores.BoltIn(t, dir)
+	km, err := keys.Open(context.Background(), st, dir, keys.Options{Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeCore{dir: dir, st: st, km: km, states: map[string]disks.State{}}
+}
+
+func (f *fakeCore) Encryption() (disks.KeyManager, disks.LUKS) { return f.km, nil }
+func (f *fakeCore) LibvirtSecrets() disks.LibvirtSecrets       { return nil }
+func (f *fakeCore) Records() store.Records                     { return f.st.(store.Records) }
+func (f *fakeCore) DiskImages() disks.Images                   { return nil }
+func (f *fakeCore) ImageDir() *images.Dir {
+	return images.New(filepath.Join(f.dir, "images"), images.Options{})
+}
+func (f *fakeCore) Image(context.Context, string) (*images.Image, error) { return nil, nil }
+func (f *fakeCore) BlankTemplate(context.Context, model.Disk) (images.Base, error) {
+	return images.Base{}, errors.New("no templates here")
+}
+func (f *fakeCore) EncryptionPolicy() (string, func(context.Context) (encryption.Support, error)) {
+	return "", nil
+}
+func (f *fakeCore) Host() string         { return "h1" }
+func (f *fakeCore) DataDir() string      { return f.dir }
+func (f *fakeCore) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+func (f *fakeCore) DiskPath(in *model.Instance, disk string) (string, error) {
+	return filepath.Join(f.dir, "instances", in.Name, "disk-"+disk), nil
+}
+func (f *fakeCore) Instance(ctx context.Context, name string) (store.Instance, error) {
+	return f.st.Instance(ctx, name)
+}
+func (f *fakeCore) LockInstance(string) func() { return func() {} }
+func (f *fakeCore) LockSecret(string) func()   { return func() {} }
+func (f *fakeCore) UnlessRunning(ctx context.Context, _ string, fn func(context.Context) error) error {
+	return fn(ctx)
+}
+func (f *fakeCore) States(context.Context) (map[string]disks.State, error) { return f.states, nil }
+
+var _ disks.Core = (*fakeCore)(nil)
+
+// TestReleaseSecretOneRule: a secret goes only when nothing names it —
+// a disk's block-device record (any instance's), a rescued instance's
+// rescue disk — and a refusal is keys.ErrInUse naming every holder, the
+// secret kept.
+func TestReleaseSecretOneRule(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeCore(t)
+	p := disks.New(f)
+	mk := func() string {
+		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.UUID
+	}
+	diskSec, rescueSec, free := mk(), mk(), mk()
+	web := &model.Instance{Name: "web", UUID: keys.NewUUID()}
+	if err := p.UpdateBlockDevices(ctx, nil, web, map[string]*encryption.BlockDevice{
+		"vda": {Disk: "vda", Encrypted: true, EncryptionSecretUUID: diskSec, EncryptionFormat: encryption.FormatLUKS},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.states[keys.NewUUID()] = disks.State{Instance: "db", State: "rescue", RescueImage: "rescue-img", RescueSecret: rescueSec}
+
+	for _, tc := range []struct {
+		id, holder string
+	}{
+		{diskSec, "disk vda of instance web"},
+		{rescueSec, "rescue disk of instance db (rescue image rescue-img)"},
+	} {
+		err := p.ReleaseSecret(ctx, tc.id, "")
+		if !errors.Is(err, keys.ErrInUse) || !strings.Contains(err.Error(), tc.holder) {
+			t.Errorf("release %s = %v, want ErrInUse naming %q", tc.id, err, tc.holder)
+		}
+		if _, err := f.km.Get(ctx, tc.id); err != nil {
+			t.Errorf("refused release of %s deleted it: %v", tc.id, err)
+		}
+	}
+	if err := p.ReleaseSecret(ctx, free, ""); err != nil {
+		t.Fatalf("release of a secret nothing names: %v", err)
+	}
+	if _, err := f.km.Get(ctx, free); !errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("released secret still there: %v", err)
+	}
+	// The disk's record gone, its secret goes too.
+	if err := p.UpdateBlockDevices(ctx, nil, web, map[string]*encryption.BlockDevice{"vda": nil}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ReleaseSecret(ctx, diskSec, ""); err != nil {
+		t.Fatalf("release after the record went: %v", err)
+	}
+}
+
+// TestToldFromRecords: the guest is told a disk is encrypted exactly when
+// its block-device record says so, never from the request.
+func TestToldFromRecords(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeCore(t)
+	p := disks.New(f)
+	in := &model.Instance{Name: "web", UUID: keys.NewUUID(), Disks: []model.Disk{
+		{Name: "vda", Encrypted: true, EncryptionFormat: "luks"}, // requested, never made
+		{Name: "vdb"},
+		{Name: "vdc", Encrypted: true},
+	}}
+	if err := p.UpdateBlockDevices(ctx, nil, in, map[string]*encryption.BlockDevice{
+		"vdb": {Disk: "vdb", Encrypted: true, EncryptionSecretUUID: keys.NewUUID(), EncryptionFormat: encryption.FormatLUKS},
+		"vdc": {Disk: "vdc"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	told, bds, err := p.Told(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range told.Disks {
+		got = append(got, fmt.Sprintf("%s=%t%s", d.Name, d.Encrypted, d.EncryptionFormat))
+	}
+	if want := "vda=false vdb=true vdc=false"; strings.Join(got, " ") != want || len(bds) != 2 {
+		t.Errorf("told %q (%d records), want %q (2 records)", got, len(bds), want)
+	}
+	if !in.Disks[0].Encrypted {
+		t.Error("Told changed the instance it was given")
+	}
+}
