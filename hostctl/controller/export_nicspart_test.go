@@ -28,7 +28,7 @@ func registerParts(e *env, net nics.Network) {
 	n := nics.New(net, "")
 	n.UseStore(e.st, slog.New(slog.DiscardHandler))
 	e.c.parts = []part.Part{boundStates(e.c), boundPassthrough(e, nil), n, mediaPart(e, net), faultsPart(e.c)} // boundStates: export_vmstate_test.go
-	withDisks(e) // export_diskpart_test.go
+	withDisks(e)                                                                                               // export_diskpart_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.
