@@ -27,8 +27,9 @@ import (
 func registerParts(e *env, net nics.Network) {
 	n := nics.New(net, "")
 	n.UseStore(e.st, slog.New(slog.DiscardHandler))
-	e.c.parts = []part.Part{boundStates(e.c), boundPassthrough(e, nil), n, mediaPart(e, net), faultsPart(e.c)} // boundStates: export_vmstate_test.go
-	withDisks(e)                                                                                               // export_diskpart_test.go
+	// The states part first, as the daemon registers it (export_vmstate_test.go).
+	e.c.parts = []part.Part{boundStates(e.c), boundPassthrough(e, nil), n, mediaPart(e, net), faultsPart(e.c)}
+	withDisks(e) // export_diskpart_test.go
 }
 
 // withInventory replaces e's passthrough part by one over inv.
