@@ -70,7 +70,7 @@ func (c *Controller) ChangeLive(ctx context.Context, op, name string, plan func(
 		return nil, fmt.Errorf("%s %s: %w: a live change needs a running domain; the domain is shut off", op, name, ErrState)
 	}
 	const affect = virt.AffectLive | virt.AffectConfig
-	d, err := plan(clone(dc.In), dc.XML)
+	d, err := plan(dc.In.Clone(), dc.XML)
 	if err != nil {
 		return nil, err
 	}

@@ -159,7 +159,7 @@ func (noDisks) Make(context.Context, *model.Instance) (func(context.Context, *re
 }
 func (noDisks) Plans(context.Context, *model.Instance) ([]DiskPlan, error) { return nil, errNoDisks }
 func (noDisks) Told(_ context.Context, in *model.Instance) (*model.Instance, []encryption.BlockDevice, error) {
-	out := clone(in)
+	out := in.Clone()
 	for i := range out.Disks {
 		out.Disks[i].Encrypted, out.Disks[i].EncryptionFormat = false, ""
 	}

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -314,16 +313,3 @@ func (c *Controller) setMissing(name string, missing bool) {
 }
 
 func isNotFound(err error) bool { return err != nil && errors.Is(err, virt.ErrNotFound) }
-
-// clone deep-copies an instance.
-func clone(in *model.Instance) *model.Instance {
-	b, err := json.Marshal(in)
-	if err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	var out model.Instance
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	return &out
-}

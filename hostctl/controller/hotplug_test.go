@@ -18,6 +18,7 @@ import (
 )
 
 func TestFaultsDevices(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, running := range []bool{false, true} {
 		setup := func(e *env) {

@@ -19,6 +19,7 @@ import (
 // libvirt secrets back, a stray secret is swept, and delete removes the
 // key-manager secrets.
 func TestLibvirtEncryptedStart(t *testing.T) {
+	t.Parallel()
 	e, uri, km := encryptedRealEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)
@@ -75,6 +76,7 @@ func TestLibvirtEncryptedStart(t *testing.T) {
 // <backingStore>'s own <encryption>. Stop takes both back; delete removes
 // the instance's secrets and keeps the image's.
 func TestLibvirtEncryptedImage(t *testing.T) {
+	t.Parallel()
 	e, uri, km := encryptedRealEnv(t)
 	ctx := context.Background()
 	name := testenv.UniqueDomainName(t)

@@ -275,6 +275,7 @@ func TestMediumGuestStopsMeanwhile(t *testing.T) {
 // medium file in the cdrom) — puts the previous medium back and leaves
 // nothing behind.
 func TestFaultsMedium(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	running := func(e *env) {
 		e.mustApply(hvSpec)

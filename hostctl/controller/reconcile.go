@@ -195,7 +195,7 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		}
 	}
 
-	next := clone(in)
+	next := in.Clone()
 	var gone []string
 	next.Disks = slices.DeleteFunc(next.Disks, func(d model.Disk) bool {
 		_, ok := devs.Disk(d.Name)

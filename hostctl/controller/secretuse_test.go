@@ -54,6 +54,7 @@ func wantInUse(t *testing.T, what string, err error, holders ...string) {
 // them; an instance's delete takes its own secrets only; once nothing
 // names it the secret goes.
 func TestSecretDeleteOneRule(t *testing.T) {
+	t.Parallel()
 	e := controller.NewEnv(t)
 	km := e.WithKeys()
 	cat := e.Catalog()
@@ -140,6 +141,7 @@ func TestSecretDeleteOneRule(t *testing.T) {
 // TestImageDeleteSecretPolicy (issue 20, item 1): an image alone naming
 // its secret under on_image_deletion takes it along.
 func TestImageDeleteSecretPolicy(t *testing.T) {
+	t.Parallel()
 	e := controller.NewEnv(t)
 	km := e.WithKeys()
 	cat := e.Catalog()

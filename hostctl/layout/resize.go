@@ -2,7 +2,6 @@ package layout
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -44,7 +43,7 @@ func (l *Layout) Resize(ctx context.Context, old *model.Instance, flavorName str
 	if err := l.Encryption.SameForResize(old, oldF, &newF, img); err != nil {
 		return nil, nil, err
 	}
-	in := clone(old)
+	in := old.Clone()
 	in.Flavor, in.VCPUs, in.MemoryMiB = newF.Name, 0, 0
 	for i := range in.Disks {
 		if in.Disks[i].Kind != "" {
@@ -88,7 +87,7 @@ func (l *Layout) Rebuild(ctx context.Context, old *model.Instance, newImg *image
 		return nil, &model.SpecError{Errors: []model.FieldError{{Field: "image", Value: newImg.Name,
 			Rule: fmt.Sprintf("its %d bytes do not fit flavor %s's %d GiB root disk", newImg.VirtualSize, f.Name, f.Disk)}}, Of: "rebuild request"}
 	}
-	in := clone(old)
+	in := old.Clone()
 	in.Image = newImg.Name
 	if err := l.Encryption.Decide(in, f, newImg); err != nil {
 		return nil, err
@@ -136,17 +135,4 @@ func neverShrink(old, in *model.Instance, f *flavors.Flavor, img *images.Image) 
 		}
 	}
 	return nil
-}
-
-// clone deep-copies an instance.
-func clone(in *model.Instance) *model.Instance {
-	b, err := json.Marshal(in)
-	if err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	var out model.Instance
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	return &out
 }

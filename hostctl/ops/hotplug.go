@@ -82,7 +82,7 @@ func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.Disk
 	if err := o.volumes.EncryptAttached(ctx, dc.In, &disk); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
-	next := clone(dc.In)
+	next := dc.In.Clone()
 	next.Disks = append(next.Disks, disk)
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
@@ -161,7 +161,7 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 	if err != nil {
 		return nil, fmt.Errorf("detach disk from %s: %w", name, err)
 	}
-	next := clone(dc.In)
+	next := dc.In.Clone()
 	next.Disks = slices.Delete(next.Disks, i, i+1)
 
 	r := revert.New(o.log, "detach disk "+disk.Name+" from "+name)
@@ -205,7 +205,7 @@ func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRe
 		return nil, fieldError("mac", mac, "is already the MAC of a NIC of the domain")
 	}
 	nic := model.NIC{MAC: mac, Bus: "pci", Tag: req.Tag, Network: req.Network}
-	next := clone(dc.In)
+	next := dc.In.Clone()
 	next.NICs = append(next.NICs, nic)
 	if err := next.Validate(); err != nil {
 		return nil, fmt.Errorf("attach NIC to %s: %w", name, err)
@@ -256,7 +256,7 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 	if err != nil {
 		return nil, fmt.Errorf("detach NIC from %s: %w", name, err)
 	}
-	next := clone(dc.In)
+	next := dc.In.Clone()
 	next.NICs = slices.Delete(next.NICs, i, i+1)
 	end, err := o.claimMACs(ctx, "detach NIC from", next, dc.In) // macs.go: the NIC's MAC is released once it is gone
 	if err != nil {

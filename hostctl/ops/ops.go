@@ -22,7 +22,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -319,19 +318,6 @@ func rootIndex(in *model.Instance) int {
 		root = 0
 	}
 	return root
-}
-
-// clone deep-copies an instance.
-func clone(in *model.Instance) *model.Instance {
-	b, err := json.Marshal(in)
-	if err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	var out model.Instance
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	return &out
 }
 
 // sameSpec reports whether a and b are the same spec (a part's Prepare

@@ -202,7 +202,7 @@ func (o *rescuer) rescueDomain(ctx context.Context, in *model.Instance, root int
 	if err != nil {
 		return nil, virt.Host{}, virt.Options{}, err
 	}
-	rin := clone(in)
+	rin := in.Clone()
 	rescue := model.Disk{Name: rd.Name, Bus: rd.Bus, Serial: "rescue", Tag: "rescue", Encrypted: encrypted}
 	moved := rd
 	moved.Name, moved.Address = second, ""

@@ -84,7 +84,7 @@ func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *contr
 // withSizesOf is old with the disk sizes of in, for an apply that has
 // already grown the disks (the apply itself does not resize).
 func withSizesOf(old, in *model.Instance) *model.Instance {
-	o := clone(old)
+	o := old.Clone()
 	for i := range o.Disks {
 		if j := slices.IndexFunc(in.Disks, func(d model.Disk) bool { return d.Name == o.Disks[i].Name }); j >= 0 {
 			o.Disks[i].Size = in.Disks[j].Size

@@ -224,7 +224,7 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 	if err != nil {
 		return nil, err
 	}
-	was := clone(in)
+	was := in.Clone()
 	if err := o.host.PrepareParts(ctx, part.Unshelve, r, in, &host); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,11 @@
 // agreement, duplicate MACs and addresses) live in Validate.
 package model
 
+import (
+	"encoding/json"
+	"fmt"
+)
+
 // Instance is one guest as the operator describes it. The JSON names are the
 // spec's field names (YAML specs are converted to JSON first).
 type Instance struct {
@@ -204,4 +209,19 @@ func (s Share) EffectiveTag() string {
 		return s.Tag
 	}
 	return s.ShareID
+}
+
+// Clone deep-copies in through its JSON form, as a stored record would
+// round-trip it: fields that are never stored (Disk.Unencrypted, which
+// only a parsed spec carries) are not copied.
+func (in *Instance) Clone() *Instance {
+	b, err := json.Marshal(in)
+	if err != nil {
+		panic(fmt.Sprintf("clone instance %s: %v", in.Name, err))
+	}
+	var out Instance
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("clone instance %s: %v", in.Name, err))
+	}
+	return &out
 }

@@ -18,7 +18,6 @@ package disks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -409,17 +408,4 @@ func (pt *Part) ReleaseSecret(ctx context.Context, id, image string) error {
 // rule.
 func EncryptionConflict(field string, value any, rule string) error {
 	return &encryptionConflict{se: &model.SpecError{Errors: []model.FieldError{{Field: field, Value: value, Rule: rule}}}}
-}
-
-// clone deep-copies an instance.
-func clone(in *model.Instance) *model.Instance {
-	b, err := json.Marshal(in)
-	if err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	var out model.Instance
-	if err := json.Unmarshal(b, &out); err != nil {
-		panic(fmt.Sprintf("clone instance: %v", err))
-	}
-	return &out
 }

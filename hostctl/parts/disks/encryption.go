@@ -269,7 +269,7 @@ func (pt *Part) Told(ctx context.Context, in *model.Instance) (*model.Instance, 
 	if err != nil {
 		return nil, nil, err
 	}
-	out := clone(in)
+	out := in.Clone()
 	var bds []encryption.BlockDevice
 	for i, d := range out.Disks {
 		bd, ok := rec.Disks[d.Name]
