@@ -137,11 +137,19 @@ func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
 }
 
 // Claim implements part.Claimer: each NIC's static IPv4 address joins
-// the instance's addresses (see addStaticAddresses), and its MAC address
-// is claimed (ClaimMACs).
+// the instance's addresses (see addStaticAddresses), an apply is refused
+// an address another instance has (as Check would, but before a MAC is
+// claimed, so a spec that repeats another instance's NIC is told about
+// the address first, as before claims existed), and each MAC address is
+// claimed (ClaimMACs).
 func (p *Part) Claim(ctx context.Context, op part.Op, in *part.Instance) (func(context.Context, error), error) {
 	if p.net != nil {
 		addStaticAddresses(in.Spec)
+	}
+	if op == part.Apply && p.st != nil {
+		if err := p.checkAddresses(ctx, in.Spec); err != nil {
+			return nil, err
+		}
 	}
 	return p.ClaimMACs(ctx, string(op), in.Spec, in.Old)
 }
