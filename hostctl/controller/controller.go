@@ -26,7 +26,8 @@
 // service (hostctl/shares) is a part: it merges an instance's mapped
 // shares into every apply and follows its starts, stops and deletes
 // (partphases.go), and hot-plugs shares into running instances through
-// ChangeLive (core_sharespart.go).
+// hostctl/ops (liveshares.go) over the device-change primitives
+// (core_devchange.go).
 package controller
 
 import (

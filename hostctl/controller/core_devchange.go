@@ -16,7 +16,8 @@ import (
 
 // What a device change of an instance's domain needs of the core: the
 // device hot-plug operations of hostctl/ops (devicechange.go, hotplug.go)
-// and the shares part's ChangeLive (core_sharespart.go). The core finds
+// and the live device changes of the shares part (hostctl/ops,
+// liveshares.go). The core finds
 // the instance and its domain (DeviceTarget), owns the hypervisor's
 // hot-plug and the wait for a guest to release a device, and stores and
 // publishes the changed spec (FinishDeviceChange); which configurations

@@ -34,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -467,7 +468,7 @@ func (s *serve) startController(context.Context) error {
 		Parts:             parts,
 		Disks:             diskPart, // parts.go
 	}))
-	core.Controller = s.ctl
+	core.Controller, core.LiveDevices = s.ctl, ops.NewLiveDevices(s.ctl) // shares.go
 	bindParts(s.ctl, s.log)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
@@ -32,10 +33,15 @@ func (c *ShareConfig) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.InstanceEvents, "events-include-share-mappings", false, "emit instance.update events (stream instances) carrying the instance's share mappings whenever one changes")
 }
 
-// shareCore is the controller as the share service calls it. The service
-// is a part the controller is built with, so it is made first; the
-// controller is set right after it is built, before anything runs.
-type shareCore struct{ *controller.Controller }
+// shareCore is the controller as the share service calls it
+// (shares.Instances), with the live device changes of hostctl/ops for its
+// live attach and detach (shares.LiveCore). The service is a part the
+// controller is built with, so it is made first; both are set right
+// after the controller is built, before anything runs.
+type shareCore struct {
+	*controller.Controller
+	*ops.LiveDevices
+}
 
 // newShares makes the share service (registry, mappings, host mounts;
 // its reconciler runs from Start), a part of the controller (parts.go).

@@ -17,6 +17,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
@@ -188,7 +189,7 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	o.Parts = append(o.Parts, e.svc, faults.New(records, log)) // as the daemon registers them
 	e.ctl = controller.New(st, o)
 	t.Cleanup(func() { e.ctl.Close() })
-	e.inst = e.ctl
+	e.inst = liveCtl{e.ctl, ops.NewLiveDevices(e.ctl)} // as the daemon's shareCore
 	t.Cleanup(func() { e.svc.Close() })
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -196,6 +197,13 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 		}
 	})
 	return e
+}
+
+// liveCtl is the controller with the live device changes of hostctl/ops
+// (the daemon's shareCore).
+type liveCtl struct {
+	*controller.Controller
+	*ops.LiveDevices
 }
 
 // instancesFunc lets a test swap the controller the service sees.

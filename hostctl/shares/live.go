@@ -18,9 +18,10 @@ import (
 // specification itself only attaches to SHUTOFF instances; this is
 // `hostctl share attach|detach --live`.
 
-// LiveCore is the core's hot-plug of a part's device (its methods in
-// hostctl/controller/core_sharespart.go); an Instances without it refuses
-// live attach and detach.
+// LiveCore is the hot-plug of a part's device into a running instance
+// (hostctl/ops, liveshares.go, over the core's device-change primitives);
+// the service finds it on its Instances (the daemon's gives it), and one
+// without it refuses live attach and detach.
 type LiveCore interface {
 	// LiveXML is the running domain's XML of this host's instance name.
 	LiveXML(ctx context.Context, name string) ([]byte, error)
