@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,8 +88,6 @@ type Controller struct {
 	hostName string
 	hosts    Hosts
 	audit    *events.Log
-	// proxyNets are Options.ProxyNetworks (proxynets.go).
-	proxyNets []netip.Prefix
 
 	drv           driver
 	domains       Domains
@@ -232,11 +229,6 @@ type Options struct {
 	// (encryption.Prober); not checked when nil.
 	EncryptionSupport func(context.Context) (encryption.Support, error)
 
-	// ProxyNetworks are the metadata service's trusted proxy networks
-	// (--metadata-trusted-proxies): an instance address inside one is
-	// refused at apply (proxynets.go).
-	ProxyNetworks []netip.Prefix
-
 	// Disks makes the disks part (hostctl/parts/disks) over the core:
 	// the instances' disks, their encryption and block-device records,
 	// the secrets' rule. Nil: no disk is made, none is encrypted.
@@ -262,7 +254,7 @@ func newController(st Store, opts Options) *Controller {
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
 		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
-		proxyNets: opts.ProxyNetworks, parts: opts.Parts}
+		parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}

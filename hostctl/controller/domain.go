@@ -69,9 +69,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.checkProxyAddresses(in); err != nil { // proxynets.go (the parts check the other owners)
-		return nil, err
-	}
 	cur, err := c.currentDomain(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)

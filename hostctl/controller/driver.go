@@ -44,9 +44,6 @@ func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, 
 	if err := d.c.checkParts(ctx, op, in); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, in.Name, err)
 	}
-	if err := d.c.checkProxyAddresses(in); err != nil { // proxynets.go (the parts check the other owners)
-		return nil, err
-	}
 	r := revert.New(d.c.log, "apply "+in.Name)
 	defer r.Fail(&err)
 	inst, err := d.c.publish(ctx, r, in, expect)

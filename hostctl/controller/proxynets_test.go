@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/nics"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -18,7 +20,8 @@ import (
 // TestApplyRefusesProxyAddresses: an instance address inside the metadata
 // service's trusted proxy networks is refused at apply with a field error
 // naming the address and the network, and nothing is stored; addresses
-// outside them are accepted.
+// outside them are accepted. The NICs part refuses them
+// (hostctl/parts/nics, proxies.go), as the daemon registers it.
 func TestApplyRefusesProxyAddresses(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -27,8 +30,9 @@ func TestApplyRefusesProxyAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler),
-		ProxyNetworks: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/24"), netip.MustParsePrefix("fd00:9::/64"), netip.MustParsePrefix("10.8.0.1/32")}})
+	nicsPart := nics.New(nil, "") // the part that refuses them, configured as the daemon does
+	nicsPart.TrustProxies([]netip.Prefix{netip.MustParsePrefix("10.9.0.0/24"), netip.MustParsePrefix("fd00:9::/64"), netip.MustParsePrefix("10.8.0.1/32")})
+	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Parts: []part.Part{nicsPart}})
 	for _, tc := range []struct {
 		name, addresses string
 		field, value    string // "" for accepted

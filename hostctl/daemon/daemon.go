@@ -447,6 +447,7 @@ func (s *serve) startController(context.Context) error {
 	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
+	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -464,7 +465,6 @@ func (s *serve) startController(context.Context) error {
 		LUKSIterTime:      cfg.LUKSIterTime,
 		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
 		EncryptionSupport: s.prober.Support,
-		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 		Parts:             parts,
 		Disks:             diskPart, // parts.go
 	}))

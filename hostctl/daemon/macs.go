@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"log/slog"
+	"net/netip"
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/nics"
@@ -14,6 +15,17 @@ func useMACStore(parts []part.Part, st nics.Store, log *slog.Logger) {
 	for _, p := range parts {
 		if n, ok := p.(*nics.Part); ok {
 			n.UseStore(st, log)
+		}
+	}
+}
+
+// trustProxies gives the nics part among parts the metadata service's
+// trusted proxy networks: an apply is refused an instance address inside
+// one.
+func trustProxies(parts []part.Part, nets []netip.Prefix) {
+	for _, p := range parts {
+		if n, ok := p.(*nics.Part); ok {
+			n.TrustProxies(nets)
 		}
 	}
 }

@@ -14,7 +14,8 @@
 // The part also keeps the NICs' MAC addresses and the instance's
 // addresses unique across the hosts sharing the store (macs.go): an
 // apply or a NIC hot-plug claims the MACs atomically, and an address
-// another instance has is refused up front, naming the field.
+// another instance has is refused up front, naming the field; so is one
+// inside the metadata service's trusted proxy networks (proxies.go).
 package nics
 
 import (
@@ -74,6 +75,7 @@ type Part struct {
 	defaultNetwork string
 	st             Store // the MAC claims and the address index (nil: none)
 	logger         *slog.Logger
+	proxies        []netip.Prefix // the metadata service's trusted proxy networks (proxies.go)
 }
 
 // New returns the part over the hypervisor's networks (nil: no
@@ -109,7 +111,7 @@ func (*Part) Answers() part.Answers {
 	sync := part.Answer{Do: part.Act, Why: "the NICs' fixed DHCP leases follow the spec once the domain is defined (live when it runs); the MAC claims are carried"}
 	live := part.Answer{Do: part.Act, Why: "the leases go live before the domain starts (taken back when the start fails)"}
 	return part.Answers{
-		part.Apply:       {Do: part.Act, Why: "claims the NICs' MAC addresses in the store and refuses an address another instance has, before anything changes (macs.go); the leases follow the spec once the domain is defined (live when it runs)"},
+		part.Apply:       {Do: part.Act, Why: "claims the NICs' MAC addresses in the store and refuses an address another instance has or one in a trusted proxy network, before anything changes (macs.go, proxies.go); the leases follow the spec once the domain is defined (live when it runs)"},
 		part.Start:       live,
 		part.Stop:        {Do: part.Nothing, Why: "the leases stay: the instance keeps its addresses"},
 		part.RebootSoft:  {Do: part.Nothing, Why: "the domain keeps running, its leases live"},
@@ -128,12 +130,19 @@ func (*Part) Answers() part.Answers {
 }
 
 // Check implements part.Part: an apply is refused an address another
-// instance has (the field named); nothing else is refused here.
+// instance has, and an apply, resize or rebuild one inside a trusted
+// proxy network (proxies.go), the field named; nothing else is refused
+// here.
 func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
-	if op != part.Apply || p.st == nil {
-		return nil
+	if op == part.Apply && p.st != nil {
+		if err := p.checkAddresses(ctx, in.Spec); err != nil {
+			return err
+		}
 	}
-	return p.checkAddresses(ctx, in.Spec)
+	if publishes(op) {
+		return p.checkProxyAddresses(in.Spec)
+	}
+	return nil
 }
 
 // Claim implements part.Claimer: each NIC's static IPv4 address joins
