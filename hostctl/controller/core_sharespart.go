@@ -3,8 +3,9 @@ package controller
 import "context"
 
 // The core as the shares part (hostctl/shares) calls it: its
-// shares.Instances (its live attach and detach go through hostctl/ops,
-// liveshares.go). They name no type of this package, so that
+// shares.Instances, with Reapply (core_nicspart.go) and Capabilities
+// (core_ops.go); its live attach and detach go through hostctl/ops
+// (liveshares.go). It names no type of this package, so that
 // hostctl/shares does not import it.
 
 // DomainState is the instance's state as Get gives it ("" without a
@@ -15,11 +16,4 @@ func (c *Controller) DomainState(ctx context.Context, name string) (string, erro
 		return "", err
 	}
 	return inst.State, nil
-}
-
-// Hypervisor reports whether instances have domains here (false with
-// --virt none).
-func (c *Controller) Hypervisor() bool {
-	_, ok := c.drv.(libvirtDriver)
-	return ok
 }

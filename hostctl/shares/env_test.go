@@ -221,7 +221,7 @@ func (f instancesFunc) Reapply(ctx context.Context, in *model.Instance) error {
 	return f.e.inst.Reapply(ctx, in)
 }
 
-func (f instancesFunc) Hypervisor() bool { return f.e.inst.Hypervisor() }
+func (f instancesFunc) Capabilities() (hypervisor, records bool) { return f.e.inst.Capabilities() }
 
 func (f instancesFunc) LiveXML(ctx context.Context, name string) ([]byte, error) {
 	lc, ok := f.e.inst.(LiveCore)

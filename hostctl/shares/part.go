@@ -127,7 +127,7 @@ func (s *Service) Complete(ctx context.Context, op part.Op, in *part.Instance, r
 		}
 		a.Old = spec.Shares
 	}
-	a.Hypervisor = s.inst.Hypervisor()
+	a.Hypervisor, _ = s.inst.Capabilities()
 	shares, err := s.specShares(ctx, a, r)
 	if err != nil {
 		return err

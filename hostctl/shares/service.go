@@ -52,7 +52,8 @@ type Store interface {
 }
 
 // Instances is what the service needs from the controller core (its
-// methods in hostctl/controller/core_sharespart.go): an instance's domain
+// methods in hostctl/controller: core_sharespart.go, core_nicspart.go,
+// core_ops.go): an instance's domain
 // state, applying its spec again (which merges the mapped shares through
 // the part's Complete), and whether instances have domains here at all.
 type Instances interface {
@@ -62,9 +63,9 @@ type Instances interface {
 	DomainState(ctx context.Context, name string) (string, error)
 	// Reapply applies in again.
 	Reapply(ctx context.Context, in *model.Instance) error
-	// Hypervisor reports whether instances have domains on this host
-	// (false with --virt none).
-	Hypervisor() bool
+	// Capabilities reports whether instances have domains on this host
+	// (hypervisor false with --virt none); records is not the service's.
+	Capabilities() (hypervisor, records bool)
 }
 
 // The states of DomainState that are the core's, not libvirt's (the
