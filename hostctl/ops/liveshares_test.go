@@ -24,7 +24,6 @@ type liveFake struct {
 	running bool
 	calls   []string
 	fail    string // "attach", "detach" or "finish"
-	present bool   // the detached device is still in the running XML
 	locked  int
 }
 
