@@ -34,6 +34,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -277,6 +278,7 @@ type serve struct {
 	keyEngine *keyrotation.Engine
 	keyKick   kicker
 	ctl       *controller.Controller
+	disks     *disks.Part // the controller's disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
 
@@ -465,7 +467,7 @@ func (s *serve) startController(context.Context) error {
 		EncryptionSupport: s.prober.Support,
 		ProxyNetworks:     s.mdOpts.TrustedProxies, // no instance at a trusted proxy's address
 		Parts:             parts,
-		Disks:             diskPart, // parts.go
+		Disks:             s.diskPart, // parts.go
 	}))
 	core.Controller = s.ctl
 	bindParts(s.ctl, s.log)
@@ -490,7 +492,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(e, s.ctl, s.km, luksTool(s.cfg), s.log) // keyrotation.go
+	registerDiskRotation(e, s.ctl, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
