@@ -100,9 +100,9 @@ var ErrNoRotation = errors.New("disk passphrase rotation unavailable")
 type Rotator struct {
 	core  Core
 	disks Disks
-	keys Keys
-	luks LUKS
-	log  *slog.Logger
+	keys  Keys
+	luks  LUKS
+	log   *slog.Logger
 	// step marks a step of the procedure done: crashpoint.Hit (a
 	// vmetacrash build dies there). The package's tests stop the
 	// procedure at a step in-process.
