@@ -10,10 +10,11 @@
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
-// core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts, DeviceChanges, Volumes, Power, Faults) the core
-// implements (hostctl/controller, core_ops.go, core_devchange.go); each
-// operation holds only the roles it uses. The core does not know the
+// core is a few narrow roles (Frame, Files, Images, Domains, Host,
+// Secrets, Layouts, DeviceChanges, Power, Faults) the core implements
+// (hostctl/controller, core_ops.go, core_devchange.go); what it needs of
+// the disks part (hostctl/parts/disks, the core's DiskPart) is the Disks
+// and Volumes roles; each operation holds only the roles it uses. The core does not know the
 // operations: the daemon wires them into the admin API (api.Services.Shelve,
 // Resize, Snapshot, Hotplug and Reboot).
 package ops
