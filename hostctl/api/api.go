@@ -93,7 +93,8 @@ type Services struct {
 	Resize       ResizeService      // resize, rebuild
 	Snapshot     SnapshotService    // a root disk into an image
 	Shelve       ShelveService      // shelve, unshelve, rescue, unrescue
-	Hosts        HostService        // the hosts sharing the store; adopt, forced delete
+	Hosts        HostService        // the hosts sharing the store
+	Ownership    OwnershipService   // adopt, forced delete
 	Events       EventService       // the audit streams
 
 	Flavors FlavorService // the flavor registry
@@ -134,8 +135,8 @@ func routes(s Services, e errorWriter) *mux.Router {
 	// for every sub-resource below.
 	one := inst.PathPrefix("/{name}").Subrouter()
 	one.Use(scopeInstance(s.Instances, e))
-	hs := hosts{svc: s.Hosts, errorWriter: e}
-	hs.instanceRoutes(e.served(one, s.Hosts != nil, "hosts")) // before the plain DELETE: it matches on its query
+	hs := hosts{svc: s.Hosts, own: s.Ownership, errorWriter: e}
+	hs.instanceRoutes(e.served(one, s.Ownership != nil, "adopt and forced delete")) // before the plain DELETE: it matches on its query
 	insts.instanceRoutes(one)
 	configDrives{svc: s.ConfigDrives, errorWriter: e}.routes(e.served(one, s.ConfigDrives != nil, "config drives"))
 	power{svc: s.Power, errorWriter: e}.routes(e.served(one, s.Power != nil, "power requests"))

@@ -11,12 +11,16 @@ import (
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// HostService is what the hosts resource and the ownership calls need:
-// the hosts sharing the store, and moving or forgetting another host's
-// instance.
+// HostService is what the hosts resource needs: the hosts sharing the
+// store.
 type HostService interface {
 	Hosts(ctx context.Context) ([]types.HostStatus, error)
 	ListAll(ctx context.Context) ([]*controller.Instance, error)
+}
+
+// OwnershipService moves or forgets another host's instance: the adopt
+// and the forced delete from the store (hostctl/ops).
+type OwnershipService interface {
 	Adopt(ctx context.Context, name string) (*controller.Instance, error)
 	ForceDeleteFromStore(ctx context.Context, name string) ([]string, error)
 }
@@ -26,6 +30,7 @@ type HostService interface {
 // them are for administrators: hosts are the operator's business.
 type hosts struct {
 	svc HostService
+	own OwnershipService
 	errorWriter
 }
 
@@ -62,7 +67,7 @@ func (h hosts) adopt(w http.ResponseWriter, r *http.Request) {
 	if !h.admin(w, r) {
 		return
 	}
-	inst, err := h.svc.Adopt(r.Context(), mux.Vars(r)["name"])
+	inst, err := h.own.Adopt(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -78,7 +83,7 @@ func (h hosts) forceDelete(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errkind.Errorf(errkind.Invalid, "force_from_store: %q: must be 1 or true", v))
 		return
 	}
-	left, err := h.svc.ForceDeleteFromStore(r.Context(), mux.Vars(r)["name"])
+	left, err := h.own.ForceDeleteFromStore(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -110,7 +110,7 @@ func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Service
 	cat := catalog.New(c, opts)
 	op := ops.New(c)
 	return api.Services{
-		Instances: c, Power: c, Reboot: op, Hotplug: op, ConfigDrives: c, Resize: op, Snapshot: op, Shelve: op, Hosts: c, Events: c,
+		Instances: c, Power: c, Reboot: op, Hotplug: op, ConfigDrives: c, Resize: op, Snapshot: op, Shelve: op, Hosts: c, Ownership: op, Events: c,
 		Flavors: cat, Images: cat, Secrets: cat,
 	}
 }

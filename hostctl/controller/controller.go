@@ -167,8 +167,9 @@ type Options struct {
 	// controller acts only on records that name it. Empty: hosts are not
 	// tracked (every record is this controller's).
 	Host string
-	// Hosts tells whether another host is down, for Adopt and
-	// ForceDeleteFromStore (nil: both are refused), and lists the hosts.
+	// Hosts tells whether another host is down, for the adopt and the
+	// forced delete of its instances (OwnerDown, core_adoptops.go; nil:
+	// both are refused), and lists the hosts.
 	Hosts Hosts
 
 	// Audit is where the controller's parts emit the events other tools

@@ -7,7 +7,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
-	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The optional phases of the parts (hostctl/part: Completer, Committer),
@@ -39,14 +38,4 @@ func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.I
 		}
 	}
 	return notes
-}
-
-// committedRecordParts is committedParts for a stored instance.
-func (c *Controller) committedRecordParts(ctx context.Context, op part.Op, rec store.Instance) []string {
-	in, err := decodeSpec(rec)
-	if err != nil {
-		c.log.Warn("parts not told that "+string(op)+" stands", "instance", rec.Name, "err", err)
-		return nil
-	}
-	return c.committedParts(ctx, op, in, rec.Host)
 }

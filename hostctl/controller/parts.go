@@ -156,12 +156,6 @@ func (c *Controller) afterRecordParts(ctx context.Context, phase string, rec sto
 	c.afterStoredParts(ctx, phase, rec, "")
 }
 
-// afterForceDeleteParts runs AfterDelete of the parts that act on a
-// force delete: another host's instance (rec.Host) whose record is gone.
-func (c *Controller) afterForceDeleteParts(ctx context.Context, rec store.Instance) {
-	c.afterStoredParts(ctx, "delete", rec, part.ForceDelete)
-}
-
 func (c *Controller) afterStoredParts(ctx context.Context, phase string, rec store.Instance, op part.Op) {
 	if len(c.parts) == 0 {
 		return

@@ -14,8 +14,9 @@ import (
 // serves its lifecycle role; the catalog (hostctl/catalog, over the
 // controller's core) the flavor registry, the image catalog and the
 // secrets; the operations (hostctl/ops, over the controller's core)
-// shelve, rescue, resize, rebuild, snapshot, reboot and the hot-plug of
-// disks and NICs.
+// shelve, rescue, resize, rebuild, snapshot, reboot, the hot-plug of
+// disks and NICs, and the adopt and forced delete of a dead host's
+// instance.
 func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *devices.Inventory, shareSvc *shares.Service, keys keyService) api.Services {
 	op := ops.New(ctl)
 	return api.Services{
@@ -28,6 +29,7 @@ func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *device
 		Snapshot:     op,
 		Shelve:       op,
 		Hosts:        ctl,
+		Ownership:    op,
 		Events:       ctl,
 		Flavors:      cat,
 		Images:       cat,

@@ -13,6 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
@@ -63,7 +64,7 @@ func TestDeleteForgetsKeyRotation(t *testing.T) {
 		{"force delete", func() error {
 			live.Set("host-a", true)
 			defer live.Set("host-a", false)
-			_, err := cs["host-b"].ForceDeleteFromStore(ctx, "app-1")
+			_, err := ops.New(cs["host-b"]).ForceDeleteFromStore(ctx, "app-1")
 			return err
 		}},
 	} {

@@ -3,20 +3,22 @@
 // unrescue (rescue.go), resize (resize.go), rebuild (rebuild.go),
 // snapshot (snapshot.go), Nova's operations translated to one host
 // (issue: ephemeral storage encryption, item 8), reboot, soft and hard
-// (reboot.go), and the hot-plug of disks and NICs (hotplug.go, over
-// devicechange.go).
+// (reboot.go), the hot-plug of disks and NICs (hotplug.go, over
+// devicechange.go), and the adopt and forced delete of a dead host's
+// instance (adopt.go, forcedelete.go).
 //
 // Each operation holds the instance's lock, finds the instance in the
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
 // core is a few narrow roles (Frame, Files, Images, Domains, Host,
-// Secrets, Layouts, DeviceChanges, Power, Faults) the core implements
-// (hostctl/controller, core_ops.go, core_devchange.go); what it needs of
-// the disks part (hostctl/parts/disks, the core's DiskPart) is the Disks
-// and Volumes roles; each operation holds only the roles it uses. The core does not know the
+// Secrets, Layouts, DeviceChanges, Power, Faults, Owners, RecordParts)
+// the core implements (hostctl/controller, core_ops.go,
+// core_devchange.go, core_adoptops.go); what it needs of the disks part
+// (hostctl/parts/disks, the core's DiskPart) is the Disks and Volumes
+// roles; each operation holds only the roles it uses. The core does not know the
 // operations: the daemon wires them into the admin API (api.Services.Shelve,
-// Resize, Snapshot, Hotplug and Reboot).
+// Resize, Snapshot, Hotplug, Reboot and Ownership).
 package ops
 
 import (
@@ -223,6 +225,7 @@ type Ops struct {
 	snapshot *snapshotter
 	hotplug  *hotplugger
 	reboot   *rebooter
+	adopt    *adopter
 }
 
 // New returns the operations over the core c, each holding only the
@@ -240,6 +243,7 @@ func New(c *controller.Controller) *Ops {
 		snapshot: snap,
 		hotplug:  &hotplugger{base: b, devices: c, files: c, volumes: dp, layouts: c.Layouts(), domains: c, macs: macClaimers(c.Parts())},
 		reboot:   &rebooter{base: b, power: c, faults: faultsOf(c.Parts())},
+		adopt:    &adopter{base: b, owners: c, parts: c, states: stateKeeperOf(c.Parts())},
 	}
 }
 
@@ -322,6 +326,17 @@ func (o *Ops) DetachNIC(ctx context.Context, name string, req types.DetachReques
 // Reboot reboots the instance name, hard or soft (reboot.go).
 func (o *Ops) Reboot(ctx context.Context, name string, hard bool) (*controller.Instance, error) {
 	return o.reboot.Reboot(ctx, name, hard)
+}
+
+// Adopt makes this host the owner of a dead host's instance (adopt.go).
+func (o *Ops) Adopt(ctx context.Context, name string) (*controller.Instance, error) {
+	return o.adopt.Adopt(ctx, name)
+}
+
+// ForceDeleteFromStore removes the record of a dead host's instance and
+// returns what stays on that host (forcedelete.go).
+func (o *Ops) ForceDeleteFromStore(ctx context.Context, name string) ([]string, error) {
+	return o.adopt.ForceDeleteFromStore(ctx, name)
 }
 
 // diskFile is the image file of in's disk d.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -85,7 +86,7 @@ func TestAdoptMovesMappingsAtOnce(t *testing.T) {
 	b := newEnvWith(t, st, func(_ string, o *controller.Options) { o.Host, o.Hosts = "host-b", deadHosts{} })
 	b.svc.host = "host-b"
 	b.svc.root = a.svc.root
-	if _, err := b.ctl.Adopt(ctx, "a"); err != nil {
+	if _, err := ops.New(b.ctl).Adopt(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := a.mapping(u, id); m.Host != "host-b" || m.Status != types.ShareInactive {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/ops"
 )
 
 // attached reports what the store says about share id on instance uuid:
@@ -271,7 +272,7 @@ func TestForceDeleteFromStoreDetaches(t *testing.T) {
 	a.attach("a", id)
 	b := newEnvWith(t, st, func(_ string, o *controller.Options) { o.Host, o.Hosts = "host-b", deadHosts{} })
 	b.svc.host = "host-b"
-	left, err := b.ctl.ForceDeleteFromStore(ctx, "a")
+	left, err := ops.New(b.ctl).ForceDeleteFromStore(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestAdoptedMappingsFollow(t *testing.T) {
 	b := newEnvWith(t, st, func(_ string, o *controller.Options) { o.Host, o.Hosts = "host-b", deadHosts{} })
 	b.svc.host = "host-b"
 	b.svc.root = a.svc.root
-	if _, err := b.ctl.Adopt(ctx, "a"); err != nil {
+	if _, err := ops.New(b.ctl).Adopt(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.svc.Reconcile(ctx); err != nil {
