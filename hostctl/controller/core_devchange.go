@@ -135,52 +135,10 @@ func (c *Controller) DeviceHost(in *model.Instance) (virt.Host, virt.Options) {
 	return c.host(in), c.dom
 }
 
-// EncryptAttached applies in's ephemeral encryption decision to d, a
-// disk attached to it.
-func (c *Controller) EncryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {
-	return c.encryptAttached(ctx, in, d)
-}
-
-// NewDisks is how the disks of an instance that have no file yet are
-// made, checked against the encryption they need (CheckNewDisks).
-type NewDisks struct {
-	create func(context.Context, *revert.Reverter) (func(context.Context), error)
-}
-
-// CheckNewDisks plans the disks of in and refuses, before anything is
-// made, the encryption this host cannot honour.
-func (c *Controller) CheckNewDisks(ctx context.Context, in *model.Instance) (NewDisks, error) {
-	create, err := c.disks.Make(ctx, in) // the disks part
-	if err != nil {
-		return NewDisks{}, err
-	}
-	return NewDisks{create: create}, nil
-}
-
 // MakeInstanceDir makes the directory of instance name's files; the undo
 // step on r removes what it made.
 func (c *Controller) MakeInstanceDir(r *revert.Reverter, name string) error {
 	return c.mkdirInstance(r, c.instanceDir(name))
-}
-
-// CreateDisks makes the disks nd of instance in (encrypted ones with
-// their secrets); the undo steps on r remove them.
-func (c *Controller) CreateDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, nd NewDisks) error {
-	_, err := nd.create(ctx, r)
-	return err
-}
-
-// DefineSecrets hands libvirt the passphrases of in's encrypted disks;
-// the undo steps on r undefine them.
-func (c *Controller) DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	return c.disks.DefineSecrets(ctx, r, in)
-}
-
-// ForgetDisk deletes the image file of in's disk and its key-manager
-// secret and block-device record.
-func (c *Controller) ForgetDisk(ctx context.Context, in *model.Instance, disk string) {
-	c.removeDiskFile(in.Name, disk)
-	c.disks.Forget(ctx, in, []string{disk})
 }
 
 // The power of an instance's domain as a reboot (hostctl/ops, reboot.go)

@@ -7,7 +7,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
-	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -15,8 +14,7 @@ import (
 // the core: the handles the core holds (key manager, LUKS layer, libvirt
 // secrets, records, disk images, catalog), the host's encryption
 // settings, the instances' records, locks and state records; and the
-// disks' calls hostctl/ops makes through the core (its Disks and
-// Secrets roles), handed to the part.
+// part itself, for hostctl/ops (DiskPart).
 
 // Encryption is the core's key manager (nil without one) and LUKS disk
 // layer.
@@ -87,47 +85,7 @@ func (c *Controller) States(ctx context.Context) (map[string]DiskState, error) {
 	return c.states().Summaries(ctx)
 }
 
-// BlockDevices returns the block-device records of instance uuid, by
-// disk (none when the store keeps no records).
-func (c *Controller) BlockDevices(ctx context.Context, uuid string) (map[string]encryption.BlockDevice, error) {
-	rec, err := c.disks.BlockDevices(ctx, uuid)
-	return rec.Disks, err
-}
-
-// UpdateBlockDevices sets (non-nil) or drops (nil) the block-device
-// records of in's disks; the undo step on r restores them.
-func (c *Controller) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error {
-	return c.disks.UpdateBlockDevices(ctx, r, in, upd)
-}
-
-// PlanDisks returns how the disks of in that have no file are made, and
-// makes the instance's directory (the undo step on r removes it).
-func (c *Controller) PlanDisks(ctx context.Context, r *revert.Reverter, in *model.Instance) ([]DiskPlan, error) {
-	plans, err := c.disks.Plans(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.mkdirInstance(r, c.instanceDir(in.Name)); err != nil {
-		return nil, err
-	}
-	return plans, nil
-}
-
-// ResizeDisk grows (or, shrink, shrinks back) the image file path of
-// in's disk to size bytes, opening an encrypted one with its secrets.
-func (c *Controller) ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error {
-	return c.disks.ResizeDisk(ctx, in, disk, path, size, shrink)
-}
-
-// DefineDiskSecret hands libvirt the passphrase of key-manager secret
-// keyID under the libvirt secret id, for in's disk; the undo step on r
-// undefines it.
-func (c *Controller) DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, id string) error {
-	return c.disks.DefineDiskSecret(ctx, r, in, disk, keyID, id)
-}
-
-// DeleteSecrets deletes the key-manager secrets ids no disk of in uses
-// any more (failures are logged).
-func (c *Controller) DeleteSecrets(ctx context.Context, in *model.Instance, ids []string) {
-	c.disks.DeleteSecrets(ctx, in, ids)
-}
+// DiskPart is the disks part the core was given (Options.Disks;
+// noDisks without one): hostctl/ops makes, resizes and forgets disks and
+// their secrets through it.
+func (c *Controller) DiskPart() Disks { return c.disks }

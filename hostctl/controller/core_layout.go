@@ -49,10 +49,6 @@ func (c *Controller) imageOf(ctx context.Context, name string) (*images.Image, e
 	return c.Layouts().ImageOf(ctx, name)
 }
 
-func (c *Controller) encryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error {
-	return c.Layouts().EncryptAttached(ctx, in, d)
-}
-
 func (c *Controller) blankTemplate(ctx context.Context, d model.Disk) (images.Base, error) {
 	return layout.BlankTemplate(ctx, c.templates, d)
 }

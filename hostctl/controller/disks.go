@@ -141,10 +141,6 @@ type Disks interface {
 	Sweep(ctx context.Context) error
 }
 
-// blockDevPrefix is the store key prefix of the block-device records
-// (the disks part's; HostBlockDevices lists them).
-const blockDevPrefix = "blockdev/"
-
 // ErrNoKeyManager: the controller has no key manager.
 var ErrNoKeyManager = fmt.Errorf("%w: this hostctl has no key manager", ErrNoHypervisor)
 

@@ -35,6 +35,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
 	hostmetrics "github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -278,6 +279,7 @@ type serve struct {
 	keyEngine *keyrotation.Engine
 	keyKick   kicker
 	ctl       *controller.Controller
+	disks     *disks.Part // the controller's disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
 
@@ -466,7 +468,7 @@ func (s *serve) startController(context.Context) error {
 		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
 		EncryptionSupport: s.prober.Support,
 		Parts:             parts,
-		Disks:             diskPart, // parts.go
+		Disks:             s.diskPart, // parts.go
 	}))
 	core.Controller, core.LiveDevices = s.ctl, ops.NewLiveDevices(s.ctl) // shares.go
 	bindParts(s.ctl, s.log)
@@ -491,7 +493,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(e, s.ctl, s.km, luksTool(s.cfg), s.log) // keyrotation.go
+	registerDiskRotation(e, s.ctl, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/hostctl/metadatakeys"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/version"
@@ -128,11 +129,11 @@ func newKeyEngine(st keyrotation.Store, host string, log *slog.Logger) *keyrotat
 }
 
 // registerDiskRotation registers the disk passphrase rotator of ctl's
-// instances, with the key manager and the LUKS tool ctl made their disks
-// with. (An instance's key rotation records go with it through the
+// instances, whose disks are the disks part's (dp), with the key manager
+// and the LUKS tool ctl made their disks with. (An instance's key rotation records go with it through the
 // diskrotate.Forget part: parts.go.)
-func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller, km *keys.Manager, luks *encryption.Tool, log *slog.Logger) {
-	e.Register(keyrotation.Disk, diskrotate.New(ctl, km, luks, log))
+func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller, dp *disks.Part, km *keys.Manager, luks *encryption.Tool, log *slog.Logger) {
+	e.Register(keyrotation.Disk, diskrotate.New(ctl, dp, km, luks, log))
 }
 
 // luksTool is the LUKS tool of the controller's encrypted disks and of

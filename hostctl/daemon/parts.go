@@ -49,10 +49,14 @@ func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, keyRe
 	}
 }
 
-// diskPart is the disks part (hostctl/parts/disks) over the core: the
-// instances' disks, their encryption and block-device records, and the
-// key-manager secrets' deletion rule.
-func diskPart(c *controller.Controller) controller.Disks { return disks.New(c) }
+// diskPart makes the disks part (hostctl/parts/disks) over the core
+// (controller.Options.Disks): the instances' disks, their encryption and
+// block-device records, and the key-manager secrets' deletion rule. The
+// disk passphrase rotator works on the same part (s.disks).
+func (s *serve) diskPart(c *controller.Controller) controller.Disks {
+	s.disks = disks.New(c)
+	return s.disks
+}
 
 // network is the hypervisor as the nics part uses it (nil with --virt
 // none).

@@ -38,15 +38,17 @@
 // and the next call after it stops rotates it. Rotate holds the
 // instance's lock, so the instance cannot start in the middle.
 //
-// What the rotator needs of the controller core — this host's instances
-// and their block-device records, the per-instance lock, whether a
-// domain runs, its libvirt secrets — is the Core interface, which
-// *controller.Controller implements; the key manager and the LUKS tool
-// are handed to New. The controller does not import this package: the
-// daemon (hostctl/daemon) wires it, with the keyrotation Engine:
+// What the rotator needs of the controller core — this host's
+// instances, the per-instance lock, whether a domain runs — is the Core
+// interface, which *controller.Controller implements; what it needs of
+// the disks part (hostctl/parts/disks) — the block-device records and
+// libvirt's copies of the passphrases — is the Disks interface, which
+// *disks.Part implements; the key manager and the LUKS tool are handed to
+// New. The controller does not import this package: the daemon
+// (hostctl/daemon) wires it, with the keyrotation Engine:
 //
-//	ctl := controller.NewStopped(ctlStore, opts) // New without the reconciler
-//	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, km, luks, log))
+//	ctl := controller.NewStopped(ctlStore, opts) // New without the reconciler; opts.Disks makes dp
+//	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, dp, km, luks, log))
 //	if err := keyEngine.Recover(ctx); err != nil { … } // runs Rotator.Recover
 //	ctl.StartReconciler()
 //

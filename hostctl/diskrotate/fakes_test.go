@@ -20,7 +20,7 @@ import (
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
-// fakeCore is a hand-written Core: one host's instances, their
+// fakeCore is a hand-written Core and Disks: one host's instances, their
 // block-device records (kept encoded, as the store keeps them), VM
 // states, running domains and defined libvirt secrets.
 type fakeCore struct {
@@ -50,17 +50,22 @@ func (c *fakeCore) LockInstance(name string) func() {
 	return l.Unlock
 }
 
-func (c *fakeCore) InstanceBlockDevices(_ context.Context, name string) (*model.Instance, encryption.BlockDevices, error) {
+func (c *fakeCore) OwnInstance(_ context.Context, name string) (*model.Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	in, ok := c.specs[name]
 	if !ok {
-		return nil, encryption.BlockDevices{}, fmt.Errorf("instance %s: %w", name, store.ErrNotFound)
+		return nil, fmt.Errorf("instance %s: %w", name, store.ErrNotFound)
 	}
-	bds, err := c.decode(in.UUID)
 	cp := *in
 	cp.Disks = slices.Clone(in.Disks)
-	return &cp, bds, err
+	return &cp, nil
+}
+
+func (c *fakeCore) BlockDevices(_ context.Context, uuid string) (encryption.BlockDevices, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.decode(uuid)
 }
 
 func (c *fakeCore) decode(uuid string) (encryption.BlockDevices, error) {
@@ -322,7 +327,7 @@ func (f *fakeFixture) path(disk string) string {
 
 // rotator is a rotator over the fixture, as a fresh process has it.
 func (f *fakeFixture) rotator() *Rotator {
-	return New(f.core, f.km, f.luks, slog.New(slog.DiscardHandler))
+	return New(f.core, f.core, f.km, f.luks, slog.New(slog.DiscardHandler))
 }
 
 func (f *fakeFixture) subject() keyrotation.Subject {
@@ -331,7 +336,7 @@ func (f *fakeFixture) subject() keyrotation.Subject {
 
 func (f *fakeFixture) record(disk string) encryption.BlockDevice {
 	f.t.Helper()
-	_, bds, err := f.core.InstanceBlockDevices(context.Background(), f.name)
+	bds, err := f.core.BlockDevices(context.Background(), f.uuid)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -76,10 +77,19 @@ func (f *rotFixture) logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// rotator is the disk rotator of c as the daemon wires it: the key
-// manager and the LUKS tool c made its disks with.
+// rotator is the disk rotator of c as the daemon wires it: c's disks
+// part, the key manager and the LUKS tool c made its disks with.
 func (f *rotFixture) rotator(c *controller.Controller, km *keys.Manager) *Rotator {
-	return New(c, km, f.tool, f.logger())
+	return New(c, diskPart(c), km, f.tool, f.logger())
+}
+
+// diskPart is the disks part c was given (the fixture's: disks.New).
+func diskPart(c *controller.Controller) *disks.Part { return c.DiskPart().(*disks.Part) }
+
+// instanceBlockDevices is c's instance name and its block-device
+// records, as the rotator reads them.
+func instanceBlockDevices(ctx context.Context, c *controller.Controller, name string) (*model.Instance, encryption.BlockDevices, error) {
+	return New(c, diskPart(c), nil, nil, nil).instanceBlockDevices(ctx, name)
 }
 
 func uniqueRotName(t *testing.T) string {
@@ -278,7 +288,7 @@ func (f *rotFixture) checkRecovered() []string {
 	c, km, done := f.open()
 	defer done()
 	var bad []string
-	_, rec, err := c.InstanceBlockDevices(ctx, f.name)
+	_, rec, err := instanceBlockDevices(ctx, c, f.name)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -308,7 +318,7 @@ func (f *rotFixture) checkWith(c *controller.Controller, km *keys.Manager, gen i
 	f.t.Helper()
 	ctx := context.Background()
 	var bad []string
-	_, rec, err := c.InstanceBlockDevices(ctx, f.name)
+	_, rec, err := instanceBlockDevices(ctx, c, f.name)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -433,7 +443,7 @@ func (o *outageRecords) Records(ctx context.Context, prefix string) ([]store.Rec
 
 func mustSecret(t *testing.T, c *controller.Controller, name, disk string) string {
 	t.Helper()
-	_, rec, err := c.InstanceBlockDevices(context.Background(), name)
+	_, rec, err := instanceBlockDevices(context.Background(), c, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,10 +583,10 @@ func TestDiskRotateRecoverRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rec, _ := c.InstanceBlockDevices(ctx, f.name)
+	_, rec, _ := instanceBlockDevices(ctx, c, f.name)
 	bd := rec.Disks["vda"]
 	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: 2, Slot: 1}
-	if err := c.SetBlockDevice(ctx, in, bd); err != nil {
+	if err := diskPart(c).SetBlockDevice(ctx, in, bd); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.tool.AddKeySlot(ctx, f.diskPath("vda"), 1, cur, pending, nil); err != nil {

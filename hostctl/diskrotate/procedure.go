@@ -59,7 +59,7 @@ func (r *Rotator) begin(ctx context.Context, in *model.Instance, bd encryption.B
 		return fmt.Errorf("disk %s: %w", bd.Disk, err)
 	}
 	bd.KeyRotation = &encryption.DiskKeyRotation{Generation: gen, Slot: slot}
-	if err := r.core.SetBlockDevice(ctx, in, bd); err != nil {
+	if err := r.disks.SetBlockDevice(ctx, in, bd); err != nil {
 		return err
 	}
 	r.step("slot-chosen")
@@ -183,7 +183,7 @@ func (r *Rotator) finish(ctx context.Context, in *model.Instance, bd encryption.
 	r.step("old-erased")
 	slot := rot.Slot
 	bd.KeyGeneration, bd.KeySlot, bd.KeyRotation = max(bd.KeyGeneration, rot.Generation), &slot, nil
-	if err := r.core.SetBlockDevice(ctx, in, bd); err != nil {
+	if err := r.disks.SetBlockDevice(ctx, in, bd); err != nil {
 		return err
 	}
 	r.step("recorded")
@@ -194,7 +194,7 @@ func (r *Rotator) finish(ctx context.Context, in *model.Instance, bd encryption.
 // updateLibvirtSecret gives the libvirt secret of the disk, if one is
 // defined, the value pass (redefined on the same UUID and usage).
 func (r *Rotator) updateLibvirtSecret(ctx context.Context, in *model.Instance, disk, id string, pass []byte) error {
-	updated, err := r.core.UpdateLibvirtSecret(ctx, in, disk, id, pass)
+	updated, err := r.disks.UpdateLibvirtSecret(ctx, in, disk, id, pass)
 	if err != nil {
 		return fmt.Errorf("disk %s: %w", disk, err)
 	}

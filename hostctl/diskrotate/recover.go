@@ -34,7 +34,7 @@ func (r *Rotator) Recover(ctx context.Context) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
-	recs, err := r.core.HostBlockDevices(ctx)
+	recs, err := r.disks.HostBlockDevices(ctx)
 	var errs []error
 	if err != nil {
 		errs = append(errs, fmt.Errorf("disk rotation recovery: %w", err))

@@ -22,27 +22,34 @@ type Core interface {
 	// LockInstance takes the per-instance lock every operation on the
 	// named instance holds, and returns its release.
 	LockInstance(name string) (unlock func())
-	// InstanceBlockDevices returns this host's instance named name and
-	// its block-device records (an error wrapping store.ErrNotFound when
-	// there is no such instance).
-	InstanceBlockDevices(ctx context.Context, name string) (*model.Instance, encryption.BlockDevices, error)
+	// OwnInstance returns this host's instance named name (an error
+	// wrapping store.ErrNotFound when there is no such instance).
+	OwnInstance(ctx context.Context, name string) (*model.Instance, error)
+	// DiskPath is the image file of in's disk named disk.
+	DiskPath(in *model.Instance, disk string) (string, error)
+	// InstanceState returns in's VM state (shelved, rescued; "" for
+	// none) and whether its domain runs.
+	InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error)
+	// InstanceExists reports whether an instance with the UUID is in the
+	// store, on any host.
+	InstanceExists(ctx context.Context, uuid string) (bool, error)
+}
+
+// Disks is what the rotator needs of the disks part
+// (hostctl/parts/disks: *disks.Part implements it): the block-device
+// records and libvirt's copies of the passphrases.
+type Disks interface {
+	// BlockDevices returns the block-device records of instance uuid.
+	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
 	// HostBlockDevices returns the block-device records of this host's
 	// instances, by instance UUID (a record that cannot be read is left
 	// out and named in the error).
 	HostBlockDevices(ctx context.Context) (map[string]encryption.BlockDevices, error)
 	// SetBlockDevice rewrites the record of one disk of in (bd.Disk).
 	SetBlockDevice(ctx context.Context, in *model.Instance, bd encryption.BlockDevice) error
-	// DiskPath is the image file of in's disk named disk.
-	DiskPath(in *model.Instance, disk string) (string, error)
-	// InstanceState returns in's VM state (shelved, rescued; "" for
-	// none) and whether its domain runs.
-	InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error)
 	// UpdateLibvirtSecret gives the libvirt secret id of in's disk the
 	// value pass, if libvirt has it defined (updated false: it has not).
 	UpdateLibvirtSecret(ctx context.Context, in *model.Instance, disk, id string, pass []byte) (updated bool, err error)
-	// InstanceExists reports whether an instance with the UUID is in the
-	// store, on any host.
-	InstanceExists(ctx context.Context, uuid string) (bool, error)
 }
 
 // Keys is the key manager (internal/keys): the current passphrase of a
@@ -91,10 +98,11 @@ var ErrNoRotation = errors.New("disk passphrase rotation unavailable")
 // Rotator rotates the LUKS passphrases of a host's instances:
 // keyrotation.Rotator, Recoverer and Lister for keyrotation.Disk.
 type Rotator struct {
-	core Core
-	keys Keys
-	luks LUKS
-	log  *slog.Logger
+	core  Core
+	disks Disks
+	keys  Keys
+	luks  LUKS
+	log   *slog.Logger
 	// step marks a step of the procedure done: crashpoint.Hit (a
 	// vmetacrash build dies there). The package's tests stop the
 	// procedure at a step in-process.
@@ -109,18 +117,19 @@ var (
 	_ keyrotation.InstanceChecker = (*Rotator)(nil)
 )
 
-// New returns the disk passphrase rotator of core's instances, with the
-// key manager and the LUKS tool core's disks were made with (log nil:
-// slog.Default). Its methods return ErrNoRotation when one is nil.
-func New(core Core, km Keys, luks LUKS, log *slog.Logger) *Rotator {
+// New returns the disk passphrase rotator of core's instances, whose
+// disks are the disks part's (dp), with the key manager and the LUKS
+// tool core's disks were made with (log nil: slog.Default). Its methods
+// return ErrNoRotation when one is nil.
+func New(core Core, dp Disks, km Keys, luks LUKS, log *slog.Logger) *Rotator {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Rotator{core: core, keys: km, luks: luks, log: log, step: func(s string) { crashpoint.Hit(crashpoint.Name(Proc, s)) }}
+	return &Rotator{core: core, disks: dp, keys: km, luks: luks, log: log, step: func(s string) { crashpoint.Hit(crashpoint.Name(Proc, s)) }}
 }
 
 func (r *Rotator) usable() error {
-	if r.core == nil || r.keys == nil || r.luks == nil {
+	if r.core == nil || r.disks == nil || r.keys == nil || r.luks == nil {
 		return fmt.Errorf("%w: this hostctl has no key manager with pending passphrases or LUKS key slot tool", ErrNoRotation)
 	}
 	return nil
@@ -131,7 +140,7 @@ func (r *Rotator) Subjects(ctx context.Context) ([]keyrotation.Subject, error) {
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
-	recs, err := r.core.HostBlockDevices(ctx)
+	recs, err := r.disks.HostBlockDevices(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("disk rotation subjects: %w", err)
 	}
@@ -152,7 +161,7 @@ func (r *Rotator) Subjects(ctx context.Context) ([]keyrotation.Subject, error) {
 		if !encrypted {
 			continue
 		}
-		if in, _, err := r.core.InstanceBlockDevices(ctx, rec.Instance); err != nil || in.UUID != uuid {
+		if in, _, err := r.instanceBlockDevices(ctx, rec.Instance); err != nil || in.UUID != uuid {
 			continue // gone (the sweep deletes the record)
 		}
 		out = append(out, s)
@@ -254,7 +263,7 @@ func (r *Rotator) Generation(ctx context.Context, s keyrotation.Subject) (int64,
 	if err != nil {
 		return 0, err
 	}
-	_, bds, err := r.core.InstanceBlockDevices(ctx, in.Name)
+	_, bds, err := r.instanceBlockDevices(ctx, in.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -270,7 +279,7 @@ func (r *Rotator) Generation(ctx context.Context, s keyrotation.Subject) (int64,
 // instanceDisks returns the subject's instance (this host's, with the
 // subject's UUID) and its encrypted disks with their own secrets.
 func (r *Rotator) instanceDisks(ctx context.Context, s keyrotation.Subject) (*model.Instance, []model.Disk, error) {
-	in, bds, err := r.core.InstanceBlockDevices(ctx, s.InstanceName)
+	in, bds, err := r.instanceBlockDevices(ctx, s.InstanceName)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rotate disk passphrases: %w", err)
 	}
@@ -307,7 +316,7 @@ func (r *Rotator) running(ctx context.Context, in *model.Instance) (bool, error)
 // disk returns a disk's block-device record (read again: a step changes
 // it) and its image's path.
 func (r *Rotator) disk(ctx context.Context, in *model.Instance, name string) (encryption.BlockDevice, string, error) {
-	_, bds, err := r.core.InstanceBlockDevices(ctx, in.Name)
+	_, bds, err := r.instanceBlockDevices(ctx, in.Name)
 	if err != nil {
 		return encryption.BlockDevice{}, "", err
 	}
@@ -330,4 +339,19 @@ func (r *Rotator) backingPass(ctx context.Context, bd encryption.BlockDevice) ([
 		return nil, fmt.Errorf("backing file: %w", err)
 	}
 	return p, nil
+}
+
+// instanceBlockDevices returns this host's instance named name (an error
+// wrapping store.ErrNotFound when there is none) and its block-device
+// records.
+func (r *Rotator) instanceBlockDevices(ctx context.Context, name string) (*model.Instance, encryption.BlockDevices, error) {
+	in, err := r.core.OwnInstance(ctx, name)
+	if err != nil {
+		return nil, encryption.BlockDevices{}, err
+	}
+	bds, err := r.disks.BlockDevices(ctx, in.UUID)
+	if err != nil {
+		return nil, encryption.BlockDevices{}, err
+	}
+	return in, bds, nil
 }

@@ -19,23 +19,24 @@ import (
 // instance's domain, live, in its persistent configuration or both
 // (types.Affect), the metadata and config drive republished after.
 
-// Volumes is the disks an attach makes and a detach forgets: their
-// encryption decided and checked, their files made, their passphrases
-// handed to libvirt.
+// Volumes is the disks part (hostctl/parts/disks) as an attach and a
+// detach use it: the disks an attach makes (planned and checked against
+// the encryption they need before anything is made), their passphrases
+// handed to libvirt, the secrets and records of the disks a detach
+// forgets.
 type Volumes interface {
-	EncryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error
-	CheckNewDisks(ctx context.Context, in *model.Instance) (controller.NewDisks, error)
-	MakeInstanceDir(r *revert.Reverter, name string) error
-	CreateDisks(ctx context.Context, r *revert.Reverter, in *model.Instance, nd controller.NewDisks) error
+	Make(ctx context.Context, in *model.Instance) (create func(context.Context, *revert.Reverter) (committed func(context.Context), err error), err error)
 	DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error
-	ForgetDisk(ctx context.Context, in *model.Instance, disk string)
+	Forget(ctx context.Context, in *model.Instance, disks []string)
 }
 
 // hotplugger attaches and detaches disks and NICs.
 type hotplugger struct {
 	base
 	devices DeviceChanges
+	files   Files
 	volumes Volumes
+	layouts Layouts // EncryptAttached
 	domains Domains // DomainHost: an encrypted disk's source
 	macs    []MACClaims
 }
@@ -79,7 +80,7 @@ func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.Disk
 		}
 		return nil, fieldError("target", disk.Name, "is already used by %s of the domain", what)
 	}
-	if err := o.volumes.EncryptAttached(ctx, dc.In, &disk); err != nil {
+	if err := o.layouts.EncryptAttached(ctx, dc.In, &disk); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 	next := dc.In.Clone()
@@ -93,17 +94,17 @@ func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.Disk
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 	// The disk alone, planned and checked against the encryption it needs.
-	plans, err := o.volumes.CheckNewDisks(ctx, &model.Instance{Name: name, UUID: dc.In.UUID, Disks: []model.Disk{disk}})
+	create, err := o.volumes.Make(ctx, &model.Instance{Name: name, UUID: dc.In.UUID, Disks: []model.Disk{disk}})
 	if err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 
 	r := revert.New(o.log, "attach disk "+disk.Name+" to "+name)
 	defer r.Fail(&err)
-	if err := o.volumes.MakeInstanceDir(r, name); err != nil {
+	if err := o.files.MakeInstanceDir(r, name); err != nil {
 		return nil, err
 	}
-	if err := o.volumes.CreateDisks(ctx, r, dc.In, plans); err != nil {
+	if _, err := create(ctx, r); err != nil {
 		return nil, fmt.Errorf("attach disk to %s: %w", name, err)
 	}
 	if disk.Encrypted {
@@ -181,7 +182,12 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 		return nil, err
 	}
 	if dc.Affect&virt.AffectConfig != 0 {
-		o.volumes.ForgetDisk(ctx, dc.In, disk.Name)
+		// The image file goes, and the disk's secret and record with it.
+		p := diskFile(o.files, dc.In, disk)
+		if rerr := removeFile(p); rerr != nil {
+			o.log.Warn("could not remove the image of a removed disk", "file", p, "err", rerr)
+		}
+		o.volumes.Forget(ctx, dc.In, []string{disk.Name})
 	}
 	return inst, nil
 }

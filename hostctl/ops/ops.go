@@ -11,11 +11,12 @@
 // state it needs, lets the parts (hostctl/part) check and prepare it,
 // and changes the host step by step, every step undone when a later one
 // fails (internal/revert). What an operation needs of the controller
-// core is a few narrow roles (Frame, Files, Disks, Domains, Host,
-// Secrets, Layouts, DeviceChanges, Volumes, Power, Faults, Owners,
-// RecordParts) the core implements (hostctl/controller, core_ops.go,
-// core_devchange.go, core_adoptops.go); each
-// operation holds only the roles it uses. The core does not know the
+// core is a few narrow roles (Frame, Files, Images, Domains, Host,
+// Secrets, Layouts, DeviceChanges, Power, Faults, Owners, RecordParts)
+// the core implements (hostctl/controller, core_ops.go,
+// core_devchange.go, core_adoptops.go); what it needs of the disks part
+// (hostctl/parts/disks, the core's DiskPart) is the Disks and Volumes
+// roles; each operation holds only the roles it uses. The core does not know the
 // operations: the daemon wires them into the admin API (api.Services.Shelve,
 // Resize, Snapshot, Hotplug, Reboot and Ownership).
 package ops
@@ -45,8 +46,9 @@ import (
 )
 
 // What the operations need of the controller core (hostctl/controller,
-// core_ops.go), by role, each role a narrow interface: Frame, Files,
-// Disks, Domains, Host, Secrets, Layouts, Applier. Every method taking a
+// core_ops.go) and of the disks part (hostctl/parts/disks, which the
+// core was given: DiskPart), by role, each role a narrow interface:
+// Frame, Files, Disks, Images, Domains, Host, Secrets, Layouts, Applier. Every method taking a
 // *revert.Reverter registers the undo of what it did on it. Each
 // operation holds only the roles it uses (shelver, rescuer, resizer,
 // rebuilder, snapshotter); no interface here has more than 8 methods
@@ -85,17 +87,29 @@ type States interface {
 type Files interface {
 	DataDir() string
 	InstanceDir(name string) string
+	// MakeInstanceDir makes the directory of instance name's files (the
+	// undo step on r removes what it made).
+	MakeInstanceDir(r *revert.Reverter, name string) error
 	SetAside(r *revert.Reverter, path string) (aside string, err error)
 }
 
-// Disks is the disks of an instance: how they are made, their
-// block-device records, their size, the disk-image layer and the image
-// catalog.
+// Disks is the disks part (hostctl/parts/disks, the core's DiskPart):
+// how the disks of an instance that have no file yet are made, their
+// block-device records, their size, libvirt's copy of a disk's
+// passphrase and the deletion of the key-manager secrets nothing names
+// any more (its one rule).
 type Disks interface {
-	PlanDisks(ctx context.Context, r *revert.Reverter, in *model.Instance) ([]controller.DiskPlan, error)
-	BlockDevices(ctx context.Context, uuid string) (map[string]encryption.BlockDevice, error)
+	Plans(ctx context.Context, in *model.Instance) ([]controller.DiskPlan, error)
+	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
 	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
 	ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error
+	DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, libvirtUUID string) error
+	DeleteSecrets(ctx context.Context, in *model.Instance, ids []string)
+	ReleaseSecret(ctx context.Context, id, image string) error
+}
+
+// Images is the core's disk-image layer and its image catalog.
+type Images interface {
 	DiskImages() controller.Images
 	ImageDir() *images.Dir
 }
@@ -124,19 +138,19 @@ type Host interface {
 	Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error
 }
 
-// Secrets is the key manager and LUKS layer, libvirt's copies of the
-// passphrases, and the core's secret rules (locks, deletion).
+// Secrets is the core's key manager and LUKS layer and its per-secret
+// lock.
 type Secrets interface {
 	Encryption() (controller.KeyManager, controller.LUKS)
-	DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, libvirtUUID string) error
-	DeleteSecrets(ctx context.Context, in *model.Instance, ids []string)
-	ReleaseSecret(ctx context.Context, id, image string) error
 	LockSecret(id string) (unlock func())
 }
 
 // Layouts is an instance laid out for another flavor or root image, as
 // an apply lays instances out (hostctl/layout, the core's Layouts).
 type Layouts interface {
+	// EncryptAttached applies in's encryption decision to d, a disk
+	// attached to it.
+	EncryptAttached(ctx context.Context, in *model.Instance, d *model.Disk) error
 	Resize(ctx context.Context, old *model.Instance, flavor string) (*model.Instance, *flavors.Flavor, error)
 	Rebuild(ctx context.Context, old *model.Instance, img *images.Image) (*model.Instance, error)
 }
@@ -158,6 +172,7 @@ type snapshotter struct {
 	base
 	files   Files
 	disks   Disks
+	images  Images
 	secrets Secrets
 }
 
@@ -174,6 +189,7 @@ type rescuer struct {
 	base
 	files   Files
 	disks   Disks
+	images  Images
 	domains Domains
 	host    Host
 	secrets Secrets
@@ -186,6 +202,7 @@ type (
 		base
 		files   Files
 		disks   Disks
+		images  Images
 		layouts Layouts
 		apply   Applier
 	}
@@ -193,6 +210,7 @@ type (
 		base
 		files   Files
 		disks   Disks
+		images  Images
 		layouts Layouts
 		apply   Applier
 	}
@@ -214,15 +232,16 @@ type Ops struct {
 // roles of c it uses.
 func New(c *controller.Controller) *Ops {
 	b := base{frame: c, log: c.Logger()}
-	snap := &snapshotter{base: b, files: c, disks: c, secrets: c}
+	dp := c.DiskPart() // the disks part (hostctl/parts/disks)
+	snap := &snapshotter{base: b, files: c, disks: dp, images: c, secrets: c}
 	st := statesOf(c.Parts())
 	return &Ops{
 		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st},
-		rescue:   &rescuer{base: b, files: c, disks: c, domains: c, host: c, secrets: c, states: st},
-		resize:   &resizer{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
-		rebuild:  &rebuilder{base: b, files: c, disks: c, layouts: c.Layouts(), apply: c},
+		rescue:   &rescuer{base: b, files: c, disks: dp, images: c, domains: c, host: c, secrets: c, states: st},
+		resize:   &resizer{base: b, files: c, disks: dp, images: c, layouts: c.Layouts(), apply: c},
+		rebuild:  &rebuilder{base: b, files: c, disks: dp, images: c, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
-		hotplug:  &hotplugger{base: b, devices: c, volumes: c, domains: c, macs: macClaimers(c.Parts())},
+		hotplug:  &hotplugger{base: b, devices: c, files: c, volumes: dp, layouts: c.Layouts(), domains: c, macs: macClaimers(c.Parts())},
 		reboot:   &rebooter{base: b, power: c, faults: faultsOf(c.Parts())},
 		adopt:    &adopter{base: b, owners: c, parts: c, states: stateKeeperOf(c.Parts())},
 	}
@@ -381,4 +400,11 @@ func (noStates) Put(context.Context, *revert.Reverter, string, vmstate.Record) e
 
 func (noStates) Drop(context.Context, *revert.Reverter, string, vmstate.Record, int64) error {
 	return errNoStates
+}
+
+// blockDevices is the block-device records of instance uuid's disks, by
+// disk (none when the store keeps no records).
+func blockDevices(ctx context.Context, d Disks, uuid string) (map[string]encryption.BlockDevice, error) {
+	rec, err := d.BlockDevices(ctx, uuid)
+	return rec.Disks, err
 }

@@ -23,7 +23,7 @@ func (o *rebuilder) Rebuild(ctx context.Context, name, imageName string) (_ *con
 	if err != nil {
 		return nil, err
 	}
-	dir := o.disks.ImageDir()
+	dir := o.images.ImageDir()
 	defer dir.Use(imageName)()
 	newImg, err := dir.Get(ctx, imageName)
 	if err != nil {

@@ -100,13 +100,13 @@ func (o *rescuer) rescueLocked(ctx context.Context, name string, req controller.
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	dir := o.disks.ImageDir()
+	dir := o.images.ImageDir()
 	defer dir.Use(req.Image)()
 	img, err := dir.Get(ctx, req.Image)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	base, err := o.disks.DiskImages().Lookup(ctx, req.Image)
+	base, err := o.images.DiskImages().Lookup(ctx, req.Image)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
@@ -244,7 +244,7 @@ func (o *rescuer) rescueSecret(in *model.Instance, rk rescueKey) func(context.Co
 		return nil
 	}
 	return func(ctx context.Context, r *revert.Reverter) error {
-		if err := o.secrets.DefineDiskSecret(ctx, r, in, controller.RescueDisk, rk.keyID, rk.libvirtUUID); err != nil {
+		if err := o.disks.DefineDiskSecret(ctx, r, in, controller.RescueDisk, rk.keyID, rk.libvirtUUID); err != nil {
 			return fmt.Errorf("rescue disk: %w", err)
 		}
 		return nil
@@ -258,7 +258,7 @@ func (o *rescuer) rescueSecret(in *model.Instance, rk rescueKey) func(context.Co
 func (o *rescuer) makeRescueDisk(ctx context.Context, r *revert.Reverter, d images.Disk, img images.Image) (rescueKey, error) {
 	r.Add("remove rescue disk "+d.Path, func(context.Context) error { return removeFile(d.Path) })
 	if !img.Encrypted {
-		if err := o.disks.DiskImages().Create(ctx, d); err != nil {
+		if err := o.images.DiskImages().Create(ctx, d); err != nil {
 			return rescueKey{}, fmt.Errorf("create the rescue disk: %w", err)
 		}
 		return rescueKey{}, nil
@@ -298,7 +298,7 @@ func (o *rescuer) Unrescue(ctx context.Context, name string) (_ *controller.Inst
 		return nil, err
 	}
 	if copyID != "" {
-		o.secrets.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: uuid}, []string{copyID})
+		o.disks.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: uuid}, []string{copyID})
 	}
 	o.log.Info("instance unrescued", "name", name)
 	o.frame.Emit(ctx, controller.StreamInstances, "instance.unrescued", map[string]string{"name": name})
@@ -321,7 +321,7 @@ func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string,
 	if err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
-	bds, err := o.disks.BlockDevices(ctx, rec.UUID)
+	bds, err := blockDevices(ctx, o.disks, rec.UUID)
 	if err != nil {
 		return "", "", err
 	}

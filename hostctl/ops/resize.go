@@ -55,7 +55,7 @@ func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *contr
 			aside = append(aside, a)
 			continue
 		}
-		before, err := o.disks.ImageDir().VirtualSize(ctx, p)
+		before, err := o.images.ImageDir().VirtualSize(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("resize %s: %w", name, err)
 		}

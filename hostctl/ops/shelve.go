@@ -80,7 +80,7 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 	if root < 0 {
 		return fmt.Errorf("%w: the instance has no disk", controller.ErrState)
 	}
-	bds, err := o.disks.BlockDevices(ctx, in.UUID)
+	bds, err := blockDevices(ctx, o.disks, in.UUID)
 	if err != nil {
 		return err
 	}
@@ -150,12 +150,12 @@ func (o *shelver) Unshelve(ctx context.Context, name string) (_ *controller.Inst
 	if err != nil {
 		return nil, fmt.Errorf("unshelve %s: %w", name, err)
 	}
-	if err := o.disks.ImageDir().Delete(ctx, st.ShelvedImage, nil); err != nil {
+	if err := o.images.ImageDir().Delete(ctx, st.ShelvedImage, nil); err != nil {
 		o.log.Warn("shelved image of an unshelved instance not deleted", "name", name, "image", st.ShelvedImage, "err", err)
 	} else {
 		o.frame.Emit(ctx, controller.StreamImages, "image.deleted", map[string]string{"name": st.ShelvedImage})
 	}
-	o.secrets.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: rec.UUID}, unused)
+	o.disks.DeleteSecrets(ctx, &model.Instance{Name: name, UUID: rec.UUID}, unused)
 	o.log.Info("instance unshelved", "name", name, "uuid", rec.UUID)
 	o.frame.Emit(ctx, controller.StreamInstances, "instance.unshelved", map[string]string{"name": name, "uuid": rec.UUID})
 	return o.frame.Get(ctx, name)
@@ -165,7 +165,7 @@ func (o *shelver) Unshelve(ctx context.Context, name string) (_ *controller.Inst
 // in again and starts it; it returns the secrets no disk uses any more
 // (a flattened root disk's backing copy), to delete after the commit.
 func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *model.Instance, st vmstate.Record, ver int64) (_ []string, err error) {
-	dir := o.disks.ImageDir()
+	dir := o.images.ImageDir()
 	defer dir.Use(st.ShelvedImage)()
 	img, err := dir.Lookup(ctx, st.ShelvedImage)
 	if err != nil {
@@ -176,7 +176,7 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 	} else if cur != nil {
 		return nil, fmt.Errorf("%w: libvirt has a domain %s (uuid %s) already; hostctl does not take it over", controller.ErrState, in.Name, cur.UUID)
 	}
-	bds, err := o.disks.BlockDevices(ctx, rec.UUID)
+	bds, err := blockDevices(ctx, o.disks, rec.UUID)
 	if err != nil {
 		return nil, err
 	}
@@ -187,8 +187,11 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 
 	r := revert.New(o.log, "unshelve "+in.Name)
 	defer r.Fail(&err)
-	plans, err := o.disks.PlanDisks(ctx, r, in)
+	plans, err := o.disks.Plans(ctx, in)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.files.MakeInstanceDir(r, in.Name); err != nil {
 		return nil, err
 	}
 	upd := map[string]*encryption.BlockDevice{}
@@ -212,7 +215,7 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 				return nil, err
 			}
 		default:
-			if err := o.disks.DiskImages().Create(ctx, p.Disk); err != nil {
+			if err := o.images.DiskImages().Create(ctx, p.Disk); err != nil {
 				return nil, fmt.Errorf("create disk %s: %w", p.Target, err)
 			}
 		}

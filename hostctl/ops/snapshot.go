@@ -120,7 +120,7 @@ func (o *snapshotter) snapshotRoot(ctx context.Context, r *revert.Reverter, in *
 		return images.Image{}, fmt.Errorf("snapshot %s: %w: the instance has no disk", name, controller.ErrState)
 	}
 	disk := in.Disks[root]
-	bds, err := o.disks.BlockDevices(ctx, in.UUID)
+	bds, err := blockDevices(ctx, o.disks, in.UUID)
 	if err != nil {
 		return images.Image{}, err
 	}
@@ -161,7 +161,7 @@ func (o *snapshotter) snapshotRoot(ctx context.Context, r *revert.Reverter, in *
 	if err != nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
-	dir := o.disks.ImageDir()
+	dir := o.images.ImageDir()
 	props := map[string]string{}
 	if pass != nil {
 		if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
@@ -246,7 +246,7 @@ func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *m
 		return "", "", nil, err
 	}
 	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
-		return o.secrets.ReleaseSecret(ctx, sec.UUID, req.Image)
+		return o.disks.ReleaseSecret(ctx, sec.UUID, req.Image)
 	})
 	pass, err := km.Passphrase(ctx, sec.UUID)
 	if err != nil {
