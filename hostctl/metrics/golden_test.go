@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/metrics"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
@@ -38,10 +39,12 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	parts := []part.Part{faults.New(st, log)} // the faults the daemon registers
-	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Parts: parts})
+	// The parts the daemon registers that keep an instance's state: the
+	// shelved/rescued states (one per host) and the faults.
+	parts := func(host string) []part.Part { return []part.Part{vmstate.New(st, host), faults.New(st, log)} }
+	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Parts: parts("host-a")})
 	t.Cleanup(func() { a.Close() })
-	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log, Parts: parts})
+	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log, Parts: parts("host-b")})
 	t.Cleanup(func() { b.Close() })
 	for i, name := range []string{"a-1", "a-2", "a-err", "a-resc", "b-1", "b-err", "b-resc"} {
 		c := a
@@ -53,7 +56,7 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 		}
 	}
 	// The records the controller keeps a fault and a state in
-	// (hostctl/parts/faults, hostctl/controller vmstate.go).
+	// (hostctl/parts/faults, hostctl/parts/vmstate).
 	for _, r := range []struct{ prefix, name, value string }{
 		{"instance-fault/", "a-err", `{"reason":"test","since":"2026-03-01T12:00:00Z"}`},
 		{"instance-fault/", "b-err", `{"reason":"test","since":"2026-03-01T12:00:00Z"}`},
