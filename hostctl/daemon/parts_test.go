@@ -5,6 +5,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/configdrive"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/firmware"
 	"github.com/vmeta/vmeta/hostctl/shares"
@@ -23,8 +24,14 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 	if len(parts) == 0 {
 		t.Fatal("no parts registered")
 	}
-	names := map[string]bool{}
+	// Every feature answers, the parts and the disks the core lays out
+	// through an interface of their own (diskPart).
+	all := []part.Answerer{(*disks.Part)(nil)}
 	for _, p := range parts {
+		all = append(all, p)
+	}
+	names := map[string]bool{}
+	for _, p := range all {
 		if names[p.Name()] {
 			t.Errorf("part %s registered twice", p.Name())
 		}
@@ -38,12 +45,12 @@ func TestPartsAnswerEveryOperation(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"vmstate", "passthrough", "watchdog", "shares", "firmware", "configdrive", "faults"} {
+	for _, want := range []string{"disks", "vmstate", "passthrough", "watchdog", "shares", "firmware", "configdrive", "faults"} {
 		if !names[want] {
 			t.Errorf("part %s is not registered", want)
 		}
 	}
-	t.Logf("parts × operations:\n%s", part.Table(parts))
+	t.Logf("parts × operations:\n%s", part.Table(all))
 }
 
 func isOp(op part.Op) bool {

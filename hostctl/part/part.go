@@ -175,6 +175,17 @@ type FirmwareFile struct {
 	File string
 }
 
+// Answerer is what every host feature declares, whether the core drives
+// it through the phases of Part or through an interface of its own (the
+// disks, which the core lays out before any part's Prepare): its name and
+// its answer to every operation. The parts × operations table lists them.
+type Answerer interface {
+	// Name names the feature (unique among the registered ones).
+	Name() string
+	// Answers declares what it does for every operation.
+	Answers() Answers
+}
+
 // Part is one host feature as the core drives it. The core calls Check of
 // every part that does not answer Nothing before it changes anything,
 // then Prepare of every part that answers Act, in registration order;
@@ -182,10 +193,7 @@ type FirmwareFile struct {
 // A part must be safe for concurrent use (the core holds the instance's
 // lock, not a global one).
 type Part interface {
-	// Name names the part (unique among the registered parts).
-	Name() string
-	// Answers declares what the part does for every operation.
-	Answers() Answers
+	Answerer
 	// Check refuses op for in with an error naming the reason (for
 	// Refuse answers: only when in uses the part); it changes nothing.
 	Check(ctx context.Context, op Op, in *Instance) error
@@ -303,7 +311,7 @@ func (e *RefusedError) Error() string {
 
 // Table renders parts × operations as text (for the closing note and
 // the table test's log).
-func Table(parts []Part) string {
+func Table(parts []Answerer) string {
 	var b strings.Builder
 	names := make([]string, 0, len(parts))
 	byName := map[string]Answers{}

@@ -1,0 +1,31 @@
+package disks
+
+import "github.com/vmeta/vmeta/hostctl/part"
+
+// Name implements part.Answerer.
+func (*Part) Name() string { return "disks" }
+
+// Answers implements part.Answerer: what the disks and their encryption
+// do for every operation. The core calls the part through
+// controller.Disks (the disks are laid out before any part's Prepare),
+// and the operations in hostctl/ops through their Disks role; the
+// parts × operations table lists these answers beside the parts'.
+func (*Part) Answers() part.Answers {
+	return part.Answers{
+		part.Apply:       {Do: part.Act, Why: "makes the disks that have no file (LUKS under a new key-manager secret where the spec, flavor or image encrypts) with their block-device records; a removed disk's secret and record go"},
+		part.Start:       {Do: part.Act, Why: "defines the encrypted disks' libvirt secrets before the domain starts"},
+		part.Stop:        {Do: part.Act, Why: "undefines the libvirt secrets once the domain stopped"},
+		part.RebootSoft:  {Do: part.Nothing, Why: "the running domain keeps its secrets"},
+		part.RebootHard:  {Do: part.Act, Why: "a stop and a start: the libvirt secrets are undefined and defined again"},
+		part.Delete:      {Do: part.Act, Why: "the libvirt secrets, the key-manager secrets nothing else names and the block-device records go with the instance"},
+		part.ForceDelete: {Do: part.Nothing, Why: "the disks stay on the lost host (the operator removes them there); that host's sweep deletes the secrets and records no instance names"},
+		part.Adopt:       {Do: part.Nothing, Why: "the block-device records and secrets are the store's; the adopting host defines the libvirt secrets when it starts the instance"},
+		part.Shelve:      {Do: part.Act, Why: "the root disk goes into the shelved image, which keeps its secret; the other disks' secrets and records go"},
+		part.Unshelve:    {Do: part.Act, Why: "the disks are made again as by an apply, the root over the shelved image"},
+		part.Rescue:      {Do: part.Act, Why: "a libvirt secret for the rescue image's own key-manager secret and a record of the rescue disk"},
+		part.Unrescue:    {Do: part.Act, Why: "the rescue disk's libvirt secret and record go"},
+		part.Resize:      {Do: part.Act, Why: "disks grow with the new flavor, LUKS payloads resized"},
+		part.Rebuild:     {Do: part.Act, Why: "the root disk is made again over the new image, its secret as the image's encryption says"},
+		part.Snapshot:    {Do: part.Act, Why: "the snapshot image names a secret (the same, a new or an existing one); a new one is released if the snapshot fails"},
+	}
+}
