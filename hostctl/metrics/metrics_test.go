@@ -20,6 +20,9 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/faults"
+	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
@@ -97,7 +100,10 @@ func TestScrape(t *testing.T) {
 	md := server.New(st, server.Options{Registry: reg, Logger: log, Metrics: true})
 	m := metrics.New()
 	ctlStore := m.Store(st)
-	a := controller.New(ctlStore, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Observe: m.Observe})
+	// The parts the daemon registers that keep an instance's state (read
+	// at every scrape, like the records themselves).
+	parts := []part.Part{vmstate.New(ctlStore, "host-a"), faults.New(ctlStore, log)}
+	a := controller.New(ctlStore, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Observe: m.Observe, Parts: parts})
 	t.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log})
 	t.Cleanup(func() { b.Close() })
