@@ -37,8 +37,15 @@ var (
 // DefaultNetworkAddress returns an address of libvirt's default network
 // from the share that starts at first (one of the Addrs constants) that the
 // network has no host entry for — live or in its definition, whoever left
-// it there (a killed run leaves entries behind) — and that no other test of
-// this process holds. The hold ends with t.
+// it there (a killed run leaves entries behind) —, that its DHCP server has
+// not leased to anyone, and that no other test of this process holds. The
+// hold ends with t.
+//
+// The lease matters: dnsmasq does not give a host its configured address
+// while a lease of that address to another MAC has not expired (an hour
+// after a guest of an earlier test, or an earlier run, last renewed it);
+// it hands out a dynamic address instead, and the guest is not where its
+// metadata says.
 func DefaultNetworkAddress(t testing.TB, uri string, first int) string {
 	t.Helper()
 	n, ok := addrRangeLen[first]
@@ -48,7 +55,7 @@ func DefaultNetworkAddress(t testing.TB, uri string, first int) string {
 	addrMu.Lock()
 	defer addrMu.Unlock()
 	var xml strings.Builder
-	for _, args := range [][]string{{"net-dumpxml", "default"}, {"net-dumpxml", "default", "--inactive"}} {
+	for _, args := range [][]string{{"net-dumpxml", "default"}, {"net-dumpxml", "default", "--inactive"}, {"net-dhcp-leases", "default"}} {
 		out, err := exec.Command("virsh", append([]string{"-q", "-c", uri}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("virsh %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -58,7 +65,7 @@ func DefaultNetworkAddress(t testing.TB, uri string, first int) string {
 	start := rand.IntN(n)
 	for i := range n {
 		ip := fmt.Sprintf("192.168.122.%d", first+(start+i)%n)
-		if addrHeld[ip] || strings.Contains(xml.String(), "ip='"+ip+"'") {
+		if addrHeld[ip] || strings.Contains(xml.String(), "ip='"+ip+"'") || strings.Contains(xml.String(), " "+ip+"/") {
 			continue
 		}
 		addrHeld[ip] = true
