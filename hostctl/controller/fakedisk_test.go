@@ -156,8 +156,9 @@ exec ` + real + ` "$@"
 	return p
 }
 
-// size is the virtual size of a new disk: its spec's, else its base's.
-func (l fakeLUKS) size(ctx context.Context, size string, base string) (int64, error) {
+// size is the virtual size of a new disk: its spec's, else its base's
+// (read in Go: no process).
+func (l fakeLUKS) size(size string, base string) (int64, error) {
 	if size != "" {
 		n, err := model.ParseDiskSize(size)
 		if err != nil {
@@ -168,7 +169,7 @@ func (l fakeLUKS) size(ctx context.Context, size string, base string) (int64, er
 	if base == "" {
 		return 0, errors.New("fake LUKS: a disk needs a size or a base")
 	}
-	return images.New(filepath.Dir(base), images.Options{QemuImg: l.qemuImg}).VirtualSize(ctx, base)
+	return virtualSize(base, "")
 }
 
 func (l fakeLUKS) Create(ctx context.Context, d encryption.Disk, pass []byte) error {
@@ -184,16 +185,34 @@ func (l fakeLUKS) Create(ctx context.Context, d encryption.Disk, pass []byte) er
 		}
 	}
 	var err error
-	if fd.size, err = l.size(ctx, d.Size, base); err != nil {
+	if fd.size, err = l.size(d.Size, base); err != nil {
 		return err
 	}
 	return os.WriteFile(d.Path, fd.encode(), 0o600)
 }
 
-// Inspect is the real header read (qemu-img info, the fake's for a fake
-// disk).
+// Inspect is the real header read (qemu-img info) of a plain image and,
+// of a fake disk, the parse of what the fake qemu-img answers for it
+// (fakeInfo), without running it.
 func (l fakeLUKS) Inspect(ctx context.Context, path string) (encryption.Info, error) {
-	return l.real.Inspect(ctx, path)
+	d, fake, err := readFakeDisk(path)
+	if err != nil || !fake {
+		return l.real.Inspect(ctx, path)
+	}
+	return encryption.ParseInfo(fakeInfo(path, d))
+}
+
+// fakeInfo is `qemu-img info --output=json` of the fake disk d at path,
+// as the real one answers for a LUKS qcow2; fakeQemuImgScript prints the
+// same.
+func fakeInfo(path string, d fakeDisk) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"filename": %q, "format": "qcow2", "virtual-size": %d, "actual-size": %d, "encrypted": true`, path, d.size, len(d.encode()))
+	if d.backing != "" {
+		fmt.Fprintf(&b, `, "backing-filename": %q, "full-backing-filename": %q, "backing-filename-format": %q`, d.backing, d.backing, d.bformat)
+	}
+	b.WriteString(`, "format-specific": {"type": "qcow2", "data": {"compat": "1.1", "encrypt": {"format": "luks", "cipher-alg": "aes-256", "cipher-mode": "xts", "hash-alg": "sha256", "ivgen-alg": "plain64", "slots": [{"active": true}, {"active": false}]}}}}` + "\n")
+	return b.Bytes()
 }
 
 // open checks pass (and backing, for a fake backing file) against the
@@ -292,11 +311,11 @@ func (l fakeLUKS) Convert(ctx context.Context, dst string, src encryption.Source
 			return fmt.Errorf("convert %s: %w", src.Path, err)
 		}
 		out.size = d.size
-	} else if out.size, err = l.size(ctx, "", src.Path); err != nil {
+	} else if out.size, err = l.size("", src.Path); err != nil {
 		return err
 	}
 	if pass == nil {
-		if err := images.New(filepath.Dir(dst), images.Options{QemuImg: l.qemuImg}).Create(ctx, images.Disk{Path: dst, Size: strconv.FormatInt(out.size, 10)}); err != nil {
+		if err := (goImages{}).Create(ctx, images.Disk{Path: dst, Size: strconv.FormatInt(out.size, 10)}); err != nil {
 			return err
 		}
 		if out.data != patternData {
@@ -327,7 +346,7 @@ func withFakeDisks(t *testing.T, e *env, f *faults) string {
 // qemuImg.
 func setImagesTool(e *env, qemuImg string) {
 	e.c.imageDir = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: qemuImg})
-	e.c.images = e.c.imageDir
+	e.c.images = goImages{Images: e.c.imageDir}
 	e.c.templates = e.c.imageDir.NewTemplates(filepath.Join(e.dir, "instances", "_base"))
 }
 
@@ -385,4 +404,33 @@ func readThroughAny(t *testing.T, p string, pass, backing []byte) error {
 		return err
 	}
 	return readThrough(t, p, pass, backing)
+}
+
+// TestFakeInfoMatchesScript: the fake LUKS's Inspect, answered in Go,
+// reads a fake disk as the image catalog does through the fake
+// qemu-img.
+func TestFakeInfoMatchesScript(t *testing.T) {
+	t.Parallel()
+	l, qemuImg := newFakeLUKS(t)
+	dir := t.TempDir()
+	base, p := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "disk.qcow2")
+	makeFakeEncryptedImage(t, base, []byte("image"))
+	ctx := context.Background()
+	if err := l.Create(ctx, encryption.Disk{Path: p, Base: &encryption.Base{Path: base, Format: "qcow2"}}, []byte("disk")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{base, p} {
+		out, err := exec.Command(qemuImg, "info", "--output=json", "-U", f).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := encryption.ParseInfo(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Inspect(ctx, f)
+		if err != nil || got != want {
+			t.Errorf("%s: Inspect %+v (%v), the fake qemu-img %+v", filepath.Base(f), got, err, want)
+		}
+	}
 }

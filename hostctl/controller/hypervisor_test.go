@@ -24,7 +24,6 @@ import (
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -82,6 +81,7 @@ func newEnv(t *testing.T) *env {
 	e.c = newController(e.st, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: e.hv,
 		QemuImg: qemuImg, DetachTimeout: 300 * time.Millisecond})
 	registerParts(e, e.hv) // export_nicspart_test.go
+	e.useGoImages()        // fakeimages_test.go: no qemu-img process per disk
 	return e
 }
 
@@ -464,28 +464,9 @@ func faultStep(t *testing.T, name string, step func(t *testing.T)) {
 	})
 }
 
-// failQemuImgCreate makes e's disk maker run failingQemuImg.
-func (e *env) failQemuImgCreate() {
-	real := e.fakeQemuImg
-	if real == "" {
-		real = e.qemuImg
-	}
-	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(e.t, real)})
-}
-
-// failingQemuImg is a qemu-img that fails to create an image after
-// writing part of it, and runs real for any other command.
-func failingQemuImg(t *testing.T, real string) string {
-	p := filepath.Join(t.TempDir(), "qemu-img")
-	// The partial file is the new image's, never the backing file (-b).
-	script := "#!/bin/sh\nfor a; do last=$a; done\n[ \"$1\" = create ] || exec " + real + " \"$@\"\n" +
-		"prev=\nfor a; do [ \"$prev\" = -b ] || case $a in *.qcow2) echo partial > \"$a\";; esac; prev=$a; done\n" +
-		"echo 'qemu-img: injected failure' >&2\nexit 1\n"
-	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// failQemuImgCreate makes e's disk maker fail as a dying qemu-img
+// create may: after writing part of the new image.
+func (e *env) failQemuImgCreate() { e.c.images = goImages{Images: e.c.imageDir, fail: true} }
 
 func diffLines(a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
@@ -669,6 +650,7 @@ func configDriveTarget(t *testing.T, e *env) string {
 func TestImageBackedDisk(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.c.images = e.c.imageDir // the real qemu-img create of an overlay (outside the libvirt tests)
 	images := filepath.Join(e.dir, "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
