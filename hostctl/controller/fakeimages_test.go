@@ -106,7 +106,7 @@ func qcow2Image(d images.Disk) ([]byte, error) {
 	be := binary.BigEndian
 	h := img[:qcow2Cluster]
 	copy(h, "QFI\xfb")
-	be.PutUint32(h[4:], 3)  // version
+	be.PutUint32(h[4:], 3)   // version
 	be.PutUint32(h[20:], 16) // cluster_bits
 	be.PutUint64(h[24:], uint64(size))
 	be.PutUint32(h[36:], uint32(l1))
@@ -141,7 +141,7 @@ func qcow2Image(d images.Disk) ([]byte, error) {
 		copy(h[off:], d.Base.Path)
 	}
 	be.PutUint64(img[qcow2Cluster:], 2*qcow2Cluster) // refcount block
-	for i := range 4 {                                // clusters 0-3 in use once
+	for i := range 4 {                               // clusters 0-3 in use once
 		be.PutUint16(img[2*qcow2Cluster+2*i:], 1)
 	}
 	return img, nil
