@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/images"
@@ -240,4 +241,32 @@ func TestGoImagesMatchQemuImg(t *testing.T) {
 	if _, err := os.Stat(p); err != nil {
 		t.Errorf("failing create left no partial file: %v", err)
 	}
+}
+
+// patternImage caches plainPatternImage's bytes for the test binary.
+var patternImage struct {
+	sync.Mutex
+	b []byte
+}
+
+// plainPatternImage is a plain 16 MiB qcow2 that holds imagePattern in
+// its first 64 KiB, made once per test binary by the real qemu-img and
+// qemu-io (a fault matrix's setup imports one per step).
+func plainPatternImage(t *testing.T) []byte {
+	t.Helper()
+	patternImage.Lock()
+	defer patternImage.Unlock()
+	if patternImage.b == nil {
+		p := filepath.Join(t.TempDir(), "plain.qcow2")
+		if err := images.New(filepath.Dir(p), images.Options{QemuImg: testenv.LookPath(t, "qemu-img")}).Create(context.Background(), images.Disk{Path: p, Size: "16M"}); err != nil {
+			t.Fatal(err)
+		}
+		writePattern(t, p, nil)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patternImage.b = b
+	}
+	return patternImage.b
 }

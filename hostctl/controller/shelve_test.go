@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -412,16 +412,7 @@ func rescueSetup(e *env) *faults { return rescueSetupWith(e, withFakeEncryption)
 func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 	f := shelveSetupWith(e, enc)
 	makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1")
-	p := filepath.Join(e.t.TempDir(), "plain.qcow2")
-	if err := images.New(e.t.TempDir(), images.Options{QemuImg: e.qemuImg}).Create(context.Background(), images.Disk{Path: p, Size: "16M"}); err != nil {
-		e.t.Fatal(err)
-	}
-	writePattern(e.t, p, nil)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.Catalog().ImportImage(context.Background(), "plain-img", nil, strings.NewReader(string(b))); err != nil {
+	if _, err := e.Catalog().ImportImage(context.Background(), "plain-img", nil, bytes.NewReader(plainPatternImage(e.t))); err != nil {
 		e.t.Fatal(err)
 	}
 	if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
