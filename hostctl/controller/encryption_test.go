@@ -200,10 +200,14 @@ nics:
 // its own secret; the guest is told encrypted exactly for those; the
 // domain XML names the secrets; start hands them to libvirt and stop
 // takes them back; delete removes the key-manager secrets.
+//
+// On the fake disk layer (fakedisk_test.go): TestLibvirtEncryptedStart
+// takes the same path (two LUKS disks and a plain one, start, stop,
+// delete) through the real qemu-img, LUKS and libvirtd.
 func TestEncryptedApply(t *testing.T) {
-	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
+	t.Parallel()
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e)
 	ctx := context.Background()
 	inst := e.mustApply(encSpec)
 
@@ -229,7 +233,7 @@ func TestEncryptedApply(t *testing.T) {
 		t.Errorf("guest told %d disks encrypted, want 2 (vdc untagged included)", len(enc))
 	}
 	// Each disk opens with its own passphrase and not with the other's.
-	tool := encryption.New(encryption.Options{QemuImg: e.qemuImg})
+	tool := e.c.luks
 	passA, _ := e.c.keys.Passphrase(ctx, bds["vda"])
 	passC, _ := e.c.keys.Passphrase(ctx, bds["vdc"])
 	dir := filepath.Join(e.dir, "instances", "app-1")
@@ -575,10 +579,14 @@ func openBolt(t *testing.T, dir string) store.Store {
 // TestEncryptedRootOverPlainImage: a root disk requested encrypted over
 // a plain base image is an encrypted overlay; the base image (the backing
 // file) stays plain, and the record names no backing secret.
+//
+// On the fake disk layer (fakedisk_test.go): TestFlavorEncryptionEndToEnd
+// makes an encrypted root disk over a plain image with the real qemu-img
+// and LUKS.
 func TestEncryptedRootOverPlainImage(t *testing.T) {
-	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
+	t.Parallel()
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e)
 	ctx := context.Background()
 	images := filepath.Join(e.dir, "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
@@ -589,7 +597,7 @@ func TestEncryptedRootOverPlainImage(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	inst := e.mustApply("name: img-1\nimage: debian\ndisks: [{name: vda, tag: root, encrypted: true}, {name: vdb, size: 4M, encrypted: true}]\n")
-	tool := encryption.New(encryption.Options{QemuImg: e.qemuImg})
+	tool := e.c.luks
 	root, err := tool.Inspect(ctx, filepath.Join(e.dir, "instances", "img-1", "disk-vda.qcow2"))
 	if err != nil || !root.Encrypted || root.BackingFile != base {
 		t.Fatalf("root: %+v %v", root, err)
@@ -616,6 +624,9 @@ func TestEncryptedRootOverPlainImage(t *testing.T) {
 // TestAttachEncryptedDisk: a disk hot-plugged encrypted into a running
 // domain gets its own secret, libvirt the passphrase before the attach,
 // and the guest is told encrypted; detaching it deletes the secret.
+//
+// The real qemu-img and LUKS path of an encrypted hot-plug (its fault
+// matrix, TestFaultsAttachEncryptedDisk, runs on the fake disk layer).
 func TestAttachEncryptedDisk(t *testing.T) {
 	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
@@ -724,6 +735,9 @@ func TestReplacedDiskSecret(t *testing.T) {
 // (the core), the guest told so; a resize to a bigger encrypted flavor
 // grows the LUKS root disk through its passphrase and makes the swap disk
 // anew with a new secret (the old one deleted).
+//
+// The real qemu-img and LUKS path of flavor encryption, of an encrypted
+// root disk over a plain image and of a LUKS resize.
 func TestFlavorEncryptionEndToEnd(t *testing.T) {
 	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
 	e := newEnv(t)
