@@ -4,34 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
-	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
-	"github.com/vmeta/vmeta/internal/testenv"
 )
-
-// luksQcow2 returns a 32 MiB LUKS qcow2 image encrypted under pass, made by
-// the real qemu-img.
-func luksQcow2(t *testing.T, pass []byte) []byte {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "src.qcow2")
-	tool := encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 10 * time.Millisecond})
-	if err := tool.Create(context.Background(), encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func wantInUse(t *testing.T, what string, err error, holders ...string) {
 	t.Helper()
@@ -53,10 +32,15 @@ func wantInUse(t *testing.T, what string, err error, holders ...string) {
 // disk, a backing file or a pending rotation names is refused naming
 // them; an instance's delete takes its own secrets only; once nothing
 // names it the secret goes.
+//
+// The secrets' rule is logic: these tests run on the fake disk layer
+// (fakedisk_test.go). TestLibvirtEncryptedImage imports a LUKS image made
+// by the real qemu-img, boots an overlay of it on the real libvirtd and
+// deletes an image under on_image_deletion with its secret.
 func TestSecretDeleteOneRule(t *testing.T) {
 	t.Parallel()
 	e := controller.NewEnv(t)
-	km := e.WithKeys()
+	km := e.WithFakeKeys()
 	cat := e.Catalog()
 	ctx := context.Background()
 	shared, err := km.Create(ctx, keys.Request{Name: "shared", ProjectID: "p1"})
@@ -67,7 +51,7 @@ func TestSecretDeleteOneRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := luksQcow2(t, pass)
+	file := controller.FakeLUKSImage(pass)
 	for name, policy := range map[string]string{"enc-a": controller.KeyDeletionOnImageDeletion, "enc-b": controller.KeyDeletionDoNotDelete} {
 		props := map[string]string{"os_encrypt_key_id": shared.UUID, "os_encrypt_format": "luks", "os_encrypt_key_deletion_policy": policy}
 		if _, err := cat.ImportImage(ctx, name, props, bytes.NewReader(file)); err != nil {
@@ -143,7 +127,7 @@ func TestSecretDeleteOneRule(t *testing.T) {
 func TestImageDeleteSecretPolicy(t *testing.T) {
 	t.Parallel()
 	e := controller.NewEnv(t)
-	km := e.WithKeys()
+	km := e.WithFakeKeys()
 	cat := e.Catalog()
 	ctx := context.Background()
 	sec, err := km.Create(ctx, keys.Request{Name: "img", ProjectID: "p1"})
@@ -152,7 +136,7 @@ func TestImageDeleteSecretPolicy(t *testing.T) {
 	}
 	pass, _ := km.Passphrase(ctx, sec.UUID)
 	props := map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks", "os_encrypt_key_deletion_policy": controller.KeyDeletionOnImageDeletion}
-	if _, err := cat.ImportImage(ctx, "alone", props, bytes.NewReader(luksQcow2(t, pass))); err != nil {
+	if _, err := cat.ImportImage(ctx, "alone", props, bytes.NewReader(controller.FakeLUKSImage(pass))); err != nil {
 		t.Fatal(err)
 	}
 	if err := cat.DeleteImage(ctx, "alone"); err != nil {
