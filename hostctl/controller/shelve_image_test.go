@@ -15,9 +15,16 @@ import (
 // standalone LUKS qcow2 under its own secret (same UUID) that reads the
 // image's data; the backing copy is no longer used and is deleted after
 // the unshelve, the image's own secret stays.
+//
+// On the fake disk layer (fakedisk_test.go): TestSnapshotRealQemuImg
+// flattens such an overlay with the real qemu-img and LUKS (the convert a
+// shelve makes) and reads the image's data from the copy, and
+// TestLibvirtShelveUnshelve shelves and unshelves LUKS disks on the real
+// libvirtd.
 func TestUnshelveFlattensEncryptedImageRoot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	withEncryption(t, e)
+	withFakeEncryption(t, e)
 	ctx := context.Background()
 	imgSec := makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
 	inst := e.mustApply(snapSrcSpec)
