@@ -3,10 +3,13 @@ package controller
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,35 +23,78 @@ import (
 // image, so a read through an overlay shows the backing file was opened.
 const imagePattern = "0x5a"
 
-// makeEncryptedImage makes a LUKS qcow2 with the real qemu-img under a
-// new key-manager secret of project, writes imagePattern into its first
-// 64 KiB, and imports it into e's image catalog as name (os_encrypt_key_id
-// naming the secret). It returns the secret.
+// makeEncryptedImage makes a LUKS qcow2 under a new key-manager secret
+// of project, holding imagePattern in its first 64 KiB, and imports it
+// into e's image catalog as name (os_encrypt_key_id naming the secret).
+// It returns the secret. On the fake disk layer the image is a fake LUKS
+// disk; else one made by the real qemu-img and qemu-io (realLUKSImage).
 func makeEncryptedImage(t *testing.T, e *env, km KeyManager, name, project string) keys.Secret {
 	t.Helper()
 	ctx := context.Background()
-	sec, err := km.Create(ctx, keys.Request{Name: "image-" + name, ProjectID: project})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass, err := km.Passphrase(ctx, sec.UUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "src.qcow2")
 	if e.fakeQemuImg != "" { // e is on the fake disk layer (fakedisk_test.go)
+		sec, err := km.Create(ctx, keys.Request{Name: "image-" + name, ProjectID: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pass, err := km.Passphrase(ctx, sec.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), "src.qcow2")
 		makeFakeEncryptedImage(t, p, pass)
 		return importEncryptedImage(t, e, name, sec, p)
 	}
+	pass, p := realLUKSImage(t, name)
+	sec, err := km.Create(ctx, keys.Request{Name: "image-" + name, ProjectID: project, Payload: pass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return importEncryptedImage(t, e, name, sec, p)
+}
+
+// realLUKSImages caches realLUKSImage's files for the test binary.
+var realLUKSImages struct {
+	sync.Mutex
+	dir   string
+	files map[string]string
+}
+
+// realLUKSImage is a 32 MiB LUKS qcow2 that holds imagePattern, made by
+// the real qemu-img and qemu-io under a passphrase of its own (derived
+// from name) once per test binary: each LUKS create costs qemu-img two
+// PBKDF benchmarks (seconds of CPU), and the real-path tests import one
+// image each. It returns the passphrase and the file (read-only: import
+// copies it).
+func realLUKSImage(t *testing.T, name string) (pass []byte, path string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte("vmeta test image " + name))
+	pass = []byte(hex.EncodeToString(sum[:]))
+	c := &realLUKSImages
+	c.Lock()
+	defer c.Unlock()
+	if p, ok := c.files[name]; ok {
+		return pass, p
+	}
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", "vmeta-luks-images-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dir, c.files = dir, map[string]string{}
+		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+	}
+	p := filepath.Join(c.dir, name+".qcow2")
 	tool := encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 10 * time.Millisecond})
-	if err := tool.Create(ctx, encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
+	if err := tool.Create(context.Background(), encryption.Disk{Path: p, Size: "32M"}, pass); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := testenv.QemuIO(t, []string{"--object", "secret,id=s0,file=/dev/fd/3", "--image-opts",
 		"driver=qcow2,file.filename=" + p + ",encrypt.key-secret=s0", "-c", "write -P " + imagePattern + " 0 64k"}, pass); err != nil {
+		os.Remove(p)
 		t.Fatalf("qemu-io write: %v: %s", err, out)
 	}
-	return importEncryptedImage(t, e, name, sec, p)
+	c.files[name] = p
+	return pass, p
 }
 
 // importEncryptedImage imports the LUKS image at p, under secret sec,

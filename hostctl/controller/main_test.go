@@ -24,5 +24,13 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
+	os.Exit(code)
 }
+
+// cleanups run after every test: they remove what the test binary's
+// caches made (realLUKSImage).
+var cleanups []func()
