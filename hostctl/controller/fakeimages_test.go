@@ -52,7 +52,33 @@ func (g goImages) Create(ctx context.Context, d images.Disk) error {
 	if err != nil {
 		return fmt.Errorf("qemu-img create %s: %w", d.Path, err)
 	}
-	return os.WriteFile(d.Path, b, 0o644)
+	if err := writeSparse(d.Path, b, 0o644); err != nil {
+		return fmt.Errorf("qemu-img create %s: %w", d.Path, err)
+	}
+	return nil
+}
+
+// writeSparse writes b to the file at path (created or truncated, as
+// qemu-img create does), skipping its 4 KiB blocks of zeros: an image of
+// four 64 KiB clusters holds a few hundred bytes that are not zeros.
+func writeSparse(path string, b []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var zero [4096]byte
+	for off := 0; off < len(b); off += len(zero) {
+		if blk := b[off:min(off+len(zero), len(b))]; !bytes.Equal(blk, zero[:len(blk)]) {
+			if _, err := f.WriteAt(blk, int64(off)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := f.Truncate(int64(len(b))); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // useGoImages puts e's disk maker on goImages.
@@ -269,4 +295,112 @@ func plainPatternImage(t *testing.T) []byte {
 		patternImage.b = b
 	}
 	return patternImage.b
+}
+
+// goTemplates caches, per template, what images.Templates made with the
+// real mkfs or mkswap: its size and its blocks that are not zeros.
+var goTemplates struct {
+	sync.Mutex
+	m map[string]goTemplate
+}
+
+type goTemplate struct {
+	name   string
+	size   int64
+	blocks map[int64][]byte // by offset, 4 KiB each
+}
+
+// makeTemplate puts into e's template cache (instances/_base) the
+// blank-disk template of kind and size images.Templates would make there:
+// the same name and bytes (a sparse file), copied from one the real mkfs
+// or mkswap made once per test binary. A flavor fault matrix makes its
+// templates in every step; TestFlavorLibvirt makes them with the real
+// tools through the controller.
+func makeTemplate(t *testing.T, e *env, kind string, size int) {
+	t.Helper()
+	key := fmt.Sprintf("%s/%d", kind, size)
+	goTemplates.Lock()
+	tpl, ok := goTemplates.m[key]
+	if !ok {
+		dir := t.TempDir()
+		base, err := images.New(dir, images.Options{}).NewTemplates(dir).Template(context.Background(), kind, size)
+		if err != nil {
+			goTemplates.Unlock()
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(base.Path)
+		if err != nil {
+			goTemplates.Unlock()
+			t.Fatal(err)
+		}
+		tpl = goTemplate{name: filepath.Base(base.Path), size: int64(len(b)), blocks: map[int64][]byte{}}
+		zero := make([]byte, 4096)
+		for off := 0; off < len(b); off += 4096 {
+			if blk := b[off:min(off+4096, len(b))]; !bytes.Equal(blk, zero[:len(blk)]) {
+				tpl.blocks[int64(off)] = bytes.Clone(blk)
+			}
+		}
+		if goTemplates.m == nil {
+			goTemplates.m = map[string]goTemplate{}
+		}
+		goTemplates.m[key] = tpl
+	}
+	goTemplates.Unlock()
+	dir := filepath.Join(e.dir, "instances", "_base")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tpl.name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(tpl.size); err != nil {
+		t.Fatal(err)
+	}
+	for off, blk := range tpl.blocks {
+		if _, err := f.WriteAt(blk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMakeTemplateMatchesMkswap: makeTemplate writes the template the
+// real images.Templates makes, under the same name and byte for byte but
+// for the swap header's UUID (mkswap makes a new one each time), and a
+// snapshot shows it as a template.
+func TestMakeTemplateMatchesMkswap(t *testing.T) {
+	t.Parallel()
+	testenv.LookPath(t, "mkswap")
+	e := &env{t: t, dir: t.TempDir()}
+	makeTemplate(t, e, images.TemplateSwap, 16)
+	dir := filepath.Join(t.TempDir(), "_base")
+	real, err := images.New(dir, images.Options{}).NewTemplates(dir).Template(context.Background(), images.TemplateSwap, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := filepath.Join(e.dir, "instances", "_base", filepath.Base(real.Path))
+	a, err := os.ReadFile(real.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uuidAt = 1024 + 12 // struct swap_header_v1_2: bootbits, version, last_page, nr_badpages, uuid
+	if len(a) != len(b) || len(a) < uuidAt+16 {
+		t.Fatalf("makeTemplate wrote %d bytes, mkswap's template is %d", len(b), len(a))
+	}
+	clear(a[uuidAt : uuidAt+16])
+	clear(b[uuidAt : uuidAt+16])
+	if !bytes.Equal(a, b) || !bytes.Contains(a[:4096], []byte("SWAPSPACE2")) {
+		t.Error("makeTemplate's template differs from mkswap's beyond the UUID")
+	}
+	if d, err := fileDigest(got); err != nil || !strings.HasPrefix(d, "template size=16777216 head=") {
+		t.Errorf("snapshot shows makeTemplate's template as %q (%v)", d, err)
+	}
 }

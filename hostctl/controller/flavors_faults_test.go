@@ -73,9 +73,7 @@ func flavorSetup(e *env) {
 		}
 	}
 	for _, mib := range []int{16, 32} {
-		if _, err := e.c.templates.Template(ctx, images.TemplateSwap, mib); err != nil {
-			e.t.Fatal(err)
-		}
+		makeTemplate(e.t, e, images.TemplateSwap, mib) // fakeimages_test.go: no mkswap per fault step
 	}
 }
 

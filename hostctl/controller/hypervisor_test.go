@@ -169,6 +169,10 @@ func (e *env) snapshot() string {
 	return b.String()
 }
 
+// templateHeadBytes is how much of a blank-disk template a snapshot
+// hashes.
+const templateHeadBytes = 1 << 20
+
 // qcow2HeaderBytes is how much of a plain qcow2 image a snapshot hashes:
 // its header, header extensions and backing file name.
 const qcow2HeaderBytes = 4096
@@ -179,9 +183,10 @@ const qcow2HeaderBytes = 4096
 // never writes guest data into a plain image (it creates, resizes,
 // converts, renames and removes them), and the test disks are blank, so
 // hashing their data clusters adds nothing but time (a third of a fault
-// step under -race); an encrypted qcow2 is hashed whole (its LUKS
-// header — keyslots, a rotation's work — is the point), and so are the
-// fake LUKS disks (fakedisk_test.go), the config drives and every record.
+// step under -race); a blank-disk template by its size and first MiB;
+// an encrypted qcow2 is hashed whole (its LUKS header — keyslots, a
+// rotation's work — is the point), and so are the fake LUKS disks
+// (fakedisk_test.go), the config drives and every record.
 func fileDigest(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
@@ -200,6 +205,18 @@ func fileDigest(p string) (string, error) {
 	head = head[:n]
 	if isPlainQcow2Header(head) {
 		return fmt.Sprintf("qcow2 size=%d header=%x", fi.Size(), sha256.Sum256(head)), nil
+	}
+	if filepath.Base(filepath.Dir(p)) == "_base" {
+		// A blank-disk template (instances/_base): made once by mkfs or
+		// mkswap, then only read, as a backing file. Its size and its
+		// first MiB (the signatures) show it; hashing the rest (16 MiB
+		// to GiBs of zeros) adds nothing.
+		h := sha256.New()
+		h.Write(head)
+		if _, err := io.CopyN(h, f, templateHeadBytes-int64(len(head))); err != nil && !errors.Is(err, io.EOF) {
+			return "", err
+		}
+		return fmt.Sprintf("template size=%d head=%x", fi.Size(), h.Sum(nil)), nil
 	}
 	h := sha256.New()
 	h.Write(head)
@@ -956,6 +973,28 @@ func TestFileDigest(t *testing.T) {
 	makeFakeEncryptedImage(t, fake, []byte("pass"))
 	if v := digest(fake); strings.HasPrefix(v, "qcow2") {
 		t.Errorf("a fake LUKS disk shows as %q, want its content's hash", v)
+	}
+	// A blank-disk template by its size and first MiB.
+	tpl := filepath.Join(dir, "_base")
+	if err := os.Mkdir(tpl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, content := range []struct {
+		size int64
+		at   int64
+	}{{4 << 20, 0}, {4 << 20, 1 << 10}, {8 << 20, 0}} {
+		p := filepath.Join(tpl, fmt.Sprint("t", i))
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(content.size)
+		f.WriteAt([]byte("signature"), content.at)
+		f.Close()
+	}
+	t0, t1, t2 := digest(filepath.Join(tpl, "t0")), digest(filepath.Join(tpl, "t1")), digest(filepath.Join(tpl, "t2"))
+	if !strings.HasPrefix(t0, "template size=4194304 ") || t0 == t1 || t0 == t2 {
+		t.Errorf("templates: %q, %q (the signature moved), %q (another size)", t0, t1, t2)
 	}
 	// A LUKS qcow2's header is not that of a plain image: hashed whole.
 	head := make([]byte, 104)
