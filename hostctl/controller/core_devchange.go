@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/part"
@@ -226,10 +225,9 @@ type startFailer interface {
 }
 
 // faultShower is a part that knows the instances in ERROR: the reason by
-// instance UUID (Faults: every one, by lower-case UUID).
+// instance UUID (list reads every one: view.Faults).
 type faultShower interface {
 	Fault(ctx context.Context, uuid string) (string, error)
-	Faults(ctx context.Context) (map[string]string, error)
 }
 
 // startFailed tells the parts that the start of rec failed with err and
@@ -267,21 +265,6 @@ func (c *Controller) faultOf(ctx context.Context, uuid string) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// faults returns the reasons of every instance in ERROR, by UUID.
-func (c *Controller) faults(ctx context.Context) (map[string]string, error) {
-	for _, p := range c.parts {
-		if fs, ok := p.(faultShower); ok {
-			return fs.Faults(ctx)
-		}
-	}
-	return nil, nil
-}
-
-// faultFor is the reason of uuid in a map of faults.
-func faultFor(faults map[string]string, uuid string) string {
-	return faults[strings.ToLower(uuid)]
 }
 
 // showFault sets the state and fault of an instance in ERROR whose

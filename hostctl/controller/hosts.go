@@ -38,7 +38,7 @@ type Hosts interface {
 }
 
 // owns reports whether rec is this host's to manage (hosts.Owns).
-func (c *Controller) owns(rec store.Instance) bool { return hosts.Owns(c.hostName, rec) }
+func (c *Controller) owns(rec store.Instance) bool { return hosts.Owns(c.hostName, rec.Host) }
 
 // ownRecord returns the record of the instance named name for op, or
 // ErrOtherHost naming its owner.

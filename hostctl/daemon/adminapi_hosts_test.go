@@ -19,7 +19,7 @@ import (
 // forwards any of them.
 func TestHostsEventsMetricsServedOutsideTheCore(t *testing.T) {
 	ctl := reflect.TypeFor[*controller.Controller]()
-	for _, m := range []string{"Hosts", "Count", "ReadEvents", "Audit"} {
+	for _, m := range []string{"Hosts", "Count", "ReadEvents", "Audit", "InstanceStates"} {
 		if _, ok := ctl.MethodByName(m); ok {
 			t.Errorf("the controller has %s: that belongs outside the core", m)
 		}

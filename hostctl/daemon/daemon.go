@@ -38,6 +38,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
@@ -273,6 +274,7 @@ type serve struct {
 	inv    *devices.Inventory
 
 	hm        *hostmetrics.Metrics
+	states    view.States // the instances' states, for the metrics (views.go)
 	ctlStore  store.Store
 	km        *keys.Manager
 	prober    *encryption.Prober
@@ -450,6 +452,7 @@ func (s *serve) startController(context.Context) error {
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
 	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
+	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                     // views.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
@@ -526,6 +529,7 @@ func (s *serve) startMetrics(context.Context) error {
 	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(hostmetrics.Sources{
 		Instances: s.ctl,
 		Store:     s.ctlStore, // a scrape reads only the instance records that changed
+		States:    s.states,
 		Hosts:     s.hostRegistry().List,
 	}))
 }

@@ -7,11 +7,12 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// Owns reports whether rec is host's to manage: its record names host,
-// or no host (written before hosts were tracked: it belongs to whichever
-// host touches it next), or hosts are not tracked (host "").
-func Owns(host string, rec store.Instance) bool {
-	return rec.Host == "" || host == "" || rec.Host == host
+// Owns reports whether an instance whose record names owner (its Host)
+// is host's to manage: owner is host, or "" (a record written before
+// hosts were tracked: it belongs to whichever host touches it next), or
+// hosts are not tracked (host "").
+func Owns(host, owner string) bool {
+	return owner == "" || host == "" || owner == host
 }
 
 // Instances lists the instance records of the store.
@@ -30,7 +31,7 @@ func Count(ctx context.Context, st Instances, host string) (int, error) {
 	}
 	n := 0
 	for _, rec := range recs {
-		if Owns(host, rec) {
+		if Owns(host, rec.Host) {
 			n++
 		}
 	}

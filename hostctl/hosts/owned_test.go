@@ -49,8 +49,8 @@ func TestOwns(t *testing.T) {
 		{"host-a", "", true}, // written before hosts were tracked
 		{"", "host-b", true}, // hosts not tracked
 	} {
-		if got := hosts.Owns(tc.host, store.Instance{Name: "i", Host: tc.owner}); got != tc.want {
-			t.Errorf("Owns(%q, record of %q) = %v, want %v", tc.host, tc.owner, got, tc.want)
+		if got := hosts.Owns(tc.host, tc.owner); got != tc.want {
+			t.Errorf("Owns(%q, %q) = %v, want %v", tc.host, tc.owner, got, tc.want)
 		}
 	}
 }
