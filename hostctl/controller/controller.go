@@ -54,6 +54,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -583,10 +584,9 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
 	}
+	inst.Fault = reason
 	if c.owns(rec) {
-		showFault(inst, reason)
-	} else {
-		inst.Fault = reason
+		inst.State = view.WithFault(inst.State, reason) // as list shows it
 	}
 	if st, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
 		inst.State = st // core_vmstate.go

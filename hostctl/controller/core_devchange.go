@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -214,8 +215,8 @@ var ErrMountFailed = part.ErrMountFailed
 type MountError = part.MountError
 
 // StateError is the state of an instance in ERROR (Instance.State)
-// while its domain is not running.
-const StateError = "error"
+// while its domain is not running (view.WithFault).
+const StateError = view.Error
 
 // startFailer is a part with work when a start failed (the faults part:
 // a mount failure puts the instance in ERROR); its error joins the
@@ -265,18 +266,4 @@ func (c *Controller) faultOf(ctx context.Context, uuid string) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// showFault sets the state and fault of an instance in ERROR whose
-// domain is not running (a running domain shows its own state).
-func showFault(inst *Instance, reason string) {
-	if reason == "" {
-		return
-	}
-	inst.Fault = reason
-	switch inst.State {
-	case "running", "paused", StateUnknown:
-	default:
-		inst.State = StateError
-	}
 }
