@@ -2,14 +2,10 @@ package virt
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -92,66 +88,53 @@ func TestReleaseLeaseWithoutTool(t *testing.T) {
 // at once, and macA's client then gets its configured address.
 func TestDHCPLeasesAgainstDnsmasq(t *testing.T) {
 	uri := testenv.RequireLibvirt(t)
-	if os.Geteuid() != 0 {
-		testenv.Require(t, "root", "network namespaces, veth pairs and dhcp_release need root")
-	}
 	testenv.LookPath(t, DHCPReleaseTool) // test/setup installs dnsmasq-utils
+	const network = "default"
+	bridge := testenv.DefaultNetworkBridge(t, uri)
 	ctx := testCtx(t, 3*time.Minute)
 	c := connect(t, uri, ConnOptions{})
-	const network = "default"
-	netXML := virsh(t, uri, "net-dumpxml", network)
-	if out := virsh(t, uri, "net-info", network); !strings.Contains(out, "Active:         yes") {
-		testenv.Require(t, "libvirt's default network", "it does not run (test/setup starts it):\n"+out)
-	}
-	m := regexp.MustCompile(`<bridge name='([^']+)'`).FindStringSubmatch(netXML)
-	if m == nil {
-		t.Fatalf("no bridge in the default network:\n%s", netXML)
-	}
-	bridge := m[1]
 
 	ip := testenv.DefaultNetworkAddress(t, uri, testenv.AddrsVirt)
 	other := testenv.DefaultNetworkAddress(t, uri, testenv.AddrsVirt) // macA asks for it while ip is taken
-	b, a := newDHCPClient(t, bridge), newDHCPClient(t, bridge)
-	b.waitForwarding(ctx)
-	a.waitForwarding(ctx)
+	b, a := testenv.NewDHCPClient(t, bridge), testenv.NewDHCPClient(t, bridge)
 
-	if got := b.obtain(ctx, ip); got != ip {
-		t.Fatalf("client %s asked for %s and got %s", b.mac, ip, got)
+	if got := b.Obtain(ctx, ip); got != ip {
+		t.Fatalf("client %s asked for %s and got %s", b.MAC, ip, got)
 	}
-	l := waitLease(t, ctx, c, network, ip, func(l *Lease) bool { return l != nil && l.MAC == b.mac })
+	l := waitLease(t, ctx, c, network, ip, func(l *Lease) bool { return l != nil && l.MAC == b.MAC })
 	if l.Expiry.Before(time.Now()) {
 		t.Errorf("lease %+v: expiry not in the future", *l)
 	}
-	t.Logf("dnsmasq leased %s to %s until %s", ip, b.mac, l.Expiry.Format(time.RFC3339))
+	t.Logf("dnsmasq leased %s to %s until %s", ip, b.MAC, l.Expiry.Format(time.RFC3339))
 
 	// The fixed-address case: a host entry ip -> macA while macB's lease
 	// of ip runs.
-	if err := c.AddDHCPHost(ctx, network, DHCPHost{MAC: a.mac, IP: ip}); err != nil {
+	if err := c.AddDHCPHost(ctx, network, DHCPHost{MAC: a.MAC, IP: ip}); err != nil {
 		t.Fatalf("AddDHCPHost: %v", err)
 	}
-	t.Cleanup(func() { removeHostEntry(uri, network, a.mac) })
+	t.Cleanup(func() { removeHostEntry(uri, network, a.MAC) })
 	leases, err := c.ActiveLeases(ctx, network)
 	if err != nil {
 		t.Fatalf("ActiveLeases: %v", err)
 	}
-	if i := slices.IndexFunc(leases, func(l Lease) bool { return l.IP == ip }); i < 0 || leases[i].MAC != b.mac {
-		t.Fatalf("leases after the host entry %s -> %s: %+v; want %s held by %s", ip, a.mac, leases, ip, b.mac)
+	if i := slices.IndexFunc(leases, func(l Lease) bool { return l.IP == ip }); i < 0 || leases[i].MAC != b.MAC {
+		t.Fatalf("leases after the host entry %s -> %s: %+v; want %s held by %s", ip, a.MAC, leases, ip, b.MAC)
 	}
-	if got := a.obtain(ctx, other); got == ip {
-		t.Fatalf("client %s got its configured address %s although %s holds a lease of it", a.mac, ip, b.mac)
+	if got := a.Obtain(ctx, other); got == ip {
+		t.Fatalf("client %s got its configured address %s although %s holds a lease of it", a.MAC, ip, b.MAC)
 	} else {
-		t.Logf("dnsmasq gave %s %s, not its configured %s (leased to %s)", a.mac, got, ip, b.mac)
+		t.Logf("dnsmasq gave %s %s, not its configured %s (leased to %s)", a.MAC, got, ip, b.MAC)
 	}
 
-	if err := c.ReleaseLease(ctx, network, ip, b.mac); err != nil {
+	if err := c.ReleaseLease(ctx, network, ip, b.MAC); err != nil {
 		t.Fatalf("ReleaseLease: %v", err)
 	}
 	waitLease(t, ctx, c, network, ip, func(l *Lease) bool { return l == nil })
-	if got := a.obtain(ctx, other); got != ip {
-		t.Errorf("after the release, client %s got %s; want its configured %s", a.mac, got, ip)
+	if got := a.Obtain(ctx, other); got != ip {
+		t.Errorf("after the release, client %s got %s; want its configured %s", a.MAC, got, ip)
 	}
 	// A release that names no lease of dnsmasq's is no error.
-	if err := c.ReleaseLease(ctx, network, ip, b.mac); err != nil {
+	if err := c.ReleaseLease(ctx, network, ip, b.MAC); err != nil {
 		t.Errorf("ReleaseLease of a lease already gone: %v", err)
 	}
 }
@@ -181,110 +164,6 @@ func waitLease(t *testing.T, ctx context.Context, c *Conn, network, ip string, o
 		case <-tick.C:
 		}
 	}
-}
-
-// dhcpClient is a DHCP client on a libvirt network: a network namespace
-// joined to the network's bridge by a veth pair, with a MAC of its own.
-// Everything goes when the test ends, the client's leases too.
-type dhcpClient struct {
-	t                *testing.T
-	ns, hostIf, nsIf string
-	mac              string
-	ipTool, busybox  string
-	bridge           string
-	obtained         []string
-}
-
-func newDHCPClient(t *testing.T, bridge string) *dhcpClient {
-	t.Helper()
-	var id [3]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		t.Fatal(err)
-	}
-	s := hex.EncodeToString(id[:])
-	mac, err := GenerateMAC()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &dhcpClient{t: t, ns: "vmeta-lw-" + s, hostIf: "lw" + s + "h", nsIf: "lw" + s + "g", mac: mac,
-		ipTool: testenv.LookPath(t, "ip"), busybox: testenv.LookPath(t, "busybox"), bridge: bridge}
-	d.run(d.ipTool, "netns", "add", d.ns)
-	t.Cleanup(func() {
-		for _, ip := range d.obtained {
-			_ = exec.Command(DHCPReleaseTool, d.bridge, ip, d.mac).Run()
-		}
-		_ = exec.Command(d.ipTool, "link", "del", d.hostIf).Run()
-		_ = exec.Command(d.ipTool, "netns", "del", d.ns).Run()
-	})
-	d.run(d.ipTool, "link", "add", d.hostIf, "type", "veth", "peer", "name", d.nsIf)
-	d.run(d.ipTool, "link", "set", d.nsIf, "netns", d.ns)
-	d.run(d.ipTool, "link", "set", d.hostIf, "master", bridge)
-	d.run(d.ipTool, "link", "set", d.hostIf, "up")
-	d.run(d.ipTool, "-n", d.ns, "link", "set", d.nsIf, "address", mac)
-	d.run(d.ipTool, "-n", d.ns, "link", "set", d.nsIf, "up")
-	return d
-}
-
-func (d *dhcpClient) run(name string, args ...string) {
-	d.t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		d.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// waitForwarding waits until the bridge forwards the client's frames: a
-// new port of a bridge with STP on listens and learns first (twice the
-// bridge's forward delay), and DHCP packets sent before go nowhere.
-func (d *dhcpClient) waitForwarding(ctx context.Context) {
-	d.t.Helper()
-	const forwarding = "3" // BR_STATE_FORWARDING
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		b, err := os.ReadFile("/sys/class/net/" + d.hostIf + "/brport/state")
-		if err != nil {
-			d.t.Fatalf("bridge port %s: %v", d.hostIf, err)
-		}
-		if strings.TrimSpace(string(b)) == forwarding {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			d.t.Fatalf("bridge port %s of %s never forwarded (state %s)", d.hostIf, d.bridge, b)
-		case <-tick.C:
-		}
-	}
-}
-
-var reObtained = regexp.MustCompile(`lease of (\S+) obtained`)
-
-// obtain runs busybox udhcpc in the client's namespace, asking for the
-// address want, until it obtains a lease (it configures nothing), and
-// returns the address it got.
-func (d *dhcpClient) obtain(ctx context.Context, want string) string {
-	d.t.Helper()
-	for {
-		cmd := exec.CommandContext(ctx, d.ipTool, "netns", "exec", d.ns, d.busybox, "udhcpc",
-			"-i", d.nsIf, "-n", "-q", "-s", "/bin/true", "-t", "5", "-T", "1", "-r", want)
-		out, err := cmd.CombinedOutput()
-		if m := reObtained.FindSubmatch(out); err == nil && m != nil {
-			ip := string(m[1])
-			d.obtained = append(d.obtained, ip)
-			return ip
-		}
-		if ctx.Err() != nil {
-			d.t.Fatalf("udhcpc for %s never obtained a lease: %v\n%s", d.mac, err, out)
-		}
-		d.t.Logf("udhcpc for %s: no lease yet (%v): %s", d.mac, err, bytesTail(out))
-	}
-}
-
-func bytesTail(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
 }
 
 // removeHostEntry removes mac's host entry from network, live and from its
