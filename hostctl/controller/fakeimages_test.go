@@ -404,3 +404,107 @@ func TestMakeTemplateMatchesMkswap(t *testing.T) {
 		t.Errorf("snapshot shows makeTemplate's template as %q (%v)", d, err)
 	}
 }
+
+// qcow2Listing is what a guest sees of the plain qcow2 at p, read from
+// its header and tables in Go: its virtual size, its backing file, and
+// which of its clusters the image itself holds (data or zeros), as
+// `qemu-img info` and `qemu-img map` tell it without the host offsets. A
+// disk grown by a resize and shrunk back by its undo lists the same (its
+// bytes differ: qcow2 keeps the larger L1 table). ok is false for
+// anything else.
+func qcow2Listing(p string) (string, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	h := make([]byte, qcow2HeaderBytes)
+	if n, err := io.ReadFull(f, h); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return "", false
+	} else if !isPlainQcow2Header(h[:n]) || binary.BigEndian.Uint32(h[20:]) != 16 {
+		return "", false
+	}
+	be := binary.BigEndian
+	size := be.Uint64(h[24:])
+	boff, blen := be.Uint64(h[8:]), uint64(be.Uint32(h[16:]))
+	backing := string(h[boff : boff+blen])
+	l1 := make([]byte, 8*be.Uint32(h[36:]))
+	if _, err := f.ReadAt(l1, int64(be.Uint64(h[40:]))); err != nil {
+		return "", false
+	}
+	const offsetMask = 0x00fffffffffffe00
+	var held []string
+	l2 := make([]byte, qcow2Cluster)
+	for i := range len(l1) / 8 {
+		t := be.Uint64(l1[8*i:]) & offsetMask
+		if t == 0 {
+			continue
+		}
+		if _, err := f.ReadAt(l2, int64(t)); err != nil {
+			return "", false
+		}
+		for j := range qcow2Cluster / 8 {
+			if e := be.Uint64(l2[8*j:]) &^ (1 << 63); e != 0 {
+				kind := "data"
+				if e&1 != 0 {
+					kind = "zero"
+				}
+				held = append(held, fmt.Sprintf("%d:%s", i*qcow2Cluster/8+j, kind))
+			}
+		}
+	}
+	return fmt.Sprintf("qcow2 %d over %q, clusters [%s]", size, backing, strings.Join(held, " ")), true
+}
+
+// TestQcow2Listing: qcow2Listing sees a resize, a written cluster and
+// another backing file, and not a grow shrunk back.
+func TestQcow2Listing(t *testing.T) {
+	t.Parallel()
+	qemuImg := testenv.LookPath(t, "qemu-img")
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := execCommand(qemuImg, args...); err != nil {
+			t.Fatalf("qemu-img %v: %v: %s", args, err, out)
+		}
+	}
+	dir := t.TempDir()
+	base, base2, p := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "base2.qcow2"), filepath.Join(dir, "disk")
+	run("create", "-q", "-f", "qcow2", base, "1G")
+	run("create", "-q", "-f", "qcow2", base2, "1G")
+	run("create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", p)
+	listing := func() string {
+		t.Helper()
+		v, ok := qcow2Listing(p)
+		if !ok {
+			t.Fatalf("%s: not listed", p)
+		}
+		return v
+	}
+	blank := listing()
+	if want := fmt.Sprintf("qcow2 %d over %q, clusters []", 1<<30, base); blank != want {
+		t.Errorf("blank overlay: %s, want %s", blank, want)
+	}
+	run("resize", "-q", "-f", "qcow2", p, "2G")
+	if listing() == blank {
+		t.Error("a resize does not show")
+	}
+	run("resize", "-q", "--shrink", "-f", "qcow2", p, "1G")
+	if v := listing(); v != blank {
+		t.Errorf("grown and shrunk back: %s, want %s", v, blank)
+	}
+	testenv.LookPath(t, "qemu-io")
+	if out, err := execCommand(testenv.LookPath(t, "qemu-io"), "-f", "qcow2", p, "-c", "write -P 0x5a 128k 64k", "-c", "write -z 1M 64k"); err != nil {
+		t.Fatalf("qemu-io: %v: %s", err, out)
+	}
+	if v := listing(); !strings.HasSuffix(v, "clusters [2:data 16:zero]") {
+		t.Errorf("after writing cluster 2 and zeroing cluster 16: %s", v)
+	}
+	os.Remove(p)
+	run("create", "-q", "-f", "qcow2", "-b", base2, "-F", "qcow2", p)
+	if v := listing(); v == blank {
+		t.Error("another backing file does not show")
+	}
+	if _, ok := qcow2Listing(base + ".missing"); ok {
+		t.Error("a missing file listed")
+	}
+}

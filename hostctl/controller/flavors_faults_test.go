@@ -3,12 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,36 +22,17 @@ func flavorSetup(e *env) {
 	ctx := context.Background()
 	// A flavor disk grown by a resize and shrunk back by its undo is the
 	// same disk (size, backing file, allocation) but not the same bytes
-	// (qcow2 keeps its larger L1 table): such files are compared by what
-	// qemu-img says of them.
+	// (qcow2 keeps its larger L1 table): such files are compared by
+	// what a guest sees of them (qcow2Listing, fakeimages_test.go).
 	e.fileView = func(p string) (string, bool) {
 		if filepath.Base(p) != "disk" {
 			return "", false
 		}
-		info, err := exec.Command(e.qemuImg, "info", "--output=json", "-U", p).Output()
-		if err != nil {
-			return "", false
-		}
-		var v struct {
-			VirtualSize int64  `json:"virtual-size"`
-			Backing     string `json:"backing-filename"`
-		}
-		if json.Unmarshal(info, &v) != nil {
-			return "", false
-		}
-		m, err := exec.Command(e.qemuImg, "map", "--output=json", "-U", p).Output()
-		if err != nil {
-			return "", false
-		}
-		return fmt.Sprintf("qcow2 %d over %s, map %x", v.VirtualSize, v.Backing, sha256.Sum256(m)), true
+		return qcow2Listing(p)
 	}
 	testenv.LookPath(e.t, "mkswap")
 	for _, name := range []string{"deb", "deb2"} {
-		p := filepath.Join(e.t.TempDir(), "src")
-		if out, err := exec.Command(e.qemuImg, "create", "-q", "-f", "qcow2", p, "16M").CombinedOutput(); err != nil {
-			e.t.Fatalf("%v: %s", err, out)
-		}
-		b, err := os.ReadFile(p)
+		b, err := qcow2Image(images.Disk{Size: "16M"}) // what qemu-img create writes (fakeimages_test.go)
 		if err != nil {
 			e.t.Fatal(err)
 		}
