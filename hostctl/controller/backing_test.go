@@ -240,6 +240,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 // have it (the policy already makes every disk of an instance from an
 // encrypted image encrypted: no surprise decryption).
 func TestEncryptedImageRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	withFakeEncryption(t, e) // refused before any LUKS work
 	ctx := context.Background()
@@ -271,6 +272,7 @@ const encImageSpec = "name: img-1\nproject_id: p1\nimage: enc-img\ndisks: [{name
 // every libvirt and store step, of an apply over an encrypted image and
 // of its start: nothing is left behind (the backing copy included).
 func TestFaultsEncryptedImage(t *testing.T) {
+	t.Parallel()
 	setup := func(e *env) { makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1") }
 	apply := func(e *env) error { _, err := e.apply(encImageSpec); return err }
 	t.Run("apply keys and qemu-img", func(t *testing.T) { encFaults(t, setup, apply) })
@@ -289,6 +291,7 @@ func TestFaultsEncryptedImage(t *testing.T) {
 // does not run, and after the instance is gone from the store, deletes
 // the copy.
 func TestSweepKeepsBackingCopy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	withFakeEncryption(t, e)
 	ctx := context.Background()

@@ -61,15 +61,18 @@ const flavorSpec = "name: app-1\nflavor: f.small\nimage: deb\naddresses: [10.1.0
 // every hypervisor call, the store write and qemu-img failing in turn
 // leave the store, the data directory and libvirt as they were.
 func TestFaultsFlavorApply(t *testing.T) {
+	t.Parallel()
 	faultMatrix(t, flavorSetup, func(e *env) error { _, err := e.apply(flavorSpec); return err })
 }
 
 func TestFaultsResize(t *testing.T) {
+	t.Parallel()
 	faultMatrix(t, func(e *env) { flavorSetup(e); e.mustApply(flavorSpec) },
 		func(e *env) error { _, err := e.c.Resize(context.Background(), "app-1", "f.big"); return err })
 }
 
 func TestFaultsRebuild(t *testing.T) {
+	t.Parallel()
 	faultMatrix(t, func(e *env) { flavorSetup(e); e.mustApply(flavorSpec) },
 		func(e *env) error { _, err := e.c.Rebuild(context.Background(), "app-1", "deb2"); return err })
 }

@@ -8,19 +8,19 @@ import (
 	"testing"
 )
 
-// TestMain runs the package's parallel tests 4 per CPU unless -parallel
-// says otherwise. They wait more than they compute: a fault step opens a
-// bolt file (fsyncs), runs qemu-img and the fake qemu-img script as
-// processes, and the libvirt tests wait for libvirtd and QEMU; at
+// TestMain runs the package's parallel tests 8 per CPU unless -parallel
+// says otherwise. Many wait more than they compute: the libvirt tests wait
+// for libvirtd and QEMU, the real-path tests for qemu-img's LUKS work; at
 // -parallel GOMAXPROCS (go test's default) a two-CPU machine ran the
-// fault steps at 38 % of a CPU (a CPU profile of TestFaultsDelete,
-// TestFaultsApply* and TestFaultsFirmware).
+// fault steps at 38 % of a CPU, and at 4 per CPU the libvirt tests, late
+// in file order, got a slot only after the first half of the package —
+// their minute of waiting then made the package's tail.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(4*runtime.GOMAXPROCS(0))); err != nil {
+		if err := flag.Set("test.parallel", strconv.Itoa(8*runtime.GOMAXPROCS(0))); err != nil {
 			panic(err)
 		}
 	}
