@@ -131,8 +131,10 @@ func fakeQemuImgScript(t *testing.T, real string) string {
 # qemu-img with fake LUKS disks (hostctl/controller/fakedisk_test.go)
 if [ "$1" = info ]; then
 	for f; do :; done
+	# The first bytes only: read(1) would read a binary image byte by
+	# byte up to its first newline.
 	magic=
-	[ -f "$f" ] && IFS= read -r magic < "$f"
+	[ -f "$f" ] && magic=$(head -c ` + strconv.Itoa(len(fakeLUKSMagic)+1) + ` -- "$f")
 	if [ "$magic" = ` + fakeLUKSMagic + ` ]; then
 		size=0 backing= bformat=
 		while read -r k v; do
