@@ -1,12 +1,14 @@
 package controller
 
-import "context"
+import (
+	"context"
 
-// The core as the shares part (hostctl/shares) calls it: its
-// shares.Instances, with Reapply (core_nicspart.go) and Capabilities
-// (core_ops.go); its live attach and detach go through hostctl/ops
-// (liveshares.go). It names no type of this package, so that
-// hostctl/shares does not import it.
+	"github.com/vmeta/vmeta/internal/model"
+)
+
+// The core as parts call it back (hostctl/shares' shares.Instances, with
+// Capabilities in core_ops.go; hostctl/parts/passthrough's Core). It
+// names no type of this package, so that those do not import it.
 
 // DomainState is the instance's state as Get gives it ("" without a
 // hypervisor).
@@ -16,4 +18,10 @@ func (c *Controller) DomainState(ctx context.Context, name string) (string, erro
 		return "", err
 	}
 	return inst.State, nil
+}
+
+// Reapply applies in again (ApplyInstance: it takes the instance's lock).
+func (c *Controller) Reapply(ctx context.Context, in *model.Instance) error {
+	_, err := c.ApplyInstance(ctx, in)
+	return err
 }

@@ -31,10 +31,8 @@ type instanceStates interface {
 
 // states is the registered part that keeps the instances' states.
 func (c *Controller) states() instanceStates {
-	for _, p := range c.parts {
-		if s, ok := p.(instanceStates); ok {
-			return s
-		}
+	if s, ok := firstPart[instanceStates](c.parts, ""); ok {
+		return s
 	}
 	return noStates{}
 }

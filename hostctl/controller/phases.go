@@ -1,0 +1,422 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/metadata"
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+	"github.com/vmeta/vmeta/internal/store"
+)
+
+// The parts (hostctl/part) are the host features the daemon registers
+// (Options.Parts). The core knows none of them by name: it runs their
+// phases, at the points of each operation hostctl/part's doc lists,
+// through the functions of this file. acting selects the parts of a
+// phase — those that implement its interface and act on the operation —
+// in registration order; runParts runs them, stopping at the first error.
+
+// acting yields, in registration order, the name and the P of every
+// registered part that implements P and answers Act for op (of every
+// part that implements P when op is "").
+func acting[P any](parts []part.Part, op part.Op) iter.Seq2[string, P] {
+	return func(yield func(string, P) bool) {
+		for _, p := range parts {
+			q, ok := p.(P)
+			if ok && (op == "" || p.Answers()[op].Do == part.Act) && !yield(p.Name(), q) {
+				return
+			}
+		}
+	}
+}
+
+// runParts runs phase for every part acting yields; the first error
+// stops it, naming the part.
+func runParts[P any](parts []part.Part, op part.Op, phase func(P) error) error {
+	for name, p := range acting[P](parts, op) {
+		if err := phase(p); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// firstPart is the first part acting yields.
+func firstPart[P any](parts []part.Part, op part.Op) (P, bool) {
+	for _, p := range acting[P](parts, op) {
+		return p, true
+	}
+	var none P
+	return none, false
+}
+
+// partView is what the parts see of in: its spec, its flavor's extra
+// specs and its image's properties.
+func (c *Controller) partView(ctx context.Context, in *model.Instance) (*part.Instance, error) {
+	pi := &part.Instance{Spec: in}
+	if len(c.parts) == 0 {
+		return pi, nil
+	}
+	f, err := c.flavorOf(ctx, in.Flavor)
+	if err != nil {
+		return nil, err
+	}
+	if f != nil {
+		pi.FlavorExtraSpecs = f.ExtraSpecs
+	}
+	img, err := c.imageOf(ctx, in.Image)
+	if err != nil {
+		return nil, err
+	}
+	if img != nil {
+		pi.ImageProperties = img.Properties
+	}
+	return pi, nil
+}
+
+// checkParts runs Check of every part that does not answer Nothing for
+// op (a Refuse answer is checked too). A refusal wraps ErrState and
+// names the part and its reason.
+func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance) error {
+	return c.checkPartsOn(ctx, op, in, "")
+}
+
+// checkPartsOn is checkParts for an instance of host (its record's).
+func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Instance, host string) error {
+	if len(c.parts) == 0 {
+		return nil
+	}
+	pi, err := c.partView(ctx, in)
+	if err != nil {
+		return err
+	}
+	pi.Host = host
+	for _, p := range c.parts {
+		if p.Answers()[op].Do == part.Nothing {
+			continue
+		}
+		if err := p.Check(ctx, op, pi); err != nil {
+			if _, refused := errors.AsType[*part.RefusedError](err); refused {
+				return fmt.Errorf("%w: %w", ErrState, err)
+			}
+			return err // bad input (a *model.SpecError) as the part says
+		}
+	}
+	return nil
+}
+
+// checkRecordParts is checkParts for a stored instance.
+func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
+	if len(c.parts) == 0 {
+		return nil
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return err
+	}
+	if err := c.checkPartsOn(ctx, op, in, rec.Host); err != nil {
+		return fmt.Errorf("%s %s: %w", op, rec.Name, err)
+	}
+	return nil
+}
+
+// completeParts runs Complete (part.Completer) before anything of op is
+// checked; r undoes what they did.
+func (c *Controller) completeParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance) error {
+	pi := &part.Instance{Spec: in}
+	if err := runParts(c.parts, op, func(p part.Completer) error { return p.Complete(ctx, op, pi, r) }); err != nil {
+		return fmt.Errorf("%s %s: %w", op, in.Name, err)
+	}
+	return nil
+}
+
+// claimParts runs Claim (part.Claimer); in is completed with what they
+// took. The end it returns hands the operation's outcome to every claim,
+// newest first.
+func (c *Controller) claimParts(ctx context.Context, op part.Op, in, old *model.Instance) (func(context.Context, error), error) {
+	var ends []func(context.Context, error)
+	end := func(ctx context.Context, err error) {
+		for i := len(ends) - 1; i >= 0; i-- {
+			ends[i](ctx, err)
+		}
+	}
+	pi := &part.Instance{Spec: in, Old: old}
+	for _, p := range acting[part.Claimer](c.parts, op) {
+		e, err := p.Claim(ctx, op, pi)
+		if err != nil {
+			end(ctx, err)
+			return nil, err
+		}
+		ends = append(ends, e)
+	}
+	return end, nil
+}
+
+// prepareParts runs Prepare and hands the parts' devices (and fw_cfg
+// entries) to the domain host will build.
+func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
+	return c.preparePartsFor(ctx, op, r, in, 0, host)
+}
+
+// preparePartsFor is prepareParts for a domain whose publish makes
+// metadata revision rev (0: not known).
+func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, rev int64, host *virt.Host) error {
+	if len(c.parts) == 0 {
+		return nil
+	}
+	pi, err := c.partView(ctx, in)
+	if err != nil {
+		return err
+	}
+	pi.Revision = rev
+	var contrib part.Contribution
+	if err := runParts(c.parts, op, func(p part.Part) error { return p.Prepare(ctx, op, pi, r, &contrib) }); err != nil {
+		return err
+	}
+	for _, d := range contrib.Devices {
+		host.Extra = append(host.Extra, d.XML)
+	}
+	for _, f := range contrib.Firmware {
+		host.Firmware = append(host.Firmware, virt.FirmwareFile{Name: f.Name, File: f.File})
+	}
+	return nil
+}
+
+// definedParts runs Defined (part.Definer) once in's domain is defined
+// and read back (old is the spec before).
+func (c *Controller) definedParts(ctx context.Context, op part.Op, r *revert.Reverter, old, in *model.Instance) error {
+	pi := &part.Instance{Spec: in, Old: old}
+	return runParts(c.parts, op, func(p part.Definer) error { return p.Defined(ctx, op, pi, r) })
+}
+
+// mediaChanger is a part that hands each publish's config drive to the
+// instance's running domain (hostctl/parts/configdrive); the core builds
+// the drive and puts it in place after the store write. Without one a
+// running domain keeps the drive it booted with.
+type mediaChanger interface {
+	// ChangeMedium hands staged, the config drive the publish of
+	// instance name's revision rev built ("" when it has none), to the
+	// instance's domain before the store write; its undo steps go on r.
+	// commit runs once the write stood and the drive is in place;
+	// warnings go to the publish's answer.
+	ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error)
+	// DriveTransport says which revision the config drive carries to
+	// the guest of instance name (running: whether its domain runs).
+	DriveTransport(ctx context.Context, name string, running bool) part.Transport
+}
+
+// changeMedium is ChangeMedium of the registered mediaChanger, if any
+// (commit is never nil).
+func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
+	if m, ok := firstPart[mediaChanger](c.parts, ""); ok {
+		return m.ChangeMedium(ctx, r, name, staged, rev)
+	}
+	return func() {}, nil, nil
+}
+
+// publishParts hands tree (revision rev) to every part.Publisher, before
+// the store write; their undo steps go on r. The returned function runs
+// what they do once the write succeeded.
+func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *model.Instance, tree *metadata.Tree, rev int64) (func(), error) {
+	var commits []func()
+	err := runParts(c.parts, "", func(p part.Publisher) error {
+		commit, err := p.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
+		if commit != nil {
+			commits = append(commits, commit)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		for _, f := range commits {
+			f()
+		}
+	}, nil
+}
+
+// committedParts runs Committed (part.Committer) once op stands, and
+// returns the parts' notes (warnings, what a force-delete leaves behind).
+func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.Instance, host string) []string {
+	var notes []string
+	for _, p := range acting[part.Committer](c.parts, op) {
+		notes = append(notes, p.Committed(ctx, op, &part.Instance{Spec: in, Host: host})...)
+	}
+	return notes
+}
+
+// preStartParts runs PreStart (part.PreStarter) before the operation
+// takes the instance's lock, with the stored spec of an instance this
+// host owns and that may start (checkRecordParts: a shelved one does
+// not, it holds nothing).
+func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string) error {
+	if _, ok := firstPart[part.PreStarter](c.parts, op); !ok {
+		return nil
+	}
+	rec, err := c.ownRecord(ctx, "start", name)
+	if err != nil {
+		return err
+	}
+	if err := c.checkRecordParts(ctx, op, rec); err != nil {
+		return err
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		return err
+	}
+	pi := &part.Instance{Spec: in}
+	for _, p := range acting[part.PreStarter](c.parts, op) {
+		if err := p.PreStart(ctx, op, pi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startParts runs BeforeStart (part.Starter) of every part, whatever the
+// operation, right before in's domain starts; their undo steps go on r.
+func (c *Controller) startParts(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
+	pi := &part.Instance{Spec: in}
+	return runParts(c.parts, "", func(p part.Starter) error { return p.BeforeStart(ctx, pi, r) })
+}
+
+// removeParts runs Remove (part.Remover) after the instance's domain
+// went and before its record goes.
+func (c *Controller) removeParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance) error {
+	pi := &part.Instance{Spec: in}
+	return runParts(c.parts, op, func(p part.Remover) error { return p.Remove(ctx, op, pi, r) })
+}
+
+// afterPhases are the after-phases afterParts runs, by name.
+var afterPhases = map[string]func(part.Part, context.Context, *part.Instance) error{
+	"start": part.Part.AfterStart, "stop": part.Part.AfterStop, "delete": part.Part.AfterDelete,
+}
+
+// afterParts runs the after-phase phase ("start", "stop", "delete") of
+// the parts that act on op (of every part when op is ""); what fails is
+// logged (the operation stands).
+func (c *Controller) afterParts(ctx context.Context, phase string, pi *part.Instance, op part.Op) {
+	for name, p := range acting[part.Part](c.parts, op) {
+		if err := afterPhases[phase](p, ctx, pi); err != nil {
+			c.log.Warn("a part failed after "+phase, "part", name, "instance", pi.Spec.Name, "err", err)
+		}
+	}
+}
+
+// afterRecordParts is afterParts of every part for a stored instance.
+func (c *Controller) afterRecordParts(ctx context.Context, phase string, rec store.Instance) {
+	c.afterStoredParts(ctx, phase, rec, "")
+}
+
+// afterStoredParts is afterParts for a stored instance.
+func (c *Controller) afterStoredParts(ctx context.Context, phase string, rec store.Instance, op part.Op) {
+	if len(c.parts) == 0 {
+		return
+	}
+	in, err := decodeSpec(rec)
+	if err != nil {
+		c.log.Warn("parts not told after "+phase, "instance", rec.Name, "err", err)
+		return
+	}
+	c.afterParts(ctx, phase, &part.Instance{Spec: in, Host: rec.Host}, op)
+}
+
+// partDevices lists the devices the parts give in (instance show).
+func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]HostDevice, error) {
+	if len(c.parts) == 0 {
+		return nil, nil
+	}
+	pi, err := c.partView(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	var out []HostDevice
+	for _, p := range c.parts {
+		devs, err := p.Devices(pi)
+		if err != nil {
+			// Show the instance anyway (its flavor or image changed under
+			// it): the part's entry says what is wrong.
+			out = append(out, HostDevice{Kind: p.Name(), Detail: "unknown: " + err.Error()})
+			continue
+		}
+		for _, d := range devs {
+			out = append(out, HostDevice{Kind: d.Kind, Detail: d.Detail})
+		}
+	}
+	return out, nil
+}
+
+// partsChange names the change of the parts' devices from old to in (a
+// new flavor's or image's watchdog), "" when there is none: the domain is
+// then redefined as for any other hardware change.
+func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (string, error) {
+	if len(c.parts) == 0 {
+		return "", nil
+	}
+	xmlOf := func(in *model.Instance) (string, error) {
+		pi, err := c.partView(ctx, in)
+		if err != nil {
+			return "", err
+		}
+		var b []byte
+		err = runParts(c.parts, "", func(p part.Part) error {
+			devs, err := p.Devices(pi)
+			for _, d := range devs {
+				b = append(append(b, d.XML...), '\n')
+			}
+			return err
+		})
+		return string(b), err
+	}
+	was, err := xmlOf(old)
+	if err != nil {
+		// The stored instance's parts no longer agree with it (a flavor
+		// changed under it): treat as changed, the new view decides.
+		was = "?"
+	}
+	now, err := xmlOf(in)
+	if err != nil {
+		return "", err
+	}
+	if was == now {
+		return "", nil
+	}
+	return "the host parts' devices", nil
+}
+
+// partsDrifted says how a part.Publisher's transport of in no longer
+// agrees with its setting or the stored revision rev (the reconciler
+// then publishes in again): the first part's reason, "" when none.
+func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) (partName, reason string) {
+	for name, p := range acting[part.Publisher](c.parts, "") {
+		if why := p.Drifted(ctx, &part.Instance{Spec: in}, rev); why != "" {
+			return name, why
+		}
+	}
+	return "", ""
+}
+
+// driveTransport is the config drive's transport of instance name, as
+// the registered mediaChanger tells it (none without one).
+func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []Transport {
+	if m, ok := firstPart[mediaChanger](c.parts, ""); ok {
+		return []Transport{Transport(m.DriveTransport(ctx, name, running))}
+	}
+	return nil
+}
+
+// partTransports says which revision each part.Publisher carries for in
+// (stored: the stored metadata's revision, 0 when none).
+func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []Transport {
+	var out []Transport
+	for _, p := range acting[part.Publisher](c.parts, "") {
+		out = append(out, Transport(p.Transport(ctx, &part.Instance{Spec: in}, running, stored)))
+	}
+	return out
+}
