@@ -124,7 +124,7 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 	secretLocks    keylock.Map // per key-manager secret (the disks part's secret rule)
 
-	parts []part.Part // the host features, in registration order (parts.go)
+	parts part.Set // the host features, in registration order (phases.go)
 }
 
 // observe tells Options.Observe that op, begun at start, ended with

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -31,7 +32,7 @@ type instanceStates interface {
 
 // states is the registered part that keeps the instances' states.
 func (c *Controller) states() instanceStates {
-	if s, ok := firstPart[instanceStates](c.parts, ""); ok {
+	if s, ok := part.First[instanceStates](c.parts, ""); ok {
 		return s
 	}
 	return noStates{}

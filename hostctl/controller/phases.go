@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"iter"
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -16,44 +14,10 @@ import (
 
 // The parts (hostctl/part) are the host features the daemon registers
 // (Options.Parts). The core knows none of them by name: it runs their
-// phases, at the points of each operation hostctl/part's doc lists,
-// through the functions of this file. acting selects the parts of a
-// phase — those that implement its interface and act on the operation —
-// in registration order; runParts runs them, stopping at the first error.
-
-// acting yields, in registration order, the name and the P of every
-// registered part that implements P and answers Act for op (of every
-// part that implements P when op is "").
-func acting[P any](parts []part.Part, op part.Op) iter.Seq2[string, P] {
-	return func(yield func(string, P) bool) {
-		for _, p := range parts {
-			q, ok := p.(P)
-			if ok && (op == "" || p.Answers()[op].Do == part.Act) && !yield(p.Name(), q) {
-				return
-			}
-		}
-	}
-}
-
-// runParts runs phase for every part acting yields; the first error
-// stops it, naming the part.
-func runParts[P any](parts []part.Part, op part.Op, phase func(P) error) error {
-	for name, p := range acting[P](parts, op) {
-		if err := phase(p); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// firstPart is the first part acting yields.
-func firstPart[P any](parts []part.Part, op part.Op) (P, bool) {
-	for _, p := range acting[P](parts, op) {
-		return p, true
-	}
-	var none P
-	return none, false
-}
+// phases over c.parts (part.Set, which selects and orders them) at the
+// points of each operation hostctl/part's doc lists, through the
+// functions of this file, which give the parts their view of the
+// instance.
 
 // partView is what the parts see of in: its spec, its flavor's extra
 // specs and its image's properties.
@@ -62,14 +26,15 @@ func (c *Controller) partView(ctx context.Context, in *model.Instance) (*part.In
 	if len(c.parts) == 0 {
 		return pi, nil
 	}
-	f, err := c.flavorOf(ctx, in.Flavor)
+	l := c.Layouts()
+	f, err := l.FlavorOf(ctx, in.Flavor)
 	if err != nil {
 		return nil, err
 	}
 	if f != nil {
 		pi.FlavorExtraSpecs = f.ExtraSpecs
 	}
-	img, err := c.imageOf(ctx, in.Image)
+	img, err := l.ImageOf(ctx, in.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -79,9 +44,8 @@ func (c *Controller) partView(ctx context.Context, in *model.Instance) (*part.In
 	return pi, nil
 }
 
-// checkParts runs Check of every part that does not answer Nothing for
-// op (a Refuse answer is checked too). A refusal wraps ErrState and
-// names the part and its reason.
+// checkParts runs the parts' Check (part.Set.Check): a refusal wraps
+// ErrState and names the part and its reason.
 func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance) error {
 	return c.checkPartsOn(ctx, op, in, "")
 }
@@ -96,18 +60,7 @@ func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Ins
 		return err
 	}
 	pi.Host = host
-	for _, p := range c.parts {
-		if p.Answers()[op].Do == part.Nothing {
-			continue
-		}
-		if err := p.Check(ctx, op, pi); err != nil {
-			if _, refused := errors.AsType[*part.RefusedError](err); refused {
-				return fmt.Errorf("%w: %w", ErrState, err)
-			}
-			return err // bad input (a *model.SpecError) as the part says
-		}
-	}
-	return nil
+	return c.parts.Check(ctx, op, pi)
 }
 
 // checkRecordParts is checkParts for a stored instance.
@@ -129,32 +82,16 @@ func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store
 // checked; r undoes what they did.
 func (c *Controller) completeParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance) error {
 	pi := &part.Instance{Spec: in}
-	if err := runParts(c.parts, op, func(p part.Completer) error { return p.Complete(ctx, op, pi, r) }); err != nil {
+	if err := part.Run(c.parts, op, func(p part.Completer) error { return p.Complete(ctx, op, pi, r) }); err != nil {
 		return fmt.Errorf("%s %s: %w", op, in.Name, err)
 	}
 	return nil
 }
 
 // claimParts runs Claim (part.Claimer); in is completed with what they
-// took. The end it returns hands the operation's outcome to every claim,
-// newest first.
-func (c *Controller) claimParts(ctx context.Context, op part.Op, in, old *model.Instance) (func(context.Context, error), error) {
-	var ends []func(context.Context, error)
-	end := func(ctx context.Context, err error) {
-		for i := len(ends) - 1; i >= 0; i-- {
-			ends[i](ctx, err)
-		}
-	}
-	pi := &part.Instance{Spec: in, Old: old}
-	for _, p := range acting[part.Claimer](c.parts, op) {
-		e, err := p.Claim(ctx, op, pi)
-		if err != nil {
-			end(ctx, err)
-			return nil, err
-		}
-		ends = append(ends, e)
-	}
-	return end, nil
+// took, end hands them the operation's outcome.
+func (c *Controller) claimParts(ctx context.Context, op part.Op, in, old *model.Instance) (end func(context.Context, error), err error) {
+	return c.parts.Claim(ctx, op, &part.Instance{Spec: in, Old: old})
 }
 
 // prepareParts runs Prepare and hands the parts' devices (and fw_cfg
@@ -174,8 +111,8 @@ func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.
 		return err
 	}
 	pi.Revision = rev
-	var contrib part.Contribution
-	if err := runParts(c.parts, op, func(p part.Part) error { return p.Prepare(ctx, op, pi, r, &contrib) }); err != nil {
+	contrib, err := c.parts.Prepare(ctx, op, pi, r)
+	if err != nil {
 		return err
 	}
 	for _, d := range contrib.Devices {
@@ -191,7 +128,7 @@ func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.
 // and read back (old is the spec before).
 func (c *Controller) definedParts(ctx context.Context, op part.Op, r *revert.Reverter, old, in *model.Instance) error {
 	pi := &part.Instance{Spec: in, Old: old}
-	return runParts(c.parts, op, func(p part.Definer) error { return p.Defined(ctx, op, pi, r) })
+	return part.Run(c.parts, op, func(p part.Definer) error { return p.Defined(ctx, op, pi, r) })
 }
 
 // mediaChanger is a part that hands each publish's config drive to the
@@ -213,42 +150,23 @@ type mediaChanger interface {
 // changeMedium is ChangeMedium of the registered mediaChanger, if any
 // (commit is never nil).
 func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
-	if m, ok := firstPart[mediaChanger](c.parts, ""); ok {
+	if m, ok := part.First[mediaChanger](c.parts, ""); ok {
 		return m.ChangeMedium(ctx, r, name, staged, rev)
 	}
 	return func() {}, nil, nil
 }
 
 // publishParts hands tree (revision rev) to every part.Publisher, before
-// the store write; their undo steps go on r. The returned function runs
-// what they do once the write succeeded.
-func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *model.Instance, tree *metadata.Tree, rev int64) (func(), error) {
-	var commits []func()
-	err := runParts(c.parts, "", func(p part.Publisher) error {
-		commit, err := p.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
-		if commit != nil {
-			commits = append(commits, commit)
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return func() {
-		for _, f := range commits {
-			f()
-		}
-	}, nil
+// the store write; their undo steps go on r, commit runs once the write
+// succeeded.
+func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *model.Instance, tree *metadata.Tree, rev int64) (commit func(), err error) {
+	return c.parts.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
 }
 
 // committedParts runs Committed (part.Committer) once op stands, and
 // returns the parts' notes (warnings, what a force-delete leaves behind).
 func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.Instance, host string) []string {
-	var notes []string
-	for _, p := range acting[part.Committer](c.parts, op) {
-		notes = append(notes, p.Committed(ctx, op, &part.Instance{Spec: in, Host: host})...)
-	}
-	return notes
+	return c.parts.Committed(ctx, op, &part.Instance{Spec: in, Host: host})
 }
 
 // preStartParts runs PreStart (part.PreStarter) before the operation
@@ -256,7 +174,7 @@ func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.I
 // host owns and that may start (checkRecordParts: a shelved one does
 // not, it holds nothing).
 func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string) error {
-	if _, ok := firstPart[part.PreStarter](c.parts, op); !ok {
+	if _, ok := part.First[part.PreStarter](c.parts, op); !ok {
 		return nil
 	}
 	rec, err := c.ownRecord(ctx, "start", name)
@@ -270,51 +188,37 @@ func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string)
 	if err != nil {
 		return err
 	}
-	pi := &part.Instance{Spec: in}
-	for _, p := range acting[part.PreStarter](c.parts, op) {
-		if err := p.PreStart(ctx, op, pi); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.parts.PreStart(ctx, op, &part.Instance{Spec: in})
 }
 
 // startParts runs BeforeStart (part.Starter) of every part, whatever the
 // operation, right before in's domain starts; their undo steps go on r.
 func (c *Controller) startParts(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
 	pi := &part.Instance{Spec: in}
-	return runParts(c.parts, "", func(p part.Starter) error { return p.BeforeStart(ctx, pi, r) })
+	return part.Run(c.parts, "", func(p part.Starter) error { return p.BeforeStart(ctx, pi, r) })
 }
 
 // removeParts runs Remove (part.Remover) after the instance's domain
 // went and before its record goes.
 func (c *Controller) removeParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance) error {
 	pi := &part.Instance{Spec: in}
-	return runParts(c.parts, op, func(p part.Remover) error { return p.Remove(ctx, op, pi, r) })
+	return part.Run(c.parts, op, func(p part.Remover) error { return p.Remove(ctx, op, pi, r) })
 }
 
-// afterPhases are the after-phases afterParts runs, by name.
+// afterPhases are the after-phases, by the names afterParts takes.
 var afterPhases = map[string]func(part.Part, context.Context, *part.Instance) error{
 	"start": part.Part.AfterStart, "stop": part.Part.AfterStop, "delete": part.Part.AfterDelete,
 }
 
-// afterParts runs the after-phase phase ("start", "stop", "delete") of
-// the parts that act on op (of every part when op is ""); what fails is
-// logged (the operation stands).
-func (c *Controller) afterParts(ctx context.Context, phase string, pi *part.Instance, op part.Op) {
-	for name, p := range acting[part.Part](c.parts, op) {
-		if err := afterPhases[phase](p, ctx, pi); err != nil {
-			c.log.Warn("a part failed after "+phase, "part", name, "instance", pi.Spec.Name, "err", err)
-		}
-	}
-}
-
-// afterRecordParts is afterParts of every part for a stored instance.
+// afterRecordParts runs the after-phase phase ("start", "stop",
+// "delete") of every part for a stored instance.
 func (c *Controller) afterRecordParts(ctx context.Context, phase string, rec store.Instance) {
 	c.afterStoredParts(ctx, phase, rec, "")
 }
 
-// afterStoredParts is afterParts for a stored instance.
+// afterStoredParts is afterRecordParts for the parts that act on op
+// (every part when op is ""); what fails is logged (the operation
+// stands).
 func (c *Controller) afterStoredParts(ctx context.Context, phase string, rec store.Instance, op part.Op) {
 	if len(c.parts) == 0 {
 		return
@@ -324,10 +228,14 @@ func (c *Controller) afterStoredParts(ctx context.Context, phase string, rec sto
 		c.log.Warn("parts not told after "+phase, "instance", rec.Name, "err", err)
 		return
 	}
-	c.afterParts(ctx, phase, &part.Instance{Spec: in, Host: rec.Host}, op)
+	c.parts.After(ctx, afterPhases[phase], op, &part.Instance{Spec: in, Host: rec.Host}, func(name string, err error) {
+		c.log.Warn("a part failed after "+phase, "part", name, "instance", rec.Name, "err", err)
+	})
 }
 
-// partDevices lists the devices the parts give in (instance show).
+// partDevices lists the devices the parts give in (instance show). A
+// part that cannot tell (its flavor or image changed under it) is shown
+// as "unknown" with why.
 func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]HostDevice, error) {
 	if len(c.parts) == 0 {
 		return nil, nil
@@ -336,18 +244,10 @@ func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]Hos
 	if err != nil {
 		return nil, err
 	}
-	var out []HostDevice
-	for _, p := range c.parts {
-		devs, err := p.Devices(pi)
-		if err != nil {
-			// Show the instance anyway (its flavor or image changed under
-			// it): the part's entry says what is wrong.
-			out = append(out, HostDevice{Kind: p.Name(), Detail: "unknown: " + err.Error()})
-			continue
-		}
-		for _, d := range devs {
-			out = append(out, HostDevice{Kind: d.Kind, Detail: d.Detail})
-		}
+	devs, _ := c.parts.Devices(pi)
+	out := make([]HostDevice, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, HostDevice{Kind: d.Kind, Detail: d.Detail})
 	}
 	return out, nil
 }
@@ -364,14 +264,11 @@ func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (
 		if err != nil {
 			return "", err
 		}
+		devs, err := c.parts.Devices(pi)
 		var b []byte
-		err = runParts(c.parts, "", func(p part.Part) error {
-			devs, err := p.Devices(pi)
-			for _, d := range devs {
-				b = append(append(b, d.XML...), '\n')
-			}
-			return err
-		})
+		for _, d := range devs {
+			b = append(append(b, d.XML...), '\n')
+		}
 		return string(b), err
 	}
 	was, err := xmlOf(old)
@@ -394,7 +291,7 @@ func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (
 // agrees with its setting or the stored revision rev (the reconciler
 // then publishes in again): the first part's reason, "" when none.
 func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) (partName, reason string) {
-	for name, p := range acting[part.Publisher](c.parts, "") {
+	for name, p := range part.Acting[part.Publisher](c.parts, "") {
 		if why := p.Drifted(ctx, &part.Instance{Spec: in}, rev); why != "" {
 			return name, why
 		}
@@ -405,7 +302,7 @@ func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev i
 // driveTransport is the config drive's transport of instance name, as
 // the registered mediaChanger tells it (none without one).
 func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []Transport {
-	if m, ok := firstPart[mediaChanger](c.parts, ""); ok {
+	if m, ok := part.First[mediaChanger](c.parts, ""); ok {
 		return []Transport{Transport(m.DriveTransport(ctx, name, running))}
 	}
 	return nil
@@ -415,7 +312,7 @@ func (c *Controller) driveTransport(ctx context.Context, name string, running bo
 // (stored: the stored metadata's revision, 0 when none).
 func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []Transport {
 	var out []Transport
-	for _, p := range acting[part.Publisher](c.parts, "") {
+	for _, p := range part.Acting[part.Publisher](c.parts, "") {
 		out = append(out, Transport(p.Transport(ctx, &part.Instance{Spec: in}, running, stored)))
 	}
 	return out

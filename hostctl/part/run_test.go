@@ -1,0 +1,195 @@
+package part
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vmeta/vmeta/internal/model"
+	"github.com/vmeta/vmeta/internal/revert"
+)
+
+// fake is a part that logs its phases to log, answers do for every
+// operation (refuse: Refuse for op), and fails the phases in fail.
+type fake struct {
+	name   string
+	do     Action
+	refuse Op
+	fail   map[string]bool
+	log    *[]string
+}
+
+func (f *fake) Name() string { return f.name }
+func (f *fake) Answers() Answers {
+	a := Answers{}
+	for _, op := range Ops() {
+		a[op] = Answer{Do: f.do, Why: "because"}
+	}
+	if f.refuse != "" {
+		a[f.refuse] = Answer{Do: Refuse, Why: "no " + f.name}
+	}
+	return a
+}
+func (f *fake) step(phase string) error {
+	*f.log = append(*f.log, f.name+" "+phase)
+	if f.fail[phase] {
+		return errors.New(phase + " failed")
+	}
+	return nil
+}
+func (f *fake) Check(_ context.Context, op Op, in *Instance) error {
+	if op == f.refuse {
+		*f.log = append(*f.log, f.name+" check")
+		return Refusal(f, op, in)
+	}
+	return f.step("check")
+}
+func (f *fake) Prepare(_ context.Context, _ Op, _ *Instance, _ *revert.Reverter, c *Contribution) error {
+	c.Devices = append(c.Devices, Device{Kind: f.name})
+	return f.step("prepare")
+}
+func (f *fake) Devices(*Instance) ([]Device, error) {
+	if err := f.step("devices"); err != nil {
+		return nil, err
+	}
+	return []Device{{Kind: f.name, Detail: "d"}}, nil
+}
+func (f *fake) AfterStart(context.Context, *Instance) error  { return f.step("after start") }
+func (f *fake) AfterStop(context.Context, *Instance) error   { return f.step("after stop") }
+func (f *fake) AfterDelete(context.Context, *Instance) error { return f.step("after delete") }
+
+// claimer is a fake that also claims.
+type claimer struct{ fake }
+
+func (c *claimer) Claim(context.Context, Op, *Instance) (func(context.Context, error), error) {
+	if err := c.step("claim"); err != nil {
+		return nil, err
+	}
+	return func(_ context.Context, err error) { *c.log = append(*c.log, c.name+" end: "+errString(err)) }, nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+// TestSetPhases: each phase runs, in registration order, the parts that
+// implement it and act on the operation (Check: those that do not
+// answer Nothing); the first error stops it naming the part, a refusal
+// wraps ErrState; a failed Claim ends the claims before it, newest
+// first; the after-phases run every part whatever the others did.
+func TestSetPhases(t *testing.T) {
+	ctx := context.Background()
+	in := &Instance{Spec: &model.Instance{Name: "vm"}}
+	var log []string
+	mk := func(name string, do Action, fail ...string) *fake {
+		f := &fake{name: name, do: do, fail: map[string]bool{}, log: &log}
+		for _, p := range fail {
+			f.fail[p] = true
+		}
+		return f
+	}
+	cases := []struct {
+		name    string
+		set     func() Set
+		run     func(Set) error
+		wantLog []string
+		wantErr string
+		state   bool // the error wraps ErrState
+	}{
+		{
+			name:    "check skips Nothing, checks Act",
+			set:     func() Set { return Set{mk("a", Act), mk("b", Nothing), mk("c", Act)} },
+			run:     func(s Set) error { return s.Check(ctx, Apply, in) },
+			wantLog: []string{"a check", "c check"},
+		},
+		{
+			name: "a refusal stops the check and wraps ErrState",
+			set: func() Set {
+				b := mk("b", Nothing)
+				b.refuse = Shelve
+				return Set{mk("a", Act), b, mk("c", Act)}
+			},
+			run:     func(s Set) error { return s.Check(ctx, Shelve, in) },
+			wantLog: []string{"a check", "b check"},
+			wantErr: "instance state does not allow this: shelve vm: refused by b: no b",
+			state:   true,
+		},
+		{
+			name:    "prepare stops at the first error, naming the part",
+			set:     func() Set { return Set{mk("a", Act), mk("b", Act, "prepare"), mk("c", Act)} },
+			run:     func(s Set) error { _, err := s.Prepare(ctx, Apply, in, nil); return err },
+			wantLog: []string{"a prepare", "b prepare"},
+			wantErr: "b: prepare failed",
+		},
+		{
+			name: "claim: only Claimers that act; a failure ends the others newest first",
+			set: func() Set {
+				return Set{&claimer{*mk("a", Act)}, mk("b", Act), &claimer{*mk("n", Nothing)}, &claimer{*mk("c", Act)}, &claimer{*mk("d", Act, "claim")}}
+			},
+			run:     func(s Set) error { _, err := s.Claim(ctx, Apply, in); return err },
+			wantLog: []string{"a claim", "c claim", "d claim", "c end: claim failed", "a end: claim failed"},
+			wantErr: "claim failed",
+		},
+		{
+			name: "after: the parts that act on op, each whatever the others did",
+			set:  func() Set { return Set{mk("a", Act, "after stop"), mk("b", Nothing), mk("c", Act)} },
+			run: func(s Set) error {
+				var errs []error
+				s.After(ctx, Part.AfterStop, Stop, in, func(name string, err error) { errs = append(errs, errors.New(name+": "+err.Error())) })
+				return errors.Join(errs...)
+			},
+			wantLog: []string{"a after stop", "c after stop"},
+			wantErr: "a: after stop failed",
+		},
+		{
+			name: "after with no op: every part",
+			set:  func() Set { return Set{mk("a", Act), mk("b", Nothing)} },
+			run: func(s Set) error {
+				s.After(ctx, Part.AfterDelete, "", in, func(string, error) {})
+				return nil
+			},
+			wantLog: []string{"a after delete", "b after delete"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			log = nil
+			err := tc.run(tc.set())
+			if got := errString(err); (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && got != tc.wantErr) {
+				t.Errorf("err = %v, want %q", err, tc.wantErr)
+			}
+			if errors.Is(err, ErrState) != tc.state {
+				t.Errorf("errors.Is(%v, ErrState) = %v, want %v", err, !tc.state, tc.state)
+			}
+			if !slices.Equal(log, tc.wantLog) {
+				t.Errorf("phases:\n got %q\nwant %q", log, tc.wantLog)
+			}
+		})
+	}
+}
+
+// TestSetDevices: a part whose Devices fails is listed as unknown, the
+// others as they say; the first failure is returned naming the part.
+func TestSetDevices(t *testing.T) {
+	var log []string
+	s := Set{&fake{name: "a", do: Act, log: &log}, &fake{name: "b", do: Act, fail: map[string]bool{"devices": true}, log: &log}}
+	devs, err := s.Devices(&Instance{})
+	var got []string
+	for _, d := range devs {
+		got = append(got, d.Kind+": "+d.Detail)
+	}
+	if want := "a: d; b: unknown: devices failed"; strings.Join(got, "; ") != want || errString(err) != "b: devices failed" {
+		t.Fatalf("Devices = %q, %v; want %q, b: devices failed", got, err, want)
+	}
+	if p, ok := First[Part](s, ""); !ok || p.Name() != "a" {
+		t.Fatalf("First = %v, %v", p, ok)
+	}
+	if _, ok := First[Claimer](s, ""); ok {
+		t.Fatal("First[Claimer] of a set without one found one")
+	}
+}
