@@ -131,26 +131,10 @@ func (c *Controller) definedParts(ctx context.Context, op part.Op, r *revert.Rev
 	return part.Run(c.parts, op, func(p part.Definer) error { return p.Defined(ctx, op, pi, r) })
 }
 
-// mediaChanger is a part that hands each publish's config drive to the
-// instance's running domain (hostctl/parts/configdrive); the core builds
-// the drive and puts it in place after the store write. Without one a
-// running domain keeps the drive it booted with.
-type mediaChanger interface {
-	// ChangeMedium hands staged, the config drive the publish of
-	// instance name's revision rev built ("" when it has none), to the
-	// instance's domain before the store write; its undo steps go on r.
-	// commit runs once the write stood and the drive is in place;
-	// warnings go to the publish's answer.
-	ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error)
-	// DriveTransport says which revision the config drive carries to
-	// the guest of instance name (running: whether its domain runs).
-	DriveTransport(ctx context.Context, name string, running bool) part.Transport
-}
-
-// changeMedium is ChangeMedium of the registered mediaChanger, if any
-// (commit is never nil).
+// changeMedium is ChangeMedium of the registered part.MediaChanger, if
+// any (commit is never nil).
 func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
-	if m, ok := part.First[mediaChanger](c.parts, ""); ok {
+	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
 		return m.ChangeMedium(ctx, r, name, staged, rev)
 	}
 	return func() {}, nil, nil
@@ -300,9 +284,9 @@ func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev i
 }
 
 // driveTransport is the config drive's transport of instance name, as
-// the registered mediaChanger tells it (none without one).
+// the registered part.MediaChanger tells it (none without one).
 func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []Transport {
-	if m, ok := part.First[mediaChanger](c.parts, ""); ok {
+	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
 		return []Transport{Transport(m.DriveTransport(ctx, name, running))}
 	}
 	return nil

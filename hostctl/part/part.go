@@ -4,7 +4,7 @@
 // A part is one host feature — a watchdog, passthrough devices, shares,
 // encrypted disks — in its own package. It implements Part, and those of
 // the optional phases (Claimer, Definer, Starter, PreStarter, Remover,
-// Publisher, Completer, Committer) it has work in. The daemon registers
+// MediaChanger, Publisher, Completer, Committer) it has work in. The daemon registers
 // the parts; the core runs each phase over them (Set: in registration
 // order, the parts that implement the phase and act on the operation —
 // Check: those that do not answer Nothing), at these points of every
@@ -20,8 +20,9 @@
 //	            undo steps on the operation's revert
 //	Defined     apply, resize, rebuild, hot-plug, republish: the domain
 //	            is defined and read back (libvirt's MACs are in the spec)
-//	Publish     every publish, before the store write (after the core
-//	            handed the config drive to its media part)
+//	ChangeMedium, Publish
+//	            every publish, before the store write: the config drive
+//	            the core built, then the metadata tree
 //	Committed   the record is written (or removed by a force delete)
 //	BeforeStart right before the domain starts, whatever the operation
 //	Remove      delete: after the domain is gone, before the record
@@ -287,6 +288,22 @@ type Publisher interface {
 	// running says whether the domain runs, stored is the stored
 	// metadata's revision (0: none).
 	Transport(ctx context.Context, in *Instance, running bool, stored int64) Transport
+}
+
+// MediaChanger is the part that hands each publish's config drive to the
+// instance's running domain (the core builds the drive and puts it in
+// place after the store write); the core calls the first registered
+// one. Without one a running domain keeps the drive it booted with.
+type MediaChanger interface {
+	// ChangeMedium hands staged, the config drive the publish of
+	// instance name's revision rev built ("" when it has none), to the
+	// instance's domain before the store write; its undo steps go on r.
+	// commit runs once the write stood and the drive is in place;
+	// warnings go to the publish's answer.
+	ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error)
+	// DriveTransport says which revision the config drive carries to
+	// the guest of instance name (running: whether its domain runs).
+	DriveTransport(ctx context.Context, name string, running bool) Transport
 }
 
 // Transport is which metadata revision a way to the guest carries: the

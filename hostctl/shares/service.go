@@ -52,7 +52,7 @@ type Store interface {
 }
 
 // Instances is what the service needs from the controller core (its
-// methods in hostctl/controller: core_sharespart.go, core_nicspart.go,
+// methods in hostctl/controller: core_sharespart.go,
 // core_ops.go): an instance's domain
 // state, applying its spec again (which merges the mapped shares through
 // the part's Complete), and whether instances have domains here at all.
