@@ -366,8 +366,8 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	// mapped shares); r undoes that when the apply fails.
 	r := revert.New(c.log, "apply "+in.Name)
 	defer r.Fail(&err)
-	if err := c.completeParts(ctx, part.Apply, r, in); err != nil { // phases.go
-		return nil, err
+	if err := c.parts.Complete(ctx, part.Apply, &part.Instance{Spec: in}, r); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
@@ -380,7 +380,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	st.done("layout")
-	end, err := c.claimParts(ctx, part.Apply, in, old) // phases.go
+	end, err := c.parts.Claim(ctx, part.Apply, &part.Instance{Spec: in, Old: old}) // in is completed with what they took
 	if err != nil {
 		return nil, err
 	}
@@ -494,7 +494,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	st.done("drive")
-	committed, err := c.publishParts(ctx, r, in, tree, rev) // phases.go
+	committed, err := c.parts.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}

@@ -17,12 +17,7 @@ type Hypervisor interface {
 	Events
 }
 
-var (
-	_ Domains    = (*virt.Conn)(nil)
-	_ HotPlug    = (*virt.Conn)(nil)
-	_ Events     = (*virt.Conn)(nil)
-	_ Hypervisor = (*virt.Conn)(nil)
-)
+var _ Hypervisor = (*virt.Conn)(nil)
 
 // Sentinel errors of the controller; each carries its kind (package
 // errkind), which the admin API maps to an HTTP status.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
-	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -14,10 +13,12 @@ import (
 
 // The parts (hostctl/part) are the host features the daemon registers
 // (Options.Parts). The core knows none of them by name: it runs their
-// phases over c.parts (part.Set, which selects and orders them) at the
-// points of each operation hostctl/part's doc lists, through the
-// functions of this file, which give the parts their view of the
-// instance.
+// phases over c.parts (part.Set, hostctl/part/run.go, selects the parts
+// of a phase and runs them in order) at the points of each operation
+// hostctl/part's doc lists. This file gives the parts their view of an
+// instance (its flavor's extra specs, its image's properties, its
+// record's host) for the phases that read it, and what the core asks of
+// the parts besides the phases (devices, transports, drift).
 
 // partView is what the parts see of in: its spec, its flavor's extra
 // specs and its image's properties.
@@ -78,22 +79,6 @@ func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store
 	return nil
 }
 
-// completeParts runs Complete (part.Completer) before anything of op is
-// checked; r undoes what they did.
-func (c *Controller) completeParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance) error {
-	pi := &part.Instance{Spec: in}
-	if err := part.Run(c.parts, op, func(p part.Completer) error { return p.Complete(ctx, op, pi, r) }); err != nil {
-		return fmt.Errorf("%s %s: %w", op, in.Name, err)
-	}
-	return nil
-}
-
-// claimParts runs Claim (part.Claimer); in is completed with what they
-// took, end hands them the operation's outcome.
-func (c *Controller) claimParts(ctx context.Context, op part.Op, in, old *model.Instance) (end func(context.Context, error), err error) {
-	return c.parts.Claim(ctx, op, &part.Instance{Spec: in, Old: old})
-}
-
 // prepareParts runs Prepare and hands the parts' devices (and fw_cfg
 // entries) to the domain host will build.
 func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
@@ -127,8 +112,7 @@ func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.
 // definedParts runs Defined (part.Definer) once in's domain is defined
 // and read back (old is the spec before).
 func (c *Controller) definedParts(ctx context.Context, op part.Op, r *revert.Reverter, old, in *model.Instance) error {
-	pi := &part.Instance{Spec: in, Old: old}
-	return part.Run(c.parts, op, func(p part.Definer) error { return p.Defined(ctx, op, pi, r) })
+	return c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r)
 }
 
 // changeMedium is ChangeMedium of the registered part.MediaChanger, if
@@ -138,13 +122,6 @@ func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name,
 		return m.ChangeMedium(ctx, r, name, staged, rev)
 	}
 	return func() {}, nil, nil
-}
-
-// publishParts hands tree (revision rev) to every part.Publisher, before
-// the store write; their undo steps go on r, commit runs once the write
-// succeeded.
-func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *model.Instance, tree *metadata.Tree, rev int64) (commit func(), err error) {
-	return c.parts.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
 }
 
 // committedParts runs Committed (part.Committer) once op stands, and
@@ -173,20 +150,6 @@ func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string)
 		return err
 	}
 	return c.parts.PreStart(ctx, op, &part.Instance{Spec: in})
-}
-
-// startParts runs BeforeStart (part.Starter) of every part, whatever the
-// operation, right before in's domain starts; their undo steps go on r.
-func (c *Controller) startParts(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	pi := &part.Instance{Spec: in}
-	return part.Run(c.parts, "", func(p part.Starter) error { return p.BeforeStart(ctx, pi, r) })
-}
-
-// removeParts runs Remove (part.Remover) after the instance's domain
-// went and before its record goes.
-func (c *Controller) removeParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance) error {
-	pi := &part.Instance{Spec: in}
-	return part.Run(c.parts, op, func(p part.Remover) error { return p.Remove(ctx, op, pi, r) })
 }
 
 // afterPhases are the after-phases, by the names afterParts takes.

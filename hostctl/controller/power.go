@@ -167,7 +167,7 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	if err := c.disks.DefineSecrets(ctx, r, in); err != nil {
 		return err
 	}
-	if err := c.startParts(ctx, r, in); err != nil { // phases.go
+	if err := c.parts.BeforeStart(ctx, &part.Instance{Spec: in}, r); err != nil {
 		return err
 	}
 	if err := c.domains.Start(ctx, rec.Name); err != nil {

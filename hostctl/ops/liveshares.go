@@ -20,7 +20,7 @@ import (
 // share service a LiveDevices.
 
 // RunningXML reads the running domain's XML of an instance (the core,
-// core_liveshares.go): a detach waits until the part says its device is
+// core_parts.go): a detach waits until the part says its device is
 // gone from it.
 type RunningXML interface {
 	RunningXML(ctx context.Context, name string) ([]byte, error)

@@ -88,11 +88,21 @@ func (s Set) Claim(ctx context.Context, op Op, in *Instance) (end func(context.C
 	return end, nil
 }
 
+// Complete runs Complete (Completer); r undoes what they did.
+func (s Set) Complete(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error {
+	return Run(s, op, func(p Completer) error { return p.Complete(ctx, op, in, r) })
+}
+
 // Prepare runs Prepare and returns what the parts contribute.
 func (s Set) Prepare(ctx context.Context, op Op, in *Instance, r *revert.Reverter) (Contribution, error) {
 	var c Contribution
 	err := Run(s, op, func(p Part) error { return p.Prepare(ctx, op, in, r, &c) })
 	return c, err
+}
+
+// Defined runs Defined (Definer); their undo steps go on r.
+func (s Set) Defined(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error {
+	return Run(s, op, func(p Definer) error { return p.Defined(ctx, op, in, r) })
 }
 
 // Publish runs Publish (Publisher) of every part, whatever the operation;
@@ -134,6 +144,17 @@ func (s Set) PreStart(ctx context.Context, op Op, in *Instance) error {
 		}
 	}
 	return nil
+}
+
+// BeforeStart runs BeforeStart (Starter) of every part, whatever the
+// operation; their undo steps go on r.
+func (s Set) BeforeStart(ctx context.Context, in *Instance, r *revert.Reverter) error {
+	return Run(s, "", func(p Starter) error { return p.BeforeStart(ctx, in, r) })
+}
+
+// Remove runs Remove (Remover); their undo steps go on r.
+func (s Set) Remove(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error {
+	return Run(s, op, func(p Remover) error { return p.Remove(ctx, op, in, r) })
 }
 
 // After runs one after-phase (Part.AfterStart, Part.AfterStop,
