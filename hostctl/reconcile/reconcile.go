@@ -239,6 +239,13 @@ func (r *Reconciler) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	r.mu.Lock()
+	for name := range r.missing {
+		if !slices.Contains(names, name) {
+			delete(r.missing, name) // deleted, or another host's now
+		}
+	}
+	r.mu.Unlock()
 	var errs []error
 	for _, name := range names {
 		if err := r.one(ctx, name); err != nil {
