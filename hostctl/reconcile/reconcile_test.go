@@ -21,6 +21,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
+	"github.com/vmeta/vmeta/internal/testenv"
 )
 
 var errInjected = errors.New("injected")
@@ -210,35 +211,17 @@ func (f *fakeDisks) Sweep(context.Context) error {
 	return nil
 }
 
-// logBuffer is a log shared with the watcher's goroutine.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type env struct {
 	core  *fakeCore
 	virt  *fakeLibvirt
 	disks *fakeDisks
-	log   *logBuffer
+	log   *testenv.SyncBuffer // shared with the watcher's goroutine
 	r     *reconcile.Reconciler
 }
 
 func newEnv(t *testing.T, opts reconcile.Options) *env {
 	t.Helper()
-	e := &env{core: newFakeCore(), virt: newFakeLibvirt(), disks: &fakeDisks{}, log: &logBuffer{}}
+	e := &env{core: newFakeCore(), virt: newFakeLibvirt(), disks: &fakeDisks{}, log: &testenv.SyncBuffer{}}
 	opts.Domains, opts.Disks = e.virt, e.disks
 	opts.Logger = slog.New(slog.NewTextHandler(e.log, nil))
 	if opts.Interval == 0 {
