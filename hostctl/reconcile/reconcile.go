@@ -71,6 +71,8 @@ type Domains interface {
 	Events() <-chan virt.Event
 }
 
+var _ Domains = (*virt.Conn)(nil)
+
 // Disks is the disks part (hostctl/parts/disks) as the reconciler uses
 // it.
 type Disks interface {
