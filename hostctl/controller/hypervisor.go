@@ -7,14 +7,12 @@ import (
 )
 
 // Hypervisor is everything the controller asks of libvirt: the roles its
-// parts declare (Domains in domain.go, HotPlug in core_devchange.go,
-// Events in reconcile.go). *virt.Conn plays every role. Without
-// one (hostctl serve --virt none) device addresses come from the spec
-// (driver.go).
+// parts declare (Domains in domain.go, HotPlug in core_devchange.go).
+// *virt.Conn plays every role. Without one (hostctl serve --virt none)
+// device addresses come from the spec (driver.go).
 type Hypervisor interface {
 	Domains
 	HotPlug
-	Events
 }
 
 var _ Hypervisor = (*virt.Conn)(nil)

@@ -234,33 +234,21 @@ func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (
 	return "the host parts' devices", nil
 }
 
-// partsDrifted says how a part.Publisher's transport of in no longer
-// agrees with its setting or the stored revision rev (the reconciler
-// then publishes in again): the first part's reason, "" when none.
-func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) (partName, reason string) {
-	for name, p := range part.Acting[part.Publisher](c.parts, "") {
-		if why := p.Drifted(ctx, &part.Instance{Spec: in}, rev); why != "" {
-			return name, why
-		}
-	}
-	return "", ""
-}
-
 // driveTransport is the config drive's transport of instance name, as
 // the registered part.MediaChanger tells it (none without one).
-func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []Transport {
+func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []part.Transport {
 	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
-		return []Transport{Transport(m.DriveTransport(ctx, name, running))}
+		return []part.Transport{m.DriveTransport(ctx, name, running)}
 	}
 	return nil
 }
 
 // partTransports says which revision each part.Publisher carries for in
 // (stored: the stored metadata's revision, 0 when none).
-func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []Transport {
-	var out []Transport
+func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []part.Transport {
+	var out []part.Transport
 	for _, p := range part.Acting[part.Publisher](c.parts, "") {
-		out = append(out, Transport(p.Transport(ctx, &part.Instance{Spec: in}, running, stored)))
+		out = append(out, p.Transport(ctx, &part.Instance{Spec: in}, running, stored))
 	}
 	return out
 }

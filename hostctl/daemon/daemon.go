@@ -37,7 +37,9 @@ import (
 	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
+	"github.com/vmeta/vmeta/hostctl/reconcile"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
@@ -273,12 +275,14 @@ type serve struct {
 	inv    *devices.Inventory
 
 	hm        *hostmetrics.Metrics
+	states    view.States // the instances' states, for the metrics (views.go)
 	ctlStore  store.Store
 	km        *keys.Manager
 	prober    *encryption.Prober
 	keyEngine *keyrotation.Engine
 	keyKick   kicker
 	ctl       *controller.Controller
+	reconcile *reconcile.Reconciler
 	disks     *disks.Part // the controller's disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
@@ -318,10 +322,11 @@ func (s *serve) components() []component {
 		{name: "hypervisor", start: s.startHypervisor, stop: func(context.Context) error { s.hv.close(); return nil }},
 		{name: "devices", start: s.startDevices, stop: s.stopDevices},
 		{name: "keys", start: s.startKeys},
-		{name: "controller", start: s.startController, stop: func(context.Context) error { return s.ctl.Close() }},
+		{name: "controller", start: s.startController},
 		// Interrupted rotations are recovered before the reconciler
 		// starts an instance or a server answers a request.
 		{name: "key rotation", start: s.startKeyRotation, stop: s.stopKeyRotation},
+		{name: "reconciler", start: s.startReconciler, stop: s.stopReconciler}, // reconcile.go
 		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
 		{name: "metrics", start: s.startMetrics},
 		{name: "heartbeat", start: s.startHeartbeat, stop: s.stopHeartbeat},
@@ -433,8 +438,7 @@ func (s *serve) startKeys(ctx context.Context) error {
 	return applyPolicies(ctx, s.keyEngine, s.chk.policies)
 }
 
-// startController builds the controller, its reconciler not yet started
-// (startKeyRotation starts it once interrupted rotations are recovered).
+// startController builds the controller.
 func (s *serve) startController(context.Context) error {
 	s.keyKick = make(kicker, 1)
 	cfg, hv := s.cfg, s.hv
@@ -450,10 +454,11 @@ func (s *serve) startController(context.Context) error {
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
 	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
-	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
-		Reconciled:  s.keyKick.kick,
+	useLeaseEvents(parts, s.audit)                                                                                             // macs.go: a fixed address leased to another MAC
+	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                     // views.go
+	s.ctl = controller.New(s.ctlStore, hv.options(controller.Options{
 		Host:        s.hostName,
-		Hosts:       hosts.Registry{Store: s.ctlStore, DownAfter: cfg.HostDownAfter},
+		Hosts:       s.hostRegistry(),
 		DataDir:     cfg.DataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.DHCPDomain},
 		Notify:      s.md,
@@ -476,8 +481,8 @@ func (s *serve) startController(context.Context) error {
 }
 
 // startKeyRotation registers the rotation procedures, recovers
-// interrupted rotations, starts the controller's reconciler, then runs
-// the engine (and the token keys' expiry) in the background.
+// interrupted rotations, then runs the engine (and the token keys'
+// expiry) in the background.
 func (s *serve) startKeyRotation(ctx context.Context) error {
 	e := s.keyEngine
 	e.Register(keyrotation.KEK, keyrotation.NewKEKRotator(s.km))
@@ -497,7 +502,6 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
-	s.ctl.StartReconciler()
 	keyCtx, stopKeys := context.WithCancel(ctx)
 	keysDone := make(chan struct{})
 	go func() {
@@ -526,17 +530,22 @@ func (s *serve) startMetrics(context.Context) error {
 	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(hostmetrics.Sources{
 		Instances: s.ctl,
 		Store:     s.ctlStore, // a scrape reads only the instance records that changed
-		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
-			return hosts.List(ctx, s.ctlStore, time.Now(), s.cfg.HostDownAfter)
-		},
+		States:    s.states,
+		Hosts:     s.hostRegistry().List,
 	}))
+}
+
+// hostRegistry is the hosts sharing the store, as their heartbeats tell
+// (the controller's adopt check, hostctl host list, the metrics).
+func (s *serve) hostRegistry() hosts.Registry {
+	return hosts.Registry{Store: s.ctlStore, DownAfter: s.cfg.HostDownAfter}
 }
 
 // startHeartbeat writes the first heartbeat, then one every
 // --heartbeat-interval, and one more with the host's traits once the
 // encryption probe is done.
 func (s *serve) startHeartbeat(ctx context.Context) error {
-	cfg, ctl, prober := s.cfg, s.ctl, s.prober
+	cfg, prober := s.cfg, s.prober
 	libvirt, formats := s.hv.conn != nil, s.chk.encHost.Formats
 	s.beater = &hosts.Beater{Store: s.ctlStore, Host: s.hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: s.log,
 		Holder: s.holder, DownAfter: cfg.HostDownAfter,
@@ -546,7 +555,7 @@ func (s *serve) startHeartbeat(ctx context.Context) error {
 			}
 			return nil
 		},
-		Count: ctl.Count}
+		Count: func(ctx context.Context) (int, error) { return hosts.Count(ctx, s.ctlStore, s.hostName) }}
 	if err := s.beater.Beat(ctx); err != nil {
 		return fmt.Errorf("first heartbeat: %w", err)
 	}
@@ -666,7 +675,7 @@ func (s *serve) startServers(context.Context) error {
 }
 
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
-	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc), s.log, a)
+	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit), s.log, a)
 }
 
 // serveOn serves srv on ln in the background; its end is reported on

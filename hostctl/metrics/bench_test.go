@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
@@ -38,9 +39,7 @@ func newScrapeFixture(tb testing.TB, n int) *scrapeFixture {
 	st := stores.BoltIn(tb, dir)
 	log := slog.New(slog.DiscardHandler)
 	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log})
-	tb.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log})
-	tb.Cleanup(func() { b.Close() })
 	for i := range n {
 		c := a
 		if i%2 == 1 {
@@ -55,7 +54,7 @@ func newScrapeFixture(tb testing.TB, n int) *scrapeFixture {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New()
-	if err := m.Register(reg, metrics.Sources{Instances: a, Store: st}); err != nil {
+	if err := m.Register(reg, metrics.Sources{Instances: a, Store: st, States: view.States{Host: "host-a"}}); err != nil {
 		tb.Fatal(err)
 	}
 	return &scrapeFixture{ctl: a, st: st, reg: reg, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})}

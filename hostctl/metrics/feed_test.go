@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -51,9 +52,7 @@ func TestScrapeReadsOnlyChanges(t *testing.T) {
 	rc := &readCounter{Store: st}
 	log := slog.New(slog.DiscardHandler)
 	a := controller.New(rc, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log})
-	t.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log})
-	t.Cleanup(func() { b.Close() })
 	n := 0
 	apply := func(c *controller.Controller, name, disk string) {
 		t.Helper()
@@ -69,7 +68,7 @@ func TestScrapeReadsOnlyChanges(t *testing.T) {
 	apply(b, "b-2", "vda")
 
 	reg := prometheus.NewRegistry()
-	if err := metrics.New().Register(reg, metrics.Sources{Instances: a, Store: rc}); err != nil {
+	if err := metrics.New().Register(reg, metrics.Sources{Instances: a, Store: rc, States: view.States{Host: "host-a"}}); err != nil {
 		t.Fatal(err)
 	}
 	scrape := func(step string, wantListed, wantRead int64, want map[string]int) {
@@ -136,7 +135,7 @@ func TestScrapeAllocs(t *testing.T) {
 	const n = 200
 	f := newScrapeFixture(t, n)
 	reg := prometheus.NewRegistry()
-	if err := metrics.New().Register(onlyInstances{reg}, metrics.Sources{Instances: f.ctl, Store: f.st}); err != nil {
+	if err := metrics.New().Register(onlyInstances{reg}, metrics.Sources{Instances: f.ctl, Store: f.st, States: view.States{Host: "host-a"}}); err != nil {
 		t.Fatal(err)
 	}
 	gather := func() {

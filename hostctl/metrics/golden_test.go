@@ -16,6 +16,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
@@ -43,9 +44,7 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 	// shelved/rescued states (one per host) and the faults.
 	parts := func(host string) []part.Part { return []part.Part{vmstate.New(st, host), faults.New(st, log)} }
 	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Parts: parts("host-a")})
-	t.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log, Parts: parts("host-b")})
-	t.Cleanup(func() { b.Close() })
 	for i, name := range []string{"a-1", "a-2", "a-err", "a-resc", "b-1", "b-err", "b-resc"} {
 		c := a
 		if strings.HasPrefix(name, "b-") {
@@ -85,7 +84,10 @@ func TestInstancesGolden(t *testing.T) {
 			a := goldenStore(t, st, dir)
 			src := metrics.Sources{Instances: a}
 			if feed {
+				// The states as the daemon hands them: over host-a's
+				// parts that keep them.
 				src.Store = st
+				src.States = view.States{Host: "host-a", Faults: faults.New(st, nil), Kept: vmstate.New(st, "host-a")}
 			}
 			reg := prometheus.NewRegistry()
 			if err := metrics.New().Register(reg, src); err != nil {

@@ -126,6 +126,17 @@ func (s Set) Publish(ctx context.Context, in *Instance, tree *metadata.Tree, rev
 	}, nil
 }
 
+// Drifted is the first Publisher's Drifted that is not "", with the
+// part's name ("", "" when none).
+func (s Set) Drifted(ctx context.Context, in *Instance, rev int64) (part, reason string) {
+	for name, p := range Acting[Publisher](s, "") {
+		if why := p.Drifted(ctx, in, rev); why != "" {
+			return name, why
+		}
+	}
+	return "", ""
+}
+
 // Committed runs Committed (Committer) and returns the parts' notes.
 func (s Set) Committed(ctx context.Context, op Op, in *Instance) []string {
 	var notes []string

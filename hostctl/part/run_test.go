@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 )
@@ -191,5 +192,32 @@ func TestSetDevices(t *testing.T) {
 	}
 	if _, ok := First[Claimer](s, ""); ok {
 		t.Fatal("First[Claimer] of a set without one found one")
+	}
+}
+
+// publisher is a fake Publisher whose Drifted says why.
+type publisher struct {
+	fake
+	why string
+}
+
+func (p *publisher) Publish(context.Context, *Instance, *metadata.Tree, int64, *revert.Reverter) (func(), error) {
+	return nil, p.step("publish")
+}
+func (p *publisher) Drifted(context.Context, *Instance, int64) string { return p.why }
+func (p *publisher) Transport(context.Context, *Instance, bool, int64) Transport {
+	return Transport{Name: p.name}
+}
+
+// TestSetDrifted: the first Publisher that drifted names itself and why;
+// parts that are no Publisher are not asked.
+func TestSetDrifted(t *testing.T) {
+	var log []string
+	s := Set{&fake{name: "a", do: Act, log: &log}, &publisher{fake{name: "b", log: &log}, ""}, &publisher{fake{name: "c", log: &log}, "stale"}, &publisher{fake{name: "d", log: &log}, "also"}}
+	if name, why := s.Drifted(context.Background(), &Instance{}, 3); name != "c" || why != "stale" {
+		t.Fatalf("Drifted = %q, %q; want c, stale", name, why)
+	}
+	if name, why := s[:2].Drifted(context.Background(), &Instance{}, 3); name != "" || why != "" {
+		t.Fatalf("Drifted with none drifted = %q, %q", name, why)
 	}
 }
