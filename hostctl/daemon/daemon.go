@@ -450,6 +450,7 @@ func (s *serve) startController(context.Context) error {
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
 	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
+	useLeaseEvents(parts, s.audit)                                                                                             // macs.go: a fixed address leased to another MAC
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
