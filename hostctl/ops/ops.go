@@ -99,15 +99,14 @@ type Files interface {
 // Disks is the disks part (hostctl/parts/disks, the core's DiskPart):
 // how the disks of an instance that have no file yet are made, their
 // block-device records, their size, libvirt's copy of a disk's
-// passphrase (UndefineSecrets: all of an instance's) and the deletion of
-// the key-manager secrets nothing names any more (its one rule).
+// passphrase and the deletion of the key-manager secrets nothing names
+// any more (its one rule).
 type Disks interface {
 	Plans(ctx context.Context, in *model.Instance) ([]controller.DiskPlan, error)
 	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
 	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
 	ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error
 	DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, libvirtUUID string) error
-	UndefineSecrets(ctx context.Context, uuid string) error
 	DeleteSecrets(ctx context.Context, in *model.Instance, ids []string)
 	ReleaseSecret(ctx context.Context, id, image string) error
 }
@@ -184,6 +183,7 @@ type shelver struct {
 	domains Domains
 	host    Host
 	states  States
+	libvirt LibvirtSecrets
 }
 
 // rescuer rescues and unrescues (rescue.go).
@@ -238,7 +238,7 @@ func New(c *controller.Controller) *Ops {
 	snap := &snapshotter{base: b, files: c, disks: dp, images: c, secrets: c}
 	st := statesOf(c.Parts())
 	return &Ops{
-		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st},
+		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st, libvirt: dp},
 		rescue:   &rescuer{base: b, files: c, disks: dp, images: c, domains: c, host: c, secrets: c, states: st},
 		resize:   &resizer{base: b, files: c, disks: dp, images: c, layouts: c.Layouts(), apply: c},
 		rebuild:  &rebuilder{base: b, files: c, disks: dp, images: c, layouts: c.Layouts(), apply: c},

@@ -51,6 +51,12 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// LibvirtSecrets is libvirt's copy of an instance's disk passphrases as
+// a shelve lets go of it (the disks part, hostctl/parts/disks).
+type LibvirtSecrets interface {
+	UndefineSecrets(ctx context.Context, uuid string) error
+}
+
 // ShelvedImageName is the catalog image a shelve of instance name makes.
 func ShelvedImageName(name string) string { return name + "-shelved" }
 
@@ -135,7 +141,7 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 	// files and what the parts gave back: its libvirt secrets (a stopped
 	// domain's passphrases are not in libvirt: any left by a crash go
 	// now; a failure is logged, the reconciler retries).
-	if err := o.disks.UndefineSecrets(ctx, in.UUID); err != nil {
+	if err := o.libvirt.UndefineSecrets(ctx, in.UUID); err != nil {
 		o.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
 	}
 	return nil
