@@ -9,9 +9,9 @@ import (
 
 // The core as parts call it back: hostctl/shares' shares.Instances
 // (with Capabilities, core_ops.go), hostctl/parts/passthrough's Core, and
-// the live device changes of hostctl/ops (liveshares.go) the shares part
-// goes through. It names no type of this package, so that the parts do
-// not import it.
+// the running XML the device changes of hostctl/ops (devicechange.go;
+// the shares part's live attach and detach go through them) read. It
+// names no type of this package, so that the parts do not import it.
 
 // DomainState is the instance's state as Get gives it ("" without a
 // hypervisor).
@@ -30,8 +30,9 @@ func (c *Controller) Reapply(ctx context.Context, in *model.Instance) error {
 }
 
 // RunningXML is the running domain's XML of instance name (its inactive
-// XML when it does not run): the live device changes of hostctl/ops
-// (liveshares.go) read it while a detached device leaves.
+// XML when it does not run): the device changes of hostctl/ops
+// (devicechange.go) read it before a change and while a detached device
+// leaves.
 func (c *Controller) RunningXML(ctx context.Context, name string) ([]byte, error) {
 	if c.domains == nil {
 		return nil, fmt.Errorf("%s: %w: this host runs without a hypervisor (--virt none)", name, ErrState)
