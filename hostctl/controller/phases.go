@@ -18,7 +18,7 @@ import (
 // hostctl/part's doc lists. This file gives the parts their view of an
 // instance (its flavor's extra specs, its image's properties, its
 // record's host) for the phases that read it, and what the core asks of
-// the parts besides the phases (devices, transports, drift).
+// the parts besides the phases (their devices, their transports).
 
 // partView is what the parts see of in: its spec, its flavor's extra
 // specs and its image's properties.
@@ -152,7 +152,7 @@ func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string)
 	return c.parts.PreStart(ctx, op, &part.Instance{Spec: in})
 }
 
-// afterPhases are the after-phases, by the names afterParts takes.
+// afterPhases are the after-phases, by the names afterRecordParts takes.
 var afterPhases = map[string]func(part.Part, context.Context, *part.Instance) error{
 	"start": part.Part.AfterStart, "stop": part.Part.AfterStop, "delete": part.Part.AfterDelete,
 }
@@ -192,7 +192,7 @@ func (c *Controller) partDevices(ctx context.Context, in *model.Instance) ([]Hos
 		return nil, err
 	}
 	devs, _ := c.parts.Devices(pi)
-	out := make([]HostDevice, 0, len(devs))
+	var out []HostDevice
 	for _, d := range devs {
 		out = append(out, HostDevice{Kind: d.Kind, Detail: d.Detail})
 	}

@@ -20,9 +20,8 @@ import (
 // core (hostctl/part), in the order the core calls their phases. A new
 // part is added here and answers every operation (parts_test.go checks).
 // hv is the hypervisor (its networks, its domains' definitions; nil with
-// --virt none), defaultNet
-// the network of a NIC that names none; bind gives the parts that need
-// it the core, once it exists; keyRecords is the key rotation engine
+// --virt none), defaultNet the network of a NIC that names none; bind
+// gives the parts that need it the core, once it exists; keyRecords is the key rotation engine
 // (nil: none), whose records of an instance go with it; the share
 // service (sh) is the shares part; fl keeps the faults of instances in
 // ERROR (a share that could not be mounted), last: the other parts

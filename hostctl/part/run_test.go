@@ -221,3 +221,69 @@ func TestSetDrifted(t *testing.T) {
 		t.Fatalf("Drifted with none drifted = %q, %q", name, why)
 	}
 }
+
+// phased is a fake with every optional phase of an operation's revert.
+type phased struct{ fake }
+
+func (p *phased) BeforeStart(context.Context, *Instance, *revert.Reverter) error {
+	return p.step("before start")
+}
+func (p *phased) Remove(context.Context, Op, *Instance, *revert.Reverter) error {
+	return p.step("remove")
+}
+func (p *phased) Defined(context.Context, Op, *Instance, *revert.Reverter) error {
+	return p.step("defined")
+}
+func (p *phased) Complete(context.Context, Op, *Instance, *revert.Reverter) error {
+	return p.step("complete")
+}
+func (p *phased) Committed(context.Context, Op, *Instance) []string {
+	_ = p.step("committed")
+	return []string{p.name}
+}
+func (p *phased) PreStart(context.Context, Op, *Instance) error { return p.step("prestart") }
+
+// TestSetOptionalPhases: BeforeStart runs every Starter whatever the
+// operation (and whatever it answers); the other optional phases run
+// the parts that implement them and act on the operation, in order, the
+// first error stopping them.
+func TestSetOptionalPhases(t *testing.T) {
+	ctx := context.Background()
+	in := &Instance{Spec: &model.Instance{Name: "vm"}}
+	var log []string
+	mk := func(name string, do Action, fail ...string) *phased {
+		p := &phased{fake{name: name, do: do, fail: map[string]bool{}, log: &log}}
+		for _, f := range fail {
+			p.fail[f] = true
+		}
+		return p
+	}
+	s := Set{mk("a", Act), &fake{name: "plain", do: Act, log: &log}, mk("n", Nothing), mk("b", Act, "remove", "prestart")}
+	steps := []struct {
+		run  func() error
+		want []string
+		err  string
+	}{
+		{func() error { return s.BeforeStart(ctx, in, nil) }, []string{"a before start", "n before start", "b before start"}, ""},
+		{func() error { return s.Remove(ctx, Delete, in, nil) }, []string{"a remove", "b remove"}, "b: remove failed"},
+		{func() error { return s.Defined(ctx, Apply, in, nil) }, []string{"a defined", "b defined"}, ""},
+		{func() error { return s.Complete(ctx, Apply, in, nil) }, []string{"a complete", "b complete"}, ""},
+		{func() error { return s.PreStart(ctx, Start, in) }, []string{"a prestart", "b prestart"}, "prestart failed"},
+		{func() error {
+			if notes := s.Committed(ctx, Apply, in); !slices.Equal(notes, []string{"a", "b"}) {
+				return errors.New("notes " + strings.Join(notes, ","))
+			}
+			return nil
+		}, []string{"a committed", "b committed"}, ""},
+	}
+	for i, st := range steps {
+		log = nil
+		err := st.run()
+		if (st.err == "" && err != nil) || (st.err != "" && errString(err) != st.err) {
+			t.Errorf("step %d: err = %v, want %q", i, err, st.err)
+		}
+		if !slices.Equal(log, st.want) {
+			t.Errorf("step %d: phases %q, want %q", i, log, st.want)
+		}
+	}
+}
