@@ -12,9 +12,10 @@
 // reads the addresses, MACs and serials libvirt chose back from its XML
 // into the instance before rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
 // ...) add what their features need. Devices are
-// attached and detached by tag, instances started, stopped and deleted,
-// and a reconciler follows libvirt's events to notice domains and devices
-// removed behind hostctl's back. Every multi-step change undoes what it
+// attached and detached by tag, instances started, stopped and deleted;
+// the reconciler (hostctl/reconcile, over core_reconcile.go) follows
+// libvirt's events to notice domains and devices removed behind hostctl's
+// back. Every multi-step change undoes what it
 // did when a later step fails (revert.go): libvirt, the network, the
 // files and the store are left as they were.
 //
@@ -25,7 +26,7 @@
 // filesystems of host directories under the share root; the share
 // service (hostctl/shares) is a part: it merges an instance's mapped
 // shares into every apply and follows its starts, stops and deletes
-// (partphases.go), and hot-plugs shares into running instances through
+// (phases.go), and hot-plugs shares into running instances through
 // hostctl/ops (liveshares.go) over the device-change primitives
 // (core_devchange.go).
 package controller
@@ -40,7 +41,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -92,7 +92,6 @@ type Controller struct {
 	drv           driver
 	domains       Domains
 	hotplug       HotPlug
-	events        Events
 	dom           virt.Options
 	images        Images
 	imageDir      *images.Dir       // the image directory (hostctl/catalog serves it)
@@ -102,16 +101,8 @@ type Controller struct {
 	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
-	resync        time.Duration
-	onReconciled  func()
 
-	locks     keylock.Map
-	missingMu sync.Mutex
-	missing   map[string]bool // instances last seen without their domain
-
-	stopWatch context.CancelFunc
-	watchDone chan struct{}
-	closeOnce sync.Once
+	locks keylock.Map
 
 	observer func(op string, took time.Duration, err error)
 
@@ -124,7 +115,7 @@ type Controller struct {
 	encSupport     func(context.Context) (encryption.Support, error)
 	secretLocks    keylock.Map // per key-manager secret (the disks part's secret rule)
 
-	parts []part.Part // the host features, in registration order (parts.go)
+	parts part.Set // the host features, in registration order (phases.go)
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -137,16 +128,9 @@ func (c *Controller) observe(op string, start time.Time, err *error) {
 	}
 }
 
-// Defaults of Options.
-const (
-	// DefaultDetachTimeout bounds the wait for a running guest to release
-	// a device detached live.
-	DefaultDetachTimeout = 10 * time.Second
-	// DefaultResyncInterval is how often every instance is reconciled
-	// besides the passes libvirt's events trigger (libvirt sends no event
-	// when only a persistent definition changes).
-	DefaultResyncInterval = time.Minute
-)
+// DefaultDetachTimeout bounds the wait for a running guest to release a
+// device detached live (Options.DetachTimeout).
+const DefaultDetachTimeout = 10 * time.Second
 
 // Options configure a Controller.
 type Options struct {
@@ -166,7 +150,7 @@ type Options struct {
 	// tracked (every record is this controller's).
 	Host string
 	// Hosts tells whether another host is down, for the adopt and the
-	// forced delete of its instances (OwnerDown, core_adoptops.go; nil:
+	// forced delete of its instances (OwnerDown, core_ops.go; nil:
 	// both are refused), and lists the hosts.
 	Hosts Hosts
 
@@ -200,15 +184,6 @@ type Options struct {
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
-	// Reconciled, when set, is called after every reconcile pass of the
-	// watcher (all instances, or those of domain events); it must not
-	// block (the daemon kicks its key rotation loop with it).
-	Reconciled func()
-
-	// ResyncInterval is how often every instance is reconciled besides
-	// the passes events trigger; DefaultResyncInterval when 0, never
-	// when negative.
-	ResyncInterval time.Duration
 
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
@@ -240,26 +215,17 @@ type Options struct {
 	Parts []part.Part
 }
 
-// New returns a controller over st. With a Hypervisor it also starts the
-// reconciler (a pass over every instance, then one per libvirt event);
-// Close stops it.
+// New returns a controller over st. It starts nothing: the reconciler
+// that keeps its instances in line with libvirt is hostctl/reconcile's.
 func New(st Store, opts Options) *Controller {
-	c := newController(st, opts)
-	c.drv.startReconciler()
-	return c
-}
-
-// newController is New without the reconciler.
-func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
-		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
 		parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
-		c.domains, c.hotplug, c.events = hv, hv, hv
+		c.domains, c.hotplug = hv, hv
 		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
 	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
@@ -298,9 +264,6 @@ func newController(st Store, opts Options) *Controller {
 	if c.detachTimeout == 0 {
 		c.detachTimeout = DefaultDetachTimeout
 	}
-	if c.resync == 0 {
-		c.resync = DefaultResyncInterval
-	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork
 	}
@@ -309,27 +272,6 @@ func newController(st Store, opts Options) *Controller {
 		c.disks = opts.Disks(c)
 	}
 	return c
-}
-
-func (c *Controller) startWatch() {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stopWatch, c.watchDone = cancel, make(chan struct{})
-	go func() {
-		defer close(c.watchDone)
-		c.watch(ctx)
-	}()
-}
-
-// Close stops the reconciler and waits for it. It does not close the
-// Hypervisor or the store.
-func (c *Controller) Close() error {
-	c.closeOnce.Do(func() {
-		if c.stopWatch != nil {
-			c.stopWatch()
-			<-c.watchDone
-		}
-	})
-	return nil
 }
 
 // Apply creates or updates the instance a spec describes. Re-applying an
@@ -366,8 +308,8 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	// mapped shares); r undoes that when the apply fails.
 	r := revert.New(c.log, "apply "+in.Name)
 	defer r.Fail(&err)
-	if err := c.completeParts(ctx, part.Apply, r, in); err != nil { // partphases.go
-		return nil, err
+	if err := c.parts.Complete(ctx, part.Apply, &part.Instance{Spec: in}, r); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
@@ -380,7 +322,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	st.done("layout")
-	end, err := c.claimParts(ctx, part.Apply, in, old) // core_nicspart.go
+	end, err := c.parts.Claim(ctx, part.Apply, &part.Instance{Spec: in, Old: old}) // in is completed with what they took
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +335,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	r.Success()
 	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
-	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
+	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // phases.go
 	return inst, nil
 }
 
@@ -443,7 +385,7 @@ func decodeSpec(rec store.Instance) (*model.Instance, error) {
 // only then is the drive renamed into place (a refused or failed publish
 // leaves the old drive, or none). The cdrom of a running domain gets the
 // new drive as its medium before the Put (undone with the rest when the
-// publish fails; core_media.go).
+// publish fails; phases.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
 	st := newSteps(in.Name)
 	defer st.log(c.log, "publish steps")
@@ -489,12 +431,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		}
 		forMedia = staged
 	}
-	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // core_media.go
+	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // phases.go
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	st.done("drive")
-	committed, err := c.publishParts(ctx, r, in, tree, rev) // core_firmwarepart.go
+	committed, err := c.parts.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -658,7 +600,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	inst.Devices = devs
 	inst.BlockDevices = bds
 	if withVersion { // instance show, not every list entry (a flavor and an image read each)
-		if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // parts.go
+		if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // phases.go
 			return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 		}
 	}
@@ -676,7 +618,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // parts.go
+	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // phases.go
 		return err
 	}
 	r := revert.New(c.log, "delete "+name)
@@ -688,7 +630,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
-	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}
@@ -701,7 +642,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if err := c.disks.ForgetInstance(ctx, name, rec.UUID); err != nil {
 		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
 	}
-	c.afterRecordParts(ctx, "delete", rec) // parts.go (the state record and a shelved instance's image too)
+	c.afterRecordParts(ctx, "delete", rec) // phases.go (the state record and a shelved instance's image too)
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

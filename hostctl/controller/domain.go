@@ -62,7 +62,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := virt.Validate(in, host, c.dom); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
+	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	makeDisks, err := c.disks.Make(ctx, in) // the disks part
@@ -84,7 +84,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		changes = []string{"the domain exists but hostctl has no record of it"}
 	default:
 		changes = model.HardwareChanges(old, in)
-		if ch, err := c.partsChange(ctx, old, in); err != nil { // parts.go
+		if ch, err := c.partsChange(ctx, old, in); err != nil { // phases.go
 			return nil, fmt.Errorf("%s %s: %w", op, name, err)
 		} else if ch != "" {
 			changes = append(changes, ch)
@@ -146,7 +146,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("read_back")
-	if err := c.definedParts(ctx, op, r, old, in); err != nil { // core_nicspart.go
+	if err := c.definedParts(ctx, op, r, old, in); err != nil { // phases.go
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("parts")
@@ -167,7 +167,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		c.disks.Forget(ctx, in, gone)
 	}
 	disksCommitted(ctx)
-	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
 	st.done("state")
 	return inst, nil
@@ -232,7 +231,6 @@ func (c *Controller) requireDomain(ctx context.Context, name, uuid string) (*cur
 		return nil, err
 	}
 	if cur == nil || cur.uuid != uuid {
-		c.setMissing(name, true)
 		return nil, fmt.Errorf("%w: instance %s has no libvirt domain (state missing: it was removed outside hostctl); apply its spec again to define it, or delete the instance", ErrState, name)
 	}
 	return cur, nil
@@ -287,25 +285,6 @@ func (c *Controller) removeDiskFile(instance, target string) {
 	p := filepath.Join(c.instanceDir(instance), diskFile(target))
 	if err := removeFile(p); err != nil {
 		c.log.Warn("could not remove the image of a removed disk", "file", p, "err", err)
-	}
-}
-
-// setMissing records whether an instance's domain is missing and logs the
-// transitions.
-func (c *Controller) setMissing(name string, missing bool) {
-	c.missingMu.Lock()
-	was := c.missing[name]
-	if missing {
-		c.missing[name] = true
-	} else {
-		delete(c.missing, name)
-	}
-	c.missingMu.Unlock()
-	switch {
-	case missing && !was:
-		c.log.Warn("instance marked missing: libvirt has no domain with its name and uuid (removed outside hostctl)", "name", name)
-	case !missing && was:
-		c.log.Info("instance's domain is back", "name", name)
 	}
 }
 

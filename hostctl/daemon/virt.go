@@ -210,10 +210,6 @@ func (h *hypervisor) options(o controller.Options) controller.Options {
 	o.ImageDir = h.cfg.ImageDir
 	o.ShareRoot = h.cfg.ShareRoot
 	o.DetachTimeout = h.cfg.DetachTimeout
-	o.ResyncInterval = h.cfg.Resync
-	if h.cfg.Resync == 0 {
-		o.ResyncInterval = -1
-	}
 	return o
 }
 

@@ -131,10 +131,10 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 	// The instances' states (shelved, rescued) as the daemon keeps them.
 	vs := vmstate.New(recs, "")
 	opts.Parts = append([]part.Part{vs}, f.parts...)
-	c := controller.NewStopped(st, opts)
+	c := controller.New(st, opts)
 	vs.Bind(c.ImageDir(), c, f.logger())
 	f.st = st
-	return c, km, func() { c.Close(); conn.Close(); st.Close() }
+	return c, km, func() { conn.Close(); st.Close() }
 }
 
 // newRotFixture makes the instance (defined in libvirt, not started) and

@@ -215,8 +215,8 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 	for i := 0; i < n; i++ {
 		for k, what := range order {
 			opts := controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, Keys: km,
-				Domain: virt.Options{MemoryMiB: 128}, ResyncInterval: -1,
-				Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
+				Domain: virt.Options{MemoryMiB: 128},
+				Disks:  func(c *controller.Controller) controller.Disks { return disks.New(c) }}
 			if k == 2 {
 				opts.LUKSIterTime = iter
 			}
@@ -227,7 +227,6 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 			spec := fmt.Sprintf("name: %s\ndisks:\n  - {name: vda, size: 1G, encrypted: %t}\n  - {name: vdb, size: 1G, encrypted: %t}\n  - {name: vdc, size: 1G, encrypted: %t}\n", name, enc, enc, enc)
 			start := time.Now()
 			if _, err := c.Apply(ctx, []byte(spec)); err != nil {
-				c.Close()
 				return err
 			}
 			if rows[what] == nil {
@@ -235,10 +234,8 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 			}
 			rows[what].times = append(rows[what].times, time.Since(start))
 			if err := c.Delete(ctx, name); err != nil {
-				c.Close()
 				return err
 			}
-			c.Close()
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

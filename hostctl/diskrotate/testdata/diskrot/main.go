@@ -57,9 +57,8 @@ func run(storeURL, dataDir, uri, name, uuid string, gen int64) error {
 	defer conn.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	luks := encryption.New(encryption.Options{IterTime: 20 * time.Millisecond})
-	c := controller.NewStopped(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Keys: km, LUKS: luks,
+	c := controller.New(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Keys: km, LUKS: luks,
 		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }})
-	defer c.Close()
 	// As the daemon wires it: the rotator registered in the Engine,
 	// recovery first, then a run for the disk class's policy.
 	e := keyrotation.New(st, keyrotation.Options{Host: "local", Version: "v0.0.0-test", Log: log})
