@@ -137,9 +137,9 @@ func readThrough(t *testing.T, p string, pass, backing []byte) error {
 //
 // On the fake disk layer (fakedisk_test.go): TestLibvirtEncryptedImage
 // takes the same path through the real qemu-img, LUKS and libvirtd (QEMU
-// opens the overlay and the image under the two secrets), and
-// TestSnapshotRealQemuImg reads the image's data through such an overlay
-// with the real qemu-img.
+// opens the overlay and the image under the two secrets) and reads the
+// image's data from such an overlay, flattened by a snapshot, with the
+// real qemu-img.
 func TestEncryptedImageRoot(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -41,11 +41,12 @@ import (
 // readThroughAny) read a fake disk's data identity instead of its
 // blocks: "pattern:"+imagePattern once the pattern was written.
 //
-// Each operation keeps its path through the real qemu-img and LUKS in
-// the integration tests (withEncryption: TestEncryptedApply,
-// TestSnapshotRealQemuImg, TestEncryptedImage…; libvirt_*_test.go on
-// the real libvirtd: TestLibvirtShelveUnshelve, TestLibvirtRescue,
-// TestLibvirtEncryptedImage…).
+// Each operation keeps one path through the real qemu-img and LUKS:
+// libvirt_*_test.go on the real libvirtd (TestLibvirtEncryptedStart,
+// TestLibvirtEncryptedImage, TestLibvirtShelveUnshelve,
+// TestLibvirtRescue), and, where no libvirt test takes it, a test with
+// withEncryption (TestAttachEncryptedDisk, TestFlavorEncryptionEndToEnd).
+// The rest run here: each names the test that takes its real path.
 
 const fakeLUKSMagic = "FAKE-LUKS"
 

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,8 +75,10 @@ func TestLibvirtEncryptedStart(t *testing.T) {
 // domain whose root disk is an encrypted overlay of an encrypted image
 // starts only because libvirt has both passphrases: the overlay's and
 // the instance's copy of the image's, named by the explicit
-// <backingStore>'s own <encryption>. Stop takes both back; delete removes
-// the instance's secrets and keeps the image's.
+// <backingStore>'s own <encryption>. Stop takes both back. Snapshots of
+// the stopped instance, re-encrypted and decrypted, read the image's data
+// (the real qemu-img's and LUKS's path of a snapshot); the re-encrypted
+// one boots. Delete removes the instance's secrets and keeps the image's.
 func TestLibvirtEncryptedImage(t *testing.T) {
 	t.Parallel()
 	e, uri, km := encryptedRealEnv(t)
@@ -140,13 +144,40 @@ func TestLibvirtEncryptedImage(t *testing.T) {
 	if err := e.c.libvirtSecrets.UndefineSecret(ctx, own); err != nil {
 		t.Fatal(err)
 	}
-	// A snapshot re-encrypted under a new secret boots encrypted on the
-	// real libvirtd; deleting the image (on_image_deletion) deletes its
-	// secret.
+	// A snapshot flattens the overlay with the real qemu-img: re-encrypted
+	// under a new secret (--encryption-key new; the other choices differ
+	// only in the passphrase the copy gets: TestSnapshotEncryptionKeys),
+	// it is a LUKS qcow2 that reads the image's data with the new
+	// secret's passphrase; decrypted (none), a plain one that reads it.
 	snapImg, err := e.c.Snapshot(ctx, name, SnapshotRequest{Image: "snap-new", EncryptionKey: "new"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p := snapImg.Properties; p["os_encrypt_format"] != "luks" || p["os_encrypt_cipher"] != "aes-xts-plain64" || p["os_decrypt_size"] != "33554432" {
+		t.Errorf("new: %v", p)
+	}
+	newPass, err := km.Passphrase(ctx, snapImg.Properties["os_encrypt_key_id"])
+	if err != nil || bytes.Equal(newPass, ownPass) {
+		t.Errorf("new: the snapshot's secret (%v) must hold a passphrase of its own", err)
+	}
+	if !qemuImgEncrypted(t, filepath.Join(e.dir, "images", snapImg.File)) {
+		t.Error("new: qemu-img does not find the image encrypted")
+	}
+	if err := readImage(t, e, "snap-new", newPass); err != nil {
+		t.Errorf("new: the flattened image does not read the data: %v", err)
+	}
+	none, err := e.c.Snapshot(ctx, name, SnapshotRequest{Image: "snap-none", EncryptionKey: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(none.Properties) != 0 || qemuImgEncrypted(t, filepath.Join(e.dir, "images", none.File)) {
+		t.Errorf("none: properties %v, or qemu-img finds it encrypted", none.Properties)
+	}
+	if err := readImage(t, e, "snap-none", nil); err != nil {
+		t.Errorf("none: the decrypted image does not read the data: %v", err)
+	}
+	// The re-encrypted snapshot boots encrypted on the real libvirtd;
+	// deleting the image (on_image_deletion) deletes its secret.
 	name2 := name + "-s"
 	testenv.CleanupDomain(t, uri, name2)
 	booted, err := e.apply("name: " + name2 + "\nproject_id: p1\nimage: snap-new\ndisks: [{name: vda, tag: root}]\n")

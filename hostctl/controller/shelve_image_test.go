@@ -16,7 +16,7 @@ import (
 // image's data; the backing copy is no longer used and is deleted after
 // the unshelve, the image's own secret stays.
 //
-// On the fake disk layer (fakedisk_test.go): TestSnapshotRealQemuImg
+// On the fake disk layer (fakedisk_test.go): TestLibvirtEncryptedImage
 // flattens such an overlay with the real qemu-img and LUKS (the convert a
 // shelve makes) and reads the image's data from the copy, and
 // TestLibvirtShelveUnshelve shelves and unshelves LUKS disks on the real

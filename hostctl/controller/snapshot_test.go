@@ -48,10 +48,10 @@ const snapSrcSpec = "name: src-1\nproject_id: p1\nimage: enc-img\ndisks: [{name:
 // snapshot is encrypted and reads the data; deleting an image deletes
 // its secret only when its policy says so.
 //
-// On the fake disk layer (fakedisk_test.go): TestSnapshotRealQemuImg
+// On the fake disk layer (fakedisk_test.go): TestLibvirtEncryptedImage
 // takes the real qemu-img's path of a re-encrypting and a decrypting
-// snapshot and reads their data; TestLibvirtEncryptedImage snapshots
-// under a new secret and boots the snapshot on the real libvirtd.
+// snapshot, reads their data and boots the re-encrypted one on the real
+// libvirtd.
 func TestSnapshotEncryptionKeys(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -164,55 +164,10 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 	}
 }
 
-// TestSnapshotRealQemuImg: with the real qemu-img and LUKS, a stopped
-// instance's encrypted root disk (an overlay of an encrypted image)
-// snapshots flattened under its own passphrase (a new secret holding
-// it) and decrypted (--encryption-key none): each image reads the data
-// of the image below the overlay, the first with the root disk's
-// passphrase, the second plain. The other choices differ only in which
-// passphrase the copy gets (TestSnapshotEncryptionKeys, on the fake disk
-// layer).
-func TestSnapshotRealQemuImg(t *testing.T) {
-	t.Parallel() // the real qemu-img's LUKS work (seconds of CPU per disk): overlap it
-	e := newEnv(t)
-	withEncryption(t, e)
-	ctx := context.Background()
-	makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
-	inst := e.mustApply(snapSrcSpec)
-	rootPass, _ := e.c.keys.Passphrase(ctx, inst.BlockDevices[0].EncryptionSecretUUID)
-	same, err := e.c.Snapshot(ctx, "src-1", SnapshotRequest{Image: "snap-same"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := same.Properties; p["os_encrypt_format"] != "luks" || p["os_encrypt_cipher"] != "aes-xts-plain64" || p["os_decrypt_size"] != "33554432" {
-		t.Errorf("same: %v", p)
-	}
-	samePass, _ := e.c.keys.Passphrase(ctx, same.Properties["os_encrypt_key_id"])
-	if string(samePass) != string(rootPass) {
-		t.Error("same: the image's secret does not hold the root disk's passphrase")
-	}
-	if !qemuImgEncrypted(t, e.dir+"/images/"+same.File) {
-		t.Error("same: qemu-img does not find the image encrypted")
-	}
-	if err := readImage(t, e, "snap-same", samePass); err != nil {
-		t.Errorf("same: the flattened image does not read the data: %v", err)
-	}
-	none, err := e.c.Snapshot(ctx, "src-1", SnapshotRequest{Image: "snap-none", EncryptionKey: "none"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(none.Properties) != 0 || qemuImgEncrypted(t, e.dir+"/images/"+none.File) {
-		t.Errorf("none: properties %v, or qemu-img finds it encrypted", none.Properties)
-	}
-	if err := readImage(t, e, "snap-none", nil); err != nil {
-		t.Errorf("none: the decrypted image does not read the data: %v", err)
-	}
-}
-
 // TestFaultsSnapshot fails each key-manager and qemu-img step of a
 // snapshot (same and new) in turn: nothing is left behind — no image, no
 // secret, no temporary file. Each failure is a parallel subtest on the
-// fake disk layer (fakedisk_test.go); TestSnapshotEncryptionKeys takes
+// fake disk layer (fakedisk_test.go); TestLibvirtEncryptedImage takes
 // the real qemu-img's path.
 func TestFaultsSnapshot(t *testing.T) {
 	t.Parallel()
