@@ -201,7 +201,7 @@ nics:
 // domain XML names the secrets; start hands them to libvirt and stop
 // takes them back; delete removes the key-manager secrets.
 //
-// On the fake disk layer (fakedisk_test.go): TestLibvirtEncryptedStart
+// On the fake disk layer (fakedisk_test.go): TestLibvirtShelveUnshelve
 // takes the same path (two LUKS disks and a plain one, start, stop,
 // delete) through the real qemu-img, LUKS and libvirtd.
 func TestEncryptedApply(t *testing.T) {

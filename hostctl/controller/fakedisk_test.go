@@ -42,9 +42,8 @@ import (
 // blocks: "pattern:"+imagePattern once the pattern was written.
 //
 // Each operation keeps one path through the real qemu-img and LUKS:
-// libvirt_*_test.go on the real libvirtd (TestLibvirtEncryptedStart,
-// TestLibvirtEncryptedImage, TestLibvirtShelveUnshelve,
-// TestLibvirtRescue), and, where no libvirt test takes it, a test with
+// libvirt_*_test.go on the real libvirtd (TestLibvirtEncryptedImage,
+// TestLibvirtShelveUnshelve, TestLibvirtRescue), and, where no libvirt test takes it, a test with
 // withEncryption (TestAttachEncryptedDisk, TestFlavorEncryptionEndToEnd).
 // The rest run here: each names the test that takes its real path.
 

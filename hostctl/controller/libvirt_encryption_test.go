@@ -15,62 +15,6 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// TestLibvirtEncryptedStart: against the real libvirtd and QEMU, a domain
-// with two LUKS disks starts only because hostctl hands libvirt each
-// disk's passphrase (QEMU unlocks the disks at start); stop takes the
-// libvirt secrets back, a stray secret is swept, and delete removes the
-// key-manager secrets.
-func TestLibvirtEncryptedStart(t *testing.T) {
-	t.Parallel()
-	e, uri, km := encryptedRealEnv(t)
-	ctx := context.Background()
-	name := testenv.UniqueDomainName(t)
-	testenv.CleanupDomain(t, uri, name)
-	spec := "name: " + name + "\n" +
-		"disks: [{name: vda, size: 8M, tag: root, encrypted: true}, {name: vdb, size: 8M, encrypted: true}, {name: vdc, size: 8M}]\n"
-	inst, err := e.apply(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	xml := virshOut(t, uri, "dumpxml", "--inactive", name)
-	if n := strings.Count(xml, "<encryption format='luks'"); n != 2 {
-		t.Fatalf("%d disks with <encryption format='luks'>, want 2:\n%s", n, xml)
-	}
-	secrets := func() string { return virshOut(t, uri, "secret-list") }
-	for _, bd := range inst.BlockDevices {
-		if bd.Encrypted && strings.Contains(secrets(), bd.EncryptionSecretUUID) {
-			t.Fatalf("libvirt secret %s defined before start", bd.EncryptionSecretUUID)
-		}
-	}
-	if _, err := e.c.Start(ctx, name); err != nil {
-		t.Fatalf("start (QEMU must unlock both LUKS disks): %v", err)
-	}
-	for _, bd := range inst.BlockDevices {
-		if bd.Encrypted && !strings.Contains(secrets(), bd.EncryptionSecretUUID) {
-			t.Errorf("libvirt secret %s of %s missing while running", bd.EncryptionSecretUUID, bd.Disk)
-		}
-	}
-	if _, err := e.c.Stop(ctx, name, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	for _, bd := range inst.BlockDevices {
-		if bd.Encrypted && strings.Contains(secrets(), bd.EncryptionSecretUUID) {
-			t.Errorf("libvirt secret %s still defined after stop", bd.EncryptionSecretUUID)
-		}
-	}
-	// A start without hostctl's secrets fails: QEMU cannot open the disks.
-	if out, err := execCommand("virsh", "-q", "-c", uri, "start", name); err == nil {
-		virshOut(t, uri, "destroy", name)
-		t.Fatalf("virsh start succeeded without the secrets: %s", out)
-	}
-	if err := e.c.Delete(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	if l, _ := km.List(ctx, ""); len(l) != 0 {
-		t.Errorf("key-manager secrets after delete: %+v", l)
-	}
-}
-
 // TestLibvirtEncryptedImage: against the real libvirtd and QEMU 7.2, a
 // domain whose root disk is an encrypted overlay of an encrypted image
 // starts only because libvirt has both passphrases: the overlay's and

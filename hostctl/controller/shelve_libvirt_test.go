@@ -31,11 +31,15 @@ func domainGone(uri, name string) bool {
 }
 
 // TestLibvirtShelveUnshelve: against the real libvirtd, QEMU and
-// qemu-img: a stopped instance with two LUKS disks is shelved — no
-// domain, no disk file, no libvirt secret, the key-manager secrets kept,
-// a reconcile changes nothing — and unshelved: the root disk opens with
-// the same secret UUID and passphrase and reads the pattern written
+// qemu-img: a domain with two LUKS disks starts only because hostctl
+// hands libvirt each disk's passphrase (QEMU unlocks the disks at start);
+// stop takes the libvirt secrets back. The stopped instance is shelved —
+// no domain, no disk file, no libvirt secret, the key-manager secrets
+// kept, a reconcile changes nothing — and unshelved: the root disk opens
+// with the same secret UUID and passphrase and reads the pattern written
 // before the shelve, and the domain runs (QEMU unlocked both disks).
+// Delete removes the key-manager secrets. (The start and stop were
+// TestLibvirtEncryptedStart's, which made the same disks.)
 func TestLibvirtShelveUnshelve(t *testing.T) {
 	t.Parallel()
 	e, uri, km := encryptedRealEnv(t)
@@ -49,6 +53,32 @@ func TestLibvirtShelveUnshelve(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.c.Delete(context.Background(), name) })
 	secs := diskSecretsOf(inst)
+	if n := strings.Count(virshOut(t, uri, "dumpxml", "--inactive", name), "<encryption format='luks'"); n != 2 {
+		t.Fatalf("%d disks with <encryption format='luks'>, want 2", n)
+	}
+	secretsDefined := func(when string, want bool) {
+		t.Helper()
+		list := virshOut(t, uri, "secret-list")
+		for d, id := range secs {
+			if strings.Contains(list, id) != want {
+				t.Errorf("%s: libvirt secret %s of %s defined: %t, want %t", when, id, d, !want, want)
+			}
+		}
+	}
+	secretsDefined("before start", false)
+	if _, err := e.c.Start(ctx, name); err != nil {
+		t.Fatalf("start (QEMU must unlock both LUKS disks): %v", err)
+	}
+	secretsDefined("running", true)
+	if _, err := e.c.Stop(ctx, name, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	secretsDefined("after stop", false)
+	// A start without hostctl's secrets fails: QEMU cannot open the disks.
+	if out, err := execCommand("virsh", "-q", "-c", uri, "start", name); err == nil {
+		virshOut(t, uri, "destroy", name)
+		t.Fatalf("virsh start succeeded without the secrets: %s", out)
+	}
 	pass, err := km.Passphrase(ctx, secs["vda"])
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +142,12 @@ func TestLibvirtShelveUnshelve(t *testing.T) {
 	}
 	if _, err := e.Catalog().Image(ctx, ShelvedImageName(name)); err == nil {
 		t.Error("the shelved image outlived the unshelve")
+	}
+	if err := e.c.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := km.List(ctx, ""); len(l) != 0 {
+		t.Errorf("key-manager secrets after delete: %+v", l)
 	}
 }
 
