@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	qemuImg := testenv.LookPath(t, "qemu-img")
-	dir := t.TempDir()
+	dir := memTempDir(t)
 	b, err := bolt.Open(filepath.Join(dir, "vmeta.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +84,35 @@ func newEnv(t *testing.T) *env {
 	registerParts(e, e.hv) // export_nicspart_test.go
 	e.useGoImages()        // fakeimages_test.go: no qemu-img process per disk
 	return e
+}
+
+// memTempDir is t.TempDir in memory: a directory in /dev/shm when it is
+// a tmpfs. The data directory of a fake-hypervisor env gets the store's
+// fsyncs and the disk files of every fault step (a sixth of a matrix's
+// CPU on a disk); no QEMU opens it (realEnv keeps t.TempDir: libvirt's
+// confinement may not allow /dev/shm).
+func memTempDir(t *testing.T) string {
+	t.Helper()
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &fs); err != nil || fs.Type != 0x01021994 { // TMPFS_MAGIC
+		return t.TempDir()
+	}
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r == '*' || r < ' ' {
+			return '_'
+		}
+		return r
+	}, t.Name())
+	dir, err := os.MkdirTemp("/dev/shm", "vmeta-"+name[:min(len(name), 64)]+"-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("memTempDir cleanup: %v", err)
+		}
+	})
+	return dir
 }
 
 const hvSpec = `
