@@ -16,6 +16,7 @@ import (
 // flavor, as a spec's explicit false is (it was silently encrypted);
 // nothing is attached. Without the flag the disk follows the flavor.
 func TestAttachExplicitUnencrypted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flavorSetup(e)
 	withFakeEncryption(t, e)

@@ -196,6 +196,7 @@ func TestDeleteRemovesEverything(t *testing.T) {
 }
 
 func TestWriteConfigDriveFormats(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, _, _, dir := newController(t)
 	if _, err := c.Apply(ctx, []byte(spec)); err != nil {

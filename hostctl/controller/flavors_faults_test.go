@@ -79,6 +79,7 @@ func TestFaultsRebuild(t *testing.T) {
 
 // A running instance is neither resized nor rebuilt, and nothing changes.
 func TestResizeRebuildNeedStopped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flavorSetup(e)
 	e.mustApply(flavorSpec)
@@ -101,6 +102,7 @@ func TestResizeRebuildNeedStopped(t *testing.T) {
 // re-apply (resize and rebuild change them), and its flavor disks are
 // not detached like volumes; a re-apply of the same spec is fine.
 func TestFlavorInstanceGuards(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flavorSetup(e)
 	e.mustApply(flavorSpec)
@@ -128,6 +130,7 @@ func TestFlavorInstanceGuards(t *testing.T) {
 // A disk attached later to an instance whose flavor asks for encryption is
 // asked to be encrypted too.
 func TestAttachedDiskFollowsPolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flavorSetup(e)
 	withFakeEncryption(t, e) // the disks are made encrypted (encryption_test.go)
@@ -150,6 +153,7 @@ func TestAttachedDiskFollowsPolicy(t *testing.T) {
 // An instance made while its flavor was only a label keeps its spec's
 // disks and size when a flavor of that name is registered later.
 func TestFlavorRegisteredLater(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flavorSetup(e)
 	const spec = "name: old-1\nflavor: f.later\nimage: deb\ndisks: [{name: vda, tag: root}, {name: vdb, size: 8M}]\n"

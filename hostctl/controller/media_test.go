@@ -83,6 +83,7 @@ func cdromSource(t *testing.T, hv Hypervisor, name string, live bool) string {
 // shut-off domain's publishes change no medium, and stopping or starting
 // the domain leaves no medium file behind.
 func TestMediumFollowsRunningDomain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	dir := filepath.Join(e.dir, "instances", "app-1")
@@ -196,6 +197,7 @@ func TestMediumFollowsRunningDomain(t *testing.T) {
 // the publish goes through, disk.config follows, and the result warns
 // that the running guest does not see it.
 func TestMediumVirtioConfigDrive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.c.dom.ConfigDriveBus = "virtio"

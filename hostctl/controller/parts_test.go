@@ -156,6 +156,7 @@ func TestWatchdogPart(t *testing.T) {
 // publishes the spec with it; with no gpu left, unshelve is refused
 // naming the claim, and the instance stays shelved, holding nothing.
 func TestShelveReleasesDevices(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	inv := withDevices(t, e)
 	e.c.parts = []part.Part{boundStates(e.c), passthrough.New(inv)} // boundStates: export_vmstate_test.go
@@ -296,6 +297,7 @@ func (r *recorder) AfterDelete(context.Context, *part.Instance) error {
 // operation, and a part's refusal stops the operation (409 naming the
 // part and its reason) before anything changes.
 func TestCorePhases(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	rec := &recorder{refuse: map[part.Op]string{part.RebootHard: "the recorder says no"}}
 	e.c.parts = []part.Part{rec}

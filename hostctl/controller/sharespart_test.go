@@ -129,6 +129,7 @@ func (e *sharesEnv) mapping(t *testing.T, instance, id string) string {
 // On main before the shares part, the shelve was refused (409: shares are
 // attached).
 func TestShelveStopsShareMappings(t *testing.T) {
+	t.Parallel()
 	e := newSharesEnv(t)
 	ctx := context.Background()
 	sh, err := e.svc.CreateShare(ctx, admin, types.ShareCreateRequest{ProjectID: "demo", Proto: types.ShareProtoNFS, ExportLocation: "filer:/export/data"})
@@ -223,6 +224,7 @@ func (e *sharesEnv) instanceUUIDs(t *testing.T, names ...string) []string {
 // part, the mappings stayed active and the mount held for a domain
 // without the share until a reconcile pass noticed.
 func TestRescueStopsShareMappings(t *testing.T) {
+	t.Parallel()
 	e := newSharesEnv(t)
 	ctx := context.Background()
 	sh, err := e.svc.CreateShare(ctx, admin, types.ShareCreateRequest{ProjectID: "demo", Proto: types.ShareProtoNFS, ExportLocation: "filer:/export/data"})
