@@ -54,7 +54,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -118,11 +117,11 @@ type Controller struct {
 	parts part.Set // the host features, in registration order (phases.go)
 }
 
-// observe tells Options.Observe that op, begun at start, ended with
-// *err; exported operations defer it first thing:
+// Observe tells Options.Observe that op, begun at start, ended with
+// *err; operations (the core's, hostctl/ops') defer it first thing:
 //
-//	defer c.observe("start", time.Now(), &err)
-func (c *Controller) observe(op string, start time.Time, err *error) {
+//	defer c.Observe("start", time.Now(), &err)
+func (c *Controller) Observe(op string, start time.Time, err *error) {
 	if c.observer != nil {
 		c.observer(op, time.Since(start), *err)
 	}
@@ -294,7 +293,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // or removing devices of a running domain is refused (attach and detach
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
-	defer c.observe("apply", time.Now(), &err)
+	defer c.Observe("apply", time.Now(), &err)
 	st := newSteps(in.Name)
 	defer st.log(c.log, "apply instance steps")
 	defer c.locks.Lock(in.Name)()
@@ -522,17 +521,12 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	} else if tree != nil {
 		inst.Transports = []part.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
-	reason, err := c.faultOf(ctx, rec.UUID)
+	// The fault and the kept state as list shows them (core_hostsviews.go).
+	shown, err := c.shown().One(ctx, rec, inst.State)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
 	}
-	inst.Fault = reason
-	if c.owns(rec) {
-		inst.State = view.WithFault(inst.State, reason) // as list shows it
-	}
-	if st, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
-		inst.State = st // core_vmstate.go
-	}
+	inst.State, inst.Fault = shown.State, shown.Fault
 	return inst, nil
 }
 
@@ -612,13 +606,13 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 // (disks, config drive, console log). A failure before the store delete
 // undoes the steps before it.
 func (c *Controller) Delete(ctx context.Context, name string) (err error) {
-	defer c.observe("delete", time.Now(), &err)
+	defer c.Observe("delete", time.Now(), &err)
 	defer c.locks.Lock(name)()
 	rec, err := c.ownRecord(ctx, "delete", name)
 	if err != nil {
 		return err
 	}
-	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // phases.go
+	if err := c.CheckRecordParts(ctx, part.Delete, rec); err != nil { // phases.go
 		return err
 	}
 	r := revert.New(c.log, "delete "+name)

@@ -29,15 +29,6 @@ type Domain struct {
 	Inactive []byte     // the persistent definition
 }
 
-// Observe tells Options.Observe that op, begun at start, ended with
-// *err (deferred first thing by an operation).
-func (c *Controller) Observe(op string, start time.Time, err *error) { c.observe(op, start, err) }
-
-// Emit records an event on the audit log's stream.
-func (c *Controller) Emit(ctx context.Context, stream, typ string, payload any) {
-	c.emit(ctx, stream, typ, payload)
-}
-
 // Logger is the core's logger.
 func (c *Controller) Logger() *slog.Logger { return c.log }
 
@@ -70,7 +61,7 @@ func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, na
 // PrepareParts runs the parts' Prepare phase for op on in, with the undo
 // steps on r, and hands their devices to the domain host will build.
 func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
-	return c.prepareParts(ctx, op, r, in, host)
+	return c.preparePartsFor(ctx, op, r, in, 0, host) // phases.go
 }
 
 // DiskFileName is the name of disk d's image file in its instance's
@@ -121,19 +112,6 @@ func (c *Controller) DefineDomain(ctx context.Context, r *revert.Reverter, name 
 	return nil
 }
 
-// RemoveDomain destroys and undefines in's domain; the undo step on r
-// defines (and starts) it again.
-func (c *Controller) RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	return c.removeDomain(ctx, r, in)
-}
-
-// ReadBack reads what libvirt chose for in's defined domain back into
-// in.
-func (c *Controller) ReadBack(ctx context.Context, in *model.Instance) error {
-	_, err := c.readBack(ctx, in)
-	return err
-}
-
 // Publish publishes in, expecting the record's revision expect; the undo
 // step on r restores what was published.
 func (c *Controller) Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error {
@@ -173,7 +151,7 @@ func (c *Controller) StopDomain(ctx context.Context, r *revert.Reverter, rec sto
 // it: config drive, passphrases of in's disks, extra (the operation's own
 // secrets), start. The undo steps go on r.
 func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Instance, in *model.Instance, extra func(context.Context, *revert.Reverter) error) error {
-	if err := c.ensureDrive(ctx, rec); err != nil {
+	if err := c.EnsureDrive(ctx, rec); err != nil {
 		return err
 	}
 	if err := c.disks.DefineSecrets(ctx, r, in); err != nil {
@@ -256,12 +234,6 @@ func (c *Controller) Forget(ctx context.Context, rec store.Instance) error {
 	return nil
 }
 
-// CheckRecordParts lets the parts that act on op check rec, a stored
-// instance of any host (a refusal wraps ErrState).
-func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
-	return c.checkRecordParts(ctx, op, rec) // phases.go
-}
-
 // CommittedRecordParts tells the parts that act on op that op on rec, a
 // stored instance of any host, stands, and returns their notes.
 func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec store.Instance) []string {
@@ -271,10 +243,4 @@ func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec s
 		return nil
 	}
 	return c.committedParts(ctx, op, in, rec.Host) // phases.go
-}
-
-// EnsureDrive rebuilds rec's config drive from its published document
-// when the file is missing (an instance without one has none).
-func (c *Controller) EnsureDrive(ctx context.Context, rec store.Instance) error {
-	return c.ensureDrive(ctx, rec) // power.go
 }

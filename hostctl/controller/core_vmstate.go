@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The states hostctl gives an instance besides its domain's (shelved,
@@ -50,11 +49,4 @@ func (noStates) Summaries(context.Context) (map[string]DiskState, error) { retur
 // ("running", "shutoff"; "" without a hypervisor).
 func (c *Controller) PowerState(ctx context.Context, name, uuid string) string {
 	return c.drv.state(ctx, name, uuid)
-}
-
-// Resume starts rec, whose state (shelved, rescued) just ended, as start
-// does (config drive, shares, passphrases, the parts' start phase; a
-// failed start takes its secrets back).
-func (c *Controller) Resume(ctx context.Context, rec store.Instance) error {
-	return c.startDomain(ctx, rec)
 }

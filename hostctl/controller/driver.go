@@ -71,7 +71,7 @@ func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store
 	if err != nil {
 		return err
 	}
-	if err := d.c.removeDomain(ctx, r, in); err != nil {
+	if err := d.c.RemoveDomain(ctx, r, in); err != nil {
 		return err
 	}
 	return d.c.parts.Remove(ctx, part.Delete, &part.Instance{Spec: in}, r)

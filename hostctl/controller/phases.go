@@ -64,8 +64,9 @@ func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Ins
 	return c.parts.Check(ctx, op, pi)
 }
 
-// checkRecordParts is checkParts for a stored instance.
-func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
+// CheckRecordParts lets the parts that act on op check rec, a stored
+// instance of any host (checkParts: a refusal wraps ErrState).
+func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
 	if len(c.parts) == 0 {
 		return nil
 	}
@@ -79,14 +80,9 @@ func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store
 	return nil
 }
 
-// prepareParts runs Prepare and hands the parts' devices (and fw_cfg
-// entries) to the domain host will build.
-func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
-	return c.preparePartsFor(ctx, op, r, in, 0, host)
-}
-
-// preparePartsFor is prepareParts for a domain whose publish makes
-// metadata revision rev (0: not known).
+// preparePartsFor runs Prepare and hands the parts' devices (and fw_cfg
+// entries) to the domain host will build, whose publish makes metadata
+// revision rev (0: not known).
 func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, rev int64, host *virt.Host) error {
 	if len(c.parts) == 0 {
 		return nil
@@ -130,11 +126,11 @@ func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.I
 	return c.parts.Committed(ctx, op, &part.Instance{Spec: in, Host: host})
 }
 
-// preStartParts runs PreStart (part.PreStarter) before the operation
-// takes the instance's lock, with the stored spec of an instance this
-// host owns and that may start (checkRecordParts: a shelved one does
+// PreStart runs the parts' PreStart (part.PreStarter) before op (a
+// start, a hard reboot) takes the instance's lock, with the stored spec of an instance this
+// host owns and that may start (CheckRecordParts: a shelved one does
 // not, it holds nothing).
-func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string) error {
+func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) error {
 	if _, ok := part.First[part.PreStarter](c.parts, op); !ok {
 		return nil
 	}
@@ -142,7 +138,7 @@ func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string)
 	if err != nil {
 		return err
 	}
-	if err := c.checkRecordParts(ctx, op, rec); err != nil {
+	if err := c.CheckRecordParts(ctx, op, rec); err != nil {
 		return err
 	}
 	in, err := decodeSpec(rec)
@@ -232,23 +228,4 @@ func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (
 		return "", nil
 	}
 	return "the host parts' devices", nil
-}
-
-// driveTransport is the config drive's transport of instance name, as
-// the registered part.MediaChanger tells it (none without one).
-func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []part.Transport {
-	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
-		return []part.Transport{m.DriveTransport(ctx, name, running)}
-	}
-	return nil
-}
-
-// partTransports says which revision each part.Publisher carries for in
-// (stored: the stored metadata's revision, 0 when none).
-func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []part.Transport {
-	var out []part.Transport
-	for _, p := range part.Acting[part.Publisher](c.parts, "") {
-		out = append(out, p.Transport(ctx, &part.Instance{Spec: in}, running, stored))
-	}
-	return out
 }

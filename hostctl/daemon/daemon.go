@@ -450,8 +450,8 @@ func (s *serve) startController(context.Context) error {
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
 	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
-	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
 	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
 	useLeaseEvents(parts, s.audit)                                                                                             // macs.go: a fixed address leased to another MAC

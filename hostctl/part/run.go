@@ -163,6 +163,21 @@ func (s Set) BeforeStart(ctx context.Context, in *Instance, r *revert.Reverter) 
 	return Run(s, "", func(p Starter) error { return p.BeforeStart(ctx, in, r) })
 }
 
+// StartFailed tells every StartFailer, whatever the operation, that the
+// start failed with err, and returns err joined by their errors.
+func (s Set) StartFailed(ctx context.Context, in *Instance, err error) error {
+	errs := []error{err}
+	for _, p := range Acting[StartFailer](s, "") {
+		if ferr := p.StartFailed(ctx, in, err); ferr != nil {
+			errs = append(errs, ferr)
+		}
+	}
+	if len(errs) == 1 {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
 // Remove runs Remove (Remover); their undo steps go on r.
 func (s Set) Remove(ctx context.Context, op Op, in *Instance, r *revert.Reverter) error {
 	return Run(s, op, func(p Remover) error { return p.Remove(ctx, op, in, r) })

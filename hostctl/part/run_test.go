@@ -242,9 +242,13 @@ func (p *phased) Committed(context.Context, Op, *Instance) []string {
 	return []string{p.name}
 }
 func (p *phased) PreStart(context.Context, Op, *Instance) error { return p.step("prestart") }
+func (p *phased) StartFailed(context.Context, *Instance, error) error {
+	return p.step("start failed")
+}
 
-// TestSetOptionalPhases: BeforeStart runs every Starter whatever the
-// operation (and whatever it answers); the other optional phases run
+// TestSetOptionalPhases: BeforeStart and StartFailed run every Starter
+// and StartFailer whatever the operation (and whatever it answers; the
+// start's error joined by theirs); the other optional phases run
 // the parts that implement them and act on the operation, in order, the
 // first error stopping them.
 func TestSetOptionalPhases(t *testing.T) {
@@ -258,13 +262,14 @@ func TestSetOptionalPhases(t *testing.T) {
 		}
 		return p
 	}
-	s := Set{mk("a", Act), &fake{name: "plain", do: Act, log: &log}, mk("n", Nothing), mk("b", Act, "remove", "prestart")}
+	s := Set{mk("a", Act), &fake{name: "plain", do: Act, log: &log}, mk("n", Nothing), mk("b", Act, "remove", "prestart", "start failed")}
 	steps := []struct {
 		run  func() error
 		want []string
 		err  string
 	}{
 		{func() error { return s.BeforeStart(ctx, in, nil) }, []string{"a before start", "n before start", "b before start"}, ""},
+		{func() error { return s.StartFailed(ctx, in, errors.New("boom")) }, []string{"a start failed", "n start failed", "b start failed"}, "boom\nstart failed failed"},
 		{func() error { return s.Remove(ctx, Delete, in, nil) }, []string{"a remove", "b remove"}, "b: remove failed"},
 		{func() error { return s.Defined(ctx, Apply, in, nil) }, []string{"a defined", "b defined"}, ""},
 		{func() error { return s.Complete(ctx, Apply, in, nil) }, []string{"a complete", "b complete"}, ""},
