@@ -334,7 +334,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	r.Success()
 	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
-	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // phases.go
+	inst.Warnings = append(inst.Warnings, c.parts.Committed(ctx, part.Apply, &part.Instance{Spec: in})...)
 	return inst, nil
 }
 
@@ -430,7 +430,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		}
 		forMedia = staged
 	}
-	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // phases.go
+	mediaCommitted, warn, err := c.parts.ChangeMedium(ctx, r, in.Name, forMedia, rev)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}

@@ -45,7 +45,7 @@ func (c *Controller) FinishDeviceChange(ctx context.Context, r *revert.Reverter,
 	if err := c.ReadBack(ctx, next); err != nil {
 		return nil, err
 	}
-	if err := c.definedParts(ctx, part.Apply, r, old, next); err != nil { // phases.go
+	if err := c.parts.Defined(ctx, part.Apply, &part.Instance{Spec: next, Old: old}, r); err != nil {
 		return nil, err
 	}
 	inst, err := c.publish(ctx, r, next, expect)

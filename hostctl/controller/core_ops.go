@@ -52,7 +52,7 @@ func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, na
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
+	if err := c.checkParts(ctx, op, in, ""); err != nil { // phases.go
 		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	return rec, in, nil
@@ -242,5 +242,5 @@ func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec s
 		c.log.Warn("parts not told that "+string(op)+" stands", "instance", rec.Name, "err", err)
 		return nil
 	}
-	return c.committedParts(ctx, op, in, rec.Host) // phases.go
+	return c.parts.Committed(ctx, op, &part.Instance{Spec: in, Host: rec.Host})
 }

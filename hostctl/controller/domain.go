@@ -62,7 +62,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := virt.Validate(in, host, c.dom); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
+	if err := c.checkParts(ctx, op, in, ""); err != nil { // phases.go
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	makeDisks, err := c.disks.Make(ctx, in) // the disks part
@@ -146,7 +146,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("read_back")
-	if err := c.definedParts(ctx, op, r, old, in); err != nil { // phases.go
+	if err := c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("parts")

@@ -33,7 +33,7 @@ type driver interface {
 type noDriver struct{ c *Controller }
 
 func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, expect int64) (_ *Instance, err error) {
-	if err := d.c.checkParts(ctx, op, in); err != nil {
+	if err := d.c.checkParts(ctx, op, in, ""); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, in.Name, err)
 	}
 	r := revert.New(d.c.log, "apply "+in.Name)

@@ -45,14 +45,10 @@ func (c *Controller) partView(ctx context.Context, in *model.Instance) (*part.In
 	return pi, nil
 }
 
-// checkParts runs the parts' Check (part.Set.Check): a refusal wraps
-// ErrState and names the part and its reason.
-func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance) error {
-	return c.checkPartsOn(ctx, op, in, "")
-}
-
-// checkPartsOn is checkParts for an instance of host (its record's).
-func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Instance, host string) error {
+// checkParts runs the parts' Check (part.Set.Check) for in, an instance
+// of host (its record's; "": this host's or a new instance): a refusal
+// wraps ErrState and names the part and its reason.
+func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance, host string) error {
 	if len(c.parts) == 0 {
 		return nil
 	}
@@ -74,7 +70,7 @@ func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store
 	if err != nil {
 		return err
 	}
-	if err := c.checkPartsOn(ctx, op, in, rec.Host); err != nil {
+	if err := c.checkParts(ctx, op, in, rec.Host); err != nil {
 		return fmt.Errorf("%s %s: %w", op, rec.Name, err)
 	}
 	return nil
@@ -103,27 +99,6 @@ func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.
 		host.Firmware = append(host.Firmware, virt.FirmwareFile{Name: f.Name, File: f.File})
 	}
 	return nil
-}
-
-// definedParts runs Defined (part.Definer) once in's domain is defined
-// and read back (old is the spec before).
-func (c *Controller) definedParts(ctx context.Context, op part.Op, r *revert.Reverter, old, in *model.Instance) error {
-	return c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r)
-}
-
-// changeMedium is ChangeMedium of the registered part.MediaChanger, if
-// any (commit is never nil).
-func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
-	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
-		return m.ChangeMedium(ctx, r, name, staged, rev)
-	}
-	return func() {}, nil, nil
-}
-
-// committedParts runs Committed (part.Committer) once op stands, and
-// returns the parts' notes (warnings, what a force-delete leaves behind).
-func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.Instance, host string) []string {
-	return c.parts.Committed(ctx, op, &part.Instance{Spec: in, Host: host})
 }
 
 // PreStart runs the parts' PreStart (part.PreStarter) before op (a

@@ -137,6 +137,15 @@ func (s Set) Drifted(ctx context.Context, in *Instance, rev int64) (part, reason
 	return "", ""
 }
 
+// ChangeMedium is ChangeMedium of the first MediaChanger, if any, whatever
+// the operation (commit is never nil).
+func (s Set) ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error) {
+	if m, ok := First[MediaChanger](s, ""); ok {
+		return m.ChangeMedium(ctx, r, name, staged, rev)
+	}
+	return func() {}, nil, nil
+}
+
 // Committed runs Committed (Committer) and returns the parts' notes.
 func (s Set) Committed(ctx context.Context, op Op, in *Instance) []string {
 	var notes []string

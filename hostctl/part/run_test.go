@@ -3,6 +3,7 @@ package part
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -290,5 +291,37 @@ func TestSetOptionalPhases(t *testing.T) {
 		if !slices.Equal(log, st.want) {
 			t.Errorf("step %d: phases %q, want %q", i, log, st.want)
 		}
+	}
+}
+
+// medium is a fake MediaChanger.
+type medium struct {
+	fake
+	got *[]string
+}
+
+func (m *medium) ChangeMedium(_ context.Context, _ *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
+	*m.got = append(*m.got, fmt.Sprintf("%s %s %s %d", m.name, name, staged, rev))
+	return func() { *m.got = append(*m.got, m.name+" commit") }, []string{m.name + " warns"}, nil
+}
+
+// TestSetChangeMedium: the first MediaChanger gets the drive, whatever
+// it answers; without one, nothing happens and commit is still there.
+func TestSetChangeMedium(t *testing.T) {
+	ctx := context.Background()
+	var log, got []string
+	commit, warn, err := Set{&fake{name: "plain", do: Act, log: &log}}.ChangeMedium(ctx, nil, "vm", "d.staged", 3)
+	if err != nil || warn != nil || commit == nil {
+		t.Fatalf("no media changer: commit nil %v, %v %v", commit == nil, warn, err)
+	}
+	commit()
+	s := Set{&fake{name: "plain", do: Act, log: &log}, &medium{fake{name: "m1", do: Nothing, log: &log}, &got}, &medium{fake{name: "m2", do: Act, log: &log}, &got}}
+	commit, warn, err = s.ChangeMedium(ctx, nil, "vm", "d.staged", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit()
+	if want := []string{"m1 vm d.staged 3", "m1 commit"}; !slices.Equal(got, want) || !slices.Equal(warn, []string{"m1 warns"}) {
+		t.Errorf("calls %q, warnings %q; want %q, [m1 warns]", got, warn, want)
 	}
 }
