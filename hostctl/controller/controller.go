@@ -185,8 +185,8 @@ type Options struct {
 	DetachTimeout time.Duration
 
 	// Observe, when set, is told of every instance operation as it ends
-	// (op: apply, start, stop, delete, attach_disk, detach_disk,
-	// attach_nic, detach_nic): how long it took, waiting for the
+	// (op: apply, start, stop, delete, and those of hostctl/ops:
+	// attach_disk, shelve, reboot, ...): how long it took, waiting for the
 	// instance's lock included, and its error (nil on success). It must
 	// be quick and safe for concurrent use (metrics).
 	Observe func(op string, took time.Duration, err error)

@@ -18,7 +18,8 @@ import (
 // hostctl/part's doc lists. This file gives the parts their view of an
 // instance (its flavor's extra specs, its image's properties, its
 // record's host) for the phases that read it, and what the core asks of
-// the parts besides the phases (their devices, their transports).
+// the parts besides the phases (their devices; their transports:
+// transports.go).
 
 // partView is what the parts see of in: its spec, its flavor's extra
 // specs and its image's properties.

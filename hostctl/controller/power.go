@@ -51,9 +51,9 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 	return c.Get(ctx, name)
 }
 
-// Resume boots rec's domain, not running, as start does (a shelved or
-// rescued instance's too, once its state ended), with the instance's
-// lock held: config drive, the parts' BeforeStart (share mounts) and
+// Resume boots rec's domain, not running, with the instance's lock held
+// (Start; hostctl/ops once a shelved or rescued state ended, a hard
+// reboot): config drive, the parts' BeforeStart (share mounts) and
 // libvirt start (startWithSecrets). A start that fails is told to the
 // parts' StartFailed (a share that could not be mounted puts the
 // instance in ERROR: hostctl/parts/faults).
