@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
@@ -64,7 +63,7 @@ func (c *Controller) Resume(ctx context.Context, rec store.Instance) error {
 	if err := c.startWithSecrets(ctx, rec); err != nil {
 		in, derr := decodeSpec(rec)
 		if derr != nil {
-			return errors.Join(err, derr)
+			return err // startWithSecrets could not decode it either
 		}
 		return c.parts.StartFailed(ctx, &part.Instance{Spec: in, Host: rec.Host}, err)
 	}
