@@ -458,24 +458,20 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
 	}
 	committed()
-	if !in.WantsConfigDrive() {
-		// config_drive: false (the domain, if any, has no cdrom): a drive
-		// of an earlier spec goes.
-		mediaCommitted()
-		if rerr := removeFile(drive); rerr != nil {
-			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
+	inst := &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, Warnings: warn, BlockDevices: bds}
+	if in.WantsConfigDrive() {
+		if rerr := atomicfile.Rename(staged, drive); rerr != nil {
+			// The publish stands (the store is the source of truth); the
+			// drive is rebuilt by the next apply or by `configdrive build`.
+			return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 		}
-		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
-		return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
-	}
-	if rerr := atomicfile.Rename(staged, drive); rerr != nil {
-		// The publish stands (the store is the source of truth); the drive
-		// is rebuilt by the next apply or by `configdrive build`.
-		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
+		inst.ConfigDrive = drive
+	} else if rerr := removeFile(drive); rerr != nil { // config_drive: false (no cdrom): an earlier spec's drive goes
+		c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 	}
 	mediaCommitted()
-	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
-	return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
+	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", in.WantsConfigDrive())
+	return inst, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
