@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"github.com/vmeta/vmeta/hostctl/parts/configdrive"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -107,7 +108,7 @@ func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Service
 	cat := catalog.New(c, opts)
 	op := ops.New(c)
 	return api.Services{
-		Instances: c, Power: c, Reboot: op, Hotplug: op, ConfigDrives: c, Resize: op, Snapshot: op, Shelve: op, Ownership: op,
+		Instances: c, Power: c, Reboot: op, Hotplug: op, ConfigDrives: configdrive.NewBuilder(c, c.Documents(), c.DataDir()), Resize: op, Snapshot: op, Shelve: op, Ownership: op,
 		Flavors: cat, Images: cat, Secrets: cat,
 	}
 }

@@ -604,7 +604,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	defer c.Observe("delete", time.Now(), &err)
 	defer c.locks.Lock(name)()
-	rec, err := c.ownRecord(ctx, "delete", name)
+	rec, err := c.OwnRecord(ctx, "delete", name)
 	if err != nil {
 		return err
 	}
@@ -638,38 +638,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	}
 	c.log.Info("instance deleted", "name", name, "uuid", rec.UUID)
 	return nil
-}
-
-// WriteConfigDrive streams a freshly built config drive of the instance's
-// published tree to w.
-func (c *Controller) WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error) {
-	rec, err := c.ownRecord(ctx, "config drive", name)
-	if err != nil {
-		return 0, err
-	}
-	doc, err := c.store.Document(ctx, rec.UUID)
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	tree, err := metadata.DecodeTree(doc.Tree)
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	tmp, err := os.MkdirTemp(c.dataDir, "drive-")
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	defer os.RemoveAll(tmp)
-	p := filepath.Join(tmp, "disk.config")
-	if err := configdrive.Build(p, tree.ConfigDriveFiles(), configdrive.Options{Format: format}); err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	defer f.Close()
-	return io.Copy(w, f)
 }
 
 // nameOf names the instance with a UUID for error messages (the UUID itself

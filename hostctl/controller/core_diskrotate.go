@@ -25,7 +25,7 @@ func (c *Controller) LockInstance(name string) (unlock func()) { return c.locks.
 // wrapping store.ErrNotFound when there is none, ErrOtherHost when it is
 // another host's).
 func (c *Controller) OwnInstance(ctx context.Context, name string) (*model.Instance, error) {
-	rec, err := c.ownRecord(ctx, "instance", name)
+	rec, err := c.OwnRecord(ctx, "instance", name)
 	if err != nil {
 		return nil, err
 	}

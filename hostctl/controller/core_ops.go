@@ -36,6 +36,9 @@ func (c *Controller) Logger() *slog.Logger { return c.log }
 // it.
 func (c *Controller) DataDir() string { return c.dataDir }
 
+// Documents are the instances' published documents (the core's store).
+func (c *Controller) Documents() store.Documents { return c.store }
+
 // InstanceDir is the directory of instance name's files.
 func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name) }
 
@@ -44,7 +47,7 @@ func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name
 // operation in errors ("attach disk to"). Whether the operation needs a
 // hypervisor, or its domain in some state, is the operation's to check.
 func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, name string) (store.Instance, *model.Instance, error) {
-	rec, err := c.ownRecord(ctx, what, name)
+	rec, err := c.OwnRecord(ctx, what, name)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}

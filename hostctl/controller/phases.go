@@ -110,7 +110,7 @@ func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) erro
 	if _, ok := part.First[part.PreStarter](c.parts, op); !ok {
 		return nil
 	}
-	rec, err := c.ownRecord(ctx, "start", name)
+	rec, err := c.OwnRecord(ctx, "start", name)
 	if err != nil {
 		return err
 	}

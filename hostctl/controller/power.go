@@ -3,13 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
-	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -144,7 +146,7 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 func (c *Controller) powerTarget(ctx context.Context, op string, pop part.Op, name string) (store.Instance, *curDomain, error) {
 	// Ownership first: another host's instance is refused naming its
 	// host, whatever this host's hypervisor mode.
-	rec, err := c.ownRecord(ctx, op, name)
+	rec, err := c.OwnRecord(ctx, op, name)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
@@ -198,8 +200,18 @@ func (c *Controller) EnsureDrive(ctx context.Context, rec store.Instance) error 
 	if err := os.MkdirAll(filepath.Dir(drive), 0o750); err != nil {
 		return err
 	}
-	return atomicfile.Write(drive, 0o600, func(f *os.File) error {
-		_, err := c.WriteConfigDrive(ctx, rec.Name, c.driveFmt, f)
-		return err
-	})
+	doc, err := c.store.Document(ctx, rec.UUID)
+	if err != nil {
+		return fmt.Errorf("config drive %s: %w", rec.Name, err)
+	}
+	tree, err := metadata.DecodeTree(doc.Tree)
+	if err != nil {
+		return fmt.Errorf("config drive %s: %w", rec.Name, err)
+	}
+	staged := drive + ".staged"
+	defer os.Remove(staged)
+	if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
+		return fmt.Errorf("config drive %s: %w", rec.Name, err)
+	}
+	return atomicfile.Rename(staged, drive)
 }

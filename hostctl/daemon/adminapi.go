@@ -6,6 +6,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/parts/configdrive"
 	"github.com/vmeta/vmeta/hostctl/shares"
 )
 
@@ -26,7 +27,7 @@ func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *device
 		Power:        ctl,
 		Reboot:       op,
 		Hotplug:      op,
-		ConfigDrives: ctl,
+		ConfigDrives: configdrive.NewBuilder(ctl, ctl.Documents(), ctl.DataDir()),
 		Resize:       op,
 		Snapshot:     op,
 		Shelve:       op,

@@ -29,9 +29,10 @@
 // publish says so in its warnings.
 //
 // The core reaches the part through its phases (ChangeMedium, Transport);
-// the after-stop and before-start phases
-// delete the medium files a domain that is off no longer needs. The
-// package imports no controller code.
+// the after-stop and before-start phases delete the medium files a domain
+// that is off no longer needs. Builder (build.go) streams a drive built
+// afresh from an instance's published metadata (`hostctl configdrive
+// build`). The package imports no controller code.
 package configdrive
 
 import (
