@@ -103,9 +103,9 @@ func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.
 }
 
 // PreStart runs the parts' PreStart (part.PreStarter) before op (a
-// start, a hard reboot) takes the instance's lock, with the stored spec of an instance this
-// host owns and that may start (CheckRecordParts: a shelved one does
-// not, it holds nothing).
+// start, a hard reboot) takes the instance's lock, with the stored spec
+// of an instance this host owns and that may start (CheckRecordParts: a
+// shelved one does not, it holds nothing).
 func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) error {
 	if _, ok := part.First[part.PreStarter](c.parts, op); !ok {
 		return nil
