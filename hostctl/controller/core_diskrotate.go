@@ -3,19 +3,18 @@ package controller
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
 // What the disk passphrase rotator (hostctl/diskrotate, its Core
 // interface) needs of the core: this host's instances, the per-instance
-// lock, whether a domain runs, their disks' files. (The block-device
-// records and libvirt's secrets are the disks part's: diskrotate.Disks.)
+// lock (the disks part's too), whether a domain runs. (The disks' files,
+// their block-device records and libvirt's secrets are the disks
+// part's: diskrotate.Disks.)
 
 // LockInstance takes the per-instance lock every operation on the named
 // instance holds, and returns its release.
@@ -30,16 +29,6 @@ func (c *Controller) OwnInstance(ctx context.Context, name string) (*model.Insta
 		return nil, err
 	}
 	return decodeSpec(rec)
-}
-
-// DiskPath returns the image file of in's disk named disk.
-func (c *Controller) DiskPath(in *model.Instance, disk string) (string, error) {
-	for _, d := range in.Disks {
-		if d.Name == disk {
-			return virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFileOf(d)))
-		}
-	}
-	return "", fmt.Errorf("disk %s of %s: %w: not in the spec", disk, in.Name, store.ErrNotFound)
 }
 
 // InstanceState returns in's VM state (the states part's: shelved,

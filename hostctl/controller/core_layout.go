@@ -49,8 +49,4 @@ func (c *Controller) imageOf(ctx context.Context, name string) (*images.Image, e
 	return c.Layouts().ImageOf(ctx, name)
 }
 
-func (c *Controller) blankTemplate(ctx context.Context, d model.Disk) (images.Base, error) {
-	return layout.BlankTemplate(ctx, c.templates, d)
-}
-
 func hasKinds(in *model.Instance) bool { return layout.HasKinds(in) }

@@ -143,10 +143,6 @@ func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	return c.prepareParts(ctx, op, r, in, host)
 }
 
-// DiskFileName is the name of disk d's image file in its instance's
-// directory (InstanceDir).
-func DiskFileName(d model.Disk) string { return diskFileOf(d) }
-
 // SetAside renames file p out of the way of its replacement; the undo
 // step on r puts it back.
 func (c *Controller) SetAside(r *revert.Reverter, p string) (string, error) { return c.setAside(r, p) }

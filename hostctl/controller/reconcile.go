@@ -186,8 +186,8 @@ func (c *Controller) reconcileOne(ctx context.Context, name string) (err error) 
 		}
 	}
 	// A domain that went off by itself (the guest powered off) no longer
-	// needs its passphrases in libvirt.
-	if c.keys != nil && c.libvirtSecrets != nil {
+	// needs its passphrases in libvirt (the disks part is among the parts).
+	if len(c.parts) > 0 {
 		if st, err := c.domains.State(ctx, name); err == nil && st == virt.StateShutoff {
 			if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
 				return fmt.Errorf("reconcile %s: %w", name, err)

@@ -279,7 +279,7 @@ type serve struct {
 	keyEngine *keyrotation.Engine
 	keyKick   kicker
 	ctl       *controller.Controller
-	disks     *disks.Part // the controller's disks part (parts.go: diskPart)
+	disks     *disks.Part // the disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
 
@@ -445,7 +445,9 @@ func (s *serve) startController(context.Context) error {
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
+	imgs := hv.imageDir(cfg.DataDir) // parts.go
+	s.disks = s.diskPart(imgs)       // parts.go
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.disks, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
 	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
@@ -462,13 +464,8 @@ func (s *serve) startController(context.Context) error {
 		Observe:     s.hm.Observe,
 		Encryption:  s.chk.encHost,
 		Audit:       s.audit,
-
-		Keys:              s.km,
-		LUKSIterTime:      cfg.LUKSIterTime,
-		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
-		EncryptionSupport: s.prober.Support,
-		Parts:             parts,
-		Disks:             s.diskPart, // parts.go
+		Images:      imgs,
+		Parts:       parts,
 	}))
 	core.Controller, core.LiveDevices = s.ctl, ops.NewLiveDevices(s.ctl) // shares.go
 	bindParts(s.ctl, s.log)

@@ -25,8 +25,6 @@ type Core interface {
 	// OwnInstance returns this host's instance named name (an error
 	// wrapping store.ErrNotFound when there is no such instance).
 	OwnInstance(ctx context.Context, name string) (*model.Instance, error)
-	// DiskPath is the image file of in's disk named disk.
-	DiskPath(in *model.Instance, disk string) (string, error)
 	// InstanceState returns in's VM state (shelved, rescued; "" for
 	// none) and whether its domain runs.
 	InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error)
@@ -37,8 +35,10 @@ type Core interface {
 
 // Disks is what the rotator needs of the disks part
 // (hostctl/parts/disks: *disks.Part implements it): the block-device
-// records and libvirt's copies of the passphrases.
+// records, the disks' files and libvirt's copies of the passphrases.
 type Disks interface {
+	// DiskPath is the image file of in's disk named disk.
+	DiskPath(in *model.Instance, disk string) (string, error)
 	// BlockDevices returns the block-device records of instance uuid.
 	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
 	// HostBlockDevices returns the block-device records of this host's
@@ -324,7 +324,7 @@ func (r *Rotator) disk(ctx context.Context, in *model.Instance, name string) (en
 	if !ok || !rotatable(bd) {
 		return encryption.BlockDevice{}, "", fmt.Errorf("disk %s of %s: %w: no encrypted disk record", name, in.Name, store.ErrNotFound)
 	}
-	p, err := r.core.DiskPath(in, name)
+	p, err := r.disks.DiskPath(in, name)
 	return bd, p, err
 }
 

@@ -1,15 +1,22 @@
 package disks
 
-import "github.com/vmeta/vmeta/hostctl/part"
+import (
+	"context"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/internal/revert"
+)
 
 // Name implements part.Answerer.
 func (*Part) Name() string { return "disks" }
 
 // Answers implements part.Answerer: what the disks and their encryption
-// do for every operation. The core calls the part through
-// controller.Disks (the disks are laid out before any part's Prepare),
-// and the operations in hostctl/ops through their Disks role; the
-// parts × operations table lists these answers beside the parts'.
+// do for every operation. The part is registered with the core among
+// the parts, but the core calls it at its own points of an operation
+// through controller.Disks (the disks are laid out before any part's
+// Prepare; their secrets follow the domain's start, stop and delete), and
+// the operations in hostctl/ops through their Disks role: its part.Part
+// phases do nothing.
 func (*Part) Answers() part.Answers {
 	return part.Answers{
 		part.Apply:       {Do: part.Act, Why: "makes the disks that have no file (LUKS under a new key-manager secret where the spec, flavor or image encrypts) with their block-device records; a removed disk's secret and record go"},
@@ -29,3 +36,26 @@ func (*Part) Answers() part.Answers {
 		part.Snapshot:    {Do: part.Act, Why: "the snapshot image names a secret (the same, a new or an existing one); a new one is released if the snapshot fails"},
 	}
 }
+
+// The phases of part.Part: the core calls the part through
+// controller.Disks instead (Answers).
+
+// Check implements part.Part: the disks refuse nothing here (Make
+// refuses what this host cannot make).
+func (*Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+
+// Prepare implements part.Part.
+func (*Part) Prepare(context.Context, part.Op, *part.Instance, *revert.Reverter, *part.Contribution) error {
+	return nil
+}
+
+// Devices implements part.Part: the disks are the spec's, shown with
+// their block-device records.
+func (*Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
+
+// AfterStart, AfterStop and AfterDelete implement part.Part.
+func (*Part) AfterStart(context.Context, *part.Instance) error  { return nil }
+func (*Part) AfterStop(context.Context, *part.Instance) error   { return nil }
+func (*Part) AfterDelete(context.Context, *part.Instance) error { return nil }
+
+var _ part.Part = (*Part)(nil)

@@ -18,8 +18,10 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
-// fakeCore is the core as the part sees it, over a bolt store and a real
-// key manager in a temporary directory: no hypervisor, no LUKS work.
+// fakeCore is what the part is wired with, over a bolt store and a real
+// key manager in a temporary directory: no hypervisor, no LUKS work, no
+// instance lock (the tests run one step at a time); states are the
+// states part's records.
 type fakeCore struct {
 	dir    string
 	st     store.Store
@@ -38,37 +40,25 @@ func newFakeCore(t *testing.T) *fakeCore {
 	return &fakeCore{dir: dir, st: st, km: km, states: map[string]disks.State{}}
 }
 
-func (f *fakeCore) Encryption() (disks.KeyManager, disks.LUKS) { return f.km, nil }
-func (f *fakeCore) LibvirtSecrets() disks.LibvirtSecrets       { return nil }
-func (f *fakeCore) Records() store.Records                     { return f.st.(store.Records) }
-func (f *fakeCore) DiskImages() disks.Images                   { return nil }
-func (f *fakeCore) ImageDir() *images.Dir {
-	return images.New(filepath.Join(f.dir, "images"), images.Options{})
-}
-func (f *fakeCore) Image(context.Context, string) (*images.Image, error) { return nil, nil }
-func (f *fakeCore) BlankTemplate(context.Context, model.Disk) (images.Base, error) {
-	return images.Base{}, errors.New("no templates here")
-}
-func (f *fakeCore) EncryptionPolicy() (string, func(context.Context) (encryption.Support, error)) {
-	return "", nil
-}
-func (f *fakeCore) Host() string         { return "h1" }
-func (f *fakeCore) DataDir() string      { return f.dir }
-func (f *fakeCore) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-func (f *fakeCore) DiskPath(in *model.Instance, disk string) (string, error) {
-	return filepath.Join(f.dir, "instances", in.Name, "disk-"+disk), nil
-}
-func (f *fakeCore) Instance(ctx context.Context, name string) (store.Instance, error) {
-	return f.st.Instance(ctx, name)
-}
 func (f *fakeCore) LockInstance(string) func() { return func() {} }
-func (f *fakeCore) LockSecret(string) func()   { return func() {} }
 func (f *fakeCore) UnlessRunning(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
-func (f *fakeCore) States(context.Context) (map[string]disks.State, error) { return f.states, nil }
+func (f *fakeCore) Summaries(context.Context) (map[string]disks.State, error) { return f.states, nil }
 
-var _ disks.Core = (*fakeCore)(nil)
+var (
+	_ disks.Core    = (*fakeCore)(nil)
+	_ disks.Holders = (*fakeCore)(nil)
+)
+
+// part is the disks part over f's handles, bound to f.
+func (f *fakeCore) part() *disks.Part {
+	p := disks.New(disks.Options{Keys: f.km, Records: f.st.(store.Records), Instances: f.st,
+		Catalog: images.New(filepath.Join(f.dir, "images"), images.Options{}), DataDir: f.dir, Host: "h1",
+		Logger: slog.New(slog.DiscardHandler)})
+	p.Bind(f, f)
+	return p
+}
 
 // TestReleaseSecretOneRule: a secret goes only when nothing names it —
 // a disk's block-device record (any instance's), a rescued instance's
@@ -77,7 +67,7 @@ var _ disks.Core = (*fakeCore)(nil)
 func TestReleaseSecretOneRule(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
-	p := disks.New(f)
+	p := f.part()
 	mk := func() string {
 		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
 		if err != nil {
@@ -128,7 +118,7 @@ func TestReleaseSecretOneRule(t *testing.T) {
 func TestToldFromRecords(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
-	p := disks.New(f)
+	p := f.part()
 	in := &model.Instance{Name: "web", UUID: keys.NewUUID(), Disks: []model.Disk{
 		{Name: "vda", Encrypted: true, EncryptionFormat: "luks"}, // requested, never made
 		{Name: "vdb"},
