@@ -99,9 +99,9 @@ type Catalog struct {
 	users   Users
 	secrets Secrets
 	keys    KeyManager
-	luks  ImageVerifier
-	audit *events.Log
-	log   *slog.Logger
+	luks    ImageVerifier
+	audit   *events.Log
+	log     *slog.Logger
 }
 
 // New returns the catalog opts wires.

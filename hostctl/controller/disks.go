@@ -94,7 +94,7 @@ func (noDisks) Told(_ context.Context, in *model.Instance) (*model.Instance, []e
 	}
 	return out, nil, nil
 }
-func (noDisks) Sources(context.Context, *model.Instance, *virt.Host) error              { return nil }
+func (noDisks) Sources(context.Context, *model.Instance, *virt.Host) error             { return nil }
 func (noDisks) DefineSecrets(context.Context, *revert.Reverter, *model.Instance) error { return nil }
 func (noDisks) UndefineSecrets(context.Context, string) error                          { return nil }
 func (noDisks) Forget(context.Context, *model.Instance, []string)                      {}

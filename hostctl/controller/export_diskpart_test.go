@@ -68,7 +68,9 @@ func (c *Controller) secretUsage(instUUID, disk string) string {
 	return c.disks.(*disks.Part).SecretUsage(instUUID, disk)
 }
 
-func (c *Controller) secretPrefix() string { return "vmeta/" + c.disks.(*disks.Part).Keys.KeyID() + "/" }
+func (c *Controller) secretPrefix() string {
+	return "vmeta/" + c.disks.(*disks.Part).Keys.KeyID() + "/"
+}
 
 // sweepSecrets is the reconciler's clean-up of the disks' secrets.
 func (c *Controller) sweepSecrets(ctx context.Context) error { return c.disks.Sweep(ctx) }

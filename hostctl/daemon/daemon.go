@@ -445,13 +445,13 @@ func (s *serve) startController(context.Context) error {
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
-	imgs := hv.imageDir(cfg.DataDir) // parts.go
-	s.disks = s.diskPart(imgs)       // parts.go
+	imgs := hv.imageDir(cfg.DataDir)                                                                                                    // parts.go
+	s.disks = s.diskPart(imgs)                                                                                                          // parts.go
 	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.disks, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
-	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
-	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
-	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
-	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                                       // virt.go
+	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                          // media.go
+	useMACStore(parts, s.ctlStore, s.log)                                                                                               // macs.go
+	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                                        // macs.go: no instance at a trusted proxy's address
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,

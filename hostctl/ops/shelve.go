@@ -41,8 +41,8 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
-	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"

@@ -204,7 +204,7 @@ func (unbound) UnlessRunning(ctx context.Context, _ string, fn func(context.Cont
 func (pt *Part) Encryption() (KeyManager, LUKS) { return pt.Keys, pt.LUKS }
 
 // DiskImages makes plain disk images; ImageDir is the image catalog.
-func (pt *Part) DiskImages() Images     { return pt.Images }
+func (pt *Part) DiskImages() Images    { return pt.Images }
 func (pt *Part) ImageDir() *images.Dir { return pt.Catalog }
 
 // LockSecret holds the lock of key-manager secret id until unlock: a
