@@ -16,6 +16,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
@@ -52,7 +53,7 @@ func newControllerIn(t *testing.T, dir string, st store.Store, opts controller.O
 		dopts.LUKS = encryption.New(encryption.Options{QemuImg: opts.QemuImg})
 	}
 	dp := disks.New(dopts)
-	opts.Parts = append(opts.Parts, dp)
+	opts.Parts = append([]part.Part{dp}, opts.Parts...) // first, as the daemon registers it
 	c := controller.New(st, opts)
 	dp.Bind(c, nil)
 	return c

@@ -31,7 +31,6 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -173,9 +172,8 @@ type Options struct {
 	Domain virt.Options
 	// Images is the image directory (hostctl/images) the base images a
 	// spec's image names are in, shared with the catalog and the disks
-	// part; nil: one over ImageDir (<DataDir>/images when empty).
-	Images   *images.Dir
-	ImageDir string
+	// part; nil: <DataDir>/images.
+	Images *images.Dir
 	// ShareRoot is the directory every share's source must be in (a
 	// virtiofs share exports its directory read-write, with virtiofsd
 	// running as root); <DataDir>/shares when empty.
@@ -251,7 +249,7 @@ func newController(st Store, opts Options) *Controller {
 		c.driveFmt = configdrive.ISO9660
 	}
 	if c.imageDir == nil {
-		c.imageDir = images.New(cmp.Or(opts.ImageDir, filepath.Join(c.dataDir, "images")), images.Options{QemuImg: opts.QemuImg})
+		c.imageDir = images.New(filepath.Join(c.dataDir, "images"), images.Options{QemuImg: opts.QemuImg})
 	}
 	if c.records != nil {
 		c.flavors = &flavors.Registry{Store: c.records}
@@ -671,16 +669,10 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}
-	// The disks go with the instance, and their secrets with them: from
-	// libvirt (the domain is gone) and from the key manager. A failure
-	// here is left to the reconciler's sweep.
-	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
-		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
-	}
-	if err := c.disks.ForgetInstance(ctx, name, rec.UUID); err != nil {
-		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
-	}
-	c.afterRecordParts(ctx, "delete", rec) // parts.go (the state record and a shelved instance's image too)
+	// The parts let go of the instance: the disks part of its secrets
+	// and block-device records, the states part of its state record and
+	// a shelved instance's image.
+	c.afterRecordParts(ctx, "delete", rec) // parts.go
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

@@ -23,10 +23,6 @@ const (
 	consoleFile = "console.log"
 )
 
-var diskFileOf = layout.DiskFile
-
-func diskFile(target string) string { return layout.DiskFile(model.Disk{Name: target}) }
-
 // host is where the instance's files live, for virt.BuildDomain.
 func (c *Controller) host(in *model.Instance) virt.Host {
 	rel := filepath.Join("instances", in.Name)
@@ -39,24 +35,22 @@ func (c *Controller) host(in *model.Instance) virt.Host {
 		h.ConfigDrive = filepath.Join(rel, driveFile)
 	}
 	for _, d := range in.Disks {
-		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, diskFileOf(d)), Format: images.DiskFormat}
+		h.Disks[d.Name] = virt.DiskSource{Path: filepath.Join(rel, layout.DiskFile(d)), Format: images.DiskFormat}
 	}
 	return h
 }
 
-// Disks is the disks part (hostctl/parts/disks) as the core itself calls
-// it, at its own points of an operation: the disks that have no file
-// made before the domain is defined (Make: create registers its undo
-// steps on r and returns committed, run once the operation stands), what
-// the guest is told of them (Told: in with each disk's encrypted flag
-// from its record, and the records), the libvirt secrets of host's
-// encrypted disks (Sources), their passphrases put into libvirt before
-// the domain starts and taken out once it stopped, the secrets and
-// records of removed disks (Forget) and of a deleted instance
-// (ForgetInstance), and the reconciler's clean-up after crashes (Sweep).
-// The daemon registers the part among Options.Parts (the core finds it
-// there) and wires its handles (key manager, LUKS, libvirt secrets,
-// records, image catalog) itself.
+// Disks is the disks part (hostctl/parts/disks) as the core calls it at
+// its own points of an operation: Make the disks that have no file
+// before the domain is defined (create's undo steps go on r; committed
+// runs once the operation stands), Told what the guest is told of them
+// (each disk's encrypted flag from its block-device record), Sources the
+// libvirt secrets of host's encrypted disks, DefineSecrets before a start
+// and UndefineSecrets after a stop, Forget removed disks' secrets and
+// records, Sweep the reconciler's clean-up (a deleted instance's go in
+// the part's AfterDelete). The daemon registers the part among
+// Options.Parts and wires its handles (key manager, LUKS, libvirt
+// secrets, records) itself.
 type Disks interface {
 	Make(ctx context.Context, in *model.Instance) (create func(context.Context, *revert.Reverter) (committed func(context.Context), err error), err error)
 	Told(ctx context.Context, in *model.Instance) (*model.Instance, []encryption.BlockDevice, error)
@@ -64,7 +58,6 @@ type Disks interface {
 	DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error
 	UndefineSecrets(ctx context.Context, instUUID string) error
 	Forget(ctx context.Context, in *model.Instance, disks []string)
-	ForgetInstance(ctx context.Context, name, uuid string) error
 	Sweep(ctx context.Context) error
 }
 
@@ -98,7 +91,6 @@ func (noDisks) Sources(context.Context, *model.Instance, *virt.Host) error      
 func (noDisks) DefineSecrets(context.Context, *revert.Reverter, *model.Instance) error { return nil }
 func (noDisks) UndefineSecrets(context.Context, string) error                          { return nil }
 func (noDisks) Forget(context.Context, *model.Instance, []string)                      {}
-func (noDisks) ForgetInstance(context.Context, string, string) error                   { return nil }
 func (noDisks) Sweep(context.Context) error                                            { return nil }
 
 func removeFile(p string) error {

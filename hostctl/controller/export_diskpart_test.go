@@ -4,7 +4,10 @@ import (
 	"context"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/layout"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
+	"github.com/vmeta/vmeta/internal/model"
 )
 
 // The disks part (hostctl/parts/disks) as the harness registers it — as
@@ -17,6 +20,11 @@ type (
 	LUKS       = disks.LUKS
 	Images     = disks.Images
 )
+
+// The file of a disk (layout.DiskFile), of a disk without a kind.
+var diskFileOf = layout.DiskFile
+
+func diskFile(target string) string { return layout.DiskFile(model.Disk{Name: target}) }
 
 // diskPart makes the disks part over c's store, image directory, data
 // directory and hypervisor's secrets, without a key manager
@@ -40,10 +48,11 @@ func diskPart(c *Controller, qemuImg string) *disks.Part {
 	return dp
 }
 
-// withDiskPart registers the disks part with c (diskPart).
+// withDiskPart registers the disks part with c (diskPart), first, as the
+// daemon does.
 func withDiskPart(c *Controller, qemuImg string) *disks.Part {
 	dp := diskPart(c, qemuImg)
-	c.parts = append(c.parts, dp)
+	c.parts = append([]part.Part{dp}, c.parts...)
 	c.disks = dp
 	return dp
 }

@@ -6,7 +6,7 @@ package controller
 // starts it afterwards:
 //
 //	c := controller.NewStopped(st, opts)
-//	if err := diskrotate.New(c, km, luks, log).Recover(ctx); err != nil { … }
+//	if err := diskrotate.New(c, st, dp, km, luks, log).Recover(ctx); err != nil { … }
 //	c.StartReconciler()
 func NewStopped(st Store, opts Options) *Controller { return newController(st, opts) }
 

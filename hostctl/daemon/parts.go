@@ -30,14 +30,16 @@ import (
 // ERROR (a share that could not be mounted), last: the other parts
 // refuse a start for their own reasons first; the instances' states
 // (shelved, rescued) are kept in records (nil: none) by host. The states
-// part comes first: its Check refuses what a shelved or rescued instance
-// must not undergo before any other part acts.
+// part comes first but for the disks part (whose Check refuses nothing;
+// its AfterDelete lets go of the disks' secrets before the states part
+// deletes a shelved instance's image): its Check refuses what a shelved
+// or rescued instance must not undergo before any other part acts.
 func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, dp *disks.Part, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
 	vs := vmstate.New(records, host)
 	parts = []part.Part{
-		vs,
 		dp,
+		vs,
 		pt,
 		nics.New(net, defaultNet),
 		watchdog.New(),

@@ -48,7 +48,7 @@
 // (hostctl/daemon) wires it, with the keyrotation Engine:
 //
 //	ctl := controller.NewStopped(ctlStore, opts) // New without the reconciler; opts.Disks makes dp
-//	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, dp, km, luks, log))
+//	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, st, dp, km, luks, log))
 //	if err := keyEngine.Recover(ctx); err != nil { … } // runs Rotator.Recover
 //	ctl.StartReconciler()
 //

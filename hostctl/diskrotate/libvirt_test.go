@@ -80,7 +80,7 @@ func (f *rotFixture) logger() *slog.Logger {
 // rotator is the disk rotator of c as the daemon wires it: c's disks
 // part, the key manager and the LUKS tool c made its disks with.
 func (f *rotFixture) rotator(c *controller.Controller, km *keys.Manager) *Rotator {
-	return New(c, diskPart(c), km, f.tool, f.logger())
+	return New(c, f.st, diskPart(c), km, f.tool, f.logger())
 }
 
 // diskPart is the disks part registered with c (the fixture's: open).
@@ -104,7 +104,7 @@ func catalogOf(c *controller.Controller, km *keys.Manager, luks catalog.ImageVer
 // instanceBlockDevices is c's instance name and its block-device
 // records, as the rotator reads them.
 func instanceBlockDevices(ctx context.Context, c *controller.Controller, name string) (*model.Instance, encryption.BlockDevices, error) {
-	return New(c, diskPart(c), nil, nil, nil).instanceBlockDevices(ctx, name)
+	return New(c, nil, diskPart(c), nil, nil, nil).instanceBlockDevices(ctx, name)
 }
 
 func uniqueRotName(t *testing.T) string {
@@ -149,7 +149,7 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 	vs := vmstate.New(recs, "")
 	dp := disks.New(disks.Options{Keys: km, LUKS: f.tool, Secrets: conn, Records: recs, Instances: st, Catalog: imgs,
 		DataDir: f.dir, Logger: f.logger()})
-	opts.Parts = append([]part.Part{vs, dp}, f.parts...)
+	opts.Parts = append([]part.Part{dp, vs}, f.parts...)
 	c := controller.NewStopped(st, opts)
 	vs.Bind(imgs, c, f.logger())
 	dp.Bind(c, vs)

@@ -46,7 +46,7 @@ func TestDiskRotateRefusals(t *testing.T) {
 			t.Fatalf("a refused rotation changed %s: %+v", d, bd)
 		}
 	}
-	if err := New(nil, nil, nil, nil, nil).Recover(ctx); !errors.Is(err, ErrNoRotation) {
+	if err := New(nil, nil, nil, nil, nil, nil).Recover(ctx); !errors.Is(err, ErrNoRotation) {
 		t.Fatalf("Recover without a key manager = %v", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestDiskRotateLogsNoSecret(t *testing.T) {
 	f := newFakeFixture(t)
 	ctx := context.Background()
 	var logBuf testenv.SyncBuffer
-	r := New(f.core, f.core, f.km, f.luks, slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	r := New(f.core, f.core, f.core, f.km, f.luks, slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	var secrets [][]byte
 	for _, d := range f.disks {
 		p, _ := f.km.Passphrase(ctx, f.secret[d])

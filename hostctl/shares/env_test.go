@@ -195,7 +195,7 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	o.Images = images.New(filepath.Join(dir, "images"), images.Options{QemuImg: o.QemuImg})
 	dp := disks.New(disks.Options{LUKS: encryption.New(encryption.Options{QemuImg: o.QemuImg}), Secrets: secrets,
 		Records: records, Instances: st, Catalog: o.Images, DataDir: dir, Host: "host-a", Logger: log})
-	o.Parts = append(o.Parts, dp, e.svc, faults.New(records, log)) // as the daemon registers them
+	o.Parts = append(append([]part.Part{dp}, o.Parts...), e.svc, faults.New(records, log)) // as the daemon registers them
 	e.ctl = controller.New(st, o)
 	dp.Bind(e.ctl, nil)
 	t.Cleanup(func() { e.ctl.Close() })

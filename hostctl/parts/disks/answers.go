@@ -2,6 +2,8 @@ package disks
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -12,11 +14,10 @@ func (*Part) Name() string { return "disks" }
 
 // Answers implements part.Answerer: what the disks and their encryption
 // do for every operation. The part is registered with the core among
-// the parts, but the core calls it at its own points of an operation
-// through controller.Disks (the disks are laid out before any part's
-// Prepare; their secrets follow the domain's start, stop and delete), and
-// the operations in hostctl/ops through their Disks role: its part.Part
-// phases do nothing.
+// the parts; but for AfterDelete the core calls it at its own points of
+// an operation through controller.Disks (the disks are laid out before
+// any part's Prepare; their secrets follow the domain's start and stop),
+// and the operations in hostctl/ops through their Disks role.
 func (*Part) Answers() part.Answers {
 	return part.Answers{
 		part.Apply:       {Do: part.Act, Why: "makes the disks that have no file (LUKS under a new key-manager secret where the spec, flavor or image encrypts) with their block-device records; a removed disk's secret and record go"},
@@ -37,8 +38,8 @@ func (*Part) Answers() part.Answers {
 	}
 }
 
-// The phases of part.Part: the core calls the part through
-// controller.Disks instead (Answers).
+// The phases of part.Part: but for AfterDelete, the core calls the part
+// through controller.Disks instead (Answers).
 
 // Check implements part.Part: the disks refuse nothing here (Make
 // refuses what this host cannot make).
@@ -53,9 +54,20 @@ func (*Part) Prepare(context.Context, part.Op, *part.Instance, *revert.Reverter,
 // their block-device records.
 func (*Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
 
-// AfterStart, AfterStop and AfterDelete implement part.Part.
-func (*Part) AfterStart(context.Context, *part.Instance) error  { return nil }
-func (*Part) AfterStop(context.Context, *part.Instance) error   { return nil }
-func (*Part) AfterDelete(context.Context, *part.Instance) error { return nil }
+// AfterStart and AfterStop implement part.Part.
+func (*Part) AfterStart(context.Context, *part.Instance) error { return nil }
+func (*Part) AfterStop(context.Context, *part.Instance) error  { return nil }
+
+// AfterDelete implements part.Part: the disks went with the instance,
+// and their secrets go with them, from libvirt (the domain is gone) and
+// from the key manager (those nothing else names), with the
+// block-device records. What fails is left to the reconciler's sweep.
+func (pt *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
+	err := pt.UndefineSecrets(ctx, in.Spec.UUID)
+	if err != nil {
+		err = fmt.Errorf("libvirt secrets of %s not undefined (the reconciler retries): %w", in.Spec.Name, err)
+	}
+	return errors.Join(err, pt.ForgetInstance(ctx, in.Spec.Name, in.Spec.UUID))
+}
 
 var _ part.Part = (*Part)(nil)

@@ -73,7 +73,7 @@ func run(storeURL, dataDir, uri, name, uuid string, gen int64) error {
 	// As the daemon wires it: the rotator registered in the Engine,
 	// recovery first, then a run for the disk class's policy.
 	e := keyrotation.New(st, keyrotation.Options{Host: "local", Version: "v0.0.0-test", Log: log})
-	e.Register(keyrotation.Disk, diskrotate.New(c, dp, km, luks, log))
+	e.Register(keyrotation.Disk, diskrotate.New(c, st, dp, km, luks, log))
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
