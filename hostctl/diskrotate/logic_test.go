@@ -247,3 +247,28 @@ func TestDiskRotateEngine(t *testing.T) {
 		t.Fatal(strings.Join(bad, "; "))
 	}
 }
+
+// TestInstanceExistsReadsTheStore: the key rotation engine's question —
+// is an instance with this UUID in the store, on any host — is answered
+// from the store's instance records (any letter case), and refused
+// without them.
+func TestInstanceExistsReadsTheStore(t *testing.T) {
+	f := newFakeFixture(t)
+	ctx := context.Background()
+	r := f.rotator()
+	for _, tc := range []struct {
+		uuid string
+		want bool
+	}{
+		{f.uuid, true},
+		{strings.ToUpper(f.uuid), true},
+		{"00000000-0000-4000-8000-000000000000", false},
+	} {
+		if got, err := r.InstanceExists(ctx, tc.uuid); err != nil || got != tc.want {
+			t.Errorf("InstanceExists(%s) = %t, %v; want %t", tc.uuid, got, err, tc.want)
+		}
+	}
+	if _, err := New(f.core, nil, f.core, f.km, f.luks, nil).InstanceExists(ctx, f.uuid); !errors.Is(err, ErrNoRotation) {
+		t.Errorf("InstanceExists without the store's records = %v, want ErrNoRotation", err)
+	}
+}

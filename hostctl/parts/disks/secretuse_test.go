@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -143,5 +144,49 @@ func TestToldFromRecords(t *testing.T) {
 	}
 	if !in.Disks[0].Encrypted {
 		t.Error("Told changed the instance it was given")
+	}
+}
+
+// TestAfterDeleteForgetsTheInstance: once the core deleted an instance,
+// the part's after-delete phase deletes its disks' secrets that nothing
+// else names and its block-device records; a secret another instance's
+// disk names stays.
+func TestAfterDeleteForgetsTheInstance(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeCore(t)
+	p := f.part()
+	mk := func() string {
+		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.UUID
+	}
+	own, shared := mk(), mk()
+	web := &model.Instance{Name: "web", UUID: keys.NewUUID()}
+	db := &model.Instance{Name: "db", UUID: keys.NewUUID()}
+	enc := func(id string) *encryption.BlockDevice {
+		return &encryption.BlockDevice{Encrypted: true, EncryptionSecretUUID: id, EncryptionFormat: encryption.FormatLUKS}
+	}
+	if err := p.UpdateBlockDevices(ctx, nil, web, map[string]*encryption.BlockDevice{"vda": enc(own), "vdb": enc(shared)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.UpdateBlockDevices(ctx, nil, db, map[string]*encryption.BlockDevice{"vda": enc(shared)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AfterDelete(ctx, &part.Instance{Spec: web}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.km.Get(ctx, own); !errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("the deleted instance's own secret: %v, want it deleted", err)
+	}
+	if _, err := f.km.Get(ctx, shared); err != nil {
+		t.Errorf("a secret another instance names was deleted: %v", err)
+	}
+	if bds, err := p.BlockDevices(ctx, web.UUID); err != nil || len(bds.Disks) != 0 {
+		t.Errorf("block-device records of the deleted instance: %+v, %v", bds, err)
+	}
+	if bds, err := p.BlockDevices(ctx, db.UUID); err != nil || len(bds.Disks) != 1 {
+		t.Errorf("block-device records of the other instance: %+v, %v", bds, err)
 	}
 }
