@@ -93,9 +93,9 @@ type Services struct {
 	Resize       ResizeService      // resize, rebuild
 	Snapshot     SnapshotService    // a root disk into an image
 	Shelve       ShelveService      // shelve, unshelve, rescue, unrescue
-	Hosts        HostService        // the hosts sharing the store
+	Hosts        HostService        // the hosts sharing the store (hostctl/hosts)
 	Ownership    OwnershipService   // adopt, forced delete
-	Events       EventService       // the audit streams
+	Events       EventService       // the audit streams (hostctl/events)
 
 	Flavors FlavorService // the flavor registry
 	Images  ImageService  // the image catalog

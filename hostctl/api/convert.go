@@ -6,6 +6,7 @@ import (
 	devinv "github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
+	hostreg "github.com/vmeta/vmeta/hostctl/hosts"
 	imagecat "github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -131,6 +132,11 @@ func wireDevice(d devinv.Device) types.Device {
 		out.LastCleanupHook = &r
 	}
 	return out
+}
+
+func wireHostStatus(s hostreg.Status) types.HostStatus {
+	return types.HostStatus{Host: s.Host, Version: s.Version, Started: s.Started, LastSeen: s.LastSeen,
+		Instances: s.Instances, AgeSeconds: s.Age.Seconds(), Down: s.Down, Stopped: s.Stopped, Traits: s.Traits}
 }
 
 func wireKeyPolicy(p keyrotation.Policy) types.KeyPolicy {

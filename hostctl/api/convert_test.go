@@ -9,6 +9,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	devinv "github.com/vmeta/vmeta/hostctl/devices"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	hostreg "github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
@@ -117,5 +118,18 @@ func TestKeyPolicyNames(t *testing.T) {
 		if wire != string(domain) {
 			t.Errorf("wire policy %q is keyrotation's %q", wire, domain)
 		}
+	}
+}
+
+// TestWireHostStatus: every field of a host's status that the API showed
+// when the host registry answered with the wire type reaches it, under
+// the same names (the age in seconds); the lease holder stays out.
+func TestWireHostStatus(t *testing.T) {
+	s := testenv.Filled[hostreg.Status](t)
+	got := jsonOf(t, wireHostStatus(s))
+	want := `{"host":"s","version":"s","started":"2026-11-26T12:00:00Z","last_seen":"2026-11-26T12:00:00Z","instances":7,` +
+		`"age_seconds":7e-9,"down":true,"stopped":true,"traits":["s"]}`
+	if got != want {
+		t.Errorf("wire host status\n got %s\nwant %s", got, want)
 	}
 }

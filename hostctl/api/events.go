@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/internal/clip"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
@@ -23,9 +24,11 @@ const MaxEventWait = 60 * time.Second
 // maxEventLimit bounds ?limit=.
 const maxEventLimit = 1000
 
-// EventService reads the audit streams.
+// EventService reads the audit streams (events.Log): up to limit events
+// of stream after the one with ID after, waiting up to wait for one when
+// there are none; with an error, the events that could be read.
 type EventService interface {
-	ReadEvents(ctx context.Context, stream, after string, limit int, wait time.Duration) ([]types.Event, error)
+	Read(ctx context.Context, stream, after string, limit int, wait time.Duration) ([]events.Event, error)
 }
 
 // auditEvents is GET /v1/events/{stream}?after=ID&limit=N&wait=DURATION:
@@ -75,7 +78,7 @@ func (h auditEvents) read(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	evs, err := h.svc.ReadEvents(r.Context(), stream, q.Get("after"), limit, wait)
+	evs, err := h.svc.Read(r.Context(), stream, q.Get("after"), limit, wait)
 	if err != nil && len(evs) == 0 {
 		if errors.Is(err, context.Canceled) {
 			return // the follower went away
@@ -88,7 +91,11 @@ func (h auditEvents) read(w http.ResponseWriter, r *http.Request) {
 		// still reach the follower.
 		h.log.Warn("audit stream has entries that are not events", "stream", clip.String(stream, clip.Log), "err", err)
 	}
-	writeJSON(w, http.StatusOK, evs)
+	out := make([]types.Event, len(evs))
+	for i, e := range evs {
+		out[i] = types.Event(e)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // validEventID reports whether id has the form of a stream position: ""

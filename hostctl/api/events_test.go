@@ -13,17 +13,18 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/client"
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/events"
 )
 
 func TestEvents(t *testing.T) {
 	ctx := context.Background()
-	ctl, _ := newController(t)
+	audit := events.New(events.NewFiles(t.TempDir()), "host-a", nil)
 	tt := newTestTokens(t)
-	srv := httptest.NewServer(api.NewHandler(api.Services{Events: ctl}, slog.New(slog.DiscardHandler), tt.auth))
+	srv := httptest.NewServer(api.NewHandler(api.Services{Events: audit}, slog.New(slog.DiscardHandler), tt.auth))
 	t.Cleanup(srv.Close)
 	admin, member := client.NewTCP(srv.URL, tt.root), client.NewTCP(srv.URL, tt.alice)
 
-	first, err := ctl.Audit().Emit(ctx, "devices", "device.burned", map[string]string{"address": "0000:81:00.0"})
+	first, err := audit.Emit(ctx, "devices", "device.burned", map[string]string{"address": "0000:81:00.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestEvents(t *testing.T) {
 			return nil
 		})
 	}()
-	if _, err := ctl.Audit().Emit(ctx, "devices", "device.cleaned", nil); err != nil {
+	if _, err := audit.Emit(ctx, "devices", "device.cleaned", nil); err != nil {
 		t.Fatal(err)
 	}
 	if ev := <-got; ev.Type != "device.cleaned" {

@@ -8,14 +8,14 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	hostreg "github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/internal/errkind"
 )
 
-// HostService is what the hosts resource needs: the hosts sharing the
-// store.
+// HostService is what the hosts resource needs: the status of every host
+// sharing the store, sorted by name (hosts.Registry).
 type HostService interface {
-	Hosts(ctx context.Context) ([]types.HostStatus, error)
-	ListAll(ctx context.Context) ([]*controller.Instance, error)
+	List(ctx context.Context) ([]hostreg.Status, error)
 }
 
 // OwnershipService moves or forgets another host's instance: the adopt
@@ -55,12 +55,16 @@ func (h hosts) list(w http.ResponseWriter, r *http.Request) {
 	if !h.admin(w, r) {
 		return
 	}
-	hs, err := h.svc.Hosts(r.Context())
+	hs, err := h.svc.List(r.Context())
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, hs)
+	out := make([]types.HostStatus, len(hs))
+	for i, s := range hs {
+		out[i] = wireHostStatus(s)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (h hosts) adopt(w http.ResponseWriter, r *http.Request) {

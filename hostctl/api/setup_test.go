@@ -142,13 +142,10 @@ func ctlServices(c *controller.Controller) api.Services {
 // ctlServicesWith is ctlServices with the catalog's key manager and LUKS
 // tool in opts (the controller's own: the daemon gives both the same).
 func ctlServicesWith(c *controller.Controller, opts catalog.Options) api.Services {
-	if opts.Audit == nil {
-		opts.Audit = c.Audit()
-	}
 	cat := catalogOf(c, opts)
 	op := ops.New(c)
 	return api.Services{
-		Instances: c, Power: c, Reboot: op, Hotplug: op, ConfigDrives: c, Resize: op, Snapshot: op, Shelve: op, Hosts: c, Ownership: op, Events: c,
+		Instances: c, Power: c, Reboot: op, Hotplug: op, ConfigDrives: c, Resize: op, Snapshot: op, Shelve: op, Ownership: op,
 		Flavors: cat, Images: cat, Secrets: cat,
 	}
 }

@@ -40,7 +40,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +53,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -540,16 +540,15 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 		inst.State = c.drv.state(ctx, rec.Name, rec.UUID)
 		inst.Transports = c.transports(ctx, inst, tree)
 	} else if tree != nil {
-		inst.Transports = []Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
+		inst.Transports = []part.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
 	reason, err := c.faultOf(ctx, rec.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
 	}
+	inst.Fault = reason
 	if c.owns(rec) {
-		showFault(inst, reason)
-	} else {
-		inst.Fault = reason
+		inst.State = view.WithFault(inst.State, reason) // as list shows it
 	}
 	if st, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
 		inst.State = st // core_vmstate.go
@@ -575,34 +574,20 @@ func (c *Controller) list(ctx context.Context, all bool) ([]*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	stateOf := c.drv.lister(ctx, len(recs) > 0)
-	faults, err := c.faults(ctx)
-	if err != nil {
-		return nil, err
-	}
-	vmStates, err := c.states().States(ctx) // core_vmstate.go
+	shown, err := c.shown().Of(ctx, recs) // core_hostsviews.go
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*Instance, 0, len(recs))
-	for _, rec := range recs {
-		own := c.owns(rec)
-		if !own && !all {
+	for i, rec := range recs {
+		if !all && !c.owns(rec) {
 			continue
 		}
 		inst, err := c.fromRecord(ctx, rec, false)
 		if err != nil {
 			return nil, err
 		}
-		if own {
-			inst.State = stateOf(rec.Name, rec.UUID)
-			showFault(inst, faultFor(faults, rec.UUID))
-		} else {
-			inst.Fault = faultFor(faults, rec.UUID)
-		}
-		if st := vmStates[strings.ToLower(rec.UUID)]; st != "" {
-			inst.State = st
-		}
+		inst.State, inst.Fault = shown[i].State, shown[i].Fault
 		out = append(out, inst)
 	}
 	return out, nil

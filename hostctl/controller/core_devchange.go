@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -215,8 +215,8 @@ var ErrMountFailed = part.ErrMountFailed
 type MountError = part.MountError
 
 // StateError is the state of an instance in ERROR (Instance.State)
-// while its domain is not running.
-const StateError = "error"
+// while its domain is not running (view.WithFault).
+const StateError = view.Error
 
 // startFailer is a part with work when a start failed (the faults part:
 // a mount failure puts the instance in ERROR); its error joins the
@@ -226,10 +226,9 @@ type startFailer interface {
 }
 
 // faultShower is a part that knows the instances in ERROR: the reason by
-// instance UUID (Faults: every one, by lower-case UUID).
+// instance UUID (list reads every one: view.Faults).
 type faultShower interface {
 	Fault(ctx context.Context, uuid string) (string, error)
-	Faults(ctx context.Context) (map[string]string, error)
 }
 
 // startFailed tells the parts that the start of rec failed with err and
@@ -267,33 +266,4 @@ func (c *Controller) faultOf(ctx context.Context, uuid string) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// faults returns the reasons of every instance in ERROR, by UUID.
-func (c *Controller) faults(ctx context.Context) (map[string]string, error) {
-	for _, p := range c.parts {
-		if fs, ok := p.(faultShower); ok {
-			return fs.Faults(ctx)
-		}
-	}
-	return nil, nil
-}
-
-// faultFor is the reason of uuid in a map of faults.
-func faultFor(faults map[string]string, uuid string) string {
-	return faults[strings.ToLower(uuid)]
-}
-
-// showFault sets the state and fault of an instance in ERROR whose
-// domain is not running (a running domain shows its own state).
-func showFault(inst *Instance, reason string) {
-	if reason == "" {
-		return
-	}
-	inst.Fault = reason
-	switch inst.State {
-	case "running", "paused", StateUnknown:
-	default:
-		inst.State = StateError
-	}
 }

@@ -56,12 +56,11 @@ func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev i
 
 // partTransports says which revision each Publisher part carries for in
 // (stored: the stored metadata's revision, 0 when none).
-func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []Transport {
-	var out []Transport
+func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []part.Transport {
+	var out []part.Transport
 	for _, p := range c.parts {
 		if pub, ok := p.(part.Publisher); ok {
-			t := pub.Transport(ctx, &part.Instance{Spec: in}, running, stored)
-			out = append(out, Transport{Name: t.Name, Revision: t.Revision, NextBoot: t.NextBoot, Note: t.Note})
+			out = append(out, pub.Transport(ctx, &part.Instance{Spec: in}, running, stored))
 		}
 	}
 	return out

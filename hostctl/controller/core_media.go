@@ -50,11 +50,10 @@ func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name,
 
 // driveTransport is the config drive's transport of instance name, as the
 // registered mediaChanger tells it (none without one).
-func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []Transport {
+func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []part.Transport {
 	m := c.media()
 	if m == nil {
 		return nil
 	}
-	t := m.DriveTransport(ctx, name, running)
-	return []Transport{{Name: t.Name, Revision: t.Revision, NextBoot: t.NextBoot, Note: t.Note}}
+	return []part.Transport{m.DriveTransport(ctx, name, running)}
 }

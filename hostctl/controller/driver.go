@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
@@ -25,9 +24,6 @@ type driver interface {
 	remove(ctx context.Context, r *revert.Reverter, rec store.Instance) error
 	// state is the state shown for an instance ("" when there is none).
 	state(ctx context.Context, name, uuid string) string
-	// lister returns the state of each of many instances, from one
-	// listing (some says whether there are any to ask about).
-	lister(ctx context.Context, some bool) func(name, uuid string) string
 	// require refuses a request (op on instance name) the mode cannot do.
 	require(op, name string) error
 	// reconcile brings every instance in line with the hypervisor.
@@ -62,9 +58,6 @@ func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, 
 
 func (noDriver) remove(context.Context, *revert.Reverter, store.Instance) error { return nil }
 func (noDriver) state(context.Context, string, string) string                   { return "" }
-func (noDriver) lister(context.Context, bool) func(string, string) string {
-	return func(string, string) string { return "" }
-}
 func (noDriver) require(op, name string) error {
 	return fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
 }
@@ -92,38 +85,6 @@ func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store
 
 func (d libvirtDriver) state(ctx context.Context, name, uuid string) string {
 	return d.c.domainState(ctx, name, uuid)
-}
-
-// lister lists libvirt's domains once: an instance is running or shutoff
-// (Get tells paused and the other states apart), missing, or unknown when
-// libvirtd cannot be asked.
-func (d libvirtDriver) lister(ctx context.Context, some bool) func(name, uuid string) string {
-	var doms map[string]virt.Domain
-	var listErr error
-	if some {
-		var ds []virt.Domain
-		if ds, listErr = d.c.domains.List(ctx); listErr == nil {
-			doms = make(map[string]virt.Domain, len(ds))
-			for _, dom := range ds {
-				doms[dom.Name] = dom
-			}
-		} else {
-			d.c.log.Warn("list instances: cannot list libvirt domains", "err", listErr)
-		}
-	}
-	return func(name, uuid string) string {
-		dom, ok := doms[name]
-		switch {
-		case listErr != nil:
-			return StateUnknown
-		case !ok || dom.UUID != uuid:
-			return StateMissing
-		case dom.ID >= 0:
-			return string(virt.StateRunning)
-		default:
-			return string(virt.StateShutoff)
-		}
-	}
 }
 
 func (libvirtDriver) require(string, string) error { return nil }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -114,8 +115,8 @@ func TestFirmwareEntries(t *testing.T) {
 	}
 }
 
-func transportMap(inst *Instance) map[string]Transport {
-	m := map[string]Transport{}
+func transportMap(inst *Instance) map[string]part.Transport {
+	m := map[string]part.Transport{}
 	for _, t := range inst.Transports {
 		m[t.Name] = t
 	}

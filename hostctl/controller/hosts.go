@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -28,48 +28,17 @@ var ErrOtherHost = errkind.New(errkind.Conflict, "another host's instance")
 // The admin API answers 409.
 var ErrOwnerAlive = errkind.New(errkind.Conflict, "the owning host is alive")
 
-// Hosts knows the hosts sharing the store (their heartbeats).
+// Hosts knows the liveness of the hosts sharing the store (their
+// heartbeats: hosts.Registry).
 type Hosts interface {
 	// HostDown tells whether a host is down (its heartbeat silent for
 	// longer than the configured time, or stopped); why describes the
 	// heartbeat for error messages ("last seen 3m0s ago").
 	HostDown(ctx context.Context, host string) (down bool, why string, err error)
-	// List returns every host's status, sorted by name.
-	List(ctx context.Context) ([]types.HostStatus, error)
 }
 
-// Hosts returns the status of every host sharing the store (none when
-// hosts are not tracked).
-func (c *Controller) Hosts(ctx context.Context) ([]types.HostStatus, error) {
-	if c.hosts == nil {
-		return []types.HostStatus{}, nil
-	}
-	return c.hosts.List(ctx)
-}
-
-// owns reports whether rec is this host's to manage.
-func (c *Controller) owns(rec store.Instance) bool {
-	return rec.Host == "" || c.hostName == "" || rec.Host == c.hostName
-}
-
-// Count returns how many instances this host owns (List's length) from
-// the records alone: List decodes and checks every spec, and the
-// heartbeat counts every --heartbeat-interval (on a host of a thousand
-// instances that cost tens of milliseconds of CPU per beat, and one
-// record that no longer decodes stopped the heartbeat).
-func (c *Controller) Count(ctx context.Context) (int, error) {
-	recs, err := c.store.Instances(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("count instances: %w", err)
-	}
-	n := 0
-	for _, rec := range recs {
-		if c.owns(rec) {
-			n++
-		}
-	}
-	return n, nil
-}
+// owns reports whether rec is this host's to manage (hosts.Owns).
+func (c *Controller) owns(rec store.Instance) bool { return hosts.Owns(c.hostName, rec.Host) }
 
 // ownRecord returns the record of the instance named name for op, or
 // ErrOtherHost naming its owner.

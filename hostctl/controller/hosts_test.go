@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/hostctl/hosts/hoststest"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -99,12 +100,12 @@ func TestHostsActOnlyOnTheirOwn(t *testing.T) {
 	if l, _ := a.List(ctx); len(l) != 1 {
 		t.Errorf("host-a lists %d instances, want 1", len(l))
 	}
-	// Counts (the heartbeat's): each host its own, from the records
-	// alone.
-	if n, err := a.Count(ctx); n != 1 || err != nil {
+	// Counts (the heartbeat's, hostctl/hosts): each host its own, from
+	// the records alone.
+	if n, err := hosts.Count(ctx, st, "host-a"); n != 1 || err != nil {
 		t.Errorf("host-a Count = %d, %v; want 1", n, err)
 	}
-	if n, err := b.Count(ctx); n != 0 || err != nil {
+	if n, err := hosts.Count(ctx, st, "host-b"); n != 0 || err != nil {
 		t.Errorf("host-b Count = %d, %v; want 0", n, err)
 	}
 	// Showing another host's instance is allowed.
@@ -194,7 +195,7 @@ func TestForceDeleteFromStore(t *testing.T) {
 	}
 }
 
-// TestCountReadsRecordsOnly: the heartbeat's count (Count) does not
+// TestCountReadsRecordsOnly: the heartbeat's count (hosts.Count) does not
 // decode specs: a record whose spec no longer decodes fails List, and
 // with it, before Count, the heartbeat (the host then looked down to the
 // others); Count counts it.
@@ -212,7 +213,7 @@ func TestCountReadsRecordsOnly(t *testing.T) {
 	if _, err := a.List(ctx); err == nil {
 		t.Fatal("List of a record whose spec does not decode: no error")
 	}
-	if n, err := a.Count(ctx); n != 2 || err != nil {
+	if n, err := hosts.Count(ctx, st, "host-a"); n != 2 || err != nil {
 		t.Errorf("Count = %d, %v; want 2", n, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/metadata"
 )
 
@@ -12,10 +13,10 @@ import (
 // drive (the medium in the cdrom of a running domain, else the drive the
 // next boot reads: core_media.go) and those of the parts (the firmware entries:
 // core_firmwarepart.go).
-func (c *Controller) transports(ctx context.Context, inst *Instance, tree *metadata.Tree) []Transport {
-	var out []Transport
+func (c *Controller) transports(ctx context.Context, inst *Instance, tree *metadata.Tree) []part.Transport {
+	var out []part.Transport
 	if tree != nil {
-		out = append(out, Transport{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)})
+		out = append(out, part.Transport{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)})
 	}
 	if c.domains == nil {
 		return out

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -28,8 +29,10 @@ type Instance struct {
 	// Devices is the devices list the guest sees at "latest".
 	Devices []metadata.Device
 	// Transports say which metadata revision each transport carries to
-	// the guest (Get only).
-	Transports []Transport
+	// the guest (Get only): the metadata service's (types.TransportHTTP)
+	// and those of the parts that carry it (the config drive, the
+	// firmware entries).
+	Transports []part.Transport
 	// Warnings name parts of a request that are still under way or that
 	// a running guest does not see yet.
 	Warnings []string
@@ -46,15 +49,4 @@ type Instance struct {
 type HostDevice struct {
 	Kind   string
 	Detail string
-}
-
-// Transport is one transport of an instance's metadata (Name: one of
-// types.TransportHTTP, TransportDrive, TransportFirmware) and the
-// revision it carries now (0: none) and after the guest's next start
-// (NextBoot, where that differs in kind); Note says more.
-type Transport struct {
-	Name     string
-	Revision int64
-	NextBoot int64
-	Note     string
 }

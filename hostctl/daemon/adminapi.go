@@ -18,8 +18,10 @@ import (
 // secrets; the operations (hostctl/ops, over the controller's core)
 // shelve, rescue, resize, rebuild, snapshot, reboot, the hot-plug of
 // disks and NICs, and the adopt and forced delete of a dead host's
-// instance.
-func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *devices.Inventory, shareSvc *shares.Service, keys keyService) api.Services {
+// instance; the host registry (hostctl/hosts) the hosts sharing the
+// store, and the audit log (hostctl/events) its streams.
+func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *devices.Inventory, shareSvc *shares.Service, keys keyService,
+	hostReg api.HostService, audit api.EventService) api.Services {
 	op := ops.New(ctl)
 	return api.Services{
 		Instances:    ctl,
@@ -30,9 +32,9 @@ func adminServices(ctl *controller.Controller, cat *catalog.Catalog, inv *device
 		Resize:       op,
 		Snapshot:     op,
 		Shelve:       op,
-		Hosts:        ctl,
+		Hosts:        hostReg,
 		Ownership:    op,
-		Events:       ctl,
+		Events:       audit,
 		Flavors:      cat,
 		Images:       cat,
 		Secrets:      cat,

@@ -38,6 +38,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/shares"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/store"
@@ -273,6 +274,7 @@ type serve struct {
 	inv    *devices.Inventory
 
 	hm        *hostmetrics.Metrics
+	states    view.States // the instances' states, for the metrics (views.go)
 	ctlStore  store.Store
 	km        *keys.Manager
 	prober    *encryption.Prober
@@ -452,10 +454,12 @@ func (s *serve) startController(context.Context) error {
 	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                          // media.go
 	useMACStore(parts, s.ctlStore, s.log)                                                                                               // macs.go
 	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                                        // macs.go: no instance at a trusted proxy's address
+	useLeaseEvents(parts, s.audit)                                                                                                      // macs.go: a fixed address leased to another MAC
+	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                              // views.go
 	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
 		Reconciled:  s.keyKick.kick,
 		Host:        s.hostName,
-		Hosts:       hosts.Registry{Store: s.ctlStore, DownAfter: cfg.HostDownAfter},
+		Hosts:       s.hostRegistry(),
 		DataDir:     cfg.DataDir,
 		Render:      metadata.Options{DHCPDomain: cfg.DHCPDomain},
 		Notify:      s.md,
@@ -523,17 +527,22 @@ func (s *serve) startMetrics(context.Context) error {
 	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(hostmetrics.Sources{
 		Instances: s.ctl,
 		Store:     s.ctlStore, // a scrape reads only the instance records that changed
-		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
-			return hosts.List(ctx, s.ctlStore, time.Now(), s.cfg.HostDownAfter)
-		},
+		States:    s.states,
+		Hosts:     s.hostRegistry().List,
 	}))
+}
+
+// hostRegistry is the hosts sharing the store, as their heartbeats tell
+// (the controller's adopt check, hostctl host list, the metrics).
+func (s *serve) hostRegistry() hosts.Registry {
+	return hosts.Registry{Store: s.ctlStore, DownAfter: s.cfg.HostDownAfter}
 }
 
 // startHeartbeat writes the first heartbeat, then one every
 // --heartbeat-interval, and one more with the host's traits once the
 // encryption probe is done.
 func (s *serve) startHeartbeat(ctx context.Context) error {
-	cfg, ctl, prober := s.cfg, s.ctl, s.prober
+	cfg, prober := s.cfg, s.prober
 	libvirt, formats := s.hv.conn != nil, s.chk.encHost.Formats
 	s.beater = &hosts.Beater{Store: s.ctlStore, Host: s.hostName, Version: version.String(), Interval: cfg.HeartbeatInterval, Log: s.log,
 		Holder: s.holder, DownAfter: cfg.HostDownAfter,
@@ -543,7 +552,7 @@ func (s *serve) startHeartbeat(ctx context.Context) error {
 			}
 			return nil
 		},
-		Count: ctl.Count}
+		Count: func(ctx context.Context) (int, error) { return hosts.Count(ctx, s.ctlStore, s.hostName) }}
 	if err := s.beater.Beat(ctx); err != nil {
 		return fmt.Errorf("first heartbeat: %w", err)
 	}
@@ -663,7 +672,7 @@ func (s *serve) startServers(context.Context) error {
 }
 
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
-	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc), s.log, a)
+	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit), s.log, a)
 }
 
 // serveOn serves srv on ln in the background; its end is reported on

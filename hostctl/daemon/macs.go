@@ -29,3 +29,13 @@ func trustProxies(parts []part.Part, nets []netip.Prefix) {
 		}
 	}
 }
+
+// useLeaseEvents gives the nics part among parts the audit log it reports
+// a fixed address leased to another MAC on (the instances stream).
+func useLeaseEvents(parts []part.Part, audit nics.Emitter) {
+	for _, p := range parts {
+		if n, ok := p.(*nics.Part); ok {
+			n.UseEvents(audit)
+		}
+	}
+}

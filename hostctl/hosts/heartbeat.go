@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -214,7 +213,7 @@ func decode(rec store.Record) (Heartbeat, error) {
 }
 
 // Registry answers questions about the hosts sharing a store, for the
-// controller (controller.Hosts) and the admin API.
+// controller (controller.Hosts), the admin API and the metrics.
 type Registry struct {
 	Store Records
 	// DownAfter is the silence after which a host is down
@@ -245,17 +244,8 @@ func (r Registry) HostDown(ctx context.Context, host string) (bool, string, erro
 }
 
 // List returns the status of every host, sorted by name.
-func (r Registry) List(ctx context.Context) ([]types.HostStatus, error) {
-	sts, err := List(ctx, r.Store, r.now(), r.DownAfter)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]types.HostStatus, len(sts))
-	for i, s := range sts {
-		out[i] = types.HostStatus{Host: s.Host, Version: s.Version, Started: s.Started, LastSeen: s.LastSeen,
-			Instances: s.Instances, AgeSeconds: s.Age.Seconds(), Down: s.Down, Stopped: s.Stopped, Traits: s.Traits}
-	}
-	return out, nil
+func (r Registry) List(ctx context.Context) ([]Status, error) {
+	return List(ctx, r.Store, r.now(), r.DownAfter)
 }
 
 func describe(s Status) string {

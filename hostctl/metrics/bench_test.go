@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
@@ -55,7 +56,7 @@ func newScrapeFixture(tb testing.TB, n int) *scrapeFixture {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New()
-	if err := m.Register(reg, metrics.Sources{Instances: a, Store: st}); err != nil {
+	if err := m.Register(reg, metrics.Sources{Instances: a, Store: st, States: view.States{Host: "host-a"}}); err != nil {
 		tb.Fatal(err)
 	}
 	return &scrapeFixture{ctl: a, st: st, reg: reg, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})}

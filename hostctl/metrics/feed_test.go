@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/metrics"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -69,7 +70,7 @@ func TestScrapeReadsOnlyChanges(t *testing.T) {
 	apply(b, "b-2", "vda")
 
 	reg := prometheus.NewRegistry()
-	if err := metrics.New().Register(reg, metrics.Sources{Instances: a, Store: rc}); err != nil {
+	if err := metrics.New().Register(reg, metrics.Sources{Instances: a, Store: rc, States: view.States{Host: "host-a"}}); err != nil {
 		t.Fatal(err)
 	}
 	scrape := func(step string, wantListed, wantRead int64, want map[string]int) {
@@ -136,7 +137,7 @@ func TestScrapeAllocs(t *testing.T) {
 	const n = 200
 	f := newScrapeFixture(t, n)
 	reg := prometheus.NewRegistry()
-	if err := metrics.New().Register(onlyInstances{reg}, metrics.Sources{Instances: f.ctl, Store: f.st}); err != nil {
+	if err := metrics.New().Register(onlyInstances{reg}, metrics.Sources{Instances: f.ctl, Store: f.st, States: view.States{Host: "host-a"}}); err != nil {
 		t.Fatal(err)
 	}
 	gather := func() {

@@ -16,6 +16,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
 
@@ -85,7 +86,10 @@ func TestInstancesGolden(t *testing.T) {
 			a := goldenStore(t, st, dir)
 			src := metrics.Sources{Instances: a}
 			if feed {
+				// The states as the daemon hands them: over host-a's
+				// parts that keep them.
 				src.Store = st
+				src.States = view.States{Host: "host-a", Faults: faults.New(st, nil), Kept: vmstate.New(st, "host-a")}
 			}
 			reg := prometheus.NewRegistry()
 			if err := metrics.New().Register(reg, src); err != nil {

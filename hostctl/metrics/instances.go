@@ -10,7 +10,7 @@ import (
 )
 
 // InstanceStater gives the state each instance record is counted under,
-// without decoding its spec (controller.Controller.InstanceStates).
+// the one instance list shows, without decoding its spec (view.States).
 type InstanceStater interface {
 	InstanceStates(ctx context.Context, recs []store.Instance) ([]string, error)
 }

@@ -62,14 +62,14 @@ type InstanceLister interface {
 type Sources struct {
 	// Instances feeds vmeta_host_instances.
 	Instances InstanceLister
-	// Store, when set and Instances has InstanceStates (the controller
-	// does), makes vmeta_host_instances keep every instance's record
-	// (name, UUID, host) and follow the store's change feed: a scrape
-	// then reads only the records that changed, and for each instance
-	// only its live state (InstanceStates), never its spec. Without it
-	// every scrape lists every instance through Instances.ListAll, which
-	// decodes and validates each one.
-	Store InstanceStore
+	// Store and States, when both set, make vmeta_host_instances keep
+	// every instance's record (name, UUID, host) and follow the store's
+	// change feed: a scrape then reads only the records that changed, and
+	// for each instance only its live state (States), never its spec.
+	// Without them every scrape lists every instance through
+	// Instances.ListAll, which decodes and validates each one.
+	Store  InstanceStore
+	States InstanceStater
 	// Hosts feeds vmeta_host_heartbeat_age_seconds and vmeta_host_up
 	// (hosts.List over the store, as the daemon judges heartbeats).
 	Hosts func(ctx context.Context) ([]hosts.Status, error)
@@ -127,8 +127,8 @@ func (m *Metrics) Register(reg prometheus.Registerer, o Sources) error {
 			timeout = DefaultScrapeTimeout
 		}
 		sc := &storeCollector{instances: o.Instances, hosts: o.Hosts, timeout: timeout}
-		if stater, ok := o.Instances.(InstanceStater); ok && o.Store != nil {
-			sc.stater, sc.cache = stater, newInstanceCache(o.Store)
+		if o.States != nil && o.Store != nil {
+			sc.stater, sc.cache = o.States, newInstanceCache(o.Store)
 		}
 		cs = append(cs, sc)
 	}

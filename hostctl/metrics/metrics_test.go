@@ -23,6 +23,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 	"github.com/vmeta/vmeta/internal/testenv/stores"
@@ -102,7 +103,8 @@ func TestScrape(t *testing.T) {
 	ctlStore := m.Store(st)
 	// The parts the daemon registers that keep an instance's state (read
 	// at every scrape, like the records themselves).
-	parts := []part.Part{vmstate.New(ctlStore, "host-a"), faults.New(ctlStore, log)}
+	vs, fl := vmstate.New(ctlStore, "host-a"), faults.New(ctlStore, log)
+	parts := []part.Part{vs, fl}
 	a := controller.New(ctlStore, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Observe: m.Observe, Parts: parts})
 	t.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log})
@@ -113,6 +115,7 @@ func TestScrape(t *testing.T) {
 	if err := m.Register(reg, metrics.Sources{
 		Instances: a,
 		Store:     ctlStore,
+		States:    view.States{Host: "host-a", Faults: fl, Kept: vs}, // as the daemon wires them
 		Hosts: func(ctx context.Context) ([]hosts.Status, error) {
 			return hosts.List(ctx, ctlStore, now, time.Minute)
 		},

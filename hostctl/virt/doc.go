@@ -4,8 +4,8 @@
 // the SMBIOS identity cloud-init looks for, a serial console logged to a
 // file), drives domains and networks through go-libvirt over the libvirtd
 // socket (Conn: define, start, stop, hot-plug, config drive media changes,
-// DHCP host entries, lifecycle and device events, reconnecting when
-// libvirtd restarts), and reads the
+// DHCP host entries and the DHCP server's leases (leases.go), lifecycle
+// and device events, reconnecting when libvirtd restarts), and reads the
 // addresses the hypervisor chose back out of the domain XML, in the form
 // the device-role-tagging metadata reports them.
 //

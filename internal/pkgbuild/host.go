@@ -37,7 +37,7 @@ metadata service and config-2 config drive with device role tags, encrypted
 disk flags and virtiofs shares, which cloud-init and vmeta-agent read.`+"\n.\n"+`vmeta-metadata serves the same metadata from a shared Redis store, for
 many hosts and replicas.`)
 	info.Depends = []string{"libvirt-daemon-system", "qemu-utils", "init-system-helpers (>= 1.54~)"}
-	info.Recommends = []string{"qemu-system-x86", "dnsmasq-base", "iptables"}
+	info.Recommends = []string{"qemu-system-x86", "dnsmasq-base", "dnsmasq-utils", "iptables"}
 	info.Suggests = []string{"redis-server", "vmeta-agent"}
 	p := filepath.Join(work, "host.copyright")
 	hdr := "vmeta-host " + version + "\nUpstream: " + Homepage + " (commit " + in.Describe + ")\n\n" +

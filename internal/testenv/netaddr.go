@@ -19,6 +19,7 @@ const (
 	AddrsE2E        = 40  // test/e2e: .40-.99
 	AddrsVirt       = 100 // hostctl/virt: .100-.199
 	AddrsDebianVM   = 200 // test/debianvm: .200-.249
+	AddrsNICs       = 250 // hostctl/parts/nics: .250-.254
 )
 
 // addrRangeLen is how many addresses each share has, by its first one.
@@ -27,6 +28,7 @@ var addrRangeLen = map[int]int{
 	AddrsE2E:        60,
 	AddrsVirt:       100,
 	AddrsDebianVM:   50,
+	AddrsNICs:       5,
 }
 
 var (

@@ -275,6 +275,21 @@ var importRules = []importRule{
 		from:      module + "/hostctl/controller",
 		forbidden: []string{module + "/hostctl/ops"},
 	},
+	{
+		// The host registry answers with its own statuses; hostctl/api
+		// converts (issue 22 item 5).
+		name:      "hostctl/hosts does not use the wire types",
+		from:      module + "/hostctl/hosts",
+		forbidden: []string{module + "/hostctl/api"},
+	},
+	{
+		// How an instance is shown (its state) is shared by the core's
+		// list and the metrics, which the daemon hands it: it knows
+		// neither the core nor the metrics.
+		name:      "hostctl/view imports neither the controller nor hostctl/metrics",
+		from:      module + "/hostctl/view",
+		forbidden: []string{module + "/hostctl/controller", module + "/hostctl/metrics", module + "/hostctl/daemon"},
+	},
 }
 
 // under reports whether package p is pkg or below it.

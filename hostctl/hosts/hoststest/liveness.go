@@ -5,8 +5,6 @@ package hoststest
 import (
 	"context"
 	"sync"
-
-	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // Liveness is a hand-written host liveness (controller.Hosts): the hosts
@@ -25,9 +23,6 @@ func (l *Liveness) Set(host string, down bool) {
 	}
 	l.down[host] = down
 }
-
-// List lists no host.
-func (l *Liveness) List(context.Context) ([]types.HostStatus, error) { return nil, nil }
 
 // HostDown says whether host was Set down.
 func (l *Liveness) HostDown(_ context.Context, host string) (bool, string, error) {

@@ -11,6 +11,11 @@
 // fails. Delete removes them (restored when the delete fails). A NIC's
 // static IPv4 address joins the instance's addresses at apply.
 //
+// The network's DHCP server does not hand out a fixed address another MAC
+// still holds a lease of (dhcpleases.go): a start reports such an
+// address, and the leases of the fixed addresses a delete (or an apply)
+// removed are released once it stands.
+//
 // The part also keeps the NICs' MAC addresses and the instance's
 // addresses unique across the hosts sharing the store (macs.go): an
 // apply or a NIC hot-plug claims the MACs atomically, and an address
@@ -26,6 +31,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
@@ -61,12 +67,13 @@ type Network interface {
 }
 
 var (
-	_ LiveDHCP     = (*virt.Conn)(nil)
-	_ Network      = (*virt.Conn)(nil)
-	_ part.Claimer = (*Part)(nil)
-	_ part.Definer = (*Part)(nil)
-	_ part.Starter = (*Part)(nil)
-	_ part.Remover = (*Part)(nil)
+	_ LiveDHCP       = (*virt.Conn)(nil)
+	_ Network        = (*virt.Conn)(nil)
+	_ part.Claimer   = (*Part)(nil)
+	_ part.Definer   = (*Part)(nil)
+	_ part.Starter   = (*Part)(nil)
+	_ part.Remover   = (*Part)(nil)
+	_ part.Committer = (*Part)(nil)
 )
 
 // Part is the NICs part.
@@ -76,6 +83,10 @@ type Part struct {
 	st             Store // the MAC claims and the address index (nil: none)
 	logger         *slog.Logger
 	proxies        []netip.Prefix // the metadata service's trusted proxy networks (proxies.go)
+	events         Emitter        // where a fixed address leased to another MAC is reported (nil: the log only)
+
+	mu      sync.Mutex
+	pending map[string][]lease // by instance: fixed leases removed, their DHCP leases to release (dhcpleases.go)
 }
 
 // New returns the part over the hypervisor's networks (nil: no
@@ -109,14 +120,14 @@ func (*Part) Name() string { return "nics" }
 // Answers implements part.Part.
 func (*Part) Answers() part.Answers {
 	sync := part.Answer{Do: part.Act, Why: "the NICs' fixed DHCP leases follow the spec once the domain is defined (live when it runs); the MAC claims are carried"}
-	live := part.Answer{Do: part.Act, Why: "the leases go live before the domain starts (taken back when the start fails)"}
+	live := part.Answer{Do: part.Act, Why: "the leases go live before the domain starts (taken back when the start fails); a fixed address the network's DHCP server has leased to another MAC is reported"}
 	return part.Answers{
 		part.Apply:       {Do: part.Act, Why: "claims the NICs' MAC addresses in the store and refuses an address another instance has or one in a trusted proxy network, before anything changes (macs.go, proxies.go); the leases follow the spec once the domain is defined (live when it runs)"},
 		part.Start:       live,
 		part.Stop:        {Do: part.Nothing, Why: "the leases stay: the instance keeps its addresses"},
 		part.RebootSoft:  {Do: part.Nothing, Why: "the domain keeps running, its leases live"},
 		part.RebootHard:  live,
-		part.Delete:      {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails); the MAC claims are released once the record is gone"},
+		part.Delete:      {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails); the MAC claims, and the DHCP server's leases of the fixed addresses, are released once the record is gone"},
 		part.ForceDelete: {Do: part.Act, Why: "releases the MAC claims (the store's); the leases are in the dead host's networks, out of reach (force-delete lists them as left behind)"},
 		part.Adopt:       {Do: part.Nothing, Why: "the MAC claims are the store's, not a host's: the adopting apply carries them, and writes the leases into this host's networks"},
 		part.Shelve:      {Do: part.Nothing, Why: "the leases and the MAC claims stay with the instance's addresses"},
@@ -172,13 +183,14 @@ func (p *Part) Prepare(ctx context.Context, op part.Op, in *part.Instance, r *re
 	return p.liveLeases(ctx, r, in.Spec)
 }
 
-// Remove implements part.Remover: delete removes the leases.
+// Remove implements part.Remover: delete removes the leases (their DHCP
+// leases are released in AfterDelete).
 func (p *Part) Remove(ctx context.Context, _ part.Op, in *part.Instance, r *revert.Reverter) error {
 	if p.net == nil {
 		return nil
 	}
 	for _, l := range p.leases(in.Spec) {
-		if err := p.removeLease(ctx, r, l); err != nil {
+		if err := p.removeLease(ctx, r, in.Spec.Name, l); err != nil {
 			return err
 		}
 	}
@@ -217,9 +229,24 @@ func (*Part) AfterStart(context.Context, *part.Instance) error { return nil }
 func (*Part) AfterStop(context.Context, *part.Instance) error { return nil }
 
 // AfterDelete implements part.Part: the instance's record is gone (a
-// delete, a force-delete from the store): its MAC claims are released.
+// delete, a force-delete from the store): the DHCP server's leases of
+// the fixed addresses Remove took off this host's networks are released
+// (best effort), and its MAC claims.
 func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
+	if p.net != nil {
+		p.releaseLeases(ctx, in.Spec, nil)
+	}
 	return p.releaseAll(ctx, in.Spec)
+}
+
+// Committed implements part.Committer: once an apply stands, the DHCP
+// server's leases of the fixed addresses it removed (a NIC dropped or
+// given another MAC) are released (best effort).
+func (p *Part) Committed(ctx context.Context, _ part.Op, in *part.Instance) []string {
+	if p.net != nil {
+		p.releaseLeases(ctx, in.Spec, p.leases(in.Spec))
+	}
+	return nil
 }
 
 // lease is a fixed DHCP host entry of a NIC on its libvirt network.
@@ -307,11 +334,15 @@ func addStaticAddresses(in *model.Instance) {
 // unless the network already has them; each change registers its undo.
 func (p *Part) syncLeases(ctx context.Context, r *revert.Reverter, old, new *model.Instance) error {
 	oldL, newL := p.leases(old), p.leases(new)
+	name := ""
+	if old != nil {
+		name = old.Name
+	}
 	for _, l := range oldL {
 		if slices.Contains(newL, l) {
 			continue
 		}
-		if err := p.removeLease(ctx, r, l); err != nil {
+		if err := p.removeLease(ctx, r, name, l); err != nil {
 			return err
 		}
 	}
@@ -355,20 +386,31 @@ func (p *Part) syncLeases(ctx context.Context, r *revert.Reverter, old, new *mod
 // definitions of their networks to the running networks (LiveDHCP), before
 // its domain starts; a lease already live costs no update. A lease it
 // brings live is registered on r to leave the running network again, so a
-// start that fails changes nothing.
+// start that fails changes nothing. Then a fixed address the network's
+// DHCP server has leased to another MAC is reported (dhcpleases.go).
 func (p *Part) liveLeases(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	ld, ok := p.net.(LiveDHCP)
-	if !ok {
-		return nil
-	}
+	byNet := map[string][]lease{}
 	macs := map[string][]string{}
 	var nets []string
 	for _, l := range p.leases(in) {
-		if _, ok := macs[l.network]; !ok {
+		if _, ok := byNet[l.network]; !ok {
 			nets = append(nets, l.network)
 		}
+		byNet[l.network] = append(byNet[l.network], l)
 		macs[l.network] = append(macs[l.network], l.mac)
 	}
+	if ld, ok := p.net.(LiveDHCP); ok {
+		if err := p.syncLive(ctx, r, in, ld, nets, macs); err != nil {
+			return err
+		}
+	}
+	p.reportLeasedElsewhere(ctx, in, nets, byNet)
+	return nil
+}
+
+// syncLive is liveLeases' work on a LiveDHCP: the leases of macs (by
+// network) go live on the running networks.
+func (p *Part) syncLive(ctx context.Context, r *revert.Reverter, in *model.Instance, ld LiveDHCP, nets []string, macs map[string][]string) error {
 	for _, n := range nets {
 		before, err := ld.LiveDHCPHosts(ctx, n)
 		if err != nil {
@@ -393,8 +435,10 @@ func (p *Part) liveLeases(ctx context.Context, r *revert.Reverter, in *model.Ins
 	return nil
 }
 
-// removeLease removes a lease the network has, registering its re-adding.
-func (p *Part) removeLease(ctx context.Context, r *revert.Reverter, l lease) error {
+// removeLease removes a lease the network has, registering its re-adding;
+// the DHCP server's lease of its address is released once the operation
+// on instance name stands (pendRelease).
+func (p *Part) removeLease(ctx context.Context, r *revert.Reverter, name string, l lease) error {
 	hs, err := p.net.DHCPHosts(ctx, l.network)
 	if err != nil {
 		if errors.Is(err, virt.ErrNotFound) {
@@ -433,5 +477,6 @@ func (p *Part) removeLease(ctx context.Context, r *revert.Reverter, l lease) err
 		}
 		return nil
 	})
+	p.pendRelease(name, l, r)
 	return nil
 }
