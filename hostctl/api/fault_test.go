@@ -98,10 +98,9 @@ func TestInstanceErrorAPI(t *testing.T) {
 	svc := shares.New(st, core, shares.Options{ShareRoot: filepath.Join(dir, "shares"), Logger: log, Runner: run,
 		MountInfo: run.mountinfo, ReconcileInterval: -1})
 	ctl := newControllerIn(t, dir, st, controller.Options{Logger: log, Hypervisor: conn, QemuImg: qemuImg,
-		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), ResyncInterval: -1, Parts: []part.Part{svc, faults.New(st, log)}},
+		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), Parts: []part.Part{svc, faults.New(st, log)}},
 		disks.Options{})
 	core.Controller = ctl
-	t.Cleanup(func() { ctl.Close() })
 	t.Cleanup(func() { svc.Close() })
 	tok, entry, err := auth.NewToken("root", types.RoleAdmin, "")
 	if err != nil {

@@ -12,9 +12,10 @@
 // reads the addresses, MACs and serials libvirt chose back from its XML
 // into the instance before rendering; the parts (hostctl/part: DHCP leases, passthrough devices,
 // ...) add what their features need. Devices are
-// attached and detached by tag, instances started, stopped and deleted,
-// and a reconciler follows libvirt's events to notice domains and devices
-// removed behind hostctl's back. Every multi-step change undoes what it
+// attached and detached by tag, instances started, stopped and deleted;
+// the reconciler (hostctl/reconcile, over core_reconcile.go) follows
+// libvirt's events to notice domains and devices removed behind hostctl's
+// back. Every multi-step change undoes what it
 // did when a later step fails (revert.go): libvirt, the network, the
 // files and the store are left as they were.
 //
@@ -40,7 +41,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -91,7 +91,6 @@ type Controller struct {
 	drv           driver
 	domains       Domains
 	hotplug       HotPlug
-	events        Events
 	dom           virt.Options
 	imageDir      *images.Dir       // the image directory (shared with the catalog and the disks part)
 	flavors       *flavors.Registry // nil when the store keeps no records
@@ -99,16 +98,8 @@ type Controller struct {
 	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
-	resync        time.Duration
-	onReconciled  func()
 
-	locks     keylock.Map
-	missingMu sync.Mutex
-	missing   map[string]bool // instances last seen without their domain
-
-	stopWatch context.CancelFunc
-	watchDone chan struct{}
-	closeOnce sync.Once
+	locks keylock.Map
 
 	observer func(op string, took time.Duration, err error)
 
@@ -126,16 +117,9 @@ func (c *Controller) observe(op string, start time.Time, err *error) {
 	}
 }
 
-// Defaults of Options.
-const (
-	// DefaultDetachTimeout bounds the wait for a running guest to release
-	// a device detached live.
-	DefaultDetachTimeout = 10 * time.Second
-	// DefaultResyncInterval is how often every instance is reconciled
-	// besides the passes libvirt's events trigger (libvirt sends no event
-	// when only a persistent definition changes).
-	DefaultResyncInterval = time.Minute
-)
+// DefaultDetachTimeout bounds the wait for a running guest to release a
+// device detached live (Options.DetachTimeout).
+const DefaultDetachTimeout = 10 * time.Second
 
 // Options configure a Controller.
 type Options struct {
@@ -190,15 +174,6 @@ type Options struct {
 	// device detached live (virtio devices need the guest's consent);
 	// DefaultDetachTimeout when 0. A detach still pending then is reported as a warning.
 	DetachTimeout time.Duration
-	// Reconciled, when set, is called after every reconcile pass of the
-	// watcher (all instances, or those of domain events); it must not
-	// block (the daemon kicks its key rotation loop with it).
-	Reconciled func()
-
-	// ResyncInterval is how often every instance is reconciled besides
-	// the passes events trigger; DefaultResyncInterval when 0, never
-	// when negative.
-	ResyncInterval time.Duration
 
 	// Observe, when set, is told of every instance operation as it ends
 	// (op: apply, start, stop, delete, attach_disk, detach_disk,
@@ -214,26 +189,17 @@ type Options struct {
 	Parts []part.Part
 }
 
-// New returns a controller over st. With a Hypervisor it also starts the
-// reconciler (a pass over every instance, then one per libvirt event);
-// Close stops it.
+// New returns a controller over st. It starts nothing: the reconciler
+// that keeps its instances in line with libvirt is hostctl/reconcile's.
 func New(st Store, opts Options) *Controller {
-	c := newController(st, opts)
-	c.drv.startReconciler()
-	return c
-}
-
-// newController is New without the reconciler.
-func newController(st Store, opts Options) *Controller {
 	c := &Controller{store: st, dataDir: opts.DataDir, render: opts.Render, notify: opts.Notify, log: opts.Logger, driveFmt: opts.DriveFormat,
 		dom: opts.Domain, shareRoot: hostdir.Root{Dir: opts.ShareRoot}, detachTimeout: opts.DetachTimeout,
-		resync: opts.ResyncInterval, missing: map[string]bool{}, onReconciled: opts.Reconciled,
 		hostName: opts.Host, hosts: opts.Hosts, audit: opts.Audit, observer: opts.Observe,
 		parts: opts.Parts}
 	c.drv = noDriver{c}
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
-		c.domains, c.hotplug, c.events = hv, hv, hv
+		c.domains, c.hotplug = hv, hv
 	}
 	c.records, c.imageDir, c.disks = opts.Records, opts.Images, disksOf(opts.Parts)
 	if c.records == nil {
@@ -264,34 +230,10 @@ func newController(st Store, opts Options) *Controller {
 	if c.detachTimeout == 0 {
 		c.detachTimeout = DefaultDetachTimeout
 	}
-	if c.resync == 0 {
-		c.resync = DefaultResyncInterval
-	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork
 	}
 	return c
-}
-
-func (c *Controller) startWatch() {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stopWatch, c.watchDone = cancel, make(chan struct{})
-	go func() {
-		defer close(c.watchDone)
-		c.watch(ctx)
-	}()
-}
-
-// Close stops the reconciler and waits for it. It does not close the
-// Hypervisor or the store.
-func (c *Controller) Close() error {
-	c.closeOnce.Do(func() {
-		if c.stopWatch != nil {
-			c.stopWatch()
-			<-c.watchDone
-		}
-	})
-	return nil
 }
 
 // Apply creates or updates the instance a spec describes. Re-applying an
@@ -650,7 +592,6 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	r.Success()
-	c.setMissing(name, false)
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}

@@ -77,7 +77,6 @@ func TestForceDeleteTellsParts(t *testing.T) {
 	for _, h := range []string{"host-a", "host-b"} {
 		cs[h] = controller.New(st, controller.Options{DataDir: t.TempDir(), Host: h, Hosts: live,
 			Logger: slog.New(slog.DiscardHandler), Parts: []part.Part{forced, plain}})
-		t.Cleanup(func() { cs[h].Close() })
 	}
 	inst, err := cs["host-a"].Apply(ctx, []byte(spec))
 	if err != nil {

@@ -40,20 +40,6 @@ func (c *Controller) publishParts(ctx context.Context, r *revert.Reverter, in *m
 	}, nil
 }
 
-// partsDrifted says how a Publisher part's transport of in no longer
-// agrees with its setting or the stored revision rev (the reconciler
-// then publishes in again): the first part's reason, "" when none.
-func (c *Controller) partsDrifted(ctx context.Context, in *model.Instance, rev int64) (partName, reason string) {
-	for _, p := range c.parts {
-		if pub, ok := p.(part.Publisher); ok {
-			if why := pub.Drifted(ctx, &part.Instance{Spec: in}, rev); why != "" {
-				return p.Name(), why
-			}
-		}
-	}
-	return "", ""
-}
-
 // partTransports says which revision each Publisher part carries for in
 // (stored: the stored metadata's revision, 0 when none).
 func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []part.Transport {

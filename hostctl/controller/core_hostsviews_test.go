@@ -21,7 +21,6 @@ func TestInstanceStatesAsListAll(t *testing.T) {
 	e.c.hostName = "host-a"
 	ctx := context.Background()
 	b := newController(e.st, Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Host: "host-b"})
-	t.Cleanup(func() { b.Close() })
 	apply := func(c *Controller, i int, name string) {
 		t.Helper()
 		if _, err := c.Apply(ctx, fmt.Appendf(nil, "name: %s\naddresses: [10.1.0.%d]\n", name, i)); err != nil {

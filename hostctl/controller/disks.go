@@ -47,10 +47,10 @@ func (c *Controller) host(in *model.Instance) virt.Host {
 // (each disk's encrypted flag from its block-device record), Sources the
 // libvirt secrets of host's encrypted disks, DefineSecrets before a start
 // and UndefineSecrets after a stop, Forget removed disks' secrets and
-// records, Sweep the reconciler's clean-up (a deleted instance's go in
-// the part's AfterDelete). The daemon registers the part among
-// Options.Parts and wires its handles (key manager, LUKS, libvirt
-// secrets, records) itself.
+// records (a deleted instance's go in the part's AfterDelete). The daemon
+// registers the part among Options.Parts and wires its handles (key
+// manager, LUKS, libvirt secrets, records) itself, and hands the part to
+// the reconciler (hostctl/reconcile: its sweep) directly.
 type Disks interface {
 	Make(ctx context.Context, in *model.Instance) (create func(context.Context, *revert.Reverter) (committed func(context.Context), err error), err error)
 	Told(ctx context.Context, in *model.Instance) (*model.Instance, []encryption.BlockDevice, error)
@@ -58,7 +58,6 @@ type Disks interface {
 	DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error
 	UndefineSecrets(ctx context.Context, instUUID string) error
 	Forget(ctx context.Context, in *model.Instance, disks []string)
-	Sweep(ctx context.Context) error
 }
 
 // disksOf is the disks part among parts, noDisks without one.
@@ -91,7 +90,6 @@ func (noDisks) Sources(context.Context, *model.Instance, *virt.Host) error      
 func (noDisks) DefineSecrets(context.Context, *revert.Reverter, *model.Instance) error { return nil }
 func (noDisks) UndefineSecrets(context.Context, string) error                          { return nil }
 func (noDisks) Forget(context.Context, *model.Instance, []string)                      {}
-func (noDisks) Sweep(context.Context) error                                            { return nil }
 
 func removeFile(p string) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {

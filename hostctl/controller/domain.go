@@ -168,7 +168,6 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		c.disks.Forget(ctx, in, gone)
 	}
 	disksCommitted(ctx)
-	c.setMissing(name, false)
 	inst.State = c.domainState(ctx, name, in.UUID)
 	st.done("state")
 	return inst, nil
@@ -233,7 +232,6 @@ func (c *Controller) requireDomain(ctx context.Context, name, uuid string) (*cur
 		return nil, err
 	}
 	if cur == nil || cur.uuid != uuid {
-		c.setMissing(name, true)
 		return nil, fmt.Errorf("%w: instance %s has no libvirt domain (state missing: it was removed outside hostctl); apply its spec again to define it, or delete the instance", ErrState, name)
 	}
 	return cur, nil
@@ -288,25 +286,6 @@ func (c *Controller) removeDiskFile(instance, target string) {
 	p := filepath.Join(c.instanceDir(instance), layout.DiskFile(model.Disk{Name: target}))
 	if err := removeFile(p); err != nil {
 		c.log.Warn("could not remove the image of a removed disk", "file", p, "err", err)
-	}
-}
-
-// setMissing records whether an instance's domain is missing and logs the
-// transitions.
-func (c *Controller) setMissing(name string, missing bool) {
-	c.missingMu.Lock()
-	was := c.missing[name]
-	if missing {
-		c.missing[name] = true
-	} else {
-		delete(c.missing, name)
-	}
-	c.missingMu.Unlock()
-	switch {
-	case missing && !was:
-		c.log.Warn("instance marked missing: libvirt has no domain with its name and uuid (removed outside hostctl)", "name", name)
-	case !missing && was:
-		c.log.Info("instance's domain is back", "name", name)
 	}
 }
 

@@ -26,14 +26,10 @@ type driver interface {
 	state(ctx context.Context, name, uuid string) string
 	// require refuses a request (op on instance name) the mode cannot do.
 	require(op, name string) error
-	// reconcile brings every instance in line with the hypervisor.
-	reconcile(ctx context.Context) error
-	// startReconciler starts following the hypervisor's events.
-	startReconciler()
 }
 
 // noDriver: no hypervisor. Addresses come from the spec; power,
-// hot-plug and reconciling are refused or have nothing to do.
+// hot-plug are refused or have nothing to do.
 type noDriver struct{ c *Controller }
 
 func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, expect int64) (_ *Instance, err error) {
@@ -61,11 +57,9 @@ func (noDriver) state(context.Context, string, string) string                   
 func (noDriver) require(op, name string) error {
 	return fmt.Errorf("%s %s: %w", op, name, ErrNoHypervisor)
 }
-func (noDriver) reconcile(context.Context) error { return nil }
-func (noDriver) startReconciler()                {}
 
-// libvirtDriver: instances are libvirt domains (domain.go, dhcp.go,
-// reconcile.go).
+// libvirtDriver: instances are libvirt domains (domain.go; hostctl/reconcile
+// keeps them in line with libvirt).
 type libvirtDriver struct{ c *Controller }
 
 func (d libvirtDriver) apply(ctx context.Context, op part.Op, in, old *model.Instance, expect int64) (*Instance, error) {
@@ -88,6 +82,3 @@ func (d libvirtDriver) state(ctx context.Context, name, uuid string) string {
 }
 
 func (libvirtDriver) require(string, string) error { return nil }
-
-func (d libvirtDriver) reconcile(ctx context.Context) error { return d.c.reconcileAll(ctx) }
-func (d libvirtDriver) startReconciler()                    { d.c.startWatch() }

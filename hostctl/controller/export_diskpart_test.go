@@ -82,7 +82,7 @@ func (c *Controller) secretPrefix() string {
 }
 
 // sweepSecrets is the reconciler's clean-up of the disks' secrets.
-func (c *Controller) sweepSecrets(ctx context.Context) error { return c.disks.Sweep(ctx) }
+func (c *Controller) sweepSecrets(ctx context.Context) error { return c.disks.(*disks.Part).Sweep(ctx) }
 
 // ErrEncryption is the disks part's.
 var ErrEncryption = disks.ErrEncryption

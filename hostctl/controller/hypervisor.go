@@ -7,20 +7,18 @@ import (
 )
 
 // Hypervisor is everything the controller asks of libvirt: the roles its
-// parts declare (Domains in domain.go, HotPlug in core_devchange.go,
-// Events in reconcile.go). *virt.Conn plays every role. Without
+// parts declare (Domains in domain.go, HotPlug in core_devchange.go).
+// *virt.Conn plays every role. Without
 // one (hostctl serve --virt none) device addresses come from the spec
 // (driver.go).
 type Hypervisor interface {
 	Domains
 	HotPlug
-	Events
 }
 
 var (
 	_ Domains    = (*virt.Conn)(nil)
 	_ HotPlug    = (*virt.Conn)(nil)
-	_ Events     = (*virt.Conn)(nil)
 	_ Hypervisor = (*virt.Conn)(nil)
 )
 

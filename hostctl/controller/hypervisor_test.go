@@ -748,9 +748,8 @@ func TestReconcile(t *testing.T) {
 	ctx := context.Background()
 	inst := e.mustApply(hvSpec)
 	e.hv.events = make(chan virt.Event, 64)
-	e.c.resync = -1
-	e.c.startWatch()
-	t.Cleanup(func() { e.c.Close(); close(e.hv.events) })
+	rc := e.c.startReconciler() // export_reconcile_test.go
+	t.Cleanup(func() { rc.Close(); close(e.hv.events) })
 
 	e.hv.removeDeviceBehindBack("app-1", "sda")
 	e.hv.events <- virt.Event{Kind: virt.EventDeviceRemoved, Domain: "app-1", DeviceAlias: "ua-disk-sda"}
@@ -772,11 +771,7 @@ func TestReconcile(t *testing.T) {
 	delete(e.hv.domains, "app-1")
 	e.hv.mu.Unlock()
 	e.hv.events <- virt.Event{Kind: virt.EventUndefined, Domain: "app-1"}
-	waitFor(t, "the instance to be marked missing", func() bool {
-		e.c.missingMu.Lock()
-		defer e.c.missingMu.Unlock()
-		return e.c.missing["app-1"]
-	})
+	waitFor(t, "the instance to be marked missing", func() bool { return rc.Missing("app-1") })
 	if got, _ := e.c.Get(ctx, "app-1"); got.State != StateMissing {
 		t.Errorf("state %q, want missing", got.State)
 	}
@@ -812,7 +807,6 @@ func TestNoHypervisor(t *testing.T) {
 	}
 	defer b.Close()
 	c := New(b, Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
-	defer c.Close()
 	ctx := context.Background()
 	if _, err := c.Apply(ctx, []byte("name: a\ndisks: [{name: vda, tag: t, address: \"0000:00:05.0\"}]\n")); err != nil {
 		t.Fatal(err)

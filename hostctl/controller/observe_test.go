@@ -46,7 +46,6 @@ func TestObserve(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	var o observed
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Observe: o.observe})
-	t.Cleanup(func() { c.Close() })
 
 	if _, err := c.Apply(ctx, []byte(spec)); err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
+	"github.com/vmeta/vmeta/hostctl/reconcile"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -281,6 +282,7 @@ type serve struct {
 	keyEngine *keyrotation.Engine
 	keyKick   kicker
 	ctl       *controller.Controller
+	reconcile *reconcile.Reconciler
 	disks     *disks.Part // the disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
@@ -320,10 +322,11 @@ func (s *serve) components() []component {
 		{name: "hypervisor", start: s.startHypervisor, stop: func(context.Context) error { s.hv.close(); return nil }},
 		{name: "devices", start: s.startDevices, stop: s.stopDevices},
 		{name: "keys", start: s.startKeys},
-		{name: "controller", start: s.startController, stop: func(context.Context) error { return s.ctl.Close() }},
+		{name: "controller", start: s.startController},
 		// Interrupted rotations are recovered before the reconciler
 		// starts an instance or a server answers a request.
 		{name: "key rotation", start: s.startKeyRotation, stop: s.stopKeyRotation},
+		{name: "reconciler", start: s.startReconciler, stop: s.stopReconciler}, // reconcile.go
 		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
 		{name: "metrics", start: s.startMetrics},
 		{name: "heartbeat", start: s.startHeartbeat, stop: s.stopHeartbeat},
@@ -435,8 +438,7 @@ func (s *serve) startKeys(ctx context.Context) error {
 	return applyPolicies(ctx, s.keyEngine, s.chk.policies)
 }
 
-// startController builds the controller, its reconciler not yet started
-// (startKeyRotation starts it once interrupted rotations are recovered).
+// startController builds the controller.
 func (s *serve) startController(context.Context) error {
 	s.keyKick = make(kicker, 1)
 	cfg, hv := s.cfg, s.hv
@@ -456,8 +458,7 @@ func (s *serve) startController(context.Context) error {
 	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                                        // macs.go: no instance at a trusted proxy's address
 	useLeaseEvents(parts, s.audit)                                                                                                      // macs.go: a fixed address leased to another MAC
 	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                              // views.go
-	s.ctl = controller.NewStopped(s.ctlStore, hv.options(controller.Options{
-		Reconciled:  s.keyKick.kick,
+	s.ctl = controller.New(s.ctlStore, hv.options(controller.Options{
 		Host:        s.hostName,
 		Hosts:       s.hostRegistry(),
 		DataDir:     cfg.DataDir,
@@ -477,8 +478,8 @@ func (s *serve) startController(context.Context) error {
 }
 
 // startKeyRotation registers the rotation procedures, recovers
-// interrupted rotations, starts the controller's reconciler, then runs
-// the engine (and the token keys' expiry) in the background.
+// interrupted rotations, then runs the engine (and the token keys'
+// expiry) in the background.
 func (s *serve) startKeyRotation(ctx context.Context) error {
 	e := s.keyEngine
 	e.Register(keyrotation.KEK, keyrotation.NewKEKRotator(s.km))
@@ -498,7 +499,6 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
-	s.ctl.StartReconciler()
 	keyCtx, stopKeys := context.WithCancel(ctx)
 	keysDone := make(chan struct{})
 	go func() {

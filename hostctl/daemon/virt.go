@@ -209,10 +209,6 @@ func (h *hypervisor) options(o controller.Options) controller.Options {
 	o.Domain = h.dom
 	o.ShareRoot = h.cfg.ShareRoot
 	o.DetachTimeout = h.cfg.DetachTimeout
-	o.ResyncInterval = h.cfg.Resync
-	if h.cfg.Resync == 0 {
-		o.ResyncInterval = -1
-	}
 	return o
 }
 

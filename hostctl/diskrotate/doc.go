@@ -47,16 +47,17 @@
 // New. The controller does not import this package: the daemon
 // (hostctl/daemon) wires it, with the keyrotation Engine:
 //
-//	ctl := controller.NewStopped(ctlStore, opts) // New without the reconciler; opts.Disks makes dp
+//	ctl := controller.New(ctlStore, opts) // dp is among opts.Parts
 //	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, st, dp, km, luks, log))
 //	if err := keyEngine.Recover(ctx); err != nil { … } // runs Rotator.Recover
-//	ctl.StartReconciler()
+//	rc := reconcile.New(ctl, reconcileOpts) // hostctl/reconcile
+//	rc.Start()
 //
 // Recover must run before anything starts an instance (the API is not
-// served yet); with controller.New the reconciler runs alongside it,
-// which is safe (both take the instance's lock, and the reconciler only
-// removes libvirt secrets of stopped domains) but NewStopped keeps the
-// order the design asks for. The Rotator is the class's Rotator, Lister
+// served yet): the daemon starts the reconciler after it. (Alongside it
+// would be safe too — both take the instance's lock, and the reconciler
+// only removes libvirt secrets of stopped domains — but the order is
+// the one the design asks for.) The Rotator is the class's Rotator, Lister
 // (Subjects: this host's instances with encrypted disks, Created = the
 // oldest disk's creation) and Recoverer.
 //

@@ -150,11 +150,11 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 	dp := disks.New(disks.Options{Keys: km, LUKS: f.tool, Secrets: conn, Records: recs, Instances: st, Catalog: imgs,
 		DataDir: f.dir, Logger: f.logger()})
 	opts.Parts = append([]part.Part{dp, vs}, f.parts...)
-	c := controller.NewStopped(st, opts)
+	c := controller.New(st, opts)
 	vs.Bind(imgs, c, f.logger())
 	dp.Bind(c, vs)
 	f.st = st
-	return c, km, func() { c.Close(); conn.Close(); st.Close() }
+	return c, km, func() { conn.Close(); st.Close() }
 }
 
 // newRotFixture makes the instance (defined in libvirt, not started) and

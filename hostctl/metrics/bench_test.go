@@ -39,9 +39,7 @@ func newScrapeFixture(tb testing.TB, n int) *scrapeFixture {
 	st := stores.BoltIn(tb, dir)
 	log := slog.New(slog.DiscardHandler)
 	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log})
-	tb.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log})
-	tb.Cleanup(func() { b.Close() })
 	for i := range n {
 		c := a
 		if i%2 == 1 {

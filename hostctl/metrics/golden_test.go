@@ -44,9 +44,7 @@ func goldenStore(t *testing.T, st *bolt.Store, dir string) *controller.Controlle
 	// shelved/rescued states (one per host) and the faults.
 	parts := func(host string) []part.Part { return []part.Part{vmstate.New(st, host), faults.New(st, log)} }
 	a := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "a"), Host: "host-a", Logger: log, Parts: parts("host-a")})
-	t.Cleanup(func() { a.Close() })
 	b := controller.New(st, controller.Options{DataDir: filepath.Join(dir, "b"), Host: "host-b", Logger: log, Parts: parts("host-b")})
-	t.Cleanup(func() { b.Close() })
 	for i, name := range []string{"a-1", "a-2", "a-err", "a-resc", "b-1", "b-err", "b-resc"} {
 		c := a
 		if strings.HasPrefix(name, "b-") {

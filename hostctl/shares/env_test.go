@@ -198,7 +198,6 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	o.Parts = append(append([]part.Part{dp}, o.Parts...), e.svc, faults.New(records, log)) // as the daemon registers them
 	e.ctl = controller.New(st, o)
 	dp.Bind(e.ctl, nil)
-	t.Cleanup(func() { e.ctl.Close() })
 	e.inst = liveCtl{e.ctl, ops.NewLiveDevices(e.ctl)} // as the daemon's shareCore
 	t.Cleanup(func() { e.svc.Close() })
 	t.Cleanup(func() {

@@ -101,7 +101,6 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			records, _ := e.st.(store.Records)
 			fresh := controller.New(e.st, controller.Options{DataDir: t.TempDir(), Host: "host-a", Parts: []part.Part{faults.New(records, nil)}})
 			inst, err := fresh.Get(ctx, name)
-			fresh.Close()
 			if err != nil || !strings.Contains(inst.Fault, id) {
 				t.Errorf("fresh controller: %+v, %v; want the fault kept", inst, err)
 			}

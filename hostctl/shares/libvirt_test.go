@@ -43,7 +43,6 @@ func libvirtEnvOn(t *testing.T, backend string, more ...func(st store.Store, o *
 		o.Hypervisor, o.QemuImg = conn, qemuImg
 		o.Domain = virt.Options{MemoryMiB: 128}
 		o.ShareRoot = filepath.Join(dir, "shares")
-		o.ResyncInterval = -1
 		o.DetachTimeout = 2 * time.Second
 	}, more...)
 	return e, uri

@@ -225,7 +225,7 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 			dp := disks.New(disks.Options{Keys: km, LUKS: luks, Secrets: conn, Records: st, Instances: st, Catalog: imgs,
 				DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
 			opts := controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, Images: imgs,
-				Domain: virt.Options{MemoryMiB: 128}, ResyncInterval: -1, Parts: []part.Part{dp}}
+				Domain: virt.Options{MemoryMiB: 128}, Parts: []part.Part{dp}}
 			c := controller.New(st, opts)
 			dp.Bind(c, nil)
 			name := fmt.Sprintf("%s-%d-%d", prefix, k, i)
@@ -234,7 +234,6 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 			spec := fmt.Sprintf("name: %s\ndisks:\n  - {name: vda, size: 1G, encrypted: %t}\n  - {name: vdb, size: 1G, encrypted: %t}\n  - {name: vdc, size: 1G, encrypted: %t}\n", name, enc, enc, enc)
 			start := time.Now()
 			if _, err := c.Apply(ctx, []byte(spec)); err != nil {
-				c.Close()
 				return err
 			}
 			if rows[what] == nil {
@@ -242,10 +241,8 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 			}
 			rows[what].times = append(rows[what].times, time.Since(start))
 			if err := c.Delete(ctx, name); err != nil {
-				c.Close()
 				return err
 			}
-			c.Close()
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

@@ -66,9 +66,8 @@ func run(storeURL, dataDir, uri, name, uuid string, gen int64) error {
 	imgs := images.New(filepath.Join(dataDir, "images"), images.Options{})
 	dp := disks.New(disks.Options{Keys: km, LUKS: luks, Secrets: conn, Records: recs, Instances: st, Catalog: imgs,
 		DataDir: dataDir, Logger: log})
-	c := controller.NewStopped(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Images: imgs,
+	c := controller.New(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Images: imgs,
 		Parts: []part.Part{dp}})
-	defer c.Close()
 	dp.Bind(c, nil)
 	// As the daemon wires it: the rotator registered in the Engine,
 	// recovery first, then a run for the disk class's policy.
