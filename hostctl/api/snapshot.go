@@ -8,7 +8,6 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
-	"github.com/vmeta/vmeta/hostctl/controller"
 	imagecat "github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/store"
@@ -62,7 +61,7 @@ func (h snapshot) snapshot(w http.ResponseWriter, r *http.Request) {
 		h.created(w, r, img, err)
 		return
 	}
-	if req.EncryptionKey == controller.SnapshotKeyExisting && req.SecretUUID != "" {
+	if req.EncryptionKey == types.SnapshotKeyExisting && req.SecretUUID != "" {
 		if h.secrets == nil {
 			h.fail(w, r, errkind.Errorf(errkind.Unsupported, "secret_uuid: this hostctl does not serve secrets: a member cannot snapshot with one"))
 			return

@@ -139,7 +139,7 @@ type Options struct {
 	// tracked (every record is this controller's).
 	Host string
 	// Hosts tells whether another host is down, for the adopt and the
-	// forced delete of its instances (OwnerDown, core_adoptops.go; nil:
+	// forced delete of its instances (OwnerDown, core_ops.go; nil:
 	// both are refused), and lists the hosts.
 	Hosts Hosts
 

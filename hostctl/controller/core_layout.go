@@ -29,8 +29,6 @@ type Layouts interface {
 // format when Options.Encryption names none.
 var DefaultEncryptionHost = layout.DefaultHost
 
-var errNoRecords = layout.ErrNoRecords
-
 // Layouts is the layout of this core's instances: over its flavor
 // registry, its image directory and this host's encryption formats.
 func (c *Controller) Layouts() Layouts {

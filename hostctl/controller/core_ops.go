@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -16,47 +14,12 @@ import (
 )
 
 // What the operations of hostctl/ops (shelve, unshelve, rescue,
-// unrescue, resize, rebuild, snapshot) ask of the core: the frame of an
-// operation (lock, observation, events), the instance an operation acts
-// on, its state record, its block devices and disks, its domain and
-// power, its secrets, and the parts' phases. The core does not know the
+// unrescue, resize, rebuild, snapshot, reboot, the device changes) ask
+// of the core: the frame of an operation (its lock: LockInstance,
+// observation, events), this host's instance checked by the parts, its
+// files, its domain defined, started, stopped and removed, its metadata
+// published, and the parts' Prepare phase. The core does not know the
 // operations; the daemon wires them (hostctl/daemon, adminapi.go).
-
-// ShelvedImageName is the catalog image a shelve of instance name makes.
-func ShelvedImageName(name string) string { return name + "-shelved" }
-
-// The --encryption-key choices of a snapshot.
-const (
-	SnapshotKeySame     = "same"
-	SnapshotKeyNew      = "new"
-	SnapshotKeyExisting = "existing"
-	SnapshotKeyNone     = "none"
-)
-
-// Key deletion policies of an encrypted image (os_encrypt_key_deletion_policy).
-const (
-	KeyDeletionOnImageDeletion = "on_image_deletion"
-	KeyDeletionDoNotDelete     = "do_not_delete"
-)
-
-// SnapshotRequest is an instance snapshot's parameters (EncryptionKey
-// same when empty).
-type SnapshotRequest = types.SnapshotRequest
-
-// RescueRequest is a rescue's parameters.
-type RescueRequest = types.RescueRequest
-
-// RescueDisk is the block-device record key and the libvirt secret usage
-// suffix of a rescue disk (no disk name: a target name has no
-// underscore); RescueFile its image file in the instance's directory.
-const (
-	RescueDisk = rescueDisk
-	RescueFile = "disk.rescue"
-)
-
-// rescueDisk is the block-device record key of the rescue disk (the
-// disks part's secret rule counts its secret in use: disks.RescueDisk).
-const rescueDisk = "_rescue"
 
 // Domain is an instance's libvirt domain as an operation finds it.
 type Domain struct {
@@ -85,54 +48,21 @@ func (c *Controller) DataDir() string { return c.dataDir }
 // InstanceDir is the directory of instance name's files.
 func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name) }
 
-// Need is the state an operation needs its instance in.
-type Need int
-
-const (
-	// NeedStopped: its domain shut off (and as the parts' Check allow:
-	// neither shelved nor rescued, its shares agreeing).
-	NeedStopped Need = iota
-	// NeedNoState: on a host with a hypervisor (the parts' Check refuse a
-	// shelved or rescued one).
-	NeedNoState
-	// NeedAnyState: on a host with a hypervisor (the parts' Check allow
-	// the state the operation ends: unshelve, unrescue).
-	NeedAnyState
-)
-
-// OpInstance returns the record and spec of this host's instance name
-// for op, refused (ErrState) when it is not as op needs; the parts' Check
-// phase sees op.
-func (c *Controller) OpInstance(ctx context.Context, op part.Op, name string, need Need) (store.Instance, *model.Instance, error) {
-	var rec store.Instance
-	var in *model.Instance
-	var err error
-	if need == NeedStopped {
-		return c.stoppedInstance(ctx, string(op), name) // the parts' Check included
-	}
-	rec, in, err = c.ownInstance(ctx, string(op), name)
+// OpInstance returns the record and spec of this host's instance name,
+// checked by the parts for op (a refusal wraps ErrState); what names the
+// operation in errors ("attach disk to"). Whether the operation needs a
+// hypervisor, or its domain in some state, is the operation's to check.
+func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, name string) (store.Instance, *model.Instance, error) {
+	rec, err := c.ownRecord(ctx, what, name)
 	if err != nil {
-		return store.Instance{}, nil, err
-	}
-	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
-		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
-	}
-	return rec, in, nil
-}
-
-// ownInstance is this host's instance name for op, on a host with a
-// hypervisor.
-func (c *Controller) ownInstance(ctx context.Context, op, name string) (store.Instance, *model.Instance, error) {
-	rec, err := c.ownRecord(ctx, op, name)
-	if err != nil {
-		return store.Instance{}, nil, err
-	}
-	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
 	in, err := decodeSpec(rec)
 	if err != nil {
 		return store.Instance{}, nil, err
+	}
+	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
+		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	return rec, in, nil
 }
@@ -143,9 +73,6 @@ func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	return c.prepareParts(ctx, op, r, in, host)
 }
 
-// SetAside renames file p out of the way of its replacement; the undo
-// step on r puts it back.
-func (c *Controller) SetAside(r *revert.Reverter, p string) (string, error) { return c.setAside(r, p) }
 
 // DomainHost is the host side of in's domain (files, encrypted disks'
 // sources) and the options domains are built with.
@@ -257,67 +184,94 @@ func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Ins
 	return c.domains.Start(ctx, rec.Name)
 }
 
-// ReleaseHost takes what the stopped instance in, shelved, still has on
-// the host besides its domain, its files and what the parts gave back
-// (part.Shelve: the shares' host mounts, passthrough devices; the
-// config-drive media went at the stop): its libvirt secrets (a stopped domain's
-// passphrases are not in libvirt: any left by a crash go now; failures
-// are logged, the reconciler retries).
-func (c *Controller) ReleaseHost(ctx context.Context, in *model.Instance) {
-	if err := c.disks.UndefineSecrets(ctx, in.UUID); err != nil {
-		c.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
-	}
-}
-
-// stoppedInstance returns the record and spec of this host's instance
-// name for op, refusing (ErrState) one whose domain is not shut off,
-// and one the parts refuse op for.
-func (c *Controller) stoppedInstance(ctx context.Context, op, name string) (store.Instance, *model.Instance, error) {
-	rec, err := c.ownRecord(ctx, op, name)
-	if err != nil {
-		return store.Instance{}, nil, err
-	}
-	if err := c.checkRecordParts(ctx, part.Op(op), rec); err != nil { // parts.go (shares refuse a resize or rebuild; a shelved or rescued instance is refused)
-		return store.Instance{}, nil, err
-	}
-	old, err := decodeSpec(rec)
-	if err != nil {
-		return store.Instance{}, nil, err
-	}
-	if c.domains != nil {
-		cur, err := c.requireDomain(ctx, name, rec.UUID)
-		if err != nil {
-			return store.Instance{}, nil, fmt.Errorf("%s %s: %w", op, name, err)
-		}
-		if cur.running {
-			return store.Instance{}, nil, fmt.Errorf("%s %s: %w: the instance is %s; stop it first", op, name, ErrState, cur.state)
-		}
-	}
-	return rec, old, nil
-}
-
-// setAside renames a disk file out of the way of its replacement and
-// registers putting it back.
-func (c *Controller) setAside(r *revert.Reverter, p string) (string, error) {
-	a := p + ".old"
-	if err := os.Rename(p, a); err != nil {
-		return "", err
-	}
-	r.Add("put "+p+" back", func(context.Context) error {
-		if err := removeFile(p); err != nil {
-			return err
-		}
-		return os.Rename(a, p)
-	})
-	return a, nil
-}
-
 // Capabilities reports whether this host has a hypervisor and whether
 // its store keeps records (block devices, instance states).
 func (c *Controller) Capabilities() (hypervisor, records bool) {
 	return c.domains != nil, c.records != nil
 }
 
-// ErrNoRecords: the store keeps no records (flavors, block devices,
-// states).
-var ErrNoRecords = errNoRecords
+// Host ownership as the adopt and the forced delete of another host's
+// instance (hostctl/ops, adopt.go and forcedelete.go) ask it of the core
+// (hosts.go): whose the record is, whether its owner is alive, the
+// record's host field changed in one compare-and-swap or the record
+// dropped, and the parts' phases for a stored instance of any host.
+
+// Owns reports whether rec is this host's to manage (a record without a
+// host is anyone's).
+func (c *Controller) Owns(rec store.Instance) bool { return c.owns(rec) }
+
+// OwnerDown returns nil when rec's host is down, else ErrOwnerAlive; what
+// names the refused operation ("adopt web-1").
+func (c *Controller) OwnerDown(ctx context.Context, what string, rec store.Instance) error {
+	if rec.Host == "" {
+		return nil
+	}
+	if c.hosts == nil {
+		return fmt.Errorf("%s: %w: this hostctl does not track hosts, so it cannot tell whether %s is down", what, ErrOwnerAlive, rec.Host)
+	}
+	down, why, err := c.hosts.HostDown(ctx, rec.Host)
+	if err != nil {
+		return fmt.Errorf("%s: owner %s: %w", what, rec.Host, err)
+	}
+	if !down {
+		return fmt.Errorf("%s: %w: %s lives on %s, whose heartbeat is fresh (%s)", what, ErrOwnerAlive, rec.Name, rec.Host, why)
+	}
+	return nil
+}
+
+// TakeOver makes this host the owner of rec, read at rec.Revision: one
+// compare-and-swap of its record (store.ErrConflict when it changed
+// since, so of two hosts taking it over at once exactly one wins); the
+// metadata's readers are told. It returns the record as written.
+func (c *Controller) TakeOver(ctx context.Context, rec store.Instance) (store.Instance, error) {
+	doc, err := c.store.Document(ctx, rec.UUID)
+	if err != nil {
+		return store.Instance{}, err
+	}
+	rec.Host = c.hostName
+	if _, _, err := c.store.Put(ctx, rec, doc, rec.Revision); err != nil {
+		return store.Instance{}, err
+	}
+	if c.notify != nil {
+		c.notify.Invalidate(rec.UUID)
+	}
+	return rec, nil
+}
+
+// Forget removes rec, another host's instance, from the store (its
+// record and published metadata), touching nothing on any host; the parts
+// that act on a forced delete run AfterDelete for its owner, and the
+// metadata's readers are told.
+func (c *Controller) Forget(ctx context.Context, rec store.Instance) error {
+	if err := c.store.Delete(ctx, rec.Name); err != nil {
+		return err
+	}
+	c.afterStoredParts(ctx, "delete", rec, part.ForceDelete) // parts.go
+	if c.notify != nil {
+		c.notify.Invalidate(rec.UUID)
+	}
+	return nil
+}
+
+// CheckRecordParts lets the parts that act on op check rec, a stored
+// instance of any host (a refusal wraps ErrState).
+func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
+	return c.checkRecordParts(ctx, op, rec) // parts.go
+}
+
+// CommittedRecordParts tells the parts that act on op that op on rec, a
+// stored instance of any host, stands, and returns their notes.
+func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec store.Instance) []string {
+	in, err := decodeSpec(rec)
+	if err != nil {
+		c.log.Warn("parts not told that "+string(op)+" stands", "instance", rec.Name, "err", err)
+		return nil
+	}
+	return c.committedParts(ctx, op, in, rec.Host) // partphases.go
+}
+
+// EnsureDrive rebuilds rec's config drive from its published document
+// when the file is missing (an instance without one has none).
+func (c *Controller) EnsureDrive(ctx context.Context, rec store.Instance) error {
+	return c.ensureDrive(ctx, rec) // power.go
+}

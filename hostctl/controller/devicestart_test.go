@@ -144,7 +144,7 @@ func testFailedStartKeeps(t *testing.T, e *controller.Env, inv *devices.Inventor
 	// A share that cannot be mounted: ERROR, and each hard reboot fails
 	// again.
 	mounts.fail = true
-	if _, err := e.Ctl().Start(ctx, "vm1"); !errors.Is(err, controller.ErrMountFailed) {
+	if _, err := e.Ctl().Start(ctx, "vm1"); !errors.Is(err, part.ErrMountFailed) {
 		t.Fatalf("start with the mount failing = %v", err)
 	}
 	if got, err := e.Ctl().Get(ctx, "vm1"); err != nil || got.State != controller.StateError {
@@ -152,7 +152,7 @@ func testFailedStartKeeps(t *testing.T, e *controller.Env, inv *devices.Inventor
 	}
 	check("after the mount failure")
 	for i := range tries {
-		if _, err := e.Ctl().Reboot(ctx, "vm1", true); !errors.Is(err, controller.ErrMountFailed) {
+		if _, err := e.Ctl().Reboot(ctx, "vm1", true); !errors.Is(err, part.ErrMountFailed) {
 			t.Fatalf("hard reboot %d in ERROR = %v", i+1, err)
 		}
 		check(fmt.Sprintf("after failed hard reboot %d in ERROR", i+1))

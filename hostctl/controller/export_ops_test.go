@@ -5,6 +5,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 )
 
 // The operations of hostctl/ops for this package's tests, which drive
@@ -30,12 +31,29 @@ type Operations interface {
 	Reboot(ctx context.Context, name string, hard bool) (*Instance, error)
 }
 
-// opsOf returns the operations over a controller (set by
-// ops_wiring_test.go).
-var opsOf func(*Controller) Operations
+// The requests of a snapshot and of a rescue.
+type (
+	SnapshotRequest = types.SnapshotRequest
+	RescueRequest   = types.RescueRequest
+)
 
-// SetOperations sets how the tests get the operations over a controller.
-func SetOperations(f func(*Controller) Operations) { opsOf = f }
+// rescueDisk is the block-device record key of a rescue disk (a rescue
+// begun by an older hostctl kept a secret copy under it).
+const rescueDisk = disks.RescueDisk
+
+// opsOf returns the operations over a controller, ShelvedImageName the
+// image a shelve of an instance makes (hostctl/ops'; both set by
+// ops_wiring_test.go).
+var (
+	opsOf            func(*Controller) Operations
+	ShelvedImageName func(instance string) string
+)
+
+// SetOperations sets how the tests get the operations over a controller
+// and the name of a shelved instance's image.
+func SetOperations(f func(*Controller) Operations, shelvedImageName func(string) string) {
+	opsOf, ShelvedImageName = f, shelvedImageName
+}
 
 func (c *Controller) Shelve(ctx context.Context, name string) (*Instance, error) {
 	return opsOf(c).Shelve(ctx, name)

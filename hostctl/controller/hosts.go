@@ -14,7 +14,7 @@ import (
 // start, stop, hot-plug, delete, config drives, DHCP entries and
 // reconciling. Another host's instance can be shown and listed, never
 // changed. Ownership changes only through an adopt (hostctl/ops, adopt.go,
-// over TakeOver: core_adoptops.go), one compare-and-swap on the record,
+// over TakeOver: core_ops.go), one compare-and-swap on the record,
 // and only while the owner is down. A record without a host
 // (written before hosts were tracked) belongs to whichever host touches
 // it next, which then writes its name into it.
@@ -24,7 +24,7 @@ import (
 var ErrOtherHost = errkind.New(errkind.Conflict, "another host's instance")
 
 // ErrOwnerAlive: an adopt or a forced delete of another host's instance
-// while that host's heartbeat is fresh (OwnerDown, core_adoptops.go).
+// while that host's heartbeat is fresh (OwnerDown, core_ops.go).
 // The admin API answers 409.
 var ErrOwnerAlive = errkind.New(errkind.Conflict, "the owning host is alive")
 

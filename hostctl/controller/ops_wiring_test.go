@@ -9,5 +9,5 @@ import (
 // snapshot, reboot and the hot-plug of disks and NICs through hostctl/ops over the controller under test (see
 // export_ops_test.go).
 func init() {
-	controller.SetOperations(func(c *controller.Controller) controller.Operations { return ops.New(c) })
+	controller.SetOperations(func(c *controller.Controller) controller.Operations { return ops.New(c) }, ops.ShelvedImageName)
 }

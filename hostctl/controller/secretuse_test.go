@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/testenv"
@@ -68,7 +69,7 @@ func TestSecretDeleteOneRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := luksQcow2(t, pass)
-	for name, policy := range map[string]string{"enc-a": controller.KeyDeletionOnImageDeletion, "enc-b": controller.KeyDeletionDoNotDelete} {
+	for name, policy := range map[string]string{"enc-a": policy.KeyDeletionOnImageDeletion, "enc-b": policy.KeyDeletionDoNotDelete} {
 		props := map[string]string{"os_encrypt_key_id": shared.UUID, "os_encrypt_format": "luks", "os_encrypt_key_deletion_policy": policy}
 		if _, err := cat.ImportImage(ctx, name, props, bytes.NewReader(file)); err != nil {
 			t.Fatal(err)
@@ -151,7 +152,7 @@ func TestImageDeleteSecretPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass, _ := km.Passphrase(ctx, sec.UUID)
-	props := map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks", "os_encrypt_key_deletion_policy": controller.KeyDeletionOnImageDeletion}
+	props := map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks", "os_encrypt_key_deletion_policy": policy.KeyDeletionOnImageDeletion}
 	if _, err := cat.ImportImage(ctx, "alone", props, bytes.NewReader(luksQcow2(t, pass))); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // Adopt and the forced delete from the store (forcedelete.go): the
 // operations on another host's instance after that host died, composed
 // from the core's host ownership (hostctl/controller, hosts.go and
-// core_adoptops.go) and the parts' phases for a stored instance.
+// core_ops.go) and the parts' phases for a stored instance.
 
 // Owners is host ownership of the store's instance records, the core's:
 // whose a record is, whether its owner is alive, the owner changed in one

@@ -34,6 +34,7 @@ type Volumes interface {
 type hotplugger struct {
 	base
 	devices DeviceChanges
+	hotplug HotPlug
 	files   Files
 	volumes Volumes
 	layouts Layouts // EncryptAttached
@@ -48,7 +49,7 @@ type hotplugger struct {
 func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.DiskRequest) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("attach_disk", time.Now(), &err)
 	defer o.frame.LockInstance(name)()
-	dc, err := beginDeviceChange(ctx, o.devices, "attach disk to", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.frame, o.devices, "attach disk to", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -123,13 +124,13 @@ func (o *hotplugger) AttachDisk(ctx context.Context, name string, req types.Disk
 			}
 		}
 	}
-	if err := o.devices.HotPlug().AttachDevice(ctx, name, devXML, dc.Affect); err != nil {
+	if err := o.hotplug.AttachDevice(ctx, name, devXML, dc.Affect); err != nil {
 		return nil, fmt.Errorf("attach disk %s to %s: %w", disk.Name, name, err)
 	}
 	r.Add("detach disk "+disk.Name, func(ctx context.Context) error {
-		return o.devices.HotPlug().DetachDevice(ctx, name, devXML, dc.Affect)
+		return o.hotplug.DetachDevice(ctx, name, devXML, dc.Affect)
 	})
-	return o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, nil)
+	return finishDeviceChange(ctx, o.devices, r, dc.deviceTarget, next, nil)
 }
 
 // DetachDisk detaches a disk (by tag or target) and deletes its image
@@ -142,7 +143,7 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 	if (req.Tag == "") == (req.Target == "") || req.MAC != "" {
 		return nil, fieldError("tag", nil, "name the disk to detach by exactly one of tag or target")
 	}
-	dc, err := beginDeviceChange(ctx, o.devices, "detach disk from", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.frame, o.devices, "detach disk from", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -167,17 +168,17 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 
 	r := revert.New(o.log, "detach disk "+disk.Name+" from "+name)
 	defer r.Fail(&err)
-	if err := o.devices.HotPlug().DetachDevice(ctx, name, devXML, dc.Affect); err != nil {
+	if err := o.hotplug.DetachDevice(ctx, name, devXML, dc.Affect); err != nil {
 		return nil, fmt.Errorf("detach disk %s from %s: %w", disk.Name, name, err)
 	}
 	r.Add("attach disk "+disk.Name+" again", func(ctx context.Context) error {
-		return o.devices.HotPlug().AttachDevice(ctx, name, devXML, dc.Affect)
+		return o.hotplug.AttachDevice(ctx, name, devXML, dc.Affect)
 	})
-	warn := o.devices.WaitRemoved(ctx, name, dc.Affect, "disk "+disk.Name, func(d *virt.Devices) bool {
+	warn := waitRemoved(ctx, o.devices, o.log, name, dc.Affect, "disk "+disk.Name, func(d *virt.Devices, _ []byte) bool {
 		_, ok := d.Disk(disk.Name)
 		return ok
 	})
-	inst, err := o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, warn)
+	inst, err := finishDeviceChange(ctx, o.devices, r, dc.deviceTarget, next, warn)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +198,7 @@ func (o *hotplugger) DetachDisk(ctx context.Context, name string, req types.Deta
 func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRequest) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("attach_nic", time.Now(), &err)
 	defer o.frame.LockInstance(name)()
-	dc, err := beginDeviceChange(ctx, o.devices, "attach NIC to", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.frame, o.devices, "attach NIC to", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -230,13 +231,13 @@ func (o *hotplugger) AttachNIC(ctx context.Context, name string, req types.NICRe
 
 	r := revert.New(o.log, "attach NIC "+mac+" to "+name)
 	defer r.Fail(&err)
-	if err := o.devices.HotPlug().AttachDevice(ctx, name, devXML, dc.Affect); err != nil {
+	if err := o.hotplug.AttachDevice(ctx, name, devXML, dc.Affect); err != nil {
 		return nil, fmt.Errorf("attach NIC %s to %s: %w", mac, name, err)
 	}
 	r.Add("detach NIC "+mac, func(ctx context.Context) error {
-		return o.devices.HotPlug().DetachDevice(ctx, name, devXML, dc.Affect)
+		return o.hotplug.DetachDevice(ctx, name, devXML, dc.Affect)
 	})
-	return o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, nil)
+	return finishDeviceChange(ctx, o.devices, r, dc.deviceTarget, next, nil)
 }
 
 // DetachNIC detaches a NIC (by tag or MAC) and removes its DHCP lease.
@@ -246,7 +247,7 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 	if (req.Tag == "") == (req.MAC == "") || req.Target != "" {
 		return nil, fieldError("tag", nil, "name the NIC to detach by exactly one of tag or mac")
 	}
-	dc, err := beginDeviceChange(ctx, o.devices, "detach NIC from", name, req.Affect)
+	dc, err := beginDeviceChange(ctx, o.frame, o.devices, "detach NIC from", name, req.Affect)
 	if err != nil {
 		return nil, err
 	}
@@ -272,17 +273,17 @@ func (o *hotplugger) DetachNIC(ctx context.Context, name string, req types.Detac
 
 	r := revert.New(o.log, "detach NIC "+nic.MAC+" from "+name)
 	defer r.Fail(&err)
-	if err := o.devices.HotPlug().DetachDevice(ctx, name, devXML, dc.Affect); err != nil {
+	if err := o.hotplug.DetachDevice(ctx, name, devXML, dc.Affect); err != nil {
 		return nil, fmt.Errorf("detach NIC %s from %s: %w", nic.MAC, name, err)
 	}
 	r.Add("attach NIC "+nic.MAC+" again", func(ctx context.Context) error {
-		return o.devices.HotPlug().AttachDevice(ctx, name, devXML, dc.Affect)
+		return o.hotplug.AttachDevice(ctx, name, devXML, dc.Affect)
 	})
-	warn := o.devices.WaitRemoved(ctx, name, dc.Affect, "NIC "+nic.MAC, func(d *virt.Devices) bool {
+	warn := waitRemoved(ctx, o.devices, o.log, name, dc.Affect, "NIC "+nic.MAC, func(d *virt.Devices, _ []byte) bool {
 		_, ok := d.NIC(nic.MAC)
 		return ok
 	})
-	return o.devices.FinishDeviceChange(ctx, r, dc.DeviceTarget, next, warn)
+	return finishDeviceChange(ctx, o.devices, r, dc.deviceTarget, next, warn)
 }
 
 // machine is the machine type domains are built with.

@@ -19,23 +19,16 @@ import (
 // (hostctl/shares, its LiveCore) go through it; the daemon gives the
 // share service a LiveDevices.
 
-// RunningXML reads the running domain's XML of an instance (the core,
-// core_liveshares.go): a detach waits until the part says its device is
-// gone from it.
-type RunningXML interface {
-	RunningXML(ctx context.Context, name string) ([]byte, error)
-}
-
 // LiveDevices hot-plugs the devices of parts (shares.LiveCore).
 type LiveDevices struct {
 	base
 	devices DeviceChanges
-	running RunningXML
+	hotplug HotPlug
 }
 
 // NewLiveDevices is the live device changes of the core c.
 func NewLiveDevices(c *controller.Controller) *LiveDevices {
-	return &LiveDevices{base: base{frame: c, log: c.Logger()}, devices: c, running: c}
+	return &LiveDevices{base: base{frame: c, log: c.Logger()}, devices: c, hotplug: c.Hypervisor()}
 }
 
 // LiveXML is the running domain's XML of this host's instance name, read
@@ -44,7 +37,7 @@ func NewLiveDevices(c *controller.Controller) *LiveDevices {
 // rescued, no domain).
 func (l *LiveDevices) LiveXML(ctx context.Context, name string) ([]byte, error) {
 	defer l.frame.LockInstance(name)()
-	t, err := l.devices.DeviceTarget(ctx, "attach share to", name)
+	t, err := findDeviceTarget(ctx, l.frame, l.devices, "attach share to", name)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +57,7 @@ func (l *LiveDevices) LiveXML(ctx context.Context, name string) ([]byte, error) 
 func (l *LiveDevices) ChangeLive(ctx context.Context, op, name string, plan func(in *model.Instance, liveXML []byte) (part.LiveDevice, error)) (_ []string, err error) {
 	defer l.frame.Observe(strings.Join(strings.Fields(op)[:2], "_"), time.Now(), &err)
 	defer l.frame.LockInstance(name)()
-	dc, err := l.devices.DeviceTarget(ctx, op, name)
+	dc, err := findDeviceTarget(ctx, l.frame, l.devices, op, name)
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +72,7 @@ func (l *LiveDevices) ChangeLive(ctx context.Context, op, name string, plan func
 	if err := d.Spec.Validate(); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
-	hp := l.devices.HotPlug()
-	plug, unplug := hp.AttachDevice, hp.DetachDevice
+	plug, unplug := l.hotplug.AttachDevice, l.hotplug.DetachDevice
 	if d.Detach {
 		plug, unplug = unplug, plug
 	}
@@ -92,12 +84,9 @@ func (l *LiveDevices) ChangeLive(ctx context.Context, op, name string, plan func
 	r.Add("undo "+op+" "+name+": "+d.What, func(ctx context.Context) error { return unplug(ctx, name, d.XML, affect) })
 	var warn []string
 	if d.Detach && d.Present != nil {
-		warn = l.devices.WaitRemoved(ctx, name, affect, d.What, func(*virt.Devices) bool {
-			doc, err := l.running.RunningXML(ctx, name)
-			return err != nil || d.Present(doc)
-		})
+		warn = waitRemoved(ctx, l.devices, l.log, name, affect, d.What, func(_ *virt.Devices, doc []byte) bool { return d.Present(doc) })
 	}
-	inst, err := l.devices.FinishDeviceChange(ctx, r, dc, d.Spec, warn)
+	inst, err := finishDeviceChange(ctx, l.devices, r, dc, d.Spec, warn)
 	if err != nil {
 		return nil, err
 	}

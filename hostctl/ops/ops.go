@@ -8,17 +8,18 @@
 // instance (adopt.go, forcedelete.go).
 //
 // Each operation holds the instance's lock, finds the instance in the
-// state it needs, lets the parts (hostctl/part) check and prepare it,
-// and changes the host step by step, every step undone when a later one
-// fails (internal/revert). What an operation needs of the controller
-// core is a few narrow roles (Frame, Files, Domains, Host, Layouts,
-// DeviceChanges, Power, Faults, Owners, RecordParts) the core implements
-// (hostctl/controller, core_ops.go, core_devchange.go, core_adoptops.go);
-// what it needs of the disks part (hostctl/parts/disks, registered among
-// the core's parts) is the Disks, Volumes, Images and Secrets roles; each
-// operation holds only the roles it uses. The core does not know the
-// operations: the daemon wires them into the admin API (api.Services.Shelve,
-// Resize, Snapshot, Hotplug, Reboot and Ownership).
+// state it needs (instance.go), lets the parts (hostctl/part) check and
+// prepare it, and changes the host step by step, every step undone when a
+// later one fails (internal/revert). What an operation needs of the
+// controller core is a few narrow roles (Frame, Files, Domains, Host,
+// Layouts, DeviceChanges, Power, Owners, RecordParts) the core implements
+// (hostctl/controller, core_ops.go, core_devchange.go); of the disks part
+// (hostctl/parts/disks, registered among the core's parts) the Disks,
+// Volumes, Images, Secrets and LibvirtSecrets roles; of the hypervisor
+// (the core's Hypervisor) HotPlug and InPlace; of the other parts Faults,
+// MACClaims and States. Each operation holds only the roles it uses. The core does not know the
+// operations: the daemon wires them into the admin API
+// (api.Services.Shelve, Resize, Snapshot, Hotplug, Reboot and Ownership).
 package ops
 
 import (
@@ -56,8 +57,8 @@ import (
 // (TestRolesAreNarrow).
 
 // Frame is the frame of an operation: the instance's lock, the
-// observation of its outcome, its events, the instance in the state the
-// operation needs (checked by the parts).
+// observation of its outcome, its events, the instance and its domain
+// (instance.go).
 type Frame interface {
 	LockInstance(name string) (unlock func())
 	Observe(op string, start time.Time, err *error)
@@ -67,10 +68,14 @@ type Frame interface {
 	// Capabilities: the host has a hypervisor; its store keeps records
 	// (block devices, states).
 	Capabilities() (hypervisor, records bool)
-	// OpInstance is this host's instance name for op, in the state op
-	// needs, checked by the parts for op (the states part refuses one
-	// shelved or rescued, or for unshelve and unrescue one that is not).
-	OpInstance(ctx context.Context, op part.Op, name string, need controller.Need) (store.Instance, *model.Instance, error)
+	// OpInstance is this host's instance name, checked by the parts for
+	// op (the states part refuses one shelved or rescued, or for
+	// unshelve and unrescue one that is not); what names the operation
+	// in errors.
+	OpInstance(ctx context.Context, what string, op part.Op, name string) (store.Instance, *model.Instance, error)
+	// CurrentDomain is the domain named name (nil when libvirt has
+	// none); with uuid, an ErrState error when it has none of that UUID.
+	CurrentDomain(ctx context.Context, name, uuid string) (*controller.Domain, error)
 }
 
 // States is the part that keeps the instances' states (shelved,
@@ -83,15 +88,13 @@ type States interface {
 	Drop(ctx context.Context, r *revert.Reverter, uuid string, st vmstate.Record, ver int64) error
 }
 
-// Files is where an instance's files are (a disk's file:
-// diskFile) and setting one aside for its replacement.
+// Files is where an instance's files are (a disk's file: diskFile).
 type Files interface {
 	DataDir() string
 	InstanceDir(name string) string
 	// MakeInstanceDir makes the directory of instance name's files (the
 	// undo step on r removes what it made).
 	MakeInstanceDir(r *revert.Reverter, name string) error
-	SetAside(r *revert.Reverter, path string) (aside string, err error)
 }
 
 // Disks is the disks part (hostctl/parts/disks):
@@ -117,7 +120,6 @@ type Images interface {
 
 // Domains is an instance's libvirt domain and its power.
 type Domains interface {
-	CurrentDomain(ctx context.Context, name, uuid string) (*controller.Domain, error)
 	DomainHost(ctx context.Context, in *model.Instance) (virt.Host, virt.Options, error)
 	DefineDomain(ctx context.Context, r *revert.Reverter, name string, doc, prev []byte) error
 	RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error
@@ -132,10 +134,9 @@ type Domains interface {
 
 // Host is what an instance has on this host besides its disks and
 // domain: what the parts give it (their Prepare phase for an operation),
-// what a shelve releases, its published metadata.
+// its published metadata.
 type Host interface {
 	PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error
-	ReleaseHost(ctx context.Context, in *model.Instance)
 	Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error
 }
 
@@ -183,6 +184,7 @@ type shelver struct {
 	domains Domains
 	host    Host
 	states  States
+	libvirt LibvirtSecrets
 }
 
 // rescuer rescues and unrescues (rescue.go).
@@ -237,13 +239,13 @@ func New(c *controller.Controller) *Ops {
 	snap := &snapshotter{base: b, files: c, disks: dp, images: dp, secrets: dp}
 	st := statesOf(c.Parts())
 	return &Ops{
-		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st},
+		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st, libvirt: dp},
 		rescue:   &rescuer{base: b, files: c, disks: dp, images: dp, domains: c, host: c, secrets: dp, states: st},
 		resize:   &resizer{base: b, files: c, disks: dp, images: dp, layouts: c.Layouts(), apply: c},
 		rebuild:  &rebuilder{base: b, files: c, disks: dp, images: dp, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
-		hotplug:  &hotplugger{base: b, devices: c, files: c, volumes: dp, layouts: c.Layouts(), domains: c, macs: macClaimers(c.Parts())},
-		reboot:   &rebooter{base: b, power: c, faults: faultsOf(c.Parts())},
+		hotplug:  &hotplugger{base: b, devices: c, hotplug: c.Hypervisor(), files: c, volumes: dp, layouts: c.Layouts(), domains: c, macs: macClaimers(c.Parts())},
+		reboot:   &rebooter{base: b, power: c, inPlace: inPlaceOf(c), faults: faultsOf(c.Parts())},
 		adopt:    &adopter{base: b, owners: c, parts: c, states: stateKeeperOf(c.Parts())},
 	}
 }
@@ -283,7 +285,7 @@ func (o *Ops) Unshelve(ctx context.Context, name string) (*controller.Instance, 
 }
 
 // Rescue boots the instance name from a rescue disk (rescue.go).
-func (o *Ops) Rescue(ctx context.Context, name string, req controller.RescueRequest) (*controller.Instance, error) {
+func (o *Ops) Rescue(ctx context.Context, name string, req types.RescueRequest) (*controller.Instance, error) {
 	return o.rescue.Rescue(ctx, name, req)
 }
 
@@ -305,13 +307,13 @@ func (o *Ops) Rebuild(ctx context.Context, name, imageName string) (*controller.
 
 // Snapshot copies a stopped instance's root disk into a new image
 // (snapshot.go).
-func (o *Ops) Snapshot(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+func (o *Ops) Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (images.Image, error) {
 	return o.snapshot.Snapshot(ctx, name, req)
 }
 
 // SnapshotAnyProject is Snapshot where encryption_key existing may name a
 // secret of any project (snapshot.go).
-func (o *Ops) SnapshotAnyProject(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+func (o *Ops) SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (images.Image, error) {
 	return o.snapshot.SnapshotAnyProject(ctx, name, req)
 }
 
@@ -351,6 +353,22 @@ func (o *Ops) Adopt(ctx context.Context, name string) (*controller.Instance, err
 // returns what stays on that host (forcedelete.go).
 func (o *Ops) ForceDeleteFromStore(ctx context.Context, name string) ([]string, error) {
 	return o.adopt.ForceDeleteFromStore(ctx, name)
+}
+
+// setAside renames file p out of the way of its replacement; the undo
+// step on r puts it back.
+func setAside(r *revert.Reverter, p string) (string, error) {
+	a := p + ".old"
+	if err := os.Rename(p, a); err != nil {
+		return "", err
+	}
+	r.Add("put "+p+" back", func(context.Context) error {
+		if err := removeFile(p); err != nil {
+			return err
+		}
+		return os.Rename(a, p)
+	})
+	return a, nil
 }
 
 // diskFile is the image file of in's disk d.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/internal/model"
 )
@@ -20,17 +21,17 @@ import (
 func TestCheckSnapshot(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		req     controller.SnapshotRequest
+		req     types.SnapshotRequest
 		want    string // "" for no error; else a field the error names
 		wantKey string
 	}{
-		{"default key", controller.SnapshotRequest{Image: "img"}, "", controller.SnapshotKeySame},
-		{"new", controller.SnapshotRequest{Image: "img", EncryptionKey: controller.SnapshotKeyNew}, "", controller.SnapshotKeyNew},
-		{"existing", controller.SnapshotRequest{Image: "img", EncryptionKey: controller.SnapshotKeyExisting, SecretUUID: "s"}, "", controller.SnapshotKeyExisting},
-		{"bad name", controller.SnapshotRequest{Image: "../x"}, "name", ""},
-		{"existing without a secret", controller.SnapshotRequest{Image: "img", EncryptionKey: controller.SnapshotKeyExisting}, "secret_uuid", ""},
-		{"a secret for none", controller.SnapshotRequest{Image: "img", EncryptionKey: controller.SnapshotKeyNone, SecretUUID: "s"}, "secret_uuid", ""},
-		{"unknown key", controller.SnapshotRequest{Image: "img", EncryptionKey: "maybe"}, "encryption_key", ""},
+		{"default key", types.SnapshotRequest{Image: "img"}, "", types.SnapshotKeySame},
+		{"new", types.SnapshotRequest{Image: "img", EncryptionKey: types.SnapshotKeyNew}, "", types.SnapshotKeyNew},
+		{"existing", types.SnapshotRequest{Image: "img", EncryptionKey: types.SnapshotKeyExisting, SecretUUID: "s"}, "", types.SnapshotKeyExisting},
+		{"bad name", types.SnapshotRequest{Image: "../x"}, "name", ""},
+		{"existing without a secret", types.SnapshotRequest{Image: "img", EncryptionKey: types.SnapshotKeyExisting}, "secret_uuid", ""},
+		{"a secret for none", types.SnapshotRequest{Image: "img", EncryptionKey: types.SnapshotKeyNone, SecretUUID: "s"}, "secret_uuid", ""},
+		{"unknown key", types.SnapshotRequest{Image: "img", EncryptionKey: "maybe"}, "encryption_key", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			req := tt.req
@@ -53,14 +54,14 @@ func TestCheckSnapshot(t *testing.T) {
 // timeout that is not negative.
 func TestCheckRescue(t *testing.T) {
 	for _, tt := range []struct {
-		req  controller.RescueRequest
+		req  types.RescueRequest
 		want string
 	}{
-		{controller.RescueRequest{Image: "rescue-img"}, ""},
-		{controller.RescueRequest{Image: "rescue-img", TimeoutSeconds: 2.5}, ""},
-		{controller.RescueRequest{}, "image"},
-		{controller.RescueRequest{Image: "a/b"}, "image"},
-		{controller.RescueRequest{Image: "rescue-img", TimeoutSeconds: -1}, "timeout_seconds"},
+		{types.RescueRequest{Image: "rescue-img"}, ""},
+		{types.RescueRequest{Image: "rescue-img", TimeoutSeconds: 2.5}, ""},
+		{types.RescueRequest{}, "image"},
+		{types.RescueRequest{Image: "a/b"}, "image"},
+		{types.RescueRequest{Image: "rescue-img", TimeoutSeconds: -1}, "timeout_seconds"},
 	} {
 		err := checkRescue(tt.req)
 		var se *model.SpecError

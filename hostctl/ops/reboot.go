@@ -12,28 +12,37 @@ import (
 )
 
 // Reboot, soft and hard, composed from the core's power primitives
-// (hostctl/controller, core_devchange.go). An instance in ERROR (a share
-// that could not be mounted when it started: hostctl/parts/faults)
-// leaves it only by a hard reboot whose start succeeds.
+// (hostctl/controller, core_devchange.go) and the hypervisor's reboot in
+// place. An instance in ERROR (a share that could not be mounted when it
+// started: hostctl/parts/faults) leaves it only by a hard reboot whose
+// start succeeds.
 
 // Power is the power of an instance's domain as a reboot changes it.
 type Power interface {
 	// PreStart runs the parts' work before the lock of a start for op
 	// (passthrough claims healed).
 	PreStart(ctx context.Context, op part.Op, name string) error
-	// PowerTarget is this host's instance name (locked by the caller)
-	// for op, checked by the parts for pop; running: its domain runs.
-	PowerTarget(ctx context.Context, op string, pop part.Op, name string) (rec store.Instance, running bool, err error)
 	// PowerOff powers the running domain of rec off, as a stop leaves it.
 	PowerOff(ctx context.Context, rec store.Instance) error
-	// StartDomain starts the domain of rec, not running, as Start does;
-	// a share that cannot be mounted puts the instance in ERROR.
-	StartDomain(ctx context.Context, rec store.Instance) error
-	// RebootDomain reboots the running domain name in place; ok is false
-	// when the hypervisor cannot (the reboot is then a stop and a start).
-	RebootDomain(ctx context.Context, name string) (ok bool, err error)
+	// Resume starts the domain of rec, not running, as Start does; a
+	// share that cannot be mounted puts the instance in ERROR.
+	Resume(ctx context.Context, rec store.Instance) error
 	Start(ctx context.Context, name string) (*controller.Instance, error)
 	Stop(ctx context.Context, name string, timeout time.Duration) (*controller.Instance, error)
+}
+
+// InPlace is a hypervisor that reboots a running domain in place
+// (libvirt's reboot: the guest reboots, the domain, its mounts and
+// devices stay).
+type InPlace interface {
+	Reboot(ctx context.Context, name string) error
+}
+
+// inPlaceOf is the core's hypervisor as it reboots a domain in place,
+// nil when it cannot (a soft reboot is then a stop and a start).
+func inPlaceOf(c *controller.Controller) InPlace {
+	ip, _ := c.Hypervisor().(InPlace)
+	return ip
 }
 
 // Faults is the part that keeps the faults of instances in ERROR
@@ -52,8 +61,9 @@ func (noFaults) ClearFault(context.Context, string, string) error { return nil }
 // rebooter reboots instances.
 type rebooter struct {
 	base
-	power  Power
-	faults Faults
+	power   Power
+	inPlace InPlace // nil: none
+	faults  Faults
 }
 
 // Reboot reboots an instance. Hard: a running domain is powered off,
@@ -72,7 +82,7 @@ func (o *rebooter) Reboot(ctx context.Context, name string, hard bool) (_ *contr
 		return nil, fmt.Errorf("reboot %s: %w", name, err)
 	}
 	unlock := o.frame.LockInstance(name)
-	rec, running, err := o.power.PowerTarget(ctx, "reboot", part.RebootHard, name)
+	rec, running, err := o.target(ctx, part.RebootHard, name)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -81,7 +91,7 @@ func (o *rebooter) Reboot(ctx context.Context, name string, hard bool) (_ *contr
 		err = o.power.PowerOff(ctx, rec)
 	}
 	if err == nil {
-		err = o.power.StartDomain(ctx, rec)
+		err = o.power.Resume(ctx, rec)
 	}
 	if err == nil {
 		err = o.faults.ClearFault(ctx, rec.UUID, name)
@@ -96,7 +106,7 @@ func (o *rebooter) Reboot(ctx context.Context, name string, hard bool) (_ *contr
 
 func (o *rebooter) softReboot(ctx context.Context, name string) (*controller.Instance, error) {
 	unlock := o.frame.LockInstance(name)
-	_, running, err := o.power.PowerTarget(ctx, "reboot", part.RebootSoft, name)
+	_, running, err := o.target(ctx, part.RebootSoft, name)
 	unlock()
 	switch {
 	case err != nil:
@@ -104,11 +114,10 @@ func (o *rebooter) softReboot(ctx context.Context, name string) (*controller.Ins
 	case !running:
 		return nil, fmt.Errorf("reboot %s: %w: a soft reboot needs a running instance; start it (or reboot --hard)", name, controller.ErrState)
 	}
-	ok, err := o.power.RebootDomain(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("reboot %s: %w", name, err)
-	}
-	if ok {
+	if o.inPlace != nil {
+		if err := o.inPlace.Reboot(ctx, name); err != nil {
+			return nil, fmt.Errorf("reboot %s: %w", name, err)
+		}
 		o.log.Info("instance rebooted", "name", name, "type", types.RebootSoft)
 		return o.frame.Get(ctx, name)
 	}
@@ -116,4 +125,18 @@ func (o *rebooter) softReboot(ctx context.Context, name string) (*controller.Ins
 		return nil, fmt.Errorf("reboot %s: %w", name, err)
 	}
 	return o.power.Start(ctx, name)
+}
+
+// target is this host's instance name (locked by the caller) for a
+// reboot, checked by the parts for op; running: its domain runs.
+func (o *rebooter) target(ctx context.Context, op part.Op, name string) (store.Instance, bool, error) {
+	rec, _, err := instance(ctx, o.frame, "reboot", op, name, withHypervisor)
+	if err != nil {
+		return store.Instance{}, false, err
+	}
+	cur, err := o.frame.CurrentDomain(ctx, name, rec.UUID)
+	if err != nil {
+		return store.Instance{}, false, fmt.Errorf("reboot %s: %w", name, err)
+	}
+	return rec, cur.Running, nil
 }

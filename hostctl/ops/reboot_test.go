@@ -12,20 +12,22 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
+	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The faults part is the Faults the reboot finds among the core's parts.
 var _ Faults = (*faults.Part)(nil)
 
-// fakeCore is the core as the reboot sees it (Frame, Power, Faults): it
-// records the calls, in order, and fails the one named in fail.
+// fakeCore is the core as the reboot sees it (Frame, Power, InPlace,
+// Faults): it records the calls, in order, and fails the one named in
+// fail.
 type fakeCore struct {
-	Frame   // only LockInstance, Observe and Get are called
+	Frame   // only LockInstance, Observe, Get, Capabilities, OpInstance and CurrentDomain are called
 	running bool
 	inPlace bool   // the hypervisor reboots a domain in place
 	fail    string // the call that fails
-	refuse  error  // PowerTarget's refusal (the parts' Check)
+	refuse  error  // OpInstance's refusal (the parts' Check)
 	calls   []string
 	locked  bool
 }
@@ -48,24 +50,29 @@ func (f *fakeCore) Observe(string, time.Time, *error) {}
 func (f *fakeCore) Get(context.Context, string) (*controller.Instance, error) {
 	return &controller.Instance{}, f.call("get")
 }
+func (f *fakeCore) Capabilities() (bool, bool)                      { return true, true }
 func (f *fakeCore) PreStart(context.Context, part.Op, string) error { return f.call("prestart") }
-func (f *fakeCore) PowerTarget(_ context.Context, _ string, pop part.Op, _ string) (store.Instance, bool, error) {
+
+// OpInstance and CurrentDomain are the reboot's target: the instance
+// checked by the parts (recorded as "target"), its domain.
+func (f *fakeCore) OpInstance(_ context.Context, _ string, op part.Op, _ string) (store.Instance, *model.Instance, error) {
 	if !f.locked {
-		return store.Instance{}, false, errors.New("PowerTarget without the instance's lock")
+		return store.Instance{}, nil, errors.New("the target found without the instance's lock")
 	}
-	if err := f.call("target " + string(pop)); err != nil {
-		return store.Instance{}, false, err
+	if err := f.call("target " + string(op)); err != nil {
+		return store.Instance{}, nil, err
 	}
-	return store.Instance{Name: "vm1", UUID: "u1"}, f.running, f.refuse
+	if f.refuse != nil {
+		return store.Instance{}, nil, f.refuse
+	}
+	return store.Instance{Name: "vm1", UUID: "u1"}, &model.Instance{Name: "vm1", UUID: "u1"}, nil
 }
-func (f *fakeCore) PowerOff(context.Context, store.Instance) error    { return f.call("poweroff") }
-func (f *fakeCore) StartDomain(context.Context, store.Instance) error { return f.call("startdomain") }
-func (f *fakeCore) RebootDomain(context.Context, string) (bool, error) {
-	if !f.inPlace {
-		return false, nil
-	}
-	return true, f.call("rebootdomain")
+func (f *fakeCore) CurrentDomain(context.Context, string, string) (*controller.Domain, error) {
+	return &controller.Domain{UUID: "u1", Running: f.running}, nil
 }
+func (f *fakeCore) PowerOff(context.Context, store.Instance) error { return f.call("poweroff") }
+func (f *fakeCore) Resume(context.Context, store.Instance) error   { return f.call("startdomain") }
+func (f *fakeCore) Reboot(context.Context, string) error           { return f.call("rebootdomain") }
 func (f *fakeCore) Start(context.Context, string) (*controller.Instance, error) {
 	return &controller.Instance{}, f.call("start")
 }
@@ -119,6 +126,9 @@ func TestReboot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.core
 			o := &rebooter{base: base{frame: &f, log: slog.New(slog.DiscardHandler)}, power: &f, faults: &f}
+			if f.inPlace {
+				o.inPlace = &f
+			}
 			_, err := o.Reboot(context.Background(), "vm1", tc.hard)
 			if got := strings.Join(f.calls, ", "); got != tc.calls {
 				t.Errorf("calls: %s\nwant:  %s", got, tc.calls)

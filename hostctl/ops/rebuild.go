@@ -19,7 +19,7 @@ import (
 func (o *rebuilder) Rebuild(ctx context.Context, name, imageName string) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("rebuild", time.Now(), &err)
 	defer o.frame.LockInstance(name)()
-	rec, old, err := o.frame.OpInstance(ctx, part.Rebuild, name, controller.NeedStopped)
+	rec, old, err := instance(ctx, o.frame, "", part.Rebuild, name, stopped)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (o *rebuilder) Rebuild(ctx context.Context, name, imageName string) (_ *con
 	defer r.Fail(&err)
 	var aside string
 	if p := diskFile(o.files, old, old.Disks[layout.RootDisk(old)]); fileExists(p) {
-		if aside, err = o.files.SetAside(r, p); err != nil {
+		if aside, err = setAside(r, p); err != nil {
 			return nil, fmt.Errorf("rebuild %s: %w", name, err)
 		}
 	}

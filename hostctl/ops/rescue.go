@@ -29,7 +29,7 @@ package ops
 // definition, removes the rescue disk and its libvirt secret, and starts
 // the instance. Every step of both is undone when a later one fails. (A
 // rescue begun by an older hostctl, with a copy of the image's secret in
-// a block-device record under controller.RescueDisk, is ended the same
+// a block-device record under disks.RescueDisk, is ended the same
 // way and the copy deleted.)
 
 import (
@@ -39,10 +39,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
@@ -52,8 +54,12 @@ import (
 	"github.com/vmeta/vmeta/internal/revert"
 )
 
+// rescueFile is the rescue disk's image file in the instance's
+// directory.
+const rescueFile = "disk.rescue"
+
 // checkRescue validates a request (400s naming field, value and rule).
-func checkRescue(req controller.RescueRequest) error {
+func checkRescue(req types.RescueRequest) error {
 	if req.Image == "" {
 		return &model.SpecError{Errors: []model.FieldError{{Field: "image", Rule: "is required (the rescue image)"}}, Of: "rescue request"}
 	}
@@ -68,7 +74,7 @@ func checkRescue(req controller.RescueRequest) error {
 
 // Rescue boots the instance name from a rescue disk made from
 // req.Image (see the top of this file).
-func (o *rescuer) Rescue(ctx context.Context, name string, req controller.RescueRequest) (_ *controller.Instance, err error) {
+func (o *rescuer) Rescue(ctx context.Context, name string, req types.RescueRequest) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("rescue", time.Now(), &err)
 	if err := checkRescue(req); err != nil {
 		return nil, fmt.Errorf("rescue %s: %w", name, err)
@@ -84,19 +90,19 @@ func (o *rescuer) Rescue(ctx context.Context, name string, req controller.Rescue
 	return o.frame.Get(ctx, name)
 }
 
-func (o *rescuer) rescueLocked(ctx context.Context, name string, req controller.RescueRequest) (err error) {
-	rec, in, err := o.frame.OpInstance(ctx, part.Rescue, name, controller.NeedNoState)
+func (o *rescuer) rescueLocked(ctx context.Context, name string, req types.RescueRequest) (err error) {
+	rec, in, err := instance(ctx, o.frame, "", part.Rescue, name, withHypervisor)
 	if err != nil {
 		return err
 	}
 	if _, records := o.frame.Capabilities(); !records {
-		return fmt.Errorf("rescue %s: %w", name, controller.ErrNoRecords)
+		return fmt.Errorf("rescue %s: %w", name, layout.ErrNoRecords)
 	}
 	root := rootIndex(in)
 	if root < 0 {
 		return fmt.Errorf("rescue %s: %w: the instance has no disk to rescue", name, controller.ErrState)
 	}
-	cur, err := o.domains.CurrentDomain(ctx, name, rec.UUID)
+	cur, err := o.frame.CurrentDomain(ctx, name, rec.UUID)
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
@@ -110,7 +116,7 @@ func (o *rescuer) rescueLocked(ctx context.Context, name string, req controller.
 	if err != nil {
 		return fmt.Errorf("rescue %s: %w", name, err)
 	}
-	disk := images.Disk{Path: filepath.Join(o.files.InstanceDir(name), controller.RescueFile), Base: &base}
+	disk := images.Disk{Path: filepath.Join(o.files.InstanceDir(name), rescueFile), Base: &base}
 	if img.Encrypted {
 		if err := o.checkRescueImage(ctx, in, img); err != nil {
 			return fmt.Errorf("rescue %s: %w", name, err)
@@ -211,7 +217,7 @@ func (o *rescuer) rescueDomain(ctx context.Context, in *model.Instance, root int
 	host := orig
 	host.ShareDirs = nil
 	host.Disks = map[string]virt.DiskSource{
-		rd.Name: {Path: filepath.Join("instances", in.Name, controller.RescueFile), Format: images.DiskFormat},
+		rd.Name: {Path: filepath.Join("instances", in.Name, rescueFile), Format: images.DiskFormat},
 		second:  orig.Disks[rd.Name],
 	}
 	if err := virt.Validate(rin, host, dom); err != nil {
@@ -244,7 +250,7 @@ func (o *rescuer) rescueSecret(in *model.Instance, rk rescueKey) func(context.Co
 		return nil
 	}
 	return func(ctx context.Context, r *revert.Reverter) error {
-		if err := o.disks.DefineDiskSecret(ctx, r, in, controller.RescueDisk, rk.keyID, rk.libvirtUUID); err != nil {
+		if err := o.disks.DefineDiskSecret(ctx, r, in, disks.RescueDisk, rk.keyID, rk.libvirtUUID); err != nil {
 			return fmt.Errorf("rescue disk: %w", err)
 		}
 		return nil
@@ -309,7 +315,7 @@ func (o *rescuer) Unrescue(ctx context.Context, name string) (_ *controller.Inst
 // rescue begun by an older hostctl (none now: the rescue image's own
 // secret is used), to delete after the commit.
 func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string, err error) {
-	rec, in, err := o.frame.OpInstance(ctx, part.Unrescue, name, controller.NeedAnyState)
+	rec, in, err := instance(ctx, o.frame, "", part.Unrescue, name, withHypervisor)
 	if err != nil {
 		return "", "", err
 	}
@@ -317,7 +323,7 @@ func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string,
 	if err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
-	cur, err := o.domains.CurrentDomain(ctx, name, rec.UUID)
+	cur, err := o.frame.CurrentDomain(ctx, name, rec.UUID)
 	if err != nil {
 		return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 	}
@@ -327,7 +333,7 @@ func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string,
 	}
 	// The rescue disk's key: the rescue image's secret (st), or the copy
 	// of a rescue begun by an older hostctl (its block-device record).
-	bd, legacy := bds[controller.RescueDisk]
+	bd, legacy := bds[disks.RescueDisk]
 	rk := rescueKey{keyID: st.RescueSecret, libvirtUUID: st.RescueLibvirtSecret}
 	if legacy && rk.keyID == "" {
 		rk = rescueKey{keyID: bd.EncryptionSecretUUID, libvirtUUID: bd.EncryptionSecretUUID}
@@ -354,15 +360,15 @@ func (o *rescuer) unrescueLocked(ctx context.Context, name string) (_, _ string,
 	if err := o.domains.DefineDomain(ctx, r, name, st.Domain, cur.Inactive); err != nil {
 		return "", "", fmt.Errorf("unrescue %s: restore the definition: %w", name, err)
 	}
-	p := filepath.Join(o.files.InstanceDir(name), controller.RescueFile)
+	p := filepath.Join(o.files.InstanceDir(name), rescueFile)
 	var aside string
 	if fileExists(p) {
-		if aside, err = o.files.SetAside(r, p); err != nil {
+		if aside, err = setAside(r, p); err != nil {
 			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}
 	if legacy {
-		if err := o.disks.UpdateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{controller.RescueDisk: nil}); err != nil {
+		if err := o.disks.UpdateBlockDevices(ctx, r, in, map[string]*encryption.BlockDevice{disks.RescueDisk: nil}); err != nil {
 			return "", "", fmt.Errorf("unrescue %s: %w", name, err)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("resize", time.Now(), &err)
 	defer o.frame.LockInstance(name)()
-	rec, old, err := o.frame.OpInstance(ctx, part.Resize, name, controller.NeedStopped)
+	rec, old, err := instance(ctx, o.frame, "", part.Resize, name, stopped)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (o *resizer) Resize(ctx context.Context, name, flavorName string) (_ *contr
 		if d.Kind == model.DiskKindSwap {
 			// Swap holds nothing worth keeping: made anew over the new
 			// size's template by the apply below.
-			a, err := o.files.SetAside(r, p)
+			a, err := setAside(r, p)
 			if err != nil {
 				return nil, fmt.Errorf("resize %s: %w", name, err)
 			}

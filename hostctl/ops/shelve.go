@@ -39,8 +39,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
@@ -50,11 +52,20 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// LibvirtSecrets is libvirt's copy of an instance's disk passphrases as
+// a shelve lets go of it (the disks part, hostctl/parts/disks).
+type LibvirtSecrets interface {
+	UndefineSecrets(ctx context.Context, uuid string) error
+}
+
+// ShelvedImageName is the catalog image a shelve of instance name makes.
+func ShelvedImageName(name string) string { return name + "-shelved" }
+
 // Shelve shelves the stopped instance name (see the top of this file).
 func (o *shelver) Shelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("shelve", time.Now(), &err)
 	unlock := o.frame.LockInstance(name)
-	rec, in, err := o.frame.OpInstance(ctx, part.Shelve, name, controller.NeedStopped)
+	rec, in, err := instance(ctx, o.frame, "", part.Shelve, name, stopped)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -64,7 +75,7 @@ func (o *shelver) Shelve(ctx context.Context, name string) (_ *controller.Instan
 		return nil, fmt.Errorf("shelve %s: %w", name, err)
 	}
 	unlock()
-	image := controller.ShelvedImageName(name)
+	image := ShelvedImageName(name)
 	o.log.Info("instance shelved", "name", name, "uuid", rec.UUID, "image", image)
 	o.frame.Emit(ctx, controller.StreamInstances, "instance.shelved", map[string]string{"name": name, "uuid": rec.UUID, "image": image})
 	return o.frame.Get(ctx, name)
@@ -75,7 +86,7 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 	case !hv:
 		return fmt.Errorf("%w: this host runs without a hypervisor (--virt none) and made no disk to keep", controller.ErrState)
 	case !records:
-		return controller.ErrNoRecords
+		return layout.ErrNoRecords
 	}
 	root := rootIndex(in)
 	if root < 0 {
@@ -85,10 +96,10 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 	if err != nil {
 		return err
 	}
-	req := controller.SnapshotRequest{Image: controller.ShelvedImageName(in.Name), EncryptionKey: controller.SnapshotKeyNone}
+	req := types.SnapshotRequest{Image: ShelvedImageName(in.Name), EncryptionKey: types.SnapshotKeyNone}
 	if bd := bds[in.Disks[root].Name]; bd.Encrypted {
 		// The root disk's own secret, under its own UUID.
-		req.EncryptionKey, req.SecretUUID = controller.SnapshotKeyExisting, bd.EncryptionSecretUUID
+		req.EncryptionKey, req.SecretUUID = types.SnapshotKeyExisting, bd.EncryptionSecretUUID
 	}
 	if err := checkSnapshot(&req); err != nil {
 		return err
@@ -127,8 +138,13 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 	if err := os.RemoveAll(aside); err != nil {
 		o.log.Warn("files of a shelved instance not removed", "name", in.Name, "dir", aside, "err", err)
 	}
-	// Stale media and libvirt secrets go.
-	o.host.ReleaseHost(ctx, in)
+	// What the instance still has on the host besides its domain, its
+	// files and what the parts gave back: its libvirt secrets (a stopped
+	// domain's passphrases are not in libvirt: any left by a crash go
+	// now; a failure is logged, the reconciler retries).
+	if err := o.libvirt.UndefineSecrets(ctx, in.UUID); err != nil {
+		o.log.Warn("libvirt secrets of a shelved instance not undefined (the reconciler retries)", "name", in.Name, "err", err)
+	}
 	return nil
 }
 
@@ -137,7 +153,7 @@ func (o *shelver) shelveLocked(ctx context.Context, in *model.Instance) (err err
 func (o *shelver) Unshelve(ctx context.Context, name string) (_ *controller.Instance, err error) {
 	defer o.frame.Observe("unshelve", time.Now(), &err)
 	unlock := o.frame.LockInstance(name)
-	rec, in, err := o.frame.OpInstance(ctx, part.Unshelve, name, controller.NeedAnyState)
+	rec, in, err := instance(ctx, o.frame, "", part.Unshelve, name, withHypervisor)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -172,7 +188,7 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 	if err != nil {
 		return nil, fmt.Errorf("shelved image %s: %w", st.ShelvedImage, err)
 	}
-	if cur, err := o.domains.CurrentDomain(ctx, in.Name, ""); err != nil {
+	if cur, err := o.frame.CurrentDomain(ctx, in.Name, ""); err != nil {
 		return nil, err
 	} else if cur != nil {
 		return nil, fmt.Errorf("%w: libvirt has a domain %s (uuid %s) already; hostctl does not take it over", controller.ErrState, in.Name, cur.UUID)

@@ -44,20 +44,20 @@ import (
 )
 
 // checkSnapshot validates a request (400s naming field, value and rule).
-func checkSnapshot(r *controller.SnapshotRequest) error {
+func checkSnapshot(r *types.SnapshotRequest) error {
 	var errs []model.FieldError
 	if err := images.CheckName(r.Image); err != nil {
 		errs = append(errs, model.FieldError{Field: "name", Value: r.Image, Rule: err.Error()})
 	}
 	if r.EncryptionKey == "" {
-		r.EncryptionKey = controller.SnapshotKeySame
+		r.EncryptionKey = types.SnapshotKeySame
 	}
 	switch r.EncryptionKey {
-	case controller.SnapshotKeySame, controller.SnapshotKeyNew, controller.SnapshotKeyNone:
+	case types.SnapshotKeySame, types.SnapshotKeyNew, types.SnapshotKeyNone:
 		if r.SecretUUID != "" {
 			errs = append(errs, model.FieldError{Field: "secret_uuid", Value: r.SecretUUID, Rule: "is only for encryption_key existing"})
 		}
-	case controller.SnapshotKeyExisting:
+	case types.SnapshotKeyExisting:
 		if r.SecretUUID == "" {
 			errs = append(errs, model.FieldError{Field: "secret_uuid", Rule: "is required with encryption_key existing"})
 		}
@@ -74,24 +74,24 @@ func checkSnapshot(r *controller.SnapshotRequest) error {
 // of the catalog, encrypted as req says; encryption_key existing names a
 // secret of the instance's project. Every step is undone on failure: the
 // partial file, the key-manager secret the snapshot made, the image.
-func (o *snapshotter) Snapshot(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+func (o *snapshotter) Snapshot(ctx context.Context, name string, req types.SnapshotRequest) (images.Image, error) {
 	return o.snapshot(ctx, name, req, false)
 }
 
 // SnapshotAnyProject is Snapshot where encryption_key existing may name a
 // secret of any project (the administrator's: sharing an encrypted image
 // with another project).
-func (o *snapshotter) SnapshotAnyProject(ctx context.Context, name string, req controller.SnapshotRequest) (images.Image, error) {
+func (o *snapshotter) SnapshotAnyProject(ctx context.Context, name string, req types.SnapshotRequest) (images.Image, error) {
 	return o.snapshot(ctx, name, req, true)
 }
 
-func (o *snapshotter) snapshot(ctx context.Context, name string, req controller.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
+func (o *snapshotter) snapshot(ctx context.Context, name string, req types.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
 	defer o.frame.Observe("snapshot", time.Now(), &err)
 	if err := checkSnapshot(&req); err != nil {
 		return images.Image{}, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	defer o.frame.LockInstance(name)()
-	_, in, err := o.frame.OpInstance(ctx, part.Snapshot, name, controller.NeedStopped)
+	_, in, err := instance(ctx, o.frame, "", part.Snapshot, name, stopped)
 	if err != nil {
 		return images.Image{}, err
 	}
@@ -113,7 +113,7 @@ func (o *snapshotter) snapshot(ctx context.Context, name string, req controller.
 // image as req says (checked); the undo steps on r delete what it made.
 // Shelve uses it too (shelve.go). anyProject lets encryption_key existing
 // name another project's secret.
-func (o *snapshotter) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req controller.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
+func (o *snapshotter) snapshotRoot(ctx context.Context, r *revert.Reverter, in *model.Instance, req types.SnapshotRequest, anyProject bool) (_ images.Image, err error) {
 	name := in.Name
 	root := rootIndex(in)
 	if root < 0 {
@@ -208,16 +208,16 @@ func (o *snapshotter) snapshotRoot(ctx context.Context, r *revert.Reverter, in *
 // snapshotKey returns the secret (its id, deletion policy and
 // passphrase) the snapshot image is encrypted under, nil for a plain
 // image; the undo step deletes a secret it made.
-func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Instance, req controller.SnapshotRequest, rootPass []byte, anyProject bool) (string, string, []byte, error) {
+func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *model.Instance, req types.SnapshotRequest, rootPass []byte, anyProject bool) (string, string, []byte, error) {
 	mode := req.EncryptionKey
-	if mode == controller.SnapshotKeyNone || mode == controller.SnapshotKeySame && rootPass == nil {
+	if mode == types.SnapshotKeyNone || mode == types.SnapshotKeySame && rootPass == nil {
 		return "", "", nil, nil
 	}
 	km, _ := o.secrets.Encryption()
 	if km == nil {
 		return "", "", nil, disks.EncryptionConflict("encryption_key", mode, "this host has no key manager: it cannot make encrypted images")
 	}
-	if mode == controller.SnapshotKeyExisting {
+	if mode == types.SnapshotKeyExisting {
 		sec, err := km.Get(ctx, req.SecretUUID)
 		switch {
 		case errors.Is(err, keys.ErrNotFound):
@@ -232,13 +232,13 @@ func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *m
 		if err != nil {
 			return "", "", nil, err
 		}
-		return sec.UUID, controller.KeyDeletionDoNotDelete, pass, nil
+		return sec.UUID, policy.KeyDeletionDoNotDelete, pass, nil
 	}
 	if in.ProjectID == "" {
 		return "", "", nil, disks.EncryptionConflict("project_id", "", "the instance has no project: an encrypted image's secret is owned by one")
 	}
 	kr := keys.Request{Name: "image-" + req.Image, ProjectID: in.ProjectID}
-	if mode == controller.SnapshotKeySame {
+	if mode == types.SnapshotKeySame {
 		kr.Payload = rootPass
 	}
 	sec, err := km.Create(ctx, kr)
@@ -252,5 +252,5 @@ func (o *snapshotter) snapshotKey(ctx context.Context, r *revert.Reverter, in *m
 	if err != nil {
 		return "", "", nil, err
 	}
-	return sec.UUID, controller.KeyDeletionOnImageDeletion, pass, nil
+	return sec.UUID, policy.KeyDeletionOnImageDeletion, pass, nil
 }

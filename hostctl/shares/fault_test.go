@@ -53,7 +53,7 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			e.attach(name, id)
 
 			_, err := e.ctl.Start(ctx, name)
-			if !errors.Is(err, controller.ErrMountFailed) || strings.Contains(err.Error(), export) {
+			if !errors.Is(err, part.ErrMountFailed) || strings.Contains(err.Error(), export) {
 				t.Fatalf("start with a failing mount: %v (want ErrMountFailed, without the export)", err)
 			}
 			wantError := func(where string) {
@@ -90,7 +90,7 @@ func TestLibvirtMountFailureError(t *testing.T) {
 			if _, err := ops.New(e.ctl).Reboot(ctx, name, false); !errors.Is(err, controller.ErrState) || !strings.Contains(err.Error(), "hard reboot") {
 				t.Errorf("soft reboot in ERROR: %v", err)
 			}
-			if _, err := ops.New(e.ctl).Reboot(ctx, name, true); !errors.Is(err, controller.ErrMountFailed) {
+			if _, err := ops.New(e.ctl).Reboot(ctx, name, true); !errors.Is(err, part.ErrMountFailed) {
 				t.Errorf("hard reboot with the mount still failing: %v", err)
 			}
 			wantError("after a hard reboot that failed")
@@ -225,14 +225,14 @@ func TestMountFailureErrorFaults(t *testing.T) {
 
 			recs.failPut.Store(true)
 			_, err := e.ctl.Start(ctx, name)
-			if !errors.Is(err, controller.ErrMountFailed) || !strings.Contains(err.Error(), "could not be marked ERROR") {
+			if !errors.Is(err, part.ErrMountFailed) || !strings.Contains(err.Error(), "could not be marked ERROR") {
 				t.Errorf("start, fault record not written: %v", err)
 			}
 			if f := fault(); f != "" {
 				t.Errorf("fault %q without its record", f)
 			}
 			recs.failPut.Store(false)
-			if _, err := e.ctl.Start(ctx, name); !errors.Is(err, controller.ErrMountFailed) {
+			if _, err := e.ctl.Start(ctx, name); !errors.Is(err, part.ErrMountFailed) {
 				t.Fatalf("plain start retried: %v", err)
 			}
 			if fault() == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/ops"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/metadata"
 
 	"github.com/vmeta/vmeta/configdrive"
@@ -204,7 +205,7 @@ func TestSharedMountRefcount(t *testing.T) {
 }
 
 // TestMountFailureErrors (bolt and Redis): a mount that fails moves the
-// mapping to error and refuses the start with controller.ErrMountFailed
+// mapping to error and refuses the start with part.ErrMountFailed
 // (the controller then marks the instance ERROR: TestLibvirtMountFailureError),
 // and a later start (the hard reboot) retries the mount and makes it active. A failed unmount on
 // stop moves it to error too, and the reconciler retries the unmount.
@@ -223,7 +224,7 @@ func mountFailureErrors(t *testing.T, e *env) {
 	}
 	e.run.fail = map[string]string{"mount ": "mount.nfs: access denied by server while mounting filer:/x"}
 	err := e.svc.PrepareStart(ctx, u)
-	if !errors.Is(err, controller.ErrMountFailed) || !strings.Contains(err.Error(), "ERROR") || strings.Contains(err.Error(), "filer:/x") {
+	if !errors.Is(err, part.ErrMountFailed) || !strings.Contains(err.Error(), "ERROR") || strings.Contains(err.Error(), "filer:/x") {
 		t.Fatalf("start with a failing mount: %v (want ERROR, without the export)", err)
 	}
 	m, _ := e.mapping(u, id)

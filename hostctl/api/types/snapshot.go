@@ -13,3 +13,11 @@ type SnapshotRequest struct {
 	// SecretUUID is the key-manager secret of encryption_key existing.
 	SecretUUID string `json:"secret_uuid,omitempty"`
 }
+
+// The encryption_key choices of a snapshot (SnapshotRequest.EncryptionKey).
+const (
+	SnapshotKeySame     = "same"
+	SnapshotKeyNew      = "new"
+	SnapshotKeyExisting = "existing"
+	SnapshotKeyNone     = "none"
+)

@@ -41,7 +41,12 @@ const (
 var Formats = []string{FormatLUKS, FormatLUKSv2, FormatPlain}
 
 // Image key deletion policies (os_encrypt_key_deletion_policy).
-var keyDeletionPolicies = []string{"on_image_deletion", "do_not_delete"}
+const (
+	KeyDeletionOnImageDeletion = "on_image_deletion"
+	KeyDeletionDoNotDelete     = "do_not_delete"
+)
+
+var keyDeletionPolicies = []string{KeyDeletionOnImageDeletion, KeyDeletionDoNotDelete}
 
 // Glance's container formats (os_decrypt_container_format).
 var containerFormats = []string{"bare", "ovf", "aki", "ari", "ami", "ova", "docker", "compressed"}
