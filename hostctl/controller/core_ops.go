@@ -73,7 +73,6 @@ func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	return c.prepareParts(ctx, op, r, in, host)
 }
 
-
 // DomainHost is the host side of in's domain (files, encrypted disks'
 // sources) and the options domains are built with.
 func (c *Controller) DomainHost(ctx context.Context, in *model.Instance) (virt.Host, virt.Options, error) {
