@@ -26,7 +26,7 @@
 // filesystems of host directories under the share root; the share
 // service (hostctl/shares) is a part: it merges an instance's mapped
 // shares into every apply and follows its starts, stops and deletes
-// (partphases.go), and hot-plugs shares into running instances through
+// (phases.go), and hot-plugs shares into running instances through
 // hostctl/ops (liveshares.go) over the device-change primitives
 // (core_devchange.go).
 package controller
@@ -103,8 +103,8 @@ type Controller struct {
 
 	observer func(op string, took time.Duration, err error)
 
-	parts []part.Part // the host features, in registration order (parts.go)
-	disks Disks       // the disks part among them (disks.go; noDisks without one)
+	parts part.Set // the host features, in registration order (phases.go)
+	disks Disks    // the disks part among them (disks.go; noDisks without one)
 }
 
 // observe tells Options.Observe that op, begun at start, ended with
@@ -270,8 +270,8 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	// mapped shares); r undoes that when the apply fails.
 	r := revert.New(c.log, "apply "+in.Name)
 	defer r.Fail(&err)
-	if err := c.completeParts(ctx, part.Apply, r, in); err != nil { // partphases.go
-		return nil, err
+	if err := c.parts.Complete(ctx, part.Apply, &part.Instance{Spec: in}, r); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	if in.Image != "" {
 		// The image cannot be deleted while this apply uses it.
@@ -284,7 +284,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 		return nil, err
 	}
 	st.done("layout")
-	end, err := c.claimParts(ctx, part.Apply, in, old) // core_nicspart.go
+	end, err := c.parts.Claim(ctx, part.Apply, &part.Instance{Spec: in, Old: old}) // in is completed with what they took
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	r.Success()
 	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
-	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // partphases.go
+	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // phases.go
 	return inst, nil
 }
 
@@ -347,7 +347,7 @@ func decodeSpec(rec store.Instance) (*model.Instance, error) {
 // only then is the drive renamed into place (a refused or failed publish
 // leaves the old drive, or none). The cdrom of a running domain gets the
 // new drive as its medium before the Put (undone with the rest when the
-// publish fails; core_media.go).
+// publish fails; phases.go).
 func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) (*Instance, error) {
 	st := newSteps(in.Name)
 	defer st.log(c.log, "publish steps")
@@ -393,12 +393,12 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		}
 		forMedia = staged
 	}
-	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // core_media.go
+	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // phases.go
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
 	st.done("drive")
-	committed, err := c.publishParts(ctx, r, in, tree, rev) // core_firmwarepart.go
+	committed, err := c.parts.Publish(ctx, &part.Instance{Spec: in}, tree, rev, r)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -562,7 +562,7 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 	inst.Devices = devs
 	inst.BlockDevices = bds
 	if withVersion { // instance show, not every list entry (a flavor and an image read each)
-		if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // parts.go
+		if inst.HostDevices, err = c.partDevices(ctx, in); err != nil { // phases.go
 			return nil, fmt.Errorf("instance %s: %w", rec.Name, err)
 		}
 	}
@@ -580,7 +580,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // parts.go
+	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // phases.go
 		return err
 	}
 	r := revert.New(c.log, "delete "+name)
@@ -598,7 +598,7 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	// The parts let go of the instance: the disks part of its secrets
 	// and block-device records, the states part of its state record and
 	// a shelved instance's image.
-	c.afterRecordParts(ctx, "delete", rec) // parts.go
+	c.afterRecordParts(ctx, "delete", rec) // phases.go
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

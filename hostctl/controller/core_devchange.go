@@ -47,7 +47,7 @@ func (c *Controller) FinishDeviceChange(ctx context.Context, r *revert.Reverter,
 	if _, err := c.readBack(ctx, next); err != nil {
 		return nil, err
 	}
-	if err := c.definedParts(ctx, part.Apply, r, old, next); err != nil { // core_nicspart.go
+	if err := c.definedParts(ctx, part.Apply, r, old, next); err != nil { // phases.go
 		return nil, err
 	}
 	inst, err := c.publish(ctx, r, next, expect)
@@ -76,7 +76,7 @@ func (c *Controller) Parts() []part.Part { return c.parts }
 
 // PreStart runs the parts' work before the lock of a start for op.
 func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) error {
-	return c.preStartParts(ctx, op, name) // core_nicspart.go
+	return c.preStartParts(ctx, op, name) // phases.go
 }
 
 // PowerOff powers the running domain of rec off and leaves it as a stop
@@ -87,7 +87,7 @@ func (c *Controller) PowerOff(ctx context.Context, rec store.Instance) error {
 	if err := c.domains.Destroy(ctx, rec.Name); err != nil {
 		return err
 	}
-	c.afterRecordParts(ctx, "stop", rec) // parts.go
+	c.afterRecordParts(ctx, "stop", rec) // phases.go
 	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
 		c.log.Warn("libvirt secrets not removed after power-off; the reconciler retries", "name", rec.Name, "err", err)
 	}

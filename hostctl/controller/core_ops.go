@@ -61,7 +61,7 @@ func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, na
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
+	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
 		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	return rec, in, nil
@@ -245,7 +245,7 @@ func (c *Controller) Forget(ctx context.Context, rec store.Instance) error {
 	if err := c.store.Delete(ctx, rec.Name); err != nil {
 		return err
 	}
-	c.afterStoredParts(ctx, "delete", rec, part.ForceDelete) // parts.go
+	c.afterStoredParts(ctx, "delete", rec, part.ForceDelete) // phases.go
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}
@@ -255,7 +255,7 @@ func (c *Controller) Forget(ctx context.Context, rec store.Instance) error {
 // CheckRecordParts lets the parts that act on op check rec, a stored
 // instance of any host (a refusal wraps ErrState).
 func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
-	return c.checkRecordParts(ctx, op, rec) // parts.go
+	return c.checkRecordParts(ctx, op, rec) // phases.go
 }
 
 // CommittedRecordParts tells the parts that act on op that op on rec, a
@@ -266,7 +266,7 @@ func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec s
 		c.log.Warn("parts not told that "+string(op)+" stands", "instance", rec.Name, "err", err)
 		return nil
 	}
-	return c.committedParts(ctx, op, in, rec.Host) // partphases.go
+	return c.committedParts(ctx, op, in, rec.Host) // phases.go
 }
 
 // EnsureDrive rebuilds rec's config drive from its published document

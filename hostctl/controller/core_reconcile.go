@@ -56,25 +56,18 @@ func (c *Controller) Hold(ctx context.Context, name string) (rec *store.Instance
 
 // Stopped tells the parts that rec's domain went off by itself.
 func (c *Controller) Stopped(ctx context.Context, rec store.Instance) {
-	c.afterRecordParts(ctx, "stop", rec) // parts.go
+	c.afterRecordParts(ctx, "stop", rec) // phases.go
 }
 
 // Drifted says how a Publisher part's transport of spec no longer
 // agrees with its setting or the stored revision rev (the reconciler then
 // publishes spec again): the first part's name and reason, "" when none.
 func (c *Controller) Drifted(ctx context.Context, spec *model.Instance, rev int64) (partName, reason string) {
-	for _, p := range c.parts {
-		if pub, ok := p.(part.Publisher); ok {
-			if why := pub.Drifted(ctx, &part.Instance{Spec: spec}, rev); why != "" {
-				return p.Name(), why
-			}
-		}
-	}
-	return "", ""
+	return c.parts.Drifted(ctx, &part.Instance{Spec: spec}, rev)
 }
 
 // Republish publishes next in place of rec's spec old, after the parts'
-// Defined phase (core_nicspart.go); a failure undoes both.
+// Defined phase (phases.go); a failure undoes both.
 func (c *Controller) Republish(ctx context.Context, rec store.Instance, old, next *model.Instance) (err error) {
 	r := revert.New(c.log, "reconcile "+rec.Name)
 	defer r.Fail(&err)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -25,10 +26,8 @@ type instanceStates interface {
 
 // states is the registered part that keeps the instances' states.
 func (c *Controller) states() instanceStates {
-	for _, p := range c.parts {
-		if s, ok := p.(instanceStates); ok {
-			return s
-		}
+	if s, ok := part.First[instanceStates](c.parts, ""); ok {
+		return s
 	}
 	return noStates{}
 }

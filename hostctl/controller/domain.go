@@ -63,7 +63,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := virt.Validate(in, host, c.dom); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // parts.go
+	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	makeDisks, err := c.disks.Make(ctx, in) // the disks part
@@ -85,7 +85,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		changes = []string{"the domain exists but hostctl has no record of it"}
 	default:
 		changes = model.HardwareChanges(old, in)
-		if ch, err := c.partsChange(ctx, old, in); err != nil { // parts.go
+		if ch, err := c.partsChange(ctx, old, in); err != nil { // phases.go
 			return nil, fmt.Errorf("%s %s: %w", op, name, err)
 		} else if ch != "" {
 			changes = append(changes, ch)
@@ -147,7 +147,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("read_back")
-	if err := c.definedParts(ctx, op, r, old, in); err != nil { // core_nicspart.go
+	if err := c.definedParts(ctx, op, r, old, in); err != nil { // phases.go
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("parts")

@@ -74,7 +74,7 @@ func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store
 	if err := d.c.removeDomain(ctx, r, in); err != nil {
 		return err
 	}
-	return d.c.removeParts(ctx, part.Delete, r, in) // core_nicspart.go
+	return d.c.parts.Remove(ctx, part.Delete, &part.Instance{Spec: in}, r)
 }
 
 func (d libvirtDriver) state(ctx context.Context, name, uuid string) string {

@@ -45,7 +45,8 @@ func withInventory(e *env, inv passthrough.Inventory) {
 
 func boundPassthrough(e *env, inv passthrough.Inventory) *passthrough.Part {
 	p := passthrough.New(inv)
-	p.Bind(e.c, slog.New(slog.DiscardHandler))
+	defs, _ := e.c.domains.(passthrough.Definitions) // the harness's hypervisor, as the daemon hands libvirt's
+	p.Bind(e.c, defs, slog.New(slog.DiscardHandler))
 	return p
 }
 

@@ -8,19 +8,14 @@ import (
 
 // Hypervisor is everything the controller asks of libvirt: the roles its
 // parts declare (Domains in domain.go, HotPlug in core_devchange.go).
-// *virt.Conn plays every role. Without
-// one (hostctl serve --virt none) device addresses come from the spec
-// (driver.go).
+// *virt.Conn plays every role. Without one (hostctl serve --virt none)
+// device addresses come from the spec (driver.go).
 type Hypervisor interface {
 	Domains
 	HotPlug
 }
 
-var (
-	_ Domains    = (*virt.Conn)(nil)
-	_ HotPlug    = (*virt.Conn)(nil)
-	_ Hypervisor = (*virt.Conn)(nil)
-)
+var _ Hypervisor = (*virt.Conn)(nil)
 
 // Sentinel errors of the controller; each carries its kind (package
 // errkind), which the admin API maps to an HTTP status.

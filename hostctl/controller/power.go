@@ -30,7 +30,7 @@ const shutdownPollInterval = 200 * time.Millisecond
 // (hostctl/parts/passthrough).
 func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err error) {
 	defer c.observe("start", time.Now(), &err)
-	if err := c.preStartParts(ctx, part.Start, name); err != nil { // core_nicspart.go
+	if err := c.preStartParts(ctx, part.Start, name); err != nil { // phases.go
 		return nil, err
 	}
 	unlock := c.locks.Lock(name)
@@ -61,7 +61,7 @@ func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error 
 	if err := c.startWithSecrets(ctx, rec); err != nil {
 		return c.startFailed(ctx, rec, err) // core_devchange.go
 	}
-	c.afterRecordParts(ctx, "start", rec) // parts.go
+	c.afterRecordParts(ctx, "start", rec) // phases.go
 	return nil
 }
 
@@ -90,7 +90,7 @@ func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duratio
 			c.log.Warn("libvirt secrets of a stopped instance not undefined (the reconciler retries)", "name", name, "err", serr)
 			warn = append(warn, fmt.Sprintf("the disks' passphrases could not be removed from libvirt yet (the reconciler retries): %v", serr))
 		}
-		c.afterRecordParts(ctx, "stop", rec) // parts.go
+		c.afterRecordParts(ctx, "stop", rec) // phases.go
 	}
 	unlock()
 	if err != nil {
@@ -145,7 +145,7 @@ func (c *Controller) powerTarget(ctx context.Context, op string, pop part.Op, na
 	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.checkRecordParts(ctx, pop, rec); err != nil { // parts.go (a shelved or rescued instance is refused)
+	if err := c.checkRecordParts(ctx, pop, rec); err != nil { // phases.go (a shelved or rescued instance is refused)
 		return store.Instance{}, nil, err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)
@@ -167,7 +167,7 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	if err := c.disks.DefineSecrets(ctx, r, in); err != nil {
 		return err
 	}
-	if err := c.startParts(ctx, r, in); err != nil { // core_nicspart.go
+	if err := c.parts.BeforeStart(ctx, &part.Instance{Spec: in}, r); err != nil {
 		return err
 	}
 	if err := c.domains.Start(ctx, rec.Name); err != nil {

@@ -11,8 +11,8 @@ import (
 // transports says which metadata revision each transport carries for an
 // instance: the metadata service (what the store serves), the config
 // drive (the medium in the cdrom of a running domain, else the drive the
-// next boot reads: core_media.go) and those of the parts (the firmware entries:
-// core_firmwarepart.go).
+// next boot reads) and those of the parts (the firmware entries), as
+// the parts tell them (phases.go).
 func (c *Controller) transports(ctx context.Context, inst *Instance, tree *metadata.Tree) []part.Transport {
 	var out []part.Transport
 	if tree != nil {
@@ -22,7 +22,7 @@ func (c *Controller) transports(ctx context.Context, inst *Instance, tree *metad
 		return out
 	}
 	running := inst.State != "" && inst.State != "shutoff" && inst.State != StateMissing && inst.State != StateUnknown
-	out = append(out, c.driveTransport(ctx, inst.Spec.Name, running)...) // core_media.go
+	out = append(out, c.driveTransport(ctx, inst.Spec.Name, running)...) // phases.go
 	var stored int64
 	if tree != nil {
 		stored = metadata.TreeRevision(tree)

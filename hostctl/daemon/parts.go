@@ -21,10 +21,10 @@ import (
 // Parts are the host features the daemon registers with the controller
 // core (hostctl/part), in the order the core calls their phases. A new
 // part is added here and answers every operation (parts_test.go checks).
-// net is the hypervisor's networks (nil with --virt none), defaultNet
-// the network of a NIC that names none; bind gives the parts that need
-// it the core, once it exists; dp is the disks part (diskPart), which
-// reads the states part's records; keyRecords is the key rotation engine
+// hv is the hypervisor (its networks, its domains' definitions; nil with
+// --virt none), defaultNet the network of a NIC that names none; bind
+// gives the parts that need it the core, once it exists; dp is the disks
+// part (diskPart), which reads the states part's records; keyRecords is the key rotation engine
 // (nil: none), whose records of an instance go with it; the share
 // service (sh) is the shares part; fl keeps the faults of instances in
 // ERROR (a share that could not be mounted), last: the other parts
@@ -34,14 +34,14 @@ import (
 // its AfterDelete lets go of the disks' secrets before the states part
 // deletes a shelved instance's image): its Check refuses what a shelved
 // or rescued instance must not undergo before any other part acts.
-func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, dp *disks.Part, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+func Parts(inv passthrough.Inventory, hv PartsHypervisor, defaultNet string, dp *disks.Part, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
 	vs := vmstate.New(records, host)
 	parts = []part.Part{
 		dp,
 		vs,
 		pt,
-		nics.New(net, defaultNet),
+		nics.New(hv, defaultNet),
 		watchdog.New(),
 		diskrotate.NewForget(keyRecords),
 	}
@@ -50,7 +50,7 @@ func Parts(inv passthrough.Inventory, net nics.Network, defaultNet string, dp *d
 	}
 	parts = append(parts, fl)
 	return parts, func(c *controller.Controller, log *slog.Logger) {
-		pt.Bind(c, log)
+		pt.Bind(c, hv, log)
 		vs.Bind(dp.ImageDir(), c, log)
 		dp.Bind(c, vs)
 	}
@@ -92,9 +92,16 @@ func (h *hypervisor) secrets() disks.LibvirtSecrets {
 	return h.conn
 }
 
-// network is the hypervisor as the nics part uses it (nil with --virt
-// none).
-func (h *hypervisor) network() nics.Network {
+// PartsHypervisor is the hypervisor (*virt.Conn) as the parts use it:
+// the nics part its networks, the passthrough part its domains'
+// definitions.
+type PartsHypervisor interface {
+	nics.Network
+	passthrough.Definitions
+}
+
+// network is the hypervisor as the parts use it (nil with --virt none).
+func (h *hypervisor) network() PartsHypervisor {
 	if h.conn == nil {
 		return nil
 	}

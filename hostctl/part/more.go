@@ -10,10 +10,8 @@ import (
 	"github.com/vmeta/vmeta/internal/revert"
 )
 
-// More optional phases (besides those of part.go): a part implements
-// those it needs, the core calls them for every registered part that
-// does and answers Act for the operation. The shares part needs both
-// (and Starter).
+// More optional phases (besides those of part.go). The shares part
+// needs both (and Starter).
 
 // Completer is a part that completes the instance's spec before the core
 // checks an operation on it (today: apply). The shares part decides the

@@ -2,23 +2,35 @@
 // host features around it (issue 22: "parts").
 //
 // A part is one host feature — a watchdog, passthrough devices, shares,
-// encrypted disks — in its own package. It implements Part: the core
-// calls its phases, in a fixed order, for every operation on an
-// instance:
+// encrypted disks — in its own package. It implements Part, and those of
+// the optional phases (Claimer, Definer, Starter, PreStarter, Remover,
+// MediaChanger, Publisher, Completer, Committer) it has work in. The daemon registers
+// the parts; the core runs each phase over them (Set: in registration
+// order, the parts that implement the phase and act on the operation —
+// Check: those that do not answer Nothing), at these points of every
+// operation, in this order:
 //
-//	Check       refuse the operation with a reason (nothing changed yet)
-//	Prepare     contribute domain devices, register undo steps on the
-//	            operation's revert
-//	AfterStart  the domain runs
-//	AfterStop   the domain is shut off
-//	AfterDelete the instance is gone
+//	PreStart    start, hard reboot: before the instance's lock is taken,
+//	            with the stored spec; may have the core apply it again
+//	Complete    apply: completes the spec before anything is checked
+//	Claim       apply: takes what the instance needs of the host before
+//	            its domain is planned; told the operation's outcome
+//	Check       refuses the operation with a reason; nothing changed yet
+//	Prepare     contributes domain devices and fw_cfg entries, registers
+//	            undo steps on the operation's revert
+//	Defined     apply, resize, rebuild, hot-plug, republish: the domain
+//	            is defined and read back (libvirt's MACs are in the spec)
+//	ChangeMedium, Publish
+//	            every publish, before the store write: the config drive
+//	            the core built, then the metadata tree
+//	Committed   the record is written (or removed by a force delete)
+//	BeforeStart right before the domain starts, whatever the operation
+//	Remove      delete: after the domain is gone, before the record
+//	AfterStart, AfterStop, AfterDelete
+//	            after the hypervisor did so; a failure is logged
 //
-// A part with work at another point of an operation implements one of
-// the optional phases as well (Claimer, Definer, Starter, Remover,
-// PreStarter, Publisher): the NICs' DHCP leases follow the spec once the
-// domain is defined and go live before every start; passthrough claims
-// are taken before an apply plans the domain and healed before a start;
-// the firmware entries carry every publish to the guest.
+// A phase's error stops the operation, which undoes what it did (the
+// revert); the after-phases' and Committed's do not.
 //
 // Every operation is an Op value every part sees, and every part
 // declares, in Answers, what it does for every operation: act, refuse
@@ -27,12 +39,9 @@
 // its answer: a new operation or a new part cannot silently forget the
 // other.
 //
-// A part may also implement the optional phases of more.go (Completer,
-// Committer, Starter) when it needs them (the shares part does).
-//
 // This package imports nothing of hostctl but the instance model, the
 // metadata tree, the revert helper and the error kinds; parts import it,
-// the core iterates them, the daemon registers them.
+// the core runs them, the daemon registers them.
 package part
 
 import (
@@ -186,12 +195,9 @@ type Answerer interface {
 	Answers() Answers
 }
 
-// Part is one host feature as the core drives it. The core calls Check of
-// every part that does not answer Nothing before it changes anything,
-// then Prepare of every part that answers Act, in registration order;
-// AfterStart, AfterStop and AfterDelete after the hypervisor did so.
-// A part must be safe for concurrent use (the core holds the instance's
-// lock, not a global one).
+// Part is one host feature as the core drives it, through the phases the
+// package doc orders. A part must be safe for concurrent use (the core
+// holds the instance's lock, not a global one).
 type Part interface {
 	Answerer
 	// Check refuses op for in with an error naming the reason (for
@@ -213,10 +219,11 @@ type Part interface {
 	AfterDelete(ctx context.Context, in *Instance) error
 }
 
-// The optional phases: a part that has work at one of these points of
-// an operation implements the interface; the others need not. Their
-// Instance has Spec (and Old) only: the flavor's extra specs and the
-// image's properties are read for Check, Prepare and Devices.
+// The optional phases (and Completer, Committer in more.go): a part that
+// has work at one of these points of an operation implements the
+// interface; the others need not. Their Instance has Spec (and Old)
+// only: the flavor's extra specs and the image's properties are read for
+// Check, Prepare and Devices.
 
 // Claimer is a part that takes what an instance needs of the host before
 // the core plans its domain: on an apply, for the parts that answer Act,
@@ -281,6 +288,22 @@ type Publisher interface {
 	// running says whether the domain runs, stored is the stored
 	// metadata's revision (0: none).
 	Transport(ctx context.Context, in *Instance, running bool, stored int64) Transport
+}
+
+// MediaChanger is the part that hands each publish's config drive to the
+// instance's running domain (the core builds the drive and puts it in
+// place after the store write); the core calls the first registered
+// one. Without one a running domain keeps the drive it booted with.
+type MediaChanger interface {
+	// ChangeMedium hands staged, the config drive the publish of
+	// instance name's revision rev built ("" when it has none), to the
+	// instance's domain before the store write; its undo steps go on r.
+	// commit runs once the write stood and the drive is in place;
+	// warnings go to the publish's answer.
+	ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error)
+	// DriveTransport says which revision the config drive carries to
+	// the guest of instance name (running: whether its domain runs).
+	DriveTransport(ctx context.Context, name string, running bool) Transport
 }
 
 // Transport is which metadata revision a way to the guest carries: the

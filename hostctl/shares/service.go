@@ -52,10 +52,10 @@ type Store interface {
 }
 
 // Instances is what the service needs from the controller core (its
-// methods in hostctl/controller: core_sharespart.go, core_nicspart.go,
-// core_ops.go): an instance's domain
-// state, applying its spec again (which merges the mapped shares through
-// the part's Complete), and whether instances have domains here at all.
+// methods in hostctl/controller: core_parts.go, core_ops.go): an
+// instance's domain state, applying its spec again (which merges the
+// mapped shares through the part's Complete), and whether instances have
+// domains here at all.
 type Instances interface {
 	// DomainState is the instance's state as `instance show` gives it:
 	// libvirt's ("running", "shutoff", ...), StateError, StateMissing,

@@ -84,6 +84,12 @@ type Part struct {
 	log     *slog.Logger
 }
 
+var (
+	_ part.Part         = (*Part)(nil)
+	_ part.MediaChanger = (*Part)(nil)
+	_ part.Starter      = (*Part)(nil)
+)
+
 // New returns the part over hv (nil: no hypervisor, nothing to swap),
 // for the instance directories of dataDir (<dataDir>/instances/<name>).
 func New(hv Hypervisor, dataDir string, log *slog.Logger) *Part {
@@ -165,9 +171,9 @@ func (p *Part) mediumFile(name string, rev int64) string {
 	return filepath.Join(p.instanceDir(name), DriveFile+"."+strconv.FormatInt(rev, 10))
 }
 
-// ChangeMedium hands staged, the config drive the publish of instance
-// name's revision rev built ("" when the instance has none), to the
-// instance's domain, before the store write: when it runs, the staged
+// ChangeMedium implements part.MediaChanger: it hands staged, the config
+// drive the publish of instance name's revision rev built ("" when the
+// instance has none), to the instance's domain, before the store write: when it runs, the staged
 // drive goes into its cdrom as the medium file of revision rev, with the
 // undo steps (the previous medium back, the new file removed) on r. Its
 // warnings say when the drive cannot change media. commit runs once the
@@ -303,8 +309,8 @@ func (p *Part) prune(name, keep string) {
 	}
 }
 
-// DriveTransport says which revision the config drive carries to the
-// guest of instance name: the medium in the cdrom of a running domain
+// DriveTransport implements part.MediaChanger: which revision the config
+// drive carries to the guest of instance name: the medium in the cdrom of a running domain
 // (running: whether it runs), else the drive the next boot reads.
 func (p *Part) DriveTransport(ctx context.Context, name string, running bool) part.Transport {
 	t := part.Transport{Name: types.TransportDrive}

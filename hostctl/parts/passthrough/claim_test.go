@@ -13,7 +13,7 @@ import (
 	"github.com/vmeta/vmeta/internal/model"
 )
 
-func quiet(p *Part) *Part { p.Bind(nil, slog.New(slog.DiscardHandler)); return p }
+func quiet(p *Part) *Part { p.Bind(nil, nil, slog.New(slog.DiscardHandler)); return p }
 
 // Without an inventory, pci_aliases and one_time_use are refused naming
 // the field; plain pci_devices pass, each keeping the guest address the
@@ -124,19 +124,19 @@ func TestClaimFailure(t *testing.T) {
 	}
 }
 
-// fakeCore is the controller core as PreStart uses it: one domain's
-// persistent definition.
+// fakeCore is the controller core and the hypervisor as PreStart uses
+// them: one domain's persistent definition.
 type fakeCore struct {
 	xml       string
 	attached  []string
 	reapplied []*model.Instance
 }
 
-func (f *fakeCore) DomainDefinition(context.Context, string) ([]byte, error) {
+func (f *fakeCore) XML(context.Context, string, bool) ([]byte, error) {
 	return []byte(f.xml), nil
 }
 
-func (f *fakeCore) AttachToDefinition(_ context.Context, _ string, x []byte) error {
+func (f *fakeCore) AttachDevice(_ context.Context, _ string, x []byte, _ virt.Affect) error {
 	f.attached = append(f.attached, string(x))
 	return nil
 }
@@ -161,7 +161,7 @@ func TestPreStart(t *testing.T) {
 	inv := &fakeInventory{held: []string{"0000:3b:00.0"}}
 	core := &fakeCore{xml: dom}
 	p := New(inv)
-	p.Bind(core, slog.New(slog.DiscardHandler))
+	p.Bind(core, core, slog.New(slog.DiscardHandler))
 	if err := p.PreStart(ctx, part.Start, &part.Instance{Spec: spec()}); err != nil {
 		t.Fatal(err)
 	}

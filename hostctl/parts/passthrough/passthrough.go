@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
 )
@@ -47,25 +48,27 @@ type Inventory interface {
 	Managed(ctx context.Context, addr string) (alias string, ok bool, err error)
 }
 
-// Core is what the part needs of the controller core: the persistent
-// definition of an instance's domain, and applying a spec again.
+// Core is the controller core as the part calls it back.
 type Core interface {
-	// DomainDefinition returns the persistent XML of the instance's
-	// domain (nil without a hypervisor).
-	DomainDefinition(ctx context.Context, name string) ([]byte, error)
-	// AttachToDefinition adds the device element x to the domain's
-	// persistent definition.
-	AttachToDefinition(ctx context.Context, name string, x []byte) error
 	// Reapply applies in again as ApplyInstance does (taking the
 	// instance's lock): the domain is redefined with what it holds and
 	// the metadata republished.
 	Reapply(ctx context.Context, in *model.Instance) error
 }
 
+// Definitions is the hypervisor (*virt.Conn) as the part uses it: the
+// persistent definition of an instance's domain (XML, live false), and a
+// device added to it (virt.AffectConfig).
+type Definitions interface {
+	XML(ctx context.Context, name string, live bool) ([]byte, error)
+	AttachDevice(ctx context.Context, name string, deviceXML []byte, affect virt.Affect) error
+}
+
 // Part is the passthrough devices part.
 type Part struct {
 	inv  Inventory
 	core Core
+	defs Definitions // nil: no hypervisor
 	log  *slog.Logger
 }
 
@@ -78,11 +81,12 @@ var (
 // none; pci_aliases and one_time_use are refused).
 func New(inv Inventory) *Part { return &Part{inv: inv, log: slog.Default()} }
 
-// Bind gives the part the controller core (a start heals the claims an
-// earlier hostctl released only with one) and its logger; call it before
-// the core serves.
-func (p *Part) Bind(core Core, log *slog.Logger) {
-	p.core = core
+// Bind gives the part the controller core and the hypervisor's domain
+// definitions (nil: none; a start heals the claims an earlier hostctl
+// released only with the core), and its logger; call it before the core
+// serves.
+func (p *Part) Bind(core Core, defs Definitions, log *slog.Logger) {
+	p.core, p.defs = core, defs
 	if log != nil {
 		p.log = log
 	}

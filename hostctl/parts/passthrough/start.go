@@ -90,12 +90,12 @@ func (p *Part) restoreHostdevs(ctx context.Context, in *model.Instance, held []s
 	if len(held) == 0 {
 		return nil
 	}
-	doc, err := p.core.DomainDefinition(ctx, name)
+	if p.defs == nil {
+		return nil // no hypervisor
+	}
+	doc, err := p.defs.XML(ctx, name, false)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
-	}
-	if doc == nil {
-		return nil // no hypervisor
 	}
 	devs, err := virt.ParseDevices(doc)
 	if err != nil {
@@ -113,7 +113,7 @@ func (p *Part) restoreHostdevs(ctx context.Context, in *model.Instance, held []s
 		}
 		x, err := virt.HostdevXML(a, guest)
 		if err == nil {
-			err = p.core.AttachToDefinition(ctx, name, x)
+			err = p.defs.AttachDevice(ctx, name, x, virt.AffectConfig)
 		}
 		if err != nil {
 			return fmt.Errorf("start %s: put back the hostdev of %s: %w", name, a, err)
