@@ -48,7 +48,6 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
-	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
@@ -92,11 +91,9 @@ type Controller struct {
 	domains       Domains
 	hotplug       HotPlug
 	dom           virt.Options
-	images        Images
-	imageDir      *images.Dir       // the image directory (hostctl/catalog serves it)
-	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
+	imageDir      *images.Dir       // the image directory (shared with the catalog and the disks part)
 	flavors       *flavors.Registry // nil when the store keeps no records
-	records       store.Records     // flavors, block devices, faults; nil when the store keeps none
+	records       store.Records     // flavors; nil when the store keeps none
 	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
@@ -105,16 +102,8 @@ type Controller struct {
 
 	observer func(op string, took time.Duration, err error)
 
-	// The disks part (hostctl/parts/disks; noDisks without one) and the
-	// handles it uses (core_diskpart.go).
-	disks          Disks
-	keys           KeyManager
-	luks           LUKS
-	libvirtSecrets LibvirtSecrets
-	encSupport     func(context.Context) (encryption.Support, error)
-	secretLocks    keylock.Map // per key-manager secret (the disks part's secret rule)
-
 	parts part.Set // the host features, in registration order (phases.go)
+	disks Disks    // the disks part among them (disks.go; noDisks without one)
 }
 
 // Observe tells Options.Observe that op, begun at start, ended with
@@ -164,17 +153,18 @@ type Options struct {
 	// Domain shapes the domains: accelerator (TCG by default), default
 	// network, memory, config drive bus, direct kernel boot.
 	Domain virt.Options
-	// ImageDir holds the base images a spec's image names;
-	// <DataDir>/images when empty.
-	ImageDir string
+	// Images is the image directory (hostctl/images) the base images a
+	// spec's image names are in, shared with the catalog and the disks
+	// part; nil: <DataDir>/images.
+	Images *images.Dir
 	// ShareRoot is the directory every share's source must be in (a
 	// virtiofs share exports its directory read-write, with virtiofsd
 	// running as root); <DataDir>/shares when empty.
 	ShareRoot string
 	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
 	QemuImg string
-	// Records keeps the flavors and the block-device records; the store
-	// itself when nil and it keeps records (store.Store does).
+	// Records keeps the flavors; the store itself when nil and it keeps
+	// records (store.Store does).
 	Records store.Records
 	// Encryption is this host's ephemeral encryption formats and default
 	// format; DefaultEncryptionHost when it names no formats.
@@ -191,26 +181,10 @@ type Options struct {
 	// be quick and safe for concurrent use (metrics).
 	Observe func(op string, took time.Duration, err error)
 
-	// Keys is the key manager of the disks' passphrases; without one a
-	// disk requested encrypted is refused.
-	Keys KeyManager
-	// LUKS makes the encrypted disks; hostctl/encryption with QemuImg and
-	// LUKSIterTime when nil.
-	LUKS LUKS
-	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots;
-	// QEMU's default when 0.
-	LUKSIterTime time.Duration
-	// EncryptionSupport tells which formats this host supports
-	// (encryption.Prober); not checked when nil.
-	EncryptionSupport func(context.Context) (encryption.Support, error)
-
-	// Disks makes the disks part (hostctl/parts/disks) over the core:
-	// the instances' disks, their encryption and block-device records,
-	// the secrets' rule. Nil: no disk is made, none is encrypted.
-	Disks func(*Controller) Disks
-
 	// Parts are the host features the daemon registers (hostctl/part);
 	// the core calls their phases, in this order, for every operation.
+	// The disks part (hostctl/parts/disks) is among them: the core calls
+	// it through Disks. Without it no disk is made, none is encrypted.
 	Parts []part.Part
 }
 
@@ -225,14 +199,10 @@ func New(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug = hv, hv
-		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
-	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
+	c.records, c.imageDir, c.disks = opts.Records, opts.Images, disksOf(opts.Parts)
 	if c.records == nil {
 		c.records, _ = st.(store.Records)
-	}
-	if c.luks == nil {
-		c.luks = encryption.New(encryption.Options{QemuImg: opts.QemuImg, IterTime: opts.LUKSIterTime})
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -243,13 +213,9 @@ func New(st Store, opts Options) *Controller {
 	if c.driveFmt == "" {
 		c.driveFmt = configdrive.ISO9660
 	}
-	imageDir := opts.ImageDir
-	if imageDir == "" {
-		imageDir = filepath.Join(c.dataDir, "images")
+	if c.imageDir == nil {
+		c.imageDir = images.New(filepath.Join(c.dataDir, "images"), images.Options{QemuImg: opts.QemuImg})
 	}
-	c.imageDir = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
-	c.images = c.imageDir
-	c.templates = c.imageDir.NewTemplates(filepath.Join(c.dataDir, "instances", "_base"))
 	if c.records != nil {
 		c.flavors = &flavors.Registry{Store: c.records}
 	}
@@ -265,10 +231,6 @@ func New(st Store, opts Options) *Controller {
 	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork
-	}
-	c.disks = noDisks{}
-	if opts.Disks != nil {
-		c.disks = opts.Disks(c)
 	}
 	return c
 }
@@ -623,16 +585,10 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}
-	// The disks go with the instance, and their secrets with them: from
-	// libvirt (the domain is gone) and from the key manager. A failure
-	// here is left to the reconciler's sweep.
-	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
-		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
-	}
-	if err := c.disks.ForgetInstance(ctx, name, rec.UUID); err != nil {
-		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
-	}
-	c.afterRecordParts(ctx, "delete", rec) // phases.go (the state record and a shelved instance's image too)
+	// The parts let go of the instance: the disks part of its secrets
+	// and block-device records, the states part of its state record and
+	// a shelved instance's image.
+	c.afterRecordParts(ctx, "delete", rec) // phases.go
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}

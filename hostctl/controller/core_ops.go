@@ -67,10 +67,6 @@ func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Rev
 	return c.preparePartsFor(ctx, op, r, in, 0, host) // phases.go
 }
 
-// DiskFileName is the name of disk d's image file in its instance's
-// directory (InstanceDir).
-func DiskFileName(d model.Disk) string { return diskFileOf(d) }
-
 // DomainHost is the host side of in's domain (files, encrypted disks'
 // sources) and the options domains are built with.
 func (c *Controller) DomainHost(ctx context.Context, in *model.Instance) (virt.Host, virt.Options, error) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -282,7 +283,7 @@ func (c *Controller) domainState(ctx context.Context, name, uuid string) string 
 }
 
 func (c *Controller) removeDiskFile(instance, target string) {
-	p := filepath.Join(c.instanceDir(instance), diskFile(target))
+	p := filepath.Join(c.instanceDir(instance), layout.DiskFile(model.Disk{Name: target}))
 	if err := removeFile(p); err != nil {
 		c.log.Warn("could not remove the image of a removed disk", "file", p, "err", err)
 	}

@@ -73,7 +73,7 @@ func flavorSetup(e *env) {
 		}
 	}
 	for _, mib := range []int{16, 32} {
-		if _, err := e.c.templates.Template(ctx, images.TemplateSwap, mib); err != nil {
+		if _, err := e.dp().Templates.Template(ctx, images.TemplateSwap, mib); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -470,7 +470,7 @@ func (e *env) failQemuImgCreate() {
 	if real == "" {
 		real = e.qemuImg
 	}
-	e.c.images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(e.t, real)})
+	e.dp().Images = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: failingQemuImg(e.t, real)})
 }
 
 // failingQemuImg is a qemu-img that fails to create an image after

@@ -3,19 +3,19 @@ package controller
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// What the disk passphrase rotator (hostctl/diskrotate, its Core
-// interface) needs of the core: this host's instances, the per-instance
-// lock, whether a domain runs, their disks' files. (The block-device
-// records and libvirt's secrets are the disks part's: diskrotate.Disks.)
+// What the disks part (hostctl/parts/disks, its Core interface), the
+// disk passphrase rotator (hostctl/diskrotate, its Core interface) and
+// the operations (hostctl/ops) need of the core about instances: the
+// per-instance lock, an instance's record, its state and whether its
+// domain runs. The disks' files, their block-device records, libvirt's
+// secrets and the key manager are the disks part's, which the daemon
+// wires itself.
 
 // LockInstance takes the per-instance lock every operation on the named
 // instance holds, and returns its release.
@@ -32,14 +32,30 @@ func (c *Controller) OwnInstance(ctx context.Context, name string) (*model.Insta
 	return decodeSpec(rec)
 }
 
-// DiskPath returns the image file of in's disk named disk.
-func (c *Controller) DiskPath(in *model.Instance, disk string) (string, error) {
-	for _, d := range in.Disks {
-		if d.Name == disk {
-			return virt.ResolveInDataDir(c.dataDir, filepath.Join("instances", in.Name, diskFileOf(d)))
+// Instance is the store's record of instance name, of any host
+// (hostctl/ops: adopt and forced delete).
+func (c *Controller) Instance(ctx context.Context, name string) (store.Instance, error) {
+	return c.store.Instance(ctx, name)
+}
+
+// UnlessRunning runs fn under the lock of the instance with UUID uuid
+// unless its domain runs (or is paused, shutting down: QEMU may reopen
+// its disks); fn runs unlocked when no instance has the UUID.
+func (c *Controller) UnlessRunning(ctx context.Context, uuid string, fn func(context.Context) error) error {
+	name := c.nameOf(ctx, uuid)
+	if name != uuid {
+		defer c.locks.Lock(name)()
+		if rec, err := c.store.Instance(ctx, name); err == nil && rec.UUID == uuid {
+			st, err := c.domains.State(ctx, name)
+			if err == nil && st != virt.StateShutoff {
+				return nil
+			}
+			if err != nil && !isNotFound(err) {
+				return err
+			}
 		}
 	}
-	return "", fmt.Errorf("disk %s of %s: %w: not in the spec", disk, in.Name, store.ErrNotFound)
+	return fn(ctx)
 }
 
 // InstanceState returns in's VM state (the states part's: shelved,
@@ -57,14 +73,4 @@ func (c *Controller) InstanceState(ctx context.Context, in *model.Instance) (vmS
 		return "", false, fmt.Errorf("domain %s: %w", in.Name, err)
 	}
 	return st, cur != nil && cur.uuid == in.UUID && cur.running, nil
-}
-
-// InstanceExists reports whether an instance with the UUID is in the
-// store, on any host.
-func (c *Controller) InstanceExists(ctx context.Context, uuid string) (bool, error) {
-	recs, err := c.store.Instances(ctx)
-	if err != nil {
-		return false, fmt.Errorf("instances: %w", err)
-	}
-	return slices.ContainsFunc(recs, func(rec store.Instance) bool { return strings.EqualFold(rec.UUID, uuid) }), nil
 }
