@@ -17,6 +17,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/devices"
 	flavorreg "github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/errkind"
@@ -82,7 +83,7 @@ func TestErrorKindsAcrossTheWire(t *testing.T) {
 		{"shares.ErrTransition", shares.ErrTransition, errkind.Conflict, 409},
 		{"virt.ErrNotFound", virt.ErrNotFound, errkind.NotFound, 404},
 		{"controller.ErrNoHypervisor", controller.ErrNoHypervisor, errkind.Unsupported, 501},
-		{"controller.ErrNoKeyManager", controller.ErrNoKeyManager, errkind.Unsupported, 501},
+		{"disks.ErrNoKeyManager", disks.ErrNoKeyManager, errkind.Unsupported, 501},
 		{"keyrotation.ErrUnavailable", keyrotation.ErrUnavailable, errkind.Unsupported, 501},
 		{"virt.ErrUnreachable", virt.ErrUnreachable, errkind.Unavailable, 503},
 		{"virt.UnreachableError", &virt.UnreachableError{Where: "/run/libvirt/libvirt-sock", Err: errors.New("connection refused")}, errkind.Unavailable, 503},

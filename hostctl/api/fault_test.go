@@ -97,9 +97,9 @@ func TestInstanceErrorAPI(t *testing.T) {
 	core := &lateCore{}
 	svc := shares.New(st, core, shares.Options{ShareRoot: filepath.Join(dir, "shares"), Logger: log, Runner: run,
 		MountInfo: run.mountinfo, ReconcileInterval: -1})
-	ctl := controller.New(st, controller.Options{DataDir: dir, Logger: log, Hypervisor: conn, QemuImg: qemuImg,
-		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), Parts: []part.Part{svc, faults.New(st, log)},
-		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }})
+	ctl := newControllerIn(t, dir, st, controller.Options{Logger: log, Hypervisor: conn, QemuImg: qemuImg,
+		Domain: virt.Options{MemoryMiB: 128}, ShareRoot: filepath.Join(dir, "shares"), Parts: []part.Part{svc, faults.New(st, log)}},
+		disks.Options{})
 	core.Controller = ctl
 	t.Cleanup(func() { svc.Close() })
 	tok, entry, err := auth.NewToken("root", types.RoleAdmin, "")

@@ -30,7 +30,7 @@ func TestSecretDeleteNamedByImage(t *testing.T) {
 	ctx := context.Background()
 	qemuImg, qemuIO := testenv.LookPath(t, "qemu-img"), testenv.LookPath(t, "qemu-io")
 	tool := encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO, IterTime: 10 * time.Millisecond})
-	k := newKeyedController(t, "h", controller.Options{QemuImg: qemuImg, LUKS: tool})
+	k := newKeyedController(t, "h", controller.Options{QemuImg: qemuImg}, tool)
 	ctl, km := k.ctl, k.km
 	tt := newTestTokens(t)
 	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km, LUKS: tool}), slog.New(slog.DiscardHandler), tt.auth))

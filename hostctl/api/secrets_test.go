@@ -25,11 +25,11 @@ import (
 // response and no byte of the store holds a passphrase.
 func TestSecretsAPI(t *testing.T) {
 	ctx := context.Background()
-	k := newKeyedController(t, "h", controller.Options{})
+	k := newKeyedController(t, "h", controller.Options{}, nil)
 	ctl, km, st, dbPath := k.ctl, k.km, k.st, filepath.Join(k.dir, stores.File)
 	tt := newTestTokens(t)
 	var bodies bytes.Buffer
-	h := api.NewHandler(api.Services{Secrets: catalog.New(ctl, catalog.Options{Keys: km})}, slog.New(slog.DiscardHandler), tt.auth)
+	h := api.NewHandler(api.Services{Secrets: catalogOf(ctl, catalog.Options{Keys: km})}, slog.New(slog.DiscardHandler), tt.auth)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)

@@ -19,6 +19,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/store"
@@ -100,7 +101,7 @@ func newSharesAPI(t *testing.T) *sharesAPI {
 		t.Fatal(err)
 	}
 	svc := shares.New(st, ctl, shares.Options{ShareRoot: root, Logger: log, ReconcileInterval: -1, Support: ctl.shareSupport})
-	ctl.Controller = controller.New(st, controller.Options{DataDir: dir, Logger: log, Parts: []part.Part{svc}})
+	ctl.Controller = newControllerIn(t, dir, st, controller.Options{Logger: log, Parts: []part.Part{svc}}, disks.Options{})
 	tt := newTestTokens(t)
 	svcs := ctlServices(ctl.Controller)
 	svcs.Instances, svcs.Shares = ctl, svc

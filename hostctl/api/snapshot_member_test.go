@@ -25,7 +25,7 @@ import (
 // may name any project's secret.
 func TestSnapshotMember(t *testing.T) {
 	ctx := context.Background()
-	k := newKeyedController(t, "local", controller.Options{})
+	k := newKeyedController(t, "local", controller.Options{}, nil)
 	ctl, km := k.ctl, k.km
 	tt := newTestTokens(t)
 	srv := httptest.NewServer(api.NewHandler(ctlServicesWith(ctl, catalog.Options{Keys: km}), slog.New(slog.DiscardHandler), tt.auth))

@@ -11,11 +11,12 @@
 //     deleted before the image names it.
 //   - A secret is deleted — by `secret delete`, or with an image whose
 //     os_encrypt_key_deletion_policy is on_image_deletion — only through
-//     the core's one rule (Core.ReleaseSecret): it goes only when nothing
-//     names it, and the refusal (409) names every holder.
+//     the disks part's one rule (Secrets.ReleaseSecret): it goes only
+//     when nothing names it, and the refusal (409) names every holder.
 //
-// The catalog reaches the controller core through Core, the few things
-// it needs of it; the core does not know the catalog.
+// The daemon wires the catalog with the registries, the disks part and
+// the store's instance records directly; the controller core does not
+// know the catalog.
 package catalog
 
 import (
@@ -27,27 +28,25 @@ import (
 	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/keys"
 )
 
-// Core is what the catalog needs of the controller core
-// (hostctl/controller, core_catalog.go).
-type Core interface {
-	// FlavorRegistry is the flavor registry instances are laid out from;
-	// nil when the store keeps no records.
-	FlavorRegistry() *flavors.Registry
-	// ImageDir is this host's image directory, the one instances' disks
-	// are made from (and which counts their uses).
-	ImageDir() *images.Dir
-	// FlavorUsers names the instances of every host that name flavor;
-	// ImageUsers the instances of this host, shelved ones included, that
-	// name image.
+// Users names the instances that use a flavor (on every host sharing
+// the store) or an image (this host's, shelved ones included: the image
+// directory is this host's). StoreUsers reads them from the store.
+type Users interface {
 	FlavorUsers(ctx context.Context, flavor string) ([]string, error)
 	ImageUsers(ctx context.Context, image string) ([]string, error)
-	// ReleaseSecret deletes the key-manager secret id under the one rule
-	// for deleting secrets: refused (keys.ErrInUse) naming what still
-	// names it, image (being deleted; "" for none) apart.
+}
+
+// Secrets is the one rule for deleting a key-manager secret and the
+// secrets' locks: the disks part's (hostctl/parts/disks).
+type Secrets interface {
+	// ReleaseSecret deletes the key-manager secret id: refused
+	// (keys.ErrInUse) naming what still names it, image (being deleted;
+	// "" for none) apart.
 	ReleaseSecret(ctx context.Context, id, image string) error
 	// LockSecret holds the lock of secret id (the rule's deletions hold
 	// it) until unlock.
@@ -55,7 +54,7 @@ type Core interface {
 }
 
 // KeyManager is what the catalog uses of the key manager
-// (internal/keys); deletions go through Core.ReleaseSecret.
+// (internal/keys); deletions go through Secrets.ReleaseSecret.
 type KeyManager interface {
 	Create(ctx context.Context, req keys.Request) (keys.Secret, error)
 	Get(ctx context.Context, id string) (keys.Secret, error)
@@ -71,6 +70,17 @@ type ImageVerifier interface {
 
 // Options configure a Catalog.
 type Options struct {
+	// Flavors is the flavor registry instances are laid out from; nil
+	// when the store keeps no records.
+	Flavors *flavors.Registry
+	// Images is this host's image directory, the one instances' disks
+	// are made from (and which counts their uses).
+	Images *images.Dir
+	// Users names the instances using a flavor or an image.
+	Users Users
+	// Secrets is the disks part: deletions of secrets go through its
+	// rule; nil: secrets are not deleted (ErrNoKeyManager).
+	Secrets Secrets
 	// Keys is the key manager of the secrets; nil: secrets are not
 	// served (ErrNoKeyManager) and an image naming one is refused.
 	Keys KeyManager
@@ -84,16 +94,23 @@ type Options struct {
 
 // Catalog serves the flavors, the images and the secrets.
 type Catalog struct {
-	core  Core
-	keys  KeyManager
-	luks  ImageVerifier
-	audit *events.Log
-	log   *slog.Logger
+	flavors *flavors.Registry
+	images  *images.Dir
+	users   Users
+	secrets Secrets
+	keys    KeyManager
+	luks    ImageVerifier
+	audit   *events.Log
+	log     *slog.Logger
 }
 
-// New returns the catalog over core.
-func New(core Core, opts Options) *Catalog {
-	c := &Catalog{core: core, keys: opts.Keys, luks: opts.LUKS, audit: opts.Audit, log: opts.Logger}
+// New returns the catalog opts wires.
+func New(opts Options) *Catalog {
+	c := &Catalog{flavors: opts.Flavors, images: opts.Images, users: opts.Users, secrets: opts.Secrets,
+		keys: opts.Keys, luks: opts.LUKS, audit: opts.Audit, log: opts.Logger}
+	if c.secrets == nil {
+		c.secrets = &noSecrets{}
+	}
 	if c.luks == nil {
 		c.luks = encryption.New(encryption.Options{})
 	}
@@ -121,3 +138,9 @@ func (c *Catalog) emit(ctx context.Context, stream, typ string, payload any) {
 		_, _ = c.audit.Emit(ctx, stream, typ, payload)
 	}
 }
+
+// noSecrets deletes no secret: the catalog was given no disks part.
+type noSecrets struct{ locks keylock.Map }
+
+func (*noSecrets) ReleaseSecret(context.Context, string, string) error { return ErrNoKeyManager }
+func (s *noSecrets) LockSecret(id string) func()                       { return s.locks.Lock(id) }

@@ -104,7 +104,7 @@ func TestInUseRules(t *testing.T) {
 func TestNoKeyManager(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	cat := catalog.New(e.core, catalog.Options{})
+	cat := catalog.New(catalog.Options{Flavors: e.core.flavors, Images: e.core.images, Users: e.core, Secrets: e.core})
 	if _, err := cat.CreateSecret(ctx, types.SecretRequest{ProjectID: "p"}); !errors.Is(err, errkind.Unsupported) {
 		t.Errorf("create secret = %v, want unsupported", err)
 	}

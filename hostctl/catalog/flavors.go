@@ -9,7 +9,7 @@ import (
 
 // CreateFlavor adds a flavor.
 func (c *Catalog) CreateFlavor(ctx context.Context, f flavors.Flavor) (flavors.Flavor, error) {
-	reg := c.core.FlavorRegistry()
+	reg := c.flavors
 	if reg == nil {
 		return flavors.Flavor{}, errNoRecords
 	}
@@ -22,7 +22,7 @@ func (c *Catalog) CreateFlavor(ctx context.Context, f flavors.Flavor) (flavors.F
 
 // Flavor returns a flavor by name.
 func (c *Catalog) Flavor(ctx context.Context, name string) (flavors.Flavor, error) {
-	reg := c.core.FlavorRegistry()
+	reg := c.flavors
 	if reg == nil {
 		return flavors.Flavor{}, errNoRecords
 	}
@@ -31,7 +31,7 @@ func (c *Catalog) Flavor(ctx context.Context, name string) (flavors.Flavor, erro
 
 // Flavors lists the flavors.
 func (c *Catalog) Flavors(ctx context.Context) ([]flavors.Flavor, error) {
-	reg := c.core.FlavorRegistry()
+	reg := c.flavors
 	if reg == nil {
 		return nil, errNoRecords
 	}
@@ -41,12 +41,12 @@ func (c *Catalog) Flavors(ctx context.Context) ([]flavors.Flavor, error) {
 // DeleteFlavor deletes a flavor no instance (on any host sharing the
 // store) uses.
 func (c *Catalog) DeleteFlavor(ctx context.Context, name string) error {
-	reg := c.core.FlavorRegistry()
+	reg := c.flavors
 	if reg == nil {
 		return errNoRecords
 	}
 	err := reg.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
-		return c.core.FlavorUsers(ctx, name)
+		return c.users.FlavorUsers(ctx, name)
 	})
 	if err == nil {
 		c.emit(ctx, StreamFlavors, "flavor.deleted", map[string]string{"name": name})

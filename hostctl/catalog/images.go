@@ -30,7 +30,7 @@ func (c *Catalog) ImportImage(ctx context.Context, name string, props map[string
 		return images.Image{}, err
 	}
 	defer unlock()
-	img, err := c.core.ImageDir().ImportVerified(ctx, name, props, r, verify)
+	img, err := c.images.ImportVerified(ctx, name, props, r, verify)
 	if err == nil {
 		c.emit(ctx, StreamImages, "image.imported", types.Image(img))
 	}
@@ -39,22 +39,22 @@ func (c *Catalog) ImportImage(ctx context.Context, name string, props map[string
 
 // Image returns an image of the image directory.
 func (c *Catalog) Image(ctx context.Context, name string) (images.Image, error) {
-	return c.core.ImageDir().Get(ctx, name)
+	return c.images.Get(ctx, name)
 }
 
 // Images lists the image directory.
 func (c *Catalog) Images(ctx context.Context) ([]images.Image, error) {
-	return c.core.ImageDir().List(ctx)
+	return c.images.List(ctx)
 }
 
 // DeleteImage deletes an image no instance of this host uses (the image
 // directory is this host's), and its secret as its
 // os_encrypt_key_deletion_policy says (deleteImageSecret).
 func (c *Catalog) DeleteImage(ctx context.Context, name string) error {
-	dir := c.core.ImageDir()
+	dir := c.images
 	img, _ := dir.Get(ctx, name)
 	err := dir.Delete(ctx, name, func(ctx context.Context) ([]string, error) {
-		return c.core.ImageUsers(ctx, name)
+		return c.users.ImageUsers(ctx, name)
 	})
 	if err != nil {
 		return err
@@ -70,7 +70,7 @@ func (c *Catalog) DeleteImage(ctx context.Context, name string) error {
 
 // deleteImageSecret deletes the secret of a deleted image when its
 // os_encrypt_key_deletion_policy is on_image_deletion and nothing else
-// names it (Core.ReleaseSecret): a secret another image, a disk or a
+// names it (Secrets.ReleaseSecret): a secret another image, a disk or a
 // rotation still names stays, and the returned note says why (empty when
 // there is nothing to say). A failure is returned as an error (the image
 // is gone).
@@ -79,7 +79,7 @@ func (c *Catalog) deleteImageSecret(ctx context.Context, img images.Image) (stri
 	if id == "" || c.keys == nil || img.Properties[policy.ImageEncryptKeyDeletion] != keyDeletionOnImageDeletion {
 		return "", nil
 	}
-	err := c.core.ReleaseSecret(ctx, id, img.Name)
+	err := c.secrets.ReleaseSecret(ctx, id, img.Name)
 	switch {
 	case err == nil, errors.Is(err, keys.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return "", nil
@@ -113,7 +113,7 @@ func (c *Catalog) importKeyCheck(ctx context.Context, name string, props map[str
 		return nil, nil, fmt.Errorf("import image %s: %w", name, &conflict{fe: model.FieldError{Field: field, Value: keyID,
 			Rule: "this host has no key manager: it cannot check that the secret opens the image"}})
 	}
-	release := c.core.LockSecret(keyID)
+	release := c.secrets.LockSecret(keyID)
 	defer func() {
 		if err != nil {
 			release()

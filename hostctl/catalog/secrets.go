@@ -59,10 +59,10 @@ func (c *Catalog) Secret(ctx context.Context, uuid string) (*types.Secret, error
 
 // DeleteSecret deletes a secret nothing names any more; one an image, a
 // disk, a backing file, a rescue or a pending rotation still names is
-// refused (keys.ErrInUse, 409) naming them (Core.ReleaseSecret).
+// refused (keys.ErrInUse, 409) naming them (Secrets.ReleaseSecret).
 func (c *Catalog) DeleteSecret(ctx context.Context, uuid string) error {
 	if c.keys == nil {
 		return ErrNoKeyManager
 	}
-	return c.core.ReleaseSecret(ctx, uuid, "")
+	return c.secrets.ReleaseSecret(ctx, uuid, "")
 }

@@ -22,11 +22,11 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// fakeCore is the controller core as the catalog sees it: real
-// registries over a bolt store and an image directory, the instances
-// using each flavor and image as the test sets them, and the secret
-// rule's deletions recorded (the rule itself is the core's, tested in
-// hostctl/controller).
+// fakeCore is what the daemon wires the catalog with: real registries
+// over a bolt store and an image directory, the instances using each
+// flavor and image as the test sets them (Users), and the secret rule's
+// deletions recorded (Secrets; the rule itself is the disks part's,
+// tested in hostctl/parts/disks and hostctl/controller).
 type fakeCore struct {
 	flavors    *flavors.Registry
 	images     *images.Dir
@@ -35,9 +35,6 @@ type fakeCore struct {
 	released   []string            // "secret id, image i" per ReleaseSecret
 	releaseErr error
 }
-
-func (f *fakeCore) FlavorRegistry() *flavors.Registry { return f.flavors }
-func (f *fakeCore) ImageDir() *images.Dir             { return f.images }
 
 func (f *fakeCore) FlavorUsers(_ context.Context, name string) ([]string, error) {
 	return f.users["flavor "+name], nil
@@ -84,7 +81,7 @@ func newEnv(t *testing.T) *env {
 		audit: events.New(events.NewFiles(filepath.Join(dir, "events")), "h", log),
 		tool:  encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO, IterTime: 10 * time.Millisecond}),
 	}
-	e.cat = catalog.New(e.core, catalog.Options{Keys: km, LUKS: e.tool, Audit: e.audit, Logger: log})
+	e.cat = catalog.New(catalog.Options{Flavors: e.core.flavors, Images: e.core.images, Users: e.core, Secrets: e.core, Keys: km, LUKS: e.tool, Audit: e.audit, Logger: log})
 	return e
 }
 

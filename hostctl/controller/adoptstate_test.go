@@ -48,6 +48,7 @@ func TestAdoptAndForceDeleteKnowTheState(t *testing.T) {
 
 	bdir := t.TempDir()
 	b := withStates(newController(e.st, Options{DataDir: bdir, Logger: slog.New(slog.DiscardHandler), Host: "host-b", Hosts: downHosts{up: "host-b"}, QemuImg: e.qemuImg}))
+	withDiskPart(b, e.qemuImg) // host-b's catalog imports the shelved image over its disks part, as the daemon wires it
 
 	// Shelved, the image only in host-a's catalog: refused, naming it.
 	if _, err := b.Adopt(ctx, "vm1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "image vm1-shelved of host host-a's catalog") {

@@ -52,8 +52,8 @@ func (b *barrierImages) Create(ctx context.Context, d images.Disk) error {
 // waits for the others in vain and the apply fails.
 func TestCreateDisksAtOnce(t *testing.T) {
 	e := newEnv(t)
-	b := &barrierImages{Images: e.c.images, n: 4, wait: 30 * time.Second, all: make(chan struct{})}
-	e.c.images = b
+	b := &barrierImages{Images: e.dp().Images, n: 4, wait: 30 * time.Second, all: make(chan struct{})}
+	e.dp().Images = b
 	if _, err := e.apply(hvSpec); err != nil {
 		t.Fatalf("apply: %v (disks that waited alone: %v)", err, b.timedOut)
 	}
@@ -100,7 +100,7 @@ func TestDisksBeforeDefine(t *testing.T) {
 	e := newEnv(t)
 	var creating atomic.Int32
 	e.c.domains = &defineAfter{Domains: e.c.domains, creating: &creating}
-	e.c.images = &countingImages{Images: e.c.images, creating: &creating}
+	e.dp().Images = &countingImages{Images: e.dp().Images, creating: &creating}
 	if _, err := e.apply(hvSpec); err != nil {
 		t.Fatalf("apply: %v", err)
 	}

@@ -10,9 +10,10 @@ const (
 	StreamInstances = "instances"
 )
 
-// emit writes an audit event after a change committed; a failure to
+// Emit records an event on the audit log's stream after a change
+// committed; a failure to
 // append it is logged (by the audit log) and does not undo the change.
-func (c *Controller) emit(ctx context.Context, stream, typ string, payload any) {
+func (c *Controller) Emit(ctx context.Context, stream, typ string, payload any) {
 	if c.audit != nil {
 		_, _ = c.audit.Emit(ctx, stream, typ, payload)
 	}

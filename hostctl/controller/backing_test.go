@@ -145,7 +145,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 	e := newEnv(t)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	imgSec := makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
+	imgSec := makeEncryptedImage(t, e, e.dp().Keys, "enc-img", "p1")
 	inst := e.mustApply("name: img-1\nproject_id: p1\nimage: enc-img\ndisks: [{name: vda, tag: root, encrypted: true}, {name: vdb, size: 4M}]\n")
 
 	var root *struct{ own, backing string }
@@ -166,13 +166,13 @@ func TestEncryptedImageRoot(t *testing.T) {
 	if root == nil || root.own == "" || root.backing == "" || root.own == root.backing || root.backing == imgSec.UUID || root.own == imgSec.UUID {
 		t.Fatalf("root secrets %+v (image's %s): want two of its own", root, imgSec.UUID)
 	}
-	imgPass, _ := e.c.keys.Passphrase(ctx, imgSec.UUID)
-	ownPass, _ := e.c.keys.Passphrase(ctx, root.own)
-	copyPass, err := e.c.keys.Passphrase(ctx, root.backing)
+	imgPass, _ := e.dp().Keys.Passphrase(ctx, imgSec.UUID)
+	ownPass, _ := e.dp().Keys.Passphrase(ctx, root.own)
+	copyPass, err := e.dp().Keys.Passphrase(ctx, root.backing)
 	if err != nil || !bytes.Equal(copyPass, imgPass) || bytes.Equal(ownPass, imgPass) {
 		t.Fatalf("the backing copy must hold the image's passphrase and the disk its own (err %v)", err)
 	}
-	copySec, err := e.c.keys.Get(ctx, root.backing)
+	copySec, err := e.dp().Keys.Get(ctx, root.backing)
 	if err != nil || copySec.ProjectID != "p1" || copySec.Owner == nil || copySec.Owner.InstanceName != "img-1" || copySec.Owner.Disk != "vda" {
 		t.Fatalf("backing copy %+v %v", copySec, err)
 	}
@@ -183,7 +183,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 	if err := readThroughAny(t, p, imgPass, copyPass); err == nil {
 		t.Fatal("the overlay opens with the image's passphrase")
 	}
-	if err := e.c.luks.Verify(ctx, p, ownPass, nil); err == nil {
+	if err := e.dp().LUKS.Verify(ctx, p, ownPass, nil); err == nil {
 		t.Fatal("the overlay's chain opens without the backing passphrase")
 	}
 	enc := 0
@@ -212,7 +212,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 		if !ok {
 			t.Fatalf("libvirt secret %s not defined at start", id)
 		}
-		want, _ := e.c.keys.Passphrase(ctx, id)
+		want, _ := e.dp().Keys.Passphrase(ctx, id)
 		if !bytes.Equal(v, want) {
 			t.Errorf("libvirt secret %s has the wrong value", id)
 		}
@@ -228,7 +228,7 @@ func TestEncryptedImageRoot(t *testing.T) {
 	if err := e.c.Delete(ctx, "img-1"); err != nil {
 		t.Fatal(err)
 	}
-	l, err := e.c.keys.List(ctx, "")
+	l, err := e.dp().Keys.List(ctx, "")
 	if err != nil || len(l) != 1 || l[0].UUID != imgSec.UUID {
 		t.Fatalf("secrets after delete: %+v %v (want only the image's %s)", l, err, imgSec.UUID)
 	}
@@ -244,9 +244,9 @@ func TestEncryptedImageRefusals(t *testing.T) {
 	e := newEnv(t)
 	withFakeEncryption(t, e) // refused before any LUKS work
 	ctx := context.Background()
-	makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
-	gone := makeEncryptedImage(t, e, e.c.keys, "lost-img", "p1")
-	if err := e.c.keys.Delete(ctx, gone.UUID); err != nil {
+	makeEncryptedImage(t, e, e.dp().Keys, "enc-img", "p1")
+	gone := makeEncryptedImage(t, e, e.dp().Keys, "lost-img", "p1")
+	if err := e.dp().Keys.Delete(ctx, gone.UUID); err != nil {
 		t.Fatal(err)
 	}
 	before := e.snapshot()
@@ -273,7 +273,7 @@ const encImageSpec = "name: img-1\nproject_id: p1\nimage: enc-img\ndisks: [{name
 // of its start: nothing is left behind (the backing copy included).
 func TestFaultsEncryptedImage(t *testing.T) {
 	t.Parallel()
-	setup := func(e *env) { makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1") }
+	setup := func(e *env) { makeEncryptedImage(e.t, e, e.dp().Keys, "enc-img", "p1") }
 	apply := func(e *env) error { _, err := e.apply(encImageSpec); return err }
 	t.Run("apply keys and qemu-img", func(t *testing.T) { encFaults(t, setup, apply) })
 	t.Run("apply libvirt and store", func(t *testing.T) {
@@ -295,7 +295,7 @@ func TestSweepKeepsBackingCopy(t *testing.T) {
 	e := newEnv(t)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	imgSec := makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
+	imgSec := makeEncryptedImage(t, e, e.dp().Keys, "enc-img", "p1")
 	inst := e.mustApply(encImageSpec)
 	bd := inst.BlockDevices[0]
 	if _, err := e.c.Start(ctx, "img-1"); err != nil {
@@ -315,7 +315,7 @@ func TestSweepKeepsBackingCopy(t *testing.T) {
 		t.Error("the backing file's libvirt secret of a stopped domain survived the sweep")
 	}
 	for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID, imgSec.UUID} {
-		if _, err := e.c.keys.Get(ctx, id); err != nil {
+		if _, err := e.dp().Keys.Get(ctx, id); err != nil {
 			t.Errorf("sweep deleted secret %s of a live instance or image: %v", id, err)
 		}
 	}
@@ -326,10 +326,10 @@ func TestSweepKeepsBackingCopy(t *testing.T) {
 	if err := e.c.sweepSecrets(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.keys.Get(ctx, bd.BackingEncryptionSecretUUID); !errors.Is(err, keys.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, bd.BackingEncryptionSecretUUID); !errors.Is(err, keys.ErrNotFound) {
 		t.Errorf("backing copy of a gone instance not swept: %v", err)
 	}
-	if _, err := e.c.keys.Get(ctx, imgSec.UUID); err != nil {
+	if _, err := e.dp().Keys.Get(ctx, imgSec.UUID); err != nil {
 		t.Errorf("the image's secret was swept: %v", err)
 	}
 }

@@ -48,13 +48,11 @@ import (
 	"github.com/vmeta/vmeta/hostctl/shares/hostdir"
 
 	"github.com/vmeta/vmeta/configdrive"
-	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/encryption/policy"
 	"github.com/vmeta/vmeta/hostctl/flavors"
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/internal/keylock"
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
 	"github.com/vmeta/vmeta/internal/metadata"
@@ -93,11 +91,9 @@ type Controller struct {
 	domains       Domains
 	hotplug       HotPlug
 	dom           virt.Options
-	images        Images
-	imageDir      *images.Dir       // the image directory (hostctl/catalog serves it)
-	templates     *images.Templates // blank-disk templates (DATA-DIR/instances/_base)
+	imageDir      *images.Dir       // the image directory (shared with the catalog and the disks part)
 	flavors       *flavors.Registry // nil when the store keeps no records
-	records       store.Records     // flavors, block devices, faults; nil when the store keeps none
+	records       store.Records     // flavors; nil when the store keeps none
 	encHost       policy.Host
 	shareRoot     hostdir.Root
 	detachTimeout time.Duration
@@ -106,23 +102,15 @@ type Controller struct {
 
 	observer func(op string, took time.Duration, err error)
 
-	// The disks part (hostctl/parts/disks; noDisks without one) and the
-	// handles it uses (core_diskpart.go).
-	disks          Disks
-	keys           KeyManager
-	luks           LUKS
-	libvirtSecrets LibvirtSecrets
-	encSupport     func(context.Context) (encryption.Support, error)
-	secretLocks    keylock.Map // per key-manager secret (the disks part's secret rule)
-
 	parts part.Set // the host features, in registration order (phases.go)
+	disks Disks    // the disks part among them (disks.go; noDisks without one)
 }
 
-// observe tells Options.Observe that op, begun at start, ended with
-// *err; exported operations defer it first thing:
+// Observe tells Options.Observe that op, begun at start, ended with
+// *err; operations (the core's, hostctl/ops') defer it first thing:
 //
-//	defer c.observe("start", time.Now(), &err)
-func (c *Controller) observe(op string, start time.Time, err *error) {
+//	defer c.Observe("start", time.Now(), &err)
+func (c *Controller) Observe(op string, start time.Time, err *error) {
 	if c.observer != nil {
 		c.observer(op, time.Since(start), *err)
 	}
@@ -165,17 +153,18 @@ type Options struct {
 	// Domain shapes the domains: accelerator (TCG by default), default
 	// network, memory, config drive bus, direct kernel boot.
 	Domain virt.Options
-	// ImageDir holds the base images a spec's image names;
-	// <DataDir>/images when empty.
-	ImageDir string
+	// Images is the image directory (hostctl/images) the base images a
+	// spec's image names are in, shared with the catalog and the disks
+	// part; nil: <DataDir>/images.
+	Images *images.Dir
 	// ShareRoot is the directory every share's source must be in (a
 	// virtiofs share exports its directory read-write, with virtiofsd
 	// running as root); <DataDir>/shares when empty.
 	ShareRoot string
 	// QemuImg is the qemu-img binary; "qemu-img" (from PATH) when empty.
 	QemuImg string
-	// Records keeps the flavors and the block-device records; the store
-	// itself when nil and it keeps records (store.Store does).
+	// Records keeps the flavors; the store itself when nil and it keeps
+	// records (store.Store does).
 	Records store.Records
 	// Encryption is this host's ephemeral encryption formats and default
 	// format; DefaultEncryptionHost when it names no formats.
@@ -186,32 +175,16 @@ type Options struct {
 	DetachTimeout time.Duration
 
 	// Observe, when set, is told of every instance operation as it ends
-	// (op: apply, start, stop, delete, attach_disk, detach_disk,
-	// attach_nic, detach_nic): how long it took, waiting for the
+	// (op: apply, start, stop, delete, and those of hostctl/ops:
+	// attach_disk, shelve, reboot, ...): how long it took, waiting for the
 	// instance's lock included, and its error (nil on success). It must
 	// be quick and safe for concurrent use (metrics).
 	Observe func(op string, took time.Duration, err error)
 
-	// Keys is the key manager of the disks' passphrases; without one a
-	// disk requested encrypted is refused.
-	Keys KeyManager
-	// LUKS makes the encrypted disks; hostctl/encryption with QemuImg and
-	// LUKSIterTime when nil.
-	LUKS LUKS
-	// LUKSIterTime is the PBKDF iteration time of new LUKS keyslots;
-	// QEMU's default when 0.
-	LUKSIterTime time.Duration
-	// EncryptionSupport tells which formats this host supports
-	// (encryption.Prober); not checked when nil.
-	EncryptionSupport func(context.Context) (encryption.Support, error)
-
-	// Disks makes the disks part (hostctl/parts/disks) over the core:
-	// the instances' disks, their encryption and block-device records,
-	// the secrets' rule. Nil: no disk is made, none is encrypted.
-	Disks func(*Controller) Disks
-
 	// Parts are the host features the daemon registers (hostctl/part);
 	// the core calls their phases, in this order, for every operation.
+	// The disks part (hostctl/parts/disks) is among them: the core calls
+	// it through Disks. Without it no disk is made, none is encrypted.
 	Parts []part.Part
 }
 
@@ -226,14 +199,10 @@ func New(st Store, opts Options) *Controller {
 	if hv := opts.Hypervisor; hv != nil {
 		c.drv = libvirtDriver{c}
 		c.domains, c.hotplug = hv, hv
-		c.libvirtSecrets, _ = hv.(LibvirtSecrets)
 	}
-	c.keys, c.records, c.luks, c.encSupport = opts.Keys, opts.Records, opts.LUKS, opts.EncryptionSupport
+	c.records, c.imageDir, c.disks = opts.Records, opts.Images, disksOf(opts.Parts)
 	if c.records == nil {
 		c.records, _ = st.(store.Records)
-	}
-	if c.luks == nil {
-		c.luks = encryption.New(encryption.Options{QemuImg: opts.QemuImg, IterTime: opts.LUKSIterTime})
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -244,13 +213,9 @@ func New(st Store, opts Options) *Controller {
 	if c.driveFmt == "" {
 		c.driveFmt = configdrive.ISO9660
 	}
-	imageDir := opts.ImageDir
-	if imageDir == "" {
-		imageDir = filepath.Join(c.dataDir, "images")
+	if c.imageDir == nil {
+		c.imageDir = images.New(filepath.Join(c.dataDir, "images"), images.Options{QemuImg: opts.QemuImg})
 	}
-	c.imageDir = images.New(imageDir, images.Options{QemuImg: opts.QemuImg})
-	c.images = c.imageDir
-	c.templates = c.imageDir.NewTemplates(filepath.Join(c.dataDir, "instances", "_base"))
 	if c.records != nil {
 		c.flavors = &flavors.Registry{Store: c.records}
 	}
@@ -266,10 +231,6 @@ func New(st Store, opts Options) *Controller {
 	}
 	if c.dom.DefaultNetwork == "" {
 		c.dom.DefaultNetwork = model.DefaultNetwork
-	}
-	c.disks = noDisks{}
-	if opts.Disks != nil {
-		c.disks = opts.Disks(c)
 	}
 	return c
 }
@@ -294,7 +255,7 @@ func (c *Controller) Apply(ctx context.Context, spec []byte) (*Instance, error) 
 // or removing devices of a running domain is refused (attach and detach
 // them, or stop it first).
 func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *Instance, err error) {
-	defer c.observe("apply", time.Now(), &err)
+	defer c.Observe("apply", time.Now(), &err)
 	st := newSteps(in.Name)
 	defer st.log(c.log, "apply instance steps")
 	defer c.locks.Lock(in.Name)()
@@ -335,7 +296,7 @@ func (c *Controller) ApplyInstance(ctx context.Context, in *model.Instance) (_ *
 	r.Success()
 	st.done("domain")
 	inst.Warnings = append(inst.Warnings, warn...)
-	inst.Warnings = append(inst.Warnings, c.committedParts(ctx, part.Apply, in, "")...) // phases.go
+	inst.Warnings = append(inst.Warnings, c.parts.Committed(ctx, part.Apply, &part.Instance{Spec: in})...)
 	return inst, nil
 }
 
@@ -431,7 +392,7 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		}
 		forMedia = staged
 	}
-	mediaCommitted, warn, err := c.changeMedium(ctx, r, in.Name, forMedia, rev) // phases.go
+	mediaCommitted, warn, err := c.parts.ChangeMedium(ctx, r, in.Name, forMedia, rev)
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", in.Name, err)
 	}
@@ -459,24 +420,20 @@ func (c *Controller) publish(ctx context.Context, r *revert.Reverter, in *model.
 		c.log.Warn("the store gave the publish another revision than the one rendered into its metadata", "name", in.Name, "rendered", rev, "stored", rec.Revision)
 	}
 	committed()
-	if !in.WantsConfigDrive() {
-		// config_drive: false (the domain, if any, has no cdrom): a drive
-		// of an earlier spec goes.
-		mediaCommitted()
-		if rerr := removeFile(drive); rerr != nil {
-			c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
+	inst := &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, Warnings: warn, BlockDevices: bds}
+	if in.WantsConfigDrive() {
+		if rerr := atomicfile.Rename(staged, drive); rerr != nil {
+			// The publish stands (the store is the source of truth); the
+			// drive is rebuilt by the next apply or by `configdrive build`.
+			return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
 		}
-		c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", false)
-		return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, Devices: devs, BlockDevices: bds}, nil
-	}
-	if rerr := atomicfile.Rename(staged, drive); rerr != nil {
-		// The publish stands (the store is the source of truth); the drive
-		// is rebuilt by the next apply or by `configdrive build`.
-		return nil, fmt.Errorf("apply %s: published, but installing the config drive failed: %w", in.Name, rerr)
+		inst.ConfigDrive = drive
+	} else if rerr := removeFile(drive); rerr != nil { // config_drive: false (no cdrom): an earlier spec's drive goes
+		c.log.Warn("could not remove the config drive of an earlier spec", "file", drive, "err", rerr)
 	}
 	mediaCommitted()
-	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version)
-	return &Instance{Spec: in, Revision: rec.Revision, Host: rec.Host, DocumentVersion: doc.Version, ConfigDrive: drive, Devices: devs, Warnings: warn, BlockDevices: bds}, nil
+	c.log.Info("instance published", "name", in.Name, "uuid", in.UUID, "revision", rec.Revision, "document_version", doc.Version, "config_drive", in.WantsConfigDrive())
+	return inst, nil
 }
 
 // mkdirInstance creates the instance directory if it does not exist and
@@ -522,17 +479,12 @@ func (c *Controller) Get(ctx context.Context, name string) (*Instance, error) {
 	} else if tree != nil {
 		inst.Transports = []part.Transport{{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)}}
 	}
-	reason, err := c.faultOf(ctx, rec.UUID)
+	// The fault and the kept state as list shows them (core_hostsviews.go).
+	shown, err := c.shown().One(ctx, rec, inst.State)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", name, err)
 	}
-	inst.Fault = reason
-	if c.owns(rec) {
-		inst.State = view.WithFault(inst.State, reason) // as list shows it
-	}
-	if st, err := c.states().State(ctx, rec.UUID); err == nil && st != "" {
-		inst.State = st // core_vmstate.go
-	}
+	inst.State, inst.Fault = shown.State, shown.Fault
 	return inst, nil
 }
 
@@ -612,13 +564,13 @@ func (c *Controller) fromRecord(ctx context.Context, rec store.Instance, withVer
 // (disks, config drive, console log). A failure before the store delete
 // undoes the steps before it.
 func (c *Controller) Delete(ctx context.Context, name string) (err error) {
-	defer c.observe("delete", time.Now(), &err)
+	defer c.Observe("delete", time.Now(), &err)
 	defer c.locks.Lock(name)()
-	rec, err := c.ownRecord(ctx, "delete", name)
+	rec, err := c.OwnRecord(ctx, "delete", name)
 	if err != nil {
 		return err
 	}
-	if err := c.checkRecordParts(ctx, part.Delete, rec); err != nil { // phases.go
+	if err := c.CheckRecordParts(ctx, part.Delete, rec); err != nil { // phases.go
 		return err
 	}
 	r := revert.New(c.log, "delete "+name)
@@ -633,53 +585,15 @@ func (c *Controller) Delete(ctx context.Context, name string) (err error) {
 	if c.notify != nil {
 		c.notify.Invalidate(rec.UUID)
 	}
-	// The disks go with the instance, and their secrets with them: from
-	// libvirt (the domain is gone) and from the key manager. A failure
-	// here is left to the reconciler's sweep.
-	if err := c.disks.UndefineSecrets(ctx, rec.UUID); err != nil {
-		c.log.Warn("libvirt secrets of a deleted instance not undefined (the reconciler retries)", "name", name, "err", err)
-	}
-	if err := c.disks.ForgetInstance(ctx, name, rec.UUID); err != nil {
-		c.log.Warn("secrets of a deleted instance not deleted (the reconciler retries)", "name", name, "err", err)
-	}
-	c.afterRecordParts(ctx, "delete", rec) // phases.go (the state record and a shelved instance's image too)
+	// The parts let go of the instance: the disks part of its secrets
+	// and block-device records, the states part of its state record and
+	// a shelved instance's image.
+	c.afterRecordParts(ctx, "delete", rec) // phases.go
 	if err := os.RemoveAll(c.instanceDir(name)); err != nil {
 		return fmt.Errorf("delete %s: remove files: %w", name, err)
 	}
 	c.log.Info("instance deleted", "name", name, "uuid", rec.UUID)
 	return nil
-}
-
-// WriteConfigDrive streams a freshly built config drive of the instance's
-// published tree to w.
-func (c *Controller) WriteConfigDrive(ctx context.Context, name string, format configdrive.Format, w io.Writer) (int64, error) {
-	rec, err := c.ownRecord(ctx, "config drive", name)
-	if err != nil {
-		return 0, err
-	}
-	doc, err := c.store.Document(ctx, rec.UUID)
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	tree, err := metadata.DecodeTree(doc.Tree)
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	tmp, err := os.MkdirTemp(c.dataDir, "drive-")
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	defer os.RemoveAll(tmp)
-	p := filepath.Join(tmp, "disk.config")
-	if err := configdrive.Build(p, tree.ConfigDriveFiles(), configdrive.Options{Format: format}); err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, fmt.Errorf("config drive %s: %w", name, err)
-	}
-	defer f.Close()
-	return io.Copy(w, f)
 }
 
 // nameOf names the instance with a UUID for error messages (the UUID itself

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	drivepart "github.com/vmeta/vmeta/hostctl/parts/configdrive"
 	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -204,7 +205,7 @@ func TestWriteConfigDriveFormats(t *testing.T) {
 	}
 	for _, f := range []configdrive.Format{configdrive.ISO9660, configdrive.VFAT} {
 		var buf bytes.Buffer
-		n, err := c.WriteConfigDrive(ctx, "app-1", f, &buf)
+		n, err := drivepart.NewBuilder(c, c.Documents(), c.DataDir()).WriteConfigDrive(ctx, "app-1", f, &buf)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}

@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/revert"
@@ -44,10 +42,10 @@ func (c *Controller) DetachTimeout() time.Duration { return c.detachTimeout }
 // the parts (the DHCP leases) in line and publishes next; the undo steps
 // go on r.
 func (c *Controller) FinishDeviceChange(ctx context.Context, r *revert.Reverter, old, next *model.Instance, expect int64) (*Instance, error) {
-	if _, err := c.readBack(ctx, next); err != nil {
+	if err := c.ReadBack(ctx, next); err != nil {
 		return nil, err
 	}
-	if err := c.definedParts(ctx, part.Apply, r, old, next); err != nil { // phases.go
+	if err := c.parts.Defined(ctx, part.Apply, &part.Instance{Spec: next, Old: old}, r); err != nil {
 		return nil, err
 	}
 	inst, err := c.publish(ctx, r, next, expect)
@@ -74,11 +72,6 @@ func (c *Controller) MakeInstanceDir(r *revert.Reverter, name string) error {
 // of hostctl/ops finds among them those it works with).
 func (c *Controller) Parts() []part.Part { return c.parts }
 
-// PreStart runs the parts' work before the lock of a start for op.
-func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) error {
-	return c.preStartParts(ctx, op, name) // phases.go
-}
-
 // PowerOff powers the running domain of rec off and leaves it as a stop
 // does: the parts told, the passphrases out of libvirt (a
 // failure there is logged: the reconciler retries; the start after
@@ -92,64 +85,4 @@ func (c *Controller) PowerOff(ctx context.Context, rec store.Instance) error {
 		c.log.Warn("libvirt secrets not removed after power-off; the reconciler retries", "name", rec.Name, "err", err)
 	}
 	return nil
-}
-
-// An instance is in ERROR when a start failed because a share it needs
-// could not be mounted on the host (part.ErrMountFailed); the part that keeps the faults
-// (hostctl/parts/faults) records it (startFailer) and the core shows it
-// (faultShower): Instance.State is StateError while the domain is not
-// running, Instance.Fault says why.
-
-// StateError is the state of an instance in ERROR (Instance.State)
-// while its domain is not running (view.WithFault).
-const StateError = view.Error
-
-// startFailer is a part with work when a start failed (the faults part:
-// a mount failure puts the instance in ERROR); its error joins the
-// start's.
-type startFailer interface {
-	StartFailed(ctx context.Context, in *part.Instance, err error) error
-}
-
-// faultShower is a part that knows the instances in ERROR: the reason by
-// instance UUID (list reads every one: view.Faults).
-type faultShower interface {
-	Fault(ctx context.Context, uuid string) (string, error)
-}
-
-// startFailed tells the parts that the start of rec failed with err and
-// returns err, joined by what they could not do.
-func (c *Controller) startFailed(ctx context.Context, rec store.Instance, err error) error {
-	var in *part.Instance
-	errs := []error{err}
-	for _, p := range c.parts {
-		sf, ok := p.(startFailer)
-		if !ok {
-			continue
-		}
-		if in == nil {
-			spec, derr := decodeSpec(rec)
-			if derr != nil {
-				return errors.Join(err, derr)
-			}
-			in = &part.Instance{Spec: spec, Host: rec.Host}
-		}
-		if ferr := sf.StartFailed(ctx, in, err); ferr != nil {
-			errs = append(errs, ferr)
-		}
-	}
-	if len(errs) == 1 {
-		return err
-	}
-	return errors.Join(errs...)
-}
-
-// faultOf returns the reason an instance is in ERROR ("" when it is not).
-func (c *Controller) faultOf(ctx context.Context, uuid string) (string, error) {
-	for _, p := range c.parts {
-		if fs, ok := p.(faultShower); ok {
-			return fs.Fault(ctx, uuid)
-		}
-	}
-	return "", nil
 }

@@ -1,6 +1,9 @@
 package controller
 
-import "github.com/vmeta/vmeta/hostctl/view"
+import (
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
+)
 
 // shown is how instance list shows the states of instances (hostctl/view,
 // which the daemon hands hostctl's metrics too), over this core's
@@ -10,11 +13,6 @@ func (c *Controller) shown() view.States {
 	if c.domains != nil {
 		s.Domains = c.domains
 	}
-	for _, p := range c.parts {
-		if f, ok := p.(view.Faults); ok {
-			s.Faults = f
-			break
-		}
-	}
+	s.Faults, _ = part.First[view.Faults](c.parts, "")
 	return s
 }

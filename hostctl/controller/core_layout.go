@@ -1,12 +1,6 @@
 package controller
 
-import (
-	"context"
-
-	"github.com/vmeta/vmeta/hostctl/images"
-	"github.com/vmeta/vmeta/hostctl/layout"
-	"github.com/vmeta/vmeta/internal/model"
-)
+import "github.com/vmeta/vmeta/hostctl/layout"
 
 // The layout of an instance from its spec, flavor and image
 // (hostctl/layout) as the core uses it: the flavor and image an instance
@@ -26,12 +20,4 @@ func (c *Controller) Layouts() *layout.Layout {
 		l.Flavors = c.flavors
 	}
 	return l
-}
-
-func (c *Controller) imageOf(ctx context.Context, name string) (*images.Image, error) {
-	return c.Layouts().ImageOf(ctx, name)
-}
-
-func (c *Controller) blankTemplate(ctx context.Context, d model.Disk) (images.Base, error) {
-	return layout.BlankTemplate(ctx, c.templates, d)
 }

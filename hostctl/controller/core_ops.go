@@ -29,21 +29,15 @@ type Domain struct {
 	Inactive []byte     // the persistent definition
 }
 
-// Observe tells Options.Observe that op, begun at start, ended with
-// *err (deferred first thing by an operation).
-func (c *Controller) Observe(op string, start time.Time, err *error) { c.observe(op, start, err) }
-
-// Emit records an event on the audit log's stream.
-func (c *Controller) Emit(ctx context.Context, stream, typ string, payload any) {
-	c.emit(ctx, stream, typ, payload)
-}
-
 // Logger is the core's logger.
 func (c *Controller) Logger() *slog.Logger { return c.log }
 
 // DataDir is the data directory; InstanceDir an instance's directory in
 // it.
 func (c *Controller) DataDir() string { return c.dataDir }
+
+// Documents are the instances' published documents (the core's store).
+func (c *Controller) Documents() store.Documents { return c.store }
 
 // InstanceDir is the directory of instance name's files.
 func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name) }
@@ -53,7 +47,7 @@ func (c *Controller) InstanceDir(name string) string { return c.instanceDir(name
 // operation in errors ("attach disk to"). Whether the operation needs a
 // hypervisor, or its domain in some state, is the operation's to check.
 func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, name string) (store.Instance, *model.Instance, error) {
-	rec, err := c.ownRecord(ctx, what, name)
+	rec, err := c.OwnRecord(ctx, what, name)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
@@ -61,7 +55,7 @@ func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, na
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
+	if err := c.checkParts(ctx, op, in, ""); err != nil { // phases.go
 		return store.Instance{}, nil, fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	return rec, in, nil
@@ -70,12 +64,8 @@ func (c *Controller) OpInstance(ctx context.Context, what string, op part.Op, na
 // PrepareParts runs the parts' Prepare phase for op on in, with the undo
 // steps on r, and hands their devices to the domain host will build.
 func (c *Controller) PrepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
-	return c.prepareParts(ctx, op, r, in, host)
+	return c.preparePartsFor(ctx, op, r, in, 0, host) // phases.go
 }
-
-// DiskFileName is the name of disk d's image file in its instance's
-// directory (InstanceDir).
-func DiskFileName(d model.Disk) string { return diskFileOf(d) }
 
 // DomainHost is the host side of in's domain (files, encrypted disks'
 // sources) and the options domains are built with.
@@ -121,19 +111,6 @@ func (c *Controller) DefineDomain(ctx context.Context, r *revert.Reverter, name 
 	return nil
 }
 
-// RemoveDomain destroys and undefines in's domain; the undo step on r
-// defines (and starts) it again.
-func (c *Controller) RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	return c.removeDomain(ctx, r, in)
-}
-
-// ReadBack reads what libvirt chose for in's defined domain back into
-// in.
-func (c *Controller) ReadBack(ctx context.Context, in *model.Instance) error {
-	_, err := c.readBack(ctx, in)
-	return err
-}
-
 // Publish publishes in, expecting the record's revision expect; the undo
 // step on r restores what was published.
 func (c *Controller) Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error {
@@ -173,7 +150,7 @@ func (c *Controller) StopDomain(ctx context.Context, r *revert.Reverter, rec sto
 // it: config drive, passphrases of in's disks, extra (the operation's own
 // secrets), start. The undo steps go on r.
 func (c *Controller) Boot(ctx context.Context, r *revert.Reverter, rec store.Instance, in *model.Instance, extra func(context.Context, *revert.Reverter) error) error {
-	if err := c.ensureDrive(ctx, rec); err != nil {
+	if err := c.EnsureDrive(ctx, rec); err != nil {
 		return err
 	}
 	if err := c.disks.DefineSecrets(ctx, r, in); err != nil {
@@ -256,12 +233,6 @@ func (c *Controller) Forget(ctx context.Context, rec store.Instance) error {
 	return nil
 }
 
-// CheckRecordParts lets the parts that act on op check rec, a stored
-// instance of any host (a refusal wraps ErrState).
-func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
-	return c.checkRecordParts(ctx, op, rec) // phases.go
-}
-
 // CommittedRecordParts tells the parts that act on op that op on rec, a
 // stored instance of any host, stands, and returns their notes.
 func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec store.Instance) []string {
@@ -270,11 +241,5 @@ func (c *Controller) CommittedRecordParts(ctx context.Context, op part.Op, rec s
 		c.log.Warn("parts not told that "+string(op)+" stands", "instance", rec.Name, "err", err)
 		return nil
 	}
-	return c.committedParts(ctx, op, in, rec.Host) // phases.go
-}
-
-// EnsureDrive rebuilds rec's config drive from its published document
-// when the file is missing (an instance without one has none).
-func (c *Controller) EnsureDrive(ctx context.Context, rec store.Instance) error {
-	return c.ensureDrive(ctx, rec) // power.go
+	return c.parts.Committed(ctx, op, &part.Instance{Spec: in, Host: rec.Host})
 }

@@ -71,7 +71,7 @@ func (c *Controller) Drifted(ctx context.Context, spec *model.Instance, rev int6
 func (c *Controller) Republish(ctx context.Context, rec store.Instance, old, next *model.Instance) (err error) {
 	r := revert.New(c.log, "reconcile "+rec.Name)
 	defer r.Fail(&err)
-	if err := c.definedParts(ctx, part.Apply, r, old, next); err != nil {
+	if err := c.parts.Defined(ctx, part.Apply, &part.Instance{Spec: next, Old: old}, r); err != nil {
 		return fmt.Errorf("republish %s: %w", rec.Name, err)
 	}
 	_, err = c.publish(ctx, r, next, rec.Revision)

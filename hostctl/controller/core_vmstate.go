@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/vmeta/vmeta/hostctl/part"
-	"github.com/vmeta/vmeta/internal/store"
 )
 
 // The states hostctl gives an instance besides its domain's (shelved,
@@ -12,8 +11,7 @@ import (
 // daemon): its Check refuses what a state does not allow, its other
 // phases follow delete, force-delete and adopt. What the core needs of
 // the states beyond the phases — showing them, leaving such an instance
-// to its operations in the reconciler, counting what they hold of images
-// and secrets — it asks the registered part that keeps them
+// to its operations in the reconciler — it asks the registered part that keeps them
 // (instanceStates); without one, no instance has a state.
 
 // instanceStates is the part that keeps the instances' states.
@@ -23,11 +21,6 @@ type instanceStates interface {
 	// States are the states of the instances that have one, by
 	// lower-case UUID.
 	States(ctx context.Context) (map[string]string, error)
-	// ImageUsers names the instances whose state holds image name;
-	// Summaries is what the disks part's secrets' rule reads of the
-	// states, by lower-case instance UUID.
-	ImageUsers(ctx context.Context, name string) ([]string, error)
-	Summaries(ctx context.Context) (map[string]DiskState, error)
 }
 
 // states is the registered part that keeps the instances' states.
@@ -41,20 +34,11 @@ func (c *Controller) states() instanceStates {
 // noStates: no part keeps states.
 type noStates struct{}
 
-func (noStates) State(context.Context, string) (string, error)           { return "", nil }
-func (noStates) States(context.Context) (map[string]string, error)       { return nil, nil }
-func (noStates) ImageUsers(context.Context, string) ([]string, error)    { return nil, nil }
-func (noStates) Summaries(context.Context) (map[string]DiskState, error) { return nil, nil }
+func (noStates) State(context.Context, string) (string, error)     { return "", nil }
+func (noStates) States(context.Context) (map[string]string, error) { return nil, nil }
 
 // PowerState is the state of instance name's domain as list shows it
 // ("running", "shutoff"; "" without a hypervisor).
 func (c *Controller) PowerState(ctx context.Context, name, uuid string) string {
 	return c.drv.state(ctx, name, uuid)
-}
-
-// Resume starts rec, whose state (shelved, rescued) just ended, as start
-// does (config drive, shares, passphrases, the parts' start phase; a
-// failed start takes its secrets back).
-func (c *Controller) Resume(ctx context.Context, rec store.Instance) error {
-	return c.startDomain(ctx, rec)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -62,7 +63,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	if err := virt.Validate(in, host, c.dom); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
-	if err := c.checkParts(ctx, op, in); err != nil { // phases.go
+	if err := c.checkParts(ctx, op, in, ""); err != nil { // phases.go
 		return nil, fmt.Errorf("%s %s: %w", op, name, err)
 	}
 	makeDisks, err := c.disks.Make(ctx, in) // the disks part
@@ -142,11 +143,11 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		}
 	}
 	st.done("define")
-	if _, err := c.readBack(ctx, in); err != nil {
+	if err := c.ReadBack(ctx, in); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("read_back")
-	if err := c.definedParts(ctx, op, r, old, in); err != nil { // phases.go
+	if err := c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r); err != nil {
 		return nil, fmt.Errorf("apply %s: %w", name, err)
 	}
 	st.done("parts")
@@ -172,22 +173,22 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 	return inst, nil
 }
 
-// readBack reads the domain's XML (the running configuration when it
-// runs, else the persistent one) and copies the addresses, MACs and
-// serials libvirt chose into in; every spec device must be there.
-func (c *Controller) readBack(ctx context.Context, in *model.Instance) (*virt.Devices, error) {
+// ReadBack reads in's defined domain's XML (the running configuration
+// when it runs, else the persistent one) and copies the addresses, MACs
+// and serials libvirt chose into in; every spec device must be there.
+func (c *Controller) ReadBack(ctx context.Context, in *model.Instance) error {
 	doc, err := c.domains.XML(ctx, in.Name, true)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	devs, err := virt.ParseDevices(doc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := devs.Apply(in); err != nil {
-		return nil, fmt.Errorf("read back domain %s: %w", in.Name, err)
+		return fmt.Errorf("read back domain %s: %w", in.Name, err)
 	}
-	return devs, nil
+	return nil
 }
 
 // curDomain is what libvirt has for an instance name.
@@ -236,10 +237,10 @@ func (c *Controller) requireDomain(ctx context.Context, name, uuid string) (*cur
 	return cur, nil
 }
 
-// removeDomain destroys and undefines the instance's domain (a missing
-// one, or one with another UUID, is left alone) and registers its
-// redefinition — and restart, if it ran — as the undo step.
-func (c *Controller) removeDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
+// RemoveDomain destroys and undefines in's domain (a missing one, or
+// one with another UUID, is left alone); the undo step on r defines it
+// again — and starts it, if it ran.
+func (c *Controller) RemoveDomain(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
 	cur, err := c.currentDomain(ctx, in.Name)
 	if err != nil {
 		return err
@@ -282,7 +283,7 @@ func (c *Controller) domainState(ctx context.Context, name, uuid string) string 
 }
 
 func (c *Controller) removeDiskFile(instance, target string) {
-	p := filepath.Join(c.instanceDir(instance), diskFile(target))
+	p := filepath.Join(c.instanceDir(instance), layout.DiskFile(model.Disk{Name: target}))
 	if err := removeFile(p); err != nil {
 		c.log.Warn("could not remove the image of a removed disk", "file", p, "err", err)
 	}

@@ -33,7 +33,7 @@ type driver interface {
 type noDriver struct{ c *Controller }
 
 func (d noDriver) apply(ctx context.Context, op part.Op, in, _ *model.Instance, expect int64) (_ *Instance, err error) {
-	if err := d.c.checkParts(ctx, op, in); err != nil {
+	if err := d.c.checkParts(ctx, op, in, ""); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, in.Name, err)
 	}
 	r := revert.New(d.c.log, "apply "+in.Name)
@@ -71,7 +71,7 @@ func (d libvirtDriver) remove(ctx context.Context, r *revert.Reverter, rec store
 	if err != nil {
 		return err
 	}
-	if err := d.c.removeDomain(ctx, r, in); err != nil {
+	if err := d.c.RemoveDomain(ctx, r, in); err != nil {
 		return err
 	}
 	return d.c.parts.Remove(ctx, part.Delete, &part.Instance{Spec: in}, r)

@@ -178,9 +178,9 @@ func withEncryption(t *testing.T, e *env) *faults {
 		t.Fatal(err)
 	}
 	f := &faults{}
-	e.c.keys = faultyKeys{km, f}
-	e.c.luks = faultyLUKS{encryption.New(encryption.Options{QemuImg: e.qemuImg, QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 10 * time.Millisecond}), f}
-	e.c.libvirtSecrets = e.hv
+	e.dp().Keys = faultyKeys{km, f}
+	e.dp().LUKS = faultyLUKS{encryption.New(encryption.Options{QemuImg: e.qemuImg, QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 10 * time.Millisecond}), f}
+	e.dp().Secrets = e.hv
 	return f
 }
 
@@ -233,9 +233,9 @@ func TestEncryptedApply(t *testing.T) {
 		t.Errorf("guest told %d disks encrypted, want 2 (vdc untagged included)", len(enc))
 	}
 	// Each disk opens with its own passphrase and not with the other's.
-	tool := e.c.luks
-	passA, _ := e.c.keys.Passphrase(ctx, bds["vda"])
-	passC, _ := e.c.keys.Passphrase(ctx, bds["vdc"])
+	tool := e.dp().LUKS
+	passA, _ := e.dp().Keys.Passphrase(ctx, bds["vda"])
+	passC, _ := e.dp().Keys.Passphrase(ctx, bds["vdc"])
 	dir := filepath.Join(e.dir, "instances", "app-1")
 	if err := tool.Verify(ctx, filepath.Join(dir, "disk-vda.qcow2"), passA, nil); err != nil {
 		t.Error(err)
@@ -277,7 +277,7 @@ func TestEncryptedApply(t *testing.T) {
 	if len(dropped.BlockDevices) != 2 {
 		t.Errorf("block devices after dropping vdc: %+v", dropped.BlockDevices)
 	}
-	if _, err := e.c.keys.Get(ctx, bds["vdc"]); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, bds["vdc"]); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("vdc's secret after the disk went: %v", err)
 	}
 	if _, err := e.c.Start(ctx, "app-1"); err != nil {
@@ -286,7 +286,7 @@ func TestEncryptedApply(t *testing.T) {
 	if err := e.c.Delete(ctx, "app-1"); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := e.c.keys.List(ctx, ""); len(l) != 0 {
+	if l, _ := e.dp().Keys.List(ctx, ""); len(l) != 0 {
 		t.Errorf("secrets after delete: %+v", l)
 	}
 	if recs, _ := e.st.Records(ctx, "blockdev/"); len(recs) != 0 {
@@ -336,7 +336,7 @@ func TestEncryptionRefusals(t *testing.T) {
 	t.Run("unsupported by the probe", func(t *testing.T) {
 		e := newEnv(t)
 		withFakeEncryption(t, e) // refused before any LUKS work
-		e.c.encSupport = func(context.Context) (encryption.Support, error) {
+		e.dp().Support = func(context.Context) (encryption.Support, error) {
 			return encryption.Support{Why: map[string]string{"luks": "qemu-img lacks it"}}, nil
 		}
 		_, err := e.apply(encSpec)
@@ -364,7 +364,8 @@ func TestEncryptionRefusals(t *testing.T) {
 func TestNoHypervisorNeverClaimsEncryption(t *testing.T) {
 	dir := t.TempDir()
 	st := openBolt(t, dir)
-	c := newController(st, Options{DataDir: dir, Disks: diskPart})
+	c := newController(st, Options{DataDir: dir})
+	withDiskPart(c, "")
 	inst, err := c.Apply(context.Background(), []byte(encSpec))
 	if err != nil {
 		t.Fatal(err)
@@ -499,7 +500,7 @@ func TestFaultsEncryptedDelete(t *testing.T) {
 		if len(e.hv.secrets) != 0 {
 			t.Errorf("libvirt secrets after delete and a reconcile: %v", e.hv.secrets)
 		}
-		if l, _ := e.c.keys.List(context.Background(), ""); len(l) != 0 {
+		if l, _ := e.dp().Keys.List(context.Background(), ""); len(l) != 0 {
 			t.Errorf("key-manager secrets after delete and a reconcile: %v", l)
 		}
 	})
@@ -563,7 +564,7 @@ func TestSweepSecrets(t *testing.T) {
 	if err := e.c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := e.c.keys.List(ctx, ""); len(l) != 0 {
+	if l, _ := e.dp().Keys.List(ctx, ""); len(l) != 0 {
 		t.Errorf("secrets of a gone instance kept: %+v", l)
 	}
 	if recs, _ := e.st.Records(ctx, "blockdev/"); len(recs) != 0 {
@@ -602,7 +603,7 @@ func TestEncryptedRootOverPlainImage(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	inst := e.mustApply("name: img-1\nimage: debian\ndisks: [{name: vda, tag: root, encrypted: true}, {name: vdb, size: 4M, encrypted: true}]\n")
-	tool := e.c.luks
+	tool := e.dp().LUKS
 	root, err := tool.Inspect(ctx, filepath.Join(e.dir, "instances", "img-1", "disk-vda.qcow2"))
 	if err != nil || !root.Encrypted || root.BackingFile != base {
 		t.Fatalf("root: %+v %v", root, err)
@@ -667,7 +668,7 @@ func TestAttachEncryptedDisk(t *testing.T) {
 	if _, err := e.c.DetachDisk(ctx, "app-1", types.DetachRequest{Target: target}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.keys.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("secret after detach: %v", err)
 	}
 }
@@ -719,20 +720,20 @@ func TestReplacedDiskSecret(t *testing.T) {
 			t.Errorf("vda's secret changed: %+v", bd)
 		}
 	}
-	if _, err := e.c.keys.Get(ctx, old["vdc"]); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, old["vdc"]); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the replaced disk's secret: %v", err)
 	}
-	stray, err := e.c.keys.Create(ctx, keys.Request{ProjectID: "p1", Owner: &keys.Owner{Host: e.c.hostName, InstanceUUID: again.Spec.UUID, InstanceName: "app-1", Disk: "vdz"}})
+	stray, err := e.dp().Keys.Create(ctx, keys.Request{ProjectID: "p1", Owner: &keys.Owner{Host: e.c.hostName, InstanceUUID: again.Spec.UUID, InstanceName: "app-1", Disk: "vdz"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := e.c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.keys.Get(ctx, stray.UUID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, stray.UUID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unused secret of an existing instance not swept: %v", err)
 	}
-	if l, _ := e.c.keys.List(ctx, ""); len(l) != 2 {
+	if l, _ := e.dp().Keys.List(ctx, ""); len(l) != 2 {
 		t.Errorf("secrets after the sweep: %d, want the two disks'", len(l))
 	}
 }
@@ -794,7 +795,7 @@ func TestFlavorEncryptionEndToEnd(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), `"virtual-size": 2147483648`) {
 			t.Errorf("root disk after resize: %v\n%s", err, out)
 		}
-		pass, _ := e.c.keys.Passphrase(ctx, secrets[d.Name])
+		pass, _ := e.dp().Keys.Passphrase(ctx, secrets[d.Name])
 		if err := tool.Verify(ctx, p, pass, nil); err != nil {
 			t.Errorf("root disk after resize: %v", err)
 		}
@@ -807,7 +808,7 @@ func TestFlavorEncryptionEndToEnd(t *testing.T) {
 			t.Errorf("swap disk made anew kept its secret")
 		}
 	}
-	if l, _ := e.c.keys.List(ctx, ""); len(l) != len(resized.Spec.Disks) {
+	if l, _ := e.dp().Keys.List(ctx, ""); len(l) != len(resized.Spec.Disks) {
 		t.Errorf("%d secrets after resize, want one per disk (%d)", len(l), len(resized.Spec.Disks))
 	}
 }

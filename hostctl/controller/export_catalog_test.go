@@ -1,21 +1,34 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/catalog"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 )
 
 // The flavor registry, the image catalog and the secrets are served by
-// hostctl/catalog over the core (core_catalog.go). The tests here drive
-// them through the catalog over the harness's controller, with the
-// controller's key manager, LUKS tool and audit log as they are when
+// hostctl/catalog, wired as the daemon wires it (hostctl/daemon:
+// catalog). The tests here drive them through the catalog over the
+// harness's records, image directory and disks part, with the disks
+// part's key manager and LUKS tool and the audit log as they are when
 // called (the tests replace the key manager after construction).
 
-// catalog returns the catalog over c.
+// catalog returns the catalog over c's records and disks part.
 func (c *Controller) catalog() *catalog.Catalog {
-	return catalog.New(c, catalog.Options{Keys: c.keys, LUKS: c.luks, Audit: c.audit, Logger: c.log})
+	dp := c.disks.(*disks.Part)
+	users := catalog.StoreUsers{Instances: c.store, Host: c.hostName}
+	for _, p := range c.parts {
+		if s, ok := p.(interface {
+			ImageUsers(ctx context.Context, name string) ([]string, error)
+		}); ok {
+			users.States = s
+		}
+	}
+	return catalog.New(catalog.Options{Flavors: c.flavors, Images: c.imageDir, Users: users, Secrets: dp,
+		Keys: dp.Keys, LUKS: dp.LUKS, Audit: c.audit, Logger: c.log})
 }
 
 // Catalog is the catalog over the harness's controller.
@@ -34,14 +47,14 @@ func (e *env) WithKeys() *keys.Manager {
 // (a *keys.Manager: pending rotations are seen).
 func realKeys(t *testing.T, e *env) *keys.Manager {
 	t.Helper()
-	fk, ok := e.c.keys.(faultyKeys)
+	fk, ok := e.dp().Keys.(faultyKeys)
 	if !ok {
-		t.Fatalf("key manager %T", e.c.keys)
+		t.Fatalf("key manager %T", e.dp().Keys)
 	}
 	km, ok := fk.KeyManager.(*keys.Manager)
 	if !ok {
 		t.Fatalf("key manager %T", fk.KeyManager)
 	}
-	e.c.keys = km
+	e.dp().Keys = km
 	return km
 }

@@ -3,6 +3,9 @@ package controller
 import (
 	"context"
 
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
+
 	faultspart "github.com/vmeta/vmeta/hostctl/parts/faults"
 )
 
@@ -12,8 +15,8 @@ import (
 
 // The faults part plays the roles the core finds it by.
 var (
-	_ startFailer = (*faultspart.Part)(nil)
-	_ faultShower = (*faultspart.Part)(nil)
+	_ part.StartFailer = (*faultspart.Part)(nil)
+	_ view.Faults      = (*faultspart.Part)(nil)
 )
 
 // faultsPart is the faults part over c's records.

@@ -157,5 +157,5 @@ func (e *env) DetachFromDefinition(ctx context.Context, name string, x []byte) e
 // PreStart runs what Start runs before it takes the instance's lock (the
 // parts' PreStart).
 func (e *env) PreStart(ctx context.Context, name string) error {
-	return e.c.preStartParts(ctx, part.Start, name)
+	return e.c.PreStart(ctx, part.Start, name)
 }

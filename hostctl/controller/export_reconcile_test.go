@@ -33,5 +33,9 @@ func (c *Controller) startReconciler() *reconcile.Reconciler {
 }
 
 func (c *Controller) reconciler() *reconcile.Reconciler {
-	return reconcile.New(c, reconcile.Options{Domains: c.domains.(reconcile.Domains), Disks: c.disks, Interval: -1, Logger: c.log})
+	var dk reconcile.Disks // the disks part, as the daemon hands it (none: nil)
+	if d, ok := c.disks.(reconcile.Disks); ok {
+		dk = d
+	}
+	return reconcile.New(c, reconcile.Options{Domains: c.domains.(reconcile.Domains), Disks: dk, Interval: -1, Logger: c.log})
 }

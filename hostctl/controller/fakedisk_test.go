@@ -339,7 +339,7 @@ func withFakeDisks(t *testing.T, e *env, f *faults) string {
 	t.Helper()
 	l, qemuImg := newFakeLUKS(t)
 	e.fakeQemuImg = qemuImg
-	e.c.luks = faultyLUKS{l, f}
+	e.dp().LUKS = faultyLUKS{l, f}
 	setImagesTool(e, qemuImg)
 	return qemuImg
 }
@@ -348,8 +348,9 @@ func withFakeDisks(t *testing.T, e *env, f *faults) string {
 // qemuImg.
 func setImagesTool(e *env, qemuImg string) {
 	e.c.imageDir = images.New(filepath.Join(e.dir, "images"), images.Options{QemuImg: qemuImg})
-	e.c.images = goImages{Images: e.c.imageDir}
-	e.c.templates = e.c.imageDir.NewTemplates(filepath.Join(e.dir, "instances", "_base"))
+	e.dp().Catalog = e.c.imageDir
+	e.dp().Images = goImages{Images: e.c.imageDir}
+	e.dp().Templates = e.c.imageDir.NewTemplates(filepath.Join(e.dir, "instances", "_base"))
 }
 
 // patternData is the data of a fake disk that holds imagePattern.

@@ -82,7 +82,7 @@ func writeSparse(path string, b []byte, mode os.FileMode) error {
 }
 
 // useGoImages puts e's disk maker on goImages.
-func (e *env) useGoImages() { e.c.images = goImages{Images: e.c.imageDir} }
+func (e *env) useGoImages() { e.dp().Images = goImages{Images: e.dp().Catalog} }
 
 // qcow2 layout of qemu-img 7.2's `create -f qcow2` (64 KiB clusters,
 // 16-bit refcounts, version 3): the header and its extensions (backing
@@ -506,5 +506,24 @@ func TestQcow2Listing(t *testing.T) {
 	}
 	if _, ok := qcow2Listing(base + ".missing"); ok {
 		t.Error("a missing file listed")
+	}
+}
+
+// TestEnvMakesDisksInGo: newEnv's disks part makes its disks with
+// goImages (no qemu-img process), and failQemuImgCreate makes an apply
+// fail there, leaving nothing behind.
+func TestEnvMakesDisksInGo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, ok := e.dp().Images.(goImages); !ok {
+		t.Fatalf("the disks part makes disks with %T", e.dp().Images)
+	}
+	before := e.snapshot()
+	e.failQemuImgCreate()
+	if _, err := e.apply(hvSpec); !errors.Is(err, errInjected) {
+		t.Fatalf("apply with a failing disk maker: %v", err)
+	}
+	if after := e.snapshot(); after != before {
+		t.Errorf("the failed apply left:\n%s", diffLines(before, after))
 	}
 }

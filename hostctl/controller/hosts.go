@@ -40,9 +40,9 @@ type Hosts interface {
 // owns reports whether rec is this host's to manage (hosts.Owns).
 func (c *Controller) owns(rec store.Instance) bool { return hosts.Owns(c.hostName, rec.Host) }
 
-// ownRecord returns the record of the instance named name for op, or
+// OwnRecord returns the record of the instance named name for op, or
 // ErrOtherHost naming its owner.
-func (c *Controller) ownRecord(ctx context.Context, op, name string) (store.Instance, error) {
+func (c *Controller) OwnRecord(ctx context.Context, op, name string) (store.Instance, error) {
 	rec, err := c.store.Instance(ctx, name)
 	if err != nil {
 		return store.Instance{}, fmt.Errorf("%s %s: %w", op, name, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/vmeta/vmeta/configdrive"
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	drivepart "github.com/vmeta/vmeta/hostctl/parts/configdrive"
 	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/bolt"
 )
@@ -68,7 +69,7 @@ func TestHostsActOnlyOnTheirOwn(t *testing.T) {
 		{"attach disk", func() error { _, err := b.AttachDisk(ctx, "app-1", types.DiskRequest{Tag: "x"}); return err }},
 		{"detach nic", func() error { _, err := b.DetachNIC(ctx, "app-1", types.DetachRequest{Tag: "x"}); return err }},
 		{"config drive", func() error {
-			_, err := b.WriteConfigDrive(ctx, "app-1", configdrive.ISO9660, &strings.Builder{})
+			_, err := drivepart.NewBuilder(b, b.Documents(), b.DataDir()).WriteConfigDrive(ctx, "app-1", configdrive.ISO9660, &strings.Builder{})
 			return err
 		}},
 		{"adopt while alive", func() error { _, err := b.Adopt(ctx, "app-1"); return err }},

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/view"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/errkind"
 )
@@ -36,4 +37,8 @@ const (
 	StateMissing = "missing"
 	// StateUnknown: libvirtd could not be asked.
 	StateUnknown = "unknown"
+	// StateError: a start failed because a share could not be mounted
+	// (part.ErrMountFailed, a part keeps the fault) and the domain does
+	// not run (view.WithFault); Instance.Fault says why.
+	StateError = view.Error
 )

@@ -513,7 +513,7 @@ func faultStep(t *testing.T, name string, step func(t *testing.T)) {
 
 // failQemuImgCreate makes e's disk maker fail as a dying qemu-img
 // create may: after writing part of the new image.
-func (e *env) failQemuImgCreate() { e.c.images = goImages{Images: e.c.imageDir, fail: true} }
+func (e *env) failQemuImgCreate() { e.dp().Images = goImages{Images: e.dp().Catalog, fail: true} }
 
 func diffLines(a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
@@ -697,7 +697,7 @@ func configDriveTarget(t *testing.T, e *env) string {
 func TestImageBackedDisk(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.c.images = e.c.imageDir // the real qemu-img create of an overlay (outside the libvirt tests)
+	e.dp().Images = e.dp().Catalog // the real qemu-img create of an overlay (outside the libvirt tests)
 	images := filepath.Join(e.dir, "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)

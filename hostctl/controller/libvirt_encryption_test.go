@@ -76,7 +76,7 @@ func TestLibvirtEncryptedImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.libvirtSecrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: own, Usage: e.c.secretUsage(inst.Spec.UUID, "vda")}, ownPass); err != nil {
+	if err := e.dp().Secrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: own, Usage: e.c.secretUsage(inst.Spec.UUID, "vda")}, ownPass); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := execCommand("virsh", "-q", "-c", uri, "start", name); err == nil {
@@ -85,7 +85,7 @@ func TestLibvirtEncryptedImage(t *testing.T) {
 	} else if !strings.Contains(string(out), backing) {
 		t.Logf("start without the backing secret failed: %s", out)
 	}
-	if err := e.c.libvirtSecrets.UndefineSecret(ctx, own); err != nil {
+	if err := e.dp().Secrets.UndefineSecret(ctx, own); err != nil {
 		t.Fatal(err)
 	}
 	// A snapshot flattens the overlay with the real qemu-img: re-encrypted
@@ -164,12 +164,12 @@ func encryptedRealEnv(t *testing.T) (*env, string, *keys.Manager) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.c.keys = km
-	e.c.luks = encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 20 * time.Millisecond})
+	e.dp().Keys = km
+	e.dp().LUKS = encryption.New(encryption.Options{QemuImg: testenv.LookPath(t, "qemu-img"), QemuIO: testenv.LookPath(t, "qemu-io"), IterTime: 20 * time.Millisecond})
 	t.Cleanup(func() {
-		if ss, err := e.c.libvirtSecrets.Secrets(context.Background(), e.c.secretPrefix()); err == nil {
+		if ss, err := e.dp().Secrets.Secrets(context.Background(), e.c.secretPrefix()); err == nil {
 			for _, s := range ss {
-				_ = e.c.libvirtSecrets.UndefineSecret(context.Background(), s.UUID)
+				_ = e.dp().Secrets.UndefineSecret(context.Background(), s.UUID)
 			}
 		}
 	})

@@ -18,7 +18,8 @@ import (
 // hostctl/part's doc lists. This file gives the parts their view of an
 // instance (its flavor's extra specs, its image's properties, its
 // record's host) for the phases that read it, and what the core asks of
-// the parts besides the phases (their devices, their transports).
+// the parts besides the phases (their devices; their transports:
+// transports.go).
 
 // partView is what the parts see of in: its spec, its flavor's extra
 // specs and its image's properties.
@@ -45,14 +46,10 @@ func (c *Controller) partView(ctx context.Context, in *model.Instance) (*part.In
 	return pi, nil
 }
 
-// checkParts runs the parts' Check (part.Set.Check): a refusal wraps
-// ErrState and names the part and its reason.
-func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance) error {
-	return c.checkPartsOn(ctx, op, in, "")
-}
-
-// checkPartsOn is checkParts for an instance of host (its record's).
-func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Instance, host string) error {
+// checkParts runs the parts' Check (part.Set.Check) for in, an instance
+// of host (its record's; "": this host's or a new instance): a refusal
+// wraps ErrState and names the part and its reason.
+func (c *Controller) checkParts(ctx context.Context, op part.Op, in *model.Instance, host string) error {
 	if len(c.parts) == 0 {
 		return nil
 	}
@@ -64,8 +61,9 @@ func (c *Controller) checkPartsOn(ctx context.Context, op part.Op, in *model.Ins
 	return c.parts.Check(ctx, op, pi)
 }
 
-// checkRecordParts is checkParts for a stored instance.
-func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
+// CheckRecordParts lets the parts that act on op check rec, a stored
+// instance of any host (checkParts: a refusal wraps ErrState).
+func (c *Controller) CheckRecordParts(ctx context.Context, op part.Op, rec store.Instance) error {
 	if len(c.parts) == 0 {
 		return nil
 	}
@@ -73,20 +71,15 @@ func (c *Controller) checkRecordParts(ctx context.Context, op part.Op, rec store
 	if err != nil {
 		return err
 	}
-	if err := c.checkPartsOn(ctx, op, in, rec.Host); err != nil {
+	if err := c.checkParts(ctx, op, in, rec.Host); err != nil {
 		return fmt.Errorf("%s %s: %w", op, rec.Name, err)
 	}
 	return nil
 }
 
-// prepareParts runs Prepare and hands the parts' devices (and fw_cfg
-// entries) to the domain host will build.
-func (c *Controller) prepareParts(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, host *virt.Host) error {
-	return c.preparePartsFor(ctx, op, r, in, 0, host)
-}
-
-// preparePartsFor is prepareParts for a domain whose publish makes
-// metadata revision rev (0: not known).
+// preparePartsFor runs Prepare and hands the parts' devices (and fw_cfg
+// entries) to the domain host will build, whose publish makes metadata
+// revision rev (0: not known).
 func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.Reverter, in *model.Instance, rev int64, host *virt.Host) error {
 	if len(c.parts) == 0 {
 		return nil
@@ -109,40 +102,19 @@ func (c *Controller) preparePartsFor(ctx context.Context, op part.Op, r *revert.
 	return nil
 }
 
-// definedParts runs Defined (part.Definer) once in's domain is defined
-// and read back (old is the spec before).
-func (c *Controller) definedParts(ctx context.Context, op part.Op, r *revert.Reverter, old, in *model.Instance) error {
-	return c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r)
-}
-
-// changeMedium is ChangeMedium of the registered part.MediaChanger, if
-// any (commit is never nil).
-func (c *Controller) changeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
-	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
-		return m.ChangeMedium(ctx, r, name, staged, rev)
-	}
-	return func() {}, nil, nil
-}
-
-// committedParts runs Committed (part.Committer) once op stands, and
-// returns the parts' notes (warnings, what a force-delete leaves behind).
-func (c *Controller) committedParts(ctx context.Context, op part.Op, in *model.Instance, host string) []string {
-	return c.parts.Committed(ctx, op, &part.Instance{Spec: in, Host: host})
-}
-
-// preStartParts runs PreStart (part.PreStarter) before the operation
-// takes the instance's lock, with the stored spec of an instance this
-// host owns and that may start (checkRecordParts: a shelved one does
-// not, it holds nothing).
-func (c *Controller) preStartParts(ctx context.Context, op part.Op, name string) error {
+// PreStart runs the parts' PreStart (part.PreStarter) before op (a
+// start, a hard reboot) takes the instance's lock, with the stored spec
+// of an instance this host owns and that may start (CheckRecordParts: a
+// shelved one does not, it holds nothing).
+func (c *Controller) PreStart(ctx context.Context, op part.Op, name string) error {
 	if _, ok := part.First[part.PreStarter](c.parts, op); !ok {
 		return nil
 	}
-	rec, err := c.ownRecord(ctx, "start", name)
+	rec, err := c.OwnRecord(ctx, "start", name)
 	if err != nil {
 		return err
 	}
-	if err := c.checkRecordParts(ctx, op, rec); err != nil {
+	if err := c.CheckRecordParts(ctx, op, rec); err != nil {
 		return err
 	}
 	in, err := decodeSpec(rec)
@@ -232,23 +204,4 @@ func (c *Controller) partsChange(ctx context.Context, old, in *model.Instance) (
 		return "", nil
 	}
 	return "the host parts' devices", nil
-}
-
-// driveTransport is the config drive's transport of instance name, as
-// the registered part.MediaChanger tells it (none without one).
-func (c *Controller) driveTransport(ctx context.Context, name string, running bool) []part.Transport {
-	if m, ok := part.First[part.MediaChanger](c.parts, ""); ok {
-		return []part.Transport{m.DriveTransport(ctx, name, running)}
-	}
-	return nil
-}
-
-// partTransports says which revision each part.Publisher carries for in
-// (stored: the stored metadata's revision, 0 when none).
-func (c *Controller) partTransports(ctx context.Context, in *model.Instance, running bool, stored int64) []part.Transport {
-	var out []part.Transport
-	for _, p := range part.Acting[part.Publisher](c.parts, "") {
-		out = append(out, p.Transport(ctx, &part.Instance{Spec: in}, running, stored))
-	}
-	return out
 }

@@ -3,13 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
-	"github.com/vmeta/vmeta/hostctl/part"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/vmeta/vmeta/configdrive"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/atomicfile"
+	"github.com/vmeta/vmeta/internal/metadata"
 	"github.com/vmeta/vmeta/internal/revert"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -29,8 +31,8 @@ const shutdownPollInterval = 200 * time.Millisecond
 // that fails keeps the instance's passthrough devices for the next start
 // (hostctl/parts/passthrough).
 func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err error) {
-	defer c.observe("start", time.Now(), &err)
-	if err := c.preStartParts(ctx, part.Start, name); err != nil { // phases.go
+	defer c.Observe("start", time.Now(), &err)
+	if err := c.PreStart(ctx, part.Start, name); err != nil { // phases.go
 		return nil, err
 	}
 	unlock := c.locks.Lock(name)
@@ -40,7 +42,7 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 		return nil, err
 	}
 	if !cur.running {
-		err = c.startDomain(ctx, rec)
+		err = c.Resume(ctx, rec)
 	}
 	unlock()
 	if err != nil {
@@ -50,16 +52,22 @@ func (c *Controller) Start(ctx context.Context, name string) (_ *Instance, err e
 	return c.Get(ctx, name)
 }
 
-// startDomain boots a domain that is not running, with the instance's
-// lock held: config drive, the parts' BeforeStart (share mounts) and
-// libvirt start (startWithSecrets). A share that could not be mounted
-// puts the instance in ERROR (hostctl/parts/faults).
-func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error {
-	if err := c.ensureDrive(ctx, rec); err != nil {
+// Resume boots rec's domain, not running, with the instance's lock held
+// (Start; hostctl/ops once a shelved or rescued state ended, a hard
+// reboot): config drive, the parts' BeforeStart (share mounts) and
+// libvirt start (startWithSecrets). A start that fails is told to the
+// parts' StartFailed (a share that could not be mounted puts the
+// instance in ERROR: hostctl/parts/faults).
+func (c *Controller) Resume(ctx context.Context, rec store.Instance) error {
+	if err := c.EnsureDrive(ctx, rec); err != nil {
 		return err
 	}
 	if err := c.startWithSecrets(ctx, rec); err != nil {
-		return c.startFailed(ctx, rec, err) // core_devchange.go
+		in, derr := decodeSpec(rec)
+		if derr != nil {
+			return err // startWithSecrets could not decode it either
+		}
+		return c.parts.StartFailed(ctx, &part.Instance{Spec: in, Host: rec.Host}, err)
 	}
 	c.afterRecordParts(ctx, "start", rec) // phases.go
 	return nil
@@ -69,7 +77,7 @@ func (c *Controller) startDomain(ctx context.Context, rec store.Instance) error 
 // (DefaultStopTimeout when 0) for the domain to be off; then it powers the
 // domain off. A domain already off is left so.
 func (c *Controller) Stop(ctx context.Context, name string, timeout time.Duration) (_ *Instance, err error) {
-	defer c.observe("stop", time.Now(), &err)
+	defer c.Observe("stop", time.Now(), &err)
 	if timeout <= 0 {
 		timeout = DefaultStopTimeout
 	}
@@ -138,14 +146,14 @@ func (c *Controller) shutdown(ctx context.Context, name string, timeout time.Dur
 func (c *Controller) powerTarget(ctx context.Context, op string, pop part.Op, name string) (store.Instance, *curDomain, error) {
 	// Ownership first: another host's instance is refused naming its
 	// host, whatever this host's hypervisor mode.
-	rec, err := c.ownRecord(ctx, op, name)
+	rec, err := c.OwnRecord(ctx, op, name)
 	if err != nil {
 		return store.Instance{}, nil, err
 	}
 	if err := c.drv.require(op, name); err != nil {
 		return store.Instance{}, nil, err
 	}
-	if err := c.checkRecordParts(ctx, pop, rec); err != nil { // phases.go (a shelved or rescued instance is refused)
+	if err := c.CheckRecordParts(ctx, pop, rec); err != nil { // phases.go (a shelved or rescued instance is refused)
 		return store.Instance{}, nil, err
 	}
 	cur, err := c.requireDomain(ctx, name, rec.UUID)
@@ -177,10 +185,10 @@ func (c *Controller) startWithSecrets(ctx context.Context, rec store.Instance) (
 	return nil
 }
 
-// ensureDrive rebuilds the config drive from the published document when
-// its file is missing (the domain's cdrom points at it); an instance with
-// config_drive: false has none.
-func (c *Controller) ensureDrive(ctx context.Context, rec store.Instance) error {
+// EnsureDrive rebuilds rec's config drive from its published document
+// when the file is missing (the domain's cdrom points at it); an
+// instance with config_drive: false has none.
+func (c *Controller) EnsureDrive(ctx context.Context, rec store.Instance) error {
 	drive := filepath.Join(c.instanceDir(rec.Name), driveFile)
 	if fileExists(drive) {
 		return nil
@@ -192,8 +200,18 @@ func (c *Controller) ensureDrive(ctx context.Context, rec store.Instance) error 
 	if err := os.MkdirAll(filepath.Dir(drive), 0o750); err != nil {
 		return err
 	}
-	return atomicfile.Write(drive, 0o600, func(f *os.File) error {
-		_, err := c.WriteConfigDrive(ctx, rec.Name, c.driveFmt, f)
-		return err
-	})
+	doc, err := c.store.Document(ctx, rec.UUID)
+	if err != nil {
+		return fmt.Errorf("config drive %s: %w", rec.Name, err)
+	}
+	tree, err := metadata.DecodeTree(doc.Tree)
+	if err != nil {
+		return fmt.Errorf("config drive %s: %w", rec.Name, err)
+	}
+	staged := drive + ".staged"
+	defer os.Remove(staged)
+	if err := configdrive.Build(staged, tree.ConfigDriveFiles(), configdrive.Options{Format: c.driveFmt}); err != nil {
+		return fmt.Errorf("config drive %s: %w", rec.Name, err)
+	}
+	return atomicfile.Rename(staged, drive)
 }

@@ -26,7 +26,7 @@ func TestUnshelveFlattensEncryptedImageRoot(t *testing.T) {
 	e := newEnv(t)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	imgSec := makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
+	imgSec := makeEncryptedImage(t, e, e.dp().Keys, "enc-img", "p1")
 	inst := e.mustApply(snapSrcSpec)
 	bd := inst.BlockDevices[0]
 	if bd.BackingEncryptionSecretUUID == "" {
@@ -44,18 +44,18 @@ func TestUnshelveFlattensEncryptedImageRoot(t *testing.T) {
 		t.Errorf("after unshelve %+v, want secret %s and no backing secret", nb, bd.EncryptionSecretUUID)
 	}
 	root := filepath.Join(e.dir, "instances", "src-1", "disk-vda.qcow2")
-	info, err := e.c.luks.Inspect(ctx, root)
+	info, err := e.dp().LUKS.Inspect(ctx, root)
 	if err != nil || !info.Encrypted || info.BackingFile != "" {
 		t.Fatalf("root disk %s: %+v, %v; want LUKS without a backing file", root, info, err)
 	}
-	pass, _ := e.c.keys.Passphrase(ctx, bd.EncryptionSecretUUID)
+	pass, _ := e.dp().Keys.Passphrase(ctx, bd.EncryptionSecretUUID)
 	if err := readPattern(t, root, pass); err != nil {
 		t.Errorf("the flattened root disk does not read the image's data: %v", err)
 	}
-	if _, err := e.c.keys.Get(ctx, bd.BackingEncryptionSecretUUID); !errors.Is(err, keys.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, bd.BackingEncryptionSecretUUID); !errors.Is(err, keys.ErrNotFound) {
 		t.Errorf("the unused backing copy: %v, want deleted", err)
 	}
-	if _, err := e.c.keys.Get(ctx, imgSec.UUID); err != nil {
+	if _, err := e.dp().Keys.Get(ctx, imgSec.UUID); err != nil {
 		t.Errorf("the image's own secret: %v", err)
 	}
 	if _, err := e.c.Start(ctx, "src-1"); err != nil {

@@ -118,7 +118,7 @@ func TestShelveUnshelve(t *testing.T) {
 	inst := e.mustApply(encSpec)
 	secs := diskSecretsOf(inst)
 	vda := filepath.Join(e.dir, "instances", "app-1", "disk-vda.qcow2")
-	pass, err := e.c.keys.Passphrase(ctx, secs["vda"])
+	pass, err := e.dp().Keys.Passphrase(ctx, secs["vda"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestShelveUnshelve(t *testing.T) {
 		t.Errorf("libvirt secrets after shelve: %+v", ss)
 	}
 	for d, id := range secs {
-		if _, err := e.c.keys.Get(ctx, id); err != nil {
+		if _, err := e.dp().Keys.Get(ctx, id); err != nil {
 			t.Errorf("secret of %s gone after shelve: %v", d, err)
 		}
 	}
@@ -240,7 +240,7 @@ func TestShelvedDelete(t *testing.T) {
 	if _, err := e.Catalog().Image(ctx, "app-1-shelved"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("shelved image after delete: %v", err)
 	}
-	if l, _ := e.c.keys.List(ctx, ""); len(l) != 0 {
+	if l, _ := e.dp().Keys.List(ctx, ""); len(l) != 0 {
 		t.Errorf("secrets after delete: %+v", l)
 	}
 	if recs, _ := e.st.Records(ctx, vmStatePrefix); len(recs) != 0 {
@@ -298,8 +298,8 @@ func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
 	t.Helper()
 	ref := newEnv(t)
 	rf := setup(ref)
-	recs := &failingRecords{inner: ref.c.records}
-	ref.c.records = recs
+	recs := &failingRecords{inner: ref.dp().Records}
+	ref.dp().Records = recs
 	hv0, f0 := ref.hv.callCount(), len(rf.calls)
 	if err := op(ref); err != nil {
 		t.Fatalf("reference run: %v", err)
@@ -347,7 +347,7 @@ func opFaults(t *testing.T, setup func(e *env) *faults, op func(e *env) error) {
 			e := newEnv(t)
 			setup(e)
 			before := e.snapshot()
-			e.c.records = &failingRecords{inner: e.c.records, failAt: k}
+			e.dp().Records = &failingRecords{inner: e.dp().Records, failAt: k}
 			check(t, fmt.Sprintf("failing record write %d/%d", k, nRec), e, before, op(e), false)
 		})
 	}
@@ -411,7 +411,7 @@ func rescueSetup(e *env) *faults { return rescueSetupWith(e, withFakeEncryption)
 // (withEncryption: the real qemu-img and LUKS).
 func rescueSetupWith(e *env, enc func(*testing.T, *env) *faults) *faults {
 	f := shelveSetupWith(e, enc)
-	makeEncryptedImage(e.t, e, e.c.keys, "enc-img", "p1")
+	makeEncryptedImage(e.t, e, e.dp().Keys, "enc-img", "p1")
 	if _, err := e.Catalog().ImportImage(context.Background(), "plain-img", nil, bytes.NewReader(plainPatternImage(e.t))); err != nil {
 		e.t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestRescueUnrescue(t *testing.T) {
 			rescueSetup(e)
 			ctx := context.Background()
 			origXML := normalizeXML(e.hv.domains["app-1"].xml)
-			secretsBefore, _ := e.c.keys.List(ctx, "")
+			secretsBefore, _ := e.dp().Keys.List(ctx, "")
 			if _, err := e.c.Rescue(ctx, "app-1", RescueRequest{Image: "no-such"}); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("rescue with a missing image = %v", err)
 			}
@@ -465,7 +465,7 @@ func TestRescueUnrescue(t *testing.T) {
 				t.Errorf("rescue domain disks:\n%s", d.xml)
 			}
 			rescue := filepath.Join(e.dir, "instances", "app-1", "disk.rescue")
-			info, err := e.c.luks.Inspect(ctx, rescue)
+			info, err := e.dp().LUKS.Inspect(ctx, rescue)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -476,7 +476,7 @@ func TestRescueUnrescue(t *testing.T) {
 			if _, has := bds.Disks[rescueDisk]; has {
 				t.Errorf("a rescue disk block-device record (a secret copy): %+v", bds.Disks[rescueDisk])
 			}
-			if during, _ := e.c.keys.List(ctx, ""); len(during) != len(secretsBefore) {
+			if during, _ := e.dp().Keys.List(ctx, ""); len(during) != len(secretsBefore) {
 				t.Errorf("the rescue made key-manager secrets: %d, before %d", len(during), len(secretsBefore))
 			}
 			st, _, _ := e.c.vmStateOf(ctx, got.Spec.UUID)
@@ -484,7 +484,7 @@ func TestRescueUnrescue(t *testing.T) {
 			if tc.encrypted {
 				img, _ := e.Catalog().Image(ctx, "enc-img")
 				imgID := img.Properties["os_encrypt_key_id"]
-				imgPass, _ := e.c.keys.Passphrase(ctx, imgID)
+				imgPass, _ := e.dp().Keys.Passphrase(ctx, imgID)
 				if st.RescueSecret != imgID || libvirtID == "" || libvirtID == imgID {
 					t.Errorf("rescue state: secret %q (image's %s), libvirt secret %q", st.RescueSecret, imgID, libvirtID)
 				}
@@ -533,11 +533,11 @@ func TestRescueUnrescue(t *testing.T) {
 				if _, ok := e.hv.secretValue(libvirtID); ok {
 					t.Error("the rescue disk's libvirt secret outlived the rescue")
 				}
-				if _, err := e.c.keys.Get(ctx, st.RescueSecret); err != nil {
+				if _, err := e.dp().Keys.Get(ctx, st.RescueSecret); err != nil {
 					t.Errorf("the rescue image's secret: %v", err)
 				}
 			}
-			if after, _ := e.c.keys.List(ctx, ""); len(after) != len(secretsBefore) {
+			if after, _ := e.dp().Keys.List(ctx, ""); len(after) != len(secretsBefore) {
 				t.Errorf("secrets after unrescue %d, before %d", len(after), len(secretsBefore))
 			}
 			if _, err := e.c.Unrescue(ctx, "app-1"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "not in rescue") {

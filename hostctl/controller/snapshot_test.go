@@ -57,14 +57,14 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 	e := newEnv(t)
 	withFakeEncryption(t, e)
 	ctx := context.Background()
-	makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
+	makeEncryptedImage(t, e, e.dp().Keys, "enc-img", "p1")
 	inst := e.mustApply(snapSrcSpec)
-	rootPass, _ := e.c.keys.Passphrase(ctx, inst.BlockDevices[0].EncryptionSecretUUID)
-	user, err := e.c.keys.Create(ctx, keys.Request{Name: "mine", ProjectID: "p1"})
+	rootPass, _ := e.dp().Keys.Passphrase(ctx, inst.BlockDevices[0].EncryptionSecretUUID)
+	user, err := e.dp().Keys.Create(ctx, keys.Request{Name: "mine", ProjectID: "p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := e.c.keys.Create(ctx, keys.Request{Name: "theirs", ProjectID: "p2"})
+	other, _ := e.dp().Keys.Create(ctx, keys.Request{Name: "theirs", ProjectID: "p2"})
 
 	snap := func(img, mode, secret string) map[string]string {
 		t.Helper()
@@ -80,7 +80,7 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 		same["os_decrypt_container_format"] != "bare" || same["os_decrypt_size"] != "33554432" {
 		t.Fatalf("same: %v", same)
 	}
-	samePass, _ := e.c.keys.Passphrase(ctx, same["os_encrypt_key_id"])
+	samePass, _ := e.dp().Keys.Passphrase(ctx, same["os_encrypt_key_id"])
 	if string(samePass) != string(rootPass) {
 		t.Error("same: the image's secret does not hold the root disk's passphrase")
 	}
@@ -88,12 +88,12 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 		t.Errorf("same: the flattened image does not read the data: %v", err)
 	}
 	nw := snap("snap-new", "new", "")
-	newPass, _ := e.c.keys.Passphrase(ctx, nw["os_encrypt_key_id"])
+	newPass, _ := e.dp().Keys.Passphrase(ctx, nw["os_encrypt_key_id"])
 	if string(newPass) == string(rootPass) || readImage(t, e, "snap-new", newPass) != nil || readImage(t, e, "snap-new", rootPass) == nil {
 		t.Error("new: the image must open with a new passphrase only")
 	}
 	ex := snap("snap-existing", "existing", user.UUID)
-	userPass, _ := e.c.keys.Passphrase(ctx, user.UUID)
+	userPass, _ := e.dp().Keys.Passphrase(ctx, user.UUID)
 	if ex["os_encrypt_key_id"] != user.UUID || ex["os_encrypt_key_deletion_policy"] != "do_not_delete" || readImage(t, e, "snap-existing", userPass) != nil {
 		t.Errorf("existing: %v", ex)
 	}
@@ -156,10 +156,10 @@ func TestSnapshotEncryptionKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.c.keys.Get(ctx, nw["os_encrypt_key_id"]); !errors.Is(err, keys.ErrNotFound) {
+	if _, err := e.dp().Keys.Get(ctx, nw["os_encrypt_key_id"]); !errors.Is(err, keys.ErrNotFound) {
 		t.Errorf("on_image_deletion: the secret is still there: %v", err)
 	}
-	if _, err := e.c.keys.Get(ctx, user.UUID); err != nil {
+	if _, err := e.dp().Keys.Get(ctx, user.UUID); err != nil {
 		t.Errorf("do_not_delete: the user's secret went: %v", err)
 	}
 }
@@ -176,7 +176,7 @@ func TestFaultsSnapshot(t *testing.T) {
 			setup := func(t *testing.T) (*env, *faults) {
 				e := newEnv(t)
 				f := withFakeEncryption(t, e)
-				makeEncryptedImage(t, e, e.c.keys, "enc-img", "p1")
+				makeEncryptedImage(t, e, e.dp().Keys, "enc-img", "p1")
 				e.mustApply(snapSrcSpec)
 				return e, f
 			}

@@ -9,23 +9,22 @@ import (
 )
 
 // transports says which metadata revision each transport carries for an
-// instance: the metadata service (what the store serves), the config
-// drive (the medium in the cdrom of a running domain, else the drive the
-// next boot reads) and those of the parts (the firmware entries), as
-// the parts tell them (phases.go).
+// instance: the metadata service (what the store serves), then those of
+// the parts that carry it by a way of their own (part.Transporter: the
+// config drive, the firmware entries), as they tell it.
 func (c *Controller) transports(ctx context.Context, inst *Instance, tree *metadata.Tree) []part.Transport {
 	var out []part.Transport
+	var stored int64
 	if tree != nil {
-		out = append(out, part.Transport{Name: types.TransportHTTP, Revision: metadata.TreeRevision(tree)})
+		stored = metadata.TreeRevision(tree)
+		out = append(out, part.Transport{Name: types.TransportHTTP, Revision: stored})
 	}
 	if c.domains == nil {
 		return out
 	}
 	running := inst.State != "" && inst.State != "shutoff" && inst.State != StateMissing && inst.State != StateUnknown
-	out = append(out, c.driveTransport(ctx, inst.Spec.Name, running)...) // phases.go
-	var stored int64
-	if tree != nil {
-		stored = metadata.TreeRevision(tree)
+	for _, p := range part.Acting[part.Transporter](c.parts, "") {
+		out = append(out, p.Transport(ctx, &part.Instance{Spec: inst.Spec}, running, stored))
 	}
-	return append(out, c.partTransports(ctx, inst.Spec, running, stored)...)
+	return out
 }

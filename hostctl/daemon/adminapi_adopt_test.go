@@ -52,5 +52,5 @@ func ownershipServices(t *testing.T) api.Services {
 	dir := t.TempDir()
 	st := stores.BoltIn(t, dir)
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
-	return adminServices(c, catalog.New(c, catalog.Options{}), nil, nil, keyService{}, nil, nil)
+	return adminServices(c, catalog.New(catalog.Options{}), nil, nil, keyService{}, nil, nil)
 }

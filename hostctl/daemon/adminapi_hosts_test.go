@@ -30,7 +30,7 @@ func TestHostsEventsMetricsServedOutsideTheCore(t *testing.T) {
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	reg := hosts.Registry{Store: st}
 	audit := events.New(events.NewFiles(t.TempDir()), "host-a", nil)
-	s := adminServices(c, catalog.New(c, catalog.Options{}), nil, nil, keyService{}, reg, audit)
+	s := adminServices(c, catalog.New(catalog.Options{}), nil, nil, keyService{}, reg, audit)
 	if got, ok := s.Hosts.(hosts.Registry); !ok || got.Store != reg.Store {
 		t.Errorf("hosts served by %T, want hostctl/hosts's registry", s.Hosts)
 	}

@@ -21,7 +21,7 @@ func TestHotplugServedOutsideTheCore(t *testing.T) {
 	dir := t.TempDir()
 	st := stores.BoltIn(t, dir)
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
-	s := adminServices(c, catalog.New(c, catalog.Options{}), nil, nil, keyService{}, nil, nil)
+	s := adminServices(c, catalog.New(catalog.Options{}), nil, nil, keyService{}, nil, nil)
 	if _, ok := s.Hotplug.(*ops.Ops); !ok {
 		t.Errorf("hot-plug served by %T, want hostctl/ops", s.Hotplug)
 	}

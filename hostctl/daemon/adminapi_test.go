@@ -28,7 +28,7 @@ func TestCatalogServedOutsideTheCore(t *testing.T) {
 	dir := t.TempDir()
 	st := stores.BoltIn(t, dir)
 	c := controller.New(st, controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
-	cat := catalog.New(c, catalog.Options{})
+	cat := catalog.New(catalog.Options{})
 	s := adminServices(c, cat, nil, nil, keyService{}, nil, nil)
 	for name, svc := range map[string]any{"flavors": s.Flavors, "images": s.Images, "secrets": s.Secrets} {
 		if svc != any(cat) {

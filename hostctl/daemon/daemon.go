@@ -283,7 +283,7 @@ type serve struct {
 	keyKick   kicker
 	ctl       *controller.Controller
 	reconcile *reconcile.Reconciler
-	disks     *disks.Part // the controller's disks part (parts.go: diskPart)
+	disks     *disks.Part // the disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
 
@@ -449,13 +449,15 @@ func (s *serve) startController(context.Context) error {
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
-	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                              // virt.go
-	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                 // media.go
-	useMACStore(parts, s.ctlStore, s.log)                                                                                      // macs.go
-	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                               // macs.go: no instance at a trusted proxy's address
-	useLeaseEvents(parts, s.audit)                                                                                             // macs.go: a fixed address leased to another MAC
-	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                     // views.go
+	imgs := hv.imageDir(cfg.DataDir)                                                                                                    // parts.go
+	s.disks = s.diskPart(imgs)                                                                                                          // parts.go
+	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.disks, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
+	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                          // media.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                                       // virt.go
+	useMACStore(parts, s.ctlStore, s.log)                                                                                               // macs.go
+	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                                        // macs.go: no instance at a trusted proxy's address
+	useLeaseEvents(parts, s.audit)                                                                                                      // macs.go: a fixed address leased to another MAC
+	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                              // views.go
 	s.ctl = controller.New(s.ctlStore, hv.options(controller.Options{
 		Host:        s.hostName,
 		Hosts:       s.hostRegistry(),
@@ -467,13 +469,8 @@ func (s *serve) startController(context.Context) error {
 		Observe:     s.hm.Observe,
 		Encryption:  s.chk.encHost,
 		Audit:       s.audit,
-
-		Keys:              s.km,
-		LUKSIterTime:      cfg.LUKSIterTime,
-		LUKS:              luksTool(cfg), // as the disk rotator's (keyrotation.go)
-		EncryptionSupport: s.prober.Support,
-		Parts:             parts,
-		Disks:             s.diskPart, // parts.go
+		Images:      imgs,
+		Parts:       parts,
 	}))
 	core.Controller, core.LiveDevices = s.ctl, ops.NewLiveDevices(s.ctl) // shares.go
 	bindParts(s.ctl, s.log)
@@ -498,7 +495,7 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 	if err := markKeyFilesCreated(ctx, e, s.mdOpts); err != nil { // keyrotation.go
 		return err
 	}
-	registerDiskRotation(e, s.ctl, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
+	registerDiskRotation(e, s.ctl, s.ctlStore, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}

@@ -129,11 +129,12 @@ func newKeyEngine(st keyrotation.Store, host string, log *slog.Logger) *keyrotat
 }
 
 // registerDiskRotation registers the disk passphrase rotator of ctl's
-// instances, whose disks are the disks part's (dp), with the key manager
-// and the LUKS tool ctl made their disks with. (An instance's key rotation records go with it through the
+// instances (their records in st), whose disks are the disks part's
+// (dp), with the key manager and the LUKS tool their disks were made
+// with. (An instance's key rotation records go with it through the
 // diskrotate.Forget part: parts.go.)
-func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller, dp *disks.Part, km *keys.Manager, luks *encryption.Tool, log *slog.Logger) {
-	e.Register(keyrotation.Disk, diskrotate.New(ctl, dp, km, luks, log))
+func registerDiskRotation(e *keyrotation.Engine, ctl *controller.Controller, st store.Store, dp *disks.Part, km *keys.Manager, luks *encryption.Tool, log *slog.Logger) {
+	e.Register(keyrotation.Disk, diskrotate.New(ctl, st, dp, km, luks, log))
 }
 
 // luksTool is the LUKS tool of the controller's encrypted disks and of

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -16,7 +17,7 @@ import (
 // its MAC claims in the store useMACStore gives it: a second instance is
 // refused the first one's MAC.
 func TestPartsClaimMACsInTheStore(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", nil, nil, faults.New(nil, nil), nil, "")
+	parts, _ := Parts(nil, nil, "", disks.New(disks.Options{}), nil, nil, faults.New(nil, nil), nil, "")
 	useMACStore(parts, stores.Bolt(t), nil)
 	var cl part.Claimer
 	for _, p := range parts {

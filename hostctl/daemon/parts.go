@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"log/slog"
+	"path/filepath"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
@@ -21,18 +23,22 @@ import (
 // part is added here and answers every operation (parts_test.go checks).
 // hv is the hypervisor (its networks, its domains' definitions; nil with
 // --virt none), defaultNet the network of a NIC that names none; bind
-// gives the parts that need it the core, once it exists; keyRecords is the key rotation engine
+// gives the parts that need it the core, once it exists; dp is the disks
+// part (diskPart), which reads the states part's records; keyRecords is the key rotation engine
 // (nil: none), whose records of an instance go with it; the share
 // service (sh) is the shares part; fl keeps the faults of instances in
 // ERROR (a share that could not be mounted), last: the other parts
 // refuse a start for their own reasons first; the instances' states
 // (shelved, rescued) are kept in records (nil: none) by host. The states
-// part comes first: its Check refuses what a shelved or rescued instance
-// must not undergo before any other part acts.
-func Parts(inv passthrough.Inventory, hv PartsHypervisor, defaultNet string, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// part comes first but for the disks part (whose Check refuses nothing;
+// its AfterDelete lets go of the disks' secrets before the states part
+// deletes a shelved instance's image): its Check refuses what a shelved
+// or rescued instance must not undergo before any other part acts.
+func Parts(inv passthrough.Inventory, hv PartsHypervisor, defaultNet string, dp *disks.Part, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
 	pt := passthrough.New(inv)
 	vs := vmstate.New(records, host)
 	parts = []part.Part{
+		dp,
 		vs,
 		pt,
 		nics.New(hv, defaultNet),
@@ -45,17 +51,45 @@ func Parts(inv passthrough.Inventory, hv PartsHypervisor, defaultNet string, key
 	parts = append(parts, fl)
 	return parts, func(c *controller.Controller, log *slog.Logger) {
 		pt.Bind(c, hv, log)
-		vs.Bind(c.ImageDir(), c, log)
+		vs.Bind(dp.ImageDir(), c, log)
+		dp.Bind(c, vs)
 	}
 }
 
-// diskPart makes the disks part (hostctl/parts/disks) over the core
-// (controller.Options.Disks): the instances' disks, their encryption and
-// block-device records, and the key-manager secrets' deletion rule. The
-// disk passphrase rotator works on the same part (s.disks).
-func (s *serve) diskPart(c *controller.Controller) controller.Disks {
-	s.disks = disks.New(c)
-	return s.disks
+// diskPart makes the disks part (hostctl/parts/disks) with its handles:
+// the instances' disks over the image directory imgs, their encryption
+// (the key manager, the LUKS tool, libvirt's secrets, this host's
+// formats) and block-device records, and the key-manager secrets'
+// deletion rule. The core, the operations, the catalog and the disk
+// passphrase rotator work on the same part (s.disks).
+func (s *serve) diskPart(imgs *images.Dir) *disks.Part {
+	recs, _ := s.ctlStore.(store.Records)
+	enc := s.chk.encHost
+	if len(enc.Formats) == 0 {
+		enc = controller.DefaultEncryptionHost
+	}
+	return disks.New(disks.Options{Keys: s.km, LUKS: luksTool(s.cfg), Secrets: s.hv.secrets(), Records: recs,
+		Instances: s.ctlStore, Catalog: imgs, DefaultFormat: enc.DefaultFormat, Support: s.prober.Support,
+		DataDir: s.cfg.DataDir, Host: s.hostName, Logger: s.log})
+}
+
+// imageDir is the image directory (hostctl/images) the core, the disks
+// and states parts and the catalog share: --image-dir with a hypervisor,
+// DATA-DIR/images otherwise.
+func (h *hypervisor) imageDir(dataDir string) *images.Dir {
+	dir := filepath.Join(dataDir, "images")
+	if h.conn != nil && h.cfg.ImageDir != "" {
+		dir = h.cfg.ImageDir
+	}
+	return images.New(dir, images.Options{})
+}
+
+// secrets is libvirt's secrets (nil with --virt none).
+func (h *hypervisor) secrets() disks.LibvirtSecrets {
+	if h.conn == nil {
+		return nil
+	}
+	return h.conn
 }
 
 // PartsHypervisor is the hypervisor (*virt.Conn) as the parts use it:

@@ -207,7 +207,6 @@ func (h *hypervisor) options(o controller.Options) controller.Options {
 	}
 	o.Hypervisor = h.conn
 	o.Domain = h.dom
-	o.ImageDir = h.cfg.ImageDir
 	o.ShareRoot = h.cfg.ShareRoot
 	o.DetachTimeout = h.cfg.DetachTimeout
 	return o

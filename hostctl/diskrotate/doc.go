@@ -47,8 +47,8 @@
 // New. The controller does not import this package: the daemon
 // (hostctl/daemon) wires it, with the keyrotation Engine:
 //
-//	ctl := controller.New(ctlStore, opts) // opts.Disks makes dp
-//	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, dp, km, luks, log))
+//	ctl := controller.New(ctlStore, opts) // dp is among opts.Parts
+//	keyEngine.Register(keyrotation.Disk, diskrotate.New(ctl, st, dp, km, luks, log))
 //	if err := keyEngine.Recover(ctx); err != nil { … } // runs Rotator.Recover
 //	rc := reconcile.New(ctl, reconcileOpts) // hostctl/reconcile
 //	rc.Start()

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,15 +126,14 @@ func (c *fakeCore) UpdateLibvirtSecret(_ context.Context, _ *model.Instance, _, 
 	return true, nil
 }
 
-func (c *fakeCore) InstanceExists(_ context.Context, uuid string) (bool, error) {
+func (c *fakeCore) Instances(context.Context) ([]store.Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var out []store.Instance
 	for _, in := range c.specs {
-		if strings.EqualFold(in.UUID, uuid) {
-			return true, nil
-		}
+		out = append(out, store.Instance{Name: in.Name, UUID: in.UUID})
 	}
-	return false, nil
+	return out, nil
 }
 
 func (c *fakeCore) setRunning(name string, running bool) {
@@ -327,7 +325,7 @@ func (f *fakeFixture) path(disk string) string {
 
 // rotator is a rotator over the fixture, as a fresh process has it.
 func (f *fakeFixture) rotator() *Rotator {
-	return New(f.core, f.core, f.km, f.luks, slog.New(slog.DiscardHandler))
+	return New(f.core, f.core, f.core, f.km, f.luks, slog.New(slog.DiscardHandler))
 }
 
 func (f *fakeFixture) subject() keyrotation.Subject {

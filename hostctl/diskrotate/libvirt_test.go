@@ -80,16 +80,31 @@ func (f *rotFixture) logger() *slog.Logger {
 // rotator is the disk rotator of c as the daemon wires it: c's disks
 // part, the key manager and the LUKS tool c made its disks with.
 func (f *rotFixture) rotator(c *controller.Controller, km *keys.Manager) *Rotator {
-	return New(c, diskPart(c), km, f.tool, f.logger())
+	return New(c, f.st, diskPart(c), km, f.tool, f.logger())
 }
 
-// diskPart is the disks part c was given (the fixture's: disks.New).
-func diskPart(c *controller.Controller) *disks.Part { return c.DiskPart().(*disks.Part) }
+// diskPart is the disks part registered with c (the fixture's: open).
+func diskPart(c *controller.Controller) *disks.Part {
+	for _, p := range c.Parts() {
+		if dp, ok := p.(*disks.Part); ok {
+			return dp
+		}
+	}
+	panic("no disks part")
+}
+
+// catalog is the catalog as the daemon wires it, over c's disks part,
+// with the key manager km and the LUKS tool.
+func catalogOf(c *controller.Controller, km *keys.Manager, luks catalog.ImageVerifier) *catalog.Catalog {
+	dp := diskPart(c)
+	return catalog.New(catalog.Options{Flavors: &flavors.Registry{Store: dp.Records}, Images: dp.ImageDir(), Secrets: dp,
+		Users: catalog.StoreUsers{Instances: dp.Instances.(store.Store)}, Keys: km, LUKS: luks})
+}
 
 // instanceBlockDevices is c's instance name and its block-device
 // records, as the rotator reads them.
 func instanceBlockDevices(ctx context.Context, c *controller.Controller, name string) (*model.Instance, encryption.BlockDevices, error) {
-	return New(c, diskPart(c), nil, nil, nil).instanceBlockDevices(ctx, name)
+	return New(c, nil, diskPart(c), nil, nil, nil).instanceBlockDevices(ctx, name)
 }
 
 func uniqueRotName(t *testing.T) string {
@@ -120,19 +135,24 @@ func (f *rotFixture) open() (*controller.Controller, *keys.Manager, func()) {
 		st.Close()
 		f.t.Fatal(err)
 	}
-	opts := controller.Options{DataDir: f.dir, Logger: f.logger(), Hypervisor: conn, Keys: km, LUKS: f.tool,
-		QemuImg: testenv.LookPath(f.t, "qemu-img"), Domain: virt.Options{MemoryMiB: 128},
-		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
+	qemuImg := testenv.LookPath(f.t, "qemu-img")
+	imgs := images.New(filepath.Join(f.dir, "images"), images.Options{QemuImg: qemuImg})
+	opts := controller.Options{DataDir: f.dir, Logger: f.logger(), Hypervisor: conn, Images: imgs,
+		QemuImg: qemuImg, Domain: virt.Options{MemoryMiB: 128}}
 	var recs store.Records = st
 	if f.wrap != nil {
 		opts.Records = f.wrap(st)
 		recs = opts.Records
 	}
-	// The instances' states (shelved, rescued) as the daemon keeps them.
+	// The instances' states (shelved, rescued) and the disks part as the
+	// daemon wires them.
 	vs := vmstate.New(recs, "")
-	opts.Parts = append([]part.Part{vs}, f.parts...)
+	dp := disks.New(disks.Options{Keys: km, LUKS: f.tool, Secrets: conn, Records: recs, Instances: st, Catalog: imgs,
+		DataDir: f.dir, Logger: f.logger()})
+	opts.Parts = append([]part.Part{dp, vs}, f.parts...)
 	c := controller.New(st, opts)
-	vs.Bind(c.ImageDir(), c, f.logger())
+	vs.Bind(imgs, c, f.logger())
+	dp.Bind(c, vs)
 	f.st = st
 	return c, km, func() { conn.Close(); st.Close() }
 }
@@ -640,7 +660,7 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 	ctx := context.Background()
 	c, km, done := f.open()
 	defer done()
-	if _, err := catalog.New(c, catalog.Options{Keys: km, LUKS: f.tool}).CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
+	if _, err := catalogOf(c, km, f.tool).CreateFlavor(ctx, flavors.Flavor{Name: "f.rot", VCPUs: 1, RAM: 128, Disk: 1, Ephemeral: 1, Swap: 16,
 		ExtraSpecs: map[string]string{"hw:ephemeral_encryption": "true"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -658,7 +678,7 @@ func TestDiskRotateFlavorDisks(t *testing.T) {
 		}
 		for _, d := range inst.Spec.Disks {
 			if d.Name == bd.Disk {
-				files[bd.Disk], err = c.DiskPath(inst.Spec, d.Name)
+				files[bd.Disk], err = diskPart(c).DiskPath(inst.Spec, d.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -799,7 +819,7 @@ func makeEncryptedImage(t *testing.T, c *controller.Controller, km *keys.Manager
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := catalog.New(c, catalog.Options{Keys: km, LUKS: tool}).ImportImage(ctx, name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
+	img, err := catalogOf(c, km, tool).ImportImage(ctx, name, map[string]string{"os_encrypt_key_id": sec.UUID, "os_encrypt_format": "luks"}, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestDiskRotateRefusals(t *testing.T) {
 			t.Fatalf("a refused rotation changed %s: %+v", d, bd)
 		}
 	}
-	if err := New(nil, nil, nil, nil, nil).Recover(ctx); !errors.Is(err, ErrNoRotation) {
+	if err := New(nil, nil, nil, nil, nil, nil).Recover(ctx); !errors.Is(err, ErrNoRotation) {
 		t.Fatalf("Recover without a key manager = %v", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestDiskRotateLogsNoSecret(t *testing.T) {
 	f := newFakeFixture(t)
 	ctx := context.Background()
 	var logBuf testenv.SyncBuffer
-	r := New(f.core, f.core, f.km, f.luks, slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	r := New(f.core, f.core, f.core, f.km, f.luks, slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	var secrets [][]byte
 	for _, d := range f.disks {
 		p, _ := f.km.Passphrase(ctx, f.secret[d])
@@ -245,5 +245,30 @@ func TestDiskRotateEngine(t *testing.T) {
 	}
 	if bad := f.check(3); len(bad) > 0 {
 		t.Fatal(strings.Join(bad, "; "))
+	}
+}
+
+// TestInstanceExistsReadsTheStore: the key rotation engine's question —
+// is an instance with this UUID in the store, on any host — is answered
+// from the store's instance records (any letter case), and refused
+// without them.
+func TestInstanceExistsReadsTheStore(t *testing.T) {
+	f := newFakeFixture(t)
+	ctx := context.Background()
+	r := f.rotator()
+	for _, tc := range []struct {
+		uuid string
+		want bool
+	}{
+		{f.uuid, true},
+		{strings.ToUpper(f.uuid), true},
+		{"00000000-0000-4000-8000-000000000000", false},
+	} {
+		if got, err := r.InstanceExists(ctx, tc.uuid); err != nil || got != tc.want {
+			t.Errorf("InstanceExists(%s) = %t, %v; want %t", tc.uuid, got, err, tc.want)
+		}
+	}
+	if _, err := New(f.core, nil, f.core, f.km, f.luks, nil).InstanceExists(ctx, f.uuid); !errors.Is(err, ErrNoRotation) {
+		t.Errorf("InstanceExists without the store's records = %v, want ErrNoRotation", err)
 	}
 }

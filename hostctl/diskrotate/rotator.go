@@ -25,20 +25,23 @@ type Core interface {
 	// OwnInstance returns this host's instance named name (an error
 	// wrapping store.ErrNotFound when there is no such instance).
 	OwnInstance(ctx context.Context, name string) (*model.Instance, error)
-	// DiskPath is the image file of in's disk named disk.
-	DiskPath(in *model.Instance, disk string) (string, error)
 	// InstanceState returns in's VM state (shelved, rescued; "" for
 	// none) and whether its domain runs.
 	InstanceState(ctx context.Context, in *model.Instance) (vmState string, running bool, err error)
-	// InstanceExists reports whether an instance with the UUID is in the
-	// store, on any host.
-	InstanceExists(ctx context.Context, uuid string) (bool, error)
+}
+
+// Instances are the store's instance records, of every host
+// (store.Instances).
+type Instances interface {
+	Instances(ctx context.Context) ([]store.Instance, error)
 }
 
 // Disks is what the rotator needs of the disks part
 // (hostctl/parts/disks: *disks.Part implements it): the block-device
-// records and libvirt's copies of the passphrases.
+// records, the disks' files and libvirt's copies of the passphrases.
 type Disks interface {
+	// DiskPath is the image file of in's disk named disk.
+	DiskPath(in *model.Instance, disk string) (string, error)
 	// BlockDevices returns the block-device records of instance uuid.
 	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
 	// HostBlockDevices returns the block-device records of this host's
@@ -99,6 +102,7 @@ var ErrNoRotation = errors.New("disk passphrase rotation unavailable")
 // keyrotation.Rotator, Recoverer and Lister for keyrotation.Disk.
 type Rotator struct {
 	core  Core
+	st    Instances
 	disks Disks
 	keys  Keys
 	luks  LUKS
@@ -117,15 +121,15 @@ var (
 	_ keyrotation.InstanceChecker = (*Rotator)(nil)
 )
 
-// New returns the disk passphrase rotator of core's instances, whose
-// disks are the disks part's (dp), with the key manager and the LUKS
-// tool core's disks were made with (log nil: slog.Default). Its methods
-// return ErrNoRotation when one is nil.
-func New(core Core, dp Disks, km Keys, luks LUKS, log *slog.Logger) *Rotator {
+// New returns the disk passphrase rotator of core's instances (their
+// records in st), whose disks are the disks part's (dp), with the key
+// manager and the LUKS tool the disks were made with (log nil:
+// slog.Default). Its methods return ErrNoRotation when one is nil.
+func New(core Core, st Instances, dp Disks, km Keys, luks LUKS, log *slog.Logger) *Rotator {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Rotator{core: core, disks: dp, keys: km, luks: luks, log: log, step: func(s string) { crashpoint.Hit(crashpoint.Name(Proc, s)) }}
+	return &Rotator{core: core, st: st, disks: dp, keys: km, luks: luks, log: log, step: func(s string) { crashpoint.Hit(crashpoint.Name(Proc, s)) }}
 }
 
 func (r *Rotator) usable() error {
@@ -174,10 +178,14 @@ func (r *Rotator) Subjects(ctx context.Context) ([]keyrotation.Subject, error) {
 // instance with the UUID is in the store (on any host), so the key
 // rotation engine deletes only the records of instances that are gone.
 func (r *Rotator) InstanceExists(ctx context.Context, uuid string) (bool, error) {
-	if r.core == nil {
+	if r.st == nil {
 		return false, ErrNoRotation
 	}
-	return r.core.InstanceExists(ctx, uuid)
+	recs, err := r.st.Instances(ctx)
+	if err != nil {
+		return false, fmt.Errorf("instances: %w", err)
+	}
+	return slices.ContainsFunc(recs, func(rec store.Instance) bool { return strings.EqualFold(rec.UUID, uuid) }), nil
 }
 
 // rotatable: an encrypted disk with its own key-manager secret.
@@ -324,7 +332,7 @@ func (r *Rotator) disk(ctx context.Context, in *model.Instance, name string) (en
 	if !ok || !rotatable(bd) {
 		return encryption.BlockDevice{}, "", fmt.Errorf("disk %s of %s: %w: no encrypted disk record", name, in.Name, store.ErrNotFound)
 	}
-	p, err := r.core.DiskPath(in, name)
+	p, err := r.disks.DiskPath(in, name)
 	return bd, p, err
 }
 

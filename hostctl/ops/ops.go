@@ -11,13 +11,13 @@
 // state it needs (instance.go), lets the parts (hostctl/part) check and
 // prepare it, and changes the host step by step, every step undone when a
 // later one fails (internal/revert). What an operation needs of the
-// controller core is a few narrow roles (Frame, Files, Images, Domains,
-// Host, Secrets, Layouts, DeviceChanges, Power, Owners, RecordParts) the
-// core implements (hostctl/controller, core_ops.go, core_devchange.go);
-// of the disks part (hostctl/parts/disks, the core's DiskPart) the Disks
-// and Volumes roles; of the hypervisor (the core's Hypervisor) HotPlug
-// and InPlace; of the other parts Faults, MACClaims and States. Each
-// operation holds only the roles it uses. The core does not know the
+// controller core is a few narrow roles (Frame, Files, Domains, Host,
+// Layouts, DeviceChanges, Power, Owners, RecordParts) the core implements
+// (hostctl/controller, core_ops.go, core_devchange.go); of the disks part
+// (hostctl/parts/disks, registered among the core's parts) the Disks,
+// Volumes, Images, Secrets and LibvirtSecrets roles; of the hypervisor
+// (the core's Hypervisor) HotPlug and InPlace; of the other parts Faults,
+// MACClaims and States. Each operation holds only the roles it uses. The core does not know the
 // operations: the daemon wires them into the admin API
 // (api.Services.Shelve, Resize, Snapshot, Hotplug, Reboot and Ownership).
 package ops
@@ -39,6 +39,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -47,8 +48,8 @@ import (
 )
 
 // What the operations need of the controller core (hostctl/controller,
-// core_ops.go) and of the disks part (hostctl/parts/disks, which the
-// core was given: DiskPart), by role, each role a narrow interface:
+// core_ops.go) and of the disks part (hostctl/parts/disks, registered
+// among the core's parts), by role, each role a narrow interface:
 // Frame, Files, Disks, Images, Domains, Host, Secrets, Layouts, Applier. Every method taking a
 // *revert.Reverter registers the undo of what it did on it. Each
 // operation holds only the roles it uses (shelver, rescuer, resizer,
@@ -96,13 +97,13 @@ type Files interface {
 	MakeInstanceDir(r *revert.Reverter, name string) error
 }
 
-// Disks is the disks part (hostctl/parts/disks, the core's DiskPart):
+// Disks is the disks part (hostctl/parts/disks):
 // how the disks of an instance that have no file yet are made, their
 // block-device records, their size, libvirt's copy of a disk's
 // passphrase and the deletion of the key-manager secrets nothing names
 // any more (its one rule).
 type Disks interface {
-	Plans(ctx context.Context, in *model.Instance) ([]controller.DiskPlan, error)
+	Plans(ctx context.Context, in *model.Instance) ([]disks.Plan, error)
 	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
 	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
 	ResizeDisk(ctx context.Context, in *model.Instance, disk, path string, size int64, shrink bool) error
@@ -111,9 +112,9 @@ type Disks interface {
 	ReleaseSecret(ctx context.Context, id, image string) error
 }
 
-// Images is the core's disk-image layer and its image catalog.
+// Images is the disks part's disk-image layer and its image catalog.
 type Images interface {
-	DiskImages() controller.Images
+	DiskImages() disks.Images
 	ImageDir() *images.Dir
 }
 
@@ -139,10 +140,10 @@ type Host interface {
 	Publish(ctx context.Context, r *revert.Reverter, in *model.Instance, expect int64) error
 }
 
-// Secrets is the core's key manager and LUKS layer and its per-secret
-// lock.
+// Secrets is the disks part's key manager and LUKS layer and its
+// per-secret lock.
 type Secrets interface {
-	Encryption() (controller.KeyManager, controller.LUKS)
+	Encryption() (disks.KeyManager, disks.LUKS)
 	LockSecret(id string) (unlock func())
 }
 
@@ -234,19 +235,32 @@ type Ops struct {
 // roles of c it uses.
 func New(c *controller.Controller) *Ops {
 	b := base{frame: c, log: c.Logger()}
-	dp := c.DiskPart() // the disks part (hostctl/parts/disks)
-	snap := &snapshotter{base: b, files: c, disks: dp, images: c, secrets: c}
+	dp := diskPart(c)
+	snap := &snapshotter{base: b, files: c, disks: dp, images: dp, secrets: dp}
 	st := statesOf(c.Parts())
 	return &Ops{
 		shelve:   &shelver{snapshotter: snap, domains: c, host: c, states: st, libvirt: dp},
-		rescue:   &rescuer{base: b, files: c, disks: dp, images: c, domains: c, host: c, secrets: c, states: st},
-		resize:   &resizer{base: b, files: c, disks: dp, images: c, layouts: c.Layouts(), apply: c},
-		rebuild:  &rebuilder{base: b, files: c, disks: dp, images: c, layouts: c.Layouts(), apply: c},
+		rescue:   &rescuer{base: b, files: c, disks: dp, images: dp, domains: c, host: c, secrets: dp, states: st},
+		resize:   &resizer{base: b, files: c, disks: dp, images: dp, layouts: c.Layouts(), apply: c},
+		rebuild:  &rebuilder{base: b, files: c, disks: dp, images: dp, layouts: c.Layouts(), apply: c},
 		snapshot: snap,
 		hotplug:  &hotplugger{base: b, devices: c, hotplug: c.Hypervisor(), files: c, volumes: dp, layouts: c.Layouts(), domains: c, macs: macClaimers(c.Parts())},
 		reboot:   &rebooter{base: b, power: c, inPlace: inPlaceOf(c), faults: faultsOf(c.Parts())},
 		adopt:    &adopter{base: b, owners: c, parts: c, states: stateKeeperOf(c.Parts())},
 	}
+}
+
+// diskPart is the disks part registered among c's parts; without one (a
+// core wired without disks), a part over c's data directory with no key
+// manager and no hypervisor, not bound to c.
+func diskPart(c *controller.Controller) *disks.Part {
+	for _, p := range c.Parts() {
+		if d, ok := p.(*disks.Part); ok {
+			return d
+		}
+	}
+	return disks.New(disks.Options{Catalog: images.New(filepath.Join(c.DataDir(), "images"), images.Options{}),
+		DataDir: c.DataDir(), Logger: c.Logger()})
 }
 
 // faultsOf is the part among parts that keeps the faults of instances in
@@ -359,7 +373,7 @@ func setAside(r *revert.Reverter, p string) (string, error) {
 
 // diskFile is the image file of in's disk d.
 func diskFile(f Files, in *model.Instance, d model.Disk) string {
-	return filepath.Join(f.InstanceDir(in.Name), controller.DiskFileName(d))
+	return filepath.Join(f.InstanceDir(in.Name), layout.DiskFile(d))
 }
 
 // rootIndex is the index of the instance's root disk (the first disk when

@@ -44,6 +44,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/vmstate"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -287,7 +288,7 @@ func (o *shelver) unshelveLocked(ctx context.Context, rec store.Instance, in *mo
 // restoreRoot copies the shelved image at src into the root disk of plan
 // p: encrypted under the disk's own secret (bd) when it was, read back
 // and proven to open with it.
-func (o *shelver) restoreRoot(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice, src string) error {
+func (o *shelver) restoreRoot(ctx context.Context, p disks.Plan, bd encryption.BlockDevice, src string) error {
 	km, luks := o.secrets.Encryption()
 	var pass []byte
 	if bd.Encrypted {
@@ -311,7 +312,7 @@ func (o *shelver) restoreRoot(ctx context.Context, p controller.DiskPlan, bd enc
 
 // recreateEncrypted makes the disk of plan p again, blank, encrypted
 // under its existing secret (bd).
-func (o *shelver) recreateEncrypted(ctx context.Context, p controller.DiskPlan, bd encryption.BlockDevice) error {
+func (o *shelver) recreateEncrypted(ctx context.Context, p disks.Plan, bd encryption.BlockDevice) error {
 	km, luks := o.secrets.Encryption()
 	if km == nil {
 		return fmt.Errorf("%w: disk %s is encrypted and this host has no key manager", controller.ErrState, p.Target)
@@ -333,7 +334,7 @@ func (o *shelver) recreateEncrypted(ctx context.Context, p controller.DiskPlan, 
 
 // checkLUKS reads the LUKS header of disk's image at path back and proves
 // pass (and backing, the backing file's) opens it.
-func checkLUKS(ctx context.Context, luks controller.LUKS, disk, path string, pass, backing []byte) error {
+func checkLUKS(ctx context.Context, luks disks.LUKS, disk, path string, pass, backing []byte) error {
 	info, err := luks.Inspect(ctx, path)
 	if err != nil {
 		return fmt.Errorf("disk %s: %w", disk, err)

@@ -11,7 +11,8 @@ import (
 )
 
 // More optional phases (besides those of part.go). The shares part
-// needs both (and Starter).
+// needs Completer and Committer (and Starter); the faults part
+// StartFailer.
 
 // Completer is a part that completes the instance's spec before the core
 // checks an operation on it (today: apply). The shares part decides the
@@ -33,6 +34,16 @@ type Committer interface {
 	// warnings, what a force-delete leaves on the dead host); what fails
 	// here is the part's to finish later (its reconciler).
 	Committed(ctx context.Context, op Op, in *Instance) []string
+}
+
+// StartFailer is a part with work when the start of an instance's
+// domain failed, whatever the operation (the faults part: a share that
+// could not be mounted puts the instance in ERROR). Its Instance has
+// Spec and Host.
+type StartFailer interface {
+	// StartFailed is told the start's error err; its own error (what
+	// it could not do) joins err.
+	StartFailed(ctx context.Context, in *Instance, err error) error
 }
 
 // ErrState is the error kind of a refusal because of the instance's state

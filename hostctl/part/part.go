@@ -4,7 +4,7 @@
 // A part is one host feature — a watchdog, passthrough devices, shares,
 // encrypted disks — in its own package. It implements Part, and those of
 // the optional phases (Claimer, Definer, Starter, PreStarter, Remover,
-// MediaChanger, Publisher, Completer, Committer) it has work in. The daemon registers
+// MediaChanger, Publisher, Transporter, Completer, Committer, StartFailer) it has work in. The daemon registers
 // the parts; the core runs each phase over them (Set: in registration
 // order, the parts that implement the phase and act on the operation —
 // Check: those that do not answer Nothing), at these points of every
@@ -25,6 +25,7 @@
 //	            the core built, then the metadata tree
 //	Committed   the record is written (or removed by a force delete)
 //	BeforeStart right before the domain starts, whatever the operation
+//	StartFailed the domain's start failed, whatever the operation
 //	Remove      delete: after the domain is gone, before the record
 //	AfterStart, AfterStop, AfterDelete
 //	            after the hypervisor did so; a failure is logged
@@ -273,8 +274,8 @@ type PreStarter interface {
 // its guest by a way of its own (the firmware entries), beside the
 // metadata service and the config drive the core has. The core calls
 // it on every publish (whatever the operation: an apply, an unshelve, a
-// hot-plug, the reconciler's republish), for the instance show and for
-// the reconciler.
+// hot-plug, the reconciler's republish), for the instance show
+// (Transporter) and for the reconciler.
 type Publisher interface {
 	// Publish hands tree, the metadata the store write makes revision
 	// rev, to the instance's domain, before that write; its undo steps
@@ -284,6 +285,13 @@ type Publisher interface {
 	// with its setting or with rev, the stored revision ("": it agrees);
 	// the reconciler then publishes the instance again and logs it.
 	Drifted(ctx context.Context, in *Instance, rev int64) string
+	Transporter
+}
+
+// Transporter is a part that carries the metadata to the guest by a way
+// of its own (the config drive, the firmware entries): the instance show
+// lists, after the metadata service's, what each one carries.
+type Transporter interface {
 	// Transport says which revision the part carries to the guest:
 	// running says whether the domain runs, stored is the stored
 	// metadata's revision (0: none).
@@ -301,9 +309,6 @@ type MediaChanger interface {
 	// commit runs once the write stood and the drive is in place;
 	// warnings go to the publish's answer.
 	ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error)
-	// DriveTransport says which revision the config drive carries to
-	// the guest of instance name (running: whether its domain runs).
-	DriveTransport(ctx context.Context, name string, running bool) Transport
 }
 
 // Transport is which metadata revision a way to the guest carries: the

@@ -137,6 +137,15 @@ func (s Set) Drifted(ctx context.Context, in *Instance, rev int64) (part, reason
 	return "", ""
 }
 
+// ChangeMedium is ChangeMedium of the first MediaChanger, if any, whatever
+// the operation (commit is never nil).
+func (s Set) ChangeMedium(ctx context.Context, r *revert.Reverter, name, staged string, rev int64) (commit func(), warnings []string, err error) {
+	if m, ok := First[MediaChanger](s, ""); ok {
+		return m.ChangeMedium(ctx, r, name, staged, rev)
+	}
+	return func() {}, nil, nil
+}
+
 // Committed runs Committed (Committer) and returns the parts' notes.
 func (s Set) Committed(ctx context.Context, op Op, in *Instance) []string {
 	var notes []string
@@ -161,6 +170,21 @@ func (s Set) PreStart(ctx context.Context, op Op, in *Instance) error {
 // operation; their undo steps go on r.
 func (s Set) BeforeStart(ctx context.Context, in *Instance, r *revert.Reverter) error {
 	return Run(s, "", func(p Starter) error { return p.BeforeStart(ctx, in, r) })
+}
+
+// StartFailed tells every StartFailer, whatever the operation, that the
+// start failed with err, and returns err joined by their errors.
+func (s Set) StartFailed(ctx context.Context, in *Instance, err error) error {
+	errs := []error{err}
+	for _, p := range Acting[StartFailer](s, "") {
+		if ferr := p.StartFailed(ctx, in, err); ferr != nil {
+			errs = append(errs, ferr)
+		}
+	}
+	if len(errs) == 1 {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 // Remove runs Remove (Remover); their undo steps go on r.

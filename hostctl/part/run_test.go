@@ -3,6 +3,7 @@ package part
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -242,9 +243,13 @@ func (p *phased) Committed(context.Context, Op, *Instance) []string {
 	return []string{p.name}
 }
 func (p *phased) PreStart(context.Context, Op, *Instance) error { return p.step("prestart") }
+func (p *phased) StartFailed(context.Context, *Instance, error) error {
+	return p.step("start failed")
+}
 
-// TestSetOptionalPhases: BeforeStart runs every Starter whatever the
-// operation (and whatever it answers); the other optional phases run
+// TestSetOptionalPhases: BeforeStart and StartFailed run every Starter
+// and StartFailer whatever the operation (and whatever it answers; the
+// start's error joined by theirs); the other optional phases run
 // the parts that implement them and act on the operation, in order, the
 // first error stopping them.
 func TestSetOptionalPhases(t *testing.T) {
@@ -258,13 +263,14 @@ func TestSetOptionalPhases(t *testing.T) {
 		}
 		return p
 	}
-	s := Set{mk("a", Act), &fake{name: "plain", do: Act, log: &log}, mk("n", Nothing), mk("b", Act, "remove", "prestart")}
+	s := Set{mk("a", Act), &fake{name: "plain", do: Act, log: &log}, mk("n", Nothing), mk("b", Act, "remove", "prestart", "start failed")}
 	steps := []struct {
 		run  func() error
 		want []string
 		err  string
 	}{
 		{func() error { return s.BeforeStart(ctx, in, nil) }, []string{"a before start", "n before start", "b before start"}, ""},
+		{func() error { return s.StartFailed(ctx, in, errors.New("boom")) }, []string{"a start failed", "n start failed", "b start failed"}, "boom\nstart failed failed"},
 		{func() error { return s.Remove(ctx, Delete, in, nil) }, []string{"a remove", "b remove"}, "b: remove failed"},
 		{func() error { return s.Defined(ctx, Apply, in, nil) }, []string{"a defined", "b defined"}, ""},
 		{func() error { return s.Complete(ctx, Apply, in, nil) }, []string{"a complete", "b complete"}, ""},
@@ -285,5 +291,37 @@ func TestSetOptionalPhases(t *testing.T) {
 		if !slices.Equal(log, st.want) {
 			t.Errorf("step %d: phases %q, want %q", i, log, st.want)
 		}
+	}
+}
+
+// medium is a fake MediaChanger.
+type medium struct {
+	fake
+	got *[]string
+}
+
+func (m *medium) ChangeMedium(_ context.Context, _ *revert.Reverter, name, staged string, rev int64) (func(), []string, error) {
+	*m.got = append(*m.got, fmt.Sprintf("%s %s %s %d", m.name, name, staged, rev))
+	return func() { *m.got = append(*m.got, m.name+" commit") }, []string{m.name + " warns"}, nil
+}
+
+// TestSetChangeMedium: the first MediaChanger gets the drive, whatever
+// it answers; without one, nothing happens and commit is still there.
+func TestSetChangeMedium(t *testing.T) {
+	ctx := context.Background()
+	var log, got []string
+	commit, warn, err := Set{&fake{name: "plain", do: Act, log: &log}}.ChangeMedium(ctx, nil, "vm", "d.staged", 3)
+	if err != nil || warn != nil || commit == nil {
+		t.Fatalf("no media changer: commit nil %v, %v %v", commit == nil, warn, err)
+	}
+	commit()
+	s := Set{&fake{name: "plain", do: Act, log: &log}, &medium{fake{name: "m1", do: Nothing, log: &log}, &got}, &medium{fake{name: "m2", do: Act, log: &log}, &got}}
+	commit, warn, err = s.ChangeMedium(ctx, nil, "vm", "d.staged", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit()
+	if want := []string{"m1 vm d.staged 3", "m1 commit"}; !slices.Equal(got, want) || !slices.Equal(warn, []string{"m1 warns"}) {
+		t.Errorf("calls %q, warnings %q; want %q, [m1 warns]", got, warn, want)
 	}
 }

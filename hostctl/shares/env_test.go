@@ -16,7 +16,9 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 	"github.com/vmeta/vmeta/hostctl/controller"
+	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/events"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
@@ -160,8 +162,7 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	if err := os.WriteFile(e.run.mountinfo, []byte("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := controller.Options{DataDir: dir, Logger: log, Host: "host-a",
-		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }}
+	o := controller.Options{DataDir: dir, Logger: log, Host: "host-a"}
 	if opts != nil {
 		opts(dir, &o)
 	}
@@ -186,8 +187,17 @@ func newEnvWith(t *testing.T, st store.Store, opts func(dir string, o *controlle
 	if o.Records != nil {
 		records = o.Records
 	}
-	o.Parts = append(o.Parts, e.svc, faults.New(records, log)) // as the daemon registers them
+	// The disks part, as the daemon wires it (no key manager here).
+	var secrets disks.LibvirtSecrets
+	if s, ok := o.Hypervisor.(disks.LibvirtSecrets); ok {
+		secrets = s
+	}
+	o.Images = images.New(filepath.Join(dir, "images"), images.Options{QemuImg: o.QemuImg})
+	dp := disks.New(disks.Options{LUKS: encryption.New(encryption.Options{QemuImg: o.QemuImg}), Secrets: secrets,
+		Records: records, Instances: st, Catalog: o.Images, DataDir: dir, Host: "host-a", Logger: log})
+	o.Parts = append(append([]part.Part{dp}, o.Parts...), e.svc, faults.New(records, log)) // as the daemon registers them
 	e.ctl = controller.New(st, o)
+	dp.Bind(e.ctl, nil)
 	e.inst = liveCtl{e.ctl, ops.NewLiveDevices(e.ctl)} // as the daemon's shareCore
 	t.Cleanup(func() { e.svc.Close() })
 	t.Cleanup(func() {

@@ -76,7 +76,22 @@ type Shown struct {
 // reads only what is live — the domain list (one call, when recs is not
 // empty), the fault and state records — never a spec.
 func (s States) Of(ctx context.Context, recs []store.Instance) ([]Shown, error) {
-	stateOf := s.domainStates(ctx, len(recs) > 0)
+	return s.of(ctx, recs, s.domainStates(ctx, len(recs) > 0))
+}
+
+// One is Of for one instance, rec, whose domain's state is state (as
+// instance show reads it: paused and the other states too); libvirt is
+// not listed.
+func (s States) One(ctx context.Context, rec store.Instance, state string) (Shown, error) {
+	shown, err := s.of(ctx, []store.Instance{rec}, func(string, string) string { return state })
+	if err != nil {
+		return Shown{}, err
+	}
+	return shown[0], nil
+}
+
+// of is Of with stateOf telling the domains' states.
+func (s States) of(ctx context.Context, recs []store.Instance, stateOf func(name, uuid string) string) ([]Shown, error) {
 	var faults, kept map[string]string
 	var err error
 	if s.Faults != nil {

@@ -102,6 +102,42 @@ func TestStatesOf(t *testing.T) {
 	}
 }
 
+// TestStatesOne: one instance with the domain state its caller read
+// (libvirt not listed): a paused domain with a fault stays paused, a
+// shut-off one is in error, a kept state wins, another host's instance
+// has no state but its fault.
+func TestStatesOne(t *testing.T) {
+	ctx := context.Background()
+	doms := &domains{}
+	s := view.States{
+		Host:    "host-a",
+		Domains: doms,
+		Faults:  records{strings.ToLower(uuid("1")): "f1", strings.ToLower(uuid("3")): "f3"},
+		Kept:    records{strings.ToLower(uuid("2")): "shelved_offloaded"},
+	}
+	for _, tc := range []struct {
+		rec   store.Instance
+		state string
+		want  view.Shown
+	}{
+		{store.Instance{Name: "a", UUID: uuid("1"), Host: "host-a"}, "paused", view.Shown{State: "paused", Fault: "f1"}},
+		{store.Instance{Name: "a", UUID: uuid("1"), Host: "host-a"}, "shutoff", view.Shown{State: view.Error, Fault: "f1"}},
+		{store.Instance{Name: "b", UUID: uuid("2"), Host: "host-a"}, view.Missing, view.Shown{State: "shelved_offloaded"}},
+		{store.Instance{Name: "c", UUID: uuid("3"), Host: "host-b"}, "", view.Shown{Fault: "f3"}},
+	} {
+		got, err := s.One(ctx, tc.rec, tc.state)
+		if err != nil || got != tc.want {
+			t.Errorf("%s (%s): %+v, %v; want %+v", tc.rec.Name, tc.state, got, err, tc.want)
+		}
+	}
+	if doms.calls != 0 {
+		t.Errorf("%d domain listings, want none", doms.calls)
+	}
+	if _, err := (view.States{Faults: failing{errors.New("store down")}}).One(ctx, store.Instance{Name: "a"}, ""); err == nil || !strings.Contains(err.Error(), "store down") {
+		t.Errorf("a fault read that fails: %v", err)
+	}
+}
+
 // TestStatesWhenLibvirtCannotBeAsked: own instances are unknown (a fault
 // does not turn unknown into error) and the failure is logged; a kept
 // state still wins. Without a hypervisor there is no domain state, and a

@@ -28,10 +28,11 @@
 // it restarts and learns of changes from the metadata service only. The
 // publish says so in its warnings.
 //
-// The core reaches the part through an interface of its own
-// (ChangeMedium, DriveTransport); the after-stop and before-start phases
-// delete the medium files a domain that is off no longer needs. The
-// package imports no controller code.
+// The core reaches the part through its phases (ChangeMedium, Transport);
+// the after-stop and before-start phases delete the medium files a domain
+// that is off no longer needs. Builder (build.go) streams a drive built
+// afresh from an instance's published metadata (`hostctl configdrive
+// build`). The package imports no controller code.
 package configdrive
 
 import (
@@ -87,6 +88,7 @@ type Part struct {
 var (
 	_ part.Part         = (*Part)(nil)
 	_ part.MediaChanger = (*Part)(nil)
+	_ part.Transporter  = (*Part)(nil)
 	_ part.Starter      = (*Part)(nil)
 )
 
@@ -309,14 +311,14 @@ func (p *Part) prune(name, keep string) {
 	}
 }
 
-// DriveTransport implements part.MediaChanger: which revision the config
-// drive carries to the guest of instance name: the medium in the cdrom of a running domain
+// Transport implements part.Transporter: which revision the config
+// drive carries to the guest of in: the medium in the cdrom of a running domain
 // (running: whether it runs), else the drive the next boot reads.
-func (p *Part) DriveTransport(ctx context.Context, name string, running bool) part.Transport {
+func (p *Part) Transport(ctx context.Context, in *part.Instance, running bool, _ int64) part.Transport {
 	t := part.Transport{Name: types.TransportDrive}
 	var medium, device string
 	if p.hv != nil {
-		if cd, err := p.cdrom(ctx, name, running); err == nil && cd != nil {
+		if cd, err := p.cdrom(ctx, in.Spec.Name, running); err == nil && cd != nil {
 			medium, device = cd.Source, cd.Device
 		}
 	}

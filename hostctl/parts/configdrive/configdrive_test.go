@@ -365,6 +365,7 @@ func TestStopAndStartPrune(t *testing.T) {
 // next boot's for a running virtio drive; none without a drive.
 func TestDriveTransport(t *testing.T) {
 	dataDir, dir, _ := setup(t, 2)
+	app1 := &part.Instance{Spec: &model.Instance{Name: "app-1"}}
 	medium := filepath.Join(dir, "disk.config.6")
 	build(t, medium, 6)
 	disk := filepath.Join(dir, configdrive.DriveFile)
@@ -386,17 +387,17 @@ func TestDriveTransport(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.want.Name = types.TransportDrive
-			got := configdrive.New(tc.hv, dataDir, nil).DriveTransport(context.Background(), "app-1", tc.running)
+			got := configdrive.New(tc.hv, dataDir, nil).Transport(context.Background(), app1, tc.running, 0)
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
 	}
-	got := configdrive.New(&hv{bus: "sata", live: broken}, dataDir, nil).DriveTransport(context.Background(), "app-1", true)
+	got := configdrive.New(&hv{bus: "sata", live: broken}, dataDir, nil).Transport(context.Background(), app1, true, 0)
 	if got.Revision != 0 || got.Note == "" {
 		t.Errorf("an unreadable medium: %+v", got)
 	}
-	if got := configdrive.New(nil, dataDir, nil).DriveTransport(context.Background(), "app-1", true); got.Note != "none" {
+	if got := configdrive.New(nil, dataDir, nil).Transport(context.Background(), app1, true, 0); got.Note != "none" {
 		t.Errorf("no hypervisor: %+v", got)
 	}
 }

@@ -1,15 +1,23 @@
 package disks
 
-import "github.com/vmeta/vmeta/hostctl/part"
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vmeta/vmeta/hostctl/part"
+	"github.com/vmeta/vmeta/internal/revert"
+)
 
 // Name implements part.Answerer.
 func (*Part) Name() string { return "disks" }
 
 // Answers implements part.Answerer: what the disks and their encryption
-// do for every operation. The core calls the part through
-// controller.Disks (the disks are laid out before any part's Prepare),
-// and the operations in hostctl/ops through their Disks role; the
-// parts × operations table lists these answers beside the parts'.
+// do for every operation. The part is registered with the core among
+// the parts; but for AfterDelete the core calls it at its own points of
+// an operation through controller.Disks (the disks are laid out before
+// any part's Prepare; their secrets follow the domain's start and stop),
+// and the operations in hostctl/ops through their Disks role.
 func (*Part) Answers() part.Answers {
 	return part.Answers{
 		part.Apply:       {Do: part.Act, Why: "makes the disks that have no file (LUKS under a new key-manager secret where the spec, flavor or image encrypts) with their block-device records; a removed disk's secret and record go"},
@@ -29,3 +37,37 @@ func (*Part) Answers() part.Answers {
 		part.Snapshot:    {Do: part.Act, Why: "the snapshot image names a secret (the same, a new or an existing one); a new one is released if the snapshot fails"},
 	}
 }
+
+// The phases of part.Part: but for AfterDelete, the core calls the part
+// through controller.Disks instead (Answers).
+
+// Check implements part.Part: the disks refuse nothing here (Make
+// refuses what this host cannot make).
+func (*Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+
+// Prepare implements part.Part.
+func (*Part) Prepare(context.Context, part.Op, *part.Instance, *revert.Reverter, *part.Contribution) error {
+	return nil
+}
+
+// Devices implements part.Part: the disks are the spec's, shown with
+// their block-device records.
+func (*Part) Devices(*part.Instance) ([]part.Device, error) { return nil, nil }
+
+// AfterStart and AfterStop implement part.Part.
+func (*Part) AfterStart(context.Context, *part.Instance) error { return nil }
+func (*Part) AfterStop(context.Context, *part.Instance) error  { return nil }
+
+// AfterDelete implements part.Part: the disks went with the instance,
+// and their secrets go with them, from libvirt (the domain is gone) and
+// from the key manager (those nothing else names), with the
+// block-device records. What fails is left to the reconciler's sweep.
+func (pt *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
+	err := pt.UndefineSecrets(ctx, in.Spec.UUID)
+	if err != nil {
+		err = fmt.Errorf("libvirt secrets of %s not undefined (the reconciler retries): %w", in.Spec.Name, err)
+	}
+	return errors.Join(err, pt.ForgetInstance(ctx, in.Spec.Name, in.Spec.UUID))
+}
+
+var _ part.Part = (*Part)(nil)

@@ -48,7 +48,7 @@ func (pt *Part) encryptedImage(ctx context.Context, p diskPlan) (*images.Image, 
 	if p.image == "" || p.Base == nil {
 		return nil, nil
 	}
-	img, err := pt.core.Image(ctx, p.image)
+	img, err := pt.image(ctx, p.image)
 	if err != nil || img == nil || !img.Encrypted {
 		return nil, err
 	}
@@ -81,14 +81,14 @@ func (pt *Part) checkEncryptedImages(ctx context.Context, in *model.Instance, pl
 			errs = append(errs, model.FieldError{Field: field + ".encrypted", Value: false,
 				Rule: fmt.Sprintf("image %q is encrypted (%s=%s): a disk over it is encrypted too (no surprise decryption)", img.Name, policy.ImageEncryptKeyID, keyID)})
 			continue
-		case pt.keys() == nil || pt.records() == nil:
+		case pt.Keys == nil || pt.Records == nil:
 			continue // the disk's own request is refused below
 		case keyID == "":
 			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
 				Rule: "qemu-img finds the image encrypted but it names no secret in " + policy.ImageEncryptKeyID})
 			continue
 		}
-		sec, err := pt.keys().Get(ctx, keyID)
+		sec, err := pt.Keys.Get(ctx, keyID)
 		switch {
 		case errors.Is(err, keys.ErrNotFound):
 			errs = append(errs, model.FieldError{Field: "image", Value: img.Name,
@@ -118,12 +118,12 @@ func (pt *Part) copyImageSecret(ctx context.Context, r *revert.Reverter, in *mod
 		return backingCopy{}, err
 	}
 	keyID := img.Properties[policy.ImageEncryptKeyID]
-	pass, err := pt.keys().Passphrase(ctx, keyID)
+	pass, err := pt.Keys.Passphrase(ctx, keyID)
 	if err != nil {
 		return backingCopy{}, fmt.Errorf("disk %s: secret %s of image %s: %w", p.target, keyID, img.Name, err)
 	}
-	sec, err := pt.keys().Create(ctx, keys.Request{Name: "backing-" + p.target, ProjectID: in.ProjectID, Payload: pass,
-		Owner: &keys.Owner{Host: pt.core.Host(), InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
+	sec, err := pt.Keys.Create(ctx, keys.Request{Name: "backing-" + p.target, ProjectID: in.ProjectID, Payload: pass,
+		Owner: &keys.Owner{Host: pt.Host, InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
 	if err != nil {
 		clear(pass)
 		return backingCopy{}, fmt.Errorf("copy the secret of image %s for disk %s: %w", img.Name, p.target, err)
@@ -138,11 +138,11 @@ func (pt *Part) copyImageSecret(ctx context.Context, r *revert.Reverter, in *mod
 // (data-directory relative, as virt.Host has it), read from the image's
 // own header, with the libvirt secret of bd's backing copy.
 func (pt *Part) backingSource(ctx context.Context, path string, bd encryption.BlockDevice) (*virt.BackingSource, error) {
-	abs, err := virt.ResolveInDataDir(pt.core.DataDir(), path)
+	abs, err := virt.ResolveInDataDir(pt.DataDir, path)
 	if err != nil {
 		return nil, err
 	}
-	info, err := pt.luks().Inspect(ctx, abs)
+	info, err := pt.LUKS.Inspect(ctx, abs)
 	if err != nil {
 		return nil, err
 	}
@@ -163,15 +163,15 @@ func (pt *Part) defineBackingSecret(ctx context.Context, r *revert.Reverter, in 
 	if id == "" {
 		return nil
 	}
-	pass, err := pt.keys().Passphrase(ctx, id)
+	pass, err := pt.Keys.Passphrase(ctx, id)
 	if err != nil {
 		return fmt.Errorf("disk %s backing file: %w", disk, err)
 	}
-	err = pt.secrets().DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: pt.SecretUsage(in.UUID, disk+"/backing")}, pass)
+	err = pt.Secrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: pt.SecretUsage(in.UUID, disk+"/backing")}, pass)
 	clear(pass)
 	if err != nil {
 		return fmt.Errorf("disk %s backing file: %w", disk, err)
 	}
-	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.secrets().UndefineSecret(ctx, id) })
+	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.Secrets.UndefineSecret(ctx, id) })
 	return nil
 }

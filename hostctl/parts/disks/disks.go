@@ -8,12 +8,14 @@
 // runs, and the one rule for deleting a key-manager secret (nothing names
 // it any more).
 //
-// The controller core calls the part through its own narrow interface
-// (hostctl/controller, disks.go); the part reaches the core only through
-// Core, which the controller implements (core_diskpart.go). The daemon
-// wires the two (controller.Options.Disks). The core keeps the handles
-// (key manager, LUKS layer, libvirt secrets, record store, image
-// directory): the part reads them on each use.
+// The daemon makes the part with its handles (Options: the key manager,
+// the LUKS tool, libvirt's secrets, the record store, the image catalog,
+// the blank templates, this host's encryption settings), registers it
+// with the controller core among the parts and binds it to the core
+// (Bind: the per-instance lock) and to the states part. The core calls
+// it through its own narrow interface (hostctl/controller, disks.go);
+// the operations (hostctl/ops), the catalog (hostctl/catalog) and the
+// disk passphrase rotator (hostctl/diskrotate) call it directly.
 package disks
 
 import (
@@ -23,12 +25,15 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/internal/keylock"
+	"github.com/vmeta/vmeta/hostctl/layout"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -36,9 +41,8 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
-// The handles the part uses, as the core holds them. Each is an alias of
-// an unnamed interface type, declared identically in hostctl/controller,
-// so that the two packages share the type without importing each other.
+// The handles the part uses. Each is an interface so that a test can
+// hand the part a fake.
 type (
 	// KeyManager is the key manager (internal/keys).
 	KeyManager = interface {
@@ -86,25 +90,67 @@ var (
 	_ Images         = (*images.Dir)(nil)
 )
 
-// Core is the controller core as the part uses it (hostctl/controller,
-// core_diskpart.go).
-type Core interface {
-	Handles
-	Instances
-	Holders
+// Options are the handles the part works with, as the daemon wires
+// them. The part reads them on each use (a test may replace one before
+// the part is used).
+type Options struct {
+	// Keys is the key manager of the disks' passphrases; nil: a disk
+	// requested encrypted is refused.
+	Keys KeyManager
+	// LUKS makes the encrypted disks (hostctl/encryption; its defaults
+	// when nil).
+	LUKS LUKS
+	// Secrets is libvirt's secrets; nil without a hypervisor.
+	Secrets LibvirtSecrets
+	// Records keeps the block-device records; nil when the store keeps
+	// none. Instances is the store's instance records.
+	Records   store.Records
+	Instances InstanceRecords
+	// Catalog is the image catalog (the images disks are made over, and
+	// the secrets they name); Images makes plain disk images (Catalog
+	// when nil); Templates are the blank templates of a flavor's
+	// ephemeral and swap disks (DataDir/instances/_base when nil).
+	Catalog   *images.Dir
+	Images    Images
+	Templates layout.Templates
+	// DefaultFormat is the format of a disk requested encrypted without
+	// one (hostctl serve --ephemeral-encryption-default-format; "":
+	// DefaultEncryptionFormat); Support probes the formats this host
+	// supports (nil: not probed).
+	DefaultFormat string
+	Support       func(context.Context) (encryption.Support, error)
+	// DataDir is the data directory, Host names this host.
+	DataDir string
+	Host    string
+	Logger  *slog.Logger
 }
 
-// Holders is what the core knows that may name a secret besides the
-// block-device records: the instances' state records (secretuse.go).
+// InstanceRecords are the store's instance records (store.Instances).
+type InstanceRecords interface {
+	Instance(ctx context.Context, name string) (store.Instance, error)
+}
+
+// Core is the controller core as the part uses it (hostctl/controller).
+type Core interface {
+	// LockInstance takes the per-instance lock and returns its release.
+	LockInstance(name string) (unlock func())
+	// UnlessRunning runs fn under the lock of the instance with UUID
+	// uuid unless its domain runs (or is paused, shutting down).
+	UnlessRunning(ctx context.Context, uuid string, fn func(context.Context) error) error
+}
+
+// Holders is what may name a secret besides the block-device records:
+// the instances' state records (secretuse.go), which the states part
+// (hostctl/parts/vmstate) keeps.
 type Holders interface {
-	// States returns the state records of shelved and rescued
+	// Summaries returns the state records of shelved and rescued
 	// instances, by instance UUID.
-	States(ctx context.Context) (map[string]State, error)
+	Summaries(ctx context.Context) (map[string]State, error)
 }
 
 // State is an instance's shelve or rescue state as the secret rule reads
-// it (an alias of an unnamed struct type, declared identically in
-// hostctl/controller).
+// it (an alias of an unnamed struct type, declared identically as
+// vmstate.Summary).
 type State = struct {
 	Instance, State, ShelvedImage, RescueImage, RescueSecret string
 }
@@ -113,71 +159,83 @@ type State = struct {
 // controller's RescueDisk): its secret is in use while it exists.
 const RescueDisk = "_rescue"
 
-// Handles are the core's handles and host settings.
-type Handles interface {
-	// Encryption is the key manager (nil without one) and the LUKS
-	// layer; LibvirtSecrets libvirt's secrets (nil without a
-	// hypervisor); Records the record store (nil when the store keeps
-	// none).
-	Encryption() (KeyManager, LUKS)
-	LibvirtSecrets() LibvirtSecrets
-	Records() store.Records
-	// DiskImages makes plain disk images; ImageDir is the image catalog;
-	// Image a catalog image by name (nil for ""); BlankTemplate the blank
-	// template of a flavor's ephemeral or swap disk.
-	DiskImages() Images
-	ImageDir() *images.Dir
-	Image(ctx context.Context, name string) (*images.Image, error)
-	BlankTemplate(ctx context.Context, d model.Disk) (images.Base, error)
-	// EncryptionPolicy is the format of a disk requested encrypted
-	// without one ("": DefaultEncryptionFormat) and the probe of the
-	// formats this host supports (nil: not probed).
-	EncryptionPolicy() (defaultFormat string, support func(context.Context) (encryption.Support, error))
-	// Host names this host; DataDir is the data directory; DiskPath the
-	// image file of in's disk.
-	Host() string
-	DataDir() string
-	DiskPath(in *model.Instance, disk string) (string, error)
-	Logger() *slog.Logger
-}
-
-// Instances are the core's instance records and locks.
-type Instances interface {
-	// Instance is the store's record of instance name.
-	Instance(ctx context.Context, name string) (store.Instance, error)
-	// LockInstance and LockSecret take the per-instance and the
-	// per-secret lock and return their release.
-	LockInstance(name string) (unlock func())
-	LockSecret(id string) (unlock func())
-	// UnlessRunning runs fn under the lock of the instance with UUID
-	// uuid unless its domain runs (or is paused, shutting down).
-	UnlessRunning(ctx context.Context, uuid string, fn func(context.Context) error) error
-}
-
 // Part is the disks part.
 type Part struct {
-	core Core
-	log  *slog.Logger
+	Options
+	log         *slog.Logger
+	core        Core
+	states      Holders     // nil: no instance has a state
+	secretLocks keylock.Map // per key-manager secret (secretuse.go)
 }
 
-// New returns the part over core.
-func New(core Core) *Part {
-	return &Part{core: core, log: core.Logger()}
+// New returns the part over the handles of o; Bind gives it the core.
+func New(o Options) *Part {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.LUKS == nil {
+		o.LUKS = encryption.New(encryption.Options{})
+	}
+	if o.Catalog != nil && o.Images == nil {
+		o.Images = o.Catalog
+	}
+	if o.Catalog != nil && o.Templates == nil {
+		o.Templates = o.Catalog.NewTemplates(filepath.Join(o.DataDir, "instances", "_base"))
+	}
+	return &Part{Options: o, log: o.Logger, core: unbound{}}
 }
 
-func (pt *Part) keys() KeyManager {
-	k, _ := pt.core.Encryption()
-	return k
+// Bind gives the part the core it locks instances through, and the
+// states part whose records may name a secret (nil: none).
+func (pt *Part) Bind(core Core, states Holders) {
+	pt.core, pt.states = core, states
 }
 
-func (pt *Part) luks() LUKS {
-	_, l := pt.core.Encryption()
-	return l
+// unbound is the core of a part not bound yet: no instance is locked.
+type unbound struct{}
+
+func (unbound) LockInstance(string) func() { return func() {} }
+func (unbound) UnlessRunning(ctx context.Context, _ string, fn func(context.Context) error) error {
+	return fn(ctx)
 }
 
-func (pt *Part) secrets() LibvirtSecrets { return pt.core.LibvirtSecrets() }
+// Encryption is the key manager (nil without one) and the LUKS tool
+// (hostctl/ops makes and checks encrypted images with them).
+func (pt *Part) Encryption() (KeyManager, LUKS) { return pt.Keys, pt.LUKS }
 
-func (pt *Part) records() store.Records { return pt.core.Records() }
+// DiskImages makes plain disk images; ImageDir is the image catalog.
+func (pt *Part) DiskImages() Images    { return pt.Images }
+func (pt *Part) ImageDir() *images.Dir { return pt.Catalog }
+
+// LockSecret holds the lock of key-manager secret id until unlock: a
+// step about to make something name the secret (an image import, a
+// snapshot) holds it, so the secret is not deleted meanwhile.
+func (pt *Part) LockSecret(id string) (unlock func()) { return pt.secretLocks.Lock(id) }
+
+// DiskPath returns the image file of in's disk named disk.
+func (pt *Part) DiskPath(in *model.Instance, disk string) (string, error) {
+	for _, d := range in.Disks {
+		if d.Name == disk {
+			return virt.ResolveInDataDir(pt.DataDir, filepath.Join("instances", in.Name, layout.DiskFile(d)))
+		}
+	}
+	return "", fmt.Errorf("disk %s of %s: %w: not in the spec", disk, in.Name, store.ErrNotFound)
+}
+
+// image is the catalog image name (nil for "" and for an unknown one).
+func (pt *Part) image(ctx context.Context, name string) (*images.Image, error) {
+	if name == "" || pt.Catalog == nil {
+		return nil, nil
+	}
+	img, err := pt.Catalog.Get(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &img, nil
+}
 
 // hasKinds reports whether an instance's disks were laid out by a
 // flavor (some disk has a kind).
@@ -208,7 +266,7 @@ func (pt *Part) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, 
 	var errs []model.FieldError
 	kinded := hasKinds(in)
 	for i, d := range in.Disks {
-		p, err := pt.core.DiskPath(in, d.Name)
+		p, err := pt.DiskPath(in, d.Name)
 		if err != nil {
 			errs = append(errs, model.FieldError{Field: fmt.Sprintf("disks[%d]", i), Value: d.Name, Rule: err.Error()})
 			continue
@@ -223,7 +281,7 @@ func (pt *Part) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, 
 		case d.Kind == model.DiskKindEphemeral || d.Kind == model.DiskKindSwap:
 			// An overlay of the blank template of its size, made now if
 			// the cache has none (a template is no instance's: it stays).
-			base, err := pt.core.BlankTemplate(ctx, d)
+			base, err := layout.BlankTemplate(ctx, pt.Templates, d)
 			if err != nil {
 				return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 			}
@@ -231,7 +289,7 @@ func (pt *Part) planDisks(ctx context.Context, in *model.Instance) ([]diskPlan, 
 		case d.Kind == model.DiskKindRoot && in.Image == "" && d.Size != "":
 			// A flavor's root disk without an image: blank.
 		case (d.Kind == model.DiskKindRoot || i == 0 && !kinded) && in.Image != "":
-			base, err := pt.core.DiskImages().Lookup(ctx, in.Image)
+			base, err := pt.Images.Lookup(ctx, in.Image)
 			if err != nil {
 				errs = append(errs, model.FieldError{Field: "image", Value: in.Image, Rule: err.Error()})
 				continue
@@ -281,7 +339,7 @@ func (pt *Part) startDisks(ctx context.Context, r *revert.Reverter, plans []disk
 			continue
 		}
 		wg.Go(func() {
-			if err := pt.core.DiskImages().Create(ctx, p.Disk); err != nil {
+			if err := pt.Images.Create(ctx, p.Disk); err != nil {
 				errs[i] = fmt.Errorf("create disk %s: %w", p.target, err)
 			}
 		})
@@ -382,16 +440,16 @@ func (pt *Part) BlockDevices(ctx context.Context, uuid string) (encryption.Block
 // keyID under the libvirt secret id, for in's disk; the undo step on r
 // undefines it.
 func (pt *Part) DefineDiskSecret(ctx context.Context, r *revert.Reverter, in *model.Instance, disk, keyID, id string) error {
-	pass, err := pt.keys().Passphrase(ctx, keyID)
+	pass, err := pt.Keys.Passphrase(ctx, keyID)
 	if err != nil {
 		return err
 	}
-	err = pt.secrets().DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: pt.SecretUsage(in.UUID, disk)}, pass)
+	err = pt.Secrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: pt.SecretUsage(in.UUID, disk)}, pass)
 	clear(pass)
 	if err != nil {
 		return err
 	}
-	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.secrets().UndefineSecret(ctx, id) })
+	r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.Secrets.UndefineSecret(ctx, id) })
 	return nil
 }
 

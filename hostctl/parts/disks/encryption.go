@@ -72,7 +72,7 @@ func (pt *Part) encryptionFormat(d model.Disk) string {
 	if d.EncryptionFormat != "" {
 		return d.EncryptionFormat
 	}
-	if f, _ := pt.core.EncryptionPolicy(); f != "" {
+	if f := pt.DefaultFormat; f != "" {
 		return f // hostctl serve --ephemeral-encryption-default-format
 	}
 	return DefaultEncryptionFormat
@@ -88,7 +88,7 @@ func (pt *Part) checkEncryption(ctx context.Context, in *model.Instance, plans [
 	if err != nil {
 		return err
 	}
-	_, support := pt.core.EncryptionPolicy()
+	support := pt.Support
 	var errs []model.FieldError
 	// A disk over an encrypted image is encrypted too, with a copy of the
 	// image's secret for its backing file (backing.go).
@@ -115,7 +115,7 @@ func (pt *Part) checkEncryption(ctx context.Context, in *model.Instance, plans [
 		}
 		format := pt.encryptionFormat(d)
 		switch {
-		case pt.keys() == nil || pt.records() == nil:
+		case pt.Keys == nil || pt.Records == nil:
 			errs = append(errs, model.FieldError{Field: f + ".encrypted", Value: true, Rule: "this host has no key manager: it cannot create encrypted disks"})
 		case format != encryption.FormatLUKS:
 			errs = append(errs, model.FieldError{Field: f + ".encryption_format", Value: format,
@@ -142,15 +142,15 @@ func (pt *Part) checkEncryption(ctx context.Context, in *model.Instance, plans [
 // passphrase proven. Undo steps: the secret is deleted (the caller has
 // registered the file's removal).
 func (pt *Part) createEncrypted(ctx context.Context, r *revert.Reverter, in *model.Instance, p diskPlan) (encryption.BlockDevice, error) {
-	sec, err := pt.keys().Create(ctx, keys.Request{Name: "disk-" + p.target, ProjectID: in.ProjectID,
-		Owner: &keys.Owner{Host: pt.core.Host(), InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
+	sec, err := pt.Keys.Create(ctx, keys.Request{Name: "disk-" + p.target, ProjectID: in.ProjectID,
+		Owner: &keys.Owner{Host: pt.Host, InstanceUUID: in.UUID, InstanceName: in.Name, Disk: p.target}})
 	if err != nil {
 		return encryption.BlockDevice{}, fmt.Errorf("create the secret of disk %s: %w", p.target, err)
 	}
 	r.Add("delete key-manager secret "+sec.UUID, func(ctx context.Context) error {
 		return pt.deleteSecret(ctx, sec.UUID, secretRelease{instanceUUID: in.UUID, disks: []string{p.target}})
 	})
-	pass, err := pt.keys().Passphrase(ctx, sec.UUID)
+	pass, err := pt.Keys.Passphrase(ctx, sec.UUID)
 	if err != nil {
 		return encryption.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
 	}
@@ -164,17 +164,17 @@ func (pt *Part) createEncrypted(ctx context.Context, r *revert.Reverter, in *mod
 	if p.Base != nil {
 		d.Base = &encryption.Base{Path: p.Base.Path, Format: p.Base.Format}
 	}
-	if err := pt.luks().Create(ctx, d, pass); err != nil {
+	if err := pt.LUKS.Create(ctx, d, pass); err != nil {
 		return encryption.BlockDevice{}, fmt.Errorf("create encrypted disk %s: %w", p.target, err)
 	}
-	info, err := pt.luks().Inspect(ctx, p.Path)
+	info, err := pt.LUKS.Inspect(ctx, p.Path)
 	if err != nil {
 		return encryption.BlockDevice{}, fmt.Errorf("disk %s: %w", p.target, err)
 	}
 	if !info.Encrypted || info.EncryptFormat != encryption.FormatLUKS {
 		return encryption.BlockDevice{}, fmt.Errorf("disk %s: qemu-img info reads no LUKS header (encrypted=%t, format %q): not publishing it as encrypted", p.target, info.Encrypted, info.EncryptFormat)
 	}
-	if err := pt.luks().Verify(ctx, p.Path, pass, backing.pass); err != nil {
+	if err := pt.LUKS.Verify(ctx, p.Path, pass, backing.pass); err != nil {
 		return encryption.BlockDevice{}, fmt.Errorf("disk %s: its passphrase does not open it: %w", p.target, err)
 	}
 	pt.log.Info("encrypted disk created", "instance", in.Name, "disk", p.target, "secret", sec.UUID, "backing_secret", backing.uuid, "cipher", info.Cipher, "mode", info.Mode)
@@ -186,10 +186,10 @@ func (pt *Part) createEncrypted(ctx context.Context, r *revert.Reverter, in *mod
 // there are none) and the record's version (0: none).
 func (pt *Part) loadBlockDevices(ctx context.Context, uuid string) (blockDevRecord, int64, error) {
 	rec := blockDevRecord{Disks: map[string]encryption.BlockDevice{}}
-	if pt.records() == nil || uuid == "" {
+	if pt.Records == nil || uuid == "" {
 		return rec, 0, nil
 	}
-	sr, err := pt.records().Record(ctx, blockDevPrefix+uuid)
+	sr, err := pt.Records.Record(ctx, blockDevPrefix+uuid)
 	if errors.Is(err, store.ErrNotFound) {
 		return rec, 0, nil
 	}
@@ -206,7 +206,7 @@ func (pt *Part) loadBlockDevices(ctx context.Context, uuid string) (blockDevReco
 // disks, registering the restoration of the previous record on r (r may
 // be nil after a commit).
 func (pt *Part) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error {
-	if pt.records() == nil || len(upd) == 0 {
+	if pt.Records == nil || len(upd) == 0 {
 		return nil
 	}
 	rec, ver, err := pt.loadBlockDevices(ctx, in.UUID)
@@ -217,7 +217,7 @@ func (pt *Part) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *
 	if err != nil {
 		return err
 	}
-	rec.Instance, rec.Host = in.Name, pt.core.Host()
+	rec.Instance, rec.Host = in.Name, pt.Host
 	for disk, bd := range upd {
 		if bd == nil {
 			delete(rec.Disks, disk)
@@ -230,12 +230,12 @@ func (pt *Part) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *
 		if ver == 0 {
 			return nil
 		}
-		if err := pt.records().DeleteRecord(ctx, key, ver); err != nil {
+		if err := pt.Records.DeleteRecord(ctx, key, ver); err != nil {
 			return fmt.Errorf("block devices of %s: %w", in.Name, err)
 		}
 		if r != nil {
 			r.Add("restore block-device records of "+in.Name, func(ctx context.Context) error {
-				_, err := pt.records().PutRecord(ctx, key, prev, 0)
+				_, err := pt.Records.PutRecord(ctx, key, prev, 0)
 				return err
 			})
 		}
@@ -245,16 +245,16 @@ func (pt *Part) UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *
 	if err != nil {
 		return err
 	}
-	put, err := pt.records().PutRecord(ctx, key, val, ver)
+	put, err := pt.Records.PutRecord(ctx, key, val, ver)
 	if err != nil {
 		return fmt.Errorf("block devices of %s: %w", in.Name, err)
 	}
 	if r != nil {
 		r.Add("restore block-device records of "+in.Name, func(ctx context.Context) error {
 			if ver == 0 {
-				return pt.records().DeleteRecord(ctx, key, put.Version)
+				return pt.Records.DeleteRecord(ctx, key, put.Version)
 			}
-			_, err := pt.records().PutRecord(ctx, key, prev, put.Version)
+			_, err := pt.Records.PutRecord(ctx, key, prev, put.Version)
 			return err
 		})
 	}
@@ -310,14 +310,14 @@ func (pt *Part) SecretUsage(instUUID, disk string) string {
 }
 
 func (pt *Part) secretPrefix() string {
-	return "vmeta/" + pt.keys().KeyID() + "/"
+	return "vmeta/" + pt.Keys.KeyID() + "/"
 }
 
 // DefineSecrets puts the passphrase of each encrypted disk of the
 // instance into libvirt, before the domain starts; undo steps undefine
 // them.
 func (pt *Part) DefineSecrets(ctx context.Context, r *revert.Reverter, in *model.Instance) error {
-	if pt.secrets() == nil || pt.keys() == nil {
+	if pt.Secrets == nil || pt.Keys == nil {
 		return nil
 	}
 	rec, _, err := pt.loadBlockDevices(ctx, in.UUID)
@@ -329,17 +329,17 @@ func (pt *Part) DefineSecrets(ctx context.Context, r *revert.Reverter, in *model
 		if !ok || !bd.Encrypted {
 			continue
 		}
-		pass, err := pt.keys().Passphrase(ctx, bd.EncryptionSecretUUID)
+		pass, err := pt.Keys.Passphrase(ctx, bd.EncryptionSecretUUID)
 		if err != nil {
 			return fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		err = pt.secrets().DefineSecret(ctx, virt.LibvirtSecret{UUID: bd.EncryptionSecretUUID, Usage: pt.SecretUsage(in.UUID, d.Name)}, pass)
+		err = pt.Secrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: bd.EncryptionSecretUUID, Usage: pt.SecretUsage(in.UUID, d.Name)}, pass)
 		clear(pass)
 		if err != nil {
 			return fmt.Errorf("disk %s: %w", d.Name, err)
 		}
 		id := bd.EncryptionSecretUUID
-		r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.secrets().UndefineSecret(ctx, id) })
+		r.Add("undefine libvirt secret "+id, func(ctx context.Context) error { return pt.Secrets.UndefineSecret(ctx, id) })
 		if err := pt.defineBackingSecret(ctx, r, in, d.Name, bd); err != nil {
 			return err
 		}
@@ -350,16 +350,16 @@ func (pt *Part) DefineSecrets(ctx context.Context, r *revert.Reverter, in *model
 // UndefineSecrets removes the instance's passphrases from libvirt (its
 // domain does not run, or is gone).
 func (pt *Part) UndefineSecrets(ctx context.Context, instUUID string) error {
-	if pt.secrets() == nil || pt.keys() == nil {
+	if pt.Secrets == nil || pt.Keys == nil {
 		return nil
 	}
-	ss, err := pt.secrets().Secrets(ctx, pt.secretPrefix()+instUUID+"/")
+	ss, err := pt.Secrets.Secrets(ctx, pt.secretPrefix()+instUUID+"/")
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, s := range ss {
-		if err := pt.secrets().UndefineSecret(ctx, s.UUID); err != nil {
+		if err := pt.Secrets.UndefineSecret(ctx, s.UUID); err != nil {
 			errs = append(errs, err)
 		} else {
 			pt.log.Debug("libvirt secret undefined", "secret", s.UUID, "usage", s.Usage)
@@ -372,7 +372,7 @@ func (pt *Part) UndefineSecrets(ctx context.Context, instUUID string) error {
 // disks that are gone (their files deleted), after the commit: failures
 // are logged, and the reconciler's sweep retries.
 func (pt *Part) Forget(ctx context.Context, in *model.Instance, disks []string) {
-	if pt.records() == nil || len(disks) == 0 {
+	if pt.Records == nil || len(disks) == 0 {
 		return
 	}
 	rec, _, err := pt.loadBlockDevices(ctx, in.UUID)
@@ -387,7 +387,7 @@ func (pt *Part) Forget(ctx context.Context, in *model.Instance, disks []string) 
 			continue
 		}
 		for _, id := range diskSecrets(bd) {
-			if pt.keys() == nil {
+			if pt.Keys == nil {
 				break
 			}
 			if err := pt.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: in.UUID, disks: disks}); err != nil {
@@ -437,13 +437,13 @@ func (pt *Part) ResizeDisk(ctx context.Context, in *model.Instance, disk, path s
 		return err
 	}
 	bd, ok := rec.Disks[disk]
-	if !ok || !bd.Encrypted || pt.keys() == nil {
+	if !ok || !bd.Encrypted || pt.Keys == nil {
 		if shrink {
-			return pt.core.ImageDir().ShrinkBack(ctx, path, size)
+			return pt.Catalog.ShrinkBack(ctx, path, size)
 		}
-		return pt.core.ImageDir().Resize(ctx, path, size)
+		return pt.Catalog.Resize(ctx, path, size)
 	}
-	pass, err := pt.keys().Passphrase(ctx, bd.EncryptionSecretUUID)
+	pass, err := pt.Keys.Passphrase(ctx, bd.EncryptionSecretUUID)
 	if err != nil {
 		return fmt.Errorf("disk %s: %w", disk, err)
 	}
@@ -452,18 +452,18 @@ func (pt *Part) ResizeDisk(ctx context.Context, in *model.Instance, disk, path s
 	if bd.BackingEncryptionSecretUUID != "" {
 		// qemu-img resize opens the whole chain: the encrypted backing
 		// file too.
-		if backing, err = pt.keys().Passphrase(ctx, bd.BackingEncryptionSecretUUID); err != nil {
+		if backing, err = pt.Keys.Passphrase(ctx, bd.BackingEncryptionSecretUUID); err != nil {
 			return fmt.Errorf("disk %s backing file: %w", disk, err)
 		}
 		defer clear(backing)
 	}
-	return pt.luks().Resize(ctx, path, size, shrink, pass, backing)
+	return pt.LUKS.Resize(ctx, path, size, shrink, pass, backing)
 }
 
 // ForgetInstance deletes every secret and the block-device records of a
 // deleted instance.
 func (pt *Part) ForgetInstance(ctx context.Context, name, uuid string) error {
-	if pt.records() == nil {
+	if pt.Records == nil {
 		return nil
 	}
 	rec, ver, err := pt.loadBlockDevices(ctx, uuid)
@@ -471,7 +471,7 @@ func (pt *Part) ForgetInstance(ctx context.Context, name, uuid string) error {
 		return err
 	}
 	var errs []error
-	if pt.keys() != nil {
+	if pt.Keys != nil {
 		for _, bd := range rec.Disks {
 			for _, id := range diskSecrets(bd) {
 				if err := pt.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: uuid, allDisks: true}); err != nil {
@@ -481,7 +481,7 @@ func (pt *Part) ForgetInstance(ctx context.Context, name, uuid string) error {
 		}
 	}
 	if len(errs) == 0 && ver > 0 {
-		if err := pt.records().DeleteRecord(ctx, blockDevPrefix+uuid, ver); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := pt.Records.DeleteRecord(ctx, blockDevPrefix+uuid, ver); err != nil && !errors.Is(err, store.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}
@@ -498,12 +498,12 @@ func (pt *Part) ForgetInstance(ctx context.Context, name, uuid string) error {
 // is checked under its lock, so an apply or start in progress is never
 // swept.
 func (pt *Part) Sweep(ctx context.Context) error {
-	if pt.keys() == nil {
+	if pt.Keys == nil {
 		return nil
 	}
 	var errs []error
-	if pt.secrets() != nil {
-		ss, err := pt.secrets().Secrets(ctx, pt.secretPrefix())
+	if pt.Secrets != nil {
+		ss, err := pt.Secrets.Secrets(ctx, pt.secretPrefix())
 		if err != nil {
 			return fmt.Errorf("sweep libvirt secrets: %w", err)
 		}
@@ -514,13 +514,13 @@ func (pt *Part) Sweep(ctx context.Context) error {
 			}
 		}
 	}
-	secs, err := pt.keys().List(ctx, "")
+	secs, err := pt.Keys.List(ctx, "")
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, s := range secs {
 		o := s.Owner
-		if o == nil || o.Host != pt.core.Host() || o.InstanceName == "" {
+		if o == nil || o.Host != pt.Host || o.InstanceName == "" {
 			continue
 		}
 		id := s.UUID
@@ -538,19 +538,19 @@ func (pt *Part) Sweep(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	recs, err := pt.records().Records(ctx, blockDevPrefix)
+	recs, err := pt.Records.Records(ctx, blockDevPrefix)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, sr := range recs {
 		rec, err := encryption.DecodeBlockDevices(sr.Value)
-		if err != nil || rec.Host != pt.core.Host() || rec.Instance == "" {
+		if err != nil || rec.Host != pt.Host || rec.Instance == "" {
 			continue
 		}
 		uuid := strings.TrimPrefix(sr.Key, blockDevPrefix)
 		if err := pt.sweepOwned(ctx, rec.Instance, uuid, func(ctx context.Context) error {
 			pt.log.Warn("deleting the block-device records of an instance that is gone", "instance", rec.Instance, "uuid", uuid)
-			return pt.records().DeleteRecord(ctx, sr.Key, sr.Version)
+			return pt.Records.DeleteRecord(ctx, sr.Key, sr.Version)
 		}, nil); err != nil {
 			errs = append(errs, err)
 		}
@@ -563,7 +563,7 @@ func (pt *Part) Sweep(ctx context.Context) error {
 // block-device records do not use what del deletes.
 func (pt *Part) sweepOwned(ctx context.Context, name, uuid string, del func(context.Context) error, inUse func(blockDevRecord) bool) error {
 	defer pt.core.LockInstance(name)()
-	rec, err := pt.core.Instance(ctx, name)
+	rec, err := pt.Instances.Instance(ctx, name)
 	switch {
 	case err == nil && rec.UUID == uuid:
 		if inUse == nil {
@@ -591,7 +591,7 @@ func (pt *Part) sweepOwned(ctx context.Context, name, uuid string, del func(cont
 func (pt *Part) sweepLibvirtSecret(ctx context.Context, s virt.LibvirtSecret, instUUID string) error {
 	return pt.core.UnlessRunning(ctx, instUUID, func(ctx context.Context) error {
 		pt.log.Info("undefining a libvirt secret whose domain does not run", "secret", s.UUID, "usage", s.Usage)
-		return pt.secrets().UndefineSecret(ctx, s.UUID)
+		return pt.Secrets.UndefineSecret(ctx, s.UUID)
 	})
 }
 
@@ -600,10 +600,10 @@ func (pt *Part) sweepLibvirtSecret(ctx context.Context, s virt.LibvirtSecret, in
 // encryption policy and the scheduler's traits; nil without a key
 // manager.
 func (pt *Part) SupportedFormats(ctx context.Context) ([]string, error) {
-	if pt.keys() == nil || pt.records() == nil {
+	if pt.Keys == nil || pt.Records == nil {
 		return nil, nil
 	}
-	_, support := pt.core.EncryptionPolicy()
+	support := pt.Support
 	if support == nil {
 		return []string{encryption.FormatLUKS}, nil
 	}

@@ -20,10 +20,10 @@ import (
 // instances, by instance UUID (none when the store keeps no records). A
 // record that cannot be decoded is left out and named in the error.
 func (pt *Part) HostBlockDevices(ctx context.Context) (map[string]encryption.BlockDevices, error) {
-	if pt.records() == nil {
+	if pt.Records == nil {
 		return nil, nil
 	}
-	recs, err := pt.records().Records(ctx, blockDevPrefix)
+	recs, err := pt.Records.Records(ctx, blockDevPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("block devices: %w", err)
 	}
@@ -35,7 +35,7 @@ func (pt *Part) HostBlockDevices(ctx context.Context) (map[string]encryption.Blo
 			errs = append(errs, fmt.Errorf("%s: %w", sr.Key, err))
 			continue
 		}
-		if rec.Host == pt.core.Host() {
+		if rec.Host == pt.Host {
 			out[strings.TrimPrefix(sr.Key, blockDevPrefix)] = rec
 		}
 	}
@@ -45,7 +45,7 @@ func (pt *Part) HostBlockDevices(ctx context.Context) (map[string]encryption.Blo
 // SetBlockDevice rewrites the block-device record of one disk of in
 // (bd.Disk); refused when the store keeps no records.
 func (pt *Part) SetBlockDevice(ctx context.Context, in *model.Instance, bd encryption.BlockDevice) error {
-	if pt.records() == nil {
+	if pt.Records == nil {
 		return fmt.Errorf("block devices of %s: no record store", in.Name)
 	}
 	return pt.UpdateBlockDevices(ctx, nil, in, map[string]*encryption.BlockDevice{bd.Disk: &bd})
@@ -55,17 +55,17 @@ func (pt *Part) SetBlockDevice(ctx context.Context, in *model.Instance, bd encry
 // libvirt has it defined, the value pass (redefined on the same UUID and
 // usage); updated is false when it has none (or there is no hypervisor).
 func (pt *Part) UpdateLibvirtSecret(ctx context.Context, in *model.Instance, disk, id string, pass []byte) (updated bool, err error) {
-	if pt.secrets() == nil {
+	if pt.Secrets == nil {
 		return false, nil
 	}
 	usage := pt.SecretUsage(in.UUID, disk)
-	ss, err := pt.secrets().Secrets(ctx, usage)
+	ss, err := pt.Secrets.Secrets(ctx, usage)
 	if err != nil {
 		return false, fmt.Errorf("libvirt secrets: %w", err)
 	}
 	for _, s := range ss {
 		if s.UUID == id {
-			if err := pt.secrets().DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: usage}, pass); err != nil {
+			if err := pt.Secrets.DefineSecret(ctx, virt.LibvirtSecret{UUID: id, Usage: usage}, pass); err != nil {
 				return false, fmt.Errorf("update libvirt secret %s: %w", id, err)
 			}
 			updated = true

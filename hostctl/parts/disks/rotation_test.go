@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
-	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
 	"github.com/vmeta/vmeta/internal/store"
@@ -22,7 +21,7 @@ import (
 func TestHostBlockDevices(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
-	p := disks.New(f)
+	p := f.part()
 	recs := f.st.(store.Records)
 	web := &model.Instance{Name: "web", UUID: keys.NewUUID()}
 	db := &model.Instance{Name: "db", UUID: keys.NewUUID()}

@@ -12,7 +12,7 @@ package disks
 //
 // Every path that deletes a secret — an instance or disk deleted, a
 // replaced or flattened disk, the reconciler's sweep, an undo step, and
-// through ReleaseSecret (core_catalog.go) hostctl/catalog's `secret
+// through ReleaseSecret hostctl/catalog's `secret
 // delete` and an image deleted with os_encrypt_key_deletion_policy
 // on_image_deletion — calls deleteSecret, the only caller of the key
 // manager's Delete. What the caller is in the middle of releasing (the
@@ -21,14 +21,14 @@ package disks
 // secret.
 //
 // The rule is the disks part's: the block-device records are its own;
-// what it needs of the core (the instances' state records, rescue disks,
-// and the instances a secret was made for) it reads through Holders and
-// Instances.
+// what else may name a secret (the instances' state records, rescue
+// disks, and the instances a secret was made for) it reads through
+// Holders (the states part) and Options.Instances (the store).
 //
 // Deletions and the steps that make something name an existing secret
 // (an image import naming os_encrypt_key_id, a snapshot, a rescue) hold
-// the secret's lock (Core.LockSecret; the controller's LockSecret for the catalog)
-// over the check and the act, so on this host nothing starts naming a
+// the secret's lock (LockSecret, which the catalog and the operations
+// take too) over the check and the act, so on this host nothing starts naming a
 // secret between the check and the delete. Image directories are per
 // host: an image of another host's directory is not seen (that host's own
 // deletions check it).
@@ -88,9 +88,9 @@ func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease)
 		released[rel.image] = true
 	}
 	states := map[string]State{}
-	if pt.records() != nil {
+	if pt.Records != nil && pt.states != nil {
 		var err error
-		if states, err = pt.core.States(ctx); err != nil {
+		if states, err = pt.states.Summaries(ctx); err != nil {
 			return nil, err
 		}
 		for uuid, st := range states {
@@ -101,7 +101,7 @@ func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease)
 	}
 	// Images of this host's catalog (snapshots and shelved images are
 	// images too).
-	if dir := pt.core.ImageDir(); dir != nil {
+	if dir := pt.Catalog; dir != nil {
 		imgs, err := dir.NamingSecret(ctx, id)
 		if err != nil {
 			return nil, err
@@ -114,8 +114,8 @@ func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease)
 	}
 	// Disks, backing files and rescue disks of every instance with
 	// block-device records.
-	if pt.records() != nil {
-		recs, err := pt.records().Records(ctx, blockDevPrefix)
+	if pt.Records != nil {
+		recs, err := pt.Records.Records(ctx, blockDevPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("block devices: %w", err)
 		}
@@ -156,14 +156,14 @@ func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease)
 			}
 		}
 	}
-	if pt.keys() != nil {
-		s, err := pt.keys().Get(ctx, id)
+	if pt.Keys != nil {
+		s, err := pt.Keys.Get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		// The instance a disk's secret was made for, while it exists.
 		if o := s.Owner; o != nil && o.InstanceName != "" && !strings.EqualFold(o.InstanceUUID, rel.instanceUUID) {
-			if rec, err := pt.core.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
+			if rec, err := pt.Instances.Instance(ctx, o.InstanceName); err == nil && rec.UUID == o.InstanceUUID {
 				out = append(out, fmt.Sprintf("disk %s of instance %s (made for it)", o.Disk, o.InstanceName))
 			} else if err != nil && !isStoreNotFound(err) {
 				return nil, err
@@ -171,7 +171,7 @@ func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease)
 		}
 		// A passphrase rotation in progress (its new passphrase is
 		// pending): it goes with the disk it rotates, nothing else.
-		if pk, ok := pt.keys().(pendingChecker); ok && (s.Owner == nil || !strings.EqualFold(s.Owner.InstanceUUID, rel.instanceUUID) || rel.instanceUUID == "") {
+		if pk, ok := pt.Keys.(pendingChecker); ok && (s.Owner == nil || !strings.EqualFold(s.Owner.InstanceUUID, rel.instanceUUID) || rel.instanceUUID == "") {
 			pending, err := pk.HasPending(ctx, id)
 			if err != nil {
 				return nil, err
@@ -189,10 +189,10 @@ func (pt *Part) secretHolders(ctx context.Context, id string, rel secretRelease)
 // than what rel releases names it: then keys.ErrInUse naming the holders,
 // and the secret stays. A secret already gone is keys.ErrNotFound.
 func (pt *Part) deleteSecret(ctx context.Context, id string, rel secretRelease) error {
-	if pt.keys() == nil {
+	if pt.Keys == nil {
 		return ErrNoKeyManager
 	}
-	defer pt.core.LockSecret(id)()
+	defer pt.LockSecret(id)()
 	holders, err := pt.secretHolders(ctx, id, rel)
 	if err != nil {
 		return fmt.Errorf("delete secret %s: %w", id, err)
@@ -200,7 +200,7 @@ func (pt *Part) deleteSecret(ctx context.Context, id string, rel secretRelease) 
 	if len(holders) > 0 {
 		return fmt.Errorf("delete secret %s: %w: named by %s", id, keys.ErrInUse, strings.Join(holders, ", "))
 	}
-	if err := pt.keys().Delete(ctx, id); err != nil {
+	if err := pt.Keys.Delete(ctx, id); err != nil {
 		return err
 	}
 	pt.log.Info("secret deleted", "secret", id)

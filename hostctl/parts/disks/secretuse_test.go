@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/model"
@@ -18,8 +19,10 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv/stores"
 )
 
-// fakeCore is the core as the part sees it, over a bolt store and a real
-// key manager in a temporary directory: no hypervisor, no LUKS work.
+// fakeCore is what the part is wired with, over a bolt store and a real
+// key manager in a temporary directory: no hypervisor, no LUKS work, no
+// instance lock (the tests run one step at a time); states are the
+// states part's records.
 type fakeCore struct {
 	dir    string
 	st     store.Store
@@ -38,37 +41,25 @@ func newFakeCore(t *testing.T) *fakeCore {
 	return &fakeCore{dir: dir, st: st, km: km, states: map[string]disks.State{}}
 }
 
-func (f *fakeCore) Encryption() (disks.KeyManager, disks.LUKS) { return f.km, nil }
-func (f *fakeCore) LibvirtSecrets() disks.LibvirtSecrets       { return nil }
-func (f *fakeCore) Records() store.Records                     { return f.st.(store.Records) }
-func (f *fakeCore) DiskImages() disks.Images                   { return nil }
-func (f *fakeCore) ImageDir() *images.Dir {
-	return images.New(filepath.Join(f.dir, "images"), images.Options{})
-}
-func (f *fakeCore) Image(context.Context, string) (*images.Image, error) { return nil, nil }
-func (f *fakeCore) BlankTemplate(context.Context, model.Disk) (images.Base, error) {
-	return images.Base{}, errors.New("no templates here")
-}
-func (f *fakeCore) EncryptionPolicy() (string, func(context.Context) (encryption.Support, error)) {
-	return "", nil
-}
-func (f *fakeCore) Host() string         { return "h1" }
-func (f *fakeCore) DataDir() string      { return f.dir }
-func (f *fakeCore) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-func (f *fakeCore) DiskPath(in *model.Instance, disk string) (string, error) {
-	return filepath.Join(f.dir, "instances", in.Name, "disk-"+disk), nil
-}
-func (f *fakeCore) Instance(ctx context.Context, name string) (store.Instance, error) {
-	return f.st.Instance(ctx, name)
-}
 func (f *fakeCore) LockInstance(string) func() { return func() {} }
-func (f *fakeCore) LockSecret(string) func()   { return func() {} }
 func (f *fakeCore) UnlessRunning(ctx context.Context, _ string, fn func(context.Context) error) error {
 	return fn(ctx)
 }
-func (f *fakeCore) States(context.Context) (map[string]disks.State, error) { return f.states, nil }
+func (f *fakeCore) Summaries(context.Context) (map[string]disks.State, error) { return f.states, nil }
 
-var _ disks.Core = (*fakeCore)(nil)
+var (
+	_ disks.Core    = (*fakeCore)(nil)
+	_ disks.Holders = (*fakeCore)(nil)
+)
+
+// part is the disks part over f's handles, bound to f.
+func (f *fakeCore) part() *disks.Part {
+	p := disks.New(disks.Options{Keys: f.km, Records: f.st.(store.Records), Instances: f.st,
+		Catalog: images.New(filepath.Join(f.dir, "images"), images.Options{}), DataDir: f.dir, Host: "h1",
+		Logger: slog.New(slog.DiscardHandler)})
+	p.Bind(f, f)
+	return p
+}
 
 // TestReleaseSecretOneRule: a secret goes only when nothing names it —
 // a disk's block-device record (any instance's), a rescued instance's
@@ -77,7 +68,7 @@ var _ disks.Core = (*fakeCore)(nil)
 func TestReleaseSecretOneRule(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
-	p := disks.New(f)
+	p := f.part()
 	mk := func() string {
 		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
 		if err != nil {
@@ -128,7 +119,7 @@ func TestReleaseSecretOneRule(t *testing.T) {
 func TestToldFromRecords(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
-	p := disks.New(f)
+	p := f.part()
 	in := &model.Instance{Name: "web", UUID: keys.NewUUID(), Disks: []model.Disk{
 		{Name: "vda", Encrypted: true, EncryptionFormat: "luks"}, // requested, never made
 		{Name: "vdb"},
@@ -153,5 +144,49 @@ func TestToldFromRecords(t *testing.T) {
 	}
 	if !in.Disks[0].Encrypted {
 		t.Error("Told changed the instance it was given")
+	}
+}
+
+// TestAfterDeleteForgetsTheInstance: once the core deleted an instance,
+// the part's after-delete phase deletes its disks' secrets that nothing
+// else names and its block-device records; a secret another instance's
+// disk names stays.
+func TestAfterDeleteForgetsTheInstance(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeCore(t)
+	p := f.part()
+	mk := func() string {
+		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.UUID
+	}
+	own, shared := mk(), mk()
+	web := &model.Instance{Name: "web", UUID: keys.NewUUID()}
+	db := &model.Instance{Name: "db", UUID: keys.NewUUID()}
+	enc := func(id string) *encryption.BlockDevice {
+		return &encryption.BlockDevice{Encrypted: true, EncryptionSecretUUID: id, EncryptionFormat: encryption.FormatLUKS}
+	}
+	if err := p.UpdateBlockDevices(ctx, nil, web, map[string]*encryption.BlockDevice{"vda": enc(own), "vdb": enc(shared)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.UpdateBlockDevices(ctx, nil, db, map[string]*encryption.BlockDevice{"vda": enc(shared)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AfterDelete(ctx, &part.Instance{Spec: web}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.km.Get(ctx, own); !errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("the deleted instance's own secret: %v, want it deleted", err)
+	}
+	if _, err := f.km.Get(ctx, shared); err != nil {
+		t.Errorf("a secret another instance names was deleted: %v", err)
+	}
+	if bds, err := p.BlockDevices(ctx, web.UUID); err != nil || len(bds.Disks) != 0 {
+		t.Errorf("block-device records of the deleted instance: %+v, %v", bds, err)
+	}
+	if bds, err := p.BlockDevices(ctx, db.UUID); err != nil || len(bds.Disks) != 1 {
+		t.Errorf("block-device records of the other instance: %+v, %v", bds, err)
 	}
 }

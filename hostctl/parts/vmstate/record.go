@@ -187,8 +187,9 @@ func (p *Part) ImageUsers(ctx context.Context, name string) ([]string, error) {
 }
 
 // Summary is what the secrets' rule reads of a state record (an alias
-// of an unnamed struct type, declared identically by the core and the
-// disks part, which import nothing of this package).
+// of an unnamed struct type, declared identically as disks.State: the
+// disks part imports nothing of this package, the daemon hands it this
+// part).
 type Summary = struct {
 	Instance, State, ShelvedImage, RescueImage, RescueSecret string
 }

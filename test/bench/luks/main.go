@@ -41,6 +41,8 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
@@ -214,13 +216,18 @@ func benchApply(ctx context.Context, n int, iter time.Duration, uri, dir string)
 	order := []string{"3 plain disks", "3 LUKS disks, QEMU default iter-time", "3 LUKS disks, iter-time " + iter.String()}
 	for i := 0; i < n; i++ {
 		for k, what := range order {
-			opts := controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, Keys: km,
-				Domain: virt.Options{MemoryMiB: 128},
-				Disks:  func(c *controller.Controller) controller.Disks { return disks.New(c) }}
+			// The disks part as the daemon wires it.
+			luks := encryption.New(encryption.Options{})
 			if k == 2 {
-				opts.LUKSIterTime = iter
+				luks = encryption.New(encryption.Options{IterTime: iter})
 			}
+			imgs := images.New(filepath.Join(dir, "images"), images.Options{})
+			dp := disks.New(disks.Options{Keys: km, LUKS: luks, Secrets: conn, Records: st, Instances: st, Catalog: imgs,
+				DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+			opts := controller.Options{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Hypervisor: conn, Images: imgs,
+				Domain: virt.Options{MemoryMiB: 128}, Parts: []part.Part{dp}}
 			c := controller.New(st, opts)
+			dp.Bind(c, nil)
 			name := fmt.Sprintf("%s-%d-%d", prefix, k, i)
 			names = append(names, name)
 			enc := k > 0

@@ -12,15 +12,19 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/encryption"
+	"github.com/vmeta/vmeta/hostctl/images"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/keys"
+	"github.com/vmeta/vmeta/internal/store"
 	"github.com/vmeta/vmeta/internal/store/storeurl"
 )
 
@@ -57,12 +61,18 @@ func run(storeURL, dataDir, uri, name, uuid string, gen int64) error {
 	defer conn.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	luks := encryption.New(encryption.Options{IterTime: 20 * time.Millisecond})
-	c := controller.New(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Keys: km, LUKS: luks,
-		Disks: func(c *controller.Controller) controller.Disks { return disks.New(c) }})
+	// The disks part as the daemon wires it (no states part here).
+	recs, _ := st.(store.Records)
+	imgs := images.New(filepath.Join(dataDir, "images"), images.Options{})
+	dp := disks.New(disks.Options{Keys: km, LUKS: luks, Secrets: conn, Records: recs, Instances: st, Catalog: imgs,
+		DataDir: dataDir, Logger: log})
+	c := controller.New(st, controller.Options{DataDir: dataDir, Logger: log, Hypervisor: conn, Images: imgs,
+		Parts: []part.Part{dp}})
+	dp.Bind(c, nil)
 	// As the daemon wires it: the rotator registered in the Engine,
 	// recovery first, then a run for the disk class's policy.
 	e := keyrotation.New(st, keyrotation.Options{Host: "local", Version: "v0.0.0-test", Log: log})
-	e.Register(keyrotation.Disk, diskrotate.New(c, c.DiskPart().(*disks.Part), km, luks, log))
+	e.Register(keyrotation.Disk, diskrotate.New(c, st, dp, km, luks, log))
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
