@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
@@ -122,11 +123,38 @@ func newFakeLUKS(t *testing.T) (fakeLUKS, string) {
 	return fakeLUKS{real: encryption.New(encryption.Options{QemuImg: qemuImg, QemuIO: qemuIO}), qemuImg: qemuImg, qemuIO: qemuIO}, qemuImg
 }
 
-// fakeQemuImgScript writes a qemu-img that answers `info` for the fake
-// LUKS disks and runs real for everything else.
+// fakeQemuImgScripts are the fake qemu-img scripts written, by the real
+// qemu-img they run, in one directory for the test binary.
+var fakeQemuImgScripts struct {
+	sync.Mutex
+	dir   string
+	paths map[string]string
+}
+
+// fakeQemuImgScript returns a qemu-img that answers `info` for the fake
+// LUKS disks and runs real for everything else: written once per test
+// binary (each env used to write its own, and a file written while
+// another goroutine forks may not be run: ETXTBSY).
 func fakeQemuImgScript(t *testing.T, real string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "qemu-img")
+	c := &fakeQemuImgScripts
+	c.Lock()
+	defer c.Unlock()
+	if p, ok := c.paths[real]; ok {
+		return p
+	}
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", "vmeta-fake-qemu-img-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dir, c.paths = dir, map[string]string{}
+		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+	}
+	p := filepath.Join(c.dir, fmt.Sprint(len(c.paths)), "qemu-img")
+	if err := os.Mkdir(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	script := `#!/bin/sh
 # qemu-img with fake LUKS disks (hostctl/controller/fakedisk_test.go)
 if [ "$1" = info ]; then
@@ -155,6 +183,7 @@ exec ` + real + ` "$@"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	c.paths[real] = p
 	return p
 }
 
