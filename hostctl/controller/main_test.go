@@ -2,10 +2,13 @@ package controller
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain runs the package's parallel tests 8 per CPU unless -parallel
@@ -27,6 +30,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, f := range cleanups {
 		f()
+	}
+	// No goroutine may outlive the tests (a reconciler, a watch, a
+	// libvirt connection left running).
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "goleak:", err)
+		code = 1
 	}
 	os.Exit(code)
 }
