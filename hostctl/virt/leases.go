@@ -42,15 +42,7 @@ type Lease struct {
 // leaves out expired ones); none when the network does not run.
 func (c *Conn) ActiveLeases(ctx context.Context, network string) ([]Lease, error) {
 	var out []Lease
-	err := c.call(ctx, "list DHCP leases of", "network "+network, func(l *libvirt.Libvirt) error {
-		n, err := l.NetworkLookupByName(network)
-		if err != nil {
-			return err
-		}
-		active, err := l.NetworkIsActive(n)
-		if err != nil || active != 1 {
-			return err
-		}
+	err := c.onRunningNetwork(ctx, "list DHCP leases of", "network "+network, network, func(l *libvirt.Libvirt, n libvirt.Network) error {
 		leases, _, err := l.NetworkGetDhcpLeases(n, nil, 1, 0)
 		if err != nil {
 			return err
@@ -110,15 +102,7 @@ func (c *Conn) ReleaseLease(ctx context.Context, network, ip, mac string) error 
 		return fmt.Errorf("release %s: %w: %w", what, ErrNoDHCPRelease, err)
 	}
 	var bridge string
-	err = c.call(ctx, "release", what, func(l *libvirt.Libvirt) error {
-		n, err := l.NetworkLookupByName(network)
-		if err != nil {
-			return err
-		}
-		active, err := l.NetworkIsActive(n)
-		if err != nil || active != 1 {
-			return err
-		}
+	err = c.onRunningNetwork(ctx, "release", what, network, func(l *libvirt.Libvirt, n libvirt.Network) error {
 		s, err := l.NetworkGetXMLDesc(n, 0)
 		if err != nil {
 			return err

@@ -93,7 +93,18 @@ func dhcpHostsOf(l *libvirt.Libvirt, n libvirt.Network, flags uint32) ([]DHCPHos
 // when it does not run).
 func (c *Conn) LiveDHCPHosts(ctx context.Context, network string) ([]DHCPHost, error) {
 	var hosts []DHCPHost
-	err := c.call(ctx, "list live DHCP hosts of", "network "+network, func(l *libvirt.Libvirt) error {
+	err := c.onRunningNetwork(ctx, "list live DHCP hosts of", "network "+network, network, func(l *libvirt.Libvirt, n libvirt.Network) error {
+		var err error
+		hosts, err = dhcpHostsOf(l, n, 0)
+		return err
+	})
+	return hosts, err
+}
+
+// onRunningNetwork runs fn on network when it runs (libvirt's call as c.call
+// names it); a network that does not run is left alone, no error.
+func (c *Conn) onRunningNetwork(ctx context.Context, verb, what, network string, fn func(*libvirt.Libvirt, libvirt.Network) error) error {
+	return c.call(ctx, verb, what, func(l *libvirt.Libvirt) error {
 		n, err := l.NetworkLookupByName(network)
 		if err != nil {
 			return err
@@ -102,10 +113,8 @@ func (c *Conn) LiveDHCPHosts(ctx context.Context, network string) ([]DHCPHost, e
 		if err != nil || active != 1 {
 			return err
 		}
-		hosts, err = dhcpHostsOf(l, n, 0)
-		return err
+		return fn(l, n)
 	})
-	return hosts, err
 }
 
 // networkUpdateFlags apply a change to the definition, and to the running
@@ -235,15 +244,7 @@ func (c *Conn) RemoveDHCPHost(ctx context.Context, network, mac string) error {
 // brought a lease live for a start that then failed. A network that does
 // not run, or runs without that lease, is left alone.
 func (c *Conn) RemoveLiveDHCPHost(ctx context.Context, network, mac string) error {
-	return c.call(ctx, "remove the live DHCP host of", "network "+network, func(l *libvirt.Libvirt) error {
-		n, err := l.NetworkLookupByName(network)
-		if err != nil {
-			return err
-		}
-		active, err := l.NetworkIsActive(n)
-		if err != nil || active != 1 {
-			return err
-		}
+	return c.onRunningNetwork(ctx, "remove the live DHCP host of", "network "+network, network, func(l *libvirt.Libvirt, n libvirt.Network) error {
 		live, err := dhcpHostsOf(l, n, 0)
 		if err != nil {
 			return err
@@ -268,15 +269,7 @@ func (c *Conn) RemoveLiveDHCPHost(ctx context.Context, network, mac string) erro
 // network does not run: it reads its definition when it starts).
 func (c *Conn) SyncLiveDHCPHosts(ctx context.Context, network string, macs []string) (int, error) {
 	updates := 0
-	err := c.call(ctx, "sync live DHCP hosts of", "network "+network, func(l *libvirt.Libvirt) error {
-		n, err := l.NetworkLookupByName(network)
-		if err != nil {
-			return err
-		}
-		active, err := l.NetworkIsActive(n)
-		if err != nil || active != 1 {
-			return err
-		}
+	err := c.onRunningNetwork(ctx, "sync live DHCP hosts of", "network "+network, network, func(l *libvirt.Libvirt, n libvirt.Network) error {
 		cfg, err := dhcpHosts(l, n)
 		if err != nil {
 			return err
