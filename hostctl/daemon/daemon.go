@@ -449,15 +449,15 @@ func (s *serve) startController(context.Context) error {
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
-	imgs := hv.imageDir(cfg.DataDir)                                                                                                    // parts.go
-	s.disks = s.diskPart(imgs)                                                                                                          // parts.go
-	parts, bindParts := Parts(s.inv, hv.network(), hv.dom.DefaultNetwork, s.disks, s.keyEngine, s.shareSvc, fl, s.ctlStore, s.hostName) // parts.go
-	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                          // media.go
-	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                                       // virt.go
-	useMACStore(parts, s.ctlStore, s.log)                                                                                               // macs.go
-	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                                        // macs.go: no instance at a trusted proxy's address
-	useLeaseEvents(parts, s.audit)                                                                                                      // macs.go: a fixed address leased to another MAC
-	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                              // views.go
+	imgs := hv.imageDir(cfg.DataDir)                                                                                                                                                                                                          // parts.go
+	s.disks = s.diskPart(imgs)                                                                                                                                                                                                                // parts.go
+	parts, bindParts := Parts(PartsConfig{Inventory: s.inv, Hypervisor: hv.network(), DefaultNetwork: hv.dom.DefaultNetwork, Disks: s.disks, KeyRecords: s.keyEngine, Shares: s.shareSvc, Faults: fl, Records: s.ctlStore, Host: s.hostName}) // parts.go
+	parts = append(parts, hv.mediaPart(cfg.DataDir, s.log)...)                                                                                                                                                                                // media.go
+	parts = append(parts, hv.firmwarePart(cfg.DataDir, s.log)...)                                                                                                                                                                             // virt.go
+	useMACStore(parts, s.ctlStore, s.log)                                                                                                                                                                                                     // macs.go
+	trustProxies(parts, s.mdOpts.TrustedProxies)                                                                                                                                                                                              // macs.go: no instance at a trusted proxy's address
+	useLeaseEvents(parts, s.audit)                                                                                                                                                                                                            // macs.go: a fixed address leased to another MAC
+	s.states = hv.instanceStates(s.hostName, parts, s.log)                                                                                                                                                                                    // views.go
 	s.ctl = controller.New(s.ctlStore, hv.options(controller.Options{
 		Host:        s.hostName,
 		Hosts:       s.hostRegistry(),

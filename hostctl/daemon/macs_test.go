@@ -17,7 +17,7 @@ import (
 // its MAC claims in the store useMACStore gives it: a second instance is
 // refused the first one's MAC.
 func TestPartsClaimMACsInTheStore(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", disks.New(disks.Options{}), nil, nil, faults.New(nil, nil), nil, "")
+	parts, _ := Parts(PartsConfig{Disks: disks.New(disks.Options{}), Faults: faults.New(nil, nil)})
 	useMACStore(parts, stores.Bolt(t), nil)
 	var cl part.Claimer
 	for _, p := range parts {

@@ -18,32 +18,54 @@ import (
 	"github.com/vmeta/vmeta/internal/store"
 )
 
+// PartsConfig is what the parts are made of.
+type PartsConfig struct {
+	// Inventory is the passthrough devices' inventory.
+	Inventory passthrough.Inventory
+	// Hypervisor: its networks, its domains' definitions (nil with
+	// --virt none).
+	Hypervisor PartsHypervisor
+	// DefaultNetwork is the network of a NIC that names none.
+	DefaultNetwork string
+	// Disks is the disks part (diskPart); it reads the states part's
+	// records.
+	Disks *disks.Part
+	// KeyRecords is the key rotation engine (nil: none), whose records of
+	// an instance go with it.
+	KeyRecords diskrotate.Forgetter
+	// Shares is the share service, the shares part (nil: none).
+	Shares *shares.Service
+	// Faults keeps the faults of instances in ERROR (a share that could
+	// not be mounted).
+	Faults *faults.Part
+	// Records keep the instances' states (shelved, rescued) by Host (nil:
+	// none).
+	Records store.Records
+	// Host is this host's name.
+	Host string
+}
+
 // Parts are the host features the daemon registers with the controller
 // core (hostctl/part), in the order the core calls their phases. A new
 // part is added here and answers every operation (parts_test.go checks).
-// hv is the hypervisor (its networks, its domains' definitions; nil with
-// --virt none), defaultNet the network of a NIC that names none; bind
-// gives the parts that need it the core, once it exists; dp is the disks
-// part (diskPart), which reads the states part's records; keyRecords is the key rotation engine
-// (nil: none), whose records of an instance go with it; the share
-// service (sh) is the shares part; fl keeps the faults of instances in
-// ERROR (a share that could not be mounted), last: the other parts
-// refuse a start for their own reasons first; the instances' states
-// (shelved, rescued) are kept in records (nil: none) by host. The states
-// part comes first but for the disks part (whose Check refuses nothing;
-// its AfterDelete lets go of the disks' secrets before the states part
-// deletes a shelved instance's image): its Check refuses what a shelved
-// or rescued instance must not undergo before any other part acts.
-func Parts(inv passthrough.Inventory, hv PartsHypervisor, defaultNet string, dp *disks.Part, keyRecords diskrotate.Forgetter, sh *shares.Service, fl *faults.Part, records store.Records, host string) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+// bind gives the parts that need it the core, once it exists. The disks
+// part comes first (its Check refuses nothing; its AfterDelete lets go of
+// the disks' secrets before the states part deletes a shelved instance's
+// image), then the states part: its Check refuses what a shelved or
+// rescued instance must not undergo before any other part acts. The
+// faults part is last: the other parts refuse a start for their own
+// reasons first.
+func Parts(cfg PartsConfig) (parts []part.Part, bind func(*controller.Controller, *slog.Logger)) {
+	inv, hv, dp, sh, fl := cfg.Inventory, cfg.Hypervisor, cfg.Disks, cfg.Shares, cfg.Faults
+	vs := vmstate.New(cfg.Records, cfg.Host)
 	pt := passthrough.New(inv)
-	vs := vmstate.New(records, host)
 	parts = []part.Part{
 		dp,
 		vs,
 		pt,
-		nics.New(hv, defaultNet),
+		nics.New(hv, cfg.DefaultNetwork),
 		watchdog.New(),
-		diskrotate.NewForget(keyRecords),
+		diskrotate.NewForget(cfg.KeyRecords),
 	}
 	if sh != nil {
 		parts = append(parts, sh)

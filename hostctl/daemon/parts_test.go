@@ -16,7 +16,7 @@ import (
 // nothing) for every operation, so a new operation or a new part cannot
 // silently forget the other.
 func TestPartsAnswerEveryOperation(t *testing.T) {
-	parts, _ := Parts(nil, nil, "", disks.New(disks.Options{}), nil, shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}), faults.New(nil, nil), nil, "")
+	parts, _ := Parts(PartsConfig{Disks: disks.New(disks.Options{}), Shares: shares.New(nil, nil, shares.Options{ShareRoot: t.TempDir()}), Faults: faults.New(nil, nil)})
 	// The firmware part is registered with a hypervisor only (virt.go).
 	parts = append(parts, firmware.New(nil, "", false, nil))
 	// So is the config-drive media part (media.go).
