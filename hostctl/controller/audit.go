@@ -1,13 +1,17 @@
 package controller
 
-import "context"
+import (
+	"context"
+
+	"github.com/vmeta/vmeta/hostctl/events"
+)
 
 // Audit streams of the instance changes and of the images the core
 // makes and deletes (snapshots, shelved images); hostctl/catalog emits
 // the flavors' and the imported images'.
 const (
 	StreamImages    = "images"
-	StreamInstances = "instances"
+	StreamInstances = events.StreamInstances
 )
 
 // Emit records an event on the audit log's stream after a change

@@ -114,3 +114,8 @@ func Read(ctx context.Context, s store.Streams, stream, after string, limit int,
 	}
 	return out, errors.Join(errs...)
 }
+
+// StreamInstances is the stream of instance events: the core's and the
+// operations' changes, the shares' instance updates, the NICs' address
+// reports.
+const StreamInstances = "instances"

@@ -766,7 +766,7 @@ func (s *Service) emit(ctx context.Context, typ string, m Mapping) {
 // InstanceStream and EventInstanceUpdate are the instance-update events
 // of Options.InstanceUpdateEvents.
 const (
-	InstanceStream      = "instances"
+	InstanceStream      = events.StreamInstances
 	EventInstanceUpdate = "instance.update"
 )
 

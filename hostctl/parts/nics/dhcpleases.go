@@ -49,13 +49,10 @@ var (
 	_ Emitter       = (*events.Log)(nil)
 )
 
-// StreamInstances is the audit stream of instance events (the
-// controller's), and EventAddressLeased the type of the event a start
-// emits there for a fixed address leased to another MAC.
-const (
-	StreamInstances    = "instances"
-	EventAddressLeased = "instance.address_leased"
-)
+// EventAddressLeased is the type of the event a start emits on the
+// instances stream (events.StreamInstances) for a fixed address leased to
+// another MAC.
+const EventAddressLeased = "instance.address_leased"
 
 // AddressLeased is the payload of an EventAddressLeased event.
 type AddressLeased struct {
@@ -104,7 +101,7 @@ func (p *Part) reportLeasedElsewhere(ctx context.Context, in *model.Instance, ne
 				p.log().Warn("a fixed address of the instance is leased to another MAC: the network's DHCP server gives the NIC a dynamic address instead until that lease ends or is released, and the metadata service will not know the guest by address",
 					"instance", in.Name, "network", n, "mac", l.mac, "address", l.ip, "holder_mac", a.MAC, "expires", expires)
 				if p.events != nil {
-					_, _ = p.events.Emit(ctx, StreamInstances, EventAddressLeased, ev)
+					_, _ = p.events.Emit(ctx, events.StreamInstances, EventAddressLeased, ev)
 				}
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/events"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/virt"
 	"github.com/vmeta/vmeta/internal/model"
@@ -79,7 +80,7 @@ func TestDHCPLeasesAgainstLibvirt(t *testing.T) {
 	if len(w) != 1 || w[0]["instance"] != "vm1" || w[0]["mac"] != mac || w[0]["address"] != ip || w[0]["holder_mac"] != holder.MAC || w[0]["expires"] == "never" {
 		t.Fatalf("warnings at the start: %v; want one naming vm1, %s, %s and the holder %s with its lease's end", w, mac, ip, holder.MAC)
 	}
-	if len(rec.events) != 1 || !strings.HasPrefix(rec.events[0], StreamInstances+" "+EventAddressLeased+" ") || !strings.Contains(rec.events[0], `"holder_mac":"`+holder.MAC+`"`) {
+	if len(rec.events) != 1 || !strings.HasPrefix(rec.events[0], events.StreamInstances+" "+EventAddressLeased+" ") || !strings.Contains(rec.events[0], `"holder_mac":"`+holder.MAC+`"`) {
 		t.Fatalf("events: %v", rec.events)
 	}
 	t.Logf("reported: %s", rec.events[0])
