@@ -61,6 +61,17 @@ func (f *fakeCore) part() *disks.Part {
 	return p
 }
 
+// newSecret creates a secret of project p1 in f's key manager and returns
+// its UUID.
+func (f *fakeCore) newSecret(t *testing.T) string {
+	t.Helper()
+	s, err := f.km.Create(context.Background(), keys.Request{ProjectID: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.UUID
+}
+
 // TestReleaseSecretOneRule: a secret goes only when nothing names it —
 // a disk's block-device record (any instance's), a rescued instance's
 // rescue disk — and a refusal is keys.ErrInUse naming every holder, the
@@ -69,13 +80,7 @@ func TestReleaseSecretOneRule(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
 	p := f.part()
-	mk := func() string {
-		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.UUID
-	}
+	mk := func() string { return f.newSecret(t) }
 	diskSec, rescueSec, free := mk(), mk(), mk()
 	web := &model.Instance{Name: "web", UUID: keys.NewUUID()}
 	if err := p.UpdateBlockDevices(ctx, nil, web, map[string]*encryption.BlockDevice{
@@ -155,13 +160,7 @@ func TestAfterDeleteForgetsTheInstance(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeCore(t)
 	p := f.part()
-	mk := func() string {
-		s, err := f.km.Create(ctx, keys.Request{ProjectID: "p1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.UUID
-	}
+	mk := func() string { return f.newSecret(t) }
 	own, shared := mk(), mk()
 	web := &model.Instance{Name: "web", UUID: keys.NewUUID()}
 	db := &model.Instance{Name: "db", UUID: keys.NewUUID()}
