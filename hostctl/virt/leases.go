@@ -2,8 +2,6 @@ package virt
 
 import (
 	"context"
-	"encoding/xml"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -103,11 +101,9 @@ func (c *Conn) ReleaseLease(ctx context.Context, network, ip, mac string) error 
 	}
 	var bridge string
 	err = c.onRunningNetwork(ctx, "release", what, network, func(l *libvirt.Libvirt, n libvirt.Network) error {
-		s, err := l.NetworkGetXMLDesc(n, 0)
-		if err != nil {
-			return err
-		}
-		bridge, err = networkBridge(s)
+		// Where its DHCP server listens (libvirt refuses a network
+		// without a bridge of its own: its DHCP, if any, is not libvirt's).
+		bridge, err = l.NetworkGetBridgeName(n)
 		return err
 	})
 	if err != nil || bridge == "" {
@@ -133,24 +129,6 @@ func releaseArgs(bridge, ip, mac string) ([]string, error) {
 		return nil, fmt.Errorf("MAC %q: not a MAC address", mac)
 	}
 	return []string{bridge, a.String(), mac}, nil
-}
-
-// networkBridge is the bridge device of a network's XML: where its DHCP
-// server listens.
-func networkBridge(networkXML string) (string, error) {
-	var nx struct {
-		Name   string `xml:"name"`
-		Bridge struct {
-			Name string `xml:"name,attr"`
-		} `xml:"bridge"`
-	}
-	if err := xml.Unmarshal([]byte(networkXML), &nx); err != nil {
-		return "", fmt.Errorf("parse network XML: %w", err)
-	}
-	if nx.Bridge.Name == "" {
-		return "", errors.New("network " + nx.Name + " has no bridge of its own (its DHCP, if any, is not libvirt's)")
-	}
-	return nx.Bridge.Name, nil
 }
 
 // local reports whether libvirtd runs on this machine (its unix socket,

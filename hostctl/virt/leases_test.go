@@ -40,16 +40,6 @@ func TestReleaseArgs(t *testing.T) {
 	}
 }
 
-func TestNetworkBridge(t *testing.T) {
-	got, err := networkBridge(`<network><name>default</name><bridge name='virbr0' stp='on' delay='0'/><ip address='192.168.122.1'/></network>`)
-	if err != nil || got != "virbr0" {
-		t.Errorf("networkBridge = %q, %v; want virbr0", got, err)
-	}
-	if _, err := networkBridge(`<network><name>ext</name><forward mode='bridge'/></network>`); err == nil || !strings.Contains(err.Error(), "network ext has no bridge") {
-		t.Errorf("network without a bridge: %v", err)
-	}
-}
-
 func TestToLease(t *testing.T) {
 	got := toLease(libvirt.NetworkDhcpLease{Iface: "virbr0", Expirytime: 1764190000, Mac: []string{"52:54:00:AA:BB:01"}, Ipaddr: "192.168.122.9", Prefix: 24, Hostname: []string{"web-1"}})
 	want := Lease{MAC: "52:54:00:aa:bb:01", IP: "192.168.122.9", Expiry: time.Unix(1764190000, 0).UTC(), Hostname: "web-1"}
