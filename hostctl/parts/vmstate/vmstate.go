@@ -137,8 +137,8 @@ func (*Part) Answers() part.Answers {
 func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
 	name, uuid := in.Spec.Name, in.Spec.UUID
 	switch op {
-	case part.Delete, part.ForceDelete:
-		return nil
+	case part.Delete, part.ForceDelete, part.ConfirmMigration, part.RevertMigration:
+		return nil // a move in verify ends whatever state it is in
 	case part.Unshelve:
 		_, _, err := p.Require(ctx, name, uuid, Shelved)
 		return err
