@@ -258,6 +258,9 @@ func (c *Channel) Destination(ctx context.Context, host string) (Destination, er
 	if err != nil {
 		return nil, err
 	}
+	if cr.Address == "" {
+		return nil, fmt.Errorf("%w: host %s serves no host channel (hostctl serve --migration-listen)", ErrUnavailable, host)
+	}
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		Certificates:       []tls.Certificate{c.ID.Cert},

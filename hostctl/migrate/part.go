@@ -52,7 +52,7 @@ func (*Part) Answers() part.Answers {
 // Check implements part.Part: an operation the part refuses is refused
 // while the instance has a move.
 func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
-	if p.Answers()[op].Do != part.Refuse || in.Spec.UUID == "" {
+	if p.st == nil || p.Answers()[op].Do != part.Refuse || in.Spec.UUID == "" {
 		return nil
 	}
 	rec, err := Load(ctx, p.st, in.Spec.UUID)
@@ -81,7 +81,7 @@ func (*Part) AfterStop(context.Context, *part.Instance) error { return nil }
 
 // AfterDelete implements part.Part: a force-deleted instance's move goes.
 func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
-	if in.Spec.UUID == "" {
+	if p.st == nil || in.Spec.UUID == "" {
 		return nil
 	}
 	if err := p.st.DeleteRecord(ctx, Key(in.Spec.UUID), -1); err != nil && !isNotFound(err) {
@@ -92,13 +92,21 @@ func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
 
 // State is the instance's move state, else the state inner keeps.
 func (p *Part) State(ctx context.Context, uuid string) (string, error) {
+	if p.st == nil {
+		return p.innerState(ctx, uuid)
+	}
 	rec, err := Load(ctx, p.st, uuid)
 	switch {
 	case err == nil:
 		return rec.State, nil
 	case !errors.Is(err, ErrNoMove):
 		return "", err
-	case p.inner == nil:
+	}
+	return p.innerState(ctx, uuid)
+}
+
+func (p *Part) innerState(ctx context.Context, uuid string) (string, error) {
+	if p.inner == nil {
 		return "", nil
 	}
 	return p.inner.State(ctx, uuid)
@@ -116,6 +124,9 @@ func (p *Part) States(ctx context.Context) (map[string]string, error) {
 		for k, v := range in {
 			out[k] = v
 		}
+	}
+	if p.st == nil {
+		return out, nil
 	}
 	recs, err := List(ctx, p.st)
 	if err != nil {
