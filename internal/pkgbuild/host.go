@@ -54,6 +54,10 @@ many hosts and replicas.`)
 		config(filepath.Join(dist, "default", "hostctl"), "/etc/default/hostctl", in.MTime),
 		config(filepath.Join(dist, "default", "vmeta-metadata"), "/etc/default/vmeta-metadata", in.MTime),
 		file(p, "/usr/share/doc/vmeta-host/copyright", 0o644, in.MTime),
+		// The Grafana dashboard and the Prometheus alert rules
+		// (docs/operators.md, "Alerts and runbooks").
+		file(filepath.Join(dist, "grafana", "vmeta.json"), "/usr/share/vmeta/grafana/vmeta.json", 0o644, in.MTime),
+		file(filepath.Join(dist, "prometheus", "vmeta.rules.yml"), "/usr/share/vmeta/prometheus/vmeta.rules.yml", 0o644, in.MTime),
 	}
 	docs, err := docFiles(work, "vmeta-host", format, version, in)
 	if err != nil {
