@@ -227,7 +227,7 @@ func unserved(qs []query, fams map[string]*dto.MetricFamily) []string {
 			var matchers []*labels.Matcher
 			for _, m := range vs.LabelMatchers {
 				switch {
-				case m.Name == labels.MetricName:
+				case m.Name == model.MetricNameLabel:
 					if m.Type != labels.MatchEqual {
 						bad = append(bad, fmt.Sprintf("%s: %s: a metric name must be named, not matched", q.where, vs))
 						return nil
