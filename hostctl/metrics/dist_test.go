@@ -71,7 +71,9 @@ func dashboardQueries(t *testing.T, path string) []query {
 		Expr  string `json:"expr"`
 		RefID string `json:"refId"`
 	}
+	type gridPos struct{ H, W, X, Y int }
 	type panel struct {
+		GridPos gridPos  `json:"gridPos"`
 		ID      int      `json:"id"`
 		Title   string   `json:"title"`
 		Type    string   `json:"type"`
@@ -97,6 +99,7 @@ func dashboardQueries(t *testing.T, path string) []query {
 	}
 	var out []query
 	ids := map[int]bool{}
+	var placed []panel
 	var walk func([]panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
@@ -104,6 +107,17 @@ func dashboardQueries(t *testing.T, path string) []query {
 				t.Errorf("%s: panel id %d twice", path, p.ID)
 			}
 			ids[p.ID] = true
+			g := p.GridPos
+			if g.W <= 0 || g.H <= 0 || g.X < 0 || g.Y < 0 || g.X+g.W > 24 {
+				t.Errorf("%s: panel %q: gridPos %+v outside Grafana's 24 columns", path, p.Title, g)
+			}
+			for _, q := range placed {
+				h := q.GridPos
+				if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+					t.Errorf("%s: panels %q and %q overlap", path, q.Title, p.Title)
+				}
+			}
+			placed = append(placed, p)
 			if p.Type != "row" && len(p.Targets) == 0 {
 				t.Errorf("%s: panel %q queries nothing", path, p.Title)
 			}
