@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
@@ -122,7 +123,7 @@ func TestNFSMountInGuest(t *testing.T) {
 	r := readReport(t, reportLog, con)
 	if len(r.Steps) > 0 && len(r.Steps[0].Mounts) > 0 {
 		m := r.Steps[0].Mounts[0]
-		t.Logf("guest mountinfo after hostctl's Acquire: %s %s %s %s", m.Source, m.Point, m.FSType, m.Options)
+		t.Logf("guest mountinfo after hostctl's Acquire: %s %s %s %s %s", m.Source, m.Point, m.FSType, m.Options, m.Super)
 	}
 	checkReport(t, r, shareID, hostText, guestText)
 	if t.Failed() || testing.Verbose() {
@@ -183,10 +184,12 @@ func checkReport(t *testing.T, r Report, shareID, hostText, guestText string) {
 		if m.Point != point || m.FSType != "nfs4" || m.Source != hostAddr+":/export" {
 			t.Errorf("%s: mount %+v, want nfs4 of %s:/export at %s", s.Name, m, hostAddr, point)
 		}
-		opts := "," + m.Options + ","
-		for _, o := range []string{"rw", "nosuid", "nodev", "noexec"} {
+		// hostctl's options, on the mount (rw, nosuid, ...) or the NFS
+		// superblock (hard).
+		opts := "," + m.Options + "," + m.Super + ","
+		for _, o := range strings.Split(shares.NFSMountOptions, ",") {
 			if !strings.Contains(opts, ","+o+",") {
-				t.Errorf("%s: mount options %q lack %s (hostctl mounts with %s)", s.Name, m.Options, o, "rw,hard,noexec,nosuid,nodev")
+				t.Errorf("%s: mount options %q / %q lack %s (hostctl mounts with %s)", s.Name, m.Options, m.Super, o, shares.NFSMountOptions)
 			}
 		}
 		if s.ReadErr != "" || s.Read != hostText {

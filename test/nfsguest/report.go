@@ -39,6 +39,8 @@ type Mount struct {
 	FSType  string `json:"fstype"`
 	Source  string `json:"source"`
 	Options string `json:"options"`
+	// Super are the file system's own options (the last field).
+	Super string `json:"super"`
 }
 
 // The files of the test: the host writes HostFile into the export before

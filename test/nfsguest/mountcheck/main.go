@@ -98,13 +98,13 @@ func mountsUnder(base string) ([]nfsguest.Mount, error) {
 		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 6 || len(g) < 2 {
+		if !ok || len(f) < 6 || len(g) < 3 {
 			continue
 		}
 		if filepath.Dir(f[4]) != base {
 			continue
 		}
-		out = append(out, nfsguest.Mount{Point: f[4], FSType: g[0], Source: g[1], Options: f[5]})
+		out = append(out, nfsguest.Mount{Point: f[4], FSType: g[0], Source: g[1], Options: f[5], Super: g[2]})
 	}
 	return out, sc.Err()
 }
