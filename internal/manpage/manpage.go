@@ -80,6 +80,8 @@ func Date() string {
 func (p *Page) Write(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, ".TH %s %s %s %s %s\n", arg(strings.ToUpper(p.Name)), arg(p.Section), arg(p.Date), arg(p.Source), arg(p.Manual))
+	// Left-aligned, not hyphenated: flags and paths stay whole.
+	b.WriteString(".ad l\n.nh\n")
 	b.WriteString(".SH NAME\n")
 	fmt.Fprintf(&b, "%s \\- %s\n", escape(p.Name), escape(p.Summary))
 	if len(p.Synopsis) > 0 {
