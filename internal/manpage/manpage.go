@@ -174,29 +174,31 @@ func arg(s string) string {
 	return `"` + strings.ReplaceAll(escape(s), `"`, `\(dq`) + `"`
 }
 
-// escape makes text safe for roff: a backslash is \e, a dash that starts
-// an option (at the start of a word, as in --flag or -f) is the minus
-// sign \- (so it can be searched for and copied), other dashes stay
-// hyphens, and every non-ASCII character is \[uXXXX].
+// escape makes text safe for roff: a backslash is \e, the dashes of an
+// option (a word that starts with a dash, as --data-dir or -f) are minus
+// signs \- (so it can be searched for and copied, and is never broken at
+// a line's end), other dashes stay hyphens, and every non-ASCII character
+// is \[uXXXX].
 func escape(s string) string {
 	var b strings.Builder
-	wordStart, inDashes := true, false
+	wordStart, inOption := true, false
 	for _, r := range s {
+		boundary := strings.ContainsRune(" \t([{|=,;\"'<`", r)
 		switch {
 		case r == '\\':
 			b.WriteString(`\e`)
-		case r == '-' && (wordStart || inDashes):
+		case r == '-' && (wordStart || inOption):
 			b.WriteString(`\-`)
-			inDashes = true
-			wordStart = false
-			continue
+			inOption = true
 		case r > 0x7e || (r < 0x20 && r != '\t'):
 			fmt.Fprintf(&b, `\[u%04X]`, r)
 		default:
 			b.WriteRune(r)
 		}
-		inDashes = false
-		wordStart = strings.ContainsRune(" \t([{|=,;\"'<`", r)
+		if boundary {
+			inOption = false
+		}
+		wordStart = boundary
 	}
 	return b.String()
 }

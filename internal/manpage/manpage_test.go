@@ -17,7 +17,7 @@ func TestEscape(t *testing.T) {
 	p := manpage.Page{Name: "x", Section: "1", Summary: "s", Sections: []manpage.Section{{Title: "t", Blocks: []manpage.Block{
 		{Text: `.starts with a dot`},
 		{Text: `'starts with a quote`},
-		{Text: `a\b one-time-use --flag -f (--paren) x=-1 — "q"`},
+		{Text: `a\b one-time-use --data-dir -f (--paren) x=-1 — "q"`},
 	}}}}
 	var b bytes.Buffer
 	if err := p.Write(&b); err != nil {
@@ -26,7 +26,7 @@ func TestEscape(t *testing.T) {
 	for _, want := range []string{
 		"\n\\&.starts with a dot\n",
 		"\n\\&'starts with a quote\n",
-		`a\eb one-time-use \-\-flag \-f (\-\-paren) x=\-1 \[u2014] "q"`,
+		`a\eb one-time-use \-\-data\-dir \-f (\-\-paren) x=\-1 \[u2014] "q"`,
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("page lacks %q:\n%s", want, b.String())
