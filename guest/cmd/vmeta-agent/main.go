@@ -51,26 +51,34 @@ func commands() []command {
 		{name: "apply", summary: "read the metadata and apply it once", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
 			var f applyFlags
 			f.register(fs)
-			return func(ctx context.Context, _, stderr io.Writer, started time.Time) int { return cmdApply(ctx, &f, stderr, started) }
+			return func(ctx context.Context, _, stderr io.Writer, started time.Time) int {
+				return cmdApply(ctx, &f, stderr, started)
+			}
 		}},
 		{name: "run", summary: "apply, then follow device events and metadata changes (daemon)", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
 			var f applyFlags
 			f.register(fs)
 			poll := fs.Duration("poll-interval", time.Minute, "how often the metadata is read again when nothing happens")
-			return func(ctx context.Context, _, stderr io.Writer, started time.Time) int { return cmdRun(ctx, &f, *poll, stderr, started) }
+			return func(ctx context.Context, _, stderr io.Writer, started time.Time) int {
+				return cmdRun(ctx, &f, *poll, stderr, started)
+			}
 		}},
 		{name: "status", args: "[--output table|json]", summary: "show what the last pass applied", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
 			var c common
 			c.register(fs)
 			output := fs.String("output", "table", "table or json")
-			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int { return cmdStatus(&c, *output, stdout, stderr) }
+			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int {
+				return cmdStatus(&c, *output, stdout, stderr)
+			}
 		}},
 		{name: "find", args: "--tag T [--type disk|nic|share]", summary: "print what carries a tag", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
 			var c common
 			c.register(fs)
 			tag := fs.String("tag", "", "the tag (for shares: the virtiofs tag)")
 			typ := fs.String("type", "", "disk, nic or share (default: all)")
-			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int { return cmdFind(&c, *tag, *typ, stdout, stderr) }
+			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int {
+				return cmdFind(&c, *tag, *typ, stdout, stderr)
+			}
 		}},
 		{name: "version", summary: "print the version (git describe of the build)", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
 			return func(_ context.Context, stdout, _ io.Writer, _ time.Time) int {
