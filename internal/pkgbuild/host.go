@@ -66,6 +66,7 @@ many hosts and replicas.`)
 		manPage("vmeta-metadata", "vmeta-metadata", "8", "man"),
 		generated{Bin: "hostctl", Args: []string{"completion", "bash"}, Dst: "/usr/share/bash-completion/completions/hostctl"},
 		generated{Bin: "hostctl", Args: []string{"completion", "zsh"}, Dst: "/usr/share/zsh/vendor-completions/_hostctl"},
+		generated{Bin: "hostctl", Args: []string{"completion", "fish"}, Dst: "/usr/share/fish/vendor_completions.d/hostctl.fish"},
 	)
 	if err != nil {
 		return nil, err

@@ -99,7 +99,7 @@ func TestHostPackage(t *testing.T) {
 	}
 	for _, want := range []string{"./usr/bin/hostctl", "./usr/bin/vmeta-metadata", "./etc/vmeta/hostctl.yaml",
 		"./usr/share/man/man1/hostctl.1.gz", "./usr/share/man/man5/hostctl.yaml.5.gz", "./usr/share/man/man8/vmeta-metadata.8.gz",
-		"./usr/share/bash-completion/completions/hostctl", "./usr/share/zsh/vendor-completions/_hostctl"} {
+		"./usr/share/bash-completion/completions/hostctl", "./usr/share/zsh/vendor-completions/_hostctl", "./usr/share/fish/vendor_completions.d/hostctl.fish"} {
 		if !strings.Contains(string(list), want+"\n") {
 			t.Errorf("package lacks %s:\n%s", want, list)
 		}
@@ -157,6 +157,19 @@ func TestHostPackage(t *testing.T) {
 		zsh := testenv.LookPath(t, "zsh")
 		if out, err := exec.Command(zsh, "-n", filepath.Join(dir, "usr/share/zsh/vendor-completions/_hostctl")).CombinedOutput(); err != nil {
 			t.Errorf("zsh -n _hostctl: %v\n%s", err, out)
+		}
+		// fish finds the script where the package puts it: its vendor
+		// completions directory under $XDG_DATA_DIRS, for the command the
+		// package puts in PATH.
+		fish := testenv.LookPath(t, "fish")
+		// (fish's own config, which --no-config would skip, is what sets
+		// the completion path; the user's is in an empty home.)
+		home := t.TempDir()
+		cmd := exec.Command(fish, "-c", `complete -C"hostctl inst"`)
+		cmd.Env = append(os.Environ(), "XDG_DATA_DIRS="+filepath.Join(dir, "usr/share"), "PATH="+filepath.Join(dir, "usr/bin")+":"+os.Getenv("PATH"), "HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_DATA_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "instance\t") || strings.Count(string(out), "\n") != 1 {
+			t.Errorf("fish, with the package's share directory in XDG_DATA_DIRS, completes \"hostctl inst\" to %q (%v)", out, err)
 		}
 	})
 
