@@ -58,6 +58,10 @@ many hosts and replicas.`)
 		// (--config): every key commented out, at its default.
 		config(filepath.Join(dist, "hostctl.yaml"), "/etc/vmeta/hostctl.yaml", in.MTime),
 		file(p, "/usr/share/doc/vmeta-host/copyright", 0o644, in.MTime),
+		// The Grafana dashboard and the Prometheus alert rules
+		// (docs/operators.md, "Alerts and runbooks").
+		file(filepath.Join(dist, "grafana", "vmeta.json"), "/usr/share/vmeta/grafana/vmeta.json", 0o644, in.MTime),
+		file(filepath.Join(dist, "prometheus", "vmeta.rules.yml"), "/usr/share/vmeta/prometheus/vmeta.rules.yml", 0o644, in.MTime),
 	}
 	// What the binaries print about themselves: add a page or script here.
 	gen, err := generate(in, work,
