@@ -174,10 +174,11 @@ func (h *Host) Disks(ctx context.Context, rec Record) ([]DiskFile, error) {
 	for _, d := range in.Disks {
 		name := layout.DiskFile(d)
 		p := filepath.Join(h.Core.InstanceDir(in.Name), name)
-		if _, err := os.Stat(p); err != nil {
+		fi, err := os.Stat(p)
+		if err != nil {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		f := DiskFile{Name: name, Path: p, Secret: bds.Disks[d.Name].EncryptionSecretUUID}
+		f := DiskFile{Name: name, Path: p, Size: fi.Size(), Secret: bds.Disks[d.Name].EncryptionSecretUUID}
 		info, err := h.Images.Inspect(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
