@@ -39,6 +39,8 @@ var DestSteps = []string{"dest-disk-received", "dest-secret-received", "dest-own
 type Instance struct {
 	Name, UUID string
 	Running    bool
+	// Spec is its stored spec (canonical JSON).
+	Spec []byte
 }
 
 // Source is this host as the source of a move: what the procedure does
@@ -68,7 +70,8 @@ type Source interface {
 	// SecretBack makes it the secret's value again (revert).
 	ForgetSecret(ctx context.Context, id string) error
 	SecretBack(ctx context.Context, id string) error
-	// TakeBack makes this host the instance's owner again (revert).
+	// TakeBack makes this host the instance's owner again, with the spec
+	// it had here (rec.SourceSpec) (revert).
 	TakeBack(ctx context.Context, rec Record) error
 	// Restart starts the instance here again when it ran (revert).
 	Restart(ctx context.Context, rec Record) error
@@ -280,7 +283,8 @@ func (m *Migrator) MigrateWith(ctx context.Context, name, dest string, stopTimeo
 		return Record{}, fmt.Errorf("migrate %s: %w", name, err)
 	}
 	now := time.Now().UTC()
-	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: in.Running, Started: now, Updated: now, StopTimeout: stopTimeout}
+	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: in.Running, Started: now, Updated: now, StopTimeout: stopTimeout,
+		SourceSpec: in.Spec}
 	if rec.Secrets, err = m.Source.Secrets(ctx, in.UUID); err != nil {
 		return Record{}, fmt.Errorf("migrate %s: %w", name, err)
 	}

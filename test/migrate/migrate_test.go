@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,6 +178,18 @@ func (h *host) show(name string) instance {
 	return in
 }
 
+// specOf is the instance's stored spec as `instance show` prints it.
+func specOf(t *testing.T, h *host, name string) map[string]any {
+	t.Helper()
+	var v struct {
+		Spec map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(h.must("instance", "show", name, "--output", "json").stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Spec
+}
+
 // migration is `instance migration NAME --output json`.
 type migration struct {
 	State       string  `json:"state"`
@@ -303,7 +316,9 @@ func TestColdMigrateReal(t *testing.T) {
 		t.Error("b has no libvirt secret for the running LUKS disk")
 	}
 
-	// Back from b to a, reverted: it runs on b again, a holds nothing.
+	// Back from b to a, reverted: it runs on b again with the spec it had
+	// there, a holds nothing.
+	before := specOf(t, b, name)
 	b.must("instance", "migrate", name, "--to", "a", "--timeout", "1s")
 	if sa, sb := domstate(t, a.uri, name), domstate(t, b.uri, name); sa != "running" || sb != "shut off" {
 		t.Fatalf("in verify on a: a %q, b %q", sa, sb)
@@ -314,6 +329,9 @@ func TestColdMigrateReal(t *testing.T) {
 	}
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("after revert: %+v", in)
+	}
+	if after := specOf(t, b, name); !reflect.DeepEqual(before, after) {
+		t.Errorf("the spec after the revert is not the one before the move:\n%v\nbefore:\n%v", after, before)
 	}
 	b.must("instance", "delete", name)
 }
