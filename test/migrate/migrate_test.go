@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,6 +50,7 @@ type host struct {
 	t                      *testing.T
 	name, uri, store, bin  string
 	dataDir, sock, migAddr string
+	mdAddr                 string // the metadata service
 	env                    []string
 	extra                  []string // more serve flags
 	proc                   *testenv.Process
@@ -92,8 +94,9 @@ func (h *host) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.mdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := []string{"serve", "--host", h.name, "--store", h.store, "--data-dir", h.dataDir, "--socket", h.sock,
-		"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--metadata-listen", h.mdAddr,
 		"--virt", "libvirt", "--libvirt-uri", h.uri, "--domain-type", "qemu", "--domain-memory", "128",
 		"--reconcile-interval", "0", "--heartbeat-interval", "200ms", "--host-down-after", "10s",
 		"--migration-listen", h.migAddr, "--luks-iter-time", "10ms"}
@@ -256,11 +259,36 @@ func pair(t *testing.T, extra ...string) (a, b *host) {
 // libvirtd has no network).
 func spec(t *testing.T, name string) string {
 	p := filepath.Join(t.TempDir(), name+".yaml")
-	s := fmt.Sprintf("name: %s\nproject_id: p1\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name)
+	s := fmt.Sprintf("name: %s\nproject_id: p1\naddresses: [%s]\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name, guestAddr)
 	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// guestAddr is the loopback address the test reads the instance's
+// metadata from, as its guest would (the metadata service identifies the
+// caller by its source address).
+var guestAddr = fmt.Sprintf("127.88.%d.%d", os.Getpid()%250+1, os.Getpid()/250%250+1)
+
+// metadataUUID is the uuid of meta_data.json as h's metadata service
+// serves it to the guest at guestAddr.
+func metadataUUID(t *testing.T, h *host) string {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(guestAddr)}}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext, DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + h.mdAddr + "/openstack/latest/meta_data.json")
+	if err != nil {
+		t.Fatalf("metadata from %s: %v", h.name, err)
+	}
+	defer resp.Body.Close()
+	var md struct {
+		UUID string `json:"uuid"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&md) != nil {
+		t.Fatalf("metadata from %s: %s", h.name, resp.Status)
+	}
+	return md.UUID
 }
 
 // TestColdMigrateReal: a running instance with a LUKS disk moves from a
@@ -310,6 +338,9 @@ func TestColdMigrateReal(t *testing.T) {
 	}
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("after confirm: %+v", in)
+	}
+	if got := metadataUUID(t, b); got != uuid {
+		t.Errorf("b's metadata service serves the guest at %s uuid %q, want %s", guestAddr, got, uuid)
 	}
 	if s := secrets(t, a.uri, uuid); len(s) != 0 {
 		t.Errorf("a still has the instance's libvirt secrets after confirm: %q", s)
