@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 )
 
 // oaTests validates every request the package's tests send to a handler
@@ -21,6 +22,9 @@ func TestMain(m *testing.M) {
 	}
 	oaTests, handlerHook = v, v.wrap
 	code := m.Run()
+	if !v.Wait(10 * time.Second) {
+		fmt.Fprintln(os.Stderr, "openapi: requests still being served 10s after the tests: their exchanges are not checked")
+	}
 	if vs := v.Violations(); len(vs) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: %d exchanges of the API tests do not match openapi.yaml:\n", len(vs))
 		for _, s := range vs {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -39,6 +40,8 @@ type oaValidator struct {
 	doc    *openapi3.T
 	router routers.Router
 
+	inflight sync.WaitGroup // exchanges being served or checked
+
 	mu         sync.Mutex
 	violations []string
 	requests   int
@@ -66,6 +69,19 @@ func newOAValidator(doc []byte) (*oaValidator, error) {
 	return &oaValidator{doc: t, router: r, seen: map[string]int{}}, nil
 }
 
+// Wait waits up to d for the exchanges under way to be checked, and
+// reports whether they were.
+func (v *oaValidator) Wait(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { v.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // Violations returns what the validator found so far.
 func (v *oaValidator) Violations() []string {
 	v.mu.Lock()
@@ -82,6 +98,8 @@ func (v *oaValidator) report(r *http.Request, status int, format string, args ..
 // wrap returns next, its requests and answers checked.
 func (v *oaValidator) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.inflight.Add(1)
+		defer v.inflight.Done()
 		var body []byte
 		if r.Body != nil {
 			var err error
