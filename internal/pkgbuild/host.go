@@ -54,6 +54,7 @@ many hosts and replicas.`)
 		config(filepath.Join(dist, "default", "hostctl"), "/etc/default/hostctl", in.MTime),
 		config(filepath.Join(dist, "default", "vmeta-metadata"), "/etc/default/vmeta-metadata", in.MTime),
 		file(p, "/usr/share/doc/vmeta-host/copyright", 0o644, in.MTime),
+		file(filepath.Join(in.Root, "hostctl", "api", "openapi.yaml"), "/usr/share/vmeta/openapi.yaml", 0o644, in.MTime), // the admin API's OpenAPI description
 	}
 	docs, err := docFiles(work, "vmeta-host", format, version, in)
 	if err != nil {
