@@ -60,7 +60,7 @@ func (a answers) List(context.Context) ([]*controller.Instance, error) {
 	return []*controller.Instance{a.instance()}, nil
 }
 func (a answers) ListAll(ctx context.Context) ([]*controller.Instance, error) { return a.List(ctx) }
-func (a answers) Delete(context.Context, string) error                       { return nil }
+func (a answers) Delete(context.Context, string) error                        { return nil }
 func (a answers) Start(context.Context, string) (*controller.Instance, error) {
 	return a.instance(), nil
 }
