@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -118,6 +119,8 @@ type Conn struct {
 	l       *libvirt.Libvirt
 	lastErr error // why the current connection is down
 
+	rpcs atomic.Int64 // RPC packets sent (rpccount.go)
+
 	closing   chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -217,9 +220,9 @@ func (c *Conn) socketPath() string {
 func (c *Conn) dial() (*libvirt.Libvirt, error) {
 	var l *libvirt.Libvirt
 	if c.isUnix() {
-		l = libvirt.NewWithDialer(dialers.NewLocal(
+		l = libvirt.NewWithDialer(countingDialer{dialers.NewLocal(
 			dialers.WithSocket(c.socketPath()),
-			dialers.WithLocalTimeout(c.opts.DialTimeout)))
+			dialers.WithLocalTimeout(c.opts.DialTimeout)), &c.rpcs})
 		if err := l.ConnectToURI(libvirt.RemoteURI(c.uri)); err != nil {
 			return nil, &UnreachableError{Where: c.where, Err: err}
 		}
