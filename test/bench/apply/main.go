@@ -531,11 +531,13 @@ func (b *bench) forks(ctx context.Context, tmp string) (map[string][]string, err
 	if rerr != nil {
 		return nil, rerr
 	}
-	// Lines: PID SECONDS.MICROS execve("/usr/bin/qemu-img", [...], ...) = 0
+	// Lines: PID SECONDS.MICROS execve("/usr/bin/qemu-img", [...], ...) = 0,
+	// or, when several run at once, "... <unfinished ...>" and a resumed
+	// line later: each execve( counts, but for a failed one (= -1).
 	progs := make([][]string, len(spans))
 	for _, line := range strings.Split(string(raw), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 3 || !strings.HasPrefix(f[2], "execve(") || !strings.HasSuffix(line, "= 0") {
+		if len(f) < 3 || !strings.HasPrefix(f[2], "execve(") || strings.Contains(line, "= -1 ") {
 			continue
 		}
 		sec, perr := strconv.ParseFloat(f[1], 64)
