@@ -127,3 +127,29 @@ func speedUUID(t *testing.T, e *env, name string) string {
 	}
 	return rec.UUID
 }
+
+// TestApplyReadsTheDomainOnce (issue 23 item 4): an apply reads the
+// domain's XML once to check what libvirt has and once to read back what
+// the define made, and then asks libvirt for the state alone — the shown
+// state is the one the read-back domain has (it used to read the XML a
+// third time for it); the shown state is still libvirt's.
+func TestApplyReadsTheDomainOnce(t *testing.T) {
+	e := newEnv(t)
+	for _, what := range []string{"new instance", "unchanged re-apply"} {
+		from := e.hv.callCount()
+		inst := e.mustApply(hvSpec)
+		got := e.hv.countCalls(from, "XML", "State")
+		if got["XML"] != 2 {
+			t.Errorf("%s: %d reads of the domain XML, want 2 (calls %v)", what, got["XML"], e.hv.calls[from:])
+		}
+		if inst.State != string(virt.StateShutoff) {
+			t.Errorf("%s: state %q, want %q", what, inst.State, virt.StateShutoff)
+		}
+	}
+	if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	if inst := e.mustApply(hvSpec); inst.State != string(virt.StateRunning) {
+		t.Errorf("re-apply of the running instance: state %q, want %q", inst.State, virt.StateRunning)
+	}
+}
