@@ -118,6 +118,12 @@ type Conn struct {
 	mu      sync.Mutex
 	l       *libvirt.Libvirt
 	lastErr error // why the current connection is down
+	// updateOrder: whether libvirtd's connection of client takes
+	// NetworkUpdate's arguments in the corrected order (network.go).
+	updateOrder struct {
+		of      *libvirt.Libvirt
+		correct bool
+	}
 
 	rpcs atomic.Int64 // RPC packets sent (rpccount.go)
 

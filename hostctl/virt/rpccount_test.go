@@ -2,7 +2,9 @@ package virt
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,5 +65,55 @@ func TestConnRPCs(t *testing.T) {
 	}
 	if got := RPCs() - all; got < 3 {
 		t.Errorf("the process counted %d packets for 3 calls", got)
+	}
+}
+
+// TestNetworkUpdateAsksOrderOnce: a Conn asks libvirtd once per
+// connection which argument order its NetworkUpdate takes (go-libvirt's
+// NetworkUpdateCompat asks on every update): adding a fixed lease to the
+// persistent definition costs four calls the first time (look up, read
+// the definition, ask, update), three after; the leases are there and go
+// again.
+func TestNetworkUpdateAsksOrderOnce(t *testing.T) {
+	uri := testenv.RequireLibvirt(t)
+	ctx := testCtx(t, time.Minute)
+	c := connect(t, uri, ConnOptions{})
+	const network = "default"
+	var hosts []DHCPHost
+	for range 2 {
+		mac, err := GenerateMAC()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := DHCPHost{MAC: mac, IP: testenv.DefaultNetworkAddress(t, uri, testenv.AddrsVirt)}
+		t.Cleanup(func() {
+			_ = exec.Command("virsh", "-q", "-c", uri, "net-update", network, "delete", "ip-dhcp-host",
+				fmt.Sprintf("<host mac='%s'/>", mac), "--config").Run()
+		})
+		hosts = append(hosts, h)
+	}
+	for i, h := range hosts {
+		before := c.RPCs()
+		if err := c.AddDHCPHostConfig(ctx, network, h); err != nil {
+			t.Fatalf("AddDHCPHostConfig: %v", err)
+		}
+		if got, want := c.RPCs()-before, int64(4-i); got != want {
+			t.Errorf("update %d: %d calls, want %d", i+1, got, want)
+		}
+	}
+	got, err := c.DHCPHosts(ctx, network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		if countHost(got, h.MAC) != 1 {
+			t.Errorf("the definition lacks %s -> %s: %v", h.MAC, h.IP, got)
+		}
+		if err := c.RemoveDHCPHost(ctx, network, h.MAC); err != nil {
+			t.Errorf("RemoveDHCPHost: %v", err)
+		}
+	}
+	if got, err := c.DHCPHosts(ctx, network); err != nil || countHost(got, hosts[0].MAC)+countHost(got, hosts[1].MAC) != 0 {
+		t.Errorf("after removal: %v, %v", got, err)
 	}
 }
