@@ -569,7 +569,10 @@ func waitTraced(pid int, exited <-chan error) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("strace ended before attaching: %v", err)
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("strace ended before attaching: %w", err)
 		default:
 		}
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
