@@ -143,8 +143,14 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		}
 	}
 	st.done("define")
-	if err := c.ReadBack(ctx, in); err != nil {
-		return nil, fmt.Errorf("apply %s: %w", name, err)
+	if redefine || cur.running {
+		if err := c.ReadBack(ctx, in); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+	} else if err := cur.devs.Apply(in); err != nil {
+		// Nothing was defined and the domain is off: the persistent
+		// definition read at the check is what a read back would read.
+		return nil, fmt.Errorf("apply %s: read back domain %s: %w", name, name, err)
 	}
 	st.done("read_back")
 	if err := c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r); err != nil {

@@ -1,6 +1,7 @@
 package virt
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/xml"
@@ -518,14 +519,30 @@ func (c *Conn) Define(ctx context.Context, domainXML []byte) (Domain, error) {
 	return toDomain(d), err
 }
 
+// xmlName is the name of the domain domainXML describes: its root's
+// <name> child, found by reading the document up to it (near its top),
+// not the whole of it (every define names its domain).
 func xmlName(domainXML []byte) string {
-	var v struct {
-		Name string `xml:"name"`
+	dec := xml.NewDecoder(bytes.NewReader(domainXML))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "(unnamed)"
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth++; depth == 2 && t.Name.Local == "name" {
+				var name string
+				if dec.DecodeElement(&name, &t) != nil || name == "" {
+					return "(unnamed)"
+				}
+				return name
+			}
+		case xml.EndElement:
+			depth--
+		}
 	}
-	if xml.Unmarshal(domainXML, &v) != nil || v.Name == "" {
-		return "(unnamed)"
-	}
-	return v.Name
 }
 
 // withDomain looks name up and runs f on it, wrapping errors with op.
