@@ -68,7 +68,7 @@ func main() {
 	uri := flag.String("uri", "qemu:///system", "libvirt URI")
 	firmware := flag.String("firmware", "auto", "hostctl serve --firmware-metadata (on costs a redefine of the persistent domain per publish)")
 	flag.BoolVar(&showSteps, "steps", false, "log hostctl at debug level and print the median time of each step of an apply, and its libvirt calls")
-	flag.BoolVar(&countForks, "forks", os.Geteuid() == 0, "count the processes hostctl starts per operation (strace -f attached to hostctl serve in a pass of its own; root)")
+	flag.BoolVar(&countForks, "forks", os.Geteuid() == 0, "count the processes hostctl starts per operation (strace -f attached to hostctl serve in a pass of its own; root, strace on PATH)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -265,7 +265,9 @@ func run(ctx context.Context, n, instances int, uri, firmware string) (err error
 	}
 
 	var forks map[string][]string
-	if countForks {
+	if _, lerr := exec.LookPath("strace"); countForks && lerr != nil {
+		fmt.Println("(-forks: no strace on PATH; the processes hostctl starts are not counted)")
+	} else if countForks {
 		if forks, err = b.forks(ctx, tmp); err != nil {
 			return err
 		}
