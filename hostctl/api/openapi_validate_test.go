@@ -21,9 +21,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// oaValidator checks requests and answers against an OpenAPI document
-// (kin-openapi's gorilla/mux router and openapi3filter validators, which
-// validate OpenAPI 3.1 schemas as JSON Schema 2020-12). What it finds is
+// oaValidator checks requests and answers against an OpenAPI document:
+// kin-openapi's gorilla/mux router finds the operation, its
+// openapi3filter validators check the parameters, the status, the
+// headers and multipart bodies, and the JSON and YAML bodies are checked
+// against their schemas as JSON Schema 2020-12 (OpenAPI 3.1's dialect;
+// bodySchemas). What it finds is
 // recorded, not returned: a test of the handler it wraps goes on, and the
 // package's TestMain fails the run on any violation (openapi_main_test.go).
 //
@@ -106,7 +109,11 @@ func (v *oaValidator) Violations() []string {
 func (v *oaValidator) report(r *http.Request, status int, format string, args ...any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.violations = append(v.violations, fmt.Sprintf("%s %s → %d: %s", r.Method, r.URL.RequestURI(), status, fmt.Sprintf(format, args...)))
+	uri := r.URL.RequestURI()
+	if len(uri) > 200 {
+		uri = fmt.Sprintf("%s… (%d bytes)", uri[:200], len(uri))
+	}
+	v.violations = append(v.violations, fmt.Sprintf("%s %s → %d: %s", r.Method, uri, status, fmt.Sprintf(format, args...)))
 }
 
 // wrap returns next, its requests and answers checked.
