@@ -343,9 +343,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, time.Time{})
 		return
 	}
-	start := time.Now()
+	var start time.Time
 	if s.realClock {
 		start = monoNow()
+	} else {
+		start = time.Now()
 	}
 	res := s.serve(w, r, start)
 	d := time.Since(start)
