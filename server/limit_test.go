@@ -3,11 +3,13 @@ package server
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -354,5 +356,63 @@ func TestRateLimitBucketKeptByView(t *testing.T) {
 	s.limiter.buckets.Clear()
 	if r := get(s, target); r.status != 429 {
 		t.Errorf("past the burst, the limiter's map emptied: %d, want 429 (the view's bucket is drained)", r.status)
+	}
+}
+
+// TestRateLimiterIsTokenBucket: the limiter's one-word buckets (the
+// generic cell rate algorithm) allow, refuse and name the wait exactly as
+// a bucket of burst tokens refilled at rate does, kept here in integer
+// nanoseconds of credit (a token is 1/rate seconds of it), over random
+// request times.
+func TestRateLimiterIsTokenBucket(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 3))
+	for _, tc := range []struct {
+		rate  float64
+		burst int
+	}{{50, 100}, {1, 1}, {10, 5}, {4, 3}, {1000, 20}, {0.5, 2}} {
+		clk := newClock("2026-01-01")
+		l := newRateLimiter(tc.rate, tc.burst, clk.Now)
+		step := int64(float64(time.Second) / tc.rate)
+		span := step * int64(tc.burst)
+		credit := span // full
+		last := clk.Now()
+		for i := range 5000 {
+			clk.Add(time.Duration(rng.Int64N(3 * step / 2)))
+			now := clk.Now()
+			credit = min(span, credit+int64(now.Sub(last)))
+			last = now
+			wantOK, wantWait := credit >= step, time.Duration(0)
+			if wantOK {
+				credit -= step
+			} else {
+				wantWait = time.Duration(step - credit)
+			}
+			ok, wait := l.allow("k", now)
+			if ok != wantOK || wait != wantWait {
+				t.Fatalf("rate %v burst %d, request %d: allow = %v, %v; the token bucket: %v, %v", tc.rate, tc.burst, i, ok, wait, wantOK, wantWait)
+			}
+		}
+	}
+}
+
+// TestRateLimiterConcurrent: requests at the same instant from many
+// goroutines take exactly the burst, however their updates interleave.
+func TestRateLimiterConcurrent(t *testing.T) {
+	clk := newClock("2026-01-01")
+	l := newRateLimiter(1, 500, clk.Now)
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if ok, _ := l.allow("k", clk.Now()); ok {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := allowed.Load(); n != 500 {
+		t.Errorf("%d of 1600 requests allowed at one instant, want the burst, 500", n)
 	}
 }
