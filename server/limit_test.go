@@ -416,3 +416,53 @@ func TestRateLimiterConcurrent(t *testing.T) {
 		t.Errorf("%d of 1600 requests allowed at one instant, want the burst, 500", n)
 	}
 }
+
+// deadlineConn records the write deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	set []time.Time
+}
+
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error { c.set = append(c.set, t); return nil }
+func (c *deadlineConn) SetDeadline(t time.Time) error      { c.set = append(c.set, t); return nil }
+
+// TestLimitedConnWriteDeadline (issue 23 item 3): a write deadline less
+// than deadlineSlack later than the one set leaves the one set (net/http
+// moves it after every request: a runtime timer moved each time); an
+// earlier one, one later by the slack or more, and none at all are set.
+func TestLimitedConnWriteDeadline(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	inner := &deadlineConn{}
+	c := &limitedConn{Conn: inner}
+	for i, tc := range []struct {
+		t   time.Time
+		set bool
+	}{
+		{t0, true},                        // the first
+		{t0.Add(time.Millisecond), false}, // the next request, 1 ms later
+		{t0.Add(deadlineSlack - time.Nanosecond), false}, // still within the slack of t0
+		{t0.Add(deadlineSlack), true},                    // the slack: moved
+		{t0, true},                                       // earlier: set
+		{time.Time{}, true},                              // none: set
+		{t0, true},                                       // after none: set
+	} {
+		n := len(inner.set)
+		if err := c.SetWriteDeadline(tc.t); err != nil {
+			t.Fatal(err)
+		}
+		if set := len(inner.set) > n; set != tc.set {
+			t.Errorf("step %d (%v): set %v, want %v", i, tc.t, set, tc.set)
+		}
+	}
+	// SetDeadline is always passed on and counts as the write deadline.
+	n := len(inner.set)
+	if err := c.SetDeadline(t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetWriteDeadline(t0.Add(time.Hour + time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if len(inner.set) != n+1 {
+		t.Errorf("%d calls after SetDeadline and a write deadline 1 ms later, want 1", len(inner.set)-n)
+	}
+}

@@ -27,7 +27,9 @@
 //   - at most DefaultMaxConnsPerAddr (64) open connections per source
 //     address (Listener; trusted proxies exempt).
 //   - headers: MaxHeaderBytes (16 KiB); ReadHeaderTimeout 5 s, ReadTimeout
-//     and WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer).
+//     and WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer; on Listener's
+//     connections the write deadline stays put while a new one would
+//     move it by less than a second, so it may be up to 1 s earlier).
 //   - password POST bodies: MaxPasswordBytes (1020, Nova's limit; more is
 //     400), never reading more than 4 KiB.
 //   - store reads time out after DefaultStoreTimeout (3 s): 503.

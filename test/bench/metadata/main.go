@@ -98,7 +98,7 @@ func main() {
 	flag.BoolVar(&cfg.stormOnly, "storm-only", false, "run only the boot storm (no wrk, Hegel or memory phase)")
 	flag.DurationVar(&cfg.memoryTimeout, "memory-timeout", 10*time.Minute, "time limit for publishing, and again for reading, per store in the memory phase")
 	flag.StringVar(&cfg.wrk, "wrk", "wrk", "wrk binary")
-	flag.StringVar(&cfg.hegel, "hegel", "", "Hegel binary to use instead of the cached build of "+hegelVersion)
+	flag.StringVar(&cfg.hegel, "hegel", "", "Hegel binary to use instead of the cached build of "+hegelVersion+` ("none": no Hegel target)`)
 	flag.Var(&cfg.hostctlF, "hostctl-flag", "extra flag for 'hostctl serve' (repeatable; overrides the benchmark's settings)")
 	flag.Var(&cfg.replicaF, "replica-flag", "extra flag for vmeta-metadata (repeatable; overrides the benchmark's settings)")
 	flag.Parse()

@@ -13,6 +13,9 @@ package main
 //     cache is empty, as after every host restart ("cold"), then the same
 //     storm again on the same process ("warm").
 //
+// Odd rounds storm the bare handler first, even rounds hostctl: a trend
+// in the machine's load over a round then favours neither.
+//
 // A fresh process is left alone for -storm-settle after it accepts
 // connections (guests boot seconds after their host): the CPU time it
 // spends meanwhile (the rest of its start, hostctl's warm-up of the cache)
@@ -109,40 +112,58 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 	for round := 1; round <= rounds; round++ {
 		fmt.Printf("  round %d/%d, load average %s\n", round, rounds, loadAverage())
 		var r row
-		a, err := e.startBare(ctx, routes)
-		if err != nil {
+		bare := func() error {
+			a, err := e.startBare(ctx, routes)
+			if err != nil {
+				return err
+			}
+			sc, err := settle(ctx, a.proc, settleFor)
+			if err != nil {
+				return err
+			}
+			if r.bareCold, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
+				return err
+			}
+			r.bareCold.settleCPU = sc
+			if r.bareWarm, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
+				return err
+			}
+			e.procs.stopSome(a.proc)
+			return nil
+		}
+		vmeta := func() error {
+			// The same data directory: a fresh process, the instances
+			// published, nothing cached.
+			h, err := e.startHostctl(ctx, "storm", "")
+			if err != nil {
+				return err
+			}
+			sc, err := settle(ctx, h.proc, settleFor)
+			if err != nil {
+				return err
+			}
+			if r.vCold, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
+				return h.proc.failed(err)
+			}
+			r.vCold.settleCPU = sc
+			if r.vWarm, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
+				return h.proc.failed(err)
+			}
+			e.procs.stopSome(h.proc)
+			return nil
+		}
+		// Odd rounds storm the bare handler first, even rounds vmeta:
+		// what the machine's load does over a round weighs on both alike.
+		first, second := bare, vmeta
+		if round%2 == 0 {
+			first, second = vmeta, bare
+		}
+		if err := first(); err != nil {
 			return err
 		}
-		sc, err := settle(ctx, a.proc, settleFor)
-		if err != nil {
+		if err := second(); err != nil {
 			return err
 		}
-		if r.bareCold, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
-			return err
-		}
-		r.bareCold.settleCPU = sc
-		if r.bareWarm, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
-			return err
-		}
-		e.procs.stopSome(a.proc)
-		// The same data directory: a fresh process, the instances
-		// published, nothing cached.
-		h, err := e.startHostctl(ctx, "storm", "")
-		if err != nil {
-			return err
-		}
-		sc, err = settle(ctx, h.proc, settleFor)
-		if err != nil {
-			return err
-		}
-		if r.vCold, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
-			return h.proc.failed(err)
-		}
-		r.vCold.settleCPU = sc
-		if r.vWarm, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
-			return h.proc.failed(err)
-		}
-		e.procs.stopSome(h.proc)
 		rows = append(rows, r)
 		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; warm CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; load average at the end %s\n",
 			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99), allocRatio(r.vCold, r.bareCold), bytesRatio(r.vCold, r.bareCold),
