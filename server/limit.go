@@ -208,29 +208,56 @@ type limitedConn struct {
 	l    *limitListener
 	addr netip.Addr
 	once sync.Once
-	// wdl is the write deadline set, in Unix nanoseconds (0: none).
-	wdl atomic.Int64
+	// rdl and wdl are the read and write deadlines set, in Unix
+	// nanoseconds (0: none).
+	rdl, wdl atomic.Int64
 }
 
-// deadlineSlack is how much later than the write deadline already set a
-// new one may be and still leave the connection with the one set.
-// net/http moves the write deadline to WriteTimeout after each request's
-// start; a guest's requests come milliseconds apart, and each move is a
-// runtime timer moved in a heap that, in a boot storm, holds thousands
-// (cache misses: issue 23 item 3). Keeping the earlier deadline makes the
-// limit at most this much stricter than asked, never looser.
+// deadlineSlack is how much later than the deadline already set a new
+// one may be and still leave the connection with the one set. net/http
+// moves the write deadline to WriteTimeout after each request's start,
+// and the read deadline to ReadTimeout once the headers are read (the
+// header deadline, ReadHeaderTimeout, was set a moment before: with
+// ReadTimeout equal to it, the two are microseconds apart); a guest's
+// requests come milliseconds apart, and each move is a runtime timer
+// moved, in a boot storm among thousands (cache misses: issue 23 item 3).
+// Keeping the earlier deadline makes a limit at most this much stricter
+// than asked, never looser.
 const deadlineSlack = time.Second
 
-// SetWriteDeadline sets the write deadline, unless t is less than
-// deadlineSlack later than the one set (see deadlineSlack). An earlier
-// deadline, and no deadline (zero t), are always set.
+// keep reports whether deadline t (Unix nanoseconds, 0: none) may be left
+// as set, the one set being set (see deadlineSlack).
+func keep(set, t int64) bool {
+	return set != 0 && t != 0 && t >= set && t-set < int64(deadlineSlack)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// SetReadDeadline sets the read deadline, unless t is less than
+// deadlineSlack later than the one set. An earlier deadline, and no
+// deadline (zero t), are always set.
+func (c *limitedConn) SetReadDeadline(t time.Time) error {
+	n := unixNano(t)
+	if keep(c.rdl.Load(), n) {
+		return nil
+	}
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	c.rdl.Store(n)
+	return nil
+}
+
+// SetWriteDeadline is SetReadDeadline for the write deadline.
 func (c *limitedConn) SetWriteDeadline(t time.Time) error {
-	var n int64
-	if !t.IsZero() {
-		n = t.UnixNano()
-		if old := c.wdl.Load(); old != 0 && n >= old && n-old < int64(deadlineSlack) {
-			return nil
-		}
+	n := unixNano(t)
+	if keep(c.wdl.Load(), n) {
+		return nil
 	}
 	if err := c.Conn.SetWriteDeadline(t); err != nil {
 		return err
@@ -239,16 +266,14 @@ func (c *limitedConn) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
-// SetDeadline sets both deadlines (see SetWriteDeadline).
+// SetDeadline sets both deadlines, always.
 func (c *limitedConn) SetDeadline(t time.Time) error {
 	if err := c.Conn.SetDeadline(t); err != nil {
 		return err
 	}
-	if t.IsZero() {
-		c.wdl.Store(0)
-	} else {
-		c.wdl.Store(t.UnixNano())
-	}
+	n := unixNano(t)
+	c.rdl.Store(n)
+	c.wdl.Store(n)
 	return nil
 }
 

@@ -417,52 +417,67 @@ func TestRateLimiterConcurrent(t *testing.T) {
 	}
 }
 
-// deadlineConn records the write deadlines set on it.
+// deadlineConn records the deadlines set on it.
 type deadlineConn struct {
 	net.Conn
-	set []time.Time
+	read, write []time.Time
 }
 
-func (c *deadlineConn) SetWriteDeadline(t time.Time) error { c.set = append(c.set, t); return nil }
-func (c *deadlineConn) SetDeadline(t time.Time) error      { c.set = append(c.set, t); return nil }
+func (c *deadlineConn) SetReadDeadline(t time.Time) error  { c.read = append(c.read, t); return nil }
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error { c.write = append(c.write, t); return nil }
+func (c *deadlineConn) SetDeadline(t time.Time) error {
+	c.read, c.write = append(c.read, t), append(c.write, t)
+	return nil
+}
 
-// TestLimitedConnWriteDeadline (issue 23 item 3): a write deadline less
-// than deadlineSlack later than the one set leaves the one set (net/http
-// moves it after every request: a runtime timer moved each time); an
-// earlier one, one later by the slack or more, and none at all are set.
-func TestLimitedConnWriteDeadline(t *testing.T) {
+// TestLimitedConnDeadlines (issue 23 item 3): a deadline less than
+// deadlineSlack later than the one set leaves the one set (net/http moves
+// them after every request: a runtime timer moved each time); an earlier
+// one, one later by the slack or more, and none at all are set. Read and
+// write deadlines each.
+func TestLimitedConnDeadlines(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	inner := &deadlineConn{}
-	c := &limitedConn{Conn: inner}
-	for i, tc := range []struct {
+	steps := []struct {
 		t   time.Time
 		set bool
 	}{
-		{t0, true},                        // the first
-		{t0.Add(time.Millisecond), false}, // the next request, 1 ms later
-		{t0.Add(deadlineSlack - time.Nanosecond), false}, // still within the slack of t0
-		{t0.Add(deadlineSlack), true},                    // the slack: moved
-		{t0, true},                                       // earlier: set
-		{time.Time{}, true},                              // none: set
-		{t0, true},                                       // after none: set
-	} {
-		n := len(inner.set)
-		if err := c.SetWriteDeadline(tc.t); err != nil {
+		{t0, true},                         // the first
+		{t0.Add(time.Millisecond), false},  // the next request, 1 ms later
+		{t0.Add(deadlineSlack - 1), false}, // still within the slack of t0
+		{t0.Add(deadlineSlack), true},      // the slack: moved
+		{t0, true},                         // earlier: set
+		{time.Time{}, true},                // none: set
+		{t0, true},                         // after none: set
+		{t0.Add(60 * time.Second), true},   // idle: much later
+		{t0.Add(-time.Hour), true},         // long ago (net/http's abort of a read)
+		{t0.Add(-time.Hour + 1), false},    // a nanosecond later
+	}
+	for _, which := range []string{"read", "write"} {
+		inner := &deadlineConn{}
+		c := &limitedConn{Conn: inner}
+		set, calls := c.SetReadDeadline, &inner.read
+		if which == "write" {
+			set, calls = c.SetWriteDeadline, &inner.write
+		}
+		for i, st := range steps {
+			n := len(*calls)
+			if err := set(st.t); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(*calls) > n; got != st.set {
+				t.Errorf("%s deadline, step %d (%v): set %v, want %v", which, i, st.t, got, st.set)
+			}
+		}
+		// SetDeadline is always passed on and counts as both.
+		n := len(*calls)
+		if err := c.SetDeadline(t0.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if set := len(inner.set) > n; set != tc.set {
-			t.Errorf("step %d (%v): set %v, want %v", i, tc.t, set, tc.set)
+		if err := set(t0.Add(time.Hour + time.Millisecond)); err != nil {
+			t.Fatal(err)
 		}
-	}
-	// SetDeadline is always passed on and counts as the write deadline.
-	n := len(inner.set)
-	if err := c.SetDeadline(t0.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetWriteDeadline(t0.Add(time.Hour + time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	if len(inner.set) != n+1 {
-		t.Errorf("%d calls after SetDeadline and a write deadline 1 ms later, want 1", len(inner.set)-n)
+		if len(*calls) != n+1 {
+			t.Errorf("%s: %d calls after SetDeadline and a deadline 1 ms later, want 1", which, len(*calls)-n)
+		}
 	}
 }

@@ -26,10 +26,11 @@
 //     unknown addresses cannot hammer the store.
 //   - at most DefaultMaxConnsPerAddr (64) open connections per source
 //     address (Listener; trusted proxies exempt).
-//   - headers: MaxHeaderBytes (16 KiB); ReadHeaderTimeout 5 s, ReadTimeout
-//     and WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer; on Listener's
-//     connections the write deadline stays put while a new one would
-//     move it by less than a second, so it may be up to 1 s earlier).
+//   - headers: MaxHeaderBytes (16 KiB); ReadHeaderTimeout and
+//     ReadTimeout (the whole request, a password's body included) 5 s,
+//     WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer; on Listener's
+//     connections a deadline stays put while a new one would move it
+//     later by less than a second, so it may be up to 1 s earlier).
 //   - password POST bodies: MaxPasswordBytes (1020, Nova's limit; more is
 //     400), never reading more than 4 KiB.
 //   - store reads time out after DefaultStoreTimeout (3 s): 503.
@@ -101,7 +102,7 @@ const (
 const (
 	MaxHeaderBytes    = 16 << 10
 	ReadHeaderTimeout = 5 * time.Second
-	ReadTimeout       = 10 * time.Second
+	ReadTimeout       = ReadHeaderTimeout // see limitedConn's deadlineSlack
 	WriteTimeout      = 10 * time.Second
 	IdleTimeout       = 60 * time.Second
 )
