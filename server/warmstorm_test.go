@@ -112,3 +112,45 @@ func BenchmarkWarmStorm(b *testing.B) {
 		})
 	}
 }
+
+// TestWarmStormNoAllocs (issue 23 item 3): every request of a warm storm
+// — each of the storm's paths, from guests whose views the server warmed,
+// metrics and the rate limit on — allocates nothing in the handler (the
+// bare handler allocates one header value per request).
+func TestWarmStormNoAllocs(t *testing.T) {
+	docs := newFakeDocs()
+	var addrs []string
+	for i := range 3 {
+		in, addr := memInstance(t, i)
+		docs.publish(t, in)
+		addrs = append(addrs, addr)
+	}
+	s := New(listingDocs{docs}, benchOptions("metrics"))
+	recs, err := s.docs.(instanceLister).Instances(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		s.warm(t.Context(), rec.UUID, rec.Addresses)
+	}
+	paths := []string{"/openstack", "/openstack/2018-08-27/meta_data.json", "/openstack/2018-08-27/network_data.json",
+		"/2009-04-04/meta-data/", "/2009-04-04/meta-data/hostname", "/2009-04-04/meta-data/public-keys/", "/latest/meta-data/local-ipv4"}
+	w := &copyWriter{h: http.Header{}}
+	for _, p := range paths {
+		r := httptest.NewRequest(http.MethodGet, p, nil)
+		for _, addr := range addrs {
+			r.RemoteAddr = addr
+			n := testing.AllocsPerRun(20, func() {
+				clear(w.h)
+				w.status = 0
+				s.ServeHTTP(w, r)
+			})
+			if w.status != 0 && w.status != http.StatusOK {
+				t.Fatalf("%s from %s: status %d", p, addr, w.status)
+			}
+			if n != 0 {
+				t.Errorf("%s from %s: %v allocations per request, want 0", p, addr, n)
+			}
+		}
+	}
+}
