@@ -184,16 +184,37 @@ func (s *Server) sweep(ctx context.Context) {
 		s.checkStore(ctx)
 		return
 	}
-	for _, v := range views {
-		if ctx.Err() != nil {
+	for len(views) > 0 {
+		n := min(len(views), sweepChunk)
+		if !s.sweepChunk(ctx, views[:n]) {
 			return
 		}
-		sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+		views = views[n:]
+	}
+}
+
+// sweepChunk is how many versions a sweep reads under one store timeout
+// (a context, its timer and a health record per read were a good share
+// of a sweep's cost, which lands in whatever requests are being served
+// meanwhile: issue 23 item 3). sweepChunk reads of the embedded store
+// take a millisecond or two, of Redis a few round trips' time each: far
+// below DefaultStoreTimeout.
+const sweepChunk = 64
+
+// sweepChunk compares the versions of views with the store's, all within
+// one StoreTimeout; false: a store error (or ctx) ended the sweep.
+func (s *Server) sweepChunk(ctx context.Context, views []*view) bool {
+	c := &s.cache
+	sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	defer cancel()
+	for _, v := range views {
+		if ctx.Err() != nil {
+			return false
+		}
 		ver, err := s.docs.DocumentVersion(sctx, v.uuid)
-		cancel()
-		s.storeResult(err)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return
+			s.storeResult(err)
+			return false
 		}
 		if err != nil || ver != v.version {
 			c.mu.Lock()
@@ -202,6 +223,8 @@ func (s *Server) sweep(ctx context.Context) {
 			c.mu.Unlock()
 		}
 	}
+	s.storeResult(nil)
+	return true
 }
 
 // fillUUID reads an instance's view from the store (once for all the
