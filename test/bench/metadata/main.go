@@ -244,7 +244,9 @@ func load(ctx context.Context, wc wrkConfig, b *board, t *target, path string, r
 		label = fmt.Sprintf(" (round %d/%d)", round, b.rounds)
 	}
 	fmt.Printf("loading %s with GET %s%s …\n", t.label(), path, label)
+	stopPerf := startPerf(ctx, t.proc.pid()) // VMETA_BENCH_PERF (storm.go)
 	r, err := wc.run(ctx, t.base+path, t.proc.pid())
+	stopPerf()
 	if err != nil {
 		return fmt.Errorf("%s: %w", t.label(), err)
 	}

@@ -32,9 +32,10 @@ package main
 // start and end of each round; and per round the ratios vmeta / bare of
 // CPU time, p99 and allocations per request, cold and warm. The load
 // generator is this process, on the same cores as the servers. With
-// VMETA_BENCH_PERF=<dir>, each storm is also recorded with `perf record
-// -g` into that directory (to find where the server's CPU time goes; the
-// figures of such a run are not comparable).
+// VMETA_BENCH_PERF=<dir>, each storm (and each wrk run of main.go) is
+// also recorded with `perf record -g` into that directory (to find where
+// the server's CPU time goes; the figures of such a run are not
+// comparable).
 
 import (
 	"context"
