@@ -43,9 +43,9 @@ type bucket struct {
 }
 
 func newRateLimiter(rate float64, burst int, now func() time.Time) *rateLimiter {
-	step := float64(time.Second) / rate
-	span := math.Min(step*float64(burst), math.MaxInt64/4)
-	return &rateLimiter{now: now, origin: now(), step: int64(math.Min(step, math.MaxInt64/4)), span: int64(span)}
+	step := int64(math.Min(float64(time.Second)/rate, math.MaxInt64/4))
+	span := int64(math.Min(float64(step)*float64(burst), math.MaxInt64/4)) // exactly burst steps
+	return &rateLimiter{now: now, origin: now(), step: step, span: span}
 }
 
 // at is t in nanoseconds since the limiter's origin (monotonic when both

@@ -369,7 +369,7 @@ func TestRateLimiterIsTokenBucket(t *testing.T) {
 	for _, tc := range []struct {
 		rate  float64
 		burst int
-	}{{50, 100}, {1, 1}, {10, 5}, {4, 3}, {1000, 20}, {0.5, 2}} {
+	}{{50, 100}, {1, 1}, {10, 5}, {4, 3}, {1000, 20}, {0.5, 2}, {3, 6}, {7, 1000}} {
 		clk := newClock("2026-01-01")
 		l := newRateLimiter(tc.rate, tc.burst, clk.Now)
 		step := int64(float64(time.Second) / tc.rate)
