@@ -36,6 +36,9 @@ const DefaultGCHeapFloor = 64 << 20
 var gcFloor struct {
 	mu     sync.Mutex
 	active *gcFloorTuner
+	// adjusted, if set (tests), is called under mu after each collection
+	// the active floor saw.
+	adjusted func()
 }
 
 // gcFloorTuner keeps the heap goal at least floor bytes above the live
@@ -123,6 +126,9 @@ func (t *gcFloorTuner) collected(*gcSentinel) {
 	gcFloor.mu.Lock()
 	if gcFloor.active == t {
 		t.adjustLocked()
+		if gcFloor.adjusted != nil {
+			gcFloor.adjusted()
+		}
 	}
 	gcFloor.mu.Unlock()
 	t.arm()

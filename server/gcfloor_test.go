@@ -56,20 +56,30 @@ func TestGCFloor(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const floor = 256 << 20 // well above this test binary's live heap
-	stop := gcFloorStart(floor, log)
-	// Each collection runs the tuner's finalizer; the first one after
-	// start sets the percent from the live heap it found. Wait for it
-	// (the finalizer goroutine runs it after the cycle).
-	var live, goal uint64
-	for range 100 {
-		runtime.GC()
-		runtime.Gosched()
-		v := readGC("/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/gc/gogc:percent")
-		live, goal = v[0], v[1]
-		if v[2] != 100 && goal >= live+floor*9/10 {
-			break
+	seen := make(chan struct{}, 1)
+	gcFloor.mu.Lock()
+	gcFloor.adjusted = func() {
+		select {
+		case seen <- struct{}{}:
+		default:
 		}
 	}
+	gcFloor.mu.Unlock()
+	defer func() {
+		gcFloor.mu.Lock()
+		gcFloor.adjusted = nil
+		gcFloor.mu.Unlock()
+	}()
+	stop := gcFloorStart(floor, log)
+	// A full collection finds the sentinel the floor armed unreachable;
+	// its finalizer (the tuner) then sets the percent from the live heap
+	// the collection found. The next collection runs with that goal.
+	runtime.GC()
+	<-seen
+	runtime.GC()
+	<-seen
+	v := readGC("/gc/heap/live:bytes", "/gc/heap/goal:bytes")
+	live, goal := v[0], v[1]
 	if goal < live+floor*9/10 {
 		t.Errorf("with a floor of %d bytes: heap goal %d, live heap %d: want goal ≥ live + floor", floor, goal, live)
 	}
