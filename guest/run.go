@@ -203,6 +203,12 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 				needFetch = true
 			case e.Action == "change":
 				continue // a partition table re-read, a resize: nothing the agent sets depends on it
+			case uevent.Synthetic(e):
+				// udev's coldplug (the agent starts before it) or a
+				// trigger: the device was there already and udev runs
+				// its rules again. Check that the records still match
+				// once the burst is over; the metadata did not change.
+				needApply = true
 			default:
 				needApply = true
 				needFetch = true

@@ -47,7 +47,13 @@ Run "vmeta-agent <command> -h" for the flags of a command.
 `
 
 func main() {
+	// The process started before main: the kernel's exec, the page-in of
+	// the binary and the Go runtime's start come first, and count in the
+	// time the agent's unit holds the boot.
 	started := time.Now()
+	if age, ok := guest.ProcessAge(); ok {
+		started = started.Add(-age)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, started))
 }
 
@@ -124,7 +130,7 @@ func (a *applyFlags) agent(log *slog.Logger, started time.Time, daemon bool) (*g
 	var src source.Source
 	switch a.source {
 	case "auto":
-		src = &source.Auto{Firmware: fw, Drive: drive, HTTP: httpSrc}
+		src = &source.Auto{Firmware: fw, Drive: drive, HTTP: httpSrc, Log: log}
 		if a.configDrive != "" {
 			src = drive
 		}
@@ -243,7 +249,8 @@ func cmdRun(ctx context.Context, f *applyFlags, poll time.Duration, stderr io.Wr
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
 	}
-	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll)
+	// since_start: from the process's exec to this first line.
+	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll, "since_start", time.Since(started).Round(time.Millisecond))
 	err = a.Run(ctx, guest.RunOptions{PollInterval: poll, Ready: func() {
 		if err := guest.Notify("READY=1"); err != nil {
 			log.Warn("sd_notify", "err", err)
