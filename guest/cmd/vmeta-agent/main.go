@@ -54,8 +54,14 @@ func main() {
 	if age, ok := guest.ProcessAge(); ok {
 		started = started.Add(-age)
 	}
+	mainEntered = time.Since(started)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, started))
 }
+
+// mainEntered is how long after the process's exec main began: the
+// page-in of the binary, the Go runtime's start and the package
+// initialisers.
+var mainEntered time.Duration
 
 // common are the flags every command takes.
 type common struct {
@@ -250,7 +256,7 @@ func cmdRun(ctx context.Context, f *applyFlags, poll time.Duration, stderr io.Wr
 		return 1
 	}
 	// since_start: from the process's exec to this first line.
-	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll, "since_start", time.Since(started).Round(time.Millisecond))
+	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll, "since_start", time.Since(started).Round(time.Millisecond), "main_after", mainEntered.Round(time.Millisecond))
 	err = a.Run(ctx, guest.RunOptions{PollInterval: poll, Ready: func() {
 		if err := guest.Notify("READY=1"); err != nil {
 			log.Warn("sd_notify", "err", err)
