@@ -11,11 +11,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ProcessAge returns how long ago the kernel started this process (its
-// exec), from the start time in /proc/self/stat (in clock ticks since
-// boot, 100 a second on Linux) and CLOCK_BOOTTIME: the time the binary's
-// page-in and the Go runtime took before main ran, which a timer started
-// in main does not see. ok is false when it cannot tell.
+// ProcessAge returns how long ago the kernel started this process, from
+// the start time in /proc/self/stat (in clock ticks since boot, 100 a
+// second on Linux) and CLOCK_BOOTTIME. The kernel counts from the fork:
+// what the parent's child did before the exec (systemd sets up the
+// service's credentials, cgroup and log stream there), the exec, the
+// binary's page-in and the Go runtime's start, none of which a timer
+// started in main sees. ok is false when it cannot tell.
 func ProcessAge() (age time.Duration, ok bool) {
 	b, err := os.ReadFile("/proc/self/stat")
 	if err != nil {

@@ -110,7 +110,7 @@ func usage() string {
 }
 
 func main() {
-	// The process started before main: the kernel's exec, the page-in of
+	// The process started before main: systemd's set-up of the service, the exec, the page-in of
 	// the binary and the Go runtime's start come first, and count in the
 	// time the agent's unit holds the boot.
 	started := time.Now()
@@ -121,7 +121,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, started))
 }
 
-// mainEntered is how long after the process's exec main began: the
+// mainEntered is how long after the process's start (its fork, see
+// guest.ProcessAge) main began: the service's set-up, the exec, the
 // page-in of the binary, the Go runtime's start and the package
 // initialisers.
 var mainEntered time.Duration
@@ -290,7 +291,8 @@ func cmdRun(ctx context.Context, f *applyFlags, poll time.Duration, stderr io.Wr
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
 	}
-	// since_start: from the process's exec to this first line.
+	// since_start: from the process's start (its fork) to this first
+	// line; main_after: to main.
 	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll, "since_start", time.Since(started).Round(time.Millisecond), "main_after", mainEntered.Round(time.Millisecond))
 	err = a.Run(ctx, guest.RunOptions{PollInterval: poll, Ready: func() {
 		if err := guest.Notify("READY=1"); err != nil {
