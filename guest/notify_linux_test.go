@@ -55,4 +55,3 @@ func TestNotify(t *testing.T) {
 		t.Errorf("Notify to %s: %v, want an error naming it", gone, err)
 	}
 }
-
