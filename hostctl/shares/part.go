@@ -53,6 +53,7 @@ func (*Service) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Refuse, Why: "a move is " + refusedWhy + " (the specification: moves with shares are refused until the host-side attach is generalised)"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "no instance with a share moves"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "no instance with a share moves"},
+		part.Evacuate:         {Do: part.Act, Why: "the mappings move to the new host, inactive, as for an adopt (Committed); the rebuilt domain is defined with them and its start mounts them there"},
 	}
 }
 
@@ -60,8 +61,8 @@ func (*Service) Answers() part.Answers {
 // on a host that cannot give instances shares; resize and rebuild are
 // refused while the instance has a share mapping, naming the shares.
 func (s *Service) Check(ctx context.Context, op part.Op, in *part.Instance) error {
-	if op == part.Apply && len(in.Spec.Shares) > 0 {
-		return s.checkSupport(ctx)
+	if (op == part.Apply || op == part.Evacuate) && len(in.Spec.Shares) > 0 {
+		return s.checkSupport(ctx) // an evacuation's new host must be able to mount them
 	}
 	if s.Answers()[op].Do != part.Refuse || in.Spec.UUID == "" {
 		return nil
@@ -151,7 +152,7 @@ func (s *Service) Committed(ctx context.Context, op part.Op, in *part.Instance) 
 		// AfterDelete dropped the mappings (the core runs it for the
 		// parts acting on a force delete); what stays is the dead host's.
 		return []string{fmt.Sprintf("NFS share mounts of %s on host %s (its share reconciler unmounts them if it comes back)", in.Spec.Name, in.Host)}
-	case part.Adopt:
+	case part.Adopt, part.Evacuate:
 		s.adopted(ctx, in.Spec.UUID, in.Host)
 	}
 	return nil
