@@ -293,6 +293,9 @@ type serve struct {
 	shareSvc  *shares.Service
 	mig       *migration // moves between hosts (migrate.go)
 
+	// evac runs the evacuations from down hosts (evacuate.go).
+	evac *evacuation
+
 	beater *hosts.Beater
 	srvs   []*http.Server
 	mdAddr string // the metadata listener's address, for --apply's report
@@ -332,6 +335,10 @@ func (s *serve) components() []component {
 		// Interrupted rotations are recovered before the reconciler
 		// starts an instance or a server answers a request.
 		{name: "key rotation", start: s.startKeyRotation, stop: s.stopKeyRotation},
+		// What this host holds of its instances evacuated while it was
+		// down goes before the reconciler looks at its domains
+		// (evacuate.go).
+		{name: "evacuations", start: s.startEvacuations, stop: s.stopEvacuations},
 		{name: "reconciler", start: s.startReconciler, stop: s.stopReconciler}, // reconcile.go
 		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
 		{name: "metrics", start: s.startMetrics},
@@ -681,6 +688,7 @@ func (s *serve) startServers(context.Context) error {
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
 	svc := adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit)
 	svc.Migrations = s.migrations() // migrate.go
+	svc.Evacuations = s.evacuations()
 	return api.NewHandler(svc, s.log, a)
 }
 
