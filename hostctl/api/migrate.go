@@ -13,7 +13,7 @@ import (
 // MigrationService moves instances between the hosts of the store
 // (hostctl/migrate): cold migration, its confirm and its revert.
 type MigrationService interface {
-	Migrate(ctx context.Context, name, host string) (types.Migration, error)
+	Migrate(ctx context.Context, name string, req types.MigrateRequest) (types.Migration, error)
 	ConfirmMigration(ctx context.Context, name string) (types.Migration, error)
 	RevertMigration(ctx context.Context, name string) (types.Migration, error)
 	Migration(ctx context.Context, name string) (types.Migration, error)
@@ -48,13 +48,15 @@ func (h migrations) migrate(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	if req.Host == "" {
+	switch {
+	case req.Host == "":
 		h.fail(w, r, errkind.Errorf(errkind.Invalid, "host: required (the destination host)"))
 		return
+	case req.TimeoutSeconds < 0 || req.TimeoutSeconds > 3600:
+		h.fail(w, r, errkind.Errorf(errkind.Invalid, "timeout_seconds: %g: must be 0 (the default) to 3600", req.TimeoutSeconds))
+		return
 	}
-	h.reply(w, r, func(ctx context.Context, name string) (types.Migration, error) {
-		return h.svc.Migrate(ctx, name, req.Host)
-	})
+	h.reply(w, r, func(ctx context.Context, name string) (types.Migration, error) { return h.svc.Migrate(ctx, name, req) })
 }
 
 func (h migrations) confirm(w http.ResponseWriter, r *http.Request) {

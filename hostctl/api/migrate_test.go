@@ -17,7 +17,8 @@ import (
 // confirm and revert end it; another host is unknown.
 type fakeMoves struct{ state string }
 
-func (f *fakeMoves) Migrate(_ context.Context, name, host string) (types.Migration, error) {
+func (f *fakeMoves) Migrate(_ context.Context, name string, req types.MigrateRequest) (types.Migration, error) {
+	host := req.Host
 	switch {
 	case host != "b":
 		return types.Migration{}, errkind.Errorf(errkind.Invalid, "host %q: no such host in the store", host)
@@ -73,6 +74,9 @@ func TestMigrationAPI(t *testing.T) {
 		{"a member may not move", func() (types.Migration, error) { return alice.Migrate(ctx, "a-1", "b") }, http.StatusForbidden, "administrator"},
 		{"no host", func() (types.Migration, error) { return root.Migrate(ctx, "a-1", "") }, http.StatusBadRequest, "host: required"},
 		{"an unknown host", func() (types.Migration, error) { return root.Migrate(ctx, "a-1", "c") }, http.StatusBadRequest, "no such host"},
+		{"a negative timeout", func() (types.Migration, error) {
+			return root.MigrateWith(ctx, "a-1", types.MigrateRequest{Host: "b", TimeoutSeconds: -1})
+		}, http.StatusBadRequest, "timeout_seconds"},
 		{"confirm without a move", func() (types.Migration, error) { return root.ConfirmMigration(ctx, "a-1") }, http.StatusNotFound, "no move"},
 		{"migrate", func() (types.Migration, error) { return root.Migrate(ctx, "a-1", "b") }, http.StatusOK, "verify"},
 		{"show", func() (types.Migration, error) { return root.Migration(ctx, "a-1") }, http.StatusOK, "verify"},

@@ -29,6 +29,7 @@ func migrateCommands() []*Command {
 
 func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 	to := fs.String("to", "", "the destination host (required)")
+	timeout := fs.Duration("timeout", 0, "how long a running guest has to shut down before its domain is powered off (default 30s)")
 	return func(ctx context.Context, c *Call) error {
 		name, err := c.OneName()
 		if err != nil {
@@ -37,7 +38,7 @@ func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if *to == "" {
 			return Usagef("instance migrate needs --to HOST")
 		}
-		m, err := c.Client().Migrate(ctx, name, *to)
+		m, err := c.Client().MigrateWith(ctx, name, types.MigrateRequest{Host: *to, TimeoutSeconds: timeout.Seconds()})
 		if err != nil {
 			return err
 		}

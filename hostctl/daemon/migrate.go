@@ -97,8 +97,8 @@ func (s *serve) migrations() api.MigrationService {
 // migrationService answers the admin API's move routes.
 type migrationService struct{ m *migrate.Migrator }
 
-func (ms migrationService) Migrate(ctx context.Context, name, host string) (types.Migration, error) {
-	rec, err := ms.m.Migrate(ctx, name, host)
+func (ms migrationService) Migrate(ctx context.Context, name string, req types.MigrateRequest) (types.Migration, error) {
+	rec, err := ms.m.MigrateWith(ctx, name, req.Host, time.Duration(req.TimeoutSeconds*float64(time.Second)))
 	return wireMigration(rec), err
 }
 

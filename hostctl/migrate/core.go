@@ -143,7 +143,11 @@ func (h *Host) Stop(ctx context.Context, rec Record) error {
 	}
 	running := h.Core.PowerState(ctx, rec.Instance, rec.UUID) == "running"
 	r := revert.New(h.log(), "stop "+rec.Instance+" for its move")
-	err = h.Core.StopDomain(ctx, r, srec, running, h.StopTimeout, func(context.Context) error { return nil })
+	timeout := h.StopTimeout
+	if rec.StopTimeout > 0 {
+		timeout = rec.StopTimeout
+	}
+	err = h.Core.StopDomain(ctx, r, srec, running, timeout, func(context.Context) error { return nil })
 	r.Success()
 	return err
 }

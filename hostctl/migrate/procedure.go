@@ -230,6 +230,13 @@ func (m *Migrator) Status(ctx context.Context, name string) (Record, error) {
 // instance that cannot move, a destination that lacks what the instance
 // needs) are refused before anything moves.
 func (m *Migrator) Migrate(ctx context.Context, name, dest string) (Record, error) {
+	return m.MigrateWith(ctx, name, dest, 0)
+}
+
+// MigrateWith is Migrate where a running guest has stopTimeout to shut
+// down before its domain is powered off (0: the host's default; a
+// resumed move keeps the timeout it began with).
+func (m *Migrator) MigrateWith(ctx context.Context, name, dest string, stopTimeout time.Duration) (Record, error) {
 	if strings.TrimSpace(dest) == "" {
 		return Record{}, fmt.Errorf("migrate %s: %w: host: required (the destination host)", name, ErrInvalid)
 	}
@@ -261,7 +268,7 @@ func (m *Migrator) Migrate(ctx context.Context, name, dest string) (Record, erro
 		return Record{}, fmt.Errorf("migrate %s: %w", name, err)
 	}
 	now := time.Now().UTC()
-	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: in.Running, Started: now, Updated: now}
+	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: in.Running, Started: now, Updated: now, StopTimeout: stopTimeout}
 	if rec.Secrets, err = m.Source.Secrets(ctx, in.UUID); err != nil {
 		return Record{}, fmt.Errorf("migrate %s: %w", name, err)
 	}

@@ -103,6 +103,9 @@ type Record struct {
 	Updated time.Time `json:"updated"`
 	// Copy is how long the disk copy took.
 	Copy time.Duration `json:"copy_ns,omitempty"`
+	// StopTimeout is how long a running guest has to shut down before
+	// its domain is powered off (0: the host's default).
+	StopTimeout time.Duration `json:"stop_timeout_ns,omitempty"`
 	// Version is the store record's version.
 	Version int64 `json:"-"`
 }

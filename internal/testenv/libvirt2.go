@@ -57,10 +57,21 @@ func SecondLibvirtd(t testing.TB) (uri string) {
 			t.Fatal(err)
 		}
 	}
-	if out, err := exec.Command("cp", "-a", "/etc/libvirt/.", filepath.Join(dir, "etc")).CombinedOutput(); err != nil {
-		t.Fatalf("copy /etc/libvirt: %v: %s", err, out)
+	// The configuration only: not the first daemon's domains and secrets
+	// (which other tests write while this copies).
+	if err := os.MkdirAll(filepath.Join(dir, "etc", "qemu"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	for _, pattern := range []string{"etc/qemu/networks/autostart/*", "etc/qemu/*.xml", "etc/secrets/*"} {
+	for _, f := range []string{"libvirt.conf", "libvirt-admin.conf", "qemu.conf", "nwfilter", "qemu/networks"} {
+		src := filepath.Join("/etc/libvirt", f)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		if out, err := exec.Command("cp", "-a", src, filepath.Join(dir, "etc", f)).CombinedOutput(); err != nil {
+			t.Fatalf("copy %s: %v: %s", src, err, out)
+		}
+	}
+	for _, pattern := range []string{"etc/qemu/networks/autostart/*"} {
 		ms, _ := filepath.Glob(filepath.Join(dir, pattern))
 		for _, m := range ms {
 			if err := os.RemoveAll(m); err != nil {

@@ -10,8 +10,13 @@ import (
 // Migrate moves the instance name to host (cold migration); it returns
 // once the instance waits in verify on host.
 func (c *Client) Migrate(ctx context.Context, name, host string) (types.Migration, error) {
+	return c.MigrateWith(ctx, name, types.MigrateRequest{Host: host})
+}
+
+// MigrateWith is Migrate with the request's other fields.
+func (c *Client) MigrateWith(ctx context.Context, name string, req types.MigrateRequest) (types.Migration, error) {
 	var out types.Migration
-	return out, c.doJSON(ctx, http.MethodPost, instancePath(name, "migrate"), types.MigrateRequest{Host: host}, &out)
+	return out, c.doJSON(ctx, http.MethodPost, instancePath(name, "migrate"), req, &out)
 }
 
 // ConfirmMigration ends a move in verify: the source's copy goes.

@@ -6,6 +6,9 @@ import "time"
 // host the instance moves to (cold migration, issue 24).
 type MigrateRequest struct {
 	Host string `json:"host"`
+	// TimeoutSeconds is how long a running guest has to shut down before
+	// its domain is powered off (as POST …/stop); 30 when 0.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
 
 // Migration is a move of an instance between hosts, as POST

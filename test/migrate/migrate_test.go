@@ -1,0 +1,319 @@
+// Package migrate_test runs cold migration between two real hosts on
+// this machine (issue 24): two `hostctl serve` processes with their own
+// data directories, host names and key-encryption keys on one real
+// Redis, host a on the machine's libvirtd and host b on a second
+// libvirtd in its own mount namespace (testenv.SecondLibvirtd), the host
+// channel between them on loopback (mutual TLS). The instance has a LUKS
+// disk made by qemu-img: its ciphertext moves, its secret is rewrapped
+// under b's key, and QEMU opening the disk on b proves the passphrase
+// arrived. Guests run under TCG.
+package migrate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmeta/vmeta/internal/testenv"
+)
+
+// binaries are hostctl built with -tags vmetacrash (crash points), once.
+var (
+	buildOnce sync.Once
+	hostctl   string
+)
+
+func hostctlBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() { hostctl = testenv.BuildCrashBinary(t, "github.com/vmeta/vmeta/hostctl/cmd/hostctl") })
+	if hostctl == "" {
+		t.Fatal("hostctl was not built")
+	}
+	return hostctl
+}
+
+// host is one `hostctl serve`.
+type host struct {
+	t                      *testing.T
+	name, uri, store, bin  string
+	dataDir, sock, migAddr string
+	env                    []string
+	proc                   *testenv.Process
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+func newHost(t *testing.T, name, uri, store string) *host {
+	dir, err := os.MkdirTemp("", "vmeta-mig-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &host{t: t, name: name, uri: uri, store: store, bin: hostctlBin(t), dataDir: filepath.Join(dir, "data"),
+		sock: filepath.Join(dir, "s"), migAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	t.Cleanup(func() {
+		h.stop()
+		if t.Failed() && h.proc != nil {
+			t.Logf("hostctl serve --host %s logged:\n%s", name, h.proc.Output())
+		}
+	})
+	h.start()
+	return h
+}
+
+// start starts the daemon (with h.env: VMETA_CRASH_AT for a crash run).
+func (h *host) start() {
+	h.t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	args := []string{"serve", "--host", h.name, "--store", h.store, "--data-dir", h.dataDir, "--socket", h.sock,
+		"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--virt", "libvirt", "--libvirt-uri", h.uri, "--domain-type", "qemu", "--domain-memory", "128",
+		"--reconcile-interval", "0", "--heartbeat-interval", "200ms", "--host-down-after", "10s",
+		"--migration-listen", h.migAddr, "--luks-iter-time", "10ms"}
+	cmd := exec.Command(h.bin, args...)
+	cmd.Env = testenv.ChildEnv(nil, append([]string{"VMETA_VIRT=libvirt"}, h.env...)...)
+	if h.proc, err = testenv.StartProcess(h.t, "hostctl serve --host "+h.name, cmd); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.proc.WaitReady(60*time.Second, 50*time.Millisecond, func() error {
+		if r := h.ctl("instance", "list"); r.code != 0 {
+			return errors.New(r.String())
+		}
+		return nil
+	}); err != nil {
+		h.t.Fatalf("start host %s: %v\n%s", h.name, err, h.proc.Output())
+	}
+}
+
+func (h *host) stop() {
+	if h.proc == nil {
+		return
+	}
+	select {
+	case <-h.proc.Exited():
+		h.proc.Kill() // a crash point killed it: nothing to stop
+	default:
+		h.proc.Stop()
+	}
+}
+
+// restart stops (or finds killed) the daemon and starts it with env.
+func (h *host) restart(env ...string) {
+	h.t.Helper()
+	h.stop()
+	h.env = env
+	h.start()
+}
+
+// ctl runs a hostctl client command against h.
+func (h *host) ctl(args ...string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.bin, append(args, "--socket", h.sock)...)
+	cmd.Env = testenv.ChildEnv(nil)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		r.code, r.stderr = -1, err.Error()
+	}
+	return r
+}
+
+func (h *host) must(args ...string) result {
+	h.t.Helper()
+	r := h.ctl(args...)
+	if r.code != 0 {
+		h.t.Fatalf("hostctl %s on %s: %s", strings.Join(args, " "), h.name, r)
+	}
+	return r
+}
+
+// instance is `instance show NAME --output json`, what the test reads.
+type instance struct {
+	Host  string `json:"host"`
+	State string `json:"state"`
+	Spec  struct {
+		UUID string `json:"uuid"`
+	} `json:"spec"`
+}
+
+func (h *host) show(name string) instance {
+	h.t.Helper()
+	var in instance
+	if err := json.Unmarshal([]byte(h.must("instance", "show", name, "--output", "json").stdout), &in); err != nil {
+		h.t.Fatal(err)
+	}
+	return in
+}
+
+// migration is `instance migration NAME --output json`.
+type migration struct {
+	State       string  `json:"state"`
+	Step        string  `json:"step"`
+	Bytes       int64   `json:"bytes"`
+	CopySeconds float64 `json:"copy_seconds"`
+	Source      string  `json:"source"`
+	Dest        string  `json:"dest"`
+}
+
+func (h *host) migration(name string) (migration, bool) {
+	h.t.Helper()
+	r := h.ctl("instance", "migration", name, "--output", "json")
+	if r.code != 0 {
+		return migration{}, false
+	}
+	var m migration
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		h.t.Fatal(err)
+	}
+	return m, true
+}
+
+// domstate is libvirt's state of domain name at uri ("" when none).
+func domstate(t *testing.T, uri, name string) string {
+	out, err := exec.Command("virsh", "-q", "-c", uri, "domstate", name).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "failed to get domain") {
+			return ""
+		}
+		t.Fatalf("virsh domstate %s: %v: %s", name, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// secrets is the libvirt secrets of instance uuid's disks at uri (their
+// usage names the instance).
+func secrets(t *testing.T, uri, uuid string) []string {
+	out, err := exec.Command("virsh", "-q", "-c", uri, "secret-list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("virsh secret-list: %v: %s", err, out)
+	}
+	var mine []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "/"+uuid+"/") {
+			mine = append(mine, strings.TrimSpace(l))
+		}
+	}
+	return mine
+}
+
+// pair is two hosts on one Redis, a on the machine's libvirtd, b on a
+// second one.
+func pair(t *testing.T) (a, b *host) {
+	uriA := testenv.RequireLibvirt(t)
+	uriB := testenv.SecondLibvirtd(t)
+	redis := testenv.StartRedis(t)
+	return newHost(t, "a", uriA, redis), newHost(t, "b", uriB, redis)
+}
+
+// spec is an instance with a LUKS disk and a plain one, no NIC (host b's
+// libvirtd has no network).
+func spec(t *testing.T, name string) string {
+	p := filepath.Join(t.TempDir(), name+".yaml")
+	s := fmt.Sprintf("name: %s\nproject_id: p1\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name)
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestColdMigrateReal: a running instance with a LUKS disk moves from a
+// to b and is confirmed; then it moves back from b to a and is reverted.
+// At each end libvirt's own view (virsh) is checked: where the domain
+// runs, where its passphrase is defined.
+func TestColdMigrateReal(t *testing.T) {
+	a, b := pair(t)
+	name := "mig-" + strconv.Itoa(os.Getpid())
+	a.must("instance", "apply", "-f", spec(t, name))
+	// 128 MiB of data on the plain disk, so that the copy has something
+	// to measure.
+	if out, err := exec.Command("qemu-io", "-f", "qcow2", "-c", "write -P 0x5a 0 128M", filepath.Join(a.dataDir, "instances", name, "disk-vdb.qcow2")).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-io write: %v: %s", err, out)
+	}
+	a.must("instance", "start", name)
+	uuid := a.show(name).Spec.UUID
+	if s := domstate(t, a.uri, name); s != "running" {
+		t.Fatalf("on a before the move: %q", s)
+	}
+
+	start := time.Now()
+	a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+	took := time.Since(start)
+	m, ok := a.migration(name)
+	if !ok || m.State != "verify" || m.Dest != "b" {
+		t.Fatalf("after migrate: %+v (%t)", m, ok)
+	}
+	if in := b.show(name); in.Host != "b" || in.State != "verify" {
+		t.Fatalf("instance show on b in verify: %+v", in)
+	}
+	if sa, sb := domstate(t, a.uri, name), domstate(t, b.uri, name); sa != "shut off" || sb != "running" {
+		t.Fatalf("in verify: a %q, b %q; want a shut off, b running (QEMU opened the LUKS disk with the moved passphrase)", sa, sb)
+	}
+	t.Logf("cold migration a -> b: %d bytes copied in %.2f s (%.1f s per GiB); the whole move %.1f s",
+		m.Bytes, m.CopySeconds, m.CopySeconds/(float64(m.Bytes)/(1<<30)), took.Seconds())
+
+	a.must("instance", "confirm-migration", name)
+	if _, ok := a.migration(name); ok {
+		t.Fatal("the move's record stays after confirm")
+	}
+	if s := domstate(t, a.uri, name); s != "" {
+		t.Fatalf("a still has the domain after confirm: %q", s)
+	}
+	if _, err := os.Stat(filepath.Join(a.dataDir, "instances", name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a still has the instance's files after confirm: %v", err)
+	}
+	if in := b.show(name); in.Host != "b" || in.State != "running" {
+		t.Fatalf("after confirm: %+v", in)
+	}
+	if s := secrets(t, a.uri, uuid); len(s) != 0 {
+		t.Errorf("a still has the instance's libvirt secrets after confirm: %q", s)
+	}
+	if s := secrets(t, b.uri, uuid); len(s) == 0 {
+		t.Error("b has no libvirt secret for the running LUKS disk")
+	}
+
+	// Back from b to a, reverted: it runs on b again, a holds nothing.
+	b.must("instance", "migrate", name, "--to", "a", "--timeout", "1s")
+	if sa, sb := domstate(t, a.uri, name), domstate(t, b.uri, name); sa != "running" || sb != "shut off" {
+		t.Fatalf("in verify on a: a %q, b %q", sa, sb)
+	}
+	b.must("instance", "revert-migration", name)
+	if sa, sb := domstate(t, a.uri, name), domstate(t, b.uri, name); sa != "" || sb != "running" {
+		t.Fatalf("after revert: a %q, b %q; want none on a, running on b", sa, sb)
+	}
+	if in := b.show(name); in.Host != "b" || in.State != "running" {
+		t.Fatalf("after revert: %+v", in)
+	}
+	b.must("instance", "delete", name)
+}
