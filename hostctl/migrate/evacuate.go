@@ -374,7 +374,11 @@ func (e *Evacuator) run(ctx context.Context, rec Evacuation) (Evacuation, error)
 		if rec.done(EvacuateSteps, d.step) {
 			continue
 		}
-		if err := d.fn(); err != nil {
+		err := d.fn()
+		if err != nil && d.step == "started" {
+			return rec, e.startFailed(ctx, &rec, err)
+		}
+		if err != nil {
 			return rec, e.stopped(ctx, &rec, fmt.Errorf("%s: %w", d.step, err))
 		}
 		if d.step == "started" {
@@ -387,6 +391,25 @@ func (e *Evacuator) run(ctx context.Context, rec Evacuation) (Evacuation, error)
 	e.log().Info("instance evacuated here; its old host removes its copy when it comes back", "name", rec.Instance, "from", rec.Source)
 	e.emit(ctx, "instance.evacuate.done", rec, nil)
 	return rec, nil
+}
+
+// startFailed ends an evacuation whose rebuilt instance did not start:
+// the instance is this host's, defined here, and stays so — a start that
+// fails is any start's failure, which `hostctl instance start` retries —
+// so the evacuation is over (evacuated, Error naming the start's).
+func (e *Evacuator) startFailed(ctx context.Context, rec *Evacuation, err error) error {
+	rec.State = Evacuated
+	if serr := e.step(ctx, rec, "started"); serr != nil {
+		return e.stopped(ctx, rec, serr)
+	}
+	rec.Error = "start: " + err.Error()
+	if next, perr := putEvacuation(context.WithoutCancel(ctx), e.Store, *rec); perr == nil {
+		*rec = next
+	}
+	e.log().Warn("instance evacuated here, but its start failed", "name", rec.Instance, "from", rec.Source, "err", err)
+	e.emit(ctx, "instance.evacuate.done", *rec, map[string]string{"error": rec.Error})
+	return fmt.Errorf("evacuate %s: rebuilt on %s, but its start failed: %w; `hostctl instance start %s` retries it (the evacuation is over: %s removes its copy when it comes back)",
+		rec.Instance, rec.Dest, err, rec.Instance, rec.Source)
 }
 
 // Sweep removes what this host still holds of its instances evacuated

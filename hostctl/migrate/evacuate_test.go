@@ -403,9 +403,29 @@ func TestEvacuateCrashMatrix(t *testing.T) {
 			if err := w.comeBack(t); err != nil || w.state() != evCleaned {
 				t.Fatalf("clean-up: %v\n got %s\nwant %s", err, w.state(), evCleaned)
 			}
+			t.Logf("crash matrix: new host, after %-15s -> evacuate again: evacuated on b; a back: cleaned (a's device burned)", step)
 		})
 	}
-	for _, fail := range []string{"takeover", "oldsecrets", "releasedisks", "rebuild", "boot"} {
+	t.Run("dest-fails-boot", func(t *testing.T) {
+		// The instance is rebuilt and b's: the evacuation is over, the
+		// start is any start's to retry; a comes back and cleans up.
+		w := newEvacWorld(t)
+		w.fail["boot"] = 1
+		rec, err := w.evacuator("b").Evacuate(ctx, "vm", "b")
+		if err == nil || !strings.Contains(err.Error(), "its start failed") || rec.State != Evacuated || !strings.HasPrefix(rec.Error, "start: ") {
+			t.Fatalf("boot failure: %+v, %v", rec, err)
+		}
+		if st, _ := NewEvacuationPart(w.st, nil).State(ctx, uuid); st != "" {
+			t.Fatalf("state after a failed start: %q, want none (the instance may be started)", st)
+		}
+		if err := w.comeBack(t); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := w.state(), strings.Replace(evCleaned, "b:[domain=true running=true files=true lvsecrets=true", "b:[domain=true running=false files=true lvsecrets=false", 1); got != want {
+			t.Fatalf("got %s\nwant %s", got, want)
+		}
+	})
+	for _, fail := range []string{"takeover", "oldsecrets", "releasedisks", "rebuild"} {
 		t.Run("dest-fails-"+fail, func(t *testing.T) {
 			w := newEvacWorld(t)
 			w.fail[fail] = 1
@@ -446,6 +466,7 @@ func TestEvacuateCrashMatrix(t *testing.T) {
 			if recs := w.records(t); len(recs) != 0 {
 				t.Fatalf("records left: %+v", recs)
 			}
+			t.Logf("crash matrix: old host, after %-15s -> sweep again: cleaned", step)
 		})
 	}
 	for _, fail := range []string{"removelocal", "deletesecrets", "release"} {
