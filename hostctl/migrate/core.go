@@ -50,6 +50,9 @@ type Core interface {
 // DiskRecords is the disks part's side of a move (hostctl/parts/disks).
 type DiskRecords interface {
 	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
+	// UpdateBlockDevices rewrites records (as this host's: the disk
+	// passphrase rotation of the host that owns the instance covers them).
+	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
 	UndefineSecrets(ctx context.Context, instUUID string) error
 }
 
@@ -281,7 +284,11 @@ func (h *Host) TakeBack(ctx context.Context, rec Record) error {
 	return h.takeOver(ctx, rec, rec.Dest)
 }
 
-// takeOver makes this host the owner of rec's instance, owned by from.
+// takeOver makes this host the owner of rec's instance, owned by from:
+// its record (one compare-and-swap), then its disks' block-device
+// records (the disk passphrase rotation follows the owner). A retry
+// after a crash between the two finds the record this host's and
+// rewrites the block-device records.
 func (h *Host) takeOver(ctx context.Context, rec Record, from string) error {
 	srec, err := h.Core.Instance(ctx, rec.Instance)
 	if err != nil {
@@ -289,13 +296,26 @@ func (h *Host) takeOver(ctx context.Context, rec Record, from string) error {
 	}
 	switch srec.Host {
 	case h.Name:
-		return nil
 	case from:
+		if srec, err = h.Core.TakeOver(ctx, srec); err != nil {
+			return err
+		}
 	default:
 		return errkind.Errorf(errkind.Conflict, "%s lives on %s, neither %s nor %s: the move does not own it", rec.Instance, srec.Host, from, h.Name)
 	}
-	_, err = h.Core.TakeOver(ctx, srec)
-	return err
+	in, err := decodeSpec(srec)
+	if err != nil {
+		return err
+	}
+	bds, err := h.Records.BlockDevices(ctx, in.UUID)
+	if err != nil || bds.Host == h.Name || len(bds.Disks) == 0 {
+		return err
+	}
+	upd := map[string]*encryption.BlockDevice{}
+	for d, bd := range bds.Disks {
+		upd[d] = &bd
+	}
+	return h.Records.UpdateBlockDevices(ctx, nil, in, upd)
 }
 
 // Restart implements Source.

@@ -317,3 +317,113 @@ func TestColdMigrateReal(t *testing.T) {
 	}
 	b.must("instance", "delete", name)
 }
+
+// crashCase is one cell of the SIGKILL matrix: the host killed, the
+// crash point (internal/crashpoint: hostctl built with -tags vmetacrash
+// SIGKILLs itself there) and the request it is killed in.
+type crashCase struct {
+	side, point, request string
+}
+
+// crashCases are every step of a move, its confirm and its revert, on
+// the side that does it (the source drives; the destination receives
+// the disks and secrets, takes the record over, starts the domain, and
+// cleans up on a revert).
+func crashCases() []crashCase {
+	var cs []crashCase
+	for _, s := range []string{"recorded", "stopped", "disks-copied", "secrets-moved", "owner-switched", "started"} {
+		cs = append(cs, crashCase{"a", s, "migrate"})
+	}
+	for _, s := range []string{"dest-disk-received", "dest-secret-received", "dest-owner-switched", "dest-started"} {
+		cs = append(cs, crashCase{"b", s, "migrate"})
+	}
+	for _, s := range []string{"confirming", "source-cleaned", "secrets-forgotten"} {
+		cs = append(cs, crashCase{"a", s, "confirm"})
+	}
+	for _, s := range []string{"reverting", "destination-cleaned", "secrets-back", "owner-back", "restarted"} {
+		cs = append(cs, crashCase{"a", s, "revert"})
+	}
+	cs = append(cs, crashCase{"b", "dest-cleaned", "revert"})
+	return cs
+}
+
+// TestKilledAtEveryStep is the SIGKILL matrix over the real hosts: for
+// every step of a move, its confirm and its revert, the host doing it is
+// killed there (SIGKILL, no cleanup); it is started again, the state
+// `instance migration` names is read, and the request that completes
+// it is run (a retry then a confirm for a move, the confirm or the revert
+// again). Each case ends with the instance running on exactly one host,
+// which owns it, and no move record; the matrix is logged.
+func TestKilledAtEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the SIGKILL matrix restarts a host per step (minutes): not in -short")
+	}
+	a, b := pair(t)
+	hosts := map[string]*host{"a": a, "b": b}
+	var matrix []string
+	for i, c := range crashCases() {
+		t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
+			name := fmt.Sprintf("k%d-%d", os.Getpid(), i)
+			a.t, b.t = t, t
+			a.must("instance", "apply", "-f", spec(t, name))
+			a.must("instance", "start", name)
+			if c.request != "migrate" {
+				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+			}
+			victim := hosts[c.side]
+			victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
+			var r result
+			switch c.request {
+			case "migrate":
+				r = a.ctl("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+			case "confirm":
+				r = a.ctl("instance", "confirm-migration", name)
+			case "revert":
+				r = a.ctl("instance", "revert-migration", name)
+			}
+			select {
+			case <-victim.proc.Exited():
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("host %s was not killed at %s; the request: %s", c.side, c.point, r)
+			}
+			if r.code == 0 {
+				t.Fatalf("the request succeeded though host %s was killed at %s", c.side, c.point)
+			}
+			victim.restart()
+			shown := "none"
+			if m, ok := a.migration(name); ok {
+				shown = m.State + "@" + m.Step
+			}
+			if in := a.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
+				t.Errorf("instance show names %q, the move is %s", in.State, shown)
+			}
+			// Complete it.
+			want := "b"
+			switch {
+			case c.request == "revert":
+				a.must("instance", "revert-migration", name)
+				want = "a"
+			case strings.HasPrefix(shown, "migrating"):
+				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+				fallthrough
+			default:
+				a.must("instance", "confirm-migration", name)
+			}
+			if _, ok := a.migration(name); ok {
+				t.Fatal("the move's record stays")
+			}
+			owner := hosts[want]
+			other := hosts[map[string]string{"a": "b", "b": "a"}[want]]
+			if in := owner.show(name); in.Host != want || in.State != "running" {
+				t.Errorf("after completing: %+v, want running on %s", in, want)
+			}
+			if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != "running" || o != "" {
+				t.Errorf("libvirt after completing: %s %q, %s %q", owner.name, s, other.name, o)
+			}
+			matrix = append(matrix, fmt.Sprintf("%-8s %-2s %-22s %-30s -> running on %s", c.request, c.side, c.point, shown, want))
+			owner.must("instance", "delete", name)
+		})
+	}
+	a.t, b.t = t, t
+	t.Logf("SIGKILL matrix (request, host killed, step, state shown after the restart, final):\n%s", strings.Join(matrix, "\n"))
+}
