@@ -63,13 +63,20 @@ func (s *serve) evacuations() api.EvacuationService {
 	if s.evac == nil {
 		return nil
 	}
-	return evacuationService{s.evac.e}
+	return evacuationService{e: s.evac.e, observe: func(d time.Duration, err error) { s.hm.Observe("evacuate", d, err) }}
 }
 
-type evacuationService struct{ e *migrate.Evacuator }
+// evacuationService answers the admin API's evacuate route; the
+// operation's duration and outcome go to the metrics ("evacuate").
+type evacuationService struct {
+	e       *migrate.Evacuator
+	observe func(time.Duration, error)
+}
 
 func (es evacuationService) Evacuate(ctx context.Context, name, host string) (types.Evacuation, error) {
+	start := time.Now()
 	rec, err := es.e.Evacuate(ctx, name, host)
+	es.observe(time.Since(start), err)
 	return types.Evacuation{Instance: rec.Instance, UUID: rec.UUID, Source: rec.Source, Dest: rec.Dest, State: rec.State, Step: rec.Step,
 		Error: rec.Error, OldSecrets: len(rec.OldSecrets), Started: rec.Started, Updated: rec.Updated}, err
 }
