@@ -62,6 +62,31 @@ func getAs(t *testing.T, from, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// waitDown polls `host list` on h until host is down (its heartbeat
+// older than --host-down-after).
+func waitDown(t *testing.T, h *host, host string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var hs []struct {
+			Host string `json:"host"`
+			Down bool   `json:"down"`
+		}
+		if err := json.Unmarshal([]byte(h.must("host", "list", "--output", "json").stdout), &hs); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range hs {
+			if s.Host == host && s.Down {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never went down: %+v", host, hs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func TestEvacuateReal(t *testing.T) {
 	a, b := pair(t)
 	name := "evac-" + strconv.Itoa(os.Getpid())
@@ -105,27 +130,7 @@ func TestEvacuateReal(t *testing.T) {
 
 	// a's hostctl dies; b sees its heartbeat go stale.
 	a.proc.Kill()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var hs []struct {
-			Host string `json:"host"`
-			Down bool   `json:"down"`
-		}
-		if err := json.Unmarshal([]byte(b.must("host", "list", "--output", "json").stdout), &hs); err != nil {
-			t.Fatal(err)
-		}
-		down := false
-		for _, h := range hs {
-			down = down || h.Host == "a" && h.Down
-		}
-		if down {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a never went down: %+v", hs)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitDown(t, b, "a")
 
 	start := time.Now()
 	var ev evacuation
