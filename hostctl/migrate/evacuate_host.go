@@ -86,23 +86,12 @@ func (h *EvacHost) CheckEvacuate(ctx context.Context, rec store.Instance) error 
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(h.Core.InstanceDir(in.Name)); err == nil {
-		// Left by an evacuation that stopped before its record: Rebuild
-		// removes it; the disks are planned as if it were gone.
-		in = withoutFiles(in)
-	}
+	// (A disk whose file this host has, left by an earlier stay of the
+	// instance here, is not planned; Rebuild removes such files first.)
 	if _, err := h.Disks.Plans(ctx, in); err != nil {
 		return errkind.Errorf(errkind.Conflict, "this host cannot make the instance's disks: %w", err)
 	}
 	return nil
-}
-
-// withoutFiles is in under a name whose directory does not exist (so
-// Plans plans every disk).
-func withoutFiles(in *model.Instance) *model.Instance {
-	c := *in
-	c.Name = in.Name + ".evacuate-check"
-	return &c
 }
 
 // SourceDown implements EvacDest.

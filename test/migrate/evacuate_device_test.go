@@ -124,6 +124,7 @@ func devices(t *testing.T, h *host, when string) map[string]device {
 }
 
 func TestEvacuateRealDeviceBurn(t *testing.T) {
+	builtOnce(t)
 	uriA := testenv.RequireLibvirt(t)
 	uriB := testenv.SecondLibvirtd(t)
 	redis := testenv.StartRedis(t)

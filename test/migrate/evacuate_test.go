@@ -88,6 +88,7 @@ func waitDown(t *testing.T, h *host, host string) {
 }
 
 func TestEvacuateReal(t *testing.T) {
+	builtOnce(t)
 	a, b := pair(t)
 	name := "evac-" + strconv.Itoa(os.Getpid())
 	addr := fmt.Sprintf("127.78.%d.%d", rand.IntN(256), 1+rand.IntN(254))
