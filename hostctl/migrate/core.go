@@ -134,7 +134,7 @@ func (h *Host) Check(ctx context.Context, name string) (Instance, error) {
 	default:
 		return Instance{}, fmt.Errorf("%w: the instance's domain is %q: only a defined domain moves", ErrState, st)
 	}
-	return Instance{Name: name, UUID: rec.UUID, Running: st == "running" || st == "paused"}, nil
+	return Instance{Name: name, UUID: rec.UUID, Running: st == "running" || st == "paused", Spec: rec.Spec}, nil
 }
 
 // Stop implements Source.
@@ -174,10 +174,11 @@ func (h *Host) Disks(ctx context.Context, rec Record) ([]DiskFile, error) {
 	for _, d := range in.Disks {
 		name := layout.DiskFile(d)
 		p := filepath.Join(h.Core.InstanceDir(in.Name), name)
-		if _, err := os.Stat(p); err != nil {
+		fi, err := os.Stat(p)
+		if err != nil {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		f := DiskFile{Name: name, Path: p, Secret: bds.Disks[d.Name].EncryptionSecretUUID}
+		f := DiskFile{Name: name, Path: p, Size: fi.Size(), Secret: bds.Disks[d.Name].EncryptionSecretUUID}
 		info, err := h.Images.Inspect(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
@@ -281,15 +282,16 @@ func (h *Host) Cleanup(ctx context.Context, rec Record) error {
 // TakeBack implements Source.
 func (h *Host) TakeBack(ctx context.Context, rec Record) error {
 	defer h.Core.LockInstance(rec.Instance)()
-	return h.takeOver(ctx, rec, rec.Dest)
+	return h.takeOver(ctx, rec, rec.Dest, rec.SourceSpec)
 }
 
-// takeOver makes this host the owner of rec's instance, owned by from:
+// takeOver makes this host the owner of rec's instance, owned by from
+// (with spec as its stored spec, when not nil):
 // its record (one compare-and-swap), then its disks' block-device
 // records (the disk passphrase rotation follows the owner). A retry
 // after a crash between the two finds the record this host's and
 // rewrites the block-device records.
-func (h *Host) takeOver(ctx context.Context, rec Record, from string) error {
+func (h *Host) takeOver(ctx context.Context, rec Record, from string, spec []byte) error {
 	srec, err := h.Core.Instance(ctx, rec.Instance)
 	if err != nil {
 		return err
@@ -297,6 +299,9 @@ func (h *Host) takeOver(ctx context.Context, rec Record, from string) error {
 	switch srec.Host {
 	case h.Name:
 	case from:
+		if spec != nil {
+			srec.Spec = spec
+		}
 		if srec, err = h.Core.TakeOver(ctx, srec); err != nil {
 			return err
 		}
@@ -436,7 +441,7 @@ func (h *Host) ReceiveSecret(ctx context.Context, rec Record, id string, pass []
 // TakeOver implements Destination.
 func (h *Host) TakeOver(ctx context.Context, rec Record) error {
 	defer h.Core.LockInstance(rec.Instance)()
-	if err := h.takeOver(ctx, rec, rec.Source); err != nil {
+	if err := h.takeOver(ctx, rec, rec.Source, nil); err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.Name(Procedure, "dest-owner-switched"))

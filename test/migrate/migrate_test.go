@@ -16,9 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +50,9 @@ type host struct {
 	t                      *testing.T
 	name, uri, store, bin  string
 	dataDir, sock, migAddr string
+	mdAddr                 string // the metadata service
 	env                    []string
+	extra                  []string // more serve flags
 	proc                   *testenv.Process
 }
 
@@ -61,7 +65,7 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 }
 
-func newHost(t *testing.T, name, uri, store string) *host {
+func newHost(t *testing.T, name, uri, store string, extra ...string) *host {
 	dir, err := os.MkdirTemp("", "vmeta-mig-")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +76,7 @@ func newHost(t *testing.T, name, uri, store string) *host {
 		t.Fatal(err)
 	}
 	h := &host{t: t, name: name, uri: uri, store: store, bin: hostctlBin(t), dataDir: filepath.Join(dir, "data"),
-		sock: filepath.Join(dir, "s"), migAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		sock: filepath.Join(dir, "s"), migAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), extra: extra}
 	t.Cleanup(func() {
 		h.stop()
 		if t.Failed() && h.proc != nil {
@@ -90,11 +94,13 @@ func (h *host) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.mdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := []string{"serve", "--host", h.name, "--store", h.store, "--data-dir", h.dataDir, "--socket", h.sock,
-		"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--metadata-listen", h.mdAddr,
 		"--virt", "libvirt", "--libvirt-uri", h.uri, "--domain-type", "qemu", "--domain-memory", "128",
 		"--reconcile-interval", "0", "--heartbeat-interval", "200ms", "--host-down-after", "10s",
 		"--migration-listen", h.migAddr, "--luks-iter-time", "10ms"}
+	args = append(args, h.extra...)
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = testenv.ChildEnv(nil, append([]string{"VMETA_VIRT=libvirt"}, h.env...)...)
 	if h.proc, err = testenv.StartProcess(h.t, "hostctl serve --host "+h.name, cmd); err != nil {
@@ -177,6 +183,18 @@ func (h *host) show(name string) instance {
 	return in
 }
 
+// specOf is the instance's stored spec as `instance show` prints it.
+func specOf(t *testing.T, h *host, name string) map[string]any {
+	t.Helper()
+	var v struct {
+		Spec map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(h.must("instance", "show", name, "--output", "json").stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Spec
+}
+
 // migration is `instance migration NAME --output json`.
 type migration struct {
 	State       string  `json:"state"`
@@ -230,22 +248,47 @@ func secrets(t *testing.T, uri, uuid string) []string {
 
 // pair is two hosts on one Redis, a on the machine's libvirtd, b on a
 // second one.
-func pair(t *testing.T) (a, b *host) {
+func pair(t *testing.T, extra ...string) (a, b *host) {
 	uriA := testenv.RequireLibvirt(t)
 	uriB := testenv.SecondLibvirtd(t)
 	redis := testenv.StartRedis(t)
-	return newHost(t, "a", uriA, redis), newHost(t, "b", uriB, redis)
+	return newHost(t, "a", uriA, redis, extra...), newHost(t, "b", uriB, redis, extra...)
 }
 
 // spec is an instance with a LUKS disk and a plain one, no NIC (host b's
 // libvirtd has no network).
 func spec(t *testing.T, name string) string {
 	p := filepath.Join(t.TempDir(), name+".yaml")
-	s := fmt.Sprintf("name: %s\nproject_id: p1\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name)
+	s := fmt.Sprintf("name: %s\nproject_id: p1\naddresses: [%s]\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name, guestAddr)
 	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// guestAddr is the loopback address the test reads the instance's
+// metadata from, as its guest would (the metadata service identifies the
+// caller by its source address).
+var guestAddr = fmt.Sprintf("127.88.%d.%d", os.Getpid()%250+1, os.Getpid()/250%250+1)
+
+// metadataUUID is the uuid of meta_data.json as h's metadata service
+// serves it to the guest at guestAddr.
+func metadataUUID(t *testing.T, h *host) string {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(guestAddr)}}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext, DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + h.mdAddr + "/openstack/latest/meta_data.json")
+	if err != nil {
+		t.Fatalf("metadata from %s: %v", h.name, err)
+	}
+	defer resp.Body.Close()
+	var md struct {
+		UUID string `json:"uuid"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&md) != nil {
+		t.Fatalf("metadata from %s: %s", h.name, resp.Status)
+	}
+	return md.UUID
 }
 
 // TestColdMigrateReal: a running instance with a LUKS disk moves from a
@@ -296,6 +339,9 @@ func TestColdMigrateReal(t *testing.T) {
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("after confirm: %+v", in)
 	}
+	if got := metadataUUID(t, b); got != uuid {
+		t.Errorf("b's metadata service serves the guest at %s uuid %q, want %s", guestAddr, got, uuid)
+	}
 	if s := secrets(t, a.uri, uuid); len(s) != 0 {
 		t.Errorf("a still has the instance's libvirt secrets after confirm: %q", s)
 	}
@@ -303,7 +349,9 @@ func TestColdMigrateReal(t *testing.T) {
 		t.Error("b has no libvirt secret for the running LUKS disk")
 	}
 
-	// Back from b to a, reverted: it runs on b again, a holds nothing.
+	// Back from b to a, reverted: it runs on b again with the spec it had
+	// there, a holds nothing.
+	before := specOf(t, b, name)
 	b.must("instance", "migrate", name, "--to", "a", "--timeout", "1s")
 	if sa, sb := domstate(t, a.uri, name), domstate(t, b.uri, name); sa != "running" || sb != "shut off" {
 		t.Fatalf("in verify on a: a %q, b %q", sa, sb)
@@ -314,6 +362,9 @@ func TestColdMigrateReal(t *testing.T) {
 	}
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("after revert: %+v", in)
+	}
+	if after := specOf(t, b, name); !reflect.DeepEqual(before, after) {
+		t.Errorf("the spec after the revert is not the one before the move:\n%v\nbefore:\n%v", after, before)
 	}
 	b.must("instance", "delete", name)
 }
@@ -426,4 +477,95 @@ func TestKilledAtEveryStep(t *testing.T) {
 	}
 	a.t, b.t = t, t
 	t.Logf("SIGKILL matrix (request, host killed, step, state shown after the restart, final):\n%s", strings.Join(matrix, "\n"))
+}
+
+// gpuSysfs writes a sysfs tree laid out as the kernel does, with one
+// NVIDIA A100 (10de:20b5, class 030200): each host's inventory finds it.
+func gpuSysfs(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	bus := filepath.Join(root, "bus", "pci", "devices")
+	dir := filepath.Join(root, "devices", "pci0000:00", "0000:3b:00.0")
+	for _, d := range []string{bus, dir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, v := range map[string]string{"vendor": "0x10de", "device": "0x20b5", "class": "0x030200"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../../../devices/pci0000:00/0000:3b:00.0", filepath.Join(bus, "0000:3b:00.0")); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// devices is `device list --all-hosts` on h, one line per device.
+func devices(t *testing.T, h *host) map[string]string {
+	t.Helper()
+	var l struct {
+		Devices []struct {
+			Host     string `json:"host"`
+			Reserved int    `json:"reserved"`
+			Used     int    `json:"used"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(h.must("device", "list", "--all-hosts", "--output", "json").stdout), &l); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range l.Devices {
+		out[d.Host] = fmt.Sprintf("reserved=%d used=%d", d.Reserved, d.Used)
+	}
+	return out
+}
+
+// TestMoveBurnsDevices: a stopped instance holding a one-time-use
+// device (each host's inventory from a sysfs fixture) moves from a to b:
+// b's device is claimed and burned by the move; on confirm a's stays
+// burned and free, on revert b's does. The device list of every host is
+// logged after each case. (The fixture's device cannot be passed to a
+// running QEMU, so the instance stays stopped: its domain is defined on
+// b, not started.)
+func TestMoveBurnsDevices(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "devices.yaml")
+	if err := os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, b := pair(t, "--device-spec", spec, "--sysfs-root", gpuSysfs(t), "--device-sync-interval", "0")
+	for i, end := range []string{"confirm-migration", "revert-migration"} {
+		name := fmt.Sprintf("otu%d-%d", os.Getpid(), i)
+		p := filepath.Join(t.TempDir(), "vm.yaml")
+		if err := os.WriteFile(p, []byte("name: "+name+"\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a.must("instance", "apply", "-f", p)
+		if got := devices(t, a); got["a"] != "reserved=1 used=1" {
+			t.Fatalf("after the apply on a: %v", got)
+		}
+		a.must("instance", "migrate", name, "--to", "b")
+		if got := devices(t, a); got["a"] != "reserved=1 used=1" || got["b"] != "reserved=1 used=1" {
+			t.Fatalf("in verify: %v; want both held and burned", got)
+		}
+		a.must("instance", end, name)
+		got := devices(t, a)
+		t.Logf("device list --all-hosts after %s: a %s, b %s", end, got["a"], got["b"])
+		want := map[string]string{"a": "reserved=1 used=0", "b": "reserved=1 used=1"}
+		owner := b
+		if end == "revert-migration" {
+			want = map[string]string{"a": "reserved=1 used=1", "b": "reserved=1 used=0"}
+			owner = a
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %s: %v, want %v", end, got, want)
+		}
+		owner.must("instance", "delete", name)
+		// Clean the burned devices for the next case (the operator's
+		// cleaning, as the one-time-use specification has it).
+		for _, h := range []*host{a, b} {
+			h.must("device", "clean", "0000:3b:00.0")
+		}
+	}
 }
