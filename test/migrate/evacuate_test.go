@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,16 +34,6 @@ type evacuation struct {
 	Source     string `json:"source"`
 	Dest       string `json:"dest"`
 	OldSecrets int    `json:"old_secrets"`
-}
-
-// metadataURL is the metadata service h logged it serves on.
-func (h *host) metadataURL() string {
-	h.t.Helper()
-	m := regexp.MustCompile(`hostctl serving.* metadata=(\S+)`).FindAllStringSubmatch(h.proc.Output(), -1)
-	if len(m) == 0 {
-		h.t.Fatalf("host %s logged no metadata address:\n%s", h.name, h.proc.Output())
-	}
-	return "http://" + m[len(m)-1][1]
 }
 
 // getAs is GET url from source address from (a guest, played from a
@@ -88,7 +77,6 @@ func waitDown(t *testing.T, h *host, host string) {
 }
 
 func TestEvacuateReal(t *testing.T) {
-	builtOnce(t)
 	a, b := pair(t)
 	name := "evac-" + strconv.Itoa(os.Getpid())
 	addr := fmt.Sprintf("127.78.%d.%d", rand.IntN(256), 1+rand.IntN(254))
@@ -166,10 +154,14 @@ func TestEvacuateReal(t *testing.T) {
 			t.Fatalf("vda's secret after the evacuation: %q (old %q): want a new one", bd.Secret, oldSecret)
 		}
 	}
+	// The config drive was built anew on b.
+	if _, err := os.Stat(filepath.Join(b.dataDir, "instances", name, "disk.config")); err != nil {
+		t.Errorf("no config drive on b: %v", err)
+	}
 	// The old secret stays (wrapped by a's key) until a comes back.
 	b.must("secret", "show", oldSecret)
 	// The guest's metadata, at its address, from b's metadata service.
-	if code, body := getAs(t, addr, b.metadataURL()+"/openstack/latest/meta_data.json"); code != http.StatusOK || !strings.Contains(body, uuid) {
+	if code, body := getAs(t, addr, "http://"+b.mdAddr+"/openstack/latest/meta_data.json"); code != http.StatusOK || !strings.Contains(body, uuid) {
 		t.Fatalf("metadata from b as %s: %d %s", addr, code, body)
 	}
 	// a's libvirtd still runs its copy: a's hostctl is the one that

@@ -29,8 +29,7 @@ type packageTB struct {
 
 func (p packageTB) TempDir() string { return p.dir }
 
-// builtOnce builds hostctl for the package, before hostctlBin would in
-// t's TempDir.
+// builtOnce builds hostctl for the package (hostctlBin calls it).
 func builtOnce(t *testing.T) {
 	t.Helper()
 	buildOnce.Do(func() {
