@@ -195,3 +195,51 @@ func TestEvacuateReal(t *testing.T) {
 	}
 	b.must("instance", "delete", name)
 }
+
+// TestEvacuateRealKilled: the new host's hostctl killed (SIGKILL, the
+// crash point of the vmetacrash build) right after the evacuation's
+// takeover and right after its rebuild: restarted, it shows the instance
+// evacuating, and the same request completes the evacuation; a, back,
+// removes both instances' copies.
+func TestEvacuateRealKilled(t *testing.T) {
+	a, b := pair(t)
+	points := []string{"owner-switched", "rebuilt"}
+	var names []string
+	for i := range points {
+		name := fmt.Sprintf("evk%d-%d", i, os.Getpid())
+		p := filepath.Join(t.TempDir(), name+".yaml")
+		if err := os.WriteFile(p, []byte("name: "+name+"\ndisks: [{name: vda, size: 16M, encrypted: true}]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a.must("instance", "apply", "-f", p)
+		names = append(names, name)
+	}
+	a.proc.Kill()
+	waitDown(t, b, "a")
+	var matrix []string
+	for i, point := range points {
+		name := names[i]
+		b.restart("VMETA_CRASH_AT=evacuate/" + point)
+		if r := b.ctl("instance", "evacuate", name, "--to", "b"); r.code == 0 {
+			t.Fatalf("evacuate with b killed after %s succeeded: %s", point, r)
+		}
+		b.restart()
+		shown := b.show(name)
+		if shown.State != "evacuating" {
+			t.Fatalf("after b was killed after %s: %+v, want evacuating", point, shown)
+		}
+		b.must("instance", "evacuate", name, "--to", "b")
+		if in := b.show(name); in.Host != "b" || in.State != "running" || domstate(t, b.uri, name) != "running" {
+			t.Fatalf("after the resume: %+v, domain on b %q", in, domstate(t, b.uri, name))
+		}
+		matrix = append(matrix, fmt.Sprintf("b killed after %-15s -> shown %s, evacuate again: running on b", point, shown.State))
+	}
+	a.restart()
+	for _, name := range names {
+		if s := domstate(t, a.uri, name); s != "" {
+			t.Errorf("a still has %s's domain: %q", name, s)
+		}
+		b.must("instance", "delete", name)
+	}
+	t.Logf("SIGKILL of the new host:\n%s", strings.Join(matrix, "\n"))
+}
