@@ -122,6 +122,9 @@ func (a answers) RevertMigration(context.Context, string) (types.Migration, erro
 func (a answers) Migration(context.Context, string) (types.Migration, error) {
 	return value[types.Migration](a), nil
 }
+func (a answers) Evacuate(context.Context, string, string) (types.Evacuation, error) {
+	return value[types.Evacuation](a), nil
+}
 func (a answers) Adopt(context.Context, string) (*controller.Instance, error) {
 	return a.instance(), nil
 }
@@ -300,6 +303,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{"POST", "/v1/instances/x/confirm-migration", "", ""},
 		{"POST", "/v1/instances/x/revert-migration", "", ""},
 		{"GET", "/v1/instances/x/migration", "", ""},
+		{"POST", "/v1/instances/x/evacuate", "application/json", `{"host": "b"}`},
 		{"GET", "/v1/flavors", "", ""},
 		{"POST", "/v1/flavors", "application/json", `{"name": "f", "vcpus": 1, "ram": 64, "disk": 1, "ephemeral": 0, "swap": 0, "extra_specs": {"hw:ephemeral_encryption": "true"}}`},
 		{"GET", "/v1/flavors/f", "", ""},
@@ -344,6 +348,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 			s := Services{
 				Instances: a, Power: a, Reboot: a, Hotplug: a, ConfigDrives: a, Resize: a, Snapshot: a, Shelve: a,
 				Hosts: hostAnswers{a}, Ownership: a, Events: a, Flavors: a, Images: a, Secrets: a, Keys: a, Shares: a, Devices: a, Migrations: a,
+				Evacuations: a,
 			}
 			srv := httptest.NewServer(v.wrap(NewHandler(s, slog.New(slog.DiscardHandler), localAuth{})))
 			for _, rq := range requests {
