@@ -223,6 +223,11 @@ func TestEvacuateRealKilled(t *testing.T) {
 		if r := b.ctl("instance", "evacuate", name, "--to", "b"); r.code == 0 {
 			t.Fatalf("evacuate with b killed after %s succeeded: %s", point, r)
 		}
+		select { // the crash point's SIGKILL, not the restart's SIGTERM
+		case <-b.proc.Exited():
+		case <-time.After(time.Minute):
+			t.Fatalf("b did not die at the crash point %s", point)
+		}
 		b.restart()
 		shown := b.show(name)
 		if shown.State != "evacuating" {
