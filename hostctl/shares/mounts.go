@@ -44,6 +44,8 @@ type Mounts struct {
 	run       Runner
 	log       *slog.Logger
 	mountinfo string
+	// ceph mounts the CephFS shares (nil: none on this host).
+	ceph *CephX
 
 	mu   sync.Mutex
 	refs map[string]map[string]bool // share ID -> instance UUIDs
@@ -76,7 +78,7 @@ func (m *Mounts) Users(id string) []string {
 // export unless the share is mounted already (for another instance: then
 // it is reused, with a log line). The export never appears in a log line
 // or an error (mount's output is redacted).
-func (m *Mounts) Acquire(ctx context.Context, id, export, instance string) error {
+func (m *Mounts) Acquire(ctx context.Context, id, proto, export, instance string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	users := m.refs[id]
@@ -94,9 +96,15 @@ func (m *Mounts) Acquire(ctx context.Context, id, export, instance string) error
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("mount share %s: %w", id, err)
 		}
-		out, err := m.run.Run(ctx, "mount", "-t", "nfs", "-o", NFSMountOptions, export, dir)
-		if err != nil {
-			return fmt.Errorf("mount share %s at %s: %w: %s", id, dir, err, redact(out, export))
+		if proto == ProtoCephFS {
+			if err := m.mountCephFS(ctx, id, export, dir); err != nil {
+				return err
+			}
+		} else {
+			out, err := m.run.Run(ctx, "mount", "-t", "nfs", "-o", NFSMountOptions, export, dir)
+			if err != nil {
+				return fmt.Errorf("mount share %s at %s: %w: %s", id, dir, err, redact(out, export))
+			}
 		}
 		m.log.Info("share mounted on the host", "share", id, "dir", dir, "instance", instance)
 	}
@@ -133,6 +141,24 @@ func (m *Mounts) unmount(ctx context.Context, id string) error {
 		return fmt.Errorf("unmount share %s at %s: %w: %s", id, dir, err, strings.TrimSpace(string(out)))
 	}
 	m.log.Info("share unmounted from the host", "share", id, "dir", dir)
+	if m.ceph != nil {
+		m.ceph.Unmounted(ctx, id)
+	}
+	return nil
+}
+
+// mountCephFS mounts a CephFS share with the host's CephX client.
+func (m *Mounts) mountCephFS(ctx context.Context, id, export, dir string) error {
+	if m.ceph == nil {
+		return fmt.Errorf("mount share %s: %w", id, ErrCephXNotConfigured)
+	}
+	exp, err := ParseCephFSExport(export)
+	if err != nil {
+		return fmt.Errorf("mount share %s: the stored export location is not a CephFS export", id)
+	}
+	if err := m.ceph.Mount(ctx, id, exp, dir); err != nil {
+		return fmt.Errorf("mount share %s at %s: %w", id, dir, err)
+	}
 	return nil
 }
 
