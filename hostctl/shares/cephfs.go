@@ -122,6 +122,9 @@ func parseMon(m string) (string, error) {
 			port = p
 		}
 	} else {
+		if strings.Count(m, ":") > 1 {
+			return "", fmt.Errorf("an IPv6 address must be in brackets")
+		}
 		if h, p, ok := strings.Cut(m, ":"); ok {
 			host, port = h, p
 		}
