@@ -279,6 +279,9 @@ type Report struct {
 	// procedure (its key file is not configured). Such a report is the
 	// class's: its policy, nothing to rotate.
 	NoKeys string `json:"no_keys,omitempty"`
+	// Holders are the users still holding a prior key (class cephx: the
+	// instances whose share mounts use a prior generation).
+	Holders []Holder `json:"holders,omitempty"`
 }
 
 // Reasons of Report.NoKeys.
@@ -325,8 +328,14 @@ func (e *Engine) Reports(ctx context.Context, c Class) ([]Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, Report{Subject: s, Policy: p, Status: st,
-				Complete: Complete(p, st) && st.Pending == "" && st.Target == 0})
+			rep := Report{Subject: s, Policy: p, Status: st,
+				Complete: Complete(p, st) && st.Pending == "" && st.Target == 0}
+			if h, ok := e.rotator(cl).(HolderLister); ok {
+				if rep.Holders, err = h.Holders(ctx); err != nil {
+					return nil, fmt.Errorf("holders of %s keys: %w", cl, err)
+				}
+			}
+			out = append(out, rep)
 		}
 	}
 	return out, nil
@@ -473,6 +482,9 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 		cur.KeyGeneration = max(cur.KeyGeneration, gen)
 		cur.KeyVersion = e.opts.Version
 		cur.PriorKeyCount = res.PriorKeyCount
+		if res.KeyCephVersion != "" {
+			cur.KeyCephVersion = res.KeyCephVersion
+		}
 		cur.Target, cur.Pending, cur.Error, cur.Progress = 0, "", "", nil
 		return true
 	})
@@ -512,6 +524,9 @@ func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Statu
 			return Status{}, fmt.Errorf("key generation of %s: %w", s, err)
 		}
 		st.KeyGeneration = max(st.KeyGeneration, n)
+	}
+	if v, ok := e.rotator(s.Class).(CephVersioner); ok {
+		st.KeyCephVersion = v.KeyCephVersion(ctx)
 	}
 	return e.putStatus(ctx, s, func(cur *Status, exists bool) bool {
 		if exists {

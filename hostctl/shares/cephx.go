@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmeta/vmeta/hostctl/keyrotation"
 	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
@@ -56,6 +57,9 @@ type CephX struct {
 	run    Runner
 	log    *slog.Logger
 	now    func() time.Time
+	// users names the instances using a share's mount on this host (the
+	// service's Mounts.Users).
+	users func(share string) []string
 
 	mu sync.Mutex
 }
@@ -830,13 +834,63 @@ func writeKeyring(p, name string, key []byte) error {
 	return nil
 }
 
-// CephXHolder is a CephFS mount of this host and the instances using
-// it, with the generation it was made with.
-type CephXHolder struct {
-	Share      string   `json:"share_id"`
-	Generation int64    `json:"generation"`
-	Client     string   `json:"client"`
-	Instances  []string `json:"instances"`
+// PriorHolders lists the instances whose share mounts on this host use
+// a generation below the newest (keyrotation.CephXClient).
+func (c *CephX) PriorHolders(ctx context.Context) ([]keyrotation.Holder, error) {
+	st, err := c.load(ctx)
+	if errors.Is(err, ErrCephXNotConfigured) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	gens, err := c.MountGenerations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []keyrotation.Holder
+	for share, g := range gens {
+		if g >= st.Current {
+			continue
+		}
+		var users []string
+		if c.users != nil {
+			users = c.users(share)
+		}
+		if len(users) == 0 {
+			users = []string{""} // mounted, no instance known (yet)
+		}
+		for _, u := range users {
+			out = append(out, keyrotation.Holder{InstanceUUID: u, Share: share, Generation: g, Client: ClientName(c.host, g)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Share != out[j].Share {
+			return out[i].Share < out[j].Share
+		}
+		return out[i].InstanceUUID < out[j].InstanceUUID
+	})
+	return out, nil
+}
+
+// CephVersion is the cluster's version, asked as the admin ("" when the
+// host has no admin keyring or the cluster does not answer).
+func (c *CephX) CephVersion(ctx context.Context) string {
+	st, err := c.load(ctx)
+	if err != nil {
+		return ""
+	}
+	a, err := c.admin(ctx, st)
+	if err != nil {
+		return ""
+	}
+	defer clear(a.Key)
+	v, err := c.auth.Version(ctx, a)
+	if err != nil {
+		c.log.Warn("ceph version not known", "err", err)
+		return ""
+	}
+	return v
 }
 
 // ---- the ceph CLI ----
@@ -1035,3 +1089,5 @@ func (c *CephX) CheckFS(ctx context.Context, fs string) error {
 	}
 	return nil
 }
+
+var _ keyrotation.CephXClient = (*CephX)(nil)

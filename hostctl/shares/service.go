@@ -155,6 +155,9 @@ func New(st Store, inst Instances, opts Options) *Service {
 	s.mounts = NewMounts(filepath.Join(opts.ShareRoot, NFSMountDir), opts.Runner, log)
 	s.cephx = opts.CephX
 	s.mounts.ceph = opts.CephX
+	if s.cephx != nil {
+		s.cephx.users = s.mounts.Users
+	}
 	if opts.MountInfo != "" {
 		s.mounts.mountinfo = opts.MountInfo
 	}
