@@ -298,7 +298,7 @@ func (c *CephX) ConfigureAdmin(ctx context.Context, keyring []byte, mons string)
 	a := CephAdmin{Mons: exp.MonHost(), Name: name, Key: key}
 	ver, err := c.auth.Version(ctx, a)
 	if err != nil {
-		return "", fmt.Errorf("the admin keyring of %s does not authenticate with the monitors %s: %w; nothing was changed", name, a.Mons, err)
+		return "", fmt.Errorf("%w: the admin keyring of %s does not authenticate with the monitors %s (nothing was changed): %w", ErrCephInvalid, name, a.Mons, err)
 	}
 	sec, err := c.keys.Create(ctx, keys.Request{Name: "ceph-admin." + c.host, ProjectID: CephKeysProject, Payload: key})
 	if err != nil {

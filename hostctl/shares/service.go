@@ -873,3 +873,28 @@ func (s *Service) sourceOf(m Mapping) string {
 	}
 	return m.Export
 }
+
+// CephX is this host's CephX client (nil without one).
+func (s *Service) CephX() *CephX { return s.cephx }
+
+// CephAuth takes the admin keyring of `hostctl share ceph-auth`
+// (administrators only): see CephX.ConfigureAdmin.
+func (s *Service) CephAuth(ctx context.Context, p types.Principal, req types.CephAuthRequest) (types.CephAuthResult, error) {
+	if !isAdmin(p) {
+		return types.CephAuthResult{}, fmt.Errorf("ceph-auth: %w: only administrators give the admin keyring", ErrForbidden)
+	}
+	if s.cephx == nil {
+		return types.CephAuthResult{}, fmt.Errorf("ceph-auth: %w: this hostctl has no key manager for CephX keys", part.ErrState)
+	}
+	kr := []byte(req.AdminKeyring)
+	defer clear(kr)
+	ver, err := s.cephx.ConfigureAdmin(ctx, kr, req.Mons)
+	if err != nil {
+		return types.CephAuthResult{}, fmt.Errorf("ceph-auth: %w", err)
+	}
+	gen, err := s.cephx.Generation(ctx)
+	if err != nil {
+		return types.CephAuthResult{}, err
+	}
+	return types.CephAuthResult{CephVersion: ver, Client: ClientName(s.cephx.host, gen)}, nil
+}
