@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // Runner runs a host command (mount, umount) and returns its combined
@@ -78,7 +80,12 @@ func (m *Mounts) Users(id string) []string {
 // export unless the share is mounted already (for another instance: then
 // it is reused, with a log line). The export never appears in a log line
 // or an error (mount's output is redacted).
-func (m *Mounts) Acquire(ctx context.Context, id, proto, export, instance string) error {
+func (m *Mounts) Acquire(ctx context.Context, id, export, instance string) error {
+	return m.acquire(ctx, id, types.ShareProtoNFS, export, instance)
+}
+
+// acquire is Acquire for a share of proto (NFS or CephFS).
+func (m *Mounts) acquire(ctx context.Context, id, proto, export, instance string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	users := m.refs[id]

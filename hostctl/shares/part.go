@@ -429,7 +429,7 @@ func (s *Service) prepareStart(ctx context.Context, uuid string, r *revert.Rever
 		if !hostMounted(m.Proto) {
 			continue
 		}
-		if err := s.mounts.Acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
+		if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 			reason := err.Error()
 			if terr := transition(ctx, s.st, &m, types.ShareError, reason, types.ShareInactive, types.ShareActive, types.ShareError); terr != nil {
 				s.log.Warn("could not mark the share mapping error", "share", m.ShareID, "err", terr)
@@ -578,7 +578,7 @@ func (s *Service) stopMappings(ctx context.Context, uuid string, r *revert.Rever
 			r.Add("make the mapping of share "+m.ShareID+" active again", func(ctx context.Context) error {
 				ctx = context.WithoutCancel(ctx)
 				if hostMounted(m.Proto) {
-					if err := s.mounts.Acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
+					if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 						return err
 					}
 				}

@@ -209,7 +209,7 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 		return transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareActive)
 	case m.Status == types.ShareInactive && running:
 		if hostMounted(m.Proto) {
-			if err := s.mounts.Acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
+			if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 				return transition(ctx, s.st, &m, types.ShareError, err.Error(), types.ShareInactive)
 			}
 		}

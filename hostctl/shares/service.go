@@ -622,7 +622,7 @@ func (s *Service) finishAttach(ctx context.Context, m *Mapping) error {
 // and locked; r undoes both), the mapping active.
 func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, lc LiveCore, m Mapping, p types.Principal) (types.ShareMapping, error) {
 	if hostMounted(m.Proto) {
-		if err := s.mounts.Acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
+		if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 			return types.ShareMapping{}, err
 		}
 		r.Add("release the host mount", func(ctx context.Context) error { return s.mounts.Release(ctx, m.ShareID, m.Instance) })
