@@ -37,7 +37,7 @@ func keyCommands() []*Command {
 		{Name: "keys rotate", Args: "CLASS [--instance NAME] [--wait]", Summary: "rotate a class's keys once more (its policy becomes KeyGeneration, one above the highest generation of its keys)", Client: true,
 			Help: keysHelp + "\nWithout --instance, disk-passphrases rotates every instance's disks (an instance's own policy becomes the new\ngeneration too); with no key to rotate the command says so and changes nothing." +
 				"\nWith --wait the command follows the rotation (a progress bar on a terminal) until it is complete,\nfails, or is pending (a running instance's disks rotate when it next stops).", Setup: keysRotate},
-		{Name: "keys prune", Args: "proxy [--keep N]", Summary: "drop prior proxy secrets beyond --keep, once every proxy has the current one", Client: true, Setup: keysPrune},
+		{Name: "keys prune", Args: "proxy|cephx [--keep N]", Summary: "drop prior keys beyond --keep: proxy secrets once every proxy has the current one; cephx generations no mount uses", Client: true, Setup: keysPrune},
 		{Name: "keys show", Args: "CLASS [--reveal]", Summary: "show a class's status; --reveal prints the current proxy secret (administrators)", Client: true,
 			Help: "--reveal is only for the proxy secret, which the metadata proxies must be configured with; no other key leaves the daemon.", Setup: keysShow},
 	}
