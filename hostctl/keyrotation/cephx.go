@@ -53,6 +53,14 @@ type CephVersioner interface {
 	KeyCephVersion(ctx context.Context) string
 }
 
+// GenerationAdopter is a Generationer whose keys may be created outside
+// a rotation after the status was first recorded: the Engine adopts the
+// higher generation it reports.
+type GenerationAdopter interface {
+	Generationer
+	AdoptGeneration() bool
+}
+
 // CephXRotator is the cephx class's procedure: overlapping rotation as
 // the specification has it for CSI keys — a rotation creates
 // client.vmeta-<host>.<gen> with the same capabilities; new mounts use
@@ -67,7 +75,13 @@ var (
 	_ Pruner        = CephXRotator{}
 	_ HolderLister  = CephXRotator{}
 	_ CephVersioner = CephXRotator{}
+
+	_ GenerationAdopter = CephXRotator{}
 )
+
+// AdoptGeneration implements GenerationAdopter: the host's client is
+// created by `hostctl share ceph-auth`, whenever the operator runs it.
+func (CephXRotator) AdoptGeneration() bool { return true }
 
 // Rotate implements Rotator.
 func (r CephXRotator) Rotate(ctx context.Context, _ Subject, gen int64, keep int, _ func(Progress)) (Result, error) {

@@ -508,7 +508,7 @@ func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Statu
 	st, _, err := store.GetJSON[Status](ctx, e.st, e.key("status", s))
 	switch {
 	case err == nil:
-		return st, nil
+		return e.adopt(ctx, s, st)
 	case !errors.Is(err, store.ErrNotFound):
 		return Status{}, fmt.Errorf("key rotation status of %s: %w", s, err)
 	}
@@ -533,6 +533,32 @@ func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Statu
 			return false
 		}
 		*cur = st
+		return true
+	})
+}
+
+// adopt moves a recorded status up to the generation the class's
+// procedure says its keys are at, for a class whose keys are created
+// outside a rotation after its status was first recorded (cephx: the
+// host's client is created when the operator gives the admin keyring);
+// never during a rotation (Target set), never down.
+func (e *Engine) adopt(ctx context.Context, s Subject, st Status) (Status, error) {
+	a, ok := e.rotator(s.Class).(GenerationAdopter)
+	if !ok || !a.AdoptGeneration() || st.Target != 0 {
+		return st, nil
+	}
+	n, err := a.Generation(ctx, s)
+	if err != nil || n <= st.KeyGeneration {
+		return st, err
+	}
+	return e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+		if cur.Target != 0 || n <= cur.KeyGeneration {
+			return false
+		}
+		cur.KeyGeneration = n
+		if v, ok := a.(CephVersioner); ok && cur.KeyCephVersion == "" {
+			cur.KeyCephVersion = v.KeyCephVersion(ctx)
+		}
 		return true
 	})
 }

@@ -398,3 +398,27 @@ func TestCephXBadInput(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestCephXStatusAdoptsCreatedClient: the engine recorded the cephx
+// status before the operator gave the admin keyring (no client: 0); the
+// client made then (generation 1) is adopted, so the next `keys rotate
+// cephx` makes generation 2, not a no-op "1".
+func TestCephXStatusAdoptsCreatedClient(t *testing.T) {
+	ctx := context.Background()
+	e := newCephxEnv(t)
+	cx := e.cephx()
+	en := keyrotation.New(e.st, keyrotation.Options{Host: testHost, Version: "1.0.0"})
+	en.Register(keyrotation.CephX, keyrotation.CephXRotator{Client: cx})
+	if err := en.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.configure(cx)
+	rot, err := en.Rotate(ctx, keyrotation.Subject{Class: keyrotation.CephX})
+	if err != nil || rot.KeyGeneration != 2 {
+		t.Fatalf("rotate after ceph-auth: %+v, %v; want generation 2", rot, err)
+	}
+	if err := en.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.consistent(1, 2)
+}
