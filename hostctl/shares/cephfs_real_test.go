@@ -341,3 +341,48 @@ func cephKey(t *testing.T, c *testenv.Ceph, client string) string {
 	}
 	return es[0].Key
 }
+
+// TestCephFSRealMissingPath: a share whose path does not exist in CephFS
+// fails its start with ceph-fuse's own reason (ENOENT), the mapping in
+// error without the export, nothing left mounted and no mount record.
+func TestCephFSRealMissingPath(t *testing.T) {
+	c := testenv.CephCluster(t)
+	ctx := context.Background()
+	st := stores(t)["bolt"](t)
+	e := newEnv(t, st)
+	cx := realCephX(t, c, st, cephHost(t, "missing"))
+	e.svc.cephx, e.svc.mounts.ceph = cx, cx
+	cx.users = e.svc.mounts.Users
+	e.svc.mounts.run = ExecRunner{}
+	e.svc.mounts.mountinfo = "/proc/self/mountinfo"
+	kr, err := os.ReadFile(c.AdminKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cx.ConfigureAdmin(ctx, kr, c.Mon); err != nil {
+		t.Fatal(err)
+	}
+	missing := "/vmeta-test/does-not-exist-" + cephHost(t, "p")
+	sh, err := e.svc.CreateShare(ctx, admin, types.ShareCreateRequest{ProjectID: "demo", Proto: ProtoCephFS, ExportLocation: c.Mon + ":" + missing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := e.instance("a", "demo")
+	e.attach("a", sh.ID)
+	dir := e.svc.mounts.Dir(sh.ID)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	err = e.svc.PrepareStart(ctx, u)
+	if err == nil || !strings.Contains(err.Error(), "No such file or directory") || strings.Contains(err.Error(), missing) || strings.Contains(err.Error(), c.Mon) {
+		t.Fatalf("start with a missing CephFS path: %v; want ceph-fuse's ENOENT, the export left out", err)
+	}
+	if m, _ := e.mapping(u, sh.ID); m.Status != types.ShareError {
+		t.Errorf("mapping %s, want error", m.Status)
+	}
+	if testenvMounted(dir) == nil {
+		t.Error("mounted after the failed mount")
+	}
+	if g, _ := cx.MountGenerations(ctx); len(g) != 0 {
+		t.Errorf("mount records after the failed mount: %v", g)
+	}
+	t.Logf("missing path: %v", err)
+}
