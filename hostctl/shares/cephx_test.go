@@ -422,3 +422,43 @@ func TestCephXStatusAdoptsCreatedClient(t *testing.T) {
 	}
 	e.consistent(1, 2)
 }
+
+// TestCephXCapsSyncedAtStart: hostctl killed between a grant's record
+// and its `ceph auth caps` (the caps call never made it): the restarted
+// service's first reconcile sets the caps from the record.
+func TestCephXCapsSyncedAtStart(t *testing.T) {
+	ctx := context.Background()
+	e := newCephxEnv(t)
+	cx := e.cephx()
+	e.configure(cx)
+	e.ceph.fail = func(op, _ string) error {
+		if op == "caps" {
+			return errCrash
+		}
+		return nil
+	}
+	if err := cx.Grant(ctx, "s1", CephFSExport{Path: "/vol/x"}); !errors.Is(err, errCrash) {
+		t.Fatalf("grant: %v", err)
+	}
+	e.ceph.fail = nil
+	if c := e.ceph.clients[ClientName(testHost, 1)].caps; c.MDS != "" {
+		t.Fatalf("caps before the restart: %+v", c)
+	}
+	// And killed after an unmount, before its record went: the record
+	// would keep generation 1 from the prune.
+	if err := cx.Mount(ctx, "s2", CephFSExport{Path: "/vol/y"}, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	env := newEnv(t, e.st)
+	env.svc.cephx = e.cephx()
+	env.svc.mounts.ceph = env.svc.cephx
+	if err := env.svc.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.ceph.clients[ClientName(testHost, 1)].caps; !strings.Contains(c.MDS, "allow rw path=/vol/x") {
+		t.Errorf("caps after the restarted reconcile: %+v", c)
+	}
+	if g, _ := env.svc.cephx.MountGenerations(ctx); len(g) != 0 {
+		t.Errorf("mount records after the restarted reconcile: %v; want the unmounted share's gone", g)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -313,4 +314,31 @@ func redact(out []byte, export string) string {
 		}
 	}
 	return s
+}
+
+// forgetCephMounts deletes the CephFS mount records of shares not
+// mounted under the base directory (an unmount that finished before a
+// crash deleted its record), holding the mounts' lock so that no mount
+// is under way: a stale record would keep its generation from the prune.
+func (m *Mounts) forgetCephMounts(ctx context.Context) error {
+	if m.ceph == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids, err := m.mountedShares()
+	if err != nil {
+		return err
+	}
+	gens, err := m.ceph.MountGenerations(ctx)
+	if err != nil {
+		return err
+	}
+	for share := range gens {
+		if !slices.Contains(ids, share) {
+			m.log.Info("CephFS mount record of a share no longer mounted dropped", "share", share)
+			m.ceph.Unmounted(ctx, share)
+		}
+	}
+	return nil
 }

@@ -136,6 +136,16 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	first := !s.rebuilt
 	s.rebuilt = true
+	if first && s.cephx != nil && s.cephx.Configured(ctx) {
+		// A grant or revoke recorded before a crash and not yet in
+		// Ceph: the caps of every generation set again from the record.
+		if err := s.cephx.Sync(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("CephX capabilities: %w", err))
+		}
+		if err := s.mounts.forgetCephMounts(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("CephFS mount records: %w", err))
+		}
+	}
 	if _, err := s.mounts.Rebuild(users, first); err != nil {
 		errs = append(errs, err)
 	} else if err := s.mounts.Sweep(ctx); err != nil {
