@@ -62,6 +62,7 @@ many hosts and replicas.`)
 		// (docs/operators.md, "Alerts and runbooks").
 		file(filepath.Join(dist, "grafana", "vmeta.json"), "/usr/share/vmeta/grafana/vmeta.json", 0o644, in.MTime),
 		file(filepath.Join(dist, "prometheus", "vmeta.rules.yml"), "/usr/share/vmeta/prometheus/vmeta.rules.yml", 0o644, in.MTime),
+		file(filepath.Join(in.Root, "hostctl", "api", "openapi.yaml"), "/usr/share/vmeta/openapi.yaml", 0o644, in.MTime), // the admin API's OpenAPI description
 	}
 	// What the binaries print about themselves: add a page or script here.
 	gen, err := generate(in, work,

@@ -99,7 +99,8 @@ func TestHostPackage(t *testing.T) {
 	}
 	for _, want := range []string{"./usr/bin/hostctl", "./usr/bin/vmeta-metadata", "./etc/vmeta/hostctl.yaml",
 		"./usr/share/man/man1/hostctl.1.gz", "./usr/share/man/man5/hostctl.yaml.5.gz", "./usr/share/man/man8/vmeta-metadata.8.gz",
-		"./usr/share/bash-completion/completions/hostctl", "./usr/share/zsh/vendor-completions/_hostctl", "./usr/share/fish/vendor_completions.d/hostctl.fish"} {
+		"./usr/share/bash-completion/completions/hostctl", "./usr/share/zsh/vendor-completions/_hostctl", "./usr/share/fish/vendor_completions.d/hostctl.fish",
+		"./usr/share/vmeta/openapi.yaml"} {
 		if !strings.Contains(string(list), want+"\n") {
 			t.Errorf("package lacks %s:\n%s", want, list)
 		}
