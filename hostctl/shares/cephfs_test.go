@@ -115,3 +115,10 @@ func TestCephCaps(t *testing.T) {
 		t.Errorf("no grants: %+v", got)
 	}
 }
+
+func TestCephErrorHidesCaps(t *testing.T) {
+	err := &CephError{Args: []string{"auth", "caps", "client.vmeta-h.1", "mon", "allow r", "mds", "allow rw path=/secret/path"}, Err: os.ErrInvalid, Stderr: "EINVAL"}
+	if s := err.Error(); strings.Contains(s, "/secret/path") || !strings.Contains(s, "client.vmeta-h.1") {
+		t.Errorf("%q: want the client, not the paths", s)
+	}
+}

@@ -941,8 +941,14 @@ type CephError struct {
 	Stderr string
 }
 
+// Error names the command up to its entity: the capabilities after it
+// name share paths, which are part of the admin-only export locations.
 func (e *CephError) Error() string {
-	return fmt.Sprintf("ceph %s: %v: %s", strings.Join(e.Args, " "), e.Err, e.Stderr)
+	args := e.Args
+	if len(args) > 3 {
+		args = append(slices.Clone(args[:3]), "(capabilities not shown)")
+	}
+	return fmt.Sprintf("ceph %s: %v: %s", strings.Join(args, " "), e.Err, e.Stderr)
 }
 
 func (e *CephError) Unwrap() error { return e.Err }
