@@ -60,6 +60,9 @@ type CephX struct {
 	// users names the instances using a share's mount on this host (the
 	// service's Mounts.Users).
 	users func(share string) []string
+	// kernel reports whether to mount with the kernel client (mount -t
+	// ceph) rather than ceph-fuse: KernelCephFS by default.
+	kernel func() bool
 
 	mu sync.Mutex
 }
@@ -144,7 +147,25 @@ func NewCephX(o CephXOptions) *CephX {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
+	c.kernel = KernelCephFS
 	return c
+}
+
+// KernelCephFS reports whether this host mounts CephFS with the kernel
+// client: the kernel lists ceph in /proc/filesystems and mount.ceph is
+// installed. Otherwise (this CI's kernel has no ceph client, and no
+// modules to load) hostctl mounts with ceph-fuse, which needs /dev/fuse.
+func KernelCephFS() bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil || !slices.Contains(strings.Fields(string(b)), "ceph") {
+		return false
+	}
+	for _, p := range []string{"/sbin/mount.ceph", "/usr/sbin/mount.ceph"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // cephxState is the record cephx/<host>.
@@ -728,10 +749,12 @@ func (c *CephX) MountGenerations(ctx context.Context) (map[string]int64, error) 
 	return out, nil
 }
 
-// Mount mounts a CephFS share at dir with ceph-fuse as the newest
-// generation of the host's client: its keyring goes to a 0600 file in a
-// fresh 0700 directory under the runtime directory, removed as soon as
-// ceph-fuse has mounted (it keeps the key in memory). The generation is
+// Mount mounts a CephFS share at dir as the newest generation of the
+// host's client, with ceph-fuse (or the kernel client, mount -t ceph,
+// when the host has it: KernelCephFS): its keyring (for the kernel, a
+// secret file) goes to a 0600 file in a fresh 0700 directory under the
+// runtime directory, removed as soon as the mount returns (ceph-fuse and
+// the kernel keep the key in memory). The generation is
 // recorded before the mount.
 func (c *CephX) Mount(ctx context.Context, share string, exp CephFSExport, dir string) error {
 	st, err := c.load(ctx)
@@ -784,15 +807,28 @@ func (c *CephX) Mount(ctx context.Context, share string, exp CephFSExport, dir s
 	}); err != nil {
 		return fmt.Errorf("record the CephFS mount of share %s: %w", share, err)
 	}
-	args := []string{"-c", conf, "-n", name, "-k", kr, "-r", exp.Path}
+	tool, args := "ceph-fuse", []string{"-c", conf, "-n", name, "-k", kr, "-r", exp.Path}
 	if exp.FS != "" {
 		args = append(args, "--client_fs", exp.FS)
 	}
 	args = append(args, dir)
-	out, err := c.run.Run(ctx, "ceph-fuse", args...)
+	if c.kernel() {
+		// The kernel client: mount.ceph reads the key from a file
+		// holding only the key (secretfile=), never from an option.
+		sf := filepath.Join(priv, "secret")
+		if err := os.WriteFile(sf, append(slices.Clone(key), '\n'), 0o600); err != nil {
+			return fmt.Errorf("secret file: %w", err)
+		}
+		opts := "name=" + strings.TrimPrefix(name, "client.") + ",secretfile=" + sf + ",conf=" + conf
+		if exp.FS != "" {
+			opts += ",fs=" + exp.FS
+		}
+		tool, args = "mount", []string{"-t", "ceph", exp.MonHost() + ":" + exp.Path, dir, "-o", opts}
+	}
+	out, err := c.run.Run(ctx, tool, args...)
 	if err != nil {
 		_ = c.st.DeleteRecord(context.WithoutCancel(ctx), c.mountKey(share), -1)
-		return fmt.Errorf("ceph-fuse as %s: %w: %s", name, err, redact(cephFuseOutput(out), exp.String()))
+		return fmt.Errorf("%s as %s: %w: %s", tool, name, err, redact(cephFuseOutput(out), exp.String()))
 	}
 	c.log.Info("CephFS share mounted", "share", share, "client", name)
 	return nil

@@ -462,3 +462,57 @@ func TestCephXCapsSyncedAtStart(t *testing.T) {
 		t.Errorf("mount records after the restarted reconcile: %v; want the unmounted share's gone", g)
 	}
 }
+
+// kernelRunner plays mount -t ceph: the key is in the 0600 secretfile
+// and in no argument.
+type kernelRunner struct {
+	t     *testing.T
+	calls *[]string
+	key   func() string
+}
+
+func (r kernelRunner) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	*r.calls = append(*r.calls, name+" "+strings.Join(args, " "))
+	for _, a := range args {
+		if strings.Contains(a, r.key()) {
+			r.t.Errorf("the key on mount's command line: %q", args)
+		}
+		for _, o := range strings.Split(a, ",") {
+			if sf, ok := strings.CutPrefix(o, "secretfile="); ok {
+				b, err := os.ReadFile(sf)
+				fi, _ := os.Stat(sf)
+				if err != nil || strings.TrimSpace(string(b)) != r.key() || fi.Mode().Perm() != 0o600 {
+					r.t.Errorf("secretfile %s: %q, %v, %v", sf, b, err, fi)
+				}
+			}
+		}
+	}
+	return nil, nil
+}
+
+// TestCephXKernelMount: on a host whose kernel has a ceph client, the
+// share is mounted with mount -t ceph as the newest generation, the key
+// through a 0600 secret file removed after the mount.
+func TestCephXKernelMount(t *testing.T) {
+	ctx := context.Background()
+	e := newCephxEnv(t)
+	cx := e.cephx()
+	e.configure(cx)
+	var calls []string
+	cx.kernel = func() bool { return true }
+	cx.run = kernelRunner{t: t, calls: &calls, key: func() string { return e.ceph.clients[ClientName(testHost, 1)].key }}
+	exp := CephFSExport{Mons: []string{"10.0.0.1:3300", "10.0.0.2"}, Path: "/vol/a", FS: "fs2"}
+	if err := cx.Grant(ctx, "s1", exp); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := cx.Mount(ctx, "s1", exp, dir); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || !strings.HasPrefix(calls[0], "mount -t ceph 10.0.0.1:3300,10.0.0.2:/vol/a "+dir+" -o name=vmeta-h1.1,secretfile=") || !strings.HasSuffix(calls[0], ",fs=fs2") {
+		t.Errorf("calls %q", calls)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.run, "*")); len(left) != 0 {
+		t.Errorf("runtime directory after the mount: %v", left)
+	}
+}
