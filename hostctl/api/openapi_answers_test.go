@@ -110,6 +110,18 @@ func (a answers) Rescue(context.Context, string, types.RescueRequest) (*controll
 func (a answers) Unrescue(context.Context, string) (*controller.Instance, error) {
 	return a.instance(), nil
 }
+func (a answers) Migrate(context.Context, string, types.MigrateRequest) (types.Migration, error) {
+	return value[types.Migration](a), nil
+}
+func (a answers) ConfirmMigration(context.Context, string) (types.Migration, error) {
+	return value[types.Migration](a), nil
+}
+func (a answers) RevertMigration(context.Context, string) (types.Migration, error) {
+	return value[types.Migration](a), nil
+}
+func (a answers) Migration(context.Context, string) (types.Migration, error) {
+	return value[types.Migration](a), nil
+}
 func (a answers) Adopt(context.Context, string) (*controller.Instance, error) {
 	return a.instance(), nil
 }
@@ -287,6 +299,10 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{"POST", "/v1/instances/x/unshelve", "", ""},
 		{"POST", "/v1/instances/x/rescue", "application/json", `{"image": "i", "timeout_seconds": 3}`},
 		{"POST", "/v1/instances/x/unrescue", "", ""},
+		{"POST", "/v1/instances/x/migrate", "application/json", `{"host": "b", "timeout_seconds": 3}`},
+		{"POST", "/v1/instances/x/confirm-migration", "", ""},
+		{"POST", "/v1/instances/x/revert-migration", "", ""},
+		{"GET", "/v1/instances/x/migration", "", ""},
 		{"GET", "/v1/flavors", "", ""},
 		{"POST", "/v1/flavors", "application/json", `{"name": "f", "vcpus": 1, "ram": 64, "disk": 1, "ephemeral": 0, "swap": 0, "extra_specs": {"hw:ephemeral_encryption": "true"}}`},
 		{"GET", "/v1/flavors/f", "", ""},
@@ -331,7 +347,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 			a := answers{t: t, filled: filled}
 			s := Services{
 				Instances: a, Power: a, Reboot: a, Hotplug: a, ConfigDrives: a, Resize: a, Snapshot: a, Shelve: a,
-				Hosts: hostAnswers{a}, Ownership: a, Events: a, Flavors: a, Images: a, Secrets: a, Keys: a, Shares: a, Devices: a,
+				Hosts: hostAnswers{a}, Ownership: a, Events: a, Flavors: a, Images: a, Secrets: a, Keys: a, Shares: a, Devices: a, Migrations: a,
 			}
 			srv := httptest.NewServer(v.wrap(NewHandler(s, slog.New(slog.DiscardHandler), localAuth{})))
 			for _, rq := range requests {

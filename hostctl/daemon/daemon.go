@@ -109,6 +109,10 @@ type Config struct {
 	AdminTLSCert    string
 	AdminTLSKey     string
 
+	// MigrationListen is the TCP address of the host-to-host channel
+	// moves arrive on (migrate.go; "": this host receives no move).
+	MigrationListen string
+
 	Virt VirtConfig
 	// Shares configures the share service (shares.go).
 	Shares ShareConfig
@@ -152,6 +156,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", "", "JSON list of admin API tokens (name, role admin|member, project, sha256); see 'hostctl token new'")
 	fs.StringVar(&c.AdminTLSCert, "admin-tls-cert", "", "TLS certificate for --admin-listen (with --admin-tls-key; without them the listener is plain HTTP: bind it to a management network)")
 	fs.StringVar(&c.AdminTLSKey, "admin-tls-key", "", "TLS key for --admin-listen")
+	fs.StringVar(&c.MigrationListen, "migration-listen", "", "TCP address of the host-to-host channel instances moving to this host arrive on (mutual TLS, certificates pinned through the store); empty: this host receives no move")
 	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
 		c.Apply = append(c.Apply, s)
 		return nil
@@ -286,6 +291,7 @@ type serve struct {
 	disks     *disks.Part // the disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
+	mig       *migration // moves between hosts (migrate.go)
 
 	beater *hosts.Beater
 	srvs   []*http.Server
@@ -330,6 +336,7 @@ func (s *serve) components() []component {
 		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
 		{name: "metrics", start: s.startMetrics},
 		{name: "heartbeat", start: s.startHeartbeat, stop: s.stopHeartbeat},
+		{name: "host channel", start: s.startMigration, stop: s.stopMigration}, // migrate.go
 		// The metadata cache follows the store's change feed before the
 		// servers answer (this process's own publishes reach it at once
 		// through Invalidate).
@@ -676,7 +683,9 @@ func (s *serve) startServers(context.Context) error {
 }
 
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
-	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit), s.log, a)
+	svc := adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit)
+	svc.Migrations = s.migrations() // migrate.go
+	return api.NewHandler(svc, s.log, a)
 }
 
 // serveOn serves srv on ln in the background; its end is reported on

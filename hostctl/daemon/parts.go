@@ -7,6 +7,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/controller"
 	"github.com/vmeta/vmeta/hostctl/diskrotate"
 	"github.com/vmeta/vmeta/hostctl/images"
+	"github.com/vmeta/vmeta/hostctl/migrate"
 	"github.com/vmeta/vmeta/hostctl/part"
 	"github.com/vmeta/vmeta/hostctl/parts/disks"
 	"github.com/vmeta/vmeta/hostctl/parts/faults"
@@ -61,6 +62,7 @@ func Parts(cfg PartsConfig) (parts []part.Part, bind func(*controller.Controller
 	pt := passthrough.New(inv)
 	parts = []part.Part{
 		dp,
+		migrate.NewPart(cfg.Records, vs), // before vmstate: a move's state is shown first (hostctl/migrate)
 		vs,
 		pt,
 		nics.New(hv, cfg.DefaultNetwork),
