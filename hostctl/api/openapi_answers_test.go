@@ -213,6 +213,9 @@ func (a answers) mapping() types.ShareMapping {
 func (a answers) CreateShare(context.Context, types.Principal, types.ShareCreateRequest) (types.Share, error) {
 	return a.share(), nil
 }
+func (a answers) CephAuth(context.Context, types.Principal, types.CephAuthRequest) (types.CephAuthResult, error) {
+	return value[types.CephAuthResult](a), nil
+}
 func (a answers) ListShares(context.Context, types.Principal) ([]types.Share, error) {
 	if !a.filled {
 		return nil, nil
@@ -323,6 +326,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{"GET", "/v1/keys/proxy-secret/reveal", "", ""},
 		{"GET", "/v1/shares", "", ""},
 		{"POST", "/v1/shares", "application/json", `{"project_id": "p", "share_proto": "nfs", "export_location": "h:/x"}`},
+		{"POST", "/v1/shares/ceph-auth", "application/json", `{"admin_keyring": "[client.admin]\\n\\tkey = AQ==\\n", "mons": "127.0.0.1:3300"}`},
 		{"GET", "/v1/shares/s", "", ""},
 		{"DELETE", "/v1/shares/s", "", ""},
 		{"GET", "/v1/servers/x/shares", "", ""},

@@ -459,7 +459,7 @@ func (s *serve) startController(context.Context) error {
 	// The share service is a part: made first, given the controller
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
-	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log, s.km)
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
@@ -510,6 +510,9 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 		return err
 	}
 	registerDiskRotation(e, s.ctl, s.ctlStore, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
+	if cx := s.shareSvc.CephX(); cx != nil {
+		e.Register(keyrotation.CephX, keyrotation.CephXRotator{Client: cx})
+	}
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
