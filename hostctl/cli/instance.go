@@ -15,13 +15,13 @@ import (
 
 // instanceCommands are `hostctl instance apply|list|show|delete`.
 func instanceCommands() []*Command {
-	return []*Command{
+	return append([]*Command{
 		{Name: "instance apply", Args: "-f SPEC.yaml", Summary: "create or update an instance", Client: true, Setup: instanceApply},
 		{Name: "instance list", Summary: "list this host's instances (--all-hosts: every host's)", Client: true, Setup: instanceList},
 		{Name: "instance show", Args: "NAME", Summary: "show one instance", Client: true, Setup: noFlags(instanceShow)},
 		{Name: "instance delete", Args: "NAME", Summary: "delete an instance", Client: true, Setup: instanceDelete},
 		{Name: "instance adopt", Args: "NAME", Summary: "take over a dead host's instance (after moving its disks here)", Client: true, Setup: noFlags(instanceAdopt)},
-	}
+	}, append(migrateCommands(), evacuateCommands()...)...) // migrate.go, evacuate.go
 }
 
 // noFlags is the Setup of a command without flags of its own.

@@ -109,6 +109,10 @@ type Config struct {
 	AdminTLSCert    string
 	AdminTLSKey     string
 
+	// MigrationListen is the TCP address of the host-to-host channel
+	// moves arrive on (migrate.go; "": this host receives no move).
+	MigrationListen string
+
 	Virt VirtConfig
 	// Shares configures the share service (shares.go).
 	Shares ShareConfig
@@ -152,6 +156,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", "", "JSON list of admin API tokens (name, role admin|member, project, sha256); see 'hostctl token new'")
 	fs.StringVar(&c.AdminTLSCert, "admin-tls-cert", "", "TLS certificate for --admin-listen (with --admin-tls-key; without them the listener is plain HTTP: bind it to a management network)")
 	fs.StringVar(&c.AdminTLSKey, "admin-tls-key", "", "TLS key for --admin-listen")
+	fs.StringVar(&c.MigrationListen, "migration-listen", "", "TCP address of the host-to-host channel instances moving to this host arrive on (mutual TLS, certificates pinned through the store); empty: this host receives no move")
 	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
 		c.Apply = append(c.Apply, s)
 		return nil
@@ -286,6 +291,10 @@ type serve struct {
 	disks     *disks.Part // the disks part (parts.go: diskPart)
 	keySvc    keyService
 	shareSvc  *shares.Service
+	mig       *migration // moves between hosts (migrate.go)
+
+	// evac runs the evacuations from down hosts (evacuate.go).
+	evac *evacuation
 
 	beater *hosts.Beater
 	srvs   []*http.Server
@@ -326,10 +335,15 @@ func (s *serve) components() []component {
 		// Interrupted rotations are recovered before the reconciler
 		// starts an instance or a server answers a request.
 		{name: "key rotation", start: s.startKeyRotation, stop: s.stopKeyRotation},
+		// What this host holds of its instances evacuated while it was
+		// down goes before the reconciler looks at its domains
+		// (evacuate.go).
+		{name: "evacuations", start: s.startEvacuations, stop: s.stopEvacuations},
 		{name: "reconciler", start: s.startReconciler, stop: s.stopReconciler}, // reconcile.go
 		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
 		{name: "metrics", start: s.startMetrics},
 		{name: "heartbeat", start: s.startHeartbeat, stop: s.stopHeartbeat},
+		{name: "host channel", start: s.startMigration, stop: s.stopMigration}, // migrate.go
 		// The metadata cache follows the store's change feed before the
 		// servers answer (this process's own publishes reach it at once
 		// through Invalidate).
@@ -445,7 +459,7 @@ func (s *serve) startController(context.Context) error {
 	// The share service is a part: made first, given the controller
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
-	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log, s.km)
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
@@ -496,6 +510,9 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 		return err
 	}
 	registerDiskRotation(e, s.ctl, s.ctlStore, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
+	if cx := s.shareSvc.CephX(); cx != nil {
+		e.Register(keyrotation.CephX, keyrotation.CephXRotator{Client: cx})
+	}
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
@@ -673,7 +690,10 @@ func (s *serve) startServers(context.Context) error {
 }
 
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
-	return api.NewHandler(adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit), s.log, a)
+	svc := adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit)
+	svc.Migrations = s.migrations() // migrate.go
+	svc.Evacuations = s.evacuations()
+	return api.NewHandler(svc, s.log, a)
 }
 
 // serveOn serves srv on ln in the background; its end is reported on

@@ -46,6 +46,19 @@ type StartFailer interface {
 	StartFailed(ctx context.Context, in *Instance, err error) error
 }
 
+// Mover is a part that holds something of an instance on one host that
+// a move must give back on that host alone (the instance lives on on the
+// other one): on the source once a migration is confirmed, on the
+// destination once it is reverted. Passthrough claims and DHCP entries
+// are per host; the store's records of the instance are not touched.
+type Mover interface {
+	// Moved is told op (ConfirmMigration on the source,
+	// RevertMigration on the destination, Evacuate on an evacuated
+	// instance's old host once it is back): the instance has left this
+	// host. It must do nothing the second time (a retried confirm).
+	Moved(ctx context.Context, op Op, in *Instance) error
+}
+
 // ErrState is the error kind of a refusal because of the instance's state
 // (the controller's ErrState is this one): a part refusing an operation
 // or a request by the instance's state wraps it.

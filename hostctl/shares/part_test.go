@@ -30,7 +30,9 @@ func TestSharesPartAnswers(t *testing.T) {
 		part.Shelve: part.Act, part.Unshelve: part.Act,
 		part.Rescue: part.Act, part.Unrescue: part.Act,
 		part.Resize: part.Refuse, part.Rebuild: part.Refuse,
-		part.Snapshot: part.Nothing,
+		part.Snapshot:    part.Nothing,
+		part.MigrateCold: part.Refuse, part.ConfirmMigration: part.Nothing, part.RevertMigration: part.Nothing,
+		part.Evacuate: part.Act,
 	}
 	for _, op := range part.Ops() {
 		if got := ans[op]; got.Do != want[op] || strings.TrimSpace(got.Why) == "" {

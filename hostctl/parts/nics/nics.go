@@ -122,21 +122,25 @@ func (*Part) Answers() part.Answers {
 	sync := part.Answer{Do: part.Act, Why: "the NICs' fixed DHCP leases follow the spec once the domain is defined (live when it runs); the MAC claims are carried"}
 	live := part.Answer{Do: part.Act, Why: "the leases go live before the domain starts (taken back when the start fails); a fixed address the network's DHCP server has leased to another MAC is reported"}
 	return part.Answers{
-		part.Apply:       {Do: part.Act, Why: "claims the NICs' MAC addresses in the store and refuses an address another instance has or one in a trusted proxy network, before anything changes (macs.go, proxies.go); the leases follow the spec once the domain is defined (live when it runs)"},
-		part.Start:       live,
-		part.Stop:        {Do: part.Nothing, Why: "the leases stay: the instance keeps its addresses"},
-		part.RebootSoft:  {Do: part.Nothing, Why: "the domain keeps running, its leases live"},
-		part.RebootHard:  live,
-		part.Delete:      {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails); the MAC claims, and the DHCP server's leases of the fixed addresses, are released once the record is gone"},
-		part.ForceDelete: {Do: part.Act, Why: "releases the MAC claims (the store's); the leases are in the dead host's networks, out of reach (force-delete lists them as left behind)"},
-		part.Adopt:       {Do: part.Nothing, Why: "the MAC claims are the store's, not a host's: the adopting apply carries them, and writes the leases into this host's networks"},
-		part.Shelve:      {Do: part.Nothing, Why: "the leases and the MAC claims stay with the instance's addresses"},
-		part.Unshelve:    live,
-		part.Rescue:      {Do: part.Act, Why: "the leases go live before the rescue domain (same NICs) starts"},
-		part.Unrescue:    live,
-		part.Resize:      sync,
-		part.Rebuild:     sync,
-		part.Snapshot:    {Do: part.Nothing},
+		part.Apply:            {Do: part.Act, Why: "claims the NICs' MAC addresses in the store and refuses an address another instance has or one in a trusted proxy network, before anything changes (macs.go, proxies.go); the leases follow the spec once the domain is defined (live when it runs)"},
+		part.Start:            live,
+		part.Stop:             {Do: part.Nothing, Why: "the leases stay: the instance keeps its addresses"},
+		part.RebootSoft:       {Do: part.Nothing, Why: "the domain keeps running, its leases live"},
+		part.RebootHard:       live,
+		part.Delete:           {Do: part.Act, Why: "the leases leave the networks (restored when the delete fails); the MAC claims, and the DHCP server's leases of the fixed addresses, are released once the record is gone"},
+		part.ForceDelete:      {Do: part.Act, Why: "releases the MAC claims (the store's); the leases are in the dead host's networks, out of reach (force-delete lists them as left behind)"},
+		part.Adopt:            {Do: part.Nothing, Why: "the MAC claims are the store's, not a host's: the adopting apply carries them, and writes the leases into this host's networks"},
+		part.Shelve:           {Do: part.Nothing, Why: "the leases and the MAC claims stay with the instance's addresses"},
+		part.Unshelve:         live,
+		part.Rescue:           {Do: part.Act, Why: "the leases go live before the rescue domain (same NICs) starts"},
+		part.Unrescue:         live,
+		part.Resize:           sync,
+		part.Rebuild:          sync,
+		part.Snapshot:         {Do: part.Nothing},
+		part.MigrateCold:      {Do: part.Act, Why: "same MACs and addresses on the destination: its apply puts the fixed DHCP entries on its network (the MAC claims are the store's, carried)"},
+		part.ConfirmMigration: {Do: part.Act, Why: "the source's DHCP entries go (Moved); the MAC claims stay with the instance"},
+		part.RevertMigration:  {Do: part.Act, Why: "the destination's DHCP entries go (Moved); the MAC claims stay with the instance"},
+		part.Evacuate:         {Do: part.Act, Why: "same MACs and addresses on the new host: its apply puts the fixed DHCP entries on its network; the dead host's entries go when it comes back (Moved)"},
 	}
 }
 
@@ -478,5 +482,24 @@ func (p *Part) removeLease(ctx context.Context, r *revert.Reverter, name string,
 		return nil
 	})
 	p.pendRelease(name, l, r)
+	return nil
+}
+
+// Moved implements part.Mover: the instance left this host (a migration
+// confirmed here as its source, or reverted here as its destination), so
+// its fixed DHCP entries leave this host's networks and their leases are
+// released; the MAC claims are the store's and stay with the instance.
+func (p *Part) Moved(ctx context.Context, _ part.Op, in *part.Instance) error {
+	if p.net == nil {
+		return nil
+	}
+	r := revert.New(p.log(), "release the DHCP entries of "+in.Spec.Name)
+	for _, l := range p.leases(in.Spec) {
+		if err := p.removeLease(ctx, r, in.Spec.Name, l); err != nil {
+			return err
+		}
+	}
+	r.Success()
+	p.releaseLeases(ctx, in.Spec, nil)
 	return nil
 }

@@ -101,21 +101,25 @@ func (*Part) Answers() part.Answers {
 	start := part.Answer{Do: part.Act, Why: "makes sure the instance holds its domain's devices before the start (start.go); a failed start keeps them"}
 	carried := part.Answer{Do: part.Nothing, Why: "the spec carries the devices the instance holds"}
 	return part.Answers{
-		part.Apply:       {Do: part.Act, Why: "claims the aliases and burns one-time-use entries before the domain is planned (claim.go)"},
-		part.Start:       start,
-		part.Stop:        {Do: part.Nothing, Why: "a stopped instance keeps its devices (Nova keeps allocations)"},
-		part.RebootSoft:  nothing,
-		part.RebootHard:  start,
-		part.Delete:      {Do: part.Act, Why: "releases every claim once the instance is gone (a burned device stays burned)"},
-		part.ForceDelete: {Do: part.Nothing, Why: "the dead host's inventory records are released by that host's orphan release"},
-		part.Adopt:       {Do: part.Nothing, Why: "the devices are the old host's; the adopting apply claims this host's"},
-		part.Shelve:      {Do: part.Act, Why: "releases every claim (a burned device stays burned)"},
-		part.Unshelve:    {Do: part.Act, Why: "claims the aliases and one-time-use entries again"},
-		part.Rescue:      {Do: part.Nothing, Why: "the rescue domain keeps the instance's devices"},
-		part.Unrescue:    nothing,
-		part.Resize:      carried,
-		part.Rebuild:     carried,
-		part.Snapshot:    nothing,
+		part.Apply:            {Do: part.Act, Why: "claims the aliases and burns one-time-use entries before the domain is planned (claim.go)"},
+		part.Start:            start,
+		part.Stop:             {Do: part.Nothing, Why: "a stopped instance keeps its devices (Nova keeps allocations)"},
+		part.RebootSoft:       nothing,
+		part.RebootHard:       start,
+		part.Delete:           {Do: part.Act, Why: "releases every claim once the instance is gone (a burned device stays burned)"},
+		part.ForceDelete:      {Do: part.Nothing, Why: "the dead host's inventory records are released by that host's orphan release"},
+		part.Adopt:            {Do: part.Nothing, Why: "the devices are the old host's; the adopting apply claims this host's"},
+		part.Shelve:           {Do: part.Act, Why: "releases every claim (a burned device stays burned)"},
+		part.Unshelve:         {Do: part.Act, Why: "claims the aliases and one-time-use entries again"},
+		part.Rescue:           {Do: part.Nothing, Why: "the rescue domain keeps the instance's devices"},
+		part.Unrescue:         nothing,
+		part.Resize:           carried,
+		part.Rebuild:          carried,
+		part.Snapshot:         nothing,
+		part.MigrateCold:      {Do: part.Act, Why: "the destination's apply claims a new device (a one-time-use one burned before the domain starts there); the source keeps its claims until the move ends"},
+		part.ConfirmMigration: {Do: part.Act, Why: "the source's claims are released (Moved); its burned device stays burned"},
+		part.RevertMigration:  {Do: part.Act, Why: "the destination's claims are released (Moved); its one-time-use device stays burned"},
+		part.Evacuate:         {Do: part.Act, Why: "the new host's apply claims and burns a new device; the dead host releases its claims when it comes back (Moved), its burned device stays burned until an operator cleans it"},
 	}
 }
 
@@ -214,6 +218,20 @@ func (p *Part) AfterDelete(ctx context.Context, in *part.Instance) error {
 	defer cancel()
 	if err := p.inv.ReleaseFor(rctx, in.Spec.UUID, nil); err != nil {
 		return fmt.Errorf("release the devices of deleted instance %s (they stay held until the next start): %w", in.Spec.Name, err)
+	}
+	return nil
+}
+
+// Moved implements part.Mover: the instance left this host, so its
+// claims on this host's inventory are released; a one-time-use device
+// stays burned (the specification: the source's on confirm, the
+// destination's on revert).
+func (p *Part) Moved(ctx context.Context, _ part.Op, in *part.Instance) error {
+	if p.inv == nil {
+		return nil
+	}
+	if err := p.inv.ReleaseFor(ctx, in.Spec.UUID, nil); err != nil {
+		return fmt.Errorf("release the devices of moved instance %s on this host: %w", in.Spec.Name, err)
 	}
 	return nil
 }

@@ -111,21 +111,25 @@ func (*Part) Answers() part.Answers {
 		return part.Answer{Do: part.Refuse, Why: "a shelved or rescued instance is not " + what + " (unshelve or unrescue it first)"}
 	}
 	return part.Answers{
-		part.Apply:       {Do: part.Act, Why: "refuses an apply of a shelved or rescued instance before anything of it is done (Complete)"},
-		part.Start:       refuse("started"),
-		part.Stop:        refuse("stopped"),
-		part.RebootSoft:  refuse("rebooted"),
-		part.RebootHard:  refuse("rebooted"),
-		part.Delete:      {Do: part.Act, Why: "removes the state record and a shelved instance's image (AfterDelete)"},
-		part.ForceDelete: {Do: part.Act, Why: "removes the state record and names what stays on the dead host (Committed)"},
-		part.Adopt:       {Do: part.Act, Why: "refuses a shelved instance whose image this host's catalog lacks; a rescued one leaves its old host's rescue (Committed)"},
-		part.Shelve:      {Do: part.Act, Why: "refuses an instance already shelved or rescued; the shelve records the state (Put)"},
-		part.Unshelve:    {Do: part.Act, Why: "refuses an instance that is not shelved; the unshelve ends the state (Drop)"},
-		part.Rescue:      {Do: part.Act, Why: "refuses an instance already shelved or rescued; the rescue records the state (Put)"},
-		part.Unrescue:    {Do: part.Act, Why: "refuses an instance that is not in rescue; the unrescue ends the state (Drop)"},
-		part.Resize:      refuse("resized"),
-		part.Rebuild:     refuse("rebuilt"),
-		part.Snapshot:    refuse("snapshotted"),
+		part.Apply:            {Do: part.Act, Why: "refuses an apply of a shelved or rescued instance before anything of it is done (Complete)"},
+		part.Start:            refuse("started"),
+		part.Stop:             refuse("stopped"),
+		part.RebootSoft:       refuse("rebooted"),
+		part.RebootHard:       refuse("rebooted"),
+		part.Delete:           {Do: part.Act, Why: "removes the state record and a shelved instance's image (AfterDelete)"},
+		part.ForceDelete:      {Do: part.Act, Why: "removes the state record and names what stays on the dead host (Committed)"},
+		part.Adopt:            {Do: part.Act, Why: "refuses a shelved instance whose image this host's catalog lacks; a rescued one leaves its old host's rescue (Committed)"},
+		part.Shelve:           {Do: part.Act, Why: "refuses an instance already shelved or rescued; the shelve records the state (Put)"},
+		part.Unshelve:         {Do: part.Act, Why: "refuses an instance that is not shelved; the unshelve ends the state (Drop)"},
+		part.Rescue:           {Do: part.Act, Why: "refuses an instance already shelved or rescued; the rescue records the state (Put)"},
+		part.Unrescue:         {Do: part.Act, Why: "refuses an instance that is not in rescue; the unrescue ends the state (Drop)"},
+		part.Resize:           refuse("resized"),
+		part.Rebuild:          refuse("rebuilt"),
+		part.Snapshot:         refuse("snapshotted"),
+		part.MigrateCold:      refuse("migrated"),
+		part.ConfirmMigration: {Do: part.Nothing, Why: "only an instance in no state of its own moves"},
+		part.RevertMigration:  {Do: part.Nothing, Why: "only an instance in no state of its own moves"},
+		part.Evacuate:         refuse("evacuated: a shelved one has nothing on its host to rebuild (adopt moves its record; unshelve builds it where it lands), a rescued one's rescue is its dead host's (adopt it, then unrescue)"),
 	}
 }
 
@@ -134,8 +138,8 @@ func (*Part) Answers() part.Answers {
 func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
 	name, uuid := in.Spec.Name, in.Spec.UUID
 	switch op {
-	case part.Delete, part.ForceDelete:
-		return nil
+	case part.Delete, part.ForceDelete, part.ConfirmMigration, part.RevertMigration:
+		return nil // a move in verify ends whatever state it is in
 	case part.Unshelve:
 		_, _, err := p.Require(ctx, name, uuid, Shelved)
 		return err

@@ -188,7 +188,7 @@ func TestCheckRefusesByState(t *testing.T) {
 			{inst("rescued-1", uuidB, "host-a"), rescueRefused},
 		}
 		switch op {
-		case part.Delete, part.ForceDelete, part.Adopt:
+		case part.Delete, part.ForceDelete, part.Adopt, part.ConfirmMigration, part.RevertMigration:
 			cases[1].want, cases[2].want = "", ""
 		case part.Unshelve:
 			cases[0].want = "instance state does not allow this: the instance is not shelved (state running)"

@@ -69,10 +69,14 @@ func (Part) Answers() part.Answers {
 		part.Unshelve: {Do: part.Act, Why: domainWhy},
 		part.Rescue:   {Do: part.Act, Why: domainWhy},
 		// Unrescue redefines the domain rescue kept, watchdog included.
-		part.Unrescue: {Do: part.Nothing, Why: "the kept domain has the device"},
-		part.Resize:   {Do: part.Act, Why: domainWhy + " (the new flavor's action)"},
-		part.Rebuild:  {Do: part.Act, Why: domainWhy + " (the new image's action)"},
-		part.Snapshot: nothing,
+		part.Unrescue:         {Do: part.Nothing, Why: "the kept domain has the device"},
+		part.Resize:           {Do: part.Act, Why: domainWhy + " (the new flavor's action)"},
+		part.Rebuild:          {Do: part.Act, Why: domainWhy + " (the new image's action)"},
+		part.Snapshot:         nothing,
+		part.MigrateCold:      {Do: part.Act, Why: domainWhy + " (the destination's)"},
+		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's domain goes with its device"},
+		part.RevertMigration:  {Do: part.Nothing, Why: "the source's domain still has the device"},
+		part.Evacuate:         {Do: part.Act, Why: domainWhy + " (the new host's)"},
 	}
 }
 
