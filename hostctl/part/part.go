@@ -86,13 +86,18 @@ const (
 	// RevertMigration ends a move in verify the other way: what the
 	// destination made goes and the instance runs on its source again.
 	RevertMigration Op = "revert-migration"
+	// MigrateLive moves a running instance to another host through
+	// libvirt's own migration (hostctl/migrate, live.go): the guest keeps
+	// running; the move ends without verify once the source's copy is
+	// gone.
+	MigrateLive Op = "migrate-live"
 )
 
 // Ops returns every operation, in a fixed order.
 func Ops() []Op {
 	return []Op{Apply, Start, Stop, RebootSoft, RebootHard, Delete, ForceDelete, Adopt,
 		Shelve, Unshelve, Rescue, Unrescue, Resize, Rebuild, Snapshot,
-		MigrateCold, ConfirmMigration, RevertMigration}
+		MigrateCold, ConfirmMigration, RevertMigration, MigrateLive}
 }
 
 // Action is what a part does for an operation.

@@ -36,6 +36,7 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          {Do: part.Act, Why: "the root disk is made again over the new image, its secret as the image's encryption says"},
 		part.Snapshot:         {Do: part.Act, Why: "the snapshot image names a secret (the same, a new or an existing one); a new one is released if the snapshot fails"},
 		part.MigrateCold:      {Do: part.Act, Why: "the disk files move as they are (LUKS ciphertext, never plaintext); each secret is rewrapped under the destination's key-encryption key (the source's wrap kept for a revert) and the destination defines the libvirt secrets before the domain"},
+		part.MigrateLive:      {Do: part.Act, Why: "the destination's disk files are made empty with the source's format and size and libvirt copies the guest's blocks into them (NBD); each secret is rewrapped under the destination's key and its libvirt secret defined there before the switchover; the source's files, libvirt secrets and wrap go once it is done"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's disk files, libvirt secrets and its wrap of each secret go; the key-manager secrets stay with their disks"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's disk files and libvirt secrets go; each secret gets the source's wrap back"},
 	}

@@ -127,6 +127,7 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          refuse("rebuilt"),
 		part.Snapshot:         refuse("snapshotted"),
 		part.MigrateCold:      refuse("migrated"),
+		part.MigrateLive:      refuse("live-migrated"),
 		part.ConfirmMigration: {Do: part.Nothing, Why: "only an instance in no state of its own moves"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "only an instance in no state of its own moves"},
 	}
