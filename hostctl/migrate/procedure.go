@@ -251,6 +251,8 @@ func (m *Migrator) MigrateWith(ctx context.Context, name, dest string, stopTimeo
 	defer release()
 	rec, err := Load(ctx, m.Store, uuid)
 	switch {
+	case err == nil && rec.Live != nil:
+		return rec, fmt.Errorf("migrate %s: %w: a live move of it is %s: `hostctl instance migrate %s --to %s --live` resumes it", name, ErrState, rec.State, name, rec.Dest)
 	case err == nil:
 		return m.resume(ctx, rec, dest)
 	case !errors.Is(err, ErrNoMove):
@@ -492,6 +494,9 @@ func (m *Migrator) Revert(ctx context.Context, name string) (Record, error) {
 		return rec, err
 	}
 	defer release()
+	if err := liveRevertable(rec); err != nil {
+		return rec, fmt.Errorf("revert-migration %s: %w", name, err)
+	}
 	switch rec.State {
 	case Verify, Migrating:
 		rec.State = Reverting
