@@ -30,6 +30,7 @@ func migrateCommands() []*Command {
 func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 	to := fs.String("to", "", "the destination host (required)")
 	timeout := fs.Duration("timeout", 0, "how long a running guest has to shut down before its domain is powered off (default 30s)")
+	live := fs.Bool("live", false, "migrate the running instance live through libvirt (it keeps running; no verify: the move ends once the source's copy is gone)")
 	return func(ctx context.Context, c *Call) error {
 		name, err := c.OneName()
 		if err != nil {
@@ -38,9 +39,12 @@ func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if *to == "" {
 			return Usagef("instance migrate needs --to HOST")
 		}
-		m, err := c.Client().MigrateWith(ctx, name, types.MigrateRequest{Host: *to, TimeoutSeconds: timeout.Seconds()})
+		m, err := c.Client().MigrateWith(ctx, name, types.MigrateRequest{Host: *to, TimeoutSeconds: timeout.Seconds(), Live: *live})
 		if err != nil {
 			return err
+		}
+		if *live {
+			return printMigration(c, m, liveMigrated(name, *to, m))
 		}
 		return printMigration(c, m, fmt.Sprintf("instance %s is on %s, in verify: confirm-migration or revert-migration ends the move", name, m.Dest))
 	}

@@ -66,10 +66,9 @@ type Live struct {
 	Target LiveTarget `json:"target"`
 	// TLS: the migration stream is encrypted (VIR_MIGRATE_TLS).
 	TLS bool `json:"tls,omitempty"`
-	// Switch is how long libvirt's migration took; Downtime is the
-	// guest's pause libvirt measured (0 when unknown).
-	Switch   time.Duration `json:"switch_ns,omitempty"`
-	Downtime time.Duration `json:"downtime_ns,omitempty"`
+	// Switch is how long libvirt's migration took (the guest ran on
+	// the source all but its last moment).
+	Switch time.Duration `json:"switch_ns,omitempty"`
 }
 
 // LiveDisk is a disk the destination makes empty before the migration:
@@ -283,9 +282,9 @@ func (m *Migrator) runLive(ctx context.Context, ls LiveSource, rec Record, peer 
 	if err := m.Store.DeleteRecord(ctx, Key(rec.UUID), rec.Version); err != nil {
 		return rec, m.stopped(ctx, &rec, "migrate live", err)
 	}
-	m.log().Info("instance migrated live", "name", rec.Instance, "to", rec.Dest, "switch", rec.Live.Switch, "downtime", rec.Live.Downtime)
+	m.log().Info("instance migrated live", "name", rec.Instance, "to", rec.Dest, "switch", rec.Live.Switch)
 	m.emit(ctx, "instance.migrate.completed", rec, map[string]string{"live": "true",
-		"switch_seconds": fmt.Sprintf("%.3f", rec.Live.Switch.Seconds()), "downtime_ms": fmt.Sprint(rec.Live.Downtime.Milliseconds())})
+		"switch_seconds": fmt.Sprintf("%.3f", rec.Live.Switch.Seconds())})
 	if m.Observe != nil {
 		m.Observe(rec, nil)
 	}
