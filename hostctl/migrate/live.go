@@ -353,5 +353,3 @@ func liveRevertable(rec Record) error {
 	return fmt.Errorf("%w: the guest runs on %s already (step %s): `hostctl instance migrate %s --to %s --live` completes the move; a live migration back is the way home",
 		ErrState, rec.Dest, rec.Step, rec.Instance, rec.Dest)
 }
-
-

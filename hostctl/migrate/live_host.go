@@ -43,9 +43,9 @@ type LUKSCreator interface {
 // source and as destination, over its libvirt connection.
 type LiveHost struct {
 	*Host
-	Virt  LiveVirt
+	Virt           LiveVirt
 	LibvirtSecrets LiveDisks
-	LUKS  LUKSCreator // nil: no encrypted disk is made here
+	LUKS           LUKSCreator // nil: no encrypted disk is made here
 	// Drive makes the instance's config drive from its published
 	// metadata when it has none here (the controller's EnsureDrive).
 	Drive func(ctx context.Context, rec store.Instance) error

@@ -71,7 +71,9 @@ func (m Migration) Flags() libvirt.DomainMigrateFlags {
 // params are the typed parameters of m (virDomainMigrateToURI3's).
 func (m Migration) params() []libvirt.TypedParam {
 	var p []libvirt.TypedParam
-	str := func(k, v string) { p = append(p, libvirt.TypedParam{Field: k, Value: *libvirt.NewTypedParamValueString(v)}) }
+	str := func(k, v string) {
+		p = append(p, libvirt.TypedParam{Field: k, Value: *libvirt.NewTypedParamValueString(v)})
+	}
 	if m.MigrateURI != "" {
 		str("migrate_uri", m.MigrateURI)
 	}
