@@ -43,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,6 +65,10 @@ type Live struct {
 	// Target is where libvirt migrates the domain (the destination's
 	// answer to its preparation).
 	Target LiveTarget `json:"target"`
+	// Files are the other files of the instance's directory the
+	// destination's QEMU opens (firmware entries: fw_cfg.*); they are
+	// sent over the channel before the migration.
+	Files []DiskFile `json:"files,omitempty"`
 	// TLS: the migration stream is encrypted (VIR_MIGRATE_TLS).
 	TLS bool `json:"tls,omitempty"`
 	// Switch is how long libvirt's migration took (the guest ran on
@@ -178,6 +183,7 @@ func (m *Migrator) MigrateLive(ctx context.Context, name, dest string) (Record, 
 	if rec.Disks, err = m.Source.Disks(ctx, rec); err != nil {
 		return Record{}, fmt.Errorf("migrate %s live: %w", name, err)
 	}
+	rec.Disks = append(rec.Disks, live.Files...)
 	if rec, err = put(ctx, m.Store, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return Record{}, fmt.Errorf("migrate %s live: %w: another move of it has begun", name, ErrState)
@@ -292,12 +298,13 @@ func (m *Migrator) runLive(ctx context.Context, ls LiveSource, rec Record, peer 
 	return rec, nil
 }
 
-// sendBases sends the backing files the destination lacks (a live move
-// sends no disk file: libvirt copies the disks).
+// sendBases sends the backing files the destination lacks and the
+// instance's other files (Live.Files); a live move sends no disk file:
+// libvirt copies the disks.
 func (m *Migrator) sendBases(ctx context.Context, rec *Record, peer Destination) error {
 	for i := range rec.Disks {
 		f := &rec.Disks[i]
-		if !strings.HasPrefix(f.Name, BasePrefix) {
+		if slices.ContainsFunc(rec.Live.Disks, func(d LiveDisk) bool { return d.Name == f.Name }) {
 			continue
 		}
 		one := Record(*rec)
@@ -342,6 +349,14 @@ func (m *Migrator) switchOver(ctx context.Context, ls LiveSource, rec *Record, p
 		return fmt.Errorf("%w: libvirt's migration returned but the domain on %s is %q", ErrState, rec.Dest, there)
 	}
 	return nil
+}
+
+// liveNext says what completes a live move that stopped.
+func liveNext(rec Record) string {
+	if liveRevertable(rec) != nil {
+		return fmt.Sprintf("`hostctl instance migrate %s --to %s --live` completes it (the guest runs on %s)", rec.Instance, rec.Dest, rec.Dest)
+	}
+	return fmt.Sprintf("`hostctl instance migrate %s --to %s --live` resumes it, `hostctl instance revert-migration %s` undoes it (the guest runs on %s still)", rec.Instance, rec.Dest, rec.Instance, rec.Source)
 }
 
 // liveRevertable refuses the revert of a live move whose guest runs on

@@ -90,6 +90,9 @@ func (h *LiveHost) CheckLive(ctx context.Context, name string) (Instance, *Live,
 		return Instance{}, nil, err
 	}
 	live := &Live{TLS: h.TLS}
+	if live.Files, err = h.instanceFiles(name); err != nil {
+		return Instance{}, nil, err
+	}
 	for _, f := range files {
 		vs, format, err := h.virtualSize(ctx, f.Path)
 		if err != nil {
@@ -101,6 +104,24 @@ func (h *LiveHost) CheckLive(ctx context.Context, name string) (Instance, *Live,
 		live.Disks = append(live.Disks, LiveDisk{Name: f.Name, Format: format, VirtualSize: vs, Backing: f.Backing, BackingFormat: f.BackingFormat, Secret: f.Secret})
 	}
 	return Instance{Name: name, UUID: rec.UUID, Running: true}, live, nil
+}
+
+// instanceFiles are the files of instance name's directory its running
+// QEMU opened besides the disks and the config drive: its firmware
+// entries (fw_cfg.*), which the destination's QEMU opens too.
+func (h *LiveHost) instanceFiles(name string) ([]DiskFile, error) {
+	dir := h.Core.InstanceDir(name)
+	ms, err := filepath.Glob(filepath.Join(dir, "fw_cfg.*"))
+	if err != nil {
+		return nil, err
+	}
+	var out []DiskFile
+	for _, p := range ms {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			out = append(out, DiskFile{Name: filepath.Base(p), Path: p})
+		}
+	}
+	return out, nil
 }
 
 // virtualSize is the virtual size and format of the image at p (read
@@ -184,6 +205,15 @@ func (h *LiveHost) PrepareLive(ctx context.Context, rec Record) (LiveTarget, err
 	for _, d := range rec.Live.Disks {
 		if err := h.makeDisk(ctx, dir, d); err != nil {
 			return LiveTarget{}, fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+	}
+	for _, f := range rec.Live.Files { // received in the staging directory
+		staged, dst := filepath.Join(h.stagingDir(rec.UUID), f.Name), filepath.Join(dir, f.Name)
+		if err := os.Rename(staged, dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return LiveTarget{}, err
+		}
+		if _, err := os.Stat(dst); err != nil {
+			return LiveTarget{}, fmt.Errorf("%w: file %s was not received", ErrState, f.Name)
 		}
 	}
 	if h.Drive != nil {

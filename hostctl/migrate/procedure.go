@@ -193,6 +193,9 @@ func (m *Migrator) stopped(ctx context.Context, rec *Record, what string, err er
 func nextMove(rec Record) string {
 	switch rec.State {
 	case Migrating:
+		if rec.Live != nil {
+			return liveNext(rec) // live.go
+		}
 		return fmt.Sprintf("`hostctl instance migrate %s --to %s` resumes it, `hostctl instance revert-migration %s` undoes it", rec.Instance, rec.Dest, rec.Instance)
 	case Verify:
 		return fmt.Sprintf("`hostctl instance confirm-migration %s` or `hostctl instance revert-migration %s` ends it", rec.Instance, rec.Instance)
