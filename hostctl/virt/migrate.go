@@ -55,7 +55,7 @@ type Migration struct {
 // Flags are the libvirt flags of m: live, peer to peer, persistent on
 // the destination, undefined on the source once it is done.
 func (m Migration) Flags() libvirt.DomainMigrateFlags {
-	f := libvirt.MigrateLive | libvirt.MigratePeer2peer | libvirt.MigratePersistDest | libvirt.MigrateUndefineSource | libvirt.MigrateAutoConverge
+	f := libvirt.MigrateLive | libvirt.MigratePeer2peer | libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
 	switch m.Storage {
 	case StorageAll:
 		f |= libvirt.MigrateNonSharedDisk
