@@ -28,7 +28,7 @@ agent: ## build the static guest agent bin/vmeta-agent (no cgo; a GPL-3.0 binary
 	@ls -l $(BIN)/vmeta-agent
 
 .PHONY: package
-package: ## build the packages into bin/dist/: vmeta-agent .deb/.rpm, vmeta-host .deb, and the agent's GPL source archive
+package: ## build the packages into bin/dist/: vmeta-agent .deb/.rpm, vmeta-host .deb (man pages, completions, /etc/vmeta/hostctl.yaml), and the agent's GPL source archive
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(BIN)/pkg/ ./guest/cmd/vmeta-agent ./hostctl/cmd/hostctl ./server/cmd/vmeta-metadata
 	rm -f $(DIST)/*.deb $(DIST)/*.rpm
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./internal/pkgbuild/cmd/pkgbuild -bin $(BIN)/pkg -out $(DIST) -describe $(VERSION)
@@ -40,7 +40,7 @@ package: ## build the packages into bin/dist/: vmeta-agent .deb/.rpm, vmeta-host
 	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner -cf - -C $(BIN)/src vmeta-$(VERSION) | gzip -n9 >$(DIST)/vmeta-$(VERSION)-source.tar.gz
 	rm -rf $(BIN)/src
 	@ls -l $(DIST)
-	@if command -v lintian >/dev/null 2>&1; then lintian --fail-on error --tag-display-limit 0 $(DIST)/*.deb; else echo "lintian not installed: packages not checked"; fi
+	@if command -v lintian >/dev/null 2>&1; then lintian --fail-on error,warning --tag-display-limit 0 $(DIST)/*.deb; else echo "lintian not installed: packages not checked"; fi
 
 .PHONY: run
 run: build ## run hostctl serve on the embedded store with examples/web.yaml applied

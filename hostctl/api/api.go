@@ -37,6 +37,7 @@
 //	…      /v1/shares, /v1/servers/{id}/shares the share registry and Nova's server shares API (shares.go)
 //	GET    /v1/whoami                         the caller's principal
 //	GET    /v1/health                         {"status": "ok"}
+//	GET    /v1/openapi.json                   this API's OpenAPI 3.1 description (openapi.yaml)
 //
 // Every instance request answers with the instance (types.Instance,
 // whose "state" is its libvirt domain's state, "missing" when the domain
@@ -121,7 +122,11 @@ func NewHandler(s Services, log *slog.Logger, a auth.Authenticator) http.Handler
 		log = slog.Default()
 	}
 	e := errorWriter{log: log, refusals: logbudget.New(0, 0, nil)}
-	return authenticate(a, e, routes(s, e))
+	h := authenticate(a, e, routes(s, e))
+	if handlerHook != nil {
+		h = handlerHook(h) // tests: openapi_hook_test.go
+	}
+	return h
 }
 
 // routes builds the router: a subrouter per resource under /v1.
@@ -162,6 +167,7 @@ func routes(s Services, e errorWriter) *mux.Router {
 	secrets{svc: s.Secrets, errorWriter: e}.routes(e.served(v1.PathPrefix("/secrets").Subrouter(), s.Secrets != nil, "secrets"))
 	devices{svc: s.Devices, errorWriter: e}.routes(v1.PathPrefix("/devices").Subrouter()) // devices.go: 501 without
 	system{errorWriter: e}.routes(v1)
+	e.openAPIRoutes(v1) // openapi.go
 
 	root.NotFoundHandler = headAsGet(root, unmatched(root, e)) // head.go
 	root.MethodNotAllowedHandler = root.NotFoundHandler

@@ -40,6 +40,9 @@ type Command struct {
 	// ConfigFile adds --config FILE: a YAML file with one key per flag,
 	// which flags on the command line override (LoadConfigFile).
 	ConfigFile bool
+	// ConfigPath is where the packages install the ConfigFile command's
+	// file (the FILES of its manual page, hostctl.yaml(5)).
+	ConfigPath string
 	// Setup registers the command's flags on fs and returns what runs it.
 	Setup func(fs *flag.FlagSet) func(ctx context.Context, c *Call) error
 }
@@ -81,7 +84,7 @@ func UsageError(err error) error { return &usageError{err: err} }
 // serve).
 func Run(ctx context.Context, args []string, env Env, extra ...*Command) int {
 	a := &app{cmds: append(Commands(), extra...)}
-	a.cmds = append(a.cmds, a.helpCommand(), a.completionCommand())
+	a.cmds = append(a.cmds, a.helpCommand(), a.completionCommand(), a.manCommand())
 	return a.run(ctx, args, env)
 }
 

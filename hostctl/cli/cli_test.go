@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestUnknownCommand(t *testing.T) {
 		{[]string{"--bogus", "instance", "list"}, "flag provided but not defined: -bogus", "hostctl help"},
 		{[]string{"instance", "show"}, "exactly one instance name", "hostctl instance show --help"},
 		{[]string{"instance", "list", "--output", "yaml"}, `--output "yaml"`, "hostctl instance list --help"},
-		{[]string{"completion", "fish"}, `unknown shell "fish"`, "hostctl completion --help"},
+		{[]string{"completion", "tcsh"}, `unknown shell "tcsh"`, "hostctl completion --help"},
 	} {
 		code, out, errOut := hostctl(t, tc.args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, tc.says) || !strings.Contains(errOut, "Run '"+tc.pre) {
@@ -165,5 +166,53 @@ func TestCompletionScripts(t *testing.T) {
 	}
 	if out, err := exec.Command(zshBin, "-n", zfile).CombinedOutput(); err != nil {
 		t.Errorf("zsh -n: %v\n%s", err, out)
+	}
+
+	code, fish, errOut := hostctl(t, "completion", "fish")
+	if code != 0 || errOut != "" {
+		t.Fatalf("completion fish: exit %d: %s", code, errOut)
+	}
+	checkFishCompletion(t, []byte(fish))
+}
+
+// checkFishCompletion has fish load the script and complete command
+// lines with it (complete -C), as it does at a prompt.
+func checkFishCompletion(t *testing.T, script []byte) {
+	t.Helper()
+	fishBin := testenv.LookPath(t, "fish")
+	file := filepath.Join(t.TempDir(), "hostctl.fish")
+	if err := os.WriteFile(file, script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		line string
+		want []string // candidates (before the tab and description)
+		only bool     // exactly these
+	}{
+		{"hostctl inst", []string{"instance"}, true},
+		{"hostctl ", []string{"instance", "network", "configdrive", "token", "help", "completion", "man"}, false},
+		{"hostctl --so", []string{"--socket"}, true},
+		{"hostctl instance sh", []string{"shelve", "show"}, true},
+		{"hostctl --output json instance li", []string{"list"}, true},
+		{"hostctl instance attach-disk web-1 --s", []string{"--serial", "--size", "--socket"}, true},
+		{"hostctl configdrive build x -", []string{"-o", "--format", "--api", "--output", "--socket", "--help"}, false},
+	} {
+		out, err := exec.Command(fishBin, "--no-config", "-c", `source $argv[1]; and complete -C"$argv[2]"`, file, tc.line).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fish completing %q: %v\n%s", tc.line, err, out)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			w, _, _ := strings.Cut(l, "\t")
+			got = append(got, w)
+		}
+		for _, w := range tc.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("fish completes %q to %q, missing %q", tc.line, got, w)
+			}
+		}
+		if tc.only && len(got) != len(tc.want) {
+			t.Errorf("fish completes %q to %q, want only %q", tc.line, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
 )
@@ -30,6 +31,7 @@ func migrateCommands() []*Command {
 func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 	to := fs.String("to", "", "the destination host (required)")
 	timeout := fs.Duration("timeout", 0, "how long a running guest has to shut down before its domain is powered off (default 30s)")
+	quiet := fs.Bool("quiet", false, "print no progress of the disk copy on standard error")
 	live := fs.Bool("live", false, "migrate the running instance live through libvirt (it keeps running; no verify: the move ends once the source's copy is gone)")
 	return func(ctx context.Context, c *Call) error {
 		name, err := c.OneName()
@@ -39,7 +41,12 @@ func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 		if *to == "" {
 			return Usagef("instance migrate needs --to HOST")
 		}
+		stop := func() {}
+		if !*quiet && !c.JSON() && !*live {
+			stop = copyProgress(ctx, c, name)
+		}
 		m, err := c.Client().MigrateWith(ctx, name, types.MigrateRequest{Host: *to, TimeoutSeconds: timeout.Seconds(), Live: *live})
+		stop()
 		if err != nil {
 			return err
 		}
@@ -102,4 +109,37 @@ func printMigration(c *Call, m types.Migration, done string) error {
 	}
 	fmt.Fprintf(c.Stdout, "copied:   %d bytes in %.1f s\n", m.Bytes, m.CopySeconds)
 	return nil
+}
+
+// copyProgress prints, every second on standard error, how much of the
+// move's disks was copied, until stop is called.
+func copyProgress(ctx context.Context, c *Call, name string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		last := int64(-1)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			m, err := c.Client().Migration(ctx, name)
+			if err != nil || m.State != "migrating" || m.Bytes == last {
+				continue
+			}
+			last = m.Bytes
+			var total int64
+			for _, d := range m.Disks {
+				if d.Size > 0 {
+					total += d.Size
+				}
+			}
+			fmt.Fprintf(c.Stderr, "%s: step %s, %d of %d MiB of disk copied\n", name, m.Step, m.Bytes>>20, total>>20)
+		}
+	}()
+	return func() { cancel(); <-done }
 }

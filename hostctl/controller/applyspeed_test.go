@@ -127,3 +127,37 @@ func speedUUID(t *testing.T, e *env, name string) string {
 	}
 	return rec.UUID
 }
+
+// TestApplyReadsTheDomainOnce (issue 23 item 4): an apply reads the
+// domain's XML once to check what libvirt has and, when it defined the
+// domain or the domain runs, once more to read back the addresses; an
+// unchanged re-apply of a domain that is off reads it once (the check's
+// definition is what a read back would read). The shown state is then
+// libvirt's state alone (it used to read the XML once more for it).
+func TestApplyReadsTheDomainOnce(t *testing.T) {
+	e := newEnv(t)
+	step := func(what string, xmlReads int, state virt.State) {
+		t.Helper()
+		from := e.hv.callCount()
+		inst := e.mustApply(hvSpec)
+		if got := e.hv.countCalls(from, "XML")["XML"]; got != xmlReads {
+			t.Errorf("%s: %d reads of the domain XML, want %d (calls %v)", what, got, xmlReads, e.hv.calls[from:])
+		}
+		if inst.State != string(state) {
+			t.Errorf("%s: state %q, want %q", what, inst.State, state)
+		}
+		for _, d := range inst.Spec.Disks {
+			if d.Address == "" {
+				t.Errorf("%s: disk %s has no address read back", what, d.Name)
+			}
+		}
+	}
+	step("new instance", 2, virt.StateShutoff)
+	step("unchanged re-apply", 1, virt.StateShutoff)
+	if _, err := e.c.Start(context.Background(), "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	// The third: the config-drive part reads the running domain's cdrom
+	// to change its medium (hostctl/parts/configdrive).
+	step("re-apply of the running instance", 3, virt.StateRunning)
+}

@@ -143,8 +143,14 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		}
 	}
 	st.done("define")
-	if err := c.ReadBack(ctx, in); err != nil {
-		return nil, fmt.Errorf("apply %s: %w", name, err)
+	if redefine || cur.running {
+		if err := c.ReadBack(ctx, in); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", name, err)
+		}
+	} else if err := cur.devs.Apply(in); err != nil {
+		// Nothing was defined and the domain is off: the persistent
+		// definition read at the check is what a read back would read.
+		return nil, fmt.Errorf("apply %s: read back domain %s: %w", name, name, err)
 	}
 	st.done("read_back")
 	if err := c.parts.Defined(ctx, op, &part.Instance{Spec: in, Old: old}, r); err != nil {
@@ -168,7 +174,7 @@ func (c *Controller) applyDomain(ctx context.Context, op part.Op, in *model.Inst
 		c.disks.Forget(ctx, in, gone)
 	}
 	disksCommitted(ctx)
-	inst.State = c.domainState(ctx, name, in.UUID)
+	inst.State = c.appliedState(ctx, name)
 	st.done("state")
 	return inst, nil
 }
@@ -280,6 +286,20 @@ func (c *Controller) domainState(ctx context.Context, name, uuid string) string 
 		return StateMissing
 	}
 	return string(cur.state)
+}
+
+// appliedState is domainState for the domain an apply has just defined
+// or read back under the instance's lock — its UUID the instance's —
+// without reading its XML a second time: libvirt's state alone.
+func (c *Controller) appliedState(ctx context.Context, name string) string {
+	st, err := c.domains.State(ctx, name)
+	switch {
+	case isNotFound(err):
+		return StateMissing
+	case err != nil:
+		return StateUnknown
+	}
+	return string(st)
 }
 
 func (c *Controller) removeDiskFile(instance, target string) {

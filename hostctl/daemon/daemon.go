@@ -536,12 +536,13 @@ func (s *serve) startShares(context.Context) error {
 }
 
 func (s *serve) startMetrics(context.Context) error {
-	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(hostmetrics.Sources{
+	records, _ := s.ctlStore.(store.Records)
+	return s.hm.Register(s.mdOpts.Registry, s.hv.metricSources(partMetricSources(hostmetrics.Sources{
 		Instances: s.ctl,
 		Store:     s.ctlStore, // a scrape reads only the instance records that changed
 		States:    s.states,
 		Hosts:     s.hostRegistry().List,
-	}))
+	}, s.hostName, s.inv, records, s.keyEngine))) // metrics.go
 }
 
 // hostRegistry is the hosts sharing the store, as their heartbeats tell

@@ -95,25 +95,27 @@ func (s *serve) migrations() api.MigrationService {
 	return migrationService{s.mig.m}
 }
 
-// migrationService answers the admin API's move routes.
+// migrationService answers the admin API's move routes. A move, a
+// confirm and a revert run to their end (or to a step that fails) even
+// when the client goes away: a disconnect does not stop them half-way.
 type migrationService struct{ m *migrate.Migrator }
 
 func (ms migrationService) Migrate(ctx context.Context, name string, req types.MigrateRequest) (types.Migration, error) {
 	if req.Live {
-		rec, err := ms.m.MigrateLive(ctx, name, req.Host)
+		rec, err := ms.m.MigrateLive(context.WithoutCancel(ctx), name, req.Host)
 		return wireMigration(rec), err
 	}
-	rec, err := ms.m.MigrateWith(ctx, name, req.Host, time.Duration(req.TimeoutSeconds*float64(time.Second)))
+	rec, err := ms.m.MigrateWith(context.WithoutCancel(ctx), name, req.Host, time.Duration(req.TimeoutSeconds*float64(time.Second)))
 	return wireMigration(rec), err
 }
 
 func (ms migrationService) ConfirmMigration(ctx context.Context, name string) (types.Migration, error) {
-	rec, err := ms.m.Confirm(ctx, name)
+	rec, err := ms.m.Confirm(context.WithoutCancel(ctx), name)
 	return wireMigration(rec), err
 }
 
 func (ms migrationService) RevertMigration(ctx context.Context, name string) (types.Migration, error) {
-	rec, err := ms.m.Revert(ctx, name)
+	rec, err := ms.m.Revert(context.WithoutCancel(ctx), name)
 	return wireMigration(rec), err
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/keyrotation"
+	"github.com/vmeta/vmeta/internal/errkind"
 	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 )
@@ -53,6 +54,11 @@ func (r *Rotator) recoverInstance(ctx context.Context, s keyrotation.Subject) er
 	in, disks, err := r.instanceDisks(ctx, s)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // gone: the sweep deletes its secrets
+	}
+	if errkind.Of(err) == errkind.Conflict {
+		// Another host's now (a move or an adopt took it over before its
+		// block-device records followed): that host recovers it.
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("disk rotation recovery: %w", err)

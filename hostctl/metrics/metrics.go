@@ -14,7 +14,17 @@
 //     operations (controller.Options.Observe);
 //   - vmeta_hostctl_libvirt_connected: this host's libvirt connection;
 //   - vmeta_hostctl_store_errors_total: this host's failed store
-//     operations (through the Store wrapper).
+//     operations (through the Store wrapper);
+//   - vmeta_hostctl_devices_awaiting_cleaning and
+//     vmeta_hostctl_devices_awaiting_cleaning_oldest_seconds: this host's
+//     burned devices not cleaned yet, and how long the oldest has waited;
+//   - vmeta_host_share_mappings{host,status}: every host's share mappings;
+//   - vmeta_hostctl_key_rotations{class,state}: this host's key rotations
+//     pending and failed (state.go).
+//
+// ../dist/grafana holds a dashboard of these and the metadata service's
+// series, ../dist/prometheus alert rules on them (with promtool unit
+// tests); dist_test.go checks that every series they query is served.
 //
 // It reads the store and the controller only through the narrow
 // interfaces below; it imports neither the daemon, the controller nor
@@ -76,6 +86,22 @@ type Sources struct {
 	// LibvirtConnected feeds vmeta_hostctl_libvirt_connected (nil without
 	// a hypervisor: the gauge is absent).
 	LibvirtConnected func() bool
+	// Host is this host's name: vmeta_host_share_mappings has its
+	// statuses at zero when it has no mapping in them.
+	Host string
+	// AwaitingCleaning feeds vmeta_hostctl_devices_awaiting_cleaning and
+	// ..._oldest_seconds: since when each of this host's burned devices
+	// has awaited cleaning (its release; the zero time when unknown:
+	// counted, not aged).
+	AwaitingCleaning func(ctx context.Context) ([]time.Time, error)
+	// ShareMappings feeds vmeta_host_share_mappings: every host's share
+	// mappings by host and status.
+	ShareMappings func(ctx context.Context) ([]ShareMappings, error)
+	// KeyRotations feeds vmeta_hostctl_key_rotations: per key class, this
+	// host's rotations pending and failed.
+	KeyRotations func(ctx context.Context) ([]KeyRotations, error)
+	// Now is the clock of the ages (time.Now when nil).
+	Now func() time.Time
 	// ScrapeTimeout bounds the reads of one scrape (DefaultScrapeTimeout
 	// when 0).
 	ScrapeTimeout time.Duration
@@ -121,16 +147,24 @@ func New() *Metrics {
 // (server.NewRegistry has them).
 func (m *Metrics) Register(reg prometheus.Registerer, o Sources) error {
 	cs := []prometheus.Collector{m.durationVec, m.failureVec, m.storeErrors}
+	timeout := o.ScrapeTimeout
+	if timeout <= 0 {
+		timeout = DefaultScrapeTimeout
+	}
 	if o.Instances != nil || o.Hosts != nil {
-		timeout := o.ScrapeTimeout
-		if timeout <= 0 {
-			timeout = DefaultScrapeTimeout
-		}
 		sc := &storeCollector{instances: o.Instances, hosts: o.Hosts, timeout: timeout}
 		if o.States != nil && o.Store != nil {
 			sc.stater, sc.cache = o.States, newInstanceCache(o.Store)
 		}
 		cs = append(cs, sc)
+	}
+	if o.AwaitingCleaning != nil || o.ShareMappings != nil || o.KeyRotations != nil {
+		now := o.Now
+		if now == nil {
+			now = time.Now
+		}
+		cs = append(cs, &stateCollector{host: o.Host, awaitingCleaning: o.AwaitingCleaning, shareMappings: o.ShareMappings,
+			keyRotations: o.KeyRotations, now: now, timeout: timeout})
 	}
 	if o.LibvirtConnected != nil {
 		connected := o.LibvirtConnected

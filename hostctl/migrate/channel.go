@@ -272,7 +272,7 @@ func (c *Channel) Destination(ctx context.Context, host string) (Destination, er
 			return pinned(cr, raw[0], c.now())
 		},
 	}
-	return &client{host: host, base: "https://" + cr.Address, hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: false}}}, nil
+	return &client{host: host, base: "https://" + cr.Address, hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}}, nil
 }
 
 // ServerTLS is the TLS configuration of this host's channel server: a

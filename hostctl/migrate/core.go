@@ -50,6 +50,9 @@ type Core interface {
 // DiskRecords is the disks part's side of a move (hostctl/parts/disks).
 type DiskRecords interface {
 	BlockDevices(ctx context.Context, uuid string) (encryption.BlockDevices, error)
+	// UpdateBlockDevices rewrites records (as this host's: the disk
+	// passphrase rotation of the host that owns the instance covers them).
+	UpdateBlockDevices(ctx context.Context, r *revert.Reverter, in *model.Instance, upd map[string]*encryption.BlockDevice) error
 	UndefineSecrets(ctx context.Context, instUUID string) error
 }
 
@@ -131,7 +134,7 @@ func (h *Host) Check(ctx context.Context, name string) (Instance, error) {
 	default:
 		return Instance{}, fmt.Errorf("%w: the instance's domain is %q: only a defined domain moves", ErrState, st)
 	}
-	return Instance{Name: name, UUID: rec.UUID, Running: st == "running" || st == "paused"}, nil
+	return Instance{Name: name, UUID: rec.UUID, Running: st == "running" || st == "paused", Spec: rec.Spec}, nil
 }
 
 // Stop implements Source.
@@ -171,10 +174,11 @@ func (h *Host) Disks(ctx context.Context, rec Record) ([]DiskFile, error) {
 	for _, d := range in.Disks {
 		name := layout.DiskFile(d)
 		p := filepath.Join(h.Core.InstanceDir(in.Name), name)
-		if _, err := os.Stat(p); err != nil {
+		fi, err := os.Stat(p)
+		if err != nil {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		f := DiskFile{Name: name, Path: p, Secret: bds.Disks[d.Name].EncryptionSecretUUID}
+		f := DiskFile{Name: name, Path: p, Size: fi.Size(), Secret: bds.Disks[d.Name].EncryptionSecretUUID}
 		info, err := h.Images.Inspect(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
@@ -278,24 +282,45 @@ func (h *Host) Cleanup(ctx context.Context, rec Record) error {
 // TakeBack implements Source.
 func (h *Host) TakeBack(ctx context.Context, rec Record) error {
 	defer h.Core.LockInstance(rec.Instance)()
-	return h.takeOver(ctx, rec, rec.Dest)
+	return h.takeOver(ctx, rec, rec.Dest, rec.SourceSpec)
 }
 
-// takeOver makes this host the owner of rec's instance, owned by from.
-func (h *Host) takeOver(ctx context.Context, rec Record, from string) error {
+// takeOver makes this host the owner of rec's instance, owned by from
+// (with spec as its stored spec, when not nil):
+// its record (one compare-and-swap), then its disks' block-device
+// records (the disk passphrase rotation follows the owner). A retry
+// after a crash between the two finds the record this host's and
+// rewrites the block-device records.
+func (h *Host) takeOver(ctx context.Context, rec Record, from string, spec []byte) error {
 	srec, err := h.Core.Instance(ctx, rec.Instance)
 	if err != nil {
 		return err
 	}
 	switch srec.Host {
 	case h.Name:
-		return nil
 	case from:
+		if spec != nil {
+			srec.Spec = spec
+		}
+		if srec, err = h.Core.TakeOver(ctx, srec); err != nil {
+			return err
+		}
 	default:
 		return errkind.Errorf(errkind.Conflict, "%s lives on %s, neither %s nor %s: the move does not own it", rec.Instance, srec.Host, from, h.Name)
 	}
-	_, err = h.Core.TakeOver(ctx, srec)
-	return err
+	in, err := decodeSpec(srec)
+	if err != nil {
+		return err
+	}
+	bds, err := h.Records.BlockDevices(ctx, in.UUID)
+	if err != nil || bds.Host == h.Name || len(bds.Disks) == 0 {
+		return err
+	}
+	upd := map[string]*encryption.BlockDevice{}
+	for d, bd := range bds.Disks {
+		upd[d] = &bd
+	}
+	return h.Records.UpdateBlockDevices(ctx, nil, in, upd)
 }
 
 // Restart implements Source.
@@ -416,7 +441,7 @@ func (h *Host) ReceiveSecret(ctx context.Context, rec Record, id string, pass []
 // TakeOver implements Destination.
 func (h *Host) TakeOver(ctx context.Context, rec Record) error {
 	defer h.Core.LockInstance(rec.Instance)()
-	if err := h.takeOver(ctx, rec, rec.Source); err != nil {
+	if err := h.takeOver(ctx, rec, rec.Source, nil); err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.Name(Procedure, "dest-owner-switched"))

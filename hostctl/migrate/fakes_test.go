@@ -114,7 +114,7 @@ func (s *fakeSource) Check(context.Context, string) (Instance, error) {
 	if s.w.owner != "a" {
 		return Instance{}, fmt.Errorf("%w: vm lives on %s", ErrState, s.w.owner)
 	}
-	return Instance{Name: "vm", UUID: uuid, Running: s.w.running["a"]}, nil
+	return Instance{Name: "vm", UUID: uuid, Running: s.w.running["a"], Spec: []byte(`{"name":"vm"}`)}, nil
 }
 
 func (s *fakeSource) Stop(context.Context, Record) error {
@@ -194,7 +194,10 @@ func (s *fakeSource) SecretBack(_ context.Context, id string) error {
 	return nil
 }
 
-func (s *fakeSource) TakeBack(context.Context, Record) error {
+func (s *fakeSource) TakeBack(_ context.Context, rec Record) error {
+	if string(rec.SourceSpec) != `{"name":"vm"}` {
+		return fmt.Errorf("take back without the source's spec (%q)", rec.SourceSpec)
+	}
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	if err := s.w.call("take-back"); err != nil {

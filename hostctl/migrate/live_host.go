@@ -293,7 +293,7 @@ func (h *LiveHost) FinishLive(ctx context.Context, rec Record) error {
 	if st := h.Core.PowerState(ctx, rec.Instance, rec.UUID); st != "running" {
 		return fmt.Errorf("%w: the domain of %s is %q here, not running: the switchover is not done", ErrState, rec.Instance, st)
 	}
-	if err := h.takeOver(ctx, rec, rec.Source); err != nil {
+	if err := h.takeOver(ctx, rec, rec.Source, nil); err != nil {
 		return err
 	}
 	srec, err := h.Core.Instance(ctx, rec.Instance)

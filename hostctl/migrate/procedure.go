@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/crashpoint"
@@ -38,6 +39,8 @@ var DestSteps = []string{"dest-disk-received", "dest-secret-received", "dest-own
 type Instance struct {
 	Name, UUID string
 	Running    bool
+	// Spec is its stored spec (canonical JSON).
+	Spec []byte
 }
 
 // Source is this host as the source of a move: what the procedure does
@@ -67,7 +70,8 @@ type Source interface {
 	// SecretBack makes it the secret's value again (revert).
 	ForgetSecret(ctx context.Context, id string) error
 	SecretBack(ctx context.Context, id string) error
-	// TakeBack makes this host the instance's owner again (revert).
+	// TakeBack makes this host the instance's owner again, with the spec
+	// it had here (rec.SourceSpec) (revert).
 	TakeBack(ctx context.Context, rec Record) error
 	// Restart starts the instance here again when it ran (revert).
 	Restart(ctx context.Context, rec Record) error
@@ -131,6 +135,9 @@ type Migrator struct {
 
 	mu      sync.Mutex
 	running map[string]bool
+	// copied counts the bytes sent of each disk copy under way, by
+	// instance UUID (Status shows them).
+	copied sync.Map
 }
 
 func (m *Migrator) log() *slog.Logger {
@@ -218,13 +225,21 @@ func (m *Migrator) emit(ctx context.Context, typ string, rec Record, extra map[s
 	m.Emit(ctx, typ, p)
 }
 
-// Status is the move of instance name (ErrNoMove when none).
+// Status is the move of instance name (ErrNoMove when none); while its
+// disks are being copied by this process, Bytes is how many were sent so
+// far.
 func (m *Migrator) Status(ctx context.Context, name string) (Record, error) {
 	uuid, err := m.Source.UUID(ctx, name)
 	if err != nil {
 		return Record{}, err
 	}
-	return Load(ctx, m.Store, uuid)
+	rec, err := Load(ctx, m.Store, uuid)
+	if err == nil {
+		if n, ok := m.copied.Load(uuid); ok {
+			rec.Bytes = n.(*atomic.Int64).Load()
+		}
+	}
+	return rec, err
 }
 
 // Migrate moves instance name to host dest, or resumes its move there
@@ -273,7 +288,8 @@ func (m *Migrator) MigrateWith(ctx context.Context, name, dest string, stopTimeo
 		return Record{}, fmt.Errorf("migrate %s: %w", name, err)
 	}
 	now := time.Now().UTC()
-	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: in.Running, Started: now, Updated: now, StopTimeout: stopTimeout}
+	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: in.Running, Started: now, Updated: now, StopTimeout: stopTimeout,
+		SourceSpec: in.Spec}
 	if rec.Secrets, err = m.Source.Secrets(ctx, in.UUID); err != nil {
 		return Record{}, fmt.Errorf("migrate %s: %w", name, err)
 	}
@@ -382,6 +398,9 @@ func (m *Migrator) run(ctx context.Context, rec Record, peer Destination) (Recor
 func (m *Migrator) copyDisks(ctx context.Context, rec *Record, peer Destination) error {
 	start := time.Now()
 	var sent int64
+	progress := new(atomic.Int64)
+	m.copied.Store(rec.UUID, progress)
+	defer m.copied.Delete(rec.UUID)
 	for i := range rec.Disks {
 		f := &rec.Disks[i]
 		sum, size, err := fileSum(f.Path)
@@ -393,7 +412,7 @@ func (m *Migrator) copyDisks(ctx context.Context, rec *Record, peer Destination)
 		if err != nil {
 			return fmt.Errorf("disk %s: %w", f.Name, err)
 		}
-		err = peer.ReceiveDisk(ctx, *rec, *f, fh)
+		err = peer.ReceiveDisk(ctx, *rec, *f, &counted{r: fh, n: progress})
 		fh.Close()
 		if err != nil {
 			return fmt.Errorf("send disk %s: %w", f.Name, err)
@@ -402,6 +421,18 @@ func (m *Migrator) copyDisks(ctx context.Context, rec *Record, peer Destination)
 	}
 	rec.Bytes, rec.Copy = sent, time.Since(start)
 	return nil
+}
+
+// counted counts what is read through it into n.
+type counted struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *counted) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 // fileSum is the SHA-256 and size of the file at p.

@@ -1,9 +1,11 @@
 package migrate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -308,5 +310,53 @@ func TestOneMoveAtATime(t *testing.T) {
 	defer release()
 	if _, err := m.Migrate(context.Background(), "vm", "b"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "is running") {
 		t.Fatalf("a second move while one runs: %v", err)
+	}
+}
+
+// peekDest is b, asking the Migrator for the move's status once it has
+// read the first disk (the CLI's progress reads the same).
+type peekDest struct {
+	*fakeDest
+	m    *Migrator
+	seen []int64
+}
+
+func (p *peekDest) ReceiveDisk(ctx context.Context, rec Record, f DiskFile, body io.Reader) error {
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	st, err := p.m.Status(ctx, "vm")
+	if err != nil {
+		return err
+	}
+	p.seen = append(p.seen, st.Bytes)
+	return p.fakeDest.ReceiveDisk(ctx, rec, f, bytes.NewReader(b))
+}
+
+type peekHosts struct{ d *peekDest }
+
+func (h peekHosts) Destination(context.Context, string) (Destination, error) { return h.d, nil }
+
+// TestCopyProgress: while the disks are sent, Status counts the bytes
+// sent so far.
+func TestCopyProgress(t *testing.T) {
+	w := newWorld(t)
+	m := w.migrator()
+	pd := &peekDest{fakeDest: &fakeDest{w}, m: m}
+	m.Hosts = peekHosts{pd}
+	rec, err := m.Migrate(context.Background(), "vm", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for i, f := range rec.Disks {
+		sum += f.Size
+		if pd.seen[i] != sum {
+			t.Errorf("status after disk %d: %d bytes, want %d", i, pd.seen[i], sum)
+		}
+	}
+	if rec.Bytes != sum {
+		t.Errorf("bytes %d, want %d", rec.Bytes, sum)
 	}
 }

@@ -93,6 +93,10 @@ type Record struct {
 	// WasRunning: the instance ran when the move began (it runs again
 	// where it ends up).
 	WasRunning bool `json:"was_running"`
+	// SourceSpec is the instance's stored spec when the move began: a
+	// revert gives the record back with it (the destination's apply
+	// named its own passthrough devices).
+	SourceSpec json.RawMessage `json:"source_spec,omitempty"`
 	// Secrets are the key-manager secrets that move with the disks.
 	Secrets []string `json:"secrets,omitempty"`
 	// Disks are the files copied and their sizes.

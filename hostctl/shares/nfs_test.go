@@ -73,7 +73,9 @@ func kernelHasNFS() bool {
 // mount.nfs answers "No such device": the test then checks that failure
 // path end to end — the mapping in error with the reason, the export left
 // out of it, the start refused with the instance in ERROR, nothing left
-// mounted — and logs the exact answer.
+// mounted — and logs the exact answer. The success path of the same mount
+// code runs in a booted Debian guest with its kernel's NFS client
+// (test/nfsguest).
 func TestNFSRealMount(t *testing.T) {
 	testenv.LookPath(t, "mount.nfs")
 	data := t.TempDir()

@@ -1,6 +1,7 @@
 package virt
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/xml"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -117,6 +119,14 @@ type Conn struct {
 	mu      sync.Mutex
 	l       *libvirt.Libvirt
 	lastErr error // why the current connection is down
+	// updateOrder: whether libvirtd's connection of client takes
+	// NetworkUpdate's arguments in the corrected order (network.go).
+	updateOrder struct {
+		of      *libvirt.Libvirt
+		correct bool
+	}
+
+	rpcs atomic.Int64 // RPC packets sent (rpccount.go)
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -217,9 +227,9 @@ func (c *Conn) socketPath() string {
 func (c *Conn) dial() (*libvirt.Libvirt, error) {
 	var l *libvirt.Libvirt
 	if c.isUnix() {
-		l = libvirt.NewWithDialer(dialers.NewLocal(
+		l = libvirt.NewWithDialer(countingDialer{dialers.NewLocal(
 			dialers.WithSocket(c.socketPath()),
-			dialers.WithLocalTimeout(c.opts.DialTimeout)))
+			dialers.WithLocalTimeout(c.opts.DialTimeout)), &c.rpcs})
 		if err := l.ConnectToURI(libvirt.RemoteURI(c.uri)); err != nil {
 			return nil, &UnreachableError{Where: c.where, Err: err}
 		}
@@ -509,14 +519,30 @@ func (c *Conn) Define(ctx context.Context, domainXML []byte) (Domain, error) {
 	return toDomain(d), err
 }
 
+// xmlName is the name of the domain domainXML describes: its root's
+// <name> child, found by reading the document up to it (near its top),
+// not the whole of it (every define names its domain).
 func xmlName(domainXML []byte) string {
-	var v struct {
-		Name string `xml:"name"`
+	dec := xml.NewDecoder(bytes.NewReader(domainXML))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "(unnamed)"
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth++; depth == 2 && t.Name.Local == "name" {
+				var name string
+				if dec.DecodeElement(&name, &t) != nil || name == "" {
+					return "(unnamed)"
+				}
+				return name
+			}
+		case xml.EndElement:
+			depth--
+		}
 	}
-	if xml.Unmarshal(domainXML, &v) != nil || v.Name == "" {
-		return "(unnamed)"
-	}
-	return v.Name
 }
 
 // withDomain looks name up and runs f on it, wrapping errors with op.

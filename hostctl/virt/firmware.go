@@ -107,7 +107,12 @@ func SetFirmware(doc []byte, dataDir string, files []FirmwareFile) ([]byte, erro
 // FirmwareFiles returns the fw_cfg entries of a domain XML, in order.
 // Entries with a value instead of a file are returned with File "".
 func FirmwareFiles(doc []byte) ([]FirmwareFile, error) {
-	var d domainXML
+	// Only the sysinfo elements: the devices are skipped, not decoded
+	// (a publish reads the entries of the persistent definition).
+	var d struct {
+		XMLName xml.Name     `xml:"domain"`
+		SysInfo []sysInfoXML `xml:"sysinfo"`
+	}
 	if err := xml.NewDecoder(bytes.NewReader(doc)).Decode(&d); err != nil {
 		return nil, fmt.Errorf("parse domain XML: %w", err)
 	}

@@ -184,7 +184,7 @@ func (c *Conn) addDHCPHost(ctx context.Context, network string, h DHCPHost, live
 				return err
 			}
 		}
-		return l.NetworkUpdateCompat(n, libvirt.NetworkUpdateCommandAddLast, libvirt.NetworkSectionIPDhcpHost, -1, x, flags)
+		return c.updateDHCPHost(l, n, libvirt.NetworkUpdateCommandAddLast, x, flags)
 	})
 }
 
@@ -220,7 +220,7 @@ func (c *Conn) RemoveDHCPHost(ctx context.Context, network, mac string) error {
 			if err != nil {
 				return err
 			}
-			return l.NetworkUpdateCompat(n, libvirt.NetworkUpdateCommandDelete, libvirt.NetworkSectionIPDhcpHost, -1, x, flags)
+			return c.updateDHCPHost(l, n, libvirt.NetworkUpdateCommandDelete, x, flags)
 		}
 		switch {
 		case ci >= 0 && li >= 0 && cfg[ci] == live[li]:
@@ -258,7 +258,7 @@ func (c *Conn) RemoveLiveDHCPHost(ctx context.Context, network, mac string) erro
 		if err != nil {
 			return err
 		}
-		return l.NetworkUpdateCompat(n, libvirt.NetworkUpdateCommandDelete, libvirt.NetworkSectionIPDhcpHost, -1, x, libvirt.NetworkUpdateAffectLive)
+		return c.updateDHCPHost(l, n, libvirt.NetworkUpdateCommandDelete, x, libvirt.NetworkUpdateAffectLive)
 	})
 }
 
@@ -284,7 +284,7 @@ func (c *Conn) SyncLiveDHCPHosts(ctx context.Context, network string, macs []str
 				return err
 			}
 			updates++
-			return l.NetworkUpdateCompat(n, cmd, libvirt.NetworkSectionIPDhcpHost, -1, x, libvirt.NetworkUpdateAffectLive)
+			return c.updateDHCPHost(l, n, cmd, x, libvirt.NetworkUpdateAffectLive)
 		}
 		for _, mac := range macs {
 			mac = strings.ToLower(mac)
@@ -307,4 +307,32 @@ func (c *Conn) SyncLiveDHCPHosts(ctx context.Context, network string, macs []str
 		return nil
 	})
 	return updates, err
+}
+
+// updateDHCPHost applies cmd to a DHCP host entry of network n —
+// go-libvirt's NetworkUpdateCompat, which asks libvirtd on every call
+// whether it takes NetworkUpdate's arguments in the corrected order
+// (libvirt commit b0f78d62): the answer is asked once per connection
+// (an RPC less per update).
+func (c *Conn) updateDHCPHost(l *libvirt.Libvirt, n libvirt.Network, cmd libvirt.NetworkUpdateCommand, x string, flags libvirt.NetworkUpdateFlags) error {
+	// This is defined in libvirt/src/libvirt_internal.h, not in go-libvirt.
+	const virDrvFeatureNetworkUpdateHasCorrectOrder = 16
+	c.mu.Lock()
+	correct, known := c.updateOrder.correct, c.updateOrder.of == l
+	c.mu.Unlock()
+	if !known {
+		has, err := l.ConnectSupportsFeature(virDrvFeatureNetworkUpdateHasCorrectOrder)
+		if err != nil {
+			return fmt.Errorf("failed to confirm argument order for NetworkUpdate: %w", err)
+		}
+		correct = has != 0
+		c.mu.Lock()
+		c.updateOrder.of, c.updateOrder.correct = l, correct
+		c.mu.Unlock()
+	}
+	section := libvirt.NetworkSectionIPDhcpHost
+	if correct {
+		return l.NetworkUpdate(n, uint32(cmd), uint32(section), -1, x, flags)
+	}
+	return l.NetworkUpdate(n, uint32(section), uint32(cmd), -1, x, flags)
 }

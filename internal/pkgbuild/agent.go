@@ -54,6 +54,11 @@ applies the metadata in images without the unit.`)
 		file(filepath.Join(dist, "udev", "99-vmeta-agent.rules"), udevDir(format)+"/99-vmeta-agent.rules", 0o644, in.MTime),
 		config(filepath.Join(dist, "cloud-init", "99-vmeta-agent.cfg"), "/etc/cloud/cloud.cfg.d/99-vmeta-agent.cfg", in.MTime),
 	}
+	gen, err := generate(in, work, manPage("vmeta-agent", "vmeta-agent", "8", "man"))
+	if err != nil {
+		return nil, err
+	}
+	c = append(c, gen...)
 	docs, err := docFiles(work, "vmeta-agent", format, version, in)
 	if err != nil {
 		return nil, err

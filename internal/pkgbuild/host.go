@@ -46,6 +46,7 @@ many hosts and replicas.`)
 		return nil, err
 	}
 	sd := systemdDir(format)
+	// What the package installs from the tree: add a file here.
 	c := files.Contents{
 		file(hostctl, "/usr/bin/hostctl", 0o755, in.MTime),
 		file(replica, "/usr/bin/vmeta-metadata", 0o755, in.MTime),
@@ -53,8 +54,29 @@ many hosts and replicas.`)
 		file(filepath.Join(dist, "systemd", "vmeta-metadata.service"), sd+"/vmeta-metadata.service", 0o644, in.MTime),
 		config(filepath.Join(dist, "default", "hostctl"), "/etc/default/hostctl", in.MTime),
 		config(filepath.Join(dist, "default", "vmeta-metadata"), "/etc/default/vmeta-metadata", in.MTime),
+		// The configuration file hostctl.service runs serve with
+		// (--config): every key commented out, at its default.
+		config(filepath.Join(dist, "hostctl.yaml"), "/etc/vmeta/hostctl.yaml", in.MTime),
 		file(p, "/usr/share/doc/vmeta-host/copyright", 0o644, in.MTime),
+		// The Grafana dashboard and the Prometheus alert rules
+		// (docs/operators.md, "Alerts and runbooks").
+		file(filepath.Join(dist, "grafana", "vmeta.json"), "/usr/share/vmeta/grafana/vmeta.json", 0o644, in.MTime),
+		file(filepath.Join(dist, "prometheus", "vmeta.rules.yml"), "/usr/share/vmeta/prometheus/vmeta.rules.yml", 0o644, in.MTime),
+		file(filepath.Join(in.Root, "hostctl", "api", "openapi.yaml"), "/usr/share/vmeta/openapi.yaml", 0o644, in.MTime), // the admin API's OpenAPI description
 	}
+	// What the binaries print about themselves: add a page or script here.
+	gen, err := generate(in, work,
+		manPage("hostctl", "hostctl", "1", "man", "hostctl"),
+		manPage("hostctl", "hostctl.yaml", "5", "man", "hostctl.yaml"),
+		manPage("vmeta-metadata", "vmeta-metadata", "8", "man"),
+		generated{Bin: "hostctl", Args: []string{"completion", "bash"}, Dst: "/usr/share/bash-completion/completions/hostctl"},
+		generated{Bin: "hostctl", Args: []string{"completion", "zsh"}, Dst: "/usr/share/zsh/vendor-completions/_hostctl"},
+		generated{Bin: "hostctl", Args: []string{"completion", "fish"}, Dst: "/usr/share/fish/vendor_completions.d/hostctl.fish"},
+	)
+	if err != nil {
+		return nil, err
+	}
+	c = append(c, gen...)
 	docs, err := docFiles(work, "vmeta-host", format, version, in)
 	if err != nil {
 		return nil, err

@@ -2,7 +2,15 @@
 // library, pinned in go.mod): vmeta-agent as .deb and .rpm for guest
 // images (the static agent, its systemd unit, udev rule and cloud-init hook
 // from guest/dist/), and vmeta-host as .deb for KVM hosts (hostctl and
-// vmeta-metadata with their units and defaults from hostctl/dist/).
+// vmeta-metadata with their units, defaults and /etc/vmeta/hostctl.yaml
+// from hostctl/dist/).
+//
+// The manual pages (hostctl(1), hostctl.yaml(5), vmeta-metadata(8),
+// vmeta-agent(8)) and hostctl's bash and zsh completions are not kept in
+// the tree: the packaged binaries print them (hostctl man, hostctl
+// completion bash, ...) from the tables their --help reads, when the
+// package is built (generated.go). host.go and agent.go each list what
+// their package installs; a new file is one line there.
 //
 // Builds are reproducible: every timestamp is the given MTime (make package
 // passes the commit time as SOURCE_DATE_EPOCH), the license files are made

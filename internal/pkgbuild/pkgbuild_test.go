@@ -107,9 +107,16 @@ func TestAgentPackagesReproducible(t *testing.T) {
 			}
 			for _, want := range []string{"./usr/bin/vmeta-agent", "./lib/systemd/system/vmeta-agent.service",
 				"./lib/udev/rules.d/99-vmeta-agent.rules", "./etc/cloud/cloud.cfg.d/99-vmeta-agent.cfg",
-				"./usr/share/doc/vmeta-agent/copyright", "./usr/share/doc/vmeta-agent/changelog.gz"} {
+				"./usr/share/doc/vmeta-agent/copyright", "./usr/share/doc/vmeta-agent/changelog.gz", "./usr/share/man/man8/vmeta-agent.8.gz"} {
 				if !strings.Contains(string(out), want+"\n") {
 					t.Errorf("package lacks %s:\n%s", want, out)
+				}
+			}
+			lintian(t, p1)
+			page := manText(t, extract(t, p1), "usr/share/man/man8/vmeta-agent.8.gz")
+			for _, want := range []string{"VMETA-AGENT(8)", "\n   vmeta-agent run\n", "\n       --poll-interval duration\n", "EXIT STATUS"} {
+				if !strings.Contains(page, want) {
+					t.Errorf("vmeta-agent(8) lacks %q:\n%s", want, page)
 				}
 			}
 			if !strings.Contains(string(out), "2023-11-14 22:13") {

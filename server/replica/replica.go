@@ -39,7 +39,8 @@ Usage:
 It serves the documents hostctl publishes to the store, identifies guests by
 source address (or trusted proxies' headers), and follows the store's change
 feed. It re-reads the proxy secret and token key files when a key rotation is
-announced on the feed, every --key-check-interval, and on SIGHUP. Flags:
+announced on the feed, every --key-check-interval, and on SIGHUP.
+"vmeta-metadata man" prints its manual page (roff). Flags:
 `
 
 // Run runs vmeta-metadata with args (without the program name) until ctx
@@ -64,26 +65,37 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// flags are vmeta-metadata's flags.
+type flags struct {
+	cfg      server.Config
+	storeURL string
+	// passwordFile holds the store's password.
+	passwordFile string
+	listen       string
+	logLevel     string
+}
+
+// register adds the flags to fs (the command line, and the manual page).
+func (f *flags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.storeURL, "store", "", "store: redis://[user@]host:port/db, rediss://…, redis+cluster://…, redis+sentinel://…, or bolt:///path/file.db (a file no other process has open); the password goes in --store-password-file or $"+storeurl.PasswordEnv+", never in the URL (every user sees a command line)")
+	fs.StringVar(&f.passwordFile, "store-password-file", "", "file holding the store's password (first line); without it $"+storeurl.PasswordEnv+" is used when set")
+	fs.StringVar(&f.listen, "listen", DefaultListen, "address of the guest-facing metadata service")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.cfg.AddFlags(fs, "", "")
+}
+
 func run(ctx context.Context, args []string, env Env) error {
-	var (
-		cfg      server.Config
-		storeURL string
-		// passwordFile holds the store's password.
-		passwordFile string
-		listen       string
-		logLevel     string
-	)
+	if len(args) == 1 && args[0] == "man" {
+		return writeManual(env.Stdout)
+	}
+	var f flags
 	fs := flag.NewFlagSet("vmeta-metadata", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	fs.Usage = func() {
 		fmt.Fprint(env.Stderr, usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&storeURL, "store", "", "store: redis://[user@]host:port/db, rediss://…, redis+cluster://…, redis+sentinel://…, or bolt:///path/file.db (a file no other process has open); the password goes in --store-password-file or $"+storeurl.PasswordEnv+", never in the URL (every user sees a command line)")
-	fs.StringVar(&passwordFile, "store-password-file", "", "file holding the store's password (first line); without it $"+storeurl.PasswordEnv+" is used when set")
-	fs.StringVar(&listen, "listen", DefaultListen, "address of the guest-facing metadata service")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	cfg.AddFlags(fs, "", "")
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -93,45 +105,45 @@ func run(ctx context.Context, args []string, env Env) error {
 	if fs.NArg() != 0 {
 		return usageError{"no arguments expected"}
 	}
-	if storeURL == "" {
+	if f.storeURL == "" {
 		return usageError{"--store is required"}
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return usageError{fmt.Sprintf("--log-level %q", logLevel)}
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageError{fmt.Sprintf("--log-level %q", f.logLevel)}
 	}
 	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
 
-	opts, err := cfg.Options(log)
+	opts, err := f.cfg.Options(log)
 	if err != nil {
 		return err
 	}
-	pw, err := storeurl.Password(passwordFile, env.Getenv)
+	pw, err := storeurl.Password(f.passwordFile, env.Getenv)
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	if storeurl.URLHasPassword(storeURL) {
-		log.Warn(storeurl.PasswordWarning, "store", storeurl.Redact(storeURL))
+	if storeurl.URLHasPassword(f.storeURL) {
+		log.Warn(storeurl.PasswordWarning, "store", storeurl.Redact(f.storeURL))
 	}
-	st, err := storeurl.Open(ctx, storeURL, storeurl.WithPassword(pw))
+	st, err := storeurl.Open(ctx, f.storeURL, storeurl.WithPassword(pw))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
 	s := server.New(st, opts)
 
-	ln, err := net.Listen("tcp", listen)
+	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	var mln net.Listener
-	if cfg.MetricsListen != "" {
-		if mln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+	if f.cfg.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", f.cfg.MetricsListen); err != nil {
 			ln.Close()
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 	}
-	return Serve(ctx, s, ln, mln, log, "store", storeurl.Redact(storeURL))
+	return Serve(ctx, s, ln, mln, log, "store", storeurl.Redact(f.storeURL))
 }
 
 // Serve serves s on ln (with the per-address connection limit), the

@@ -16,9 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +50,9 @@ type host struct {
 	t                      *testing.T
 	name, uri, store, bin  string
 	dataDir, sock, migAddr string
+	mdAddr                 string // the metadata service
 	env                    []string
+	extra                  []string // more serve flags
 	proc                   *testenv.Process
 }
 
@@ -61,7 +65,7 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 }
 
-func newHost(t *testing.T, name, uri, store string) *host {
+func newHost(t *testing.T, name, uri, store string, extra ...string) *host {
 	dir, err := os.MkdirTemp("", "vmeta-mig-")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +76,7 @@ func newHost(t *testing.T, name, uri, store string) *host {
 		t.Fatal(err)
 	}
 	h := &host{t: t, name: name, uri: uri, store: store, bin: hostctlBin(t), dataDir: filepath.Join(dir, "data"),
-		sock: filepath.Join(dir, "s"), migAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		sock: filepath.Join(dir, "s"), migAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), extra: extra}
 	t.Cleanup(func() {
 		h.stop()
 		if t.Failed() && h.proc != nil {
@@ -90,11 +94,13 @@ func (h *host) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.mdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := []string{"serve", "--host", h.name, "--store", h.store, "--data-dir", h.dataDir, "--socket", h.sock,
-		"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--metadata-listen", h.mdAddr,
 		"--virt", "libvirt", "--libvirt-uri", h.uri, "--domain-type", "qemu", "--domain-memory", "128",
 		"--reconcile-interval", "0", "--heartbeat-interval", "200ms", "--host-down-after", "10s",
 		"--migration-listen", h.migAddr, "--luks-iter-time", "10ms"}
+	args = append(args, h.extra...)
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = testenv.ChildEnv(nil, append([]string{"VMETA_VIRT=libvirt"}, h.env...)...)
 	if h.proc, err = testenv.StartProcess(h.t, "hostctl serve --host "+h.name, cmd); err != nil {
@@ -177,6 +183,18 @@ func (h *host) show(name string) instance {
 	return in
 }
 
+// specOf is the instance's stored spec as `instance show` prints it.
+func specOf(t *testing.T, h *host, name string) map[string]any {
+	t.Helper()
+	var v struct {
+		Spec map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(h.must("instance", "show", name, "--output", "json").stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Spec
+}
+
 // migration is `instance migration NAME --output json`.
 type migration struct {
 	State       string  `json:"state"`
@@ -230,22 +248,47 @@ func secrets(t *testing.T, uri, uuid string) []string {
 
 // pair is two hosts on one Redis, a on the machine's libvirtd, b on a
 // second one.
-func pair(t *testing.T) (a, b *host) {
+func pair(t *testing.T, extra ...string) (a, b *host) {
 	uriA := testenv.RequireLibvirt(t)
 	uriB := testenv.SecondLibvirtd(t)
 	redis := testenv.StartRedis(t)
-	return newHost(t, "a", uriA, redis), newHost(t, "b", uriB, redis)
+	return newHost(t, "a", uriA, redis, extra...), newHost(t, "b", uriB, redis, extra...)
 }
 
 // spec is an instance with a LUKS disk and a plain one, no NIC (host b's
 // libvirtd has no network).
 func spec(t *testing.T, name string) string {
 	p := filepath.Join(t.TempDir(), name+".yaml")
-	s := fmt.Sprintf("name: %s\nproject_id: p1\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name)
+	s := fmt.Sprintf("name: %s\nproject_id: p1\naddresses: [%s]\ndisks: [{name: vda, size: 64M, tag: root, encrypted: true}, {name: vdb, size: 256M}]\n", name, guestAddr)
 	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// guestAddr is the loopback address the test reads the instance's
+// metadata from, as its guest would (the metadata service identifies the
+// caller by its source address).
+var guestAddr = fmt.Sprintf("127.88.%d.%d", os.Getpid()%250+1, os.Getpid()/250%250+1)
+
+// metadataUUID is the uuid of meta_data.json as h's metadata service
+// serves it to the guest at guestAddr.
+func metadataUUID(t *testing.T, h *host) string {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(guestAddr)}}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext, DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + h.mdAddr + "/openstack/latest/meta_data.json")
+	if err != nil {
+		t.Fatalf("metadata from %s: %v", h.name, err)
+	}
+	defer resp.Body.Close()
+	var md struct {
+		UUID string `json:"uuid"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&md) != nil {
+		t.Fatalf("metadata from %s: %s", h.name, resp.Status)
+	}
+	return md.UUID
 }
 
 // TestColdMigrateReal: a running instance with a LUKS disk moves from a
@@ -296,6 +339,9 @@ func TestColdMigrateReal(t *testing.T) {
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("after confirm: %+v", in)
 	}
+	if got := metadataUUID(t, b); got != uuid {
+		t.Errorf("b's metadata service serves the guest at %s uuid %q, want %s", guestAddr, got, uuid)
+	}
 	if s := secrets(t, a.uri, uuid); len(s) != 0 {
 		t.Errorf("a still has the instance's libvirt secrets after confirm: %q", s)
 	}
@@ -303,7 +349,9 @@ func TestColdMigrateReal(t *testing.T) {
 		t.Error("b has no libvirt secret for the running LUKS disk")
 	}
 
-	// Back from b to a, reverted: it runs on b again, a holds nothing.
+	// Back from b to a, reverted: it runs on b again with the spec it had
+	// there, a holds nothing.
+	before := specOf(t, b, name)
 	b.must("instance", "migrate", name, "--to", "a", "--timeout", "1s")
 	if sa, sb := domstate(t, a.uri, name), domstate(t, b.uri, name); sa != "running" || sb != "shut off" {
 		t.Fatalf("in verify on a: a %q, b %q", sa, sb)
@@ -315,5 +363,209 @@ func TestColdMigrateReal(t *testing.T) {
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("after revert: %+v", in)
 	}
+	if after := specOf(t, b, name); !reflect.DeepEqual(before, after) {
+		t.Errorf("the spec after the revert is not the one before the move:\n%v\nbefore:\n%v", after, before)
+	}
 	b.must("instance", "delete", name)
+}
+
+// crashCase is one cell of the SIGKILL matrix: the host killed, the
+// crash point (internal/crashpoint: hostctl built with -tags vmetacrash
+// SIGKILLs itself there) and the request it is killed in.
+type crashCase struct {
+	side, point, request string
+}
+
+// crashCases are every step of a move, its confirm and its revert, on
+// the side that does it (the source drives; the destination receives
+// the disks and secrets, takes the record over, starts the domain, and
+// cleans up on a revert).
+func crashCases() []crashCase {
+	var cs []crashCase
+	for _, s := range []string{"recorded", "stopped", "disks-copied", "secrets-moved", "owner-switched", "started"} {
+		cs = append(cs, crashCase{"a", s, "migrate"})
+	}
+	for _, s := range []string{"dest-disk-received", "dest-secret-received", "dest-owner-switched", "dest-started"} {
+		cs = append(cs, crashCase{"b", s, "migrate"})
+	}
+	for _, s := range []string{"confirming", "source-cleaned", "secrets-forgotten"} {
+		cs = append(cs, crashCase{"a", s, "confirm"})
+	}
+	for _, s := range []string{"reverting", "destination-cleaned", "secrets-back", "owner-back", "restarted"} {
+		cs = append(cs, crashCase{"a", s, "revert"})
+	}
+	cs = append(cs, crashCase{"b", "dest-cleaned", "revert"})
+	return cs
+}
+
+// TestKilledAtEveryStep is the SIGKILL matrix over the real hosts: for
+// every step of a move, its confirm and its revert, the host doing it is
+// killed there (SIGKILL, no cleanup); it is started again, the state
+// `instance migration` names is read, and the request that completes
+// it is run (a retry then a confirm for a move, the confirm or the revert
+// again). Each case ends with the instance running on exactly one host,
+// which owns it, and no move record; the matrix is logged.
+func TestKilledAtEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the SIGKILL matrix restarts a host per step (minutes): not in -short")
+	}
+	a, b := pair(t)
+	hosts := map[string]*host{"a": a, "b": b}
+	var matrix []string
+	for i, c := range crashCases() {
+		t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
+			name := fmt.Sprintf("k%d-%d", os.Getpid(), i)
+			a.t, b.t = t, t
+			a.must("instance", "apply", "-f", spec(t, name))
+			a.must("instance", "start", name)
+			if c.request != "migrate" {
+				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+			}
+			victim := hosts[c.side]
+			victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
+			var r result
+			switch c.request {
+			case "migrate":
+				r = a.ctl("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+			case "confirm":
+				r = a.ctl("instance", "confirm-migration", name)
+			case "revert":
+				r = a.ctl("instance", "revert-migration", name)
+			}
+			select {
+			case <-victim.proc.Exited():
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("host %s was not killed at %s; the request: %s", c.side, c.point, r)
+			}
+			if r.code == 0 {
+				t.Fatalf("the request succeeded though host %s was killed at %s", c.side, c.point)
+			}
+			victim.restart()
+			shown := "none"
+			if m, ok := a.migration(name); ok {
+				shown = m.State + "@" + m.Step
+			}
+			if in := a.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
+				t.Errorf("instance show names %q, the move is %s", in.State, shown)
+			}
+			// Complete it.
+			want := "b"
+			switch {
+			case c.request == "revert":
+				a.must("instance", "revert-migration", name)
+				want = "a"
+			case strings.HasPrefix(shown, "migrating"):
+				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+				fallthrough
+			default:
+				a.must("instance", "confirm-migration", name)
+			}
+			if _, ok := a.migration(name); ok {
+				t.Fatal("the move's record stays")
+			}
+			owner := hosts[want]
+			other := hosts[map[string]string{"a": "b", "b": "a"}[want]]
+			if in := owner.show(name); in.Host != want || in.State != "running" {
+				t.Errorf("after completing: %+v, want running on %s", in, want)
+			}
+			if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != "running" || o != "" {
+				t.Errorf("libvirt after completing: %s %q, %s %q", owner.name, s, other.name, o)
+			}
+			matrix = append(matrix, fmt.Sprintf("%-8s %-2s %-22s %-30s -> running on %s", c.request, c.side, c.point, shown, want))
+			owner.must("instance", "delete", name)
+		})
+	}
+	a.t, b.t = t, t
+	t.Logf("SIGKILL matrix (request, host killed, step, state shown after the restart, final):\n%s", strings.Join(matrix, "\n"))
+}
+
+// gpuSysfs writes a sysfs tree laid out as the kernel does, with one
+// NVIDIA A100 (10de:20b5, class 030200): each host's inventory finds it.
+func gpuSysfs(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	bus := filepath.Join(root, "bus", "pci", "devices")
+	dir := filepath.Join(root, "devices", "pci0000:00", "0000:3b:00.0")
+	for _, d := range []string{bus, dir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, v := range map[string]string{"vendor": "0x10de", "device": "0x20b5", "class": "0x030200"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../../../devices/pci0000:00/0000:3b:00.0", filepath.Join(bus, "0000:3b:00.0")); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// devices is `device list --all-hosts` on h, one line per device.
+func devices(t *testing.T, h *host) map[string]string {
+	t.Helper()
+	var l struct {
+		Devices []struct {
+			Host     string `json:"host"`
+			Reserved int    `json:"reserved"`
+			Used     int    `json:"used"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(h.must("device", "list", "--all-hosts", "--output", "json").stdout), &l); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range l.Devices {
+		out[d.Host] = fmt.Sprintf("reserved=%d used=%d", d.Reserved, d.Used)
+	}
+	return out
+}
+
+// TestMoveBurnsDevices: a stopped instance holding a one-time-use
+// device (each host's inventory from a sysfs fixture) moves from a to b:
+// b's device is claimed and burned by the move; on confirm a's stays
+// burned and free, on revert b's does. The device list of every host is
+// logged after each case. (The fixture's device cannot be passed to a
+// running QEMU, so the instance stays stopped: its domain is defined on
+// b, not started.)
+func TestMoveBurnsDevices(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "devices.yaml")
+	if err := os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, b := pair(t, "--device-spec", spec, "--sysfs-root", gpuSysfs(t), "--device-sync-interval", "0")
+	for i, end := range []string{"confirm-migration", "revert-migration"} {
+		name := fmt.Sprintf("otu%d-%d", os.Getpid(), i)
+		p := filepath.Join(t.TempDir(), "vm.yaml")
+		if err := os.WriteFile(p, []byte("name: "+name+"\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a.must("instance", "apply", "-f", p)
+		if got := devices(t, a); got["a"] != "reserved=1 used=1" {
+			t.Fatalf("after the apply on a: %v", got)
+		}
+		a.must("instance", "migrate", name, "--to", "b")
+		if got := devices(t, a); got["a"] != "reserved=1 used=1" || got["b"] != "reserved=1 used=1" {
+			t.Fatalf("in verify: %v; want both held and burned", got)
+		}
+		a.must("instance", end, name)
+		got := devices(t, a)
+		t.Logf("device list --all-hosts after %s: a %s, b %s", end, got["a"], got["b"])
+		want := map[string]string{"a": "reserved=1 used=0", "b": "reserved=1 used=1"}
+		owner := b
+		if end == "revert-migration" {
+			want = map[string]string{"a": "reserved=1 used=1", "b": "reserved=1 used=0"}
+			owner = a
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %s: %v, want %v", end, got, want)
+		}
+		owner.must("instance", "delete", name)
+		// Clean the burned devices for the next case (the operator's
+		// cleaning, as the one-time-use specification has it).
+		for _, h := range []*host{a, b} {
+			h.must("device", "clean", "0000:3b:00.0")
+		}
+	}
 }

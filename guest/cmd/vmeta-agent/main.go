@@ -7,6 +7,7 @@
 //	vmeta-agent status [--output json]   what the last pass did
 //	vmeta-agent find --tag T [--type disk|nic|share]
 //	vmeta-agent version                  the version it was built as
+//	vmeta-agent man                      its manual page, vmeta-agent(8), from the command table
 //
 // Exit status: 0 success; 1 the metadata could not be read or is
 // invalid, or another error (nothing was changed by a failed read); 2
@@ -34,17 +35,79 @@ import (
 	"github.com/vmeta/vmeta/internal/version"
 )
 
-const usage = `usage: vmeta-agent <command> [flags]
+// command is one command of the agent. The table (commands) is what run
+// dispatches on, what the usage lists and what the manual page
+// (vmeta-agent man) documents, flags included: they cannot disagree.
+type command struct {
+	name, args, summary string
+	// setup registers the command's flags on fs and returns what runs it
+	// (after fs has parsed the arguments); it returns the exit status.
+	setup func(fs *flag.FlagSet) func(ctx context.Context, stdout, stderr io.Writer, started time.Time) int
+}
 
-commands:
-  apply     read the metadata and apply it once
-  run       apply, then follow device events and metadata changes (daemon)
-  status    show what the last pass applied (--output table|json)
-  find      print what carries a tag: find --tag T [--type disk|nic|share]
-  version   print the version (git describe of the build)
+// commands is the agent's command table.
+func commands() []command {
+	return []command{
+		{name: "apply", summary: "read the metadata and apply it once", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
+			var f applyFlags
+			f.register(fs)
+			return func(ctx context.Context, _, stderr io.Writer, started time.Time) int {
+				return cmdApply(ctx, &f, stderr, started)
+			}
+		}},
+		{name: "run", summary: "apply, then follow device events and metadata changes (daemon)", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
+			var f applyFlags
+			f.register(fs)
+			poll := fs.Duration("poll-interval", time.Minute, "how often the metadata is read again when nothing happens")
+			return func(ctx context.Context, _, stderr io.Writer, started time.Time) int {
+				return cmdRun(ctx, &f, *poll, stderr, started)
+			}
+		}},
+		{name: "status", args: "[--output table|json]", summary: "show what the last pass applied", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
+			var c common
+			c.register(fs)
+			output := fs.String("output", "table", "table or json")
+			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int {
+				return cmdStatus(&c, *output, stdout, stderr)
+			}
+		}},
+		{name: "find", args: "--tag T [--type disk|nic|share]", summary: "print what carries a tag", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
+			var c common
+			c.register(fs)
+			tag := fs.String("tag", "", "the tag (for shares: the virtiofs tag)")
+			typ := fs.String("type", "", "disk, nic or share (default: all)")
+			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int {
+				return cmdFind(&c, *tag, *typ, stdout, stderr)
+			}
+		}},
+		{name: "version", summary: "print the version (git describe of the build)", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
+			return func(_ context.Context, stdout, _ io.Writer, _ time.Time) int {
+				fmt.Fprintln(stdout, version.String())
+				return 0
+			}
+		}},
+		{name: "man", summary: "print this program's manual page, vmeta-agent(8) (roff)", setup: func(fs *flag.FlagSet) func(context.Context, io.Writer, io.Writer, time.Time) int {
+			return func(_ context.Context, stdout, stderr io.Writer, _ time.Time) int {
+				if err := writeManual(stdout); err != nil {
+					fmt.Fprintln(stderr, "vmeta-agent:", err)
+					return 1
+				}
+				return 0
+			}
+		}},
+	}
+}
 
-Run "vmeta-agent <command> -h" for the flags of a command.
-`
+// usage lists the commands.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: vmeta-agent <command> [flags]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nRun \"vmeta-agent <command> -h\" for the flags of a command.\n")
+	return b.String()
+}
 
 func main() {
 	started := time.Now()
@@ -146,56 +209,28 @@ func (a *applyFlags) agent(log *slog.Logger, started time.Time, daemon bool) (*g
 
 func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		if len(args) == 0 {
 			return 1
 		}
 		return 0
 	}
-	cmd, args := args[0], args[1:]
-	if cmd == "version" {
-		fmt.Fprintln(stdout, version.String())
-		return 0
+	name, args := args[0], args[1:]
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		fs := flag.NewFlagSet("vmeta-agent "+name, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		do := c.setup(fs)
+		if err := fs.Parse(args); err != nil {
+			return 1
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return do(ctx, stdout, stderr, started)
 	}
-	fs := flag.NewFlagSet("vmeta-agent "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	switch cmd {
-	case "apply":
-		var f applyFlags
-		f.register(fs)
-		if err := fs.Parse(args); err != nil {
-			return 1
-		}
-		return cmdApply(ctx, &f, stderr, started)
-	case "run":
-		var f applyFlags
-		f.register(fs)
-		poll := fs.Duration("poll-interval", time.Minute, "how often the metadata is read again when nothing happens")
-		if err := fs.Parse(args); err != nil {
-			return 1
-		}
-		return cmdRun(ctx, &f, *poll, stderr, started)
-	case "status":
-		var c common
-		c.register(fs)
-		output := fs.String("output", "table", "table or json")
-		if err := fs.Parse(args); err != nil {
-			return 1
-		}
-		return cmdStatus(&c, *output, stdout, stderr)
-	case "find":
-		var c common
-		c.register(fs)
-		tag := fs.String("tag", "", "the tag (for shares: the virtiofs tag)")
-		typ := fs.String("type", "", "disk, nic or share (default: all)")
-		if err := fs.Parse(args); err != nil {
-			return 1
-		}
-		return cmdFind(&c, *tag, *typ, stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "vmeta-agent: unknown command %q\n\n%s", cmd, usage)
+	fmt.Fprintf(stderr, "vmeta-agent: unknown command %q\n\n%s", name, usage())
 	return 1
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
 
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -41,7 +42,12 @@ func (c *Client) ImportImage(ctx context.Context, name string, props map[string]
 	mw := multipart.NewWriter(pw)
 	go func() {
 		err := func() error {
-			part, err := mw.CreateFormField("image")
+			// The "image" part is JSON, and says so (openapi.yaml's
+			// encoding); CreateFormField would send it as text/plain.
+			part, err := mw.CreatePart(textproto.MIMEHeader{
+				"Content-Disposition": {`form-data; name="image"`},
+				"Content-Type":        {"application/json"},
+			})
 			if err != nil {
 				return err
 			}

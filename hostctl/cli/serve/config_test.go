@@ -42,13 +42,19 @@ func example(fs *flag.FlagSet) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `# %s: the configuration of 'hostctl serve --config %s'.
 #
-# One key per flag of 'hostctl serve' (see 'hostctl serve --help'), named as
-# the flag; a flag given on the command line overrides the file. Unknown keys
-# are an error. Every key is optional: the values below, commented out, are the
-# defaults.
+# One key per flag of 'hostctl serve' (see 'hostctl serve --help' and
+# hostctl.yaml(5)), named as the flag; a flag given on the command line
+# overrides the file. Unknown keys are an error. Every key is optional: the
+# values below, commented out, are the defaults.
+#
+# The hostctl.service unit runs
+#   hostctl serve --config %s $HOSTCTL_OPTS:
+# the flags in HOSTCTL_OPTS (/etc/default/hostctl) override this file. The
+# unit may write only /var/lib/vmeta and /run/vmeta: another data-dir or
+# socket needs ReadWritePaths= in a drop-in (systemctl edit hostctl).
 #
 # Generated from the flags: go test ./hostctl/cli/serve -run TestExampleConfig -update
-`, DefaultConfigFile, DefaultConfigFile)
+`, DefaultConfigFile, DefaultConfigFile, DefaultConfigFile)
 	fs.VisitAll(func(f *flag.Flag) {
 		b.WriteString("\n")
 		for _, l := range wrap(f.Usage, 76) {

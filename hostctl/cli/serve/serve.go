@@ -23,7 +23,7 @@ func Command() *cli.Command {
 		Help: `Runs the controller, the admin API (unix socket, and a TCP listener with
 --admin-listen) and the metadata service. Every flag may also be given in the
 --config file, keyed by the flag's name; the command line overrides the file.`,
-		ConfigFile: true,
+		ConfigFile: true, ConfigPath: DefaultConfigFile,
 		Setup: func(fs *flag.FlagSet) func(context.Context, *cli.Call) error {
 			var cfg daemon.Config
 			cfg.AddFlags(fs)

@@ -107,8 +107,9 @@ type Options struct {
 	Records   store.Records
 	Instances InstanceRecords
 	// Catalog is the image catalog (the images disks are made over, and
-	// the secrets they name); Images makes plain disk images (Catalog
-	// when nil); Templates are the blank templates of a flavor's
+	// the secrets they name); Images makes plain disk images (when nil:
+	// blank ones in Go, the others by Catalog's qemu-img; blank.go);
+	// Templates are the blank templates of a flavor's
 	// ephemeral and swap disks (DataDir/instances/_base when nil).
 	Catalog   *images.Dir
 	Images    Images
@@ -177,7 +178,7 @@ func New(o Options) *Part {
 		o.LUKS = encryption.New(encryption.Options{})
 	}
 	if o.Catalog != nil && o.Images == nil {
-		o.Images = o.Catalog
+		o.Images = blankInGo{o.Catalog} // blank.go
 	}
 	if o.Catalog != nil && o.Templates == nil {
 		o.Templates = o.Catalog.NewTemplates(filepath.Join(o.DataDir, "instances", "_base"))

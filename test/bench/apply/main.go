@@ -2,7 +2,7 @@
 // (qemu:///system, TCG), end to end through a `hostctl serve --virt
 // libvirt` built from this checkout and its admin API:
 //
-//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system] [-firmware auto|on|off] [-steps]
+//	go run ./test/bench/apply [-n 10] [-instances 200] [-uri qemu:///system] [-firmware auto|on|off] [-steps] [-forks]
 //
 // Rows:
 //   - apply, 4 disks + 2 NICs: a new instance — validate, four qemu-img
@@ -19,11 +19,18 @@
 //     keeps one document per instance and an address index, so
 //     republishing one must cost the same either way.
 //
+// Beside each row's times, the CPU time per run of hostctl, of the
+// processes it started and of libvirtd (/proc): figures the load of a
+// shared machine moves far less than wall time. With -forks (on for
+// root), a pass of its own after the timed runs counts the processes
+// hostctl starts per apply, re-apply and delete (strace -f attached).
+//
 // With -steps, hostctl logs at debug level and the run ends with the
 // median time of each step of an apply and of its publish (hostctl's
 // "apply instance steps", "apply steps" and "publish steps" lines: the
-// whole apply, its domain part and its publish), for the new 4-disk instance
-// and for its unchanged re-apply: where an apply's time goes.
+// whole apply, its domain part and its publish), and its libvirt calls,
+// for the new 4-disk instance and for its unchanged re-apply: where an
+// apply's time goes.
 //
 // Every domain it defines is named vmeta-bench-<run>-…, deleted at the end
 // (also on error or SIGINT) through hostctl, and then, should that fail,
@@ -45,6 +52,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -59,7 +67,8 @@ func main() {
 	instances := flag.Int("instances", 200, "instances present for the list and republish rows")
 	uri := flag.String("uri", "qemu:///system", "libvirt URI")
 	firmware := flag.String("firmware", "auto", "hostctl serve --firmware-metadata (on costs a redefine of the persistent domain per publish)")
-	flag.BoolVar(&showSteps, "steps", false, "log hostctl at debug level and print the median time of each step of an apply")
+	flag.BoolVar(&showSteps, "steps", false, "log hostctl at debug level and print the median time of each step of an apply, and its libvirt calls")
+	flag.BoolVar(&countForks, "forks", os.Geteuid() == 0, "count the processes hostctl starts per operation (strace -f attached to hostctl serve in a pass of its own; root, strace on PATH)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -72,6 +81,17 @@ func main() {
 type row struct {
 	name  string
 	times []time.Duration
+	// CPU time over the runs: hostctl's own, its child processes'
+	// (qemu-img), libvirtd's (shared with whatever else uses it).
+	cpuSelf, cpuChildren, cpuLibvirtd time.Duration
+}
+
+// cpuPerRun is the mean CPU time per run of each kind: what an operation
+// costs, which a loaded machine moves far less than its wall time
+// (/proc counts in 10 ms ticks: a mean over the runs, not a median).
+func (r *row) cpuPerRun() (self, children, libvirtd time.Duration) {
+	n := time.Duration(max(len(r.times), 1))
+	return r.cpuSelf / n, r.cpuChildren / n, r.cpuLibvirtd / n
 }
 
 func (r *row) add(d time.Duration) { r.times = append(r.times, d) }
@@ -83,10 +103,12 @@ func (r *row) stats() (median, lo, hi time.Duration) {
 }
 
 type bench struct {
-	c      *client.Client
-	uri    string
-	prefix string
-	names  []string // every instance applied, for cleanup
+	c        *client.Client
+	uri      string
+	prefix   string
+	names    []string // every instance applied, for cleanup
+	pid      int      // hostctl serve's
+	libvirtd int      // libvirtd's pid (0: not found)
 }
 
 func run(ctx context.Context, n, instances int, uri, firmware string) (err error) {
@@ -137,7 +159,7 @@ func run(ctx context.Context, n, instances int, uri, firmware string) (err error
 		return err
 	}
 
-	b := &bench{c: client.NewUnix(sock), uri: uri, prefix: "vmeta-bench-" + randHex(4)}
+	b := &bench{c: client.NewUnix(sock), uri: uri, prefix: "vmeta-bench-" + randHex(4), pid: daemon.Process.Pid, libvirtd: pidOf("libvirtd")}
 	defer b.cleanup()
 	v, _ := exec.Command("virsh", "-c", uri, "version", "--daemon").CombinedOutput()
 	fmt.Printf("hostctl serve --virt libvirt (%s, TCG), %d runs per row, --firmware-metadata %s\n%s\nload average at the start: %s\n", uri, n, firmware, firstLines(string(v), 3), loadavg())
@@ -242,13 +264,31 @@ func run(ctx context.Context, n, instances int, uri, firmware string) (err error
 		return err
 	}
 
+	var forks map[string][]string
+	if _, lerr := exec.LookPath("strace"); countForks && lerr != nil {
+		fmt.Println("(-forks: no strace on PATH; the processes hostctl starts are not counted)")
+	} else if countForks {
+		if forks, err = b.forks(ctx, tmp); err != nil {
+			return err
+		}
+	}
+
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\truns\tmedian\tmin\tmax\t")
+	fmt.Fprintln(tw, "\truns\tmedian\tmin\tmax\thostctl CPU/run\tits processes' CPU/run\tlibvirtd CPU/run\t")
 	for _, r := range []*row{apply, applyCLI, noLease, reapply, attach, detach, del, fill, list1, list200, repub1, repub200} {
 		med, lo, hi := r.stats()
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", r.name, len(r.times), ms(med), ms(lo), ms(hi))
+		self, children, lv := r.cpuPerRun()
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, len(r.times), ms(med), ms(lo), ms(hi), ms(self), ms(children), ms(lv))
 	}
 	tw.Flush()
+	fmt.Println("(CPU per run: means of /proc's 10 ms ticks; libvirtd serves every other client on the machine too)")
+	if forks != nil {
+		fmt.Println("processes hostctl started (strace -f on hostctl serve, a pass of its own after the timed runs):")
+		for _, op := range forkOps {
+			runs := forks[op]
+			fmt.Printf("  %s: %s\n", op, strings.Join(runs, "; "))
+		}
+	}
 	fmt.Printf("load average at the end: %s\n", loadavg())
 	ma, _, _ := apply.stats()
 	mr, _, _ := reapply.stats()
@@ -264,8 +304,8 @@ func run(ctx context.Context, n, instances int, uri, firmware string) (err error
 	return nil
 }
 
-// showSteps is -steps.
-var showSteps bool
+// showSteps is -steps, countForks -forks.
+var showSteps, countForks bool
 
 func logLevel() string {
 	if showSteps {
@@ -328,6 +368,11 @@ func printSteps(logPath, prefix string) error {
 		}
 		for _, a := range attrs {
 			d, err := time.ParseDuration(a[1])
+			if a[0] == "libvirt_calls" { // a count, kept as a Duration
+				var n int64
+				n, err = strconv.ParseInt(a[1], 10, 64)
+				d = time.Duration(n)
+			}
 			if err != nil {
 				continue
 			}
@@ -343,6 +388,10 @@ func printSteps(logPath, prefix string) error {
 				continue
 			}
 			slices.Sort(t)
+			if step == "libvirt_calls" {
+				parts = append(parts, fmt.Sprintf("libvirt calls %d", int64(t[len(t)/2])))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%s %s", step, ms(t[len(t)/2])))
 		}
 		fmt.Printf("  %s, %s (%d): %s\n", k.msg, k.kind, len(times[k][stepOrder(k.msg)[0]]), strings.Join(parts, ", "))
@@ -354,11 +403,11 @@ func printSteps(logPath, prefix string) error {
 func stepOrder(msg string) []string {
 	switch msg {
 	case "apply":
-		return []string{"check", "disks", "define", "disks_wait", "read_back", "parts", "publish", "state"}
+		return []string{"check", "disks", "define", "disks_wait", "read_back", "parts", "publish", "state", "libvirt_calls"}
 	case "instance":
-		return []string{"lock", "existing", "layout", "parts", "domain"}
+		return []string{"lock", "existing", "layout", "parts", "domain", "libvirt_calls"}
 	}
-	return []string{"render", "drive", "firmware", "store"}
+	return []string{"render", "drive", "firmware", "store", "libvirt_calls"}
 }
 
 // apply sends a spec and remembers the name for cleanup.
@@ -377,14 +426,173 @@ func (b *bench) timed(ctx context.Context, r *row, f func() error) (time.Duratio
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	self0, children0 := cpuOf(b.pid)
+	lv0, _ := cpuOf(b.libvirtd)
 	start := time.Now()
 	err := f()
 	d := time.Since(start)
 	if err != nil {
 		return d, fmt.Errorf("%s: %w", r.name, err)
 	}
+	self1, children1 := cpuOf(b.pid)
+	lv1, _ := cpuOf(b.libvirtd)
 	r.add(d)
+	r.cpuSelf += self1 - self0
+	r.cpuChildren += children1 - children0
+	r.cpuLibvirtd += lv1 - lv0
 	return d, nil
+}
+
+// cpuOf is the CPU time (user and system) process pid has used, and that
+// of its children it has waited for; zero when it cannot be read.
+func cpuOf(pid int) (self, children time.Duration) {
+	if pid == 0 {
+		return 0, 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command's name, which ends with the last ')':
+	// state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 15 {
+		return 0, 0
+	}
+	tick := func(s string) time.Duration {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return time.Duration(n) * (time.Second / clockTicks)
+	}
+	return tick(f[11]) + tick(f[12]), tick(f[13]) + tick(f[14])
+}
+
+// clockTicks is USER_HZ, the unit of /proc's times (100 on Linux).
+const clockTicks = 100
+
+// pidOf is the pid of the process whose command is name (0: none).
+func pidOf(name string) int {
+	out, err := exec.Command("pgrep", "-x", "-o", name).Output()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return n
+}
+
+// forkOps are the operations of the strace pass, in order.
+var forkOps = []string{"apply (new, 4 disks + 2 NICs)", "re-apply unchanged", "delete"}
+
+// forks applies, re-applies and deletes three 4-disk instances with
+// strace -f attached to hostctl serve and returns, per operation, the
+// programs hostctl ran in each run ("none" for a run that ran none).
+func (b *bench) forks(ctx context.Context, tmp string) (map[string][]string, error) {
+	out := filepath.Join(tmp, "strace.out")
+	cmd := exec.Command("strace", "-f", "-qq", "-ttt", "-e", "trace=execve", "-e", "signal=none", "-o", out, "-p", strconv.Itoa(b.pid))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("strace (-forks=false goes without): %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := waitTraced(b.pid, done); err != nil {
+		return nil, err
+	}
+	type span struct {
+		op         string
+		start, end time.Time
+	}
+	var spans []span
+	run := func(op string, f func() error) error {
+		s := span{op: op, start: time.Now()}
+		err := f()
+		s.end = time.Now()
+		spans = append(spans, s)
+		return err
+	}
+	var err error
+	for i := range 3 {
+		name := fmt.Sprintf("%s-forks-%d", b.prefix, i)
+		spec := fullSpec(name, 100+i)
+		if err = run(forkOps[0], func() error { _, err := b.apply(ctx, name, spec); return err }); err != nil {
+			break
+		}
+		if err = run(forkOps[1], func() error { _, err := b.apply(ctx, name, spec); return err }); err != nil {
+			break
+		}
+		if err = run(forkOps[2], func() error { return b.c.Delete(ctx, name) }); err != nil {
+			break
+		}
+	}
+	_ = cmd.Process.Signal(os.Interrupt) // strace detaches
+	<-done
+	if err != nil {
+		return nil, err
+	}
+	raw, rerr := os.ReadFile(out)
+	if rerr != nil {
+		return nil, rerr
+	}
+	// Lines: PID SECONDS.MICROS execve("/usr/bin/qemu-img", [...], ...) = 0,
+	// or, when several run at once, "... <unfinished ...>" and a resumed
+	// line later: each execve( counts, but for a failed one (= -1).
+	progs := make([][]string, len(spans))
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.HasPrefix(f[2], "execve(") || strings.Contains(line, "= -1 ") {
+			continue
+		}
+		sec, perr := strconv.ParseFloat(f[1], 64)
+		if perr != nil {
+			continue
+		}
+		at := time.Unix(0, int64(sec*1e9))
+		prog := filepath.Base(strings.Trim(strings.TrimSuffix(strings.TrimPrefix(f[2], "execve("), ","), `"`))
+		for i, s := range spans {
+			if !at.Before(s.start) && !at.After(s.end) {
+				progs[i] = append(progs[i], prog)
+			}
+		}
+	}
+	res := map[string][]string{}
+	for i, s := range spans {
+		desc := "none"
+		if len(progs[i]) > 0 {
+			desc = fmt.Sprintf("%d (%s)", len(progs[i]), strings.Join(progs[i], " "))
+		}
+		res[s.op] = append(res[s.op], desc)
+	}
+	return res, nil
+}
+
+// waitTraced waits until every thread of process pid is traced.
+func waitTraced(pid int, exited <-chan error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("strace ended before attaching: %w", err)
+		default:
+		}
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+		traced := len(tasks) > 0
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil || strings.Contains(string(b), "TracerPid:\t0\n") {
+				traced = false
+			}
+		}
+		if traced {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("strace did not attach to every thread of hostctl serve within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // cleanup deletes every instance the run applied, through hostctl, and
