@@ -102,7 +102,7 @@ type fakeLiveHosts struct{ w *world }
 
 func (h fakeLiveHosts) Destination(ctx context.Context, host string) (Destination, error) {
 	if host == "b" {
-		return &fakeLiveDest{fakeDest{h.w}}, nil
+		return &fakeLiveDest{fakeDest(h)}, nil
 	}
 	return fakeHosts(h).Destination(ctx, host)
 }
