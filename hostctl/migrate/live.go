@@ -176,7 +176,8 @@ func (m *Migrator) MigrateLive(ctx context.Context, name, dest string) (Record, 
 		return Record{}, fmt.Errorf("migrate %s live: %w", name, err)
 	}
 	now := time.Now().UTC()
-	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: true, Started: now, Updated: now, Live: live}
+	rec = Record{Instance: name, UUID: in.UUID, Source: m.Host, Dest: dest, State: Migrating, WasRunning: true, Started: now, Updated: now, Live: live,
+		SourceSpec: in.Spec}
 	if rec.Secrets, err = m.Source.Secrets(ctx, in.UUID); err != nil {
 		return Record{}, fmt.Errorf("migrate %s live: %w", name, err)
 	}

@@ -103,7 +103,7 @@ func (h *LiveHost) CheckLive(ctx context.Context, name string) (Instance, *Live,
 		}
 		live.Disks = append(live.Disks, LiveDisk{Name: f.Name, Format: format, VirtualSize: vs, Backing: f.Backing, BackingFormat: f.BackingFormat, Secret: f.Secret})
 	}
-	return Instance{Name: name, UUID: rec.UUID, Running: true}, live, nil
+	return Instance{Name: name, UUID: rec.UUID, Running: true, Spec: rec.Spec}, live, nil
 }
 
 // instanceFiles are the files of instance name's directory its running
