@@ -1,7 +1,10 @@
 package migrate_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"net"
 	"os"
 	"os/exec"
@@ -44,8 +47,9 @@ func startGuestHost(h *host, g testenv.Guest) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.mdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := []string{"serve", "--host", h.name, "--store", h.store, "--data-dir", h.dataDir, "--socket", h.sock,
-		"--metadata-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--metadata-listen", h.mdAddr,
 		"--virt", "libvirt", "--libvirt-uri", h.uri, "--domain-type", "qemu", "--domain-memory", "256",
 		"--domain-kernel", g.Kernel, "--domain-initrd", g.Initrd, "--domain-cmdline", g.Cmdline,
 		"--reconcile-interval", "0", "--heartbeat-interval", "200ms", "--host-down-after", "10s",
@@ -85,6 +89,28 @@ func guestHost(t *testing.T, name, uri, store string, g testenv.Guest) *host {
 	})
 	startGuestHost(h, g)
 	return h
+}
+
+// metadataOf is the uuid h's metadata service serves the guest at
+// guestAddr (metadataUUID without stopping the test).
+func metadataOf(h *host) (string, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(guestAddr)}}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext, DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + h.mdAddr + "/openstack/latest/meta_data.json")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var md struct {
+		UUID string `json:"uuid"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&md); err != nil {
+		return "", err
+	}
+	return md.UUID, nil
 }
 
 var tickRE = regexp.MustCompile(`vmeta-tick (\d+) ([0-9.]+) uuid=(\S*)`)
@@ -136,7 +162,7 @@ func TestLiveMigrateReal(t *testing.T) {
 
 	name := "live-" + strconv.Itoa(os.Getpid())
 	spec := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(spec, []byte("name: "+name+"\nproject_id: p1\ndisks: [{name: vdb, size: 64M}]\n"), 0o600); err != nil {
+	if err := os.WriteFile(spec, []byte("name: "+name+"\nproject_id: p1\naddresses: ["+guestAddr+"]\ndisks: [{name: vdb, size: 64M}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	a.must("instance", "apply", "-f", spec)
@@ -153,12 +179,20 @@ func TestLiveMigrateReal(t *testing.T) {
 		t.Fatalf("the guest reads uuid %q from its config drive on a, want %q; its console:\n%s", before[len(before)-1].uuid, uuid, b)
 	}
 
-	// Keep a's console log as the move goes (a's copy goes at its end).
+	if got := metadataUUID(t, a); got != uuid {
+		t.Fatalf("a's metadata service serves the guest at %s uuid %q, want %s", guestAddr, got, uuid)
+	}
+
+	// Keep a's console log as the move goes (a's copy goes at its end),
+	// and ask both metadata services for the guest's metadata, by its
+	// address, all along.
 	var (
-		mu     sync.Mutex
-		seenA  string
-		stop   = make(chan struct{})
-		copied = make(chan struct{})
+		mu       sync.Mutex
+		seenA    string
+		mdAsked  int
+		mdFailed []string
+		stop     = make(chan struct{})
+		copied   = make(chan struct{})
 	)
 	go func() {
 		defer close(copied)
@@ -166,6 +200,15 @@ func TestLiveMigrateReal(t *testing.T) {
 			if b, err := os.ReadFile(logA); err == nil && len(b) >= len(seenA) {
 				mu.Lock()
 				seenA = string(b)
+				mu.Unlock()
+			}
+			for _, h := range []*host{a, b} {
+				got, err := metadataOf(h)
+				mu.Lock()
+				mdAsked++
+				if err != nil || got != uuid {
+					mdFailed = append(mdFailed, fmt.Sprintf("%s: %q %v", h.name, got, err))
+				}
 				mu.Unlock()
 			}
 			select {
@@ -191,6 +234,15 @@ func TestLiveMigrateReal(t *testing.T) {
 	if _, ok := a.migration(name); ok {
 		t.Error("the move's record stays after a live move")
 	}
+	if got := metadataUUID(t, b); got != uuid {
+		t.Errorf("b's metadata service serves the guest at %s uuid %q, want %s", guestAddr, got, uuid)
+	}
+	mu.Lock()
+	if len(mdFailed) > 0 {
+		t.Errorf("%d of %d metadata requests during the move failed: %q", len(mdFailed), mdAsked, mdFailed)
+	}
+	t.Logf("metadata requests (a's and b's services, by the guest's address) during the move: %d, all answered with its uuid: %t", mdAsked, len(mdFailed) == 0)
+	mu.Unlock()
 	if in := b.show(name); in.Host != "b" || in.State != "running" {
 		t.Fatalf("instance show on b: %+v", in)
 	}
