@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"testing"
-	"time"
 )
 
 // discard is a minimal ResponseWriter, so that benchmarks measure the
@@ -21,12 +20,12 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(code int)        { d.status = code }
 
-// benchOptions: "bare" has metrics, the access log and the rate limit
+// benchOptions (the real clock, as in production): "bare" has metrics, the access log and the rate limit
 // off; "metrics" turns metrics and the rate limit on (high enough never
 // to refuse); "metrics+log" adds the access log, formatted by a text
 // handler into io.Discard.
 func benchOptions(mode string) Options {
-	o := Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now, RateLimit: -1, TokenKeys: NewKeyRing([]byte("bench-token-key"))}
+	o := Options{Logger: slog.New(slog.DiscardHandler), RateLimit: -1, TokenKeys: NewKeyRing([]byte("bench-token-key"))}
 	if mode != "bare" {
 		o.Metrics = true
 		o.RateLimit, o.RateBurst = 1e12, 1<<30

@@ -15,6 +15,12 @@ import (
 // putInstance renders and publishes an instance in a real store.
 func putInstance(t *testing.T, st store.Store, in *model.Instance) store.Document {
 	t.Helper()
+	return putInstanceTB(t, st, in)
+}
+
+// putInstanceTB is putInstance for tests and benchmarks.
+func putInstanceTB(t testing.TB, st store.Store, in *model.Instance) store.Document {
+	t.Helper()
 	tr, err := metadata.Render(in, metadata.Options{Rand: bytes.NewReader(make([]byte, 512))})
 	if err != nil {
 		t.Fatal(err)

@@ -24,8 +24,8 @@ import (
 // read), but is not cached.
 type cache struct {
 	mu        sync.RWMutex
-	views     map[string]*view     // instance UUID -> view
-	addrs     map[netip.Addr]*view // source address -> view
+	views     map[string]*view // instance UUID -> view
+	addrs     addrIndex        // source address -> view
 	uuidFills map[string]*fill
 	addrFills map[netip.Addr]*fill
 	// shapes are the directory shapes of the cached views (see
@@ -54,7 +54,7 @@ func (f *fill) wait(ctx context.Context) (*view, error) {
 
 func newCache() cache {
 	return cache{
-		views: map[string]*view{}, addrs: map[netip.Addr]*view{},
+		views: map[string]*view{}, addrs: newAddrIndex(),
 		uuidFills: map[string]*fill{}, addrFills: map[netip.Addr]*fill{},
 	}
 }
@@ -74,7 +74,7 @@ func (c *cache) byUUID(uuid string) *view {
 
 func (c *cache) byAddr(a netip.Addr) *view {
 	c.mu.RLock()
-	v := c.addrs[a]
+	v := c.addrs.get(a)
 	c.mu.RUnlock()
 	return v
 }
@@ -96,8 +96,8 @@ func (c *cache) dropLocked(v *view) {
 		v.release()
 	}
 	for _, a := range v.addrs {
-		if c.addrs[a] == v {
-			delete(c.addrs, a)
+		if c.addrs.get(a) == v {
+			c.addrs.del(a)
 		}
 	}
 }
@@ -162,8 +162,8 @@ func (s *Server) applyChange(ctx context.Context, ch store.Change) {
 			continue
 		}
 		a = a.Unmap().WithZone("")
-		if av := c.addrs[a]; av != nil && av.uuid != ch.UUID {
-			delete(c.addrs, a)
+		if av := c.addrs.get(a); av != nil && av.uuid != ch.UUID {
+			c.addrs.del(a)
 		}
 	}
 }
@@ -184,16 +184,37 @@ func (s *Server) sweep(ctx context.Context) {
 		s.checkStore(ctx)
 		return
 	}
-	for _, v := range views {
-		if ctx.Err() != nil {
+	for len(views) > 0 {
+		n := min(len(views), sweepChunk)
+		if !s.sweepChunk(ctx, views[:n]) {
 			return
 		}
-		sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+		views = views[n:]
+	}
+}
+
+// sweepChunk is how many versions a sweep reads under one store timeout
+// (a context, its timer and a health record per read were a good share
+// of a sweep's cost, which lands in whatever requests are being served
+// meanwhile: issue 23 item 3). sweepChunk reads of the embedded store
+// take a millisecond or two, of Redis a few round trips' time each: far
+// below DefaultStoreTimeout.
+const sweepChunk = 64
+
+// sweepChunk compares the versions of views with the store's, all within
+// one StoreTimeout; false: a store error (or ctx) ended the sweep.
+func (s *Server) sweepChunk(ctx context.Context, views []*view) bool {
+	c := &s.cache
+	sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	defer cancel()
+	for _, v := range views {
+		if ctx.Err() != nil {
+			return false
+		}
 		ver, err := s.docs.DocumentVersion(sctx, v.uuid)
-		cancel()
-		s.storeResult(err)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return
+			s.storeResult(err)
+			return false
 		}
 		if err != nil || ver != v.version {
 			c.mu.Lock()
@@ -202,6 +223,8 @@ func (s *Server) sweep(ctx context.Context) {
 			c.mu.Unlock()
 		}
 	}
+	s.storeResult(nil)
+	return true
 }
 
 // fillUUID reads an instance's view from the store (once for all the
@@ -257,7 +280,7 @@ func (s *Server) fillUUID(ctx context.Context, uuid string) (*view, error) {
 func (s *Server) fillAddr(ctx context.Context, a netip.Addr) (*view, error) {
 	c := &s.cache
 	c.mu.Lock()
-	if v := c.addrs[a]; v != nil {
+	if v := c.addrs.get(a); v != nil {
 		c.mu.Unlock()
 		return v, nil
 	}
@@ -287,7 +310,7 @@ func (s *Server) fillAddr(ctx context.Context, a netip.Addr) (*view, error) {
 	c.mu.Lock()
 	delete(c.addrFills, a)
 	if err == nil && !f.stale && c.views[uuid] == v {
-		c.addrs[a] = v
+		c.addrs.set(a, v)
 		v.addrs = append(v.addrs, a)
 	}
 	c.mu.Unlock()
@@ -426,3 +449,49 @@ func (s *Server) ReloadKeys() error {
 	}
 	return errors.Join(errs...)
 }
+
+// addrIndex maps source addresses to views. IPv4 addresses, nearly every
+// guest's, are keyed by their 32 bits: the runtime hashes and compares
+// such a key in an instruction or two, where a netip.Addr (24 bytes with
+// its zone) takes its generic hash and compare, and a map slot of it
+// spans more cache lines (issue 23 item 3: in a boot storm every lookup
+// misses the caches). Other addresses are keyed by themselves. Addresses
+// are unmapped and without zone (peerAddr), so each has one key.
+type addrIndex struct {
+	v4    map[uint32]*view
+	other map[netip.Addr]*view
+}
+
+func newAddrIndex() addrIndex {
+	return addrIndex{v4: map[uint32]*view{}, other: map[netip.Addr]*view{}}
+}
+
+func v4Key(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func (x *addrIndex) get(a netip.Addr) *view {
+	if a.Is4() {
+		return x.v4[v4Key(a)]
+	}
+	return x.other[a]
+}
+
+func (x *addrIndex) set(a netip.Addr, v *view) {
+	if a.Is4() {
+		x.v4[v4Key(a)] = v
+		return
+	}
+	x.other[a] = v
+}
+
+func (x *addrIndex) del(a netip.Addr) {
+	if a.Is4() {
+		delete(x.v4, v4Key(a))
+		return
+	}
+	delete(x.other, a)
+}
+
+func (x *addrIndex) len() int { return len(x.v4) + len(x.other) }

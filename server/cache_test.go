@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -405,9 +406,45 @@ func TestCachedInstancesGauge(t *testing.T) {
 		t.Error("gauge after Invalidate")
 	}
 	s.cache.mu.RLock()
-	naddrs := len(s.cache.addrs)
+	naddrs := s.cache.addrs.len()
 	s.cache.mu.RUnlock()
 	if naddrs != 2 { // 10.0.0.5 and ::1 of web-1
 		t.Errorf("%d cached addresses, want 2", naddrs)
+	}
+}
+
+// TestAddrIndex: IPv4 addresses keyed by their bits and the others by
+// themselves find what was set for them, and only that.
+func TestAddrIndex(t *testing.T) {
+	x := newAddrIndex()
+	addrs := []string{"10.0.0.5", "10.0.0.6", "0.0.0.0", "255.255.255.255", "::1", "2001:db8::1", "::ffff:10.0.0.7", "::"}
+	views := map[string]*view{}
+	for _, a := range addrs {
+		views[a] = &view{uuid: a}
+		x.set(netip.MustParseAddr(a), views[a])
+	}
+	if x.len() != len(addrs) {
+		t.Fatalf("len %d, want %d", x.len(), len(addrs))
+	}
+	for _, a := range addrs {
+		if got := x.get(netip.MustParseAddr(a)); got != views[a] {
+			t.Errorf("get(%s) = %v, want its view", a, got)
+		}
+	}
+	// The IPv4-mapped form is another key (callers unmap first).
+	if got := x.get(netip.MustParseAddr("::ffff:10.0.0.5")); got != nil {
+		t.Errorf("get(::ffff:10.0.0.5) = %s, want nothing", got.uuid)
+	}
+	if got := x.get(netip.MustParseAddr("10.0.0.7")); got != nil {
+		t.Errorf("get(10.0.0.7) = %s, want nothing", got.uuid)
+	}
+	for _, a := range addrs {
+		x.del(netip.MustParseAddr(a))
+		if got := x.get(netip.MustParseAddr(a)); got != nil {
+			t.Errorf("get(%s) after del = %s", a, got.uuid)
+		}
+	}
+	if x.len() != 0 {
+		t.Errorf("len %d after deleting all", x.len())
 	}
 }

@@ -12,9 +12,21 @@ import (
 // rateLimiter is a token bucket per key (an instance UUID, or for callers
 // not yet identified the address or id they claim): rate tokens per second
 // up to burst; a request takes one.
+//
+// Each bucket is kept as the generic cell rate algorithm does, in one
+// atomic word: its theoretical arrival time, when it will be full again
+// (issue 23 item 3: a request takes no lock and does no floating-point
+// arithmetic; a bucket's lock and unlock were two atomic operations on a
+// line that a boot storm finds out of the caches). A bucket full at time
+// t has tat <= t; taking a token moves tat to max(tat, t) + step; a
+// request is refused when that would put tat more than burst steps ahead
+// of t — as a bucket of burst tokens refilled at rate refuses one when
+// fewer than one token is left.
 type rateLimiter struct {
-	rate, burst float64
-	now         func() time.Time
+	now    func() time.Time
+	origin time.Time // times are kept in nanoseconds since origin
+	step   int64     // nanoseconds per token: 1/rate
+	span   int64     // burst × step: how far ahead of now tat may go
 
 	buckets sync.Map // key -> *bucket
 	n       atomic.Int64
@@ -27,14 +39,18 @@ type rateLimiter struct {
 const maxBuckets = 1 << 16
 
 type bucket struct {
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
+	tat atomic.Int64 // theoretical arrival time, in nanoseconds since the limiter's origin
 }
 
 func newRateLimiter(rate float64, burst int, now func() time.Time) *rateLimiter {
-	return &rateLimiter{rate: rate, burst: float64(burst), now: now}
+	step := int64(math.Min(float64(time.Second)/rate, math.MaxInt64/4))
+	span := int64(math.Min(float64(step)*float64(burst), math.MaxInt64/4)) // exactly burst steps
+	return &rateLimiter{now: now, origin: now(), step: step, span: span}
 }
+
+// at is t in nanoseconds since the limiter's origin (monotonic when both
+// have a monotonic reading).
+func (l *rateLimiter) at(t time.Time) int64 { return int64(t.Sub(l.origin)) }
 
 // allow takes a token from key's bucket at time now. When there is none
 // it returns false and how long until there is one.
@@ -60,7 +76,9 @@ func (l *rateLimiter) allowView(v *view, now time.Time) (bool, time.Duration) {
 func (l *rateLimiter) bucketOf(key string, now time.Time) *bucket {
 	v, ok := l.buckets.Load(key)
 	if !ok {
-		v, ok = l.buckets.LoadOrStore(key, &bucket{tokens: l.burst, last: now})
+		b := &bucket{}
+		b.tat.Store(l.at(now))
+		v, ok = l.buckets.LoadOrStore(key, b)
 		if !ok && l.n.Add(1) > maxBuckets {
 			l.prune()
 		}
@@ -70,17 +88,17 @@ func (l *rateLimiter) bucketOf(key string, now time.Time) *bucket {
 
 // take takes a token from b at time now (see allow).
 func (l *rateLimiter) take(b *bucket, now time.Time) (bool, time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if el := now.Sub(b.last); el > 0 {
-		b.tokens = math.Min(l.burst, b.tokens+el.Seconds()*l.rate)
-		b.last = now
+	t := l.at(now)
+	for {
+		tat := b.tat.Load()
+		next := max(tat, t) + l.step
+		if ahead := next - t; ahead > l.span {
+			return false, time.Duration(ahead - l.span)
+		}
+		if b.tat.CompareAndSwap(tat, next) {
+			return true, 0
+		}
 	}
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
 }
 
 // prune drops the buckets that are full again: their callers have been
@@ -90,13 +108,9 @@ func (l *rateLimiter) prune() {
 		return
 	}
 	defer l.pruning.Unlock()
-	now := l.now()
+	now := l.at(l.now())
 	l.buckets.Range(func(k, v any) bool {
-		b := v.(*bucket)
-		b.mu.Lock()
-		full := b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst
-		b.mu.Unlock()
-		if full {
+		if full := v.(*bucket).tat.Load() <= now; full {
 			l.buckets.Delete(k)
 			l.n.Add(-1)
 		}
@@ -194,6 +208,73 @@ type limitedConn struct {
 	l    *limitListener
 	addr netip.Addr
 	once sync.Once
+	// rdl and wdl are the read and write deadlines set, in Unix
+	// nanoseconds (0: none).
+	rdl, wdl atomic.Int64
+}
+
+// deadlineSlack is how much later than the deadline already set a new
+// one may be and still leave the connection with the one set. net/http
+// moves the write deadline to WriteTimeout after each request's start,
+// and the read deadline to ReadTimeout once the headers are read (the
+// header deadline, ReadHeaderTimeout, was set a moment before: with
+// ReadTimeout equal to it, the two are microseconds apart); a guest's
+// requests come milliseconds apart, and each move is a runtime timer
+// moved, in a boot storm among thousands (cache misses: issue 23 item 3).
+// Keeping the earlier deadline makes a limit at most this much stricter
+// than asked, never looser.
+const deadlineSlack = time.Second
+
+// keep reports whether deadline t (Unix nanoseconds, 0: none) may be left
+// as set, the one set being set (see deadlineSlack).
+func keep(set, t int64) bool {
+	return set != 0 && t != 0 && t >= set && t-set < int64(deadlineSlack)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// SetReadDeadline sets the read deadline, unless t is less than
+// deadlineSlack later than the one set. An earlier deadline, and no
+// deadline (zero t), are always set.
+func (c *limitedConn) SetReadDeadline(t time.Time) error {
+	n := unixNano(t)
+	if keep(c.rdl.Load(), n) {
+		return nil
+	}
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	c.rdl.Store(n)
+	return nil
+}
+
+// SetWriteDeadline is SetReadDeadline for the write deadline.
+func (c *limitedConn) SetWriteDeadline(t time.Time) error {
+	n := unixNano(t)
+	if keep(c.wdl.Load(), n) {
+		return nil
+	}
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	c.wdl.Store(n)
+	return nil
+}
+
+// SetDeadline sets both deadlines, always.
+func (c *limitedConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetDeadline(t); err != nil {
+		return err
+	}
+	n := unixNano(t)
+	c.rdl.Store(n)
+	c.wdl.Store(n)
+	return nil
 }
 
 func (c *limitedConn) Close() error {

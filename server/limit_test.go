@@ -3,11 +3,13 @@ package server
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -354,5 +356,128 @@ func TestRateLimitBucketKeptByView(t *testing.T) {
 	s.limiter.buckets.Clear()
 	if r := get(s, target); r.status != 429 {
 		t.Errorf("past the burst, the limiter's map emptied: %d, want 429 (the view's bucket is drained)", r.status)
+	}
+}
+
+// TestRateLimiterIsTokenBucket: the limiter's one-word buckets (the
+// generic cell rate algorithm) allow, refuse and name the wait exactly as
+// a bucket of burst tokens refilled at rate does, kept here in integer
+// nanoseconds of credit (a token is 1/rate seconds of it), over random
+// request times.
+func TestRateLimiterIsTokenBucket(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 3))
+	for _, tc := range []struct {
+		rate  float64
+		burst int
+	}{{50, 100}, {1, 1}, {10, 5}, {4, 3}, {1000, 20}, {0.5, 2}, {3, 6}, {7, 1000}} {
+		clk := newClock("2026-01-01")
+		l := newRateLimiter(tc.rate, tc.burst, clk.Now)
+		step := int64(float64(time.Second) / tc.rate)
+		span := step * int64(tc.burst)
+		credit := span // full
+		last := clk.Now()
+		for i := range 5000 {
+			clk.Add(time.Duration(rng.Int64N(3 * step / 2)))
+			now := clk.Now()
+			credit = min(span, credit+int64(now.Sub(last)))
+			last = now
+			wantOK, wantWait := credit >= step, time.Duration(0)
+			if wantOK {
+				credit -= step
+			} else {
+				wantWait = time.Duration(step - credit)
+			}
+			ok, wait := l.allow("k", now)
+			if ok != wantOK || wait != wantWait {
+				t.Fatalf("rate %v burst %d, request %d: allow = %v, %v; the token bucket: %v, %v", tc.rate, tc.burst, i, ok, wait, wantOK, wantWait)
+			}
+		}
+	}
+}
+
+// TestRateLimiterConcurrent: requests at the same instant from many
+// goroutines take exactly the burst, however their updates interleave.
+func TestRateLimiterConcurrent(t *testing.T) {
+	clk := newClock("2026-01-01")
+	l := newRateLimiter(1, 500, clk.Now)
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if ok, _ := l.allow("k", clk.Now()); ok {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := allowed.Load(); n != 500 {
+		t.Errorf("%d of 1600 requests allowed at one instant, want the burst, 500", n)
+	}
+}
+
+// deadlineConn records the deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	read, write []time.Time
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error  { c.read = append(c.read, t); return nil }
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error { c.write = append(c.write, t); return nil }
+func (c *deadlineConn) SetDeadline(t time.Time) error {
+	c.read, c.write = append(c.read, t), append(c.write, t)
+	return nil
+}
+
+// TestLimitedConnDeadlines (issue 23 item 3): a deadline less than
+// deadlineSlack later than the one set leaves the one set (net/http moves
+// them after every request: a runtime timer moved each time); an earlier
+// one, one later by the slack or more, and none at all are set. Read and
+// write deadlines each.
+func TestLimitedConnDeadlines(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	steps := []struct {
+		t   time.Time
+		set bool
+	}{
+		{t0, true},                         // the first
+		{t0.Add(time.Millisecond), false},  // the next request, 1 ms later
+		{t0.Add(deadlineSlack - 1), false}, // still within the slack of t0
+		{t0.Add(deadlineSlack), true},      // the slack: moved
+		{t0, true},                         // earlier: set
+		{time.Time{}, true},                // none: set
+		{t0, true},                         // after none: set
+		{t0.Add(60 * time.Second), true},   // idle: much later
+		{t0.Add(-time.Hour), true},         // long ago (net/http's abort of a read)
+		{t0.Add(-time.Hour + 1), false},    // a nanosecond later
+	}
+	for _, which := range []string{"read", "write"} {
+		inner := &deadlineConn{}
+		c := &limitedConn{Conn: inner}
+		set, calls := c.SetReadDeadline, &inner.read
+		if which == "write" {
+			set, calls = c.SetWriteDeadline, &inner.write
+		}
+		for i, st := range steps {
+			n := len(*calls)
+			if err := set(st.t); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(*calls) > n; got != st.set {
+				t.Errorf("%s deadline, step %d (%v): set %v, want %v", which, i, st.t, got, st.set)
+			}
+		}
+		// SetDeadline is always passed on and counts as both.
+		n := len(*calls)
+		if err := c.SetDeadline(t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := set(t0.Add(time.Hour + time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if len(*calls) != n+1 {
+			t.Errorf("%s: %d calls after SetDeadline and a deadline 1 ms later, want 1", which, len(*calls)-n)
+		}
 	}
 }

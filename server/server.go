@@ -26,8 +26,11 @@
 //     unknown addresses cannot hammer the store.
 //   - at most DefaultMaxConnsPerAddr (64) open connections per source
 //     address (Listener; trusted proxies exempt).
-//   - headers: MaxHeaderBytes (16 KiB); ReadHeaderTimeout 5 s, ReadTimeout
-//     and WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer).
+//   - headers: MaxHeaderBytes (16 KiB); ReadHeaderTimeout and
+//     ReadTimeout (the whole request, a password's body included) 5 s,
+//     WriteTimeout 10 s, IdleTimeout 60 s (HTTPServer; on Listener's
+//     connections a deadline stays put while a new one would move it
+//     later by less than a second, so it may be up to 1 s earlier).
 //   - password POST bodies: MaxPasswordBytes (1020, Nova's limit; more is
 //     400), never reading more than 4 KiB.
 //   - store reads time out after DefaultStoreTimeout (3 s): 503.
@@ -99,7 +102,7 @@ const (
 const (
 	MaxHeaderBytes    = 16 << 10
 	ReadHeaderTimeout = 5 * time.Second
-	ReadTimeout       = 10 * time.Second
+	ReadTimeout       = ReadHeaderTimeout // see limitedConn's deadlineSlack
 	WriteTimeout      = 10 * time.Second
 	IdleTimeout       = 60 * time.Second
 )
@@ -329,8 +332,12 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 type result struct {
 	status int
 	class  pathClass
-	via    string // how the caller was identified: address, forwarded, proxy
-	uuid   string // the instance served, if any
+	// classed: class is the entry's; else ServeHTTP works it out from the
+	// path (classOf) when it needs it (metrics, access log), which the
+	// requests served (found entries) never need.
+	classed bool
+	via     string // how the caller was identified: address, forwarded, proxy
+	uuid    string // the instance served, if any
 }
 
 // ServeHTTP implements http.Handler.
@@ -339,9 +346,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, time.Time{})
 		return
 	}
-	start := time.Now()
+	var start time.Time
+	if s.realClock {
+		start = monoNow()
+	} else {
+		start = time.Now()
+	}
 	res := s.serve(w, r, start)
 	d := time.Since(start)
+	if !res.classed {
+		res.class = classOf(splitPath(r.URL.Path))
+	}
 	if s.observe {
 		s.metrics.observe(res.class, res.status, d)
 	}
@@ -349,6 +364,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.logAccess(r, res, d)
 	}
 }
+
+// monoEpoch is the origin of monoNow's readings.
+var monoEpoch = time.Now()
+
+// monoNow is time.Now from one read of the monotonic clock (time.Now reads
+// the wall clock too: two clock reads, a share of a request's cost, issue
+// 23 item 3). Its wall time is monoEpoch's advanced by the monotonic
+// clock, which may drift from the wall clock: it is for measuring and
+// rate limiting (differences of readings), not for dates or token expiry
+// (those use Server.now).
+func monoNow() time.Time { return monoEpoch.Add(time.Since(monoEpoch)) }
 
 var ec2VersionListing = []byte(strings.Join(append(append([]string(nil), metadata.EC2Versions...), "latest"), "\n"))
 
@@ -359,7 +385,7 @@ const tokenPath = "latest/api/token"
 // the time (zero otherwise).
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) result {
 	isOS, rest := splitPath(r.URL.Path)
-	res := result{class: classOf(isOS, rest)}
+	var res result
 	isToken := !isOS && rest == tokenPath
 	switch {
 	case isToken:
@@ -405,8 +431,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 		return fail(w, res, ierr.status, ierr.msg)
 	}
 	now := start
-	if !s.realClock || now.IsZero() {
+	if !s.realClock {
 		now = s.now()
+	} else if now.IsZero() {
+		now = monoNow()
 	}
 	v, res, ok := s.lookup(w, r, c, res, now)
 	if !ok {
@@ -446,7 +474,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	if !ok {
 		return fail(w, res, http.StatusNotFound, "404 Not Found")
 	}
-	res.class = e.class
+	res.class, res.classed = e.class, true
 	if e.password {
 		return s.servePassword(w, r, v, res)
 	}
@@ -557,7 +585,7 @@ func splitPath(p string) (isOS bool, rest string) {
 	if p == "" || p[0] != '/' {
 		p = "/" + p
 	}
-	p = path.Clean(p)[1:]
+	p = cleanAbs(p)[1:]
 	first, after, _ := strings.Cut(p, "/")
 	switch first {
 	case "openstack":
@@ -566,6 +594,24 @@ func splitPath(p string) (isOS bool, rest string) {
 		return false, after
 	}
 	return false, p
+}
+
+// cleanAbs is path.Clean of an absolute path p. The paths guests ask for
+// are clean but for a trailing slash (directories): those are returned
+// without calling path.Clean (issue 23 item 3: Clean walks the path byte
+// by byte, a share of each request's cost). A path with no "//" and no
+// segment starting with "." has no empty, "." or ".." segment, so Clean
+// would only drop its trailing slash.
+func cleanAbs(p string) string {
+	for i := 0; i < len(p)-1; i++ {
+		if p[i] == '/' && (p[i+1] == '/' || p[i+1] == '.') {
+			return path.Clean(p)
+		}
+	}
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		return p[:len(p)-1]
+	}
+	return p
 }
 
 // NormalizePath applies Nova's path rules: posixpath.normpath (trailing
@@ -614,15 +660,8 @@ func classOf(isOS bool, rest string) pathClass {
 }
 
 func isEC2Version(v string) bool {
-	if v == "latest" {
-		return true
-	}
-	for _, e := range metadata.EC2Versions {
-		if v == e {
-			return true
-		}
-	}
-	return false
+	_, ok := ec2Index[v] // the EC2 versions and "latest"
+	return ok
 }
 
 type osListing struct {

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -690,6 +691,21 @@ func FuzzNormalizePath(f *testing.F) {
 			if got := NormalizePath("/" + rest); got != r {
 				t.Fatalf("prefix rule: NormalizePath(%q) = %q, want %q", "/"+rest, got, r)
 			}
+		}
+	})
+}
+
+// FuzzCleanAbs checks that cleanAbs, path.Clean without its walk for the
+// clean paths guests ask for, is path.Clean for every absolute path.
+func FuzzCleanAbs(f *testing.F) {
+	for _, s := range []string{"/", "//", "/.", "/..", "/a/", "/a//b", "/a/./b", "/a/../b", "/.a/b", "/a/.b/",
+		"/a/b.", "/a./b/", "/openstack/latest/meta_data.json", "/2009-04-04/meta-data/", "/a/b/..", "/a/b/.", "/...", "///"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		p = "/" + p
+		if got, want := cleanAbs(p), path.Clean(p); got != want {
+			t.Fatalf("cleanAbs(%q) = %q, path.Clean: %q", p, got, want)
 		}
 	})
 }

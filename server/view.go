@@ -120,10 +120,20 @@ func versionName(i int) (top, ver string) {
 // /ec2/2009-04-04/...), "" for the version's own listing. A request is
 // looked up with substrings of its path, without building a key.
 type view struct {
-	uuid      string
+	// What every request reads comes first, in one cache line: in a boot
+	// storm a guest's view has left the CPU's caches by its next request,
+	// and each line is a miss (issue 23 item 3).
+	uuid   string
+	policy TokenPolicy
+	// bucket is the instance's rate-limit bucket once a request (or the
+	// warmer) looked it up (rateLimiter.allowView).
+	bucket atomic.Pointer[bucket]
+	// dirs holds each version's directory once built, by version index
+	// (see osVersions).
+	dirs []atomic.Pointer[vdir]
+
 	projectID string
 	version   int64
-	policy    TokenPolicy
 	// reps gives, per version index, the version index whose directory
 	// it shares (see checkTree).
 	reps []uint8
@@ -131,9 +141,6 @@ type view struct {
 	// meta_data.json lists (checkTree), for the EC2 public-keys listings.
 	keys []string
 
-	// dirs holds each version's directory once built, by version index
-	// (see osVersions).
-	dirs []atomic.Pointer[vdir]
 	// mu serializes building directories, and guards tree, bodies,
 	// shapes and interned.
 	mu sync.Mutex
@@ -158,10 +165,6 @@ type view struct {
 	// addrs are the source addresses the cache maps to this view (kept so
 	// that invalidating the view drops them); guarded by cache.mu.
 	addrs []netip.Addr
-
-	// bucket is the instance's rate-limit bucket once a request (or the
-	// warmer) looked it up (rateLimiter.allowView).
-	bucket atomic.Pointer[bucket]
 }
 
 // vdir is one version's directory of one instance: where each slot of its

@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmeta/vmeta/hostctl/api"
 	"github.com/vmeta/vmeta/hostctl/api/types"
@@ -35,6 +38,16 @@ func (s *serve) startMigration(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The bytes of disk this host sent in moves, beside the operations'
+	// durations (vmeta_hostctl_operation_duration_seconds{op="migrate"}
+	// and {op="migrate-disk-copy"}).
+	sent := prometheus.NewCounter(prometheus.CounterOpts{Name: "vmeta_hostctl_migration_bytes_total",
+		Help: "Bytes of disk files this host sent to other hosts in moves that reached verify."})
+	if s.mdOpts.Registry != nil {
+		if err := s.mdOpts.Registry.Register(sent); err != nil {
+			return fmt.Errorf("migration metrics: %w", err)
+		}
+	}
 	host := &migrate.Host{Name: s.hostName, Core: s.ctl, Records: s.disks, Keys: s.km, Images: luksTool(s.cfg), Log: s.log,
 		StopTimeout: controller.DefaultStopTimeout}
 	src, local := s.liveHost(host) // migrate_live.go
@@ -47,6 +60,9 @@ func (s *serve) startMigration(ctx context.Context) error {
 			s.hm.Observe("migrate", time.Since(rec.Started), err)
 			if err == nil && rec.Copy > 0 {
 				s.hm.Observe("migrate-disk-copy", rec.Copy, nil)
+			}
+			if err == nil {
+				sent.Add(float64(rec.Bytes))
 			}
 		}}
 	s.mig = &migration{m: m, stop: func() {}}

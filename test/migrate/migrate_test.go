@@ -51,6 +51,7 @@ type host struct {
 	name, uri, store, bin  string
 	dataDir, sock, migAddr string
 	mdAddr                 string // the metadata service
+	metricsAddr            string // the operator listener (/metrics)
 	env                    []string
 	extra                  []string // more serve flags
 	proc                   *testenv.Process
@@ -95,8 +96,13 @@ func (h *host) start() {
 		h.t.Fatal(err)
 	}
 	h.mdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	mport, err := testenv.FreePort()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
 	args := []string{"serve", "--host", h.name, "--store", h.store, "--data-dir", h.dataDir, "--socket", h.sock,
-		"--metadata-listen", h.mdAddr,
+		"--metadata-listen", h.mdAddr, "--metadata-metrics-listen", h.metricsAddr,
 		"--virt", "libvirt", "--libvirt-uri", h.uri, "--domain-type", "qemu", "--domain-memory", "128",
 		"--reconcile-interval", "0", "--heartbeat-interval", "200ms", "--host-down-after", "10s",
 		"--migration-listen", h.migAddr, "--luks-iter-time", "10ms"}
@@ -181,6 +187,27 @@ func (h *host) show(name string) instance {
 		h.t.Fatal(err)
 	}
 	return in
+}
+
+// metric is the value of the sample named series (name and labels, as
+// the text format writes them) of h's /metrics ("" when absent).
+func metric(t *testing.T, h *host, series string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + h.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", h.name, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // specOf is the instance's stored spec as `instance show` prints it.
@@ -326,6 +353,12 @@ func TestColdMigrateReal(t *testing.T) {
 	t.Logf("cold migration a -> b: %d bytes copied in %.2f s (%.1f s per GiB); the whole move %.1f s",
 		m.Bytes, m.CopySeconds, m.CopySeconds/(float64(m.Bytes)/(1<<30)), took.Seconds())
 
+	if got, err := strconv.ParseFloat(metric(t, a, "vmeta_hostctl_migration_bytes_total"), 64); err != nil || int64(got) != m.Bytes {
+		t.Errorf("a's metrics: %v bytes sent (%v), want %d", got, err, m.Bytes)
+	}
+	if got := metric(t, a, `vmeta_hostctl_operation_duration_seconds_count{op="migrate"}`); got != "1" {
+		t.Errorf("a's metrics: %s moves timed, want 1", got)
+	}
 	a.must("instance", "confirm-migration", name)
 	if _, ok := a.migration(name); ok {
 		t.Fatal("the move's record stays after confirm")

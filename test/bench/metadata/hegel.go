@@ -20,10 +20,14 @@ const (
 	hegelVersion = "v0.14.2"
 )
 
-// hegelBinary returns the path of a Hegel binary: path when set, else the
+// hegelBinary returns the path of a Hegel binary: "" for "none" (no Hegel
+// target), path when set, else the
 // cached build (os.UserCacheDir()/vmeta-bench, i.e. $XDG_CACHE_HOME or
 // ~/.cache), building it first when it is not there.
 func hegelBinary(ctx context.Context, path, tmp string) (string, error) {
+	if path == "none" {
+		return "", nil
+	}
 	if path != "" {
 		return path, nil
 	}
@@ -103,6 +107,9 @@ type hegelMetadata struct {
 // way to turn it off; stdout goes to /dev/null (as in the reference
 // figures of the style notes), stderr to its log file.
 func (e *env) startHegel(ctx context.Context, bin, hostname string) (*target, error) {
+	if bin == "" {
+		return &target{key: "d", name: "Hegel " + hegelVersion + ", flatfile", skipped: "-hegel none"}, nil
+	}
 	inst := hegelFlatfile{Userdata: "#cloud-config\npackage_update: true\npackages: [nginx]\nruncmd:\n  - systemctl enable --now nginx\n"}
 	md := &inst.Metadata
 	md.ID, md.Hostname, md.LocalHostname = benchUUID, hostname, hostname

@@ -71,6 +71,7 @@ type config struct {
 	rounds             int
 	instances          int
 	storm, stormRounds int
+	stormWarm          int
 	stormOnly          bool
 	stormSettle        time.Duration
 	memoryTimeout      time.Duration
@@ -94,11 +95,12 @@ func main() {
 	flag.IntVar(&cfg.instances, "instances", 10000, fmt.Sprintf("instances published for the memory measurement (0: skip it; at most %d)", maxInstances))
 	flag.IntVar(&cfg.storm, "storm", 1000, fmt.Sprintf("guests of the boot storm, cold and warm against the bare handler (storm.go; 0: skip it; at most %d)", maxInstances))
 	flag.IntVar(&cfg.stormRounds, "storm-rounds", 3, "boot storm rounds (fresh processes each); the goals use the median")
+	flag.IntVar(&cfg.stormWarm, "storm-warm", 3, "warm storms per server and round, each back to back with the other server's")
 	flag.DurationVar(&cfg.stormSettle, "storm-settle", 2*time.Second, "time a fresh server is left alone before the cold storm (its settle CPU is printed apart; 0: storm at once)")
 	flag.BoolVar(&cfg.stormOnly, "storm-only", false, "run only the boot storm (no wrk, Hegel or memory phase)")
 	flag.DurationVar(&cfg.memoryTimeout, "memory-timeout", 10*time.Minute, "time limit for publishing, and again for reading, per store in the memory phase")
 	flag.StringVar(&cfg.wrk, "wrk", "wrk", "wrk binary")
-	flag.StringVar(&cfg.hegel, "hegel", "", "Hegel binary to use instead of the cached build of "+hegelVersion)
+	flag.StringVar(&cfg.hegel, "hegel", "", "Hegel binary to use instead of the cached build of "+hegelVersion+` ("none": no Hegel target)`)
 	flag.Var(&cfg.hostctlF, "hostctl-flag", "extra flag for 'hostctl serve' (repeatable; overrides the benchmark's settings)")
 	flag.Var(&cfg.replicaF, "replica-flag", "extra flag for vmeta-metadata (repeatable; overrides the benchmark's settings)")
 	flag.Parse()
@@ -125,8 +127,8 @@ func run(ctx context.Context, cfg config) error {
 	if cfg.instances < 0 || cfg.instances > maxInstances {
 		return fmt.Errorf("-instances must be between 0 and %d", maxInstances)
 	}
-	if cfg.storm < 0 || cfg.storm > maxInstances || cfg.stormRounds < 1 {
-		return fmt.Errorf("-storm must be between 0 and %d, -storm-rounds at least 1", maxInstances)
+	if cfg.storm < 0 || cfg.storm > maxInstances || cfg.stormRounds < 1 || cfg.stormWarm < 1 {
+		return fmt.Errorf("-storm must be between 0 and %d, -storm-rounds and -storm-warm at least 1", maxInstances)
 	}
 	if cfg.stormOnly {
 		return runStorm(ctx, cfg)
@@ -195,7 +197,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	if cfg.storm > 0 {
-		if err := e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormSettle); err != nil {
+		if err := e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle); err != nil {
 			return fmt.Errorf("boot storm: %w", err)
 		}
 	}
@@ -232,7 +234,7 @@ func runStorm(ctx context.Context, cfg config) error {
 	if cfg.storm == 0 {
 		return nil
 	}
-	return e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormSettle)
+	return e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle)
 }
 
 // load runs wrk against one target and path and adds the result to b.
@@ -242,7 +244,9 @@ func load(ctx context.Context, wc wrkConfig, b *board, t *target, path string, r
 		label = fmt.Sprintf(" (round %d/%d)", round, b.rounds)
 	}
 	fmt.Printf("loading %s with GET %s%s …\n", t.label(), path, label)
+	stopPerf := startPerf(ctx, t.proc.pid()) // VMETA_BENCH_PERF (storm.go)
 	r, err := wc.run(ctx, t.base+path, t.proc.pid())
+	stopPerf()
 	if err != nil {
 		return fmt.Errorf("%s: %w", t.label(), err)
 	}

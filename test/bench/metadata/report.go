@@ -13,9 +13,10 @@ import (
 // The issue's goals for our targets (b) and (c), against (a) and (d) in
 // the same run.
 const (
-	goalVsBare   = 0.9 // req/s at least this times the bare handler's
-	goalVsHegel  = 1.1 // req/s at least this times Hegel's
-	goalP99Ratio = 1.2 // p99 at most this times the bare handler's p99
+	goalVsBare   = 0.9  // req/s at least this times the bare handler's
+	goalVsHegel  = 1.1  // req/s at least this times Hegel's
+	goalP99Ratio = 1.2  // p99 at most this times the bare handler's p99
+	goalCPURatio = 1.05 // server CPU time per request at most this times the bare handler's (issue 23 item 3)
 )
 
 // board holds the results of the throughput phase: every run of every
@@ -189,6 +190,7 @@ func (b *board) goals(w io.Writer, path string) {
 	fmt.Fprintf(w, "goals, GET %s:\n", path)
 	rps := func(r, ref *result) float64 { return r.rps / ref.rps }
 	p99 := func(r, ref *result) float64 { return r.p99.Seconds() / ref.p99.Seconds() }
+	cpu := func(r, ref *result) float64 { return float64(r.cpuPerReq) / float64(ref.cpuPerReq) }
 	for _, t := range b.targets {
 		if (t.key != "b" && t.key != "c") || !serves(t, path) {
 			continue
@@ -199,6 +201,7 @@ func (b *board) goals(w io.Writer, path string) {
 			goal(w, t, r, hegel, fmt.Sprintf("req/s ≥ %.1f × Hegel", goalVsHegel), rps, func(x float64) bool { return x >= goalVsHegel })
 		}
 		goal(w, t, r, bare, fmt.Sprintf("p99 ≤ %.1f × bare p99", goalP99Ratio), p99, func(x float64) bool { return x <= goalP99Ratio })
+		goal(w, t, r, bare, fmt.Sprintf("server CPU/request ≤ %.2f × bare", goalCPURatio), cpu, func(x float64) bool { return x <= goalCPURatio })
 	}
 }
 

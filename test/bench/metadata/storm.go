@@ -13,6 +13,10 @@ package main
 //     cache is empty, as after every host restart ("cold"), then the same
 //     storm again on the same process ("warm").
 //
+// Both servers run side by side through a round: each storms once cold,
+// then -storm-warm times warm, back to back with the other, the order
+// alternating (see stormPhase).
+//
 // A fresh process is left alone for -storm-settle after it accepts
 // connections (guests boot seconds after their host): the CPU time it
 // spends meanwhile (the rest of its start, hostctl's warm-up of the cache)
@@ -28,9 +32,10 @@ package main
 // start and end of each round; and per round the ratios vmeta / bare of
 // CPU time, p99 and allocations per request, cold and warm. The load
 // generator is this process, on the same cores as the servers. With
-// VMETA_BENCH_PERF=<dir>, each storm is also recorded with `perf record
-// -g` into that directory (to find where the server's CPU time goes; the
-// figures of such a run are not comparable).
+// VMETA_BENCH_PERF=<dir>, each storm (and each wrk run of main.go) is
+// also recorded with `perf record -g` into that directory (to find where
+// the server's CPU time goes; the figures of such a run are not
+// comparable).
 
 import (
 	"context"
@@ -83,10 +88,18 @@ func settle(ctx context.Context, p *proc, d time.Duration) (time.Duration, error
 	return c1 - c0, err
 }
 
-// stormPhase runs -storm-rounds rounds of bare cold/warm and vmeta
-// cold/warm storms with n guests, and prints the table and the ratios.
-func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Duration) error {
-	fmt.Printf("\nboot storm: %d guests on their own addresses, %d requests each, all at once; %d rounds; fresh servers settle %s first\n", n, stormRequests, rounds, settleFor)
+// stormPhase runs rounds rounds of storms with n guests, and prints the
+// table and the ratios. Each round starts a fresh bare handler and a
+// fresh hostctl (on the data directory the instances were published to:
+// nothing cached), lets both settle, storms each once cold, then warm
+// pairs times: a warm storm of each, back to back. The order within a
+// round, and within each warm pair, alternates (the odd ones bare first):
+// a trend in the machine's load then favours neither, and each warm ratio
+// compares storms seconds apart. The goals use the median ratio of the
+// rounds (cold) and of the pairs (warm).
+func (e *env) stormPhase(ctx context.Context, n, rounds, pairs int, settleFor time.Duration) error {
+	fmt.Printf("\nboot storm: %d guests on their own addresses, %d requests each, all at once; %d rounds, each a cold storm and %d warm ones per server; fresh servers settle %s first\n",
+		n, stormRequests, rounds, pairs, settleFor)
 	h, err := e.startHostctl(ctx, "storm", "")
 	if err != nil {
 		return err
@@ -104,86 +117,126 @@ func (e *env) stormPhase(ctx context.Context, n, rounds int, settleFor time.Dura
 	e.procs.stopSome(h.proc)
 	fmt.Printf("  paths: %s\n", strings.Join(paths, " "))
 
-	type row struct{ bareCold, bareWarm, vCold, vWarm *stormResult }
+	type pair struct{ bare, vmeta *stormResult }
+	type row struct {
+		cold pair
+		warm []pair
+	}
 	var rows []row
+	seq := 0 // storms so far: which server goes first alternates
+	both := func(p *pair, stormBare, stormVmeta func() (*stormResult, error)) error {
+		seq++
+		first, second := stormBare, stormVmeta
+		if seq%2 == 0 {
+			first, second = stormVmeta, stormBare
+		}
+		a, err := first()
+		if err != nil {
+			return err
+		}
+		b, err := second()
+		if err != nil {
+			return err
+		}
+		if seq%2 == 0 {
+			a, b = b, a
+		}
+		p.bare, p.vmeta = a, b
+		return nil
+	}
 	for round := 1; round <= rounds; round++ {
 		fmt.Printf("  round %d/%d, load average %s\n", round, rounds, loadAverage())
-		var r row
 		a, err := e.startBare(ctx, routes)
 		if err != nil {
 			return err
 		}
-		sc, err := settle(ctx, a.proc, settleFor)
-		if err != nil {
-			return err
-		}
-		if r.bareCold, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
-			return err
-		}
-		r.bareCold.settleCPU = sc
-		if r.bareWarm, err = storm(ctx, a.proc, a.base, paths, n); err != nil {
-			return err
-		}
-		e.procs.stopSome(a.proc)
 		// The same data directory: a fresh process, the instances
 		// published, nothing cached.
 		h, err := e.startHostctl(ctx, "storm", "")
 		if err != nil {
 			return err
 		}
-		sc, err = settle(ctx, h.proc, settleFor)
-		if err != nil {
+		// Both settle at once (each one's own CPU time is measured).
+		var sa, sh time.Duration
+		var ea, eh error
+		var wg sync.WaitGroup
+		wg.Go(func() { sa, ea = settle(ctx, a.proc, settleFor) })
+		wg.Go(func() { sh, eh = settle(ctx, h.proc, settleFor) })
+		wg.Wait()
+		if err := errors.Join(ea, eh); err != nil {
 			return err
 		}
-		if r.vCold, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
-			return h.proc.failed(err)
+		stormBare := func() (*stormResult, error) { return storm(ctx, a.proc, a.base, paths, n) }
+		stormVmeta := func() (*stormResult, error) {
+			r, err := storm(ctx, h.proc, h.base, paths, n)
+			if err != nil {
+				return nil, h.proc.failed(err)
+			}
+			return r, nil
 		}
-		r.vCold.settleCPU = sc
-		if r.vWarm, err = storm(ctx, h.proc, h.base, paths, n); err != nil {
-			return h.proc.failed(err)
+		var r row
+		if err := both(&r.cold, stormBare, stormVmeta); err != nil {
+			return err
 		}
+		r.cold.bare.settleCPU, r.cold.vmeta.settleCPU = sa, sh
+		for range pairs {
+			var p pair
+			if err := both(&p, stormBare, stormVmeta); err != nil {
+				return err
+			}
+			r.warm = append(r.warm, p)
+		}
+		e.procs.stopSome(a.proc)
 		e.procs.stopSome(h.proc)
 		rows = append(rows, r)
-		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; warm CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; load average at the end %s\n",
-			durRatio(r.vCold.cpu, r.bareCold.cpu), durRatio(r.vCold.p99, r.bareCold.p99), allocRatio(r.vCold, r.bareCold), bytesRatio(r.vCold, r.bareCold),
-			durRatio(r.vWarm.cpu, r.bareWarm.cpu), durRatio(r.vWarm.p99, r.bareWarm.p99), allocRatio(r.vWarm, r.bareWarm), bytesRatio(r.vWarm, r.bareWarm), loadAverage())
+		var warm []string
+		for _, p := range r.warm {
+			warm = append(warm, fmt.Sprintf("%.2f×", durRatio(p.vmeta.cpu, p.bare.cpu)))
+		}
+		fmt.Printf("    vmeta/bare: cold CPU %.2f×, p99 %.2f×, allocs %.2f×, bytes %.2f×; warm CPU %s; load average at the end %s\n",
+			durRatio(r.cold.vmeta.cpu, r.cold.bare.cpu), durRatio(r.cold.vmeta.p99, r.cold.bare.p99), allocRatio(r.cold.vmeta, r.cold.bare), bytesRatio(r.cold.vmeta, r.cold.bare),
+			strings.Join(warm, " "), loadAverage())
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\tserver\tstorm\tsettle CPU\trequests\terrors\tserver CPU\tCPU/request\tallocs/request\tB/request\tp50\tp99\twall\tload average before\t")
+	line := func(round int, server, kind string, x *stormResult) {
+		settled := "-"
+		if kind == "cold" {
+			settled = x.settleCPU.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", round, server, kind, settled, x.requests, x.errors,
+			x.cpu.Round(time.Millisecond), cpuDur(x.cpu/time.Duration(max(x.requests, 1))), x.allocsPerRequest(), x.bytesPerRequest(), dur(x.p50), dur(x.p99),
+			x.wall.Round(time.Millisecond), x.loadBefore)
+	}
+	var cold, warm []pair
 	for i, r := range rows {
-		for _, x := range []struct {
-			server, kind string
-			s            *stormResult
-		}{{"bare", "cold", r.bareCold}, {"bare", "warm", r.bareWarm}, {"vmeta", "cold", r.vCold}, {"vmeta", "warm", r.vWarm}} {
-			settled := "-"
-			if x.kind == "cold" {
-				settled = x.s.settleCPU.Round(time.Millisecond).String()
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, x.server, x.kind, settled, x.s.requests, x.s.errors,
-				x.s.cpu.Round(time.Millisecond), cpuDur(x.s.cpu/time.Duration(max(x.s.requests, 1))), x.s.allocsPerRequest(), x.s.bytesPerRequest(), dur(x.s.p50), dur(x.s.p99),
-				x.s.wall.Round(time.Millisecond), x.s.loadBefore)
+		line(i+1, "bare", "cold", r.cold.bare)
+		line(i+1, "vmeta", "cold", r.cold.vmeta)
+		cold = append(cold, r.cold)
+		for k, p := range r.warm {
+			line(i+1, "bare", fmt.Sprintf("warm %d", k+1), p.bare)
+			line(i+1, "vmeta", fmt.Sprintf("warm %d", k+1), p.vmeta)
+			warm = append(warm, p)
 		}
 	}
 	tw.Flush()
-	med := func(f func(row) float64) float64 {
-		v := make([]float64, len(rows))
-		for i, r := range rows {
-			v[i] = f(r)
+	med := func(ps []pair, f func(p pair) float64) float64 {
+		v := make([]float64, len(ps))
+		for i, p := range ps {
+			v[i] = f(p)
 		}
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
-	cc := med(func(r row) float64 { return durRatio(r.vCold.cpu, r.bareCold.cpu) })
-	cp := med(func(r row) float64 { return durRatio(r.vCold.p99, r.bareCold.p99) })
-	wc := med(func(r row) float64 { return durRatio(r.vWarm.cpu, r.bareWarm.cpu) })
-	wp := med(func(r row) float64 { return durRatio(r.vWarm.p99, r.bareWarm.p99) })
-	ca := med(func(r row) float64 { return allocRatio(r.vCold, r.bareCold) })
-	wa := med(func(r row) float64 { return allocRatio(r.vWarm, r.bareWarm) })
-	cb := med(func(r row) float64 { return bytesRatio(r.vCold, r.bareCold) })
-	wb := med(func(r row) float64 { return bytesRatio(r.vWarm, r.bareWarm) })
-	fmt.Printf("boot storm, vmeta / bare (median of %d rounds): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
-		len(rows), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05), ca, wa, cb, wb, loadAverage())
+	cpu := func(p pair) float64 { return durRatio(p.vmeta.cpu, p.bare.cpu) }
+	p99 := func(p pair) float64 { return durRatio(p.vmeta.p99, p.bare.p99) }
+	allocs := func(p pair) float64 { return allocRatio(p.vmeta, p.bare) }
+	bytes := func(p pair) float64 { return bytesRatio(p.vmeta, p.bare) }
+	cc, cp, wc, wp := med(cold, cpu), med(cold, p99), med(warm, cpu), med(warm, p99)
+	fmt.Printf("boot storm, vmeta / bare (medians of %d cold storms, %d warm pairs): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
+		len(cold), len(warm), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05),
+		med(cold, allocs), med(warm, allocs), med(cold, bytes), med(warm, bytes), loadAverage())
 	return nil
 }
 
