@@ -33,6 +33,7 @@ func TestSharesPartAnswers(t *testing.T) {
 		part.Snapshot:    part.Nothing,
 		part.MigrateCold: part.Refuse, part.ConfirmMigration: part.Nothing, part.RevertMigration: part.Nothing,
 		part.MigrateLive: part.Refuse,
+		part.Evacuate:    part.Act,
 	}
 	for _, op := range part.Ops() {
 		if got := ans[op]; got.Do != want[op] || strings.TrimSpace(got.Why) == "" {

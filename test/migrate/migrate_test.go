@@ -38,7 +38,7 @@ var (
 
 func hostctlBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() { hostctl = testenv.BuildCrashBinary(t, "github.com/vmeta/vmeta/hostctl/cmd/hostctl") })
+	builtOnce(t) // main_test.go: in a directory that outlives t
 	if hostctl == "" {
 		t.Fatal("hostctl was not built")
 	}

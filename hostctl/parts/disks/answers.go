@@ -39,6 +39,7 @@ func (*Part) Answers() part.Answers {
 		part.MigrateLive:      {Do: part.Act, Why: "the destination's disk files are made empty with the source's format and size and libvirt copies the guest's blocks into them (NBD); each secret is rewrapped under the destination's key and its libvirt secret defined there before the switchover; the source's files, libvirt secrets and wrap go once it is done"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's disk files, libvirt secrets and its wrap of each secret go; the key-manager secrets stay with their disks"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's disk files and libvirt secrets go; each secret gets the source's wrap back"},
+		part.Evacuate:         {Do: part.Act, Why: "the disks are made anew on the new host from the image and flavor, encrypted ones under new key-manager secrets wrapped by that host's key; the old secrets stay wrapped under the dead host's key until it comes back and deletes them with their disks"},
 	}
 }
 

@@ -77,6 +77,7 @@ func (Part) Answers() part.Answers {
 		part.MigrateLive:      {Do: part.Act, Why: domainWhy + " (libvirt carries the device in the migrated domain)"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's domain goes with its device"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "the source's domain still has the device"},
+		part.Evacuate:         {Do: part.Act, Why: domainWhy + " (the new host's)"},
 	}
 }
 
