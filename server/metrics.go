@@ -24,6 +24,23 @@ type metrics struct {
 	cacheHits, cacheMisses prometheus.Counter
 	storeErrors            prometheus.Counter
 	connsRejected          prometheus.Counter
+	// identFailures counts refused callers by reason (on the refusal
+	// path only: an answered request costs nothing here).
+	identFailures [numIdentReasons]prometheus.Counter
+}
+
+// identReason is why a caller was not identified.
+type identReason int
+
+const (
+	identProxyHeaders   identReason = iota // a trusted proxy's headers missing, repeated or invalid (400)
+	identProxySignature                    // a proxy request's signature wrong (403)
+	identUnknownCaller                     // no instance has the caller's address or id (404)
+	numIdentReasons
+)
+
+func (r identReason) String() string {
+	return [...]string{"proxy_headers", "proxy_signature", "unknown_caller"}[r]
 }
 
 // statusCodes are the status codes the server sends.
@@ -82,7 +99,14 @@ func (s *Server) newMetrics(reg prometheus.Registerer, perRequest bool) *metrics
 		storeErrors:   counter("vmeta_metadata_store_errors_total", "Failed store operations (other than not found)."),
 		connsRejected: counter("vmeta_metadata_connections_rejected_total", "Connections closed because their source address had too many open."),
 	}
-	reg.MustRegister(m.cacheHits, m.cacheMisses, m.storeErrors, m.connsRejected,
+	identVec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vmeta_metadata_identification_failures_total",
+		Help: "Guest requests refused because the caller was not identified, by reason (proxy_headers, proxy_signature, unknown_caller).",
+	}, []string{"reason"})
+	for r := range numIdentReasons {
+		m.identFailures[r] = identVec.WithLabelValues(r.String())
+	}
+	reg.MustRegister(m.cacheHits, m.cacheMisses, m.storeErrors, m.connsRejected, identVec,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "vmeta_metadata_cached_instances", Help: "Instances whose views are cached.",
 		}, func() float64 { return float64(s.cache.size()) }),

@@ -116,6 +116,7 @@ func TestMetricsExposition(t *testing.T) {
 		{"PUT", "/latest/api/token", richAddr, http.Header{"X-aws-ec2-metadata-token-ttl-seconds": {"10"}}, ""},
 		{"GET", "/latest/meta-data/hostname", proxyPeer, proxyHdr(richUUID, "demo", "bad"), ""},
 		{"GET", "/latest/meta-data/hostname", "198.51.100.99:1", nil, ""}, // an unknown address
+		{"GET", "/latest/meta-data/hostname", proxyPeer, nil, ""},         // a proxy's headers missing
 		{"DELETE", "/latest/meta-data/hostname", richAddr, nil, ""},
 	} {
 		r := req(s, tc.method, tc.target, tc.remote, tc.header, tc.body)
@@ -143,6 +144,10 @@ func TestMetricsExposition(t *testing.T) {
 		`vmeta_metadata_cached_instances`:                                                            1,
 		`vmeta_metadata_store_up`:                                                                    1,
 		`vmeta_metadata_connections_rejected_total`:                                                  0,
+		`vmeta_metadata_requests_total{path_class="ec2",code="400"}`:                                 1,
+		`vmeta_metadata_identification_failures_total{reason="proxy_headers"}`:                       1,
+		`vmeta_metadata_identification_failures_total{reason="proxy_signature"}`:                     1,
+		`vmeta_metadata_identification_failures_total{reason="unknown_caller"}`:                      1,
 	}
 	for k, v := range want {
 		if got, ok := samples[canonicalKey(k)]; !ok || got != v {

@@ -437,6 +437,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 				id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
 				s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id, "suppressed", suppressed)
 			}
+			s.metrics.identFailures[identProxySignature].Inc()
+		} else {
+			s.metrics.identFailures[identProxyHeaders].Inc()
 		}
 		return fail(w, res, ierr.status, ierr.msg)
 	}
@@ -546,6 +549,7 @@ func (s *Server) lookupFailed(w http.ResponseWriter, r *http.Request, res result
 	var corrupt *corruptError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
+		s.metrics.identFailures[identUnknownCaller].Inc()
 		return fail(w, res, http.StatusNotFound, "404 Not Found: no metadata for this caller")
 	case errors.As(err, &corrupt):
 		s.log.Error("metadata document cannot be served", "instance", corrupt.uuid, "err", corrupt.err)
