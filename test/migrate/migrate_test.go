@@ -30,18 +30,50 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// binaries are hostctl built with -tags vmetacrash (crash points), once.
+// hostctl is hostctl built with -tags vmetacrash (crash points), once
+// for the tests that run at a time: it lives in its own directory (not
+// one test's TempDir, which goes when that test ends while parallel ones
+// still run it), removed when the last test using it ends.
 var (
-	buildOnce sync.Once
-	hostctl   string
+	binMu    sync.Mutex
+	binUsers int
+	binDir   string
+	hostctl  string
 )
+
+// binTB is t with its TempDir the binary's own directory.
+type binTB struct {
+	testing.TB
+	dir string
+}
+
+func (b binTB) TempDir() string { return b.dir }
 
 func hostctlBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() { hostctl = testenv.BuildCrashBinary(t, "github.com/vmeta/vmeta/hostctl/cmd/hostctl") })
+	binMu.Lock()
+	defer binMu.Unlock()
 	if hostctl == "" {
-		t.Fatal("hostctl was not built")
+		dir, err := os.MkdirTemp("", "vmeta-mig-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := testenv.BuildCrashBinary(binTB{t, dir}, "github.com/vmeta/vmeta/hostctl/cmd/hostctl")
+		if bin == "" {
+			os.RemoveAll(dir)
+			t.Fatal("hostctl was not built")
+		}
+		hostctl, binDir = bin, dir
 	}
+	binUsers++
+	t.Cleanup(func() {
+		binMu.Lock()
+		defer binMu.Unlock()
+		if binUsers--; binUsers == 0 {
+			os.RemoveAll(binDir)
+			hostctl, binDir = "", ""
+		}
+	})
 	return hostctl
 }
 
@@ -323,6 +355,7 @@ func metadataUUID(t *testing.T, h *host) string {
 // At each end libvirt's own view (virsh) is checked: where the domain
 // runs, where its passphrase is defined.
 func TestColdMigrateReal(t *testing.T) {
+	t.Parallel()
 	a, b := pair(t)
 	name := "mig-" + strconv.Itoa(os.Getpid())
 	a.must("instance", "apply", "-f", spec(t, name))
@@ -436,80 +469,156 @@ func crashCases() []crashCase {
 // killed there (SIGKILL, no cleanup); it is started again, the state
 // `instance migration` names is read, and the request that completes
 // it is run (a retry then a confirm for a move, the confirm or the revert
-// again). Each case ends with the instance running on exactly one host,
-// which owns it, and no move record; the matrix is logged.
+// again). Each case ends with the instance in the power state it began
+// with on exactly one host, which owns it, and no move record; the
+// matrix is logged.
+//
+// The rows run on crashGroups pairs of hosts at once (each row leaves its
+// pair clean: its instance deleted, the victim restarted without a crash
+// point), and only the rows whose step stops or starts the guest
+// (crashRunning) move a running one; the others move a shut-off
+// instance, which passes every step and crash point alike.
 func TestKilledAtEveryStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the SIGKILL matrix restarts a host per step (minutes): not in -short")
 	}
-	a, b := pair(t)
-	hosts := map[string]*host{"a": a, "b": b}
-	var matrix []string
-	for i, c := range crashCases() {
-		t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
-			name := fmt.Sprintf("k%d-%d", os.Getpid(), i)
-			a.t, b.t = t, t
-			a.must("instance", "apply", "-f", spec(t, name))
-			a.must("instance", "start", name)
-			if c.request != "migrate" {
-				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
-			}
-			victim := hosts[c.side]
-			victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
-			var r result
-			switch c.request {
-			case "migrate":
-				r = a.ctl("instance", "migrate", name, "--to", "b", "--timeout", "1s")
-			case "confirm":
-				r = a.ctl("instance", "confirm-migration", name)
-			case "revert":
-				r = a.ctl("instance", "revert-migration", name)
-			}
-			select {
-			case <-victim.proc.Exited():
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("host %s was not killed at %s; the request: %s", c.side, c.point, r)
-			}
-			if r.code == 0 {
-				t.Fatalf("the request succeeded though host %s was killed at %s", c.side, c.point)
-			}
-			victim.restart()
-			shown := "none"
-			if m, ok := a.migration(name); ok {
-				shown = m.State + "@" + m.Step
-			}
-			if in := a.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
-				t.Errorf("instance show names %q, the move is %s", in.State, shown)
-			}
-			// Complete it.
-			want := "b"
-			switch {
-			case c.request == "revert":
-				a.must("instance", "revert-migration", name)
-				want = "a"
-			case strings.HasPrefix(shown, "migrating"):
-				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
-				fallthrough
-			default:
-				a.must("instance", "confirm-migration", name)
-			}
-			if _, ok := a.migration(name); ok {
-				t.Fatal("the move's record stays")
-			}
-			owner := hosts[want]
-			other := hosts[map[string]string{"a": "b", "b": "a"}[want]]
-			if in := owner.show(name); in.Host != want || in.State != "running" {
-				t.Errorf("after completing: %+v, want running on %s", in, want)
-			}
-			if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != "running" || o != "" {
-				t.Errorf("libvirt after completing: %s %q, %s %q", owner.name, s, other.name, o)
-			}
-			matrix = append(matrix, fmt.Sprintf("%-8s %-2s %-22s %-30s -> running on %s", c.request, c.side, c.point, shown, want))
-			owner.must("instance", "delete", name)
-		})
+	t.Parallel()
+	cases := crashCases()
+	matrix := make([]string, len(cases))
+	var wg sync.WaitGroup
+	for g := range crashGroups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(fmt.Sprintf("hosts%d", g), func(t *testing.T) {
+				a, b := pair(t)
+				for i := g; i < len(cases); i += crashGroups {
+					c := cases[i]
+					t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
+						matrix[i] = killedAt(t, a, b, c, fmt.Sprintf("k%d-%d", os.Getpid(), i))
+					})
+				}
+				a.t, b.t = t, t
+			})
+		}()
 	}
+	wg.Wait()
+	t.Logf("SIGKILL matrix (request, host killed, step, guest, state shown after the restart, final; the row's seconds):\n%s", strings.Join(matrix, "\n"))
+}
+
+// crashGroups is how many pairs of hosts TestKilledAtEveryStep runs its
+// rows on at once: most of a row is waiting on a host's start-up and on
+// libvirt, so three pairs on two cores take about a third of the time.
+const crashGroups = 3
+
+// crashRunning are the crash points whose matrix row moves a running
+// guest: the steps that stop it, start it on the destination or start it
+// again on a revert, and the first step of a confirm, so each request
+// (migrate, confirm, revert) has a running-guest path.
+var crashRunning = map[string]bool{"stopped": true, "started": true, "dest-started": true, "confirming": true, "restarted": true}
+
+// killedAt is one row of the SIGKILL matrix on the pair a, b (left clean
+// for the next row): instance name is applied on a (started when the
+// step is in crashRunning), moved to b when the request is a confirm or
+// a revert, the victim restarted with the crash point armed, the request
+// run until the victim dies, the victim started again, the move
+// completed and checked. It returns the row's line of the matrix.
+func killedAt(t *testing.T, a, b *host, c crashCase, name string) string {
+	t.Helper()
+	hosts := map[string]*host{"a": a, "b": b}
 	a.t, b.t = t, t
-	t.Logf("SIGKILL matrix (request, host killed, step, state shown after the restart, final):\n%s", strings.Join(matrix, "\n"))
+	begin := time.Now()
+	var phases []string
+	phase := func(what string, since time.Time) {
+		phases = append(phases, fmt.Sprintf("%s %.1fs", what, time.Since(since).Seconds()))
+	}
+	running := crashRunning[c.point]
+	at := time.Now()
+	a.must("instance", "apply", "-f", spec(t, name))
+	if running {
+		a.must("instance", "start", name)
+	}
+	power := a.show(name).State
+	if running && power != "running" {
+		t.Fatalf("after start: %q", power)
+	}
+	domBefore := domstate(t, a.uri, name)
+	if c.request != "migrate" {
+		a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+	}
+	phase("set-up", at)
+	victim := hosts[c.side]
+	at = time.Now()
+	victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
+	phase("arm", at)
+	at = time.Now()
+	var r result
+	switch c.request {
+	case "migrate":
+		r = a.ctl("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+	case "confirm":
+		r = a.ctl("instance", "confirm-migration", name)
+	case "revert":
+		r = a.ctl("instance", "revert-migration", name)
+	}
+	select {
+	case <-victim.proc.Exited():
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("host %s was not killed at %s; the request: %s", c.side, c.point, r)
+	}
+	if r.code == 0 {
+		t.Fatalf("the request succeeded though host %s was killed at %s", c.side, c.point)
+	}
+	phase("killed", at)
+	at = time.Now()
+	victim.restart()
+	phase("restart", at)
+	at = time.Now()
+	shown := "none"
+	if m, ok := a.migration(name); ok {
+		shown = m.State + "@" + m.Step
+	}
+	if in := a.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
+		t.Errorf("instance show names %q, the move is %s", in.State, shown)
+	}
+	// Complete it.
+	want := "b"
+	switch {
+	case c.request == "revert":
+		a.must("instance", "revert-migration", name)
+		want = "a"
+	case strings.HasPrefix(shown, "migrating"):
+		a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+		fallthrough
+	default:
+		a.must("instance", "confirm-migration", name)
+	}
+	phase("complete", at)
+	if _, ok := a.migration(name); ok {
+		t.Fatal("the move's record stays")
+	}
+	owner := hosts[want]
+	other := hosts[map[string]string{"a": "b", "b": "a"}[want]]
+	if in := owner.show(name); in.Host != want || in.State != power {
+		t.Errorf("after completing: %+v, want %s on %s", in, power, want)
+	}
+	wantDom := "running"
+	switch {
+	case !running && want == "a":
+		wantDom = domBefore // as it was before the move
+	case !running:
+		wantDom = "shut off" // defined on b, not started
+	}
+	if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != wantDom || o != "" {
+		t.Errorf("libvirt after completing: %s %q, %s %q; want %q and none", owner.name, s, other.name, o, wantDom)
+	}
+	owner.must("instance", "delete", name)
+	guest := "shut-off"
+	if running {
+		guest = "running"
+	}
+	t.Logf("row %.1fs: %s", time.Since(begin).Seconds(), strings.Join(phases, ", "))
+	return fmt.Sprintf("%-8s %-2s %-22s %-8s %-30s -> %s on %s  %5.1fs", c.request, c.side, c.point, guest, shown, power, want, time.Since(begin).Seconds())
 }
 
 // gpuSysfs writes a sysfs tree laid out as the kernel does, with one
@@ -563,6 +672,7 @@ func devices(t *testing.T, h *host) map[string]string {
 // running QEMU, so the instance stays stopped: its domain is defined on
 // b, not started.)
 func TestMoveBurnsDevices(t *testing.T) {
+	t.Parallel()
 	spec := filepath.Join(t.TempDir(), "devices.yaml")
 	if err := os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600); err != nil {
 		t.Fatal(err)
