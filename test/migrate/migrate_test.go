@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -465,19 +466,23 @@ func crashCases() []crashCase {
 }
 
 // TestKilledAtEveryStep is the SIGKILL matrix over the real hosts: for
-// every step of a move, its confirm and its revert, the host doing it is
-// killed there (SIGKILL, no cleanup); it is started again, the state
-// `instance migration` names is read, and the request that completes
-// it is run (a retry then a confirm for a move, the confirm or the revert
-// again). Each case ends with the instance in the power state it began
-// with on exactly one host, which owns it, and no move record; the
-// matrix is logged.
+// every step of a move, its confirm and its revert, the host doing it
+// (the source, or the destination for its own steps) is killed there
+// (SIGKILL, no cleanup); it is started again, the state `instance
+// migration` names is read, and the request that completes it is run (a
+// retry then a confirm for a move, the confirm or the revert again).
+// Each case ends with the instance in the power state it began with on
+// exactly one host, which owns it, and no move record; the matrix is
+// logged.
 //
-// The rows run on crashGroups pairs of hosts at once (each row leaves its
-// pair clean: its instance deleted, the victim restarted without a crash
-// point), and only the rows whose step stops or starts the guest
-// (crashRunning) move a running one; the others move a shut-off
-// instance, which passes every step and crash point alike.
+// The rows run on crashGroups pairs of hosts at once. On a pair, one
+// instance goes through its rows: each row moves it from the host that
+// holds it to the other one (a and b take turns as source and
+// destination), so a row costs a move, not a new instance. Only the rows
+// whose step stops or starts the guest (crashRunning) move a running
+// one; the others, run first, move it shut off, which passes every step
+// and crash point alike. After a failed row the pair's next row starts
+// from a new instance.
 func TestKilledAtEveryStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the SIGKILL matrix restarts a host per step (minutes): not in -short")
@@ -486,24 +491,29 @@ func TestKilledAtEveryStep(t *testing.T) {
 	cases := crashCases()
 	matrix := make([]string, len(cases))
 	var wg sync.WaitGroup
-	for g := range crashGroups {
+	for g, rows := range crashPlan(cases, crashGroups) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			t.Run(fmt.Sprintf("hosts%d", g), func(t *testing.T) {
 				a, b := pair(t)
-				for i := g; i < len(cases); i += crashGroups {
+				rig := &crashRig{hosts: map[string]*host{"a": a, "b": b}, prefix: fmt.Sprintf("k%d-%d", os.Getpid(), g)}
+				for _, i := range rows {
 					c := cases[i]
-					t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
-						matrix[i] = killedAt(t, a, b, c, fmt.Sprintf("k%d-%d", os.Getpid(), i))
+					ok := t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
+						matrix[i] = rig.row(t, c)
 					})
+					a.t, b.t = t, t
+					if !ok {
+						rig.abandon()
+					}
 				}
-				a.t, b.t = t, t
+				rig.finish(t)
 			})
 		}()
 	}
 	wg.Wait()
-	t.Logf("SIGKILL matrix (request, host killed, step, guest, state shown after the restart, final; the row's seconds):\n%s", strings.Join(matrix, "\n"))
+	t.Logf("SIGKILL matrix (request, host killed as source or destination, step, guest, state shown after the restart, final; the row's seconds):\n%s", strings.Join(matrix, "\n"))
 }
 
 // crashGroups is how many pairs of hosts TestKilledAtEveryStep runs its
@@ -517,108 +527,191 @@ const crashGroups = 3
 // (migrate, confirm, revert) has a running-guest path.
 var crashRunning = map[string]bool{"stopped": true, "started": true, "dest-started": true, "confirming": true, "restarted": true}
 
-// killedAt is one row of the SIGKILL matrix on the pair a, b (left clean
-// for the next row): instance name is applied on a (started when the
-// step is in crashRunning), moved to b when the request is a confirm or
-// a revert, the victim restarted with the crash point armed, the request
-// run until the victim dies, the victim started again, the move
-// completed and checked. It returns the row's line of the matrix.
-func killedAt(t *testing.T, a, b *host, c crashCase, name string) string {
+// crashPlan splits the rows (indexes into cases) into n groups of about
+// equal cost (a running guest's row costs several shut-off ones: QEMU
+// starts and stops), each with its shut-off rows first.
+func crashPlan(cases []crashCase, n int) [][]int {
+	groups := make([][]int, n)
+	cost := make([]int, n)
+	add := func(i, c int) {
+		g := 0
+		for j := range cost {
+			if cost[j] < cost[g] {
+				g = j
+			}
+		}
+		groups[g] = append(groups[g], i)
+		cost[g] += c
+	}
+	for i, c := range cases {
+		if crashRunning[c.point] {
+			add(i, 5)
+		}
+	}
+	for i, c := range cases {
+		if !crashRunning[c.point] {
+			add(i, 1)
+		}
+	}
+	for _, g := range groups {
+		sort.SliceStable(g, func(x, y int) bool { return !crashRunning[cases[g[x]].point] && crashRunning[cases[g[y]].point] })
+	}
+	return groups
+}
+
+// crashRig is a pair of hosts and the instance the matrix moves between
+// them.
+type crashRig struct {
+	hosts   map[string]*host
+	prefix  string
+	n       int      // instances made
+	name    string   // the instance ("" when a new one is needed)
+	at      string   // the host that owns it
+	running bool     // it runs
+	left    []string // instances of failed rows
+}
+
+// abandon leaves the instance of a failed row (finish tries to delete
+// it): the next row makes a new one.
+func (r *crashRig) abandon() {
+	if r.name != "" {
+		r.left = append(r.left, r.name)
+	}
+	r.name = ""
+}
+
+// finish deletes the instance (and, best effort, those of failed rows).
+func (r *crashRig) finish(t *testing.T) {
 	t.Helper()
-	hosts := map[string]*host{"a": a, "b": b}
-	a.t, b.t = t, t
+	if r.name != "" {
+		r.hosts[r.at].must("instance", "delete", r.name)
+	}
+	for _, name := range r.left {
+		for _, h := range r.hosts {
+			h.ctl("instance", "delete", name)
+		}
+	}
+}
+
+// row is one row of the SIGKILL matrix: the instance (made on a when
+// there is none, started when the step is in crashRunning) is moved from
+// the host holding it, the source, to the other one; for a confirm or a
+// revert it is first moved there without a crash. The victim, the source
+// or the destination as c.side says ("a" the source, "b" the
+// destination), is restarted with the crash point armed, the request run
+// on the source until the victim dies, the victim started again, the
+// move completed and checked. It returns the row's line of the matrix.
+func (r *crashRig) row(t *testing.T, c crashCase) string {
+	t.Helper()
+	for _, h := range r.hosts {
+		h.t = t
+	}
 	begin := time.Now()
 	var phases []string
-	phase := func(what string, since time.Time) {
-		phases = append(phases, fmt.Sprintf("%s %.1fs", what, time.Since(since).Seconds()))
+	at := time.Now()
+	phase := func(what string) {
+		phases = append(phases, fmt.Sprintf("%s %.1fs", what, time.Since(at).Seconds()))
+		at = time.Now()
 	}
 	running := crashRunning[c.point]
-	at := time.Now()
-	a.must("instance", "apply", "-f", spec(t, name))
-	if running {
-		a.must("instance", "start", name)
+	if r.name == "" {
+		r.n++
+		r.name, r.at, r.running = fmt.Sprintf("%s-%d", r.prefix, r.n), "a", false
+		r.hosts["a"].must("instance", "apply", "-f", spec(t, r.name))
+		phase("apply")
 	}
-	power := a.show(name).State
+	name := r.name
+	src, dst := r.hosts[r.at], r.hosts[map[string]string{"a": "b", "b": "a"}[r.at]]
+	switch {
+	case running && !r.running:
+		src.must("instance", "start", name)
+		r.running = true
+		phase("start")
+	case !running && r.running:
+		t.Fatalf("the row needs %s shut off; crashPlan orders the running rows last", name)
+	}
+	power := src.show(name).State
 	if running && power != "running" {
 		t.Fatalf("after start: %q", power)
 	}
-	domBefore := domstate(t, a.uri, name)
+	domBefore := domstate(t, src.uri, name)
 	if c.request != "migrate" {
-		a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+		src.must("instance", "migrate", name, "--to", dst.name, "--timeout", "1s")
+		phase("move")
 	}
-	phase("set-up", at)
-	victim := hosts[c.side]
-	at = time.Now()
+	victim := src
+	if c.side == "b" {
+		victim = dst
+	}
 	victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
-	phase("arm", at)
-	at = time.Now()
-	var r result
+	phase("arm")
+	var res result
 	switch c.request {
 	case "migrate":
-		r = a.ctl("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+		res = src.ctl("instance", "migrate", name, "--to", dst.name, "--timeout", "1s")
 	case "confirm":
-		r = a.ctl("instance", "confirm-migration", name)
+		res = src.ctl("instance", "confirm-migration", name)
 	case "revert":
-		r = a.ctl("instance", "revert-migration", name)
+		res = src.ctl("instance", "revert-migration", name)
 	}
 	select {
 	case <-victim.proc.Exited():
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("host %s was not killed at %s; the request: %s", c.side, c.point, r)
+		t.Fatalf("host %s was not killed at %s; the request: %s", victim.name, c.point, res)
 	}
-	if r.code == 0 {
-		t.Fatalf("the request succeeded though host %s was killed at %s", c.side, c.point)
+	if res.code == 0 {
+		t.Fatalf("the request succeeded though host %s was killed at %s", victim.name, c.point)
 	}
-	phase("killed", at)
-	at = time.Now()
+	phase("killed")
 	victim.restart()
-	phase("restart", at)
-	at = time.Now()
+	phase("restart")
 	shown := "none"
-	if m, ok := a.migration(name); ok {
+	if m, ok := src.migration(name); ok {
 		shown = m.State + "@" + m.Step
 	}
-	if in := a.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
+	if in := src.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
 		t.Errorf("instance show names %q, the move is %s", in.State, shown)
 	}
 	// Complete it.
-	want := "b"
+	owner, other := dst, src
 	switch {
 	case c.request == "revert":
-		a.must("instance", "revert-migration", name)
-		want = "a"
+		src.must("instance", "revert-migration", name)
+		owner, other = src, dst
 	case strings.HasPrefix(shown, "migrating"):
-		a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
+		src.must("instance", "migrate", name, "--to", dst.name, "--timeout", "1s")
 		fallthrough
 	default:
-		a.must("instance", "confirm-migration", name)
+		src.must("instance", "confirm-migration", name)
 	}
-	phase("complete", at)
-	if _, ok := a.migration(name); ok {
+	phase("complete")
+	if _, ok := src.migration(name); ok {
 		t.Fatal("the move's record stays")
 	}
-	owner := hosts[want]
-	other := hosts[map[string]string{"a": "b", "b": "a"}[want]]
-	if in := owner.show(name); in.Host != want || in.State != power {
-		t.Errorf("after completing: %+v, want %s on %s", in, power, want)
+	if in := owner.show(name); in.Host != owner.name || in.State != power {
+		t.Errorf("after completing: %+v, want %s on %s", in, power, owner.name)
 	}
 	wantDom := "running"
 	switch {
-	case !running && want == "a":
+	case !running && owner == src:
 		wantDom = domBefore // as it was before the move
 	case !running:
-		wantDom = "shut off" // defined on b, not started
+		wantDom = "shut off" // defined on the destination, not started
 	}
 	if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != wantDom || o != "" {
 		t.Errorf("libvirt after completing: %s %q, %s %q; want %q and none", owner.name, s, other.name, o, wantDom)
 	}
-	owner.must("instance", "delete", name)
+	if t.Failed() {
+		return ""
+	}
+	r.at = owner.name
 	guest := "shut-off"
 	if running {
 		guest = "running"
 	}
+	role := map[string]string{"a": "source", "b": "dest"}[c.side]
 	t.Logf("row %.1fs: %s", time.Since(begin).Seconds(), strings.Join(phases, ", "))
-	return fmt.Sprintf("%-8s %-2s %-22s %-8s %-30s -> %s on %s  %5.1fs", c.request, c.side, c.point, guest, shown, power, want, time.Since(begin).Seconds())
+	return fmt.Sprintf("%-8s %-6s(%s) %-22s %-8s %s->%s %-30s -> %s on %s  %5.1fs", c.request, role, victim.name, c.point, guest, src.name, dst.name, shown, power, owner.name, time.Since(begin).Seconds())
 }
 
 // gpuSysfs writes a sysfs tree laid out as the kernel does, with one
