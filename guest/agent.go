@@ -252,12 +252,14 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 		}
 		return nil, err
 	}
+	step := time.Now()
 	inv, err := sysfs.Scanner{Root: a.cfg.SysRoot, DevRoot: a.cfg.DevRoot}.Scan()
 	if err != nil {
 		return nil, err
 	}
 	results := match.Devices(doc.Devices, inv)
 	p := buildPlan(results, inv, a.cfg.ShareRoot)
+	a.log.Debug("devices scanned and matched", "elapsed", time.Since(step).Round(time.Millisecond))
 	rep := &Report{State: &State{Origin: doc.Origin, UUID: doc.UUID, Digest: doc.Digest, Ignored: doc.Ignored,
 		Source: doc.Source, Revision: current, Sources: doc.Sources}}
 	st := rep.State
@@ -267,7 +269,7 @@ func (a *Agent) ApplyDocument(ctx context.Context, doc *source.Document) (*Repor
 
 	// Debug timings of the steps: how long the agent's unit holds the
 	// boot, and where that time goes.
-	step := time.Now()
+	step = time.Now()
 	if err := a.applyUdev(ctx, p, rep); err != nil {
 		st.Problems = append(st.Problems, err.Error())
 		rep.Pending = true
@@ -341,9 +343,11 @@ func (a *Agent) applyUdev(ctx context.Context, p *plan, rep *Report) error {
 		return errors.New("udevd is not running: the rules are written and apply once it starts")
 	}
 	if changed {
+		step := time.Now()
 		if err := a.cfg.Udev.Reload(ctx); err != nil {
 			return err
 		}
+		a.log.Debug("udev rules reloaded", "elapsed", time.Since(step).Round(time.Millisecond))
 	}
 	stale, err := a.stale(p)
 	if err != nil {
@@ -359,8 +363,10 @@ func (a *Agent) applyUdev(ctx context.Context, p *plan, rep *Report) error {
 		names[i] = p.names[id]
 	}
 	tctx, cancel := context.WithTimeout(ctx, a.cfg.SettleTimeout)
+	step := time.Now()
 	err = a.cfg.Udev.Trigger(tctx, paths)
 	cancel()
+	a.log.Debug("udev processed the change events", "devices", strings.Join(names, ", "), "elapsed", time.Since(step).Round(time.Millisecond))
 	if err != nil {
 		if ctx.Err() == nil && tctx.Err() != nil {
 			return fmt.Errorf("udev did not process the change events of %s within %s: %w", strings.Join(names, ", "), a.cfg.SettleTimeout, err)

@@ -591,3 +591,58 @@ func TestRunRetriesUdev(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestRunColdplugEvents: the agent starts before udev's coldplug, which
+// sends an "add" for every device that is there already (SYNTH_UUID set).
+// Such an event makes the daemon check the devices' udev records again
+// and trigger the ones that lost their tags, but it reads no metadata: a
+// coldplug burst must not cost a read of every transport and the quick
+// re-reads a device that came brings.
+func TestRunColdplugEvents(t *testing.T) {
+	e := newEnv(t)
+	e.src.set(strings.Replace(doc1, `,
+ {"type": "share", "bus": "none", "address": "none", "share_id": "`+shareID+`", "tag": "not-attached"}`, "", 1))
+	events := make(chan uevent.Event, 8)
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.agent.Run(ctx, guest.RunOptions{Events: events, Debounce: 10 * time.Millisecond, PollInterval: time.Hour,
+			Ready: func() { close(ready) }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no first pass; log:\n%s", e.log)
+	}
+	if !e.record("b252:16").HasLink("disk/by-tag/squidcache") {
+		t.Fatalf("first pass: vda has no by-tag link; log:\n%s", e.log)
+	}
+	e.src.mu.Lock()
+	reads := e.src.reads
+	e.src.mu.Unlock()
+	// vda's record as a coldplug that raced the rules would leave it.
+	if err := os.Remove(filepath.Join(e.udev.RunDir, "data", "b252:16")); err != nil {
+		t.Fatal(err)
+	}
+	events <- uevent.Event{Action: "add", Subsystem: "block", DevPath: e.vda, Env: map[string]string{"SYNTH_UUID": "0"}}
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.record("b252:16").HasLink("disk/by-tag/squidcache") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the coldplug event did not make the agent check vda's record; log:\n%s", e.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.src.mu.Lock()
+	got := e.src.reads
+	e.src.mu.Unlock()
+	if got != reads {
+		t.Errorf("a coldplug event read the metadata again (%d reads, %d before it); log:\n%s", got, reads, e.log)
+	}
+}

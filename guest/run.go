@@ -2,9 +2,7 @@ package guest
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -203,6 +201,12 @@ func (a *Agent) Run(ctx context.Context, opts RunOptions) error {
 				needFetch = true
 			case e.Action == "change":
 				continue // a partition table re-read, a resize: nothing the agent sets depends on it
+			case uevent.Synthetic(e):
+				// udev's coldplug (the agent starts before it) or a
+				// trigger: the device was there already and udev runs
+				// its rules again. Check that the records still match
+				// once the burst is over; the metadata did not change.
+				needApply = true
 			default:
 				needApply = true
 				needFetch = true
@@ -299,28 +303,6 @@ func (a *Agent) watchMediaOf(dev string) {
 		return
 	}
 	a.log.Info("kernel now polls the config drive for media changes", "device", dev, "interval", "2s")
-}
-
-// Notify sends a message to systemd's notification socket
-// ($NOTIFY_SOCKET), as sd_notify(3) does; without the variable it does
-// nothing.
-func Notify(state string) error {
-	sock := os.Getenv("NOTIFY_SOCKET")
-	if sock == "" {
-		return nil
-	}
-	if strings.HasPrefix(sock, "@") {
-		sock = "\x00" + sock[1:]
-	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte(state)); err != nil {
-		return errors.Join(errors.New("sd_notify"), err)
-	}
-	return nil
 }
 
 // PeakRSS returns the process's peak resident set size as the kernel

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 )
 
 // Auto reads every transport the guest has and returns the document of
@@ -29,6 +31,9 @@ type Auto struct {
 	Drive    *ConfigDrive
 	// HTTP is nil to never ask the metadata service.
 	HTTP *HTTP
+	// Log, when set, hears at debug level how long each transport took
+	// (the first pass holds the boot; this says where that time goes).
+	Log *slog.Logger
 }
 
 func (a *Auto) String() string {
@@ -52,7 +57,14 @@ func (a *Auto) Fetch(ctx context.Context) (*Document, error) {
 		results []SourceResult
 		errs    []error
 	)
-	add := func(kind string, d *Document, err error, absent bool) {
+	add := func(kind string, d *Document, err error, absent bool, elapsed time.Duration) {
+		if a.Log != nil && ctx.Err() == nil {
+			if err != nil {
+				a.Log.Debug("transport read", "transport", kind, "elapsed", elapsed.Round(time.Millisecond), "err", err)
+			} else {
+				a.Log.Debug("transport read", "transport", kind, "elapsed", elapsed.Round(time.Millisecond), "revision", d.Revision)
+			}
+		}
 		switch {
 		case err == nil:
 			docs = append(docs, d)
@@ -67,28 +79,32 @@ func (a *Auto) Fetch(ctx context.Context) (*Document, error) {
 	// drive are read at the same time: both wait on emulated devices,
 	// and the unit holds boot until the first pass ends.
 	type result struct {
-		d   *Document
-		err error
+		d       *Document
+		err     error
+		elapsed time.Duration
 	}
 	var fw chan result
 	if a.Firmware != nil {
 		fw = make(chan result, 1)
 		go func() {
+			start := time.Now()
 			d, err := a.Firmware.Fetch(ctx)
-			fw <- result{d, err}
+			fw <- result{d, err, time.Since(start)}
 		}()
 	}
 	var drive result
 	if a.Drive != nil {
+		start := time.Now()
 		drive.d, drive.err = a.Drive.Fetch(ctx)
+		drive.elapsed = time.Since(start)
 	}
 	if fw != nil {
 		r := <-fw
-		add(KindFirmware, r.d, r.err, errors.Is(r.err, ErrNoFirmware))
+		add(KindFirmware, r.d, r.err, errors.Is(r.err, ErrNoFirmware), r.elapsed)
 	}
 	driveOK := false
 	if a.Drive != nil {
-		add(KindDrive, drive.d, drive.err, errors.Is(drive.err, ErrNoDrive))
+		add(KindDrive, drive.d, drive.err, errors.Is(drive.err, ErrNoDrive), drive.elapsed)
 		driveOK = drive.err == nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -97,12 +113,13 @@ func (a *Auto) Fetch(ctx context.Context) (*Document, error) {
 	if a.HTTP != nil && !driveOK {
 		var d *Document
 		var err error
+		start := time.Now()
 		if len(docs) > 0 {
 			d, err = a.HTTP.FetchOnce(ctx)
 		} else {
 			d, err = a.HTTP.Fetch(ctx)
 		}
-		add(KindHTTP, d, err, false)
+		add(KindHTTP, d, err, false, time.Since(start))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

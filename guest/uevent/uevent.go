@@ -67,6 +67,16 @@ func MediaChange(e Event) bool {
 	return e.Subsystem == "block" && e.Action == "change" && e.Env["DISK_MEDIA_CHANGE"] == "1"
 }
 
+// Synthetic reports whether e was asked for by writing to the device's
+// uevent file (udev's coldplug, `udevadm trigger`) rather than sent by a
+// device that came, went or changed: the kernel adds SYNTH_UUID to those
+// (0 when the writer gave no UUID). At boot udev's coldplug sends an
+// "add" for every device that is already there.
+func Synthetic(e Event) bool {
+	_, ok := e.Env["SYNTH_UUID"]
+	return ok
+}
+
 // Monitor sends the kernel's uevents to out until ctx ends; onErr hears
 // about dropped messages and reconnections. After a reconnection it sends
 // a Resync event. It returns ctx's error, or the error of the first

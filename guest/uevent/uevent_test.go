@@ -66,6 +66,27 @@ func TestRelevant(t *testing.T) {
 	}
 }
 
+// TestSynthetic: the kernel marks events written to a uevent file with
+// SYNTH_UUID; a device's own events carry none.
+func TestSynthetic(t *testing.T) {
+	for _, c := range []struct {
+		raw  []byte
+		want bool
+	}{
+		{raw("add@/devices/pci0000:00/0000:00:04.0/virtio1/block/vdb", "ACTION=add", "DEVPATH=/devices/pci0000:00/0000:00:04.0/virtio1/block/vdb", "SUBSYSTEM=block", "SYNTH_UUID=0", "SEQNUM=2311"), true},
+		{raw("change@/devices/virtual/net/lo", "ACTION=change", "DEVPATH=/devices/virtual/net/lo", "SUBSYSTEM=net", "SYNTH_UUID=5e3a1c52-0b55-4a4e-9b0f-2d7c3c1f2d11"), true},
+		{raw("add@/devices/pci0000:00/0000:00:0a.0/virtio7/block/vdd", "ACTION=add", "DEVPATH=/devices/pci0000:00/0000:00:0a.0/virtio7/block/vdd", "SUBSYSTEM=block", "SEQNUM=2400"), false},
+	} {
+		e, err := uevent.Parse(c.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := uevent.Synthetic(e); got != c.want {
+			t.Errorf("Synthetic(%s %s %v) = %v, want %v", e.Action, e.DevPath, e.Env, got, c.want)
+		}
+	}
+}
+
 // FuzzParse: the uevent parser never panics, and an event it accepts
 // has a known action.
 func FuzzParse(f *testing.F) {

@@ -98,6 +98,7 @@ type Services struct {
 	Ownership    OwnershipService   // adopt, forced delete
 	Events       EventService       // the audit streams (hostctl/events)
 	Migrations   MigrationService   // moves between hosts (hostctl/migrate)
+	Evacuations  EvacuationService  // rebuilds of down hosts' instances (hostctl/migrate)
 
 	Flavors FlavorService // the flavor registry
 	Images  ImageService  // the image catalog
@@ -152,6 +153,7 @@ func routes(s Services, e errorWriter) *mux.Router {
 	snapshot{svc: s.Snapshot, secrets: s.Secrets, errorWriter: e}.routes(e.served(one, s.Snapshot != nil, "snapshots"))
 	shelve{svc: s.Shelve, errorWriter: e}.routes(e.served(one, s.Shelve != nil, "shelve and rescue"))
 	migrations{svc: s.Migrations, errorWriter: e}.routes(e.served(one, s.Migrations != nil, "moves between hosts")) // migrate.go
+	evacuations{svc: s.Evacuations, errorWriter: e}.routes(e.served(one, s.Evacuations != nil, "evacuations"))
 
 	flavors{svc: s.Flavors, errorWriter: e}.routes(e.served(v1.PathPrefix("/flavors").Subrouter(), s.Flavors != nil, "flavors"))
 	images{svc: s.Images, errorWriter: e}.routes(e.served(v1.PathPrefix("/images").Subrouter(), s.Images != nil, "images"))

@@ -149,7 +149,7 @@ func domainKeyPolicy(p types.KeyPolicy) keyrotation.Policy {
 
 func wireKeyStatus(s keyrotation.Status) types.KeyStatus {
 	out := types.KeyStatus{
-		KeyGeneration: s.KeyGeneration, KeyVersion: s.KeyVersion, PriorKeyCount: s.PriorKeyCount, Pending: s.Pending,
+		KeyGeneration: s.KeyGeneration, KeyVersion: s.KeyVersion, KeyCephVersion: s.KeyCephVersion, PriorKeyCount: s.PriorKeyCount, Pending: s.Pending,
 		Target: s.Target, Error: s.Error, Updated: s.Updated,
 	}
 	if p := s.Progress; p != nil {
@@ -159,10 +159,14 @@ func wireKeyStatus(s keyrotation.Status) types.KeyStatus {
 }
 
 func wireKeyReport(r keyrotation.Report) types.KeyReport {
-	return types.KeyReport{
+	out := types.KeyReport{
 		Class: string(r.Class), InstanceUUID: r.InstanceUUID, InstanceName: r.InstanceName,
 		Policy: wireKeyPolicy(r.Policy), Status: wireKeyStatus(r.Status), Complete: r.Complete, NoKeys: r.NoKeys,
 	}
+	for _, h := range r.Holders {
+		out.Holders = append(out.Holders, types.KeyHolder{InstanceUUID: h.InstanceUUID, ShareID: h.Share, Generation: h.Generation, Client: h.Client})
+	}
+	return out
 }
 
 func wireKeyRotation(r keyrotation.Rotation) types.KeyRotation {

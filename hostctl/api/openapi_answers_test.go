@@ -122,6 +122,9 @@ func (a answers) RevertMigration(context.Context, string) (types.Migration, erro
 func (a answers) Migration(context.Context, string) (types.Migration, error) {
 	return value[types.Migration](a), nil
 }
+func (a answers) Evacuate(context.Context, string, string) (types.Evacuation, error) {
+	return value[types.Evacuation](a), nil
+}
 func (a answers) Adopt(context.Context, string) (*controller.Instance, error) {
 	return a.instance(), nil
 }
@@ -209,6 +212,9 @@ func (a answers) mapping() types.ShareMapping {
 }
 func (a answers) CreateShare(context.Context, types.Principal, types.ShareCreateRequest) (types.Share, error) {
 	return a.share(), nil
+}
+func (a answers) CephAuth(context.Context, types.Principal, types.CephAuthRequest) (types.CephAuthResult, error) {
+	return value[types.CephAuthResult](a), nil
 }
 func (a answers) ListShares(context.Context, types.Principal) ([]types.Share, error) {
 	if !a.filled {
@@ -300,6 +306,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{"POST", "/v1/instances/x/confirm-migration", "", ""},
 		{"POST", "/v1/instances/x/revert-migration", "", ""},
 		{"GET", "/v1/instances/x/migration", "", ""},
+		{"POST", "/v1/instances/x/evacuate", "application/json", `{"host": "b"}`},
 		{"GET", "/v1/flavors", "", ""},
 		{"POST", "/v1/flavors", "application/json", `{"name": "f", "vcpus": 1, "ram": 64, "disk": 1, "ephemeral": 0, "swap": 0, "extra_specs": {"hw:ephemeral_encryption": "true"}}`},
 		{"GET", "/v1/flavors/f", "", ""},
@@ -319,6 +326,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 		{"GET", "/v1/keys/proxy-secret/reveal", "", ""},
 		{"GET", "/v1/shares", "", ""},
 		{"POST", "/v1/shares", "application/json", `{"project_id": "p", "share_proto": "nfs", "export_location": "h:/x"}`},
+		{"POST", "/v1/shares/ceph-auth", "application/json", `{"admin_keyring": "[client.admin]\\n\\tkey = AQ==\\n", "mons": "127.0.0.1:3300"}`},
 		{"GET", "/v1/shares/s", "", ""},
 		{"DELETE", "/v1/shares/s", "", ""},
 		{"GET", "/v1/servers/x/shares", "", ""},
@@ -344,6 +352,7 @@ func TestOpenAPIAnswers(t *testing.T) {
 			s := Services{
 				Instances: a, Power: a, Reboot: a, Hotplug: a, ConfigDrives: a, Resize: a, Snapshot: a, Shelve: a,
 				Hosts: hostAnswers{a}, Ownership: a, Events: a, Flavors: a, Images: a, Secrets: a, Keys: a, Shares: a, Devices: a, Migrations: a,
+				Evacuations: a,
 			}
 			srv := httptest.NewServer(v.wrap(NewHandler(s, slog.New(slog.DiscardHandler), localAuth{})))
 			for _, rq := range requests {

@@ -96,11 +96,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 		{"a route missing", func(doc map[string]any) { delete(paths(doc), "/v1/whoami") }, "undocumented GET /v1/whoami"},
 		{"a method missing", func(doc map[string]any) { delete(pathItem(doc, "/v1/instances/{name}/disks"), "delete") }, "undocumented DELETE /v1/instances/{name}/disks"},
 		{"a route too many", func(doc map[string]any) {
-			paths(doc)["/v1/instances/{name}/evacuate"] = map[string]any{
+			paths(doc)["/v1/instances/{name}/teleport"] = map[string]any{
 				"parameters": []any{map[string]any{"$ref": "#/components/parameters/InstanceName"}},
 				"post":       map[string]any{"responses": map[string]any{"200": map[string]any{"description": "x"}}},
 			}
-		}, "unserved POST /v1/instances/{name}/evacuate"},
+		}, "unserved POST /v1/instances/{name}/teleport"},
 		{"a method too many", func(doc map[string]any) {
 			pathItem(doc, "/v1/hosts")["delete"] = map[string]any{"responses": map[string]any{"204": map[string]any{"description": "x"}}}
 		}, "unserved DELETE /v1/hosts"},
@@ -328,6 +328,8 @@ var schemaTypes = map[string]struct {
 	"RescueRequest":      {reflect.TypeFor[types.RescueRequest](), true},
 	"MigrateRequest":     {reflect.TypeFor[types.MigrateRequest](), true},
 	"Migration":          {reflect.TypeFor[types.Migration](), false},
+	"EvacuateRequest":    {reflect.TypeFor[types.EvacuateRequest](), true},
+	"Evacuation":         {reflect.TypeFor[types.Evacuation](), false},
 	"Flavor":             {reflect.TypeFor[types.Flavor](), false},
 	"FlavorRequest":      {reflect.TypeFor[types.Flavor](), true},
 	"Image":              {reflect.TypeFor[types.Image](), false},
@@ -343,6 +345,9 @@ var schemaTypes = map[string]struct {
 	"KeyReveal":          {reflect.TypeFor[types.KeyReveal](), false},
 	"Share":              {reflect.TypeFor[types.Share](), false},
 	"ShareCreateRequest": {reflect.TypeFor[types.ShareCreateRequest](), true},
+	"CephAuthRequest":    {reflect.TypeFor[types.CephAuthRequest](), true},
+	"CephAuthResult":     {reflect.TypeFor[types.CephAuthResult](), false},
+	"KeyHolder":          {reflect.TypeFor[types.KeyHolder](), false},
 	"ShareBody":          {reflect.TypeFor[types.ShareBody](), false},
 	"SharesBody":         {reflect.TypeFor[types.SharesBody](), false},
 	"ShareMapping":       {reflect.TypeFor[types.ShareMapping](), false},

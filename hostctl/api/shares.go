@@ -49,6 +49,7 @@ func (h sharesAPI) routes(v1 *mux.Router) {
 	reg := v1.PathPrefix("/shares").Subrouter()
 	reg.HandleFunc("", h.list).Methods(http.MethodGet)
 	reg.HandleFunc("", h.create).Methods(http.MethodPost)
+	reg.HandleFunc("/ceph-auth", h.cephAuth).Methods(http.MethodPost)
 	reg.HandleFunc("/{share_id}", h.show).Methods(http.MethodGet)
 	reg.HandleFunc("/{share_id}", h.delete).Methods(http.MethodDelete)
 	srv := v1.PathPrefix("/servers/{id}/shares").Subrouter()
@@ -90,6 +91,31 @@ func (rh redactingHandler) Handle(ctx context.Context, rec slog.Record) error {
 		return true
 	})
 	return rh.Handler.Handle(ctx, out)
+}
+
+// CephAuthService is a ShareService that manages a CephX client
+// (POST /v1/shares/ceph-auth).
+type CephAuthService interface {
+	CephAuth(ctx context.Context, p types.Principal, req types.CephAuthRequest) (types.CephAuthResult, error)
+}
+
+func (h sharesAPI) cephAuth(w http.ResponseWriter, r *http.Request) {
+	cs, ok := h.svc.(CephAuthService)
+	if !ok {
+		h.fail(w, r, errkind.New(errkind.Unsupported, "this hostctl has no CephFS shares"))
+		return
+	}
+	var req types.CephAuthRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	out, err := cs.CephAuth(r.Context(), principalFrom(r.Context()), req)
+	req.AdminKeyring = ""
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (h sharesAPI) list(w http.ResponseWriter, r *http.Request) {

@@ -21,7 +21,7 @@ func instanceCommands() []*Command {
 		{Name: "instance show", Args: "NAME", Summary: "show one instance", Client: true, Setup: noFlags(instanceShow)},
 		{Name: "instance delete", Args: "NAME", Summary: "delete an instance", Client: true, Setup: instanceDelete},
 		{Name: "instance adopt", Args: "NAME", Summary: "take over a dead host's instance (after moving its disks here)", Client: true, Setup: noFlags(instanceAdopt)},
-	}, migrateCommands()...) // migrate.go
+	}, append(migrateCommands(), evacuateCommands()...)...) // migrate.go, evacuate.go
 }
 
 // noFlags is the Setup of a command without flags of its own.

@@ -21,8 +21,10 @@ const keysHelp = `Classes (short names in brackets):
   token-signing-key (token)  signs metadata session tokens; in place, the old key kept for the token lifetime
   proxy-secret (proxy)       signs X-Instance-ID for metadata proxies; overlapping: --keep-prior prior secrets stay valid
   disk-passphrases (disk)    each LUKS disk's passphrase, per instance; in place through LUKS key slots
+  cephx                      this host's CephX client for CephFS shares; overlapping: each rotation is a new
+                             client.vmeta-<host>.<generation>, mounts keep theirs until their instances stop
 Policies: Disabled (default), WithVersionUpgrade (rotate when hostctl runs a newer version than the one that
-minted the keys; not for the proxy secret), KeyGeneration (rotate when --generation is above the status
+minted the keys; not for the proxy secret nor cephx), KeyGeneration (rotate when --generation is above the status
 generation; the other policies ignore --generation). A rotation is complete when the status generation is at
 least the wanted generation.`
 
@@ -35,7 +37,7 @@ func keyCommands() []*Command {
 		{Name: "keys rotate", Args: "CLASS [--instance NAME] [--wait]", Summary: "rotate a class's keys once more (its policy becomes KeyGeneration, one above the highest generation of its keys)", Client: true,
 			Help: keysHelp + "\nWithout --instance, disk-passphrases rotates every instance's disks (an instance's own policy becomes the new\ngeneration too); with no key to rotate the command says so and changes nothing." +
 				"\nWith --wait the command follows the rotation (a progress bar on a terminal) until it is complete,\nfails, or is pending (a running instance's disks rotate when it next stops).", Setup: keysRotate},
-		{Name: "keys prune", Args: "proxy [--keep N]", Summary: "drop prior proxy secrets beyond --keep, once every proxy has the current one", Client: true, Setup: keysPrune},
+		{Name: "keys prune", Args: "proxy|cephx [--keep N]", Summary: "drop prior keys beyond --keep: proxy secrets once every proxy has the current one; cephx generations no mount uses", Client: true, Setup: keysPrune},
 		{Name: "keys show", Args: "CLASS [--reveal]", Summary: "show a class's status; --reveal prints the current proxy secret (administrators)", Client: true,
 			Help: "--reveal is only for the proxy secret, which the metadata proxies must be configured with; no other key leaves the daemon.", Setup: keysShow},
 	}
@@ -106,6 +108,15 @@ func printKeyReports(c *Call, rs []types.KeyReport) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range rs {
+		if r.Status.KeyCephVersion != "" {
+			fmt.Fprintf(c.Stdout, "%s: keys minted by Ceph %s\n", r.Class, r.Status.KeyCephVersion)
+		}
+		for _, h := range r.Holders {
+			fmt.Fprintf(c.Stdout, "%s: instance %s still holds prior generation %d (%s) through share %s; it moves to the newest key when it stops\n",
+				r.Class, orDash(h.InstanceUUID), h.Generation, h.Client, h.ShareID)
+		}
 	}
 	fmt.Fprintln(c.Stdout, "A rotation is complete when GENERATION >= WANTED and nothing is pending; generation 0: the keys existed before rotation was tracked.")
 	return nil

@@ -293,6 +293,9 @@ type serve struct {
 	shareSvc  *shares.Service
 	mig       *migration // moves between hosts (migrate.go)
 
+	// evac runs the evacuations from down hosts (evacuate.go).
+	evac *evacuation
+
 	beater *hosts.Beater
 	srvs   []*http.Server
 	mdAddr string // the metadata listener's address, for --apply's report
@@ -332,6 +335,10 @@ func (s *serve) components() []component {
 		// Interrupted rotations are recovered before the reconciler
 		// starts an instance or a server answers a request.
 		{name: "key rotation", start: s.startKeyRotation, stop: s.stopKeyRotation},
+		// What this host holds of its instances evacuated while it was
+		// down goes before the reconciler looks at its domains
+		// (evacuate.go).
+		{name: "evacuations", start: s.startEvacuations, stop: s.stopEvacuations},
 		{name: "reconciler", start: s.startReconciler, stop: s.stopReconciler}, // reconcile.go
 		{name: "shares", start: s.startShares, stop: func(context.Context) error { s.shareSvc.Close(); return nil }},
 		{name: "metrics", start: s.startMetrics},
@@ -452,7 +459,7 @@ func (s *serve) startController(context.Context) error {
 	// The share service is a part: made first, given the controller
 	// once it exists (shares.go); its reconciler starts with "shares".
 	core := &shareCore{}
-	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log)
+	s.shareSvc = newShares(s.cfg, s.ctlStore, core, hv.shareSupport(), s.hostName, s.audit, s.log, s.km)
 	// The faults part keeps its records in the controller's store.
 	faultRecords, _ := s.ctlStore.(store.Records)
 	fl := faults.New(faultRecords, s.log)
@@ -503,6 +510,9 @@ func (s *serve) startKeyRotation(ctx context.Context) error {
 		return err
 	}
 	registerDiskRotation(e, s.ctl, s.ctlStore, s.disks, s.km, luksTool(s.cfg), s.log) // keyrotation.go
+	if cx := s.shareSvc.CephX(); cx != nil {
+		e.Register(keyrotation.CephX, keyrotation.CephXRotator{Client: cx})
+	}
 	if err := e.Recover(ctx); err != nil {
 		return fmt.Errorf("key rotation: %w", err)
 	}
@@ -682,6 +692,7 @@ func (s *serve) startServers(context.Context) error {
 func (s *serve) adminHandler(a auth.Authenticator) http.Handler {
 	svc := adminServices(s.ctl, s.catalog(), s.inv, s.shareSvc, s.keySvc, s.hostRegistry(), s.audit)
 	svc.Migrations = s.migrations() // migrate.go
+	svc.Evacuations = s.evacuations()
 	return api.NewHandler(svc, s.log, a)
 }
 

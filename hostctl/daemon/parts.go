@@ -60,9 +60,11 @@ func Parts(cfg PartsConfig) (parts []part.Part, bind func(*controller.Controller
 	inv, hv, dp, sh, fl := cfg.Inventory, cfg.Hypervisor, cfg.Disks, cfg.Shares, cfg.Faults
 	vs := vmstate.New(cfg.Records, cfg.Host)
 	pt := passthrough.New(inv)
+	mp := migrate.NewPart(cfg.Records, vs)
 	parts = []part.Part{
 		dp,
-		migrate.NewPart(cfg.Records, vs), // before vmstate: a move's state is shown first (hostctl/migrate)
+		migrate.NewEvacuationPart(cfg.Records, mp), // before the moves: an evacuation's state is shown first
+		mp, // before vmstate: a move's state is shown first (hostctl/migrate)
 		vs,
 		pt,
 		nics.New(hv, cfg.DefaultNetwork),

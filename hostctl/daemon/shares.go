@@ -13,6 +13,7 @@ import (
 	"github.com/vmeta/vmeta/hostctl/ops"
 	"github.com/vmeta/vmeta/hostctl/shares"
 	"github.com/vmeta/vmeta/hostctl/virt"
+	"github.com/vmeta/vmeta/internal/keys"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -45,7 +46,7 @@ type shareCore struct {
 
 // newShares makes the share service (registry, mappings, host mounts;
 // its reconciler runs from Start), a part of the controller (parts.go).
-func newShares(cfg Config, st store.Store, core shares.Instances, support func(context.Context) (virt.ShareSupport, error), host string, audit *events.Log, log *slog.Logger) *shares.Service {
+func newShares(cfg Config, st store.Store, core shares.Instances, support func(context.Context) (virt.ShareSupport, error), host string, audit *events.Log, log *slog.Logger, km *keys.Manager) *shares.Service {
 	root := cfg.Virt.ShareRoot
 	if root == "" {
 		root = filepath.Join(cfg.DataDir, "shares")
@@ -54,8 +55,14 @@ func newShares(cfg Config, st store.Store, core shares.Instances, support func(c
 	if interval <= 0 {
 		interval = -1
 	}
+	// CephFS shares: this host's CephX client, its keys in the key
+	// manager, keyrings given to ceph-fuse through DATA-DIR/run/ceph.
+	var cx *shares.CephX
+	if recs, ok := st.(store.Records); ok && km != nil {
+		cx = shares.NewCephX(shares.CephXOptions{Host: host, Store: recs, Keys: km, RunDir: filepath.Join(cfg.DataDir, "run", "ceph"), Logger: log})
+	}
 	return shares.New(st, core, shares.Options{Host: host, ShareRoot: root, Logger: log, Events: audit, Support: support,
-		ReconcileInterval: interval, InstanceUpdateEvents: cfg.Shares.InstanceEvents})
+		ReconcileInterval: interval, InstanceUpdateEvents: cfg.Shares.InstanceEvents, CephX: cx})
 }
 
 // shareSupport is what this host's libvirt offers shares, asked until it

@@ -279,6 +279,9 @@ type Report struct {
 	// procedure (its key file is not configured). Such a report is the
 	// class's: its policy, nothing to rotate.
 	NoKeys string `json:"no_keys,omitempty"`
+	// Holders are the users still holding a prior key (class cephx: the
+	// instances whose share mounts use a prior generation).
+	Holders []Holder `json:"holders,omitempty"`
 }
 
 // Reasons of Report.NoKeys.
@@ -325,8 +328,14 @@ func (e *Engine) Reports(ctx context.Context, c Class) ([]Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, Report{Subject: s, Policy: p, Status: st,
-				Complete: Complete(p, st) && st.Pending == "" && st.Target == 0})
+			rep := Report{Subject: s, Policy: p, Status: st,
+				Complete: Complete(p, st) && st.Pending == "" && st.Target == 0}
+			if h, ok := e.rotator(cl).(HolderLister); ok {
+				if rep.Holders, err = h.Holders(ctx); err != nil {
+					return nil, fmt.Errorf("holders of %s keys: %w", cl, err)
+				}
+			}
+			out = append(out, rep)
 		}
 	}
 	return out, nil
@@ -473,6 +482,9 @@ func (e *Engine) runOne(ctx context.Context, s Subject, since time.Time) error {
 		cur.KeyGeneration = max(cur.KeyGeneration, gen)
 		cur.KeyVersion = e.opts.Version
 		cur.PriorKeyCount = res.PriorKeyCount
+		if res.KeyCephVersion != "" {
+			cur.KeyCephVersion = res.KeyCephVersion
+		}
 		cur.Target, cur.Pending, cur.Error, cur.Progress = 0, "", "", nil
 		return true
 	})
@@ -496,7 +508,7 @@ func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Statu
 	st, _, err := store.GetJSON[Status](ctx, e.st, e.key("status", s))
 	switch {
 	case err == nil:
-		return st, nil
+		return e.adopt(ctx, s, st)
 	case !errors.Is(err, store.ErrNotFound):
 		return Status{}, fmt.Errorf("key rotation status of %s: %w", s, err)
 	}
@@ -513,11 +525,40 @@ func (e *Engine) current(ctx context.Context, s Subject, since time.Time) (Statu
 		}
 		st.KeyGeneration = max(st.KeyGeneration, n)
 	}
+	if v, ok := e.rotator(s.Class).(CephVersioner); ok {
+		st.KeyCephVersion = v.KeyCephVersion(ctx)
+	}
 	return e.putStatus(ctx, s, func(cur *Status, exists bool) bool {
 		if exists {
 			return false
 		}
 		*cur = st
+		return true
+	})
+}
+
+// adopt moves a recorded status up to the generation the class's
+// procedure says its keys are at, for a class whose keys are created
+// outside a rotation after its status was first recorded (cephx: the
+// host's client is created when the operator gives the admin keyring);
+// never during a rotation (Target set), never down.
+func (e *Engine) adopt(ctx context.Context, s Subject, st Status) (Status, error) {
+	a, ok := e.rotator(s.Class).(GenerationAdopter)
+	if !ok || !a.AdoptGeneration() || st.Target != 0 {
+		return st, nil
+	}
+	n, err := a.Generation(ctx, s)
+	if err != nil || n <= st.KeyGeneration {
+		return st, err
+	}
+	return e.putStatus(ctx, s, func(cur *Status, _ bool) bool {
+		if cur.Target != 0 || n <= cur.KeyGeneration {
+			return false
+		}
+		cur.KeyGeneration = n
+		if v, ok := a.(CephVersioner); ok && cur.KeyCephVersion == "" {
+			cur.KeyCephVersion = v.KeyCephVersion(ctx)
+		}
 		return true
 	})
 }

@@ -13,6 +13,7 @@
 //	token-signing-key  daemon        in place, the old key kept for the longest token lifetime
 //	proxy-secret       non-daemon    overlapping: keepPriorKeyCount prior secrets stay valid
 //	disk-passphrases   non-daemon    in place through LUKS key slots, per instance
+//	cephx              non-daemon    overlapping: a new client.vmeta-<host>.<gen> per rotation (cephx.go)
 //
 // A class's procedure is a Rotator. The Engine runs in the controller's
 // reconcile: for each class (and each instance, for disk passphrases) it
@@ -40,15 +41,18 @@ const (
 	Token Class = "token-signing-key"
 	Proxy Class = "proxy-secret"
 	Disk  Class = "disk-passphrases"
+	// CephX is this host's CephX client for CephFS shares
+	// (client.vmeta-<host>.<generation>; see cephx.go).
+	CephX Class = "cephx"
 )
 
 // Classes are every class, in the order the Engine rotates them.
-var Classes = []Class{KEK, Token, Proxy, Disk}
+var Classes = []Class{KEK, Token, Proxy, Disk, CephX}
 
 // Overlapping reports whether a class rotates by overlapping (prior keys
 // stay valid, up to keepPriorKeyCount) — the proxy secret, which the
 // proxies hold — rather than in place.
-func (c Class) Overlapping() bool { return c == Proxy }
+func (c Class) Overlapping() bool { return c == Proxy || c == CephX }
 
 // Daemon reports whether only vmeta's own processes use the class's keys
 // (so it may rotate them unattended, on a version upgrade).
@@ -64,7 +68,7 @@ func ParseClass(s string) (Class, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("%w: class %q: must be one of key-encryption-key, token-signing-key, proxy-secret, disk-passphrases", ErrInvalid, s)
+	return "", fmt.Errorf("%w: class %q: must be one of key-encryption-key, token-signing-key, proxy-secret, disk-passphrases, cephx", ErrInvalid, s)
 }
 
 // PolicyName is a key rotation policy.
@@ -122,6 +126,9 @@ func (p Policy) Check(c Class) error {
 	switch p.KeyRotationPolicy {
 	case "", Disabled, KeyGeneration:
 	case WithVersionUpgrade:
+		if c == CephX {
+			return fmt.Errorf("%w: %s: keyRotationPolicy %q: %s", ErrInvalid, c, p.KeyRotationPolicy, CephXVersionUpgradeRefused)
+		}
 		if c.Overlapping() {
 			return fmt.Errorf("%w: %s: keyRotationPolicy %q: not allowed for a key other parties hold (the proxies must be updated by hand): use KeyGeneration", ErrInvalid, c, p.KeyRotationPolicy)
 		}
@@ -133,7 +140,7 @@ func (p Policy) Check(c Class) error {
 	}
 	if p.KeepPriorKeyCount != nil {
 		if !c.Overlapping() {
-			return fmt.Errorf("%w: %s: keepPriorKeyCount %d: only for overlapping rotation (%s)", ErrInvalid, c, *p.KeepPriorKeyCount, Proxy)
+			return fmt.Errorf("%w: %s: keepPriorKeyCount %d: only for overlapping rotation (%s, %s)", ErrInvalid, c, *p.KeepPriorKeyCount, Proxy, CephX)
 		}
 		if n := *p.KeepPriorKeyCount; n < 0 || n > MaxKeepPriorKeyCount {
 			return fmt.Errorf("%w: %s: keepPriorKeyCount %d: must be 0 to %d", ErrInvalid, c, n, MaxKeepPriorKeyCount)
@@ -178,6 +185,10 @@ type Status struct {
 	// KeyVersion is the vmeta version that minted the keys in use ("":
 	// unknown).
 	KeyVersion string `json:"keyVersion"`
+	// KeyCephVersion is the Ceph version of the cluster that minted the
+	// keys in use (class cephx; "": unknown), as `ceph version` reports
+	// it: the specification's keyCephVersion.
+	KeyCephVersion string `json:"keyCephVersion,omitempty"`
 	// PriorKeyCount is how many prior keys are still valid (overlapping
 	// classes).
 	PriorKeyCount *int `json:"priorKeyCount,omitempty"`
@@ -237,6 +248,9 @@ type Result struct {
 	Pending string
 	// PriorKeyCount after the rotation (overlapping classes).
 	PriorKeyCount *int
+	// KeyCephVersion is the Ceph version that minted the new keys
+	// (class cephx).
+	KeyCephVersion string
 }
 
 // Rotator is one class's rotation procedure.

@@ -223,6 +223,7 @@ func TestReportsEveryClass(t *testing.T) {
 		"token-signing-key Disabled " + keyrotation.NoKeysNotConfigured,
 		"proxy-secret Disabled " + keyrotation.NoKeysNotConfigured,
 		"disk-passphrases WithVersionUpgrade " + keyrotation.NoKeysNoInstance,
+		"cephx Disabled " + keyrotation.NoKeysNotConfigured,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("reports:\n%q\nwant\n%q", got, want)

@@ -53,7 +53,8 @@ type StartFailer interface {
 // are per host; the store's records of the instance are not touched.
 type Mover interface {
 	// Moved is told op (ConfirmMigration on the source,
-	// RevertMigration on the destination): the instance has left this
+	// RevertMigration on the destination, Evacuate on an evacuated
+	// instance's old host once it is back): the instance has left this
 	// host. It must do nothing the second time (a retried confirm).
 	Moved(ctx context.Context, op Op, in *Instance) error
 }

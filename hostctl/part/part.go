@@ -86,13 +86,21 @@ const (
 	// RevertMigration ends a move in verify the other way: what the
 	// destination made goes and the instance runs on its source again.
 	RevertMigration Op = "revert-migration"
+	// Evacuate rebuilds an instance whose host is down on another host
+	// (hostctl/migrate, evacuate.go): its record taken over, its disks
+	// made anew from its image and flavor (new secrets for encrypted
+	// ones), a new one-time-use device claimed and burned, its domain
+	// defined and started there. When the dead host comes back it removes
+	// what it still holds of the instance (the parts told through Mover
+	// with this op); its burned devices stay burned.
+	Evacuate Op = "evacuate"
 )
 
 // Ops returns every operation, in a fixed order.
 func Ops() []Op {
 	return []Op{Apply, Start, Stop, RebootSoft, RebootHard, Delete, ForceDelete, Adopt,
 		Shelve, Unshelve, Rescue, Unrescue, Resize, Rebuild, Snapshot,
-		MigrateCold, ConfirmMigration, RevertMigration}
+		MigrateCold, ConfirmMigration, RevertMigration, Evacuate}
 }
 
 // Action is what a part does for an operation.

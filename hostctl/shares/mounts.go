@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/vmeta/vmeta/hostctl/api/types"
 )
 
 // Runner runs a host command (mount, umount) and returns its combined
@@ -44,6 +47,8 @@ type Mounts struct {
 	run       Runner
 	log       *slog.Logger
 	mountinfo string
+	// ceph mounts the CephFS shares (nil: none on this host).
+	ceph *CephX
 
 	mu   sync.Mutex
 	refs map[string]map[string]bool // share ID -> instance UUIDs
@@ -77,6 +82,11 @@ func (m *Mounts) Users(id string) []string {
 // it is reused, with a log line). The export never appears in a log line
 // or an error (mount's output is redacted).
 func (m *Mounts) Acquire(ctx context.Context, id, export, instance string) error {
+	return m.acquire(ctx, id, types.ShareProtoNFS, export, instance)
+}
+
+// acquire is Acquire for a share of proto (NFS or CephFS).
+func (m *Mounts) acquire(ctx context.Context, id, proto, export, instance string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	users := m.refs[id]
@@ -94,9 +104,15 @@ func (m *Mounts) Acquire(ctx context.Context, id, export, instance string) error
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("mount share %s: %w", id, err)
 		}
-		out, err := m.run.Run(ctx, "mount", "-t", "nfs", "-o", NFSMountOptions, export, dir)
-		if err != nil {
-			return fmt.Errorf("mount share %s at %s: %w: %s", id, dir, err, redact(out, export))
+		if proto == ProtoCephFS {
+			if err := m.mountCephFS(ctx, id, export, dir); err != nil {
+				return err
+			}
+		} else {
+			out, err := m.run.Run(ctx, "mount", "-t", "nfs", "-o", NFSMountOptions, export, dir)
+			if err != nil {
+				return fmt.Errorf("mount share %s at %s: %w: %s", id, dir, err, redact(out, export))
+			}
 		}
 		m.log.Info("share mounted on the host", "share", id, "dir", dir, "instance", instance)
 	}
@@ -133,6 +149,24 @@ func (m *Mounts) unmount(ctx context.Context, id string) error {
 		return fmt.Errorf("unmount share %s at %s: %w: %s", id, dir, err, strings.TrimSpace(string(out)))
 	}
 	m.log.Info("share unmounted from the host", "share", id, "dir", dir)
+	if m.ceph != nil {
+		m.ceph.Unmounted(ctx, id)
+	}
+	return nil
+}
+
+// mountCephFS mounts a CephFS share with the host's CephX client.
+func (m *Mounts) mountCephFS(ctx context.Context, id, export, dir string) error {
+	if m.ceph == nil {
+		return fmt.Errorf("mount share %s: %w", id, ErrCephXNotConfigured)
+	}
+	exp, err := ParseCephFSExport(export)
+	if err != nil {
+		return fmt.Errorf("mount share %s: the stored export location is not a CephFS export", id)
+	}
+	if err := m.ceph.Mount(ctx, id, exp, dir); err != nil {
+		return fmt.Errorf("mount share %s at %s: %w", id, dir, err)
+	}
 	return nil
 }
 
@@ -280,4 +314,31 @@ func redact(out []byte, export string) string {
 		}
 	}
 	return s
+}
+
+// forgetCephMounts deletes the CephFS mount records of shares not
+// mounted under the base directory (an unmount that finished before a
+// crash deleted its record), holding the mounts' lock so that no mount
+// is under way: a stale record would keep its generation from the prune.
+func (m *Mounts) forgetCephMounts(ctx context.Context) error {
+	if m.ceph == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids, err := m.mountedShares()
+	if err != nil {
+		return err
+	}
+	gens, err := m.ceph.MountGenerations(ctx)
+	if err != nil {
+		return err
+	}
+	for share := range gens {
+		if !slices.Contains(ids, share) {
+			m.log.Info("CephFS mount record of a share no longer mounted dropped", "share", share)
+			m.ceph.Unmounted(ctx, share)
+		}
+	}
+	return nil
 }

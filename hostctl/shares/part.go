@@ -53,6 +53,7 @@ func (*Service) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Refuse, Why: "a move is " + refusedWhy + " (the specification: moves with shares are refused until the host-side attach is generalised)"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "no instance with a share moves"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "no instance with a share moves"},
+		part.Evacuate:         {Do: part.Act, Why: "the mappings move to the new host, inactive, as for an adopt (Committed); the rebuilt domain is defined with them and its start mounts them there"},
 	}
 }
 
@@ -60,8 +61,8 @@ func (*Service) Answers() part.Answers {
 // on a host that cannot give instances shares; resize and rebuild are
 // refused while the instance has a share mapping, naming the shares.
 func (s *Service) Check(ctx context.Context, op part.Op, in *part.Instance) error {
-	if op == part.Apply && len(in.Spec.Shares) > 0 {
-		return s.checkSupport(ctx)
+	if (op == part.Apply || op == part.Evacuate) && len(in.Spec.Shares) > 0 {
+		return s.checkSupport(ctx) // an evacuation's new host must be able to mount them
 	}
 	if s.Answers()[op].Do != part.Refuse || in.Spec.UUID == "" {
 		return nil
@@ -151,7 +152,7 @@ func (s *Service) Committed(ctx context.Context, op part.Op, in *part.Instance) 
 		// AfterDelete dropped the mappings (the core runs it for the
 		// parts acting on a force delete); what stays is the dead host's.
 		return []string{fmt.Sprintf("NFS share mounts of %s on host %s (its share reconciler unmounts them if it comes back)", in.Spec.Name, in.Host)}
-	case part.Adopt:
+	case part.Adopt, part.Evacuate:
 		s.adopted(ctx, in.Spec.UUID, in.Host)
 	}
 	return nil
@@ -429,10 +430,10 @@ func (s *Service) prepareStart(ctx context.Context, uuid string, r *revert.Rever
 		default:
 			return fmt.Errorf("%w: %v is %s; a start needs every share inactive", part.ErrState, m, m.Status)
 		}
-		if m.Proto != types.ShareProtoNFS {
+		if !hostMounted(m.Proto) {
 			continue
 		}
-		if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+		if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 			reason := err.Error()
 			if terr := transition(ctx, s.st, &m, types.ShareError, reason, types.ShareInactive, types.ShareActive, types.ShareError); terr != nil {
 				s.log.Warn("could not mark the share mapping error", "share", m.ShareID, "err", terr)
@@ -493,7 +494,7 @@ func (s *Service) Stopped(ctx context.Context, uuid string) {
 		}
 		changed = m.InstanceName
 		to, reason := types.ShareInactive, ""
-		if m.Proto == types.ShareProtoNFS {
+		if hostMounted(m.Proto) {
 			if err := s.mounts.Release(ctx, m.ShareID, uuid); err != nil {
 				to, reason = types.ShareError, err.Error()
 				s.log.Warn("share not unmounted after stop", "share", m.ShareID, "err", err)
@@ -511,7 +512,7 @@ func (s *Service) Stopped(ctx context.Context, uuid string) {
 // when another instance on this host uses it), then the mapping moves to
 // inactive. On failure the mapping stays in error with the new reason.
 func (s *Service) recoverError(ctx context.Context, m *Mapping) error {
-	if m.Proto == types.ShareProtoNFS {
+	if hostMounted(m.Proto) {
 		if err := s.mounts.Release(ctx, m.ShareID, m.Instance); err != nil {
 			if terr := transition(ctx, s.st, m, types.ShareError, err.Error(), types.ShareError); terr != nil {
 				s.log.Warn("share mapping error not updated", "share", m.ShareID, "err", terr)
@@ -570,7 +571,7 @@ func (s *Service) stopMappings(ctx context.Context, uuid string, r *revert.Rever
 	for _, m := range ms {
 		switch m.Status {
 		case types.ShareActive:
-			if m.Proto == types.ShareProtoNFS {
+			if hostMounted(m.Proto) {
 				if err := s.mounts.Release(ctx, m.ShareID, uuid); err != nil {
 					return fmt.Errorf("share %s: release the host mount: %w", m.ShareID, err)
 				}
@@ -580,8 +581,8 @@ func (s *Service) stopMappings(ctx context.Context, uuid string, r *revert.Rever
 			}
 			r.Add("make the mapping of share "+m.ShareID+" active again", func(ctx context.Context) error {
 				ctx = context.WithoutCancel(ctx)
-				if m.Proto == types.ShareProtoNFS {
-					if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+				if hostMounted(m.Proto) {
+					if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 						return err
 					}
 				}
@@ -643,7 +644,7 @@ func (s *Service) seedCounts(ctx context.Context) {
 	}
 	users := map[string][]string{}
 	for _, m := range all {
-		if m.Status == types.ShareActive && m.Proto == types.ShareProtoNFS && (m.Host == "" || s.host == "" || m.Host == s.host) {
+		if m.Status == types.ShareActive && hostMounted(m.Proto) && (m.Host == "" || s.host == "" || m.Host == s.host) {
 			users[m.ShareID] = append(users[m.ShareID], m.Instance)
 		}
 	}

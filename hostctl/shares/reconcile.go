@@ -114,6 +114,11 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, sh := range shs {
+		if err := s.revokeUnheld(ctx, sh); err != nil {
+			// A detach that unlocked the share and stopped before the
+			// revoke: done now.
+			errs = append(errs, err)
+		}
 		for _, h := range sh.Holders {
 			if mapped[h.Instance+"/"+sh.ID] || (h.Host != "" && s.host != "" && h.Host != s.host) {
 				continue
@@ -122,13 +127,25 @@ func (s *Service) Reconcile(ctx context.Context) error {
 				continue // created meanwhile (an attach in progress)
 			}
 			s.log.Warn("share locked by an instance without a mapping; unlocking", "share", sh.ID, "instance", h.Instance)
-			if _, err := unlock(ctx, s.st, sh.ID, h.Instance); err != nil {
+			if u, err := unlock(ctx, s.st, sh.ID, h.Instance); err != nil {
+				errs = append(errs, err)
+			} else if err := s.revokeUnheld(ctx, u); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	first := !s.rebuilt
 	s.rebuilt = true
+	if first && s.cephx != nil && s.cephx.Configured(ctx) {
+		// A grant or revoke recorded before a crash and not yet in
+		// Ceph: the caps of every generation set again from the record.
+		if err := s.cephx.Sync(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("CephX capabilities: %w", err))
+		}
+		if err := s.mounts.forgetCephMounts(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("CephFS mount records: %w", err))
+		}
+	}
 	if _, err := s.mounts.Rebuild(users, first); err != nil {
 		errs = append(errs, err)
 	} else if err := s.mounts.Sweep(ctx); err != nil {
@@ -201,8 +218,8 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 		s.log.Info("instance no longer runs; share mapping inactive", "share", m.ShareID, "instance", m.InstanceName, "state", state)
 		return transition(ctx, s.st, &m, types.ShareInactive, "", types.ShareActive)
 	case m.Status == types.ShareInactive && running:
-		if m.Proto == types.ShareProtoNFS {
-			if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+		if hostMounted(m.Proto) {
+			if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 				return transition(ctx, s.st, &m, types.ShareError, err.Error(), types.ShareInactive)
 			}
 		}
@@ -210,7 +227,7 @@ func (s *Service) reconcileMapping(ctx context.Context, m Mapping, rec store.Ins
 			return err
 		}
 	}
-	if m.Status == types.ShareActive && m.Proto == types.ShareProtoNFS {
+	if m.Status == types.ShareActive && hostMounted(m.Proto) {
 		users[m.ShareID] = append(users[m.ShareID], m.Instance)
 	}
 	return nil

@@ -101,6 +101,9 @@ type Options struct {
 	// ShareSupport for the domains' type and machine); nil without a
 	// hypervisor.
 	Support func(ctx context.Context) (virt.ShareSupport, error)
+	// CephX is this host's CephX client for CephFS shares (nil: CephFS
+	// shares cannot be mapped here).
+	CephX *CephX
 	// InstanceUpdateEvents emits an instance.update event (stream
 	// "instances") with the instance's mappings whenever one of them
 	// changes (the specification's include_share_mapping; off by default).
@@ -115,6 +118,7 @@ type Service struct {
 	host     string
 	root     hostdir.Root
 	mounts   *Mounts
+	cephx    *CephX
 	events   *events.Log
 	log      *slog.Logger
 	interval time.Duration
@@ -149,6 +153,11 @@ func New(st Store, inst Instances, opts Options) *Service {
 	s := &Service{st: st, inst: inst, support: opts.Support, host: opts.Host, root: hostdir.Root{Dir: opts.ShareRoot}, events: opts.Events, log: log, interval: opts.ReconcileInterval,
 		instEvts: opts.InstanceUpdateEvents}
 	s.mounts = NewMounts(filepath.Join(opts.ShareRoot, NFSMountDir), opts.Runner, log)
+	s.cephx = opts.CephX
+	s.mounts.ceph = opts.CephX
+	if s.cephx != nil {
+		s.cephx.users = s.mounts.Users
+	}
 	if opts.MountInfo != "" {
 		s.mounts.mountinfo = opts.MountInfo
 	}
@@ -182,6 +191,10 @@ func (s *Service) CreateShare(ctx context.Context, p types.Principal, req types.
 		return types.Share{}, fmt.Errorf("create share: %w: only administrators create shares", ErrForbidden)
 	}
 	sh, err := s.checkCreate(req)
+	if err == nil && sh.Proto == ProtoCephFS && s.cephx != nil {
+		exp, _ := ParseCephFSExport(sh.Export)
+		err = s.cephx.CheckFS(ctx, exp.FS)
+	}
 	if err != nil {
 		return types.Share{}, fmt.Errorf("create share: %w", err)
 	}
@@ -575,7 +588,18 @@ func (s *Service) beginAttach(ctx context.Context, r *revert.Reverter, m *Mappin
 		}
 		return err
 	}
-	r.Add("unlock the share", func(ctx context.Context) error { _, err := unlock(ctx, s.st, mm.ShareID, mm.Instance); return err })
+	r.Add("unlock the share", func(ctx context.Context) error {
+		sh, err := unlock(ctx, s.st, mm.ShareID, mm.Instance)
+		if err == nil {
+			err = s.revokeUnheld(ctx, sh)
+		}
+		return err
+	})
+	if m.Proto == ProtoCephFS {
+		if err := s.grant(ctx, m.ShareID, m.Export); err != nil {
+			return fmt.Errorf("attach share %s: %w", m.ShareID, err)
+		}
+	}
 	return s.step(ctx, "apply")
 }
 
@@ -597,8 +621,8 @@ func (s *Service) finishAttach(ctx context.Context, m *Mapping) error {
 // mounted on the host, the share hot-plugged (the mapping is attaching
 // and locked; r undoes both), the mapping active.
 func (s *Service) attachLive(ctx context.Context, r *revert.Reverter, lc LiveCore, m Mapping, p types.Principal) (types.ShareMapping, error) {
-	if m.Proto == types.ShareProtoNFS {
-		if err := s.mounts.Acquire(ctx, m.ShareID, m.Export, m.Instance); err != nil {
+	if hostMounted(m.Proto) {
+		if err := s.mounts.acquire(ctx, m.ShareID, m.Proto, m.Export, m.Instance); err != nil {
 			return types.ShareMapping{}, err
 		}
 		r.Add("release the host mount", func(ctx context.Context) error { return s.mounts.Release(ctx, m.ShareID, m.Instance) })
@@ -727,7 +751,7 @@ func (s *Service) finishDetach(ctx context.Context, m Mapping, withApply bool) e
 			return fmt.Errorf("detach %v: %w", m, err)
 		}
 	}
-	if m.Proto == types.ShareProtoNFS {
+	if hostMounted(m.Proto) {
 		if err := s.mounts.Release(ctx, m.ShareID, m.Instance); err != nil {
 			return fmt.Errorf("detach %v: %w (the reconciler retries)", m, err)
 		}
@@ -740,6 +764,9 @@ func (s *Service) finishDetach(ctx context.Context, m Mapping, withApply bool) e
 		return fmt.Errorf("detach %v: %w", m, err)
 	}
 	if sh.ID != "" && len(sh.Holders) == 0 {
+		if err := s.revokeUnheld(ctx, sh); err != nil {
+			return fmt.Errorf("detach %v: %w (the reconciler retries)", m, err)
+		}
 		s.log.Info("share no longer used by any instance on any host; access revoked", "share", m.ShareID)
 	}
 	if err := s.step(ctx, "delete-mapping"); err != nil {
@@ -817,10 +844,57 @@ func newUUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
+// grant gives this host's CephX client access to a CephFS share's path
+// (its first mapping on this host).
+func (s *Service) grant(ctx context.Context, id, export string) error {
+	if s.cephx == nil {
+		return fmt.Errorf("%w: %w", part.ErrState, ErrCephXNotConfigured)
+	}
+	exp, err := ParseCephFSExport(export)
+	if err != nil {
+		return fmt.Errorf("the stored export location is not a CephFS export")
+	}
+	return s.cephx.Grant(ctx, id, exp)
+}
+
+// revokeUnheld revokes a CephFS share's path from every host's client
+// when no instance on any host holds the share any more.
+func (s *Service) revokeUnheld(ctx context.Context, sh Share) error {
+	if sh.ID == "" || sh.Proto != ProtoCephFS || len(sh.Holders) > 0 || s.cephx == nil {
+		return nil
+	}
+	return s.cephx.Revoke(ctx, sh.ID)
+}
+
 // sourceOf is the host directory virtiofsd exports for a mapping.
 func (s *Service) sourceOf(m Mapping) string {
-	if m.Proto == types.ShareProtoNFS {
+	if hostMounted(m.Proto) {
 		return s.mounts.Dir(m.ShareID)
 	}
 	return m.Export
+}
+
+// CephX is this host's CephX client (nil without one).
+func (s *Service) CephX() *CephX { return s.cephx }
+
+// CephAuth takes the admin keyring of `hostctl share ceph-auth`
+// (administrators only): see CephX.ConfigureAdmin.
+func (s *Service) CephAuth(ctx context.Context, p types.Principal, req types.CephAuthRequest) (types.CephAuthResult, error) {
+	if !isAdmin(p) {
+		return types.CephAuthResult{}, fmt.Errorf("ceph-auth: %w: only administrators give the admin keyring", ErrForbidden)
+	}
+	if s.cephx == nil {
+		return types.CephAuthResult{}, fmt.Errorf("ceph-auth: %w: this hostctl has no key manager for CephX keys", part.ErrState)
+	}
+	kr := []byte(req.AdminKeyring)
+	defer clear(kr)
+	ver, err := s.cephx.ConfigureAdmin(ctx, kr, req.Mons)
+	if err != nil {
+		return types.CephAuthResult{}, fmt.Errorf("ceph-auth: %w", err)
+	}
+	gen, err := s.cephx.Generation(ctx)
+	if err != nil {
+		return types.CephAuthResult{}, err
+	}
+	return types.CephAuthResult{CephVersion: ver, Client: ClientName(s.cephx.host, gen)}, nil
 }

@@ -321,7 +321,7 @@ func TestCreateRefused(t *testing.T) {
 	}{
 		{"malformed uuid", "id", "must be a UUID", with(func(r *types.ShareCreateRequest) { r.ID = "1234" })},
 		{"no project", "project_id", "is required", with(func(r *types.ShareCreateRequest) { r.ProjectID = "" })},
-		{"bad proto", "share_proto", "must be local or nfs", with(func(r *types.ShareCreateRequest) { r.Proto = "cephfs" })},
+		{"bad proto", "share_proto", "must be local, nfs or cephfs", with(func(r *types.ShareCreateRequest) { r.Proto = "smb" })},
 		{"nfs without colon", "export_location", "no ':'", with(func(r *types.ShareCreateRequest) { r.ExportLocation = "filer/x" })},
 		{"nfs relative path", "export_location", "absolute", with(func(r *types.ShareCreateRequest) { r.ExportLocation = "filer:x" })},
 		{"nfs bad v6", "export_location", "not an IPv6 address", with(func(r *types.ShareCreateRequest) { r.ExportLocation = "[fd00::zz]:/x" })},

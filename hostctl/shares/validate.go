@@ -175,8 +175,12 @@ func (s *Service) checkCreate(req types.ShareCreateRequest) (Share, error) {
 		exp, err := ParseNFSExport(req.ExportLocation)
 		add(err)
 		sh.Export = exp
+	case ProtoCephFS:
+		exp, err := ParseCephFSExport(req.ExportLocation)
+		add(err)
+		sh.Export = exp.String()
 	default:
-		add(field("share_proto", req.Proto, "must be %s or %s", types.ShareProtoLocal, types.ShareProtoNFS))
+		add(field("share_proto", req.Proto, "must be %s, %s or %s", types.ShareProtoLocal, types.ShareProtoNFS, ProtoCephFS))
 	}
 	if len(errs) > 0 {
 		return Share{}, invalid(&model.SpecError{Errors: errs})

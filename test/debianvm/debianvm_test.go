@@ -338,8 +338,8 @@ func TestDebianGuest(t *testing.T) {
 			}
 			console, bootStart := startGuest(t, d, name)
 			out := waitConsole(t, console, 0, "vmeta-debian: phase1-done", bootTimeout)
-			times.add(t, "config drive", bootStart)
 			r := parseReport(out)
+			times.add(t, "config drive", bootStart, r)
 			checkCloudInit(t, r, addr, []want{
 				// ds-identify finds the config-2 label; ConfigDrive is chosen.
 				{"cloud-id", "configdrive"},
@@ -388,8 +388,8 @@ func TestDebianGuest(t *testing.T) {
 			name, addr := applyGuest(t, t, d, uri, work, false)
 			console, bootStart := startGuest(t, d, name)
 			out := waitConsole(t, console, 0, "vmeta-debian: phase1-done", bootTimeout)
-			times.add(t, "metadata service", bootStart)
 			r := parseReport(out)
+			times.add(t, "metadata service", bootStart, r)
 			checkCloudInit(t, r, addr, []want{
 				// ds-identify finds no drive but SMBIOS "OpenStack Nova";
 				// the OpenStack datasource reads 169.254.169.254.
@@ -432,8 +432,8 @@ func TestDebianGuest(t *testing.T) {
 		}
 		_, bootStart := startGuest(t, d, name)
 		out := waitConsole(t, console, len(before), "vmeta-debian: phase1-done", bootTimeout)
-		times.add(t, "firmware (second boot, share detached)", bootStart)
 		r := parseReport(out)
+		times.add(t, "firmware (second boot, share detached)", bootStart, r)
 		checkAgent(t, r, `origin="firmware (fw_cfg`)
 		if fw := r.text("fwcfg"); !strings.Contains(fw, "udev-blacklisted=yes") || !strings.Contains(fw, "loaded-before-agent=no") || !strings.Contains(fw, "loaded=yes") {
 			t.Errorf("qemu_fw_cfg: want loaded by the agent alone (blacklisted for udev, absent before the agent started, present after), got %q", fw)
@@ -463,13 +463,46 @@ type bootTimes struct {
 	lines []string
 }
 
-func (b *bootTimes) add(t *testing.T, what string, start time.Time) {
+func (b *bootTimes) add(t *testing.T, what string, start time.Time, r report) {
 	t.Helper()
 	d := time.Since(start).Round(time.Second)
-	t.Logf("boot (%s) to the report under TCG (KVM would be faster; these machines cannot run it): %s", what, d)
+	held, firstLog := agentFigures(r)
+	t.Logf("boot (%s) to the report under TCG (KVM would be faster; these machines cannot run it): %s; the agent's unit held the boot %s (ActiveEnter - InactiveExit), its process start to first log line %s",
+		what, d, held, firstLog)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.lines = append(b.lines, fmt.Sprintf("  %-40s %s", what, d))
+	b.lines = append(b.lines, fmt.Sprintf("  %-40s %-8s agent unit %-8s first log line %s", what, d, held, firstLog))
+}
+
+// agentFigures returns how long the agent's unit held the boot
+// (ActiveEnterTimestampMonotonic - InactiveExitTimestampMonotonic: from
+// its start to READY=1) and the time from its process's start to its
+// first log line (since_start on "vmeta-agent running"), as text; "?"
+// where the report lacks them. Figures to print: nothing asserts a time.
+func agentFigures(r report) (held, firstLog string) {
+	held, firstLog = "?", "?"
+	props := map[string]int64{}
+	for _, l := range r["agent-unit"] {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				props[k] = n
+			}
+		}
+	}
+	in, out := props["InactiveExitTimestampMonotonic"], props["ActiveEnterTimestampMonotonic"]
+	if in > 0 && out >= in {
+		held = (time.Duration(out-in) * time.Microsecond).Round(time.Millisecond).String()
+	}
+	for _, l := range r["agent-journal"] {
+		if !strings.Contains(l, `msg="vmeta-agent running"`) {
+			continue
+		}
+		if _, v, ok := strings.Cut(l, "since_start="); ok {
+			firstLog, _, _ = strings.Cut(v, " ")
+		}
+		break
+	}
+	return held, firstLog
 }
 
 func (b *bootTimes) log(t *testing.T, all time.Duration) {
@@ -688,7 +721,9 @@ func logTimings(t *testing.T, r report) {
 	t.Helper()
 	t.Logf("cloud-init done at guest uptime: %s", r.text("cloud-init-done"))
 	t.Logf("the report saw the agent's link and share at guest uptime: %s", r.text("agent-applied"))
+	held, firstLog := agentFigures(r)
 	t.Logf("agent unit: %s", r.text("agent-unit"))
+	t.Logf("the agent's unit held the boot %s (ActiveEnter - InactiveExit); process start to its first log line %s", held, firstLog)
 	t.Logf("userspace start and boot finished (µs, monotonic): %s", r.text("times"))
 	t.Logf("agent journal:\n%s", r.text("agent-journal"))
 	t.Logf("critical chain of local-fs-pre.target:\n%s", r.text("chain"))

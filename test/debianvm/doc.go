@@ -31,6 +31,14 @@
 //     fw_cfg entries first; the encrypted disk is still the only one
 //     marked; the share is gone.
 //
+// Each boot prints how long the agent's unit held the boot
+// (ActiveEnterTimestampMonotonic - InactiveExitTimestampMonotonic of
+// vmeta-agent.service: its start to READY=1), the time from its process's
+// start to its first log line (since_start), its debug journal (each phase
+// of the first pass) and the critical chain of local-fs-pre.target.
+// These are figures to read, never asserted: TCG on a shared machine
+// varies several-fold with the host's load.
+//
 // Prerequisites come from test/setup (libvirtd, mmdebstrap, the base
 // tree); a missing one skips the test with the reason, or fails it under
 // VMETA_REQUIRE_INTEGRATION=1.

@@ -31,50 +31,18 @@ import (
 	"github.com/vmeta/vmeta/internal/testenv"
 )
 
-// hostctl is hostctl built with -tags vmetacrash (crash points), once
-// for the tests that run at a time: it lives in its own directory (not
-// one test's TempDir, which goes when that test ends while parallel ones
-// still run it), removed when the last test using it ends.
+// binaries are hostctl built with -tags vmetacrash (crash points), once.
 var (
-	binMu    sync.Mutex
-	binUsers int
-	binDir   string
-	hostctl  string
+	buildOnce sync.Once
+	hostctl   string
 )
-
-// binTB is t with its TempDir the binary's own directory.
-type binTB struct {
-	testing.TB
-	dir string
-}
-
-func (b binTB) TempDir() string { return b.dir }
 
 func hostctlBin(t *testing.T) string {
 	t.Helper()
-	binMu.Lock()
-	defer binMu.Unlock()
+	builtOnce(t) // main_test.go: in a directory that outlives t
 	if hostctl == "" {
-		dir, err := os.MkdirTemp("", "vmeta-mig-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin := testenv.BuildCrashBinary(binTB{t, dir}, "github.com/vmeta/vmeta/hostctl/cmd/hostctl")
-		if bin == "" {
-			os.RemoveAll(dir)
-			t.Fatal("hostctl was not built")
-		}
-		hostctl, binDir = bin, dir
+		t.Fatal("hostctl was not built")
 	}
-	binUsers++
-	t.Cleanup(func() {
-		binMu.Lock()
-		defer binMu.Unlock()
-		if binUsers--; binUsers == 0 {
-			os.RemoveAll(binDir)
-			hostctl, binDir = "", ""
-		}
-	})
 	return hostctl
 }
 

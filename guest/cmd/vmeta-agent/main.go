@@ -110,9 +110,22 @@ func usage() string {
 }
 
 func main() {
+	// The process started before main: systemd's set-up of the service, the exec, the page-in of
+	// the binary and the Go runtime's start come first, and count in the
+	// time the agent's unit holds the boot.
 	started := time.Now()
+	if age, ok := guest.ProcessAge(); ok {
+		started = started.Add(-age)
+	}
+	mainEntered = time.Since(started)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, started))
 }
+
+// mainEntered is how long after the process's start (its fork, see
+// guest.ProcessAge) main began: the service's set-up, the exec, the
+// page-in of the binary, the Go runtime's start and the package
+// initialisers.
+var mainEntered time.Duration
 
 // common are the flags every command takes.
 type common struct {
@@ -187,7 +200,7 @@ func (a *applyFlags) agent(log *slog.Logger, started time.Time, daemon bool) (*g
 	var src source.Source
 	switch a.source {
 	case "auto":
-		src = &source.Auto{Firmware: fw, Drive: drive, HTTP: httpSrc}
+		src = &source.Auto{Firmware: fw, Drive: drive, HTTP: httpSrc, Log: log}
 		if a.configDrive != "" {
 			src = drive
 		}
@@ -278,7 +291,9 @@ func cmdRun(ctx context.Context, f *applyFlags, poll time.Duration, stderr io.Wr
 		fmt.Fprintln(stderr, "vmeta-agent:", err)
 		return 1
 	}
-	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll)
+	// since_start: from the process's start (its fork) to this first
+	// line; main_after: to main.
+	log.Info("vmeta-agent running", "pid", os.Getpid(), "poll_interval", poll, "since_start", time.Since(started).Round(time.Millisecond), "main_after", mainEntered.Round(time.Millisecond))
 	err = a.Run(ctx, guest.RunOptions{PollInterval: poll, Ready: func() {
 		if err := guest.Notify("READY=1"); err != nil {
 			log.Warn("sd_notify", "err", err)

@@ -70,3 +70,9 @@ func serverSharesPath(server, shareID string) string {
 	}
 	return p
 }
+
+// CephAuth gives the host its CephX admin keyring (administrators).
+func (c *Client) CephAuth(ctx context.Context, req types.CephAuthRequest) (types.CephAuthResult, error) {
+	var out types.CephAuthResult
+	return out, c.doJSON(ctx, http.MethodPost, "/v1/shares/ceph-auth", req, &out)
+}

@@ -33,6 +33,9 @@ type KeyStatus struct {
 	KeyGeneration int64 `json:"keyGeneration"`
 	// KeyVersion is the vmeta version that minted the keys in use.
 	KeyVersion string `json:"keyVersion"`
+	// KeyCephVersion is the Ceph version that minted the keys in use
+	// (class cephx).
+	KeyCephVersion string `json:"keyCephVersion,omitempty"`
 	// PriorKeyCount is how many prior keys are still valid (overlapping
 	// classes).
 	PriorKeyCount *int `json:"priorKeyCount,omitempty"`
@@ -70,6 +73,18 @@ type KeyReport struct {
 	// NoKeys says why the class has no keys on this host yet ("": it
 	// has).
 	NoKeys string `json:"no_keys,omitempty"`
+	// Holders are the instances still holding a prior key (class cephx:
+	// share mounts made with a prior CephX client generation).
+	Holders []KeyHolder `json:"holders,omitempty"`
+}
+
+// KeyHolder is an instance holding a prior key: its CephFS share mounted
+// with a prior generation of the host's CephX client.
+type KeyHolder struct {
+	InstanceUUID string `json:"instance_uuid"`
+	ShareID      string `json:"share_id"`
+	Generation   int64  `json:"generation"`
+	Client       string `json:"client"`
 }
 
 // KeyRotation is POST /v1/keys/{class}/rotate: the new policy and how

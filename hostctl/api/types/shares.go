@@ -95,3 +95,18 @@ type ShareBody struct {
 type SharesBody struct {
 	Shares []Share `json:"shares"`
 }
+
+// CephAuthRequest is POST /v1/shares/ceph-auth (administrators): the
+// admin keyring hostctl manages this host's CephX client with, and the
+// monitors. The keyring is never logged nor stored in the clear.
+type CephAuthRequest struct {
+	AdminKeyring string `json:"admin_keyring"`
+	Mons         string `json:"mons"`
+}
+
+// CephAuthResult answers a CephAuthRequest.
+type CephAuthResult struct {
+	CephVersion string `json:"ceph_version"`
+	// Client is the host's newest CephX client (client.vmeta-HOST.GEN).
+	Client string `json:"client"`
+}

@@ -38,6 +38,7 @@ func (*Part) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Act, Why: "the disk files move as they are (LUKS ciphertext, never plaintext); each secret is rewrapped under the destination's key-encryption key (the source's wrap kept for a revert) and the destination defines the libvirt secrets before the domain"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's disk files, libvirt secrets and its wrap of each secret go; the key-manager secrets stay with their disks"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's disk files and libvirt secrets go; each secret gets the source's wrap back"},
+		part.Evacuate:         {Do: part.Act, Why: "the disks are made anew on the new host from the image and flavor, encrypted ones under new key-manager secrets wrapped by that host's key; the old secrets stay wrapped under the dead host's key until it comes back and deletes them with their disks"},
 	}
 }
 

@@ -109,6 +109,7 @@ func (*Part) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Act, Why: "the destination's apply writes the entries anew (" + defineWhy + ")"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's entry files go with its instance directory"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "the destination's entry files go with its instance directory"},
+		part.Evacuate:         {Do: part.Act, Why: "the new host's apply writes the entries anew (" + defineWhy + ")"},
 	}
 }
 

@@ -140,6 +140,7 @@ func (*Part) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Act, Why: "same MACs and addresses on the destination: its apply puts the fixed DHCP entries on its network (the MAC claims are the store's, carried)"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's DHCP entries go (Moved); the MAC claims stay with the instance"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's DHCP entries go (Moved); the MAC claims stay with the instance"},
+		part.Evacuate:         {Do: part.Act, Why: "same MACs and addresses on the new host: its apply puts the fixed DHCP entries on its network; the dead host's entries go when it comes back (Moved)"},
 	}
 }
 

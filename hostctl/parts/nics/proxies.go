@@ -18,7 +18,7 @@ func (p *Part) TrustProxies(nets []netip.Prefix) { p.proxies = nets }
 // (its addresses with it): the operations whose check refuses an address
 // inside a trusted proxy network.
 func publishes(op part.Op) bool {
-	return op == part.Apply || op == part.Resize || op == part.Rebuild
+	return op == part.Apply || op == part.Resize || op == part.Rebuild || op == part.Evacuate
 }
 
 // checkProxyAddresses refuses an instance address inside one of the

@@ -46,7 +46,7 @@ func TestCheckProxyAddresses(t *testing.T) {
 			}
 		})
 	}
-	if !publishes(part.Apply) || !publishes(part.Resize) || !publishes(part.Rebuild) {
-		t.Error("apply, resize and rebuild must check the addresses")
+	if !publishes(part.Apply) || !publishes(part.Resize) || !publishes(part.Rebuild) || !publishes(part.Evacuate) {
+		t.Error("apply, resize, rebuild and evacuate (the new host's trusted proxy networks) must check the addresses")
 	}
 }

@@ -119,6 +119,7 @@ func (*Part) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Act, Why: "the destination's apply claims a new device (a one-time-use one burned before the domain starts there); the source keeps its claims until the move ends"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's claims are released (Moved); its burned device stays burned"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's claims are released (Moved); its one-time-use device stays burned"},
+		part.Evacuate:         {Do: part.Act, Why: "the new host's apply claims and burns a new device; the dead host releases its claims when it comes back (Moved), its burned device stays burned until an operator cleans it"},
 	}
 }
 

@@ -76,6 +76,7 @@ func (Part) Answers() part.Answers {
 		part.MigrateCold:      {Do: part.Act, Why: domainWhy + " (the destination's)"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's domain goes with its device"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "the source's domain still has the device"},
+		part.Evacuate:         {Do: part.Act, Why: domainWhy + " (the new host's)"},
 	}
 }
 
