@@ -32,6 +32,7 @@ func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 	to := fs.String("to", "", "the destination host (required)")
 	timeout := fs.Duration("timeout", 0, "how long a running guest has to shut down before its domain is powered off (default 30s)")
 	quiet := fs.Bool("quiet", false, "print no progress of the disk copy on standard error")
+	live := fs.Bool("live", false, "migrate the running instance live through libvirt (it keeps running; no verify: the move ends once the source's copy is gone)")
 	return func(ctx context.Context, c *Call) error {
 		name, err := c.OneName()
 		if err != nil {
@@ -41,13 +42,16 @@ func instanceMigrate(fs *flag.FlagSet) func(context.Context, *Call) error {
 			return Usagef("instance migrate needs --to HOST")
 		}
 		stop := func() {}
-		if !*quiet && !c.JSON() {
+		if !*quiet && !c.JSON() && !*live {
 			stop = copyProgress(ctx, c, name)
 		}
-		m, err := c.Client().MigrateWith(ctx, name, types.MigrateRequest{Host: *to, TimeoutSeconds: timeout.Seconds()})
+		m, err := c.Client().MigrateWith(ctx, name, types.MigrateRequest{Host: *to, TimeoutSeconds: timeout.Seconds(), Live: *live})
 		stop()
 		if err != nil {
 			return err
+		}
+		if *live {
+			return printMigration(c, m, liveMigrated(name, *to, m))
 		}
 		return printMigration(c, m, fmt.Sprintf("instance %s is on %s, in verify: confirm-migration or revert-migration ends the move", name, m.Dest))
 	}

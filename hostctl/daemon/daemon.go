@@ -112,6 +112,10 @@ type Config struct {
 	// MigrationListen is the TCP address of the host-to-host channel
 	// moves arrive on (migrate.go; "": this host receives no move).
 	MigrationListen string
+	// MigrationLibvirtURI and MigrationTLS: live migration
+	// (migrate_live.go).
+	MigrationLibvirtURI string
+	MigrationTLS        bool
 
 	Virt VirtConfig
 	// Shares configures the share service (shares.go).
@@ -157,6 +161,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminTLSCert, "admin-tls-cert", "", "TLS certificate for --admin-listen (with --admin-tls-key; without them the listener is plain HTTP: bind it to a management network)")
 	fs.StringVar(&c.AdminTLSKey, "admin-tls-key", "", "TLS key for --admin-listen")
 	fs.StringVar(&c.MigrationListen, "migration-listen", "", "TCP address of the host-to-host channel instances moving to this host arrive on (mutual TLS, certificates pinned through the store); empty: this host receives no move")
+	liveMigrationFlags(fs, c) // migrate_live.go
 	fs.Func("apply", "apply an instance spec at start-up (repeatable)", func(s string) error {
 		c.Apply = append(c.Apply, s)
 		return nil

@@ -50,8 +50,9 @@ func (s *serve) startMigration(ctx context.Context) error {
 	}
 	host := &migrate.Host{Name: s.hostName, Core: s.ctl, Records: s.disks, Keys: s.km, Images: luksTool(s.cfg), Log: s.log,
 		StopTimeout: controller.DefaultStopTimeout}
-	ch := &migrate.Channel{Store: recs, ID: id, DownAfter: s.cfg.HostDownAfter, Log: s.log, Local: host, Moves: recs}
-	m := &migrate.Migrator{Store: recs, Host: s.hostName, Source: host, Hosts: ch, Log: s.log,
+	src, local := s.liveHost(host) // migrate_live.go
+	ch := &migrate.Channel{Store: recs, ID: id, DownAfter: s.cfg.HostDownAfter, Log: s.log, Local: local, Moves: recs}
+	m := &migrate.Migrator{Store: recs, Host: s.hostName, Source: src, Hosts: ch, Log: s.log,
 		Emit: func(ctx context.Context, typ string, p map[string]string) {
 			s.ctl.Emit(ctx, controller.StreamInstances, typ, p)
 		},
@@ -116,6 +117,10 @@ func (s *serve) migrations() api.MigrationService {
 type migrationService struct{ m *migrate.Migrator }
 
 func (ms migrationService) Migrate(ctx context.Context, name string, req types.MigrateRequest) (types.Migration, error) {
+	if req.Live {
+		rec, err := ms.m.MigrateLive(context.WithoutCancel(ctx), name, req.Host)
+		return wireMigration(rec), err
+	}
 	rec, err := ms.m.MigrateWith(context.WithoutCancel(ctx), name, req.Host, time.Duration(req.TimeoutSeconds*float64(time.Second)))
 	return wireMigration(rec), err
 }
@@ -138,6 +143,9 @@ func (ms migrationService) Migration(ctx context.Context, name string) (types.Mi
 func wireMigration(rec migrate.Record) types.Migration {
 	out := types.Migration{Instance: rec.Instance, UUID: rec.UUID, Source: rec.Source, Dest: rec.Dest, State: rec.State, Step: rec.Step,
 		Error: rec.Error, WasRunning: rec.WasRunning, Bytes: rec.Bytes, CopySeconds: rec.Copy.Seconds(), Started: rec.Started, Updated: rec.Updated}
+	if rec.Live != nil {
+		out.Live, out.SwitchSeconds = true, rec.Live.Switch.Seconds()
+	}
 	for _, d := range rec.Disks {
 		out.Disks = append(out.Disks, types.MigrationDisk{Name: d.Name, Size: d.Size, SHA256: d.SHA256, Backing: d.Backing})
 	}

@@ -53,6 +53,7 @@ func (*Forget) Answers() part.Answers {
 		part.Rebuild:          nothing,
 		part.Snapshot:         nothing,
 		part.MigrateCold:      {Do: part.Nothing, Why: "the records are the store's, keyed by instance: they follow it"},
+		part.MigrateLive:      {Do: part.Nothing, Why: "the records are the store's, keyed by instance: they follow it"},
 		part.ConfirmMigration: nothing,
 		part.RevertMigration:  nothing,
 		part.Evacuate:         {Do: part.Nothing, Why: "the records are the store's, keyed by instance: the rebuilt disks start at generation 0 under their new secrets"},

@@ -359,6 +359,7 @@ func (c *Channel) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/moves/{uuid}/cleanup", c.serve(func(ctx context.Context, rec Record, _ *http.Request) (any, error) {
 		return nil, c.Local.Cleanup(ctx, rec)
 	}, Reverting))
+	c.liveRoutes(mux) // live_channel.go
 	return mux
 }
 

@@ -44,6 +44,7 @@ func (*Part) Answers() part.Answers {
 	}
 	a[part.ForceDelete] = part.Answer{Do: part.Act, Why: "the move's record goes with the instance (AfterDelete)"}
 	a[part.MigrateCold] = part.Answer{Do: part.Act, Why: "each step of the move is a record (hostctl/migrate); the destination's apply is part of it"}
+	a[part.MigrateLive] = part.Answer{Do: part.Act, Why: "each step of the live move is a record (hostctl/migrate, live.go); the destination's republish after the switchover is part of it"}
 	a[part.ConfirmMigration] = part.Answer{Do: part.Act, Why: "the record goes once the source's copy is gone"}
 	a[part.RevertMigration] = part.Answer{Do: part.Act, Why: "the record goes once the instance is back on its source"}
 	return a

@@ -200,6 +200,9 @@ func (m *Migrator) stopped(ctx context.Context, rec *Record, what string, err er
 func nextMove(rec Record) string {
 	switch rec.State {
 	case Migrating:
+		if rec.Live != nil {
+			return liveNext(rec) // live.go
+		}
 		return fmt.Sprintf("`hostctl instance migrate %s --to %s` resumes it, `hostctl instance revert-migration %s` undoes it", rec.Instance, rec.Dest, rec.Instance)
 	case Verify:
 		return fmt.Sprintf("`hostctl instance confirm-migration %s` or `hostctl instance revert-migration %s` ends it", rec.Instance, rec.Instance)
@@ -266,6 +269,8 @@ func (m *Migrator) MigrateWith(ctx context.Context, name, dest string, stopTimeo
 	defer release()
 	rec, err := Load(ctx, m.Store, uuid)
 	switch {
+	case err == nil && rec.Live != nil:
+		return rec, fmt.Errorf("migrate %s: %w: a live move of it is %s: `hostctl instance migrate %s --to %s --live` resumes it", name, ErrState, rec.State, name, rec.Dest)
 	case err == nil:
 		return m.resume(ctx, rec, dest)
 	case !errors.Is(err, ErrNoMove):
@@ -523,6 +528,9 @@ func (m *Migrator) Revert(ctx context.Context, name string) (Record, error) {
 		return rec, err
 	}
 	defer release()
+	if err := liveRevertable(rec); err != nil {
+		return rec, fmt.Errorf("revert-migration %s: %w", name, err)
+	}
 	switch rec.State {
 	case Verify, Migrating:
 		rec.State = Reverting

@@ -110,6 +110,8 @@ type Record struct {
 	// StopTimeout is how long a running guest has to shut down before
 	// its domain is powered off (0: the host's default).
 	StopTimeout time.Duration `json:"stop_timeout_ns,omitempty"`
+	// Live is a live move's own part (live.go); nil for a cold move.
+	Live *Live `json:"live,omitempty"`
 	// Version is the store record's version.
 	Version int64 `json:"-"`
 }

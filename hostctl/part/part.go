@@ -86,6 +86,11 @@ const (
 	// RevertMigration ends a move in verify the other way: what the
 	// destination made goes and the instance runs on its source again.
 	RevertMigration Op = "revert-migration"
+	// MigrateLive moves a running instance to another host through
+	// libvirt's own migration (hostctl/migrate, live.go): the guest keeps
+	// running; the move ends without verify once the source's copy is
+	// gone.
+	MigrateLive Op = "migrate-live"
 	// Evacuate rebuilds an instance whose host is down on another host
 	// (hostctl/migrate, evacuate.go): its record taken over, its disks
 	// made anew from its image and flavor (new secrets for encrypted
@@ -100,7 +105,7 @@ const (
 func Ops() []Op {
 	return []Op{Apply, Start, Stop, RebootSoft, RebootHard, Delete, ForceDelete, Adopt,
 		Shelve, Unshelve, Rescue, Unrescue, Resize, Rebuild, Snapshot,
-		MigrateCold, ConfirmMigration, RevertMigration, Evacuate}
+		MigrateCold, ConfirmMigration, RevertMigration, MigrateLive, Evacuate}
 }
 
 // Action is what a part does for an operation.

@@ -51,6 +51,7 @@ func (*Service) Answers() part.Answers {
 		part.Rebuild:          {Do: part.Refuse, Why: "rebuild is " + refusedWhy},
 		part.Snapshot:         {Do: part.Nothing, Why: "a snapshot copies the root disk; shares are not in it"},
 		part.MigrateCold:      {Do: part.Refuse, Why: "a move is " + refusedWhy + " (the specification: moves with shares are refused until the host-side attach is generalised)"},
+		part.MigrateLive:      {Do: part.Refuse, Why: "a live migration is " + refusedWhy + " (the specification: moves with shares are refused until the host-side attach is generalised)"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "no instance with a share moves"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "no instance with a share moves"},
 		part.Evacuate:         {Do: part.Act, Why: "the mappings move to the new host, inactive, as for an adopt (Committed); the rebuilt domain is defined with them and its start mounts them there"},

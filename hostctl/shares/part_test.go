@@ -32,7 +32,8 @@ func TestSharesPartAnswers(t *testing.T) {
 		part.Resize: part.Refuse, part.Rebuild: part.Refuse,
 		part.Snapshot:    part.Nothing,
 		part.MigrateCold: part.Refuse, part.ConfirmMigration: part.Nothing, part.RevertMigration: part.Nothing,
-		part.Evacuate: part.Act,
+		part.MigrateLive: part.Refuse,
+		part.Evacuate:    part.Act,
 	}
 	for _, op := range part.Ops() {
 		if got := ans[op]; got.Do != want[op] || strings.TrimSpace(got.Why) == "" {

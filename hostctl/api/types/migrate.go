@@ -9,6 +9,9 @@ type MigrateRequest struct {
 	// TimeoutSeconds is how long a running guest has to shut down before
 	// its domain is powered off (as POST …/stop); 30 when 0.
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	// Live: the running instance moves through libvirt's live migration
+	// (it keeps running; no verify).
+	Live bool `json:"live,omitempty"`
 }
 
 // Migration is a move of an instance between hosts, as POST
@@ -32,6 +35,10 @@ type Migration struct {
 	CopySeconds float64   `json:"copy_seconds"`
 	Started     time.Time `json:"started"`
 	Updated     time.Time `json:"updated"`
+	// Live: a live migration; SwitchSeconds is how long libvirt's
+	// migration took.
+	Live          bool    `json:"live,omitempty"`
+	SwitchSeconds float64 `json:"switch_seconds,omitempty"`
 }
 
 // MigrationDisk is a file a move copies.

@@ -128,6 +128,7 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          {Do: part.Act, Why: publishWhy},
 		part.Snapshot:         {Do: part.Nothing},
 		part.MigrateCold:      {Do: part.Act, Why: "the destination's apply builds the drive anew from the published metadata (not copied)"},
+		part.MigrateLive:      {Do: part.Act, Why: "the destination builds the drive anew from the published metadata before the switchover (the running cdrom's file must exist there) and republishes it after"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's drive goes with its instance directory"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "the destination's drive goes with its instance directory; the source's is as it was"},
 		part.Evacuate:         {Do: part.Act, Why: "the new host's apply builds the drive anew from the published metadata; the dead host's goes with its instance directory when it comes back"},

@@ -107,6 +107,7 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          {Do: part.Act, Why: defineWhy},
 		part.Snapshot:         nothing,
 		part.MigrateCold:      {Do: part.Act, Why: "the destination's apply writes the entries anew (" + defineWhy + ")"},
+		part.MigrateLive:      {Do: part.Act, Why: "the destination's republish after the switchover writes the entries anew (" + defineWhy + ")"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's entry files go with its instance directory"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "the destination's entry files go with its instance directory"},
 		part.Evacuate:         {Do: part.Act, Why: "the new host's apply writes the entries anew (" + defineWhy + ")"},

@@ -138,6 +138,7 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          sync,
 		part.Snapshot:         {Do: part.Nothing},
 		part.MigrateCold:      {Do: part.Act, Why: "same MACs and addresses on the destination: its apply puts the fixed DHCP entries on its network (the MAC claims are the store's, carried)"},
+		part.MigrateLive:      {Do: part.Act, Why: "same MACs and addresses: the destination's republish after the switchover puts the fixed DHCP entries on its network, the source's go (Moved)"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's DHCP entries go (Moved); the MAC claims stay with the instance"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's DHCP entries go (Moved); the MAC claims stay with the instance"},
 		part.Evacuate:         {Do: part.Act, Why: "same MACs and addresses on the new host: its apply puts the fixed DHCP entries on its network; the dead host's entries go when it comes back (Moved)"},

@@ -117,15 +117,23 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          carried,
 		part.Snapshot:         nothing,
 		part.MigrateCold:      {Do: part.Act, Why: "the destination's apply claims a new device (a one-time-use one burned before the domain starts there); the source keeps its claims until the move ends"},
+		part.MigrateLive:      {Do: part.Act, Why: "refused unless every device the instance holds is live_migratable (Check); the destination claims a new device (a one-time-use one burned), the source's stays burned and its claims are released (Moved)"},
 		part.ConfirmMigration: {Do: part.Act, Why: "the source's claims are released (Moved); its burned device stays burned"},
 		part.RevertMigration:  {Do: part.Act, Why: "the destination's claims are released (Moved); its one-time-use device stays burned"},
 		part.Evacuate:         {Do: part.Act, Why: "the new host's apply claims and burns a new device; the dead host releases its claims when it comes back (Moved), its burned device stays burned until an operator cleans it"},
 	}
 }
 
-// Check implements part.Part: nothing is refused here (an unshelve whose
-// burned device is not clean is refused by the claim, naming it).
-func (*Part) Check(context.Context, part.Op, *part.Instance) error { return nil }
+// Check implements part.Part: a live migration of an instance holding a
+// device that is not live_migratable is refused, naming it (live.go);
+// nothing else is refused here (an unshelve whose burned device is not
+// clean is refused by the claim, naming it).
+func (p *Part) Check(ctx context.Context, op part.Op, in *part.Instance) error {
+	if op == part.MigrateLive {
+		return p.checkLive(ctx, in.Spec)
+	}
+	return nil
+}
 
 // undoTimeout bounds an undo step or a release run after its request's
 // context may have ended.

@@ -127,6 +127,7 @@ func (*Part) Answers() part.Answers {
 		part.Rebuild:          refuse("rebuilt"),
 		part.Snapshot:         refuse("snapshotted"),
 		part.MigrateCold:      refuse("migrated"),
+		part.MigrateLive:      refuse("live-migrated"),
 		part.ConfirmMigration: {Do: part.Nothing, Why: "only an instance in no state of its own moves"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "only an instance in no state of its own moves"},
 		part.Evacuate:         refuse("evacuated: a shelved one has nothing on its host to rebuild (adopt moves its record; unshelve builds it where it lands), a rescued one's rescue is its dead host's (adopt it, then unrescue)"),

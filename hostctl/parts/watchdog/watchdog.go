@@ -74,6 +74,7 @@ func (Part) Answers() part.Answers {
 		part.Rebuild:          {Do: part.Act, Why: domainWhy + " (the new image's action)"},
 		part.Snapshot:         nothing,
 		part.MigrateCold:      {Do: part.Act, Why: domainWhy + " (the destination's)"},
+		part.MigrateLive:      {Do: part.Act, Why: domainWhy + " (libvirt carries the device in the migrated domain)"},
 		part.ConfirmMigration: {Do: part.Nothing, Why: "the source's domain goes with its device"},
 		part.RevertMigration:  {Do: part.Nothing, Why: "the source's domain still has the device"},
 		part.Evacuate:         {Do: part.Act, Why: domainWhy + " (the new host's)"},
