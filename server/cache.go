@@ -337,6 +337,7 @@ func (e *corruptError) Unwrap() error { return e.err }
 // feed breaks it is re-subscribed with back-off, and the cache swept,
 // since changes may have been missed meanwhile.
 func (s *Server) Run(ctx context.Context) error {
+	defer gcFloorStart(s.gcHeapFloor, s.log)()
 	var (
 		feed    <-chan store.Change
 		retry   <-chan time.Time

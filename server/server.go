@@ -184,6 +184,13 @@ type Options struct {
 	Registry *prometheus.Registry
 	// AccessLog logs one line per request at level Info.
 	AccessLog bool
+
+	// GCHeapFloor, when positive, keeps the process's heap goal at least
+	// this many bytes above its live heap while Run runs (gcfloor.go;
+	// process-wide: one floor per process; off when GOGC or GOMEMLIMIT
+	// is set in the environment). 0: none (the commands default to
+	// DefaultGCHeapFloor).
+	GCHeapFloor int64
 }
 
 // TokenPolicyMap returns an InstanceTokenPolicy from a table of instance
@@ -224,6 +231,8 @@ type Server struct {
 	warmN int
 	warmQ chan warmItem // warm.go
 
+	gcHeapFloor int64
+
 	osListing atomic.Pointer[osListing]
 }
 
@@ -239,6 +248,7 @@ func New(docs Documents, opts Options) *Server {
 		keyFiles: opts.KeyFiles, keyCheck: opts.KeyCheckInterval,
 		readerID: opts.KeyReaderID, heartbeat: opts.KeyReaderHeartbeat,
 		warmN: opts.WarmInstances, warmQ: make(chan warmItem, warmQueue),
+		gcHeapFloor: opts.GCHeapFloor,
 	}
 	if s.warmN == 0 {
 		s.warmN = DefaultWarmInstances

@@ -257,3 +257,21 @@ func TestEC2DecodedLate(t *testing.T) {
 		}
 	}
 }
+
+// TestVdirOneAllocation (issue 23 item 3): a directory and its spans are
+// one allocation up to 64 spans, so that a request's read of its body's
+// span is next to the directory it read just before.
+func TestVdirOneAllocation(t *testing.T) {
+	for _, n := range []int{0, 1, 16, 17, 32, 33, 64} {
+		var d *vdir
+		if a := testing.AllocsPerRun(10, func() { d = newVdir(nil, n) }); a != 1 {
+			t.Errorf("newVdir(%d spans): %v allocations, want 1", n, a)
+		}
+		if len(d.spans) != n || cap(d.spans) != n {
+			t.Errorf("newVdir(%d spans): len %d cap %d", n, len(d.spans), cap(d.spans))
+		}
+	}
+	if d := newVdir(nil, 65); len(d.spans) != 65 {
+		t.Errorf("newVdir(65 spans): len %d", len(d.spans))
+	}
+}

@@ -186,6 +186,16 @@ func (e *env) stormPhase(ctx context.Context, n, rounds, pairs int, settleFor ti
 			}
 			r.warm = append(r.warm, p)
 		}
+		// The storms' memory: what the GC floor (--metadata-gc-heap-floor)
+		// costs shows here, where the heap grows under load.
+		for _, t := range []struct {
+			name string
+			p    *proc
+		}{{"bare", a.proc}, {"hostctl", h.proc}} {
+			if st, err := procStatus(t.p.pid()); err == nil {
+				fmt.Printf("    %s after the storms: VmRSS %.1f MiB, peak VmHWM %.1f MiB\n", t.name, float64(st["VmRSS"])/1024, float64(st["VmHWM"])/1024)
+			}
+		}
 		e.procs.stopSome(a.proc)
 		e.procs.stopSome(h.proc)
 		rows = append(rows, r)
