@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,17 +68,23 @@ func (r result) String() string {
 }
 
 func newHost(t *testing.T, name, uri, store string, extra ...string) *host {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHostAt(t, name, uri, store, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), extra...)
+}
+
+// newHostAt is newHost with the host channel's address migAddr (another
+// one if that is taken when the daemon binds it).
+func newHostAt(t *testing.T, name, uri, store, migAddr string, extra ...string) *host {
 	dir, err := os.MkdirTemp("", "vmeta-mig-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := &host{t: t, name: name, uri: uri, store: store, bin: hostctlBin(t), dataDir: filepath.Join(dir, "data"),
-		sock: filepath.Join(dir, "s"), migAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), extra: extra}
+		sock: filepath.Join(dir, "s"), migAddr: migAddr, extra: extra}
 	t.Cleanup(func() {
 		h.stop()
 		if t.Failed() && h.proc != nil {
@@ -91,6 +98,37 @@ func newHost(t *testing.T, name, uri, store string, extra ...string) *host {
 // start starts the daemon (with h.env: VMETA_CRASH_AT for a crash run).
 func (h *host) start() {
 	h.t.Helper()
+	// A port testenv.FreePort found free may be taken by another process
+	// before the daemon binds it (the tests here start hosts in
+	// parallel): the daemon then exits saying so, and starts again on
+	// new ports.
+	for attempt := 1; ; attempt++ {
+		err := h.startOnce()
+		if err == nil {
+			return
+		}
+		out := h.proc.Output()
+		if attempt < portAttempts && strings.Contains(out, "bind: address already in use") {
+			if strings.Contains(out, "listen tcp "+h.migAddr+":") {
+				port, perr := testenv.FreePort()
+				if perr != nil {
+					h.t.Fatal(perr)
+				}
+				h.migAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			}
+			h.t.Logf("host %s: a port was taken before it bound it; starting it again on new ports", h.name)
+			continue
+		}
+		h.t.Fatalf("start host %s: %v\n%s", h.name, err, out)
+	}
+}
+
+// portAttempts bounds host.start's attempts after a port was taken.
+const portAttempts = 5
+
+// startOnce starts the daemon on new metadata and metrics ports and
+// waits until it answers.
+func (h *host) startOnce() error {
 	port, err := testenv.FreePort()
 	if err != nil {
 		h.t.Fatal(err)
@@ -112,14 +150,12 @@ func (h *host) start() {
 	if h.proc, err = testenv.StartProcess(h.t, "hostctl serve --host "+h.name, cmd); err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.proc.WaitReady(60*time.Second, 50*time.Millisecond, func() error {
+	return h.proc.WaitReady(60*time.Second, 50*time.Millisecond, func() error {
 		if r := h.ctl("instance", "list"); r.code != 0 {
 			return errors.New(r.String())
 		}
 		return nil
-	}); err != nil {
-		h.t.Fatalf("start host %s: %v\n%s", h.name, err, h.proc.Output())
-	}
+	})
 }
 
 func (h *host) stop() {
@@ -323,6 +359,7 @@ func metadataUUID(t *testing.T, h *host) string {
 // At each end libvirt's own view (virsh) is checked: where the domain
 // runs, where its passphrase is defined.
 func TestColdMigrateReal(t *testing.T) {
+	t.Parallel()
 	a, b := pair(t)
 	name := "mig-" + strconv.Itoa(os.Getpid())
 	a.must("instance", "apply", "-f", spec(t, name))
@@ -432,84 +469,254 @@ func crashCases() []crashCase {
 }
 
 // TestKilledAtEveryStep is the SIGKILL matrix over the real hosts: for
-// every step of a move, its confirm and its revert, the host doing it is
-// killed there (SIGKILL, no cleanup); it is started again, the state
-// `instance migration` names is read, and the request that completes
-// it is run (a retry then a confirm for a move, the confirm or the revert
-// again). Each case ends with the instance running on exactly one host,
-// which owns it, and no move record; the matrix is logged.
+// every step of a move, its confirm and its revert, the host doing it
+// (the source, or the destination for its own steps) is killed there
+// (SIGKILL, no cleanup); it is started again, the state `instance
+// migration` names is read, and the request that completes it is run (a
+// retry then a confirm for a move, the confirm or the revert again).
+// Each case ends with the instance in the power state it began with on
+// exactly one host, which owns it, and no move record; the matrix is
+// logged.
+//
+// The rows run on crashGroups pairs of hosts at once. On a pair, one
+// instance goes through its rows: each row moves it from the host that
+// holds it to the other one (a and b take turns as source and
+// destination), so a row costs a move, not a new instance. Only the rows
+// whose step stops or starts the guest (crashRunning) move a running
+// one; the others, run first, move it shut off, which passes every step
+// and crash point alike. After a failed row the pair's next row starts
+// from a new instance.
 func TestKilledAtEveryStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the SIGKILL matrix restarts a host per step (minutes): not in -short")
 	}
-	a, b := pair(t)
-	hosts := map[string]*host{"a": a, "b": b}
-	var matrix []string
-	for i, c := range crashCases() {
-		t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
-			name := fmt.Sprintf("k%d-%d", os.Getpid(), i)
-			a.t, b.t = t, t
-			a.must("instance", "apply", "-f", spec(t, name))
-			a.must("instance", "start", name)
-			if c.request != "migrate" {
-				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
-			}
-			victim := hosts[c.side]
-			victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
-			var r result
-			switch c.request {
-			case "migrate":
-				r = a.ctl("instance", "migrate", name, "--to", "b", "--timeout", "1s")
-			case "confirm":
-				r = a.ctl("instance", "confirm-migration", name)
-			case "revert":
-				r = a.ctl("instance", "revert-migration", name)
-			}
-			select {
-			case <-victim.proc.Exited():
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("host %s was not killed at %s; the request: %s", c.side, c.point, r)
-			}
-			if r.code == 0 {
-				t.Fatalf("the request succeeded though host %s was killed at %s", c.side, c.point)
-			}
-			victim.restart()
-			shown := "none"
-			if m, ok := a.migration(name); ok {
-				shown = m.State + "@" + m.Step
-			}
-			if in := a.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
-				t.Errorf("instance show names %q, the move is %s", in.State, shown)
-			}
-			// Complete it.
-			want := "b"
-			switch {
-			case c.request == "revert":
-				a.must("instance", "revert-migration", name)
-				want = "a"
-			case strings.HasPrefix(shown, "migrating"):
-				a.must("instance", "migrate", name, "--to", "b", "--timeout", "1s")
-				fallthrough
-			default:
-				a.must("instance", "confirm-migration", name)
-			}
-			if _, ok := a.migration(name); ok {
-				t.Fatal("the move's record stays")
-			}
-			owner := hosts[want]
-			other := hosts[map[string]string{"a": "b", "b": "a"}[want]]
-			if in := owner.show(name); in.Host != want || in.State != "running" {
-				t.Errorf("after completing: %+v, want running on %s", in, want)
-			}
-			if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != "running" || o != "" {
-				t.Errorf("libvirt after completing: %s %q, %s %q", owner.name, s, other.name, o)
-			}
-			matrix = append(matrix, fmt.Sprintf("%-8s %-2s %-22s %-30s -> running on %s", c.request, c.side, c.point, shown, want))
-			owner.must("instance", "delete", name)
-		})
+	t.Parallel()
+	cases := crashCases()
+	matrix := make([]string, len(cases))
+	var wg sync.WaitGroup
+	for g, rows := range crashPlan(cases, crashGroups) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(fmt.Sprintf("hosts%d", g), func(t *testing.T) {
+				a, b := pair(t)
+				rig := &crashRig{hosts: map[string]*host{"a": a, "b": b}, prefix: fmt.Sprintf("k%d-%d", os.Getpid(), g)}
+				for _, i := range rows {
+					c := cases[i]
+					ok := t.Run(c.request+"/"+c.side+"/"+c.point, func(t *testing.T) {
+						matrix[i] = rig.row(t, c)
+					})
+					a.t, b.t = t, t
+					if !ok {
+						rig.abandon()
+					}
+				}
+				rig.finish(t)
+			})
+		}()
 	}
-	a.t, b.t = t, t
-	t.Logf("SIGKILL matrix (request, host killed, step, state shown after the restart, final):\n%s", strings.Join(matrix, "\n"))
+	wg.Wait()
+	t.Logf("SIGKILL matrix (request, host killed as source or destination, step, guest, state shown after the restart, final; the row's seconds):\n%s", strings.Join(matrix, "\n"))
+}
+
+// crashGroups is how many pairs of hosts TestKilledAtEveryStep runs its
+// rows on at once: much of a row is waiting on libvirt, QEMU and a
+// host's start-up, so three pairs gain even on two cores (measured with
+// -race on the loaded two-core machine: 19 rows on one pair, an
+// instance each, 556 s; on three pairs moving one instance each, 123 s).
+const crashGroups = 3
+
+// crashRunning are the crash points whose matrix row moves a running
+// guest: the steps that stop it, start it on the destination or start it
+// again on a revert, and the first step of a confirm, so each request
+// (migrate, confirm, revert) has a running-guest path.
+var crashRunning = map[string]bool{"stopped": true, "started": true, "dest-started": true, "confirming": true, "restarted": true}
+
+// crashPlan splits the rows (indexes into cases) into n groups of about
+// equal cost (a running guest's row costs several shut-off ones: QEMU
+// starts and stops), each with its shut-off rows first.
+func crashPlan(cases []crashCase, n int) [][]int {
+	groups := make([][]int, n)
+	cost := make([]int, n)
+	add := func(i, c int) {
+		g := 0
+		for j := range cost {
+			if cost[j] < cost[g] {
+				g = j
+			}
+		}
+		groups[g] = append(groups[g], i)
+		cost[g] += c
+	}
+	for i, c := range cases {
+		if crashRunning[c.point] {
+			add(i, 5)
+		}
+	}
+	for i, c := range cases {
+		if !crashRunning[c.point] {
+			add(i, 1)
+		}
+	}
+	for _, g := range groups {
+		sort.SliceStable(g, func(x, y int) bool { return !crashRunning[cases[g[x]].point] && crashRunning[cases[g[y]].point] })
+	}
+	return groups
+}
+
+// crashRig is a pair of hosts and the instance the matrix moves between
+// them.
+type crashRig struct {
+	hosts   map[string]*host
+	prefix  string
+	n       int      // instances made
+	name    string   // the instance ("" when a new one is needed)
+	at      string   // the host that owns it
+	running bool     // it runs
+	left    []string // instances of failed rows
+}
+
+// abandon leaves the instance of a failed row (finish tries to delete
+// it): the next row makes a new one.
+func (r *crashRig) abandon() {
+	if r.name != "" {
+		r.left = append(r.left, r.name)
+	}
+	r.name = ""
+}
+
+// finish deletes the instance (and, best effort, those of failed rows).
+func (r *crashRig) finish(t *testing.T) {
+	t.Helper()
+	if r.name != "" {
+		r.hosts[r.at].must("instance", "delete", r.name)
+	}
+	for _, name := range r.left {
+		for _, h := range r.hosts {
+			h.ctl("instance", "delete", name)
+		}
+	}
+}
+
+// row is one row of the SIGKILL matrix: the instance (made on a when
+// there is none, started when the step is in crashRunning) is moved from
+// the host holding it, the source, to the other one; for a confirm or a
+// revert it is first moved there without a crash. The victim, the source
+// or the destination as c.side says ("a" the source, "b" the
+// destination), is restarted with the crash point armed, the request run
+// on the source until the victim dies, the victim started again, the
+// move completed and checked. It returns the row's line of the matrix.
+func (r *crashRig) row(t *testing.T, c crashCase) string {
+	t.Helper()
+	for _, h := range r.hosts {
+		h.t = t
+	}
+	begin := time.Now()
+	var phases []string
+	at := time.Now()
+	phase := func(what string) {
+		phases = append(phases, fmt.Sprintf("%s %.1fs", what, time.Since(at).Seconds()))
+		at = time.Now()
+	}
+	running := crashRunning[c.point]
+	if r.name == "" {
+		r.n++
+		r.name, r.at, r.running = fmt.Sprintf("%s-%d", r.prefix, r.n), "a", false
+		r.hosts["a"].must("instance", "apply", "-f", spec(t, r.name))
+		phase("apply")
+	}
+	name := r.name
+	src, dst := r.hosts[r.at], r.hosts[map[string]string{"a": "b", "b": "a"}[r.at]]
+	switch {
+	case running && !r.running:
+		src.must("instance", "start", name)
+		r.running = true
+		phase("start")
+	case !running && r.running:
+		t.Fatalf("the row needs %s shut off; crashPlan orders the running rows last", name)
+	}
+	power := src.show(name).State
+	if running && power != "running" {
+		t.Fatalf("after start: %q", power)
+	}
+	domBefore := domstate(t, src.uri, name)
+	if c.request != "migrate" {
+		src.must("instance", "migrate", name, "--to", dst.name, "--timeout", "1s")
+		phase("move")
+	}
+	victim := src
+	if c.side == "b" {
+		victim = dst
+	}
+	victim.restart("VMETA_CRASH_AT=migrate/" + c.point)
+	phase("arm")
+	var res result
+	switch c.request {
+	case "migrate":
+		res = src.ctl("instance", "migrate", name, "--to", dst.name, "--timeout", "1s")
+	case "confirm":
+		res = src.ctl("instance", "confirm-migration", name)
+	case "revert":
+		res = src.ctl("instance", "revert-migration", name)
+	}
+	select {
+	case <-victim.proc.Exited():
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("host %s was not killed at %s; the request: %s", victim.name, c.point, res)
+	}
+	if res.code == 0 {
+		t.Fatalf("the request succeeded though host %s was killed at %s", victim.name, c.point)
+	}
+	phase("killed")
+	victim.restart()
+	phase("restart")
+	shown := "none"
+	if m, ok := src.migration(name); ok {
+		shown = m.State + "@" + m.Step
+	}
+	if in := src.show(name); shown != "none" && !strings.HasPrefix(shown, in.State) {
+		t.Errorf("instance show names %q, the move is %s", in.State, shown)
+	}
+	// Complete it.
+	owner, other := dst, src
+	switch {
+	case c.request == "revert":
+		src.must("instance", "revert-migration", name)
+		owner, other = src, dst
+	case strings.HasPrefix(shown, "migrating"):
+		src.must("instance", "migrate", name, "--to", dst.name, "--timeout", "1s")
+		fallthrough
+	default:
+		src.must("instance", "confirm-migration", name)
+	}
+	phase("complete")
+	if _, ok := src.migration(name); ok {
+		t.Fatal("the move's record stays")
+	}
+	if in := owner.show(name); in.Host != owner.name || in.State != power {
+		t.Errorf("after completing: %+v, want %s on %s", in, power, owner.name)
+	}
+	wantDom := "running"
+	switch {
+	case !running && owner == src:
+		wantDom = domBefore // as it was before the move
+	case !running:
+		wantDom = "shut off" // defined on the destination, not started
+	}
+	if s, o := domstate(t, owner.uri, name), domstate(t, other.uri, name); s != wantDom || o != "" {
+		t.Errorf("libvirt after completing: %s %q, %s %q; want %q and none", owner.name, s, other.name, o, wantDom)
+	}
+	if t.Failed() {
+		return ""
+	}
+	r.at = owner.name
+	guest := "shut-off"
+	if running {
+		guest = "running"
+	}
+	role := map[string]string{"a": "source", "b": "dest"}[c.side]
+	t.Logf("row %.1fs: %s", time.Since(begin).Seconds(), strings.Join(phases, ", "))
+	return fmt.Sprintf("%-8s %-6s(%s) %-22s %-8s %s->%s %-30s -> %s on %s  %5.1fs", c.request, role, victim.name, c.point, guest, src.name, dst.name, shown, power, owner.name, time.Since(begin).Seconds())
 }
 
 // gpuSysfs writes a sysfs tree laid out as the kernel does, with one
@@ -563,6 +770,7 @@ func devices(t *testing.T, h *host) map[string]string {
 // running QEMU, so the instance stays stopped: its domain is defined on
 // b, not started.)
 func TestMoveBurnsDevices(t *testing.T) {
+	t.Parallel()
 	spec := filepath.Join(t.TempDir(), "devices.yaml")
 	if err := os.WriteFile(spec, []byte("devices:\n  - vendor_id: \"10de\"\n    alias: gpu\n    one_time_use: true\n"), 0o600); err != nil {
 		t.Fatal(err)
