@@ -48,6 +48,7 @@ func evacDevices(t *testing.T, h *host, when string) map[string]evacDevice {
 }
 
 func TestEvacuateRealDeviceBurn(t *testing.T) {
+	t.Parallel()
 	uriA := testenv.RequireLibvirt(t)
 	uriB := testenv.SecondLibvirtd(t)
 	redis := testenv.StartRedis(t)

@@ -77,6 +77,7 @@ func waitDown(t *testing.T, h *host, host string) {
 }
 
 func TestEvacuateReal(t *testing.T) {
+	t.Parallel()
 	a, b := pair(t)
 	name := "evac-" + strconv.Itoa(os.Getpid())
 	addr := fmt.Sprintf("127.78.%d.%d", rand.IntN(256), 1+rand.IntN(254))
@@ -202,6 +203,7 @@ func TestEvacuateReal(t *testing.T) {
 // evacuating, and the same request completes the evacuation; a, back,
 // removes both instances' copies.
 func TestEvacuateRealKilled(t *testing.T) {
+	t.Parallel()
 	a, b := pair(t)
 	points := []string{"owner-switched", "rebuilt"}
 	var names []string

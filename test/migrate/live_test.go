@@ -163,6 +163,7 @@ func waitTicks(t *testing.T, p string, after int) []tick {
 // record, and the guest's ticks go on across the move, reading its uuid
 // from the config drive before and after.
 func TestLiveMigrateReal(t *testing.T) {
+	t.Parallel()
 	uriA := testenv.RequireLibvirt(t)
 	uriB := testenv.SecondLibvirtd(t)
 	redis := testenv.StartRedis(t)
