@@ -158,7 +158,8 @@ func TestDeviceCleanupListener(t *testing.T) {
 // hostctl (the real binary, on real libvirtd) is SIGKILLed between the
 // claim and the domain: the apply has claimed and burned a gpu and is
 // creating the instance's disk (a qemu-img on PATH that waits until the
-// test has killed hostctl). After the restart the device is still burned
+// test has killed hostctl; the disk is encrypted, because hostctl writes
+// a blank plain disk itself, without qemu-img). After the restart the device is still burned
 // and needs cleaning — never silently back in the pool — and no instance
 // or domain exists.
 func TestDeviceKilledBetweenClaimAndDomain(t *testing.T) {
@@ -184,7 +185,7 @@ func TestDeviceKilledBetweenClaimAndDomain(t *testing.T) {
 	testenv.CleanupDomain(t, uri, name)
 
 	apply := exec.Command(hostctlBin, "instance", "apply", "-f",
-		writeSpec(t, "name: "+name+"\ndisks: [{name: vda, size: 8M}]\npci_aliases: [{name: gpu}]\n"), "--socket", d.Socket)
+		writeSpec(t, "name: "+name+"\ndisks: [{name: vda, size: 8M, encrypted: true}]\npci_aliases: [{name: gpu}]\n"), "--socket", d.Socket)
 	apply.Env = testenv.ChildEnv(nil)
 	var applyOut testenv.SyncBuffer
 	apply.Stdout, apply.Stderr = &applyOut, &applyOut
