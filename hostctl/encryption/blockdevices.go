@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -41,6 +42,29 @@ type BlockDevice struct {
 	KeyGeneration int64
 	KeySlot       *int
 	KeyRotation   *DiskKeyRotation
+}
+
+// SecretUUIDs are the key-manager secrets the record holds: its own and
+// its backing file's copy.
+func (d BlockDevice) SecretUUIDs() []string {
+	var ids []string
+	for _, id := range []string{d.EncryptionSecretUUID, d.BackingEncryptionSecretUUID} {
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// SecretUUIDs are the key-manager secrets the instance's disks hold,
+// sorted, each once.
+func (b BlockDevices) SecretUUIDs() []string {
+	var ids []string
+	for _, d := range b.Disks {
+		ids = append(ids, d.SecretUUIDs()...)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // DiskKeyRotation is the journal of a disk passphrase rotation in

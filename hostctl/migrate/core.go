@@ -207,15 +207,7 @@ func (h *Host) Secrets(ctx context.Context, uuid string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, bd := range bds.Disks {
-		for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID} {
-			if id != "" && !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-	}
-	slices.Sort(ids)
+	ids := bds.SecretUUIDs()
 	if len(ids) > 0 && h.Keys == nil {
 		return nil, fmt.Errorf("%w: the instance has encrypted disks and this host no key manager", ErrState)
 	}

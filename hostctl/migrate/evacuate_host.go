@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 
 	"github.com/vmeta/vmeta/hostctl/encryption"
 	"github.com/vmeta/vmeta/hostctl/part"
@@ -130,16 +129,7 @@ func (h *EvacHost) OldSecrets(ctx context.Context, uuid string) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, bd := range bds.Disks {
-		for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID} {
-			if id != "" && !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids, nil
+	return bds.SecretUUIDs(), nil
 }
 
 // ReleaseDisks implements EvacDest.

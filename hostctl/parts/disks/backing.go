@@ -30,18 +30,6 @@ import (
 	"github.com/vmeta/vmeta/internal/revert"
 )
 
-// diskSecrets returns the key-manager secrets a disk's record holds: its
-// own and its backing file's copy.
-func diskSecrets(bd encryption.BlockDevice) []string {
-	var ids []string
-	for _, id := range []string{bd.EncryptionSecretUUID, bd.BackingEncryptionSecretUUID} {
-		if id != "" {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // encryptedImage returns the catalog image of plan p when it is an
 // encrypted one (nil otherwise).
 func (pt *Part) encryptedImage(ctx context.Context, p diskPlan) (*images.Image, error) {

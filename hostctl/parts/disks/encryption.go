@@ -386,7 +386,7 @@ func (pt *Part) Forget(ctx context.Context, in *model.Instance, disks []string) 
 		if !ok {
 			continue
 		}
-		for _, id := range diskSecrets(bd) {
+		for _, id := range bd.SecretUUIDs() {
 			if pt.Keys == nil {
 				break
 			}
@@ -411,7 +411,7 @@ func (pt *Part) replacedSecrets(ctx context.Context, in *model.Instance, plans [
 	var out []string
 	for _, p := range plans {
 		if bd, ok := rec.Disks[p.target]; ok {
-			out = append(out, diskSecrets(bd)...)
+			out = append(out, bd.SecretUUIDs()...)
 		}
 	}
 	return out, nil
@@ -473,7 +473,7 @@ func (pt *Part) ForgetInstance(ctx context.Context, name, uuid string) error {
 	var errs []error
 	if pt.Keys != nil {
 		for _, bd := range rec.Disks {
-			for _, id := range diskSecrets(bd) {
+			for _, id := range bd.SecretUUIDs() {
 				if err := pt.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: uuid, allDisks: true}); err != nil {
 					errs = append(errs, err)
 				}
@@ -529,7 +529,7 @@ func (pt *Part) Sweep(ctx context.Context) error {
 			return pt.deleteSecretQuietly(ctx, id, secretRelease{instanceUUID: o.InstanceUUID, allDisks: true})
 		}, func(rec blockDevRecord) bool {
 			for _, bd := range rec.Disks {
-				if slices.Contains(diskSecrets(bd), id) {
+				if slices.Contains(bd.SecretUUIDs(), id) {
 					return true
 				}
 			}
