@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmeta/vmeta/internal/store"
@@ -23,6 +24,16 @@ import (
 // invalidated still answers the requests waiting for it (with what it
 // read), but is not cached.
 type cache struct {
+	// gen moves on every change that can make a view looked up before
+	// it stale (a view dropped, a fill made stale, an address mapping
+	// dropped): connections' memos of the view they found hold while it
+	// stays (connmemo.go). Guests read it on every request and it rarely
+	// changes: it has a cache line of its own, away from mu's reader
+	// count.
+	_   [64]byte
+	gen atomic.Uint64
+	_   [56]byte
+
 	mu        sync.RWMutex
 	views     map[string]*view // instance UUID -> view
 	addrs     addrIndex        // source address -> view
@@ -91,6 +102,7 @@ func (c *cache) putLocked(v *view) {
 // dropLocked removes a view and the addresses that point at it, and gives
 // back its shapes.
 func (c *cache) dropLocked(v *view) {
+	c.gen.Add(1)
 	if c.views[v.uuid] == v {
 		delete(c.views, v.uuid)
 		v.release()
@@ -105,6 +117,7 @@ func (c *cache) dropLocked(v *view) {
 // staleLocked keeps fills in flight for uuid, and every address fill (an
 // address may have moved to or from uuid), from being cached.
 func (c *cache) staleLocked(uuid string) {
+	c.gen.Add(1)
 	if f := c.uuidFills[uuid]; f != nil {
 		f.stale = true
 	}
@@ -164,6 +177,7 @@ func (s *Server) applyChange(ctx context.Context, ch store.Change) {
 		a = a.Unmap().WithZone("")
 		if av := c.addrs.get(a); av != nil && av.uuid != ch.UUID {
 			c.addrs.del(a)
+			c.gen.Add(1)
 		}
 	}
 }
@@ -361,6 +375,8 @@ func (s *Server) Run(ctx context.Context) error {
 		s.warmer(ctx, s.warmN)
 	}()
 	w, watching := s.docs.(Watcher)
+	lw, ok := s.docs.(LosslessWatcher)
+	lossless := ok && lw.LosslessFeed()
 	subscribe := func() {
 		ch, err := w.Watch(ctx)
 		if err != nil {
@@ -421,7 +437,13 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-heartbeat:
 			s.reportKeys(ctx)
 		case <-tick:
-			s.sweep(ctx)
+			if lossless && feed != nil {
+				// Nothing was missed (a loss would have come as a
+				// Resync, which sweeps).
+				_ = s.checkStore(ctx)
+			} else {
+				s.sweep(ctx)
+			}
 			if s.limiter != nil {
 				s.limiter.prune()
 			}

@@ -185,6 +185,31 @@ func TestConvergenceSweep(t *testing.T) {
 	}
 }
 
+// TestLosslessFeedNoPeriodicSweep: following a feed that loses nothing
+// unsaid, the periodic tick checks the store but reads no versions; a
+// Resync and a new subscription still sweep.
+func TestLosslessFeedNoPeriodicSweep(t *testing.T) {
+	docs := newFakeDocs()
+	docs.publish(t, richInstance(t))
+	o := testOptions(at("2026-01-01"))
+	o.SweepInterval = time.Millisecond
+	s := New(losslessDocs{docs}, o)
+	runServer(t, s)
+	eventually(t, "subscription", func() bool { return docs.subscribers() == 1 })
+	hostname(s, richAddr)
+	versions, pings := docs.versions.Load(), docs.pings.Load()
+	eventually(t, "three ticks", func() bool { return docs.pings.Load() >= pings+3 })
+	if n := docs.versions.Load(); n != versions {
+		t.Errorf("the periodic tick read %d versions; want none (the feed loses nothing unsaid)", n-versions)
+	}
+	republish(t, docs, "web-2") // no message: only a Resync or a new subscription finds it
+	docs.send(store.Change{Resync: true})
+	eventually(t, "the Resync's sweep", func() bool { return hostname(s, richAddr) == "web-2.novalocal" })
+	republish(t, docs, "web-3")
+	docs.dropFeed()
+	eventually(t, "the new subscription's sweep", func() bool { return hostname(s, richAddr) == "web-3.novalocal" })
+}
+
 // TestFeedDropped: when the subscription breaks, Run subscribes again and
 // sweeps, so a change made while it was down is served.
 func TestFeedDropped(t *testing.T) {

@@ -41,7 +41,14 @@ type fakeDocs struct {
 	fetches  atomic.Int64
 	versions atomic.Int64
 	watches  atomic.Int64
+	pings    atomic.Int64
 }
+
+// losslessDocs is fakeDocs whose feed says it loses nothing unsaid (as
+// the embedded store's: server.LosslessWatcher).
+type losslessDocs struct{ *fakeDocs }
+
+func (losslessDocs) LosslessFeed() bool { return true }
 
 func newFakeDocs() *fakeDocs {
 	return &fakeDocs{addrs: map[string]string{}, docs: map[string]store.Document{}, passwords: map[string][]byte{}}
@@ -135,6 +142,7 @@ func (f *fakeDocs) SetPassword(_ context.Context, uuid string, pw []byte) error 
 }
 
 func (f *fakeDocs) Ping(context.Context) error {
+	f.pings.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.down

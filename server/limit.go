@@ -58,18 +58,18 @@ func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 	return l.take(l.bucketOf(key, now), now)
 }
 
-// allowView is allow for the instance of a cached view: the view keeps
-// its bucket (issue 23 item 3: looking it up by uuid was a hash and a
+// viewBucket is the rate-limit bucket of a cached view's instance, which
+// the view keeps (issue 23 item 3: looking it up by uuid was a hash and a
 // walk of the limiter's map per request, cache misses in a boot storm).
 // A bucket that prune drops from the map while a view holds it was full,
 // as a new one would be: the view goes on with it.
-func (l *rateLimiter) allowView(v *view, now time.Time) (bool, time.Duration) {
+func (l *rateLimiter) viewBucket(v *view, now time.Time) *bucket {
 	b := v.bucket.Load()
 	if b == nil {
 		b = l.bucketOf(v.uuid, now)
 		v.bucket.Store(b)
 	}
-	return l.take(b, now)
+	return b
 }
 
 // bucketOf is key's bucket, made full at time now if it has none.
@@ -125,7 +125,8 @@ func retryAfter(d time.Duration) int {
 }
 
 // LimitListener wraps ln so that at most perAddr connections from one
-// remote IP address are open at once: a connection over the limit is
+// remote IP address are open at once (perAddr < 0: no limit; the
+// connections are still wrapped, for their connContext): a connection over the limit is
 // closed as soon as it is accepted (the client sees a reset or EOF), and
 // Accept goes on with the next one. A slot is released when its
 // connection is closed. Peers for which exempt returns true (trusted
@@ -156,6 +157,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if !ok || (l.exempt != nil && l.exempt(addr)) {
 			return c, nil
 		}
+		if l.max < 0 {
+			return newLimitedConn(c, addr, nil), nil // not counted
+		}
 		l.mu.Lock()
 		if l.open[addr] >= l.max {
 			l.mu.Unlock()
@@ -167,7 +171,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		l.open[addr]++
 		l.mu.Unlock()
-		return &limitedConn{Conn: c, l: l, addr: addr}, nil
+		return newLimitedConn(c, addr, l), nil
 	}
 }
 
@@ -203,14 +207,27 @@ func connAddr(c net.Conn) (netip.Addr, bool) {
 	}
 }
 
+// limitedConn is a connection LimitListener counts. Its first cache
+// line holds what every request reads: the connection (each Read), the
+// deadlines (net/http sets them per request) and the memo of its
+// connContext (connmemo.go; TestLimitedConnLayout).
 type limitedConn struct {
 	net.Conn
-	l    *limitListener
-	addr netip.Addr
-	once sync.Once
 	// rdl and wdl are the read and write deadlines set, in Unix
 	// nanoseconds (0: none).
 	rdl, wdl atomic.Int64
+	// ctx is the connection's context, when the server's ConnContext
+	// made it (Server.HTTPServer); ctx.peer is the remote address.
+	ctx connContext
+
+	l        *limitListener // nil: not counted
+	released atomic.Bool
+}
+
+func newLimitedConn(c net.Conn, addr netip.Addr, l *limitListener) *limitedConn {
+	lc := &limitedConn{Conn: c, l: l}
+	lc.ctx.peer = addr
+	return lc
 }
 
 // deadlineSlack is how much later than the deadline already set a new
@@ -279,7 +296,9 @@ func (c *limitedConn) SetDeadline(t time.Time) error {
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.addr) })
+	if c.l != nil && c.released.CompareAndSwap(false, true) {
+		c.l.release(c.ctx.peer)
+	}
 	return err
 }
 

@@ -89,6 +89,19 @@ type Watcher interface {
 	Watch(ctx context.Context) (<-chan store.Change, error)
 }
 
+// LosslessWatcher is a Watcher whose feed loses no change unsaid: each
+// change is delivered, or a Change{Resync: true} follows the loss (the
+// embedded store's in-process feed). Run then sweeps the cache when the
+// feed asks and at each subscription, and its periodic tick only checks
+// that the store answers: a sweep reads the version of every cached
+// document (with a thousand guests cached, 20 ms of CPU time every
+// SweepInterval, landing in whatever requests are being served: issue 23
+// item 3).
+type LosslessWatcher interface {
+	Watcher
+	LosslessFeed() bool
+}
+
 // Defaults of Options.
 const (
 	DefaultRateLimit       = 50 // requests per second and instance
@@ -325,15 +338,14 @@ func (s *Server) HTTPServer() *http.Server {
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnContext:       s.connContextFor,
 	}
 }
 
 // Listener wraps the guest-facing listener with the per-address
-// connection limit (trusted proxies exempt).
+// connection limit (trusted proxies exempt; a negative limit counts
+// nothing, but guests' connections still get their connContext).
 func (s *Server) Listener(ln net.Listener) net.Listener {
-	if s.maxConns < 0 {
-		return ln
-	}
 	return LimitListener(ln, s.maxConns, s.trusted, func() { s.metrics.connsRejected.Inc() })
 }
 
@@ -347,7 +359,15 @@ type result struct {
 	// requests served (found entries) never need.
 	classed bool
 	via     string // how the caller was identified: address, forwarded, proxy
-	uuid    string // the instance served, if any
+	view    *view  // the instance served, if any (its uuid is read only for the access log)
+}
+
+// instance is the UUID of the instance served, or "".
+func (r *result) instance() string {
+	if r.view == nil {
+		return ""
+	}
+	return r.view.uuid
 }
 
 // ServeHTTP implements http.Handler.
@@ -428,20 +448,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 		}
 	}
 
-	c, ierr := s.identify(r.Header, r.RemoteAddr)
+	var (
+		c    caller
+		ierr *identifyError
+	)
+	cc := connOf(r)
+	if cc != nil {
+		// A guest's own connection: its peer is the guest (what
+		// identify would find, without parsing RemoteAddr).
+		c.peer, c.addr = cc.peer, cc.peer
+	} else {
+		c, ierr = s.identify(r.Header, r.RemoteAddr)
+	}
 	if ierr != nil {
-		if ierr == errBadSignature {
-			// Within the proxy's refusal budget: a proxy relaying a
-			// flood of forged ids writes a burst of these, not one each.
-			if ok, suppressed := s.refusals.Allow("signature/" + c.peer.String()); ok {
-				id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
-				s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id, "suppressed", suppressed)
-			}
-			s.metrics.identFailures[identProxySignature].Inc()
-		} else {
-			s.metrics.identFailures[identProxyHeaders].Inc()
-		}
-		return fail(w, res, ierr.status, ierr.msg)
+		return s.refuseCaller(w, r, c, ierr, res)
 	}
 	now := start
 	if !s.realClock {
@@ -449,38 +469,58 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	} else if now.IsZero() {
 		now = monoNow()
 	}
-	v, res, ok := s.lookup(w, r, c, res, now)
-	if !ok {
-		return res
+	var (
+		v    *view
+		memo *connMemo // the connection's, when it remembers v
+	)
+	if cc != nil && cc.memo.v != nil && cc.memo.gen == s.cache.gen.Load() {
+		v, memo = cc.memo.v, &cc.memo
+		res.via = "address"
+		s.metrics.cacheHits.Inc()
+	} else {
+		var gen uint64
+		if cc != nil {
+			gen = s.cache.gen.Load() // before the lookup: a change during it moves gen past
+		}
+		var ok bool
+		if v, res, ok = s.lookup(w, r, c, res, now); !ok {
+			return res
+		}
+		if cc != nil && v.policy != TokenRequired {
+			cc.memo = connMemo{gen: gen, v: v}
+			memo = &cc.memo
+		}
 	}
-	res.uuid = v.uuid
+	res.view = v
 	if s.limiter != nil {
-		if ok, wait := s.limiter.allowView(v, now); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfter(wait)))
-			return fail(w, res, http.StatusTooManyRequests, "429 Too Many Requests")
+		var b *bucket
+		if memo != nil {
+			if b = memo.bucket; b == nil {
+				b = s.limiter.viewBucket(v, now)
+				memo.bucket = b
+			}
+		} else {
+			b = s.limiter.viewBucket(v, now)
+		}
+		if ok, wait := s.limiter.take(b, now); !ok {
+			return rateLimited(w, res, wait)
 		}
 	}
 	if isToken {
-		tok, err := s.tokens.mint(v.uuid, c.addr, ttl)
-		if err != nil {
-			s.log.Error("metadata token", "err", err)
-			return fail(w, res, http.StatusInternalServerError, "500 Internal Server Error")
-		}
-		w.Header()[hdrTokenTTL] = []string{strconv.Itoa(ttl)}
-		return write(w, r, res, []byte(tok), ctText)
+		return s.serveToken(w, r, v, c.addr, ttl, res)
 	}
 	if toks, sent := r.Header[hdrToken]; sent {
 		if len(toks) != 1 || !s.tokens.valid(toks[0], v.uuid, c.addr) {
 			return fail(w, res, http.StatusUnauthorized, "401 Unauthorized")
 		}
-	} else if v.policy == TokenRequired {
+	} else if memo == nil && v.policy == TokenRequired { // a remembered view's policy is not TokenRequired
 		return fail(w, res, http.StatusUnauthorized, "401 Unauthorized")
 	}
 
 	if isOS && rest == "" {
 		return write(w, r, res, s.openstackListing(), ctText)
 	}
-	e, ok, err := v.find(isOS, rest)
+	e, ok, err := v.find(isOS, rest, memo)
 	if err != nil {
 		return s.lookupFailed(w, r, res, &corruptError{uuid: v.uuid, err: err})
 	}
@@ -496,6 +536,44 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 		return fail(w, res, http.StatusMethodNotAllowed, "405 Method Not Allowed")
 	}
 	return write(w, r, res, e.body, e.header())
+}
+
+// The rare answers of serve are functions of their own: serve's stack
+// frame is part of every guest connection's stack, which starts small and
+// is copied each time it grows (issue 23 item 3).
+
+// refuseCaller answers a request whose caller could not be identified.
+func (s *Server) refuseCaller(w http.ResponseWriter, r *http.Request, c caller, ierr *identifyError, res result) result {
+	if ierr == errBadSignature {
+		// Within the proxy's refusal budget: a proxy relaying a
+		// flood of forged ids writes a burst of these, not one each.
+		if ok, suppressed := s.refusals.Allow("signature/" + c.peer.String()); ok {
+			id := clip.String(r.Header.Get(hdrInstanceID), clip.Value)
+			s.log.Warn("metadata proxy request with an invalid signature (do the shared secrets match?)", "peer", c.peer, "instance_id", id, "suppressed", suppressed)
+		}
+		s.metrics.identFailures[identProxySignature].Inc()
+	} else {
+		s.metrics.identFailures[identProxyHeaders].Inc()
+	}
+	return fail(w, res, ierr.status, ierr.msg)
+}
+
+// rateLimited answers a request over its instance's rate limit.
+func rateLimited(w http.ResponseWriter, res result, wait time.Duration) result {
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfter(wait)))
+	return fail(w, res, http.StatusTooManyRequests, "429 Too Many Requests")
+}
+
+// serveToken answers PUT /latest/api/token with a token for the instance
+// of v and the caller's address, valid for ttl seconds.
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request, v *view, addr netip.Addr, ttl int, res result) result {
+	tok, err := s.tokens.mint(v.uuid, addr, ttl)
+	if err != nil {
+		s.log.Error("metadata token", "err", err)
+		return fail(w, res, http.StatusInternalServerError, "500 Internal Server Error")
+	}
+	w.Header()[hdrTokenTTL] = []string{strconv.Itoa(ttl)}
+	return write(w, r, res, []byte(tok), ctText)
 }
 
 // lookup finds the caller's view. On failure it has answered the request.
@@ -730,7 +808,7 @@ func (s *Server) logAccess(r *http.Request, res result, d time.Duration) {
 		slog.Duration("duration", d),
 		slog.String("peer", r.RemoteAddr),
 		slog.String("via", res.via),
-		slog.String("instance", res.uuid),
+		slog.String("instance", res.instance()),
 	}
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int("suppressed", suppressed))

@@ -108,3 +108,25 @@ func (s *countingStore) PutRecords(ctx context.Context, writes []store.RecordWri
 	s.m.storeFailed(err)
 	return rs, err
 }
+
+// InstanceHosts passes hosts.HostCounter through when the store is one
+// (counted as Instances is), else counts from Instances.
+func (s *countingStore) InstanceHosts(ctx context.Context) (map[string]int, error) {
+	hc, ok := s.Store.(interface {
+		InstanceHosts(ctx context.Context) (map[string]int, error)
+	})
+	if !ok {
+		recs, err := s.Instances(ctx)
+		if err != nil {
+			return nil, err
+		}
+		counts := map[string]int{}
+		for _, r := range recs {
+			counts[r.Host]++
+		}
+		return counts, nil
+	}
+	counts, err := hc.InstanceHosts(ctx)
+	s.m.storeFailed(err)
+	return counts, err
+}

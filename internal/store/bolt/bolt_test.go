@@ -2,6 +2,8 @@ package bolt
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -271,5 +273,35 @@ func TestPasswordPersists(t *testing.T) {
 	}
 	if _, err := s.Password(t.Context(), "u-b"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Password of u-b: %v, want not found", err)
+	}
+}
+
+// TestInstanceHosts: the counts by host are what decoding every record
+// finds, records without a host (written before hosts were tracked)
+// counted under "".
+func TestInstanceHosts(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	hostsOf := []string{"a", "b", "a", "", "a"}
+	for i, h := range hostsOf {
+		in := store.Instance{Name: fmt.Sprintf("vm-%d", i), UUID: fmt.Sprintf("u-%d", i), Host: h, Spec: []byte(`{"name":"x"}`)}
+		if _, _, err := s.Put(t.Context(), in, store.Document{Tree: []byte("t")}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.InstanceHosts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.Instances(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for _, r := range recs {
+		want[r.Host]++
+	}
+	if !maps.Equal(got, want) || got["a"] != 3 || got[""] != 1 {
+		t.Errorf("InstanceHosts = %v; decoding every record says %v", got, want)
 	}
 }

@@ -11,6 +11,69 @@ import "strconv"
 // is not what json.Marshal writes); documentVersion then decodes. Like
 // the decoder, it reads nothing after the member.
 func versionFast(data []byte) (v int64, ok bool) {
+	i, ok := memberFast(data, "version")
+	if !ok {
+		return 0, false
+	}
+	return parseVersion(data, i)
+}
+
+// hostFast finds the top-level "host" member of an encoded
+// store.Instance without a JSON decoder: it scans the record's members
+// (the spec's text only for its quotes) and decodes none. ok is false
+// when the scan cannot tell (no such member: a record written before
+// hosts were tracked; an escaped string; the member twice; text
+// json.Marshal does not write).
+func hostFast(data []byte) (host []byte, ok bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil, false
+	}
+	found := false
+	for i++; ; i++ {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] != '"' {
+			return nil, false
+		}
+		end, plain := skipString(data, i)
+		if end < 0 || !plain {
+			return nil, false
+		}
+		key := data[i+1 : end-1]
+		if i = skipSpace(data, end); i >= len(data) || data[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(data, i+1)
+		if string(key) == "host" {
+			if found || i >= len(data) || data[i] != '"' {
+				return nil, false
+			}
+			vend, plain := skipString(data, i)
+			if vend < 0 || !plain {
+				return nil, false
+			}
+			host, found = data[i+1:vend-1], true
+			i = vend
+		} else if i = skipValue(data, i); i < 0 {
+			return nil, false
+		}
+		if i = skipSpace(data, i); i >= len(data) {
+			return nil, false
+		}
+		switch data[i] {
+		case '}':
+			return host, found && skipSpace(data, i+1) == len(data)
+		case ',':
+		default:
+			return nil, false
+		}
+	}
+}
+
+// memberFast returns where the value of the top-level member name of the
+// JSON object data starts, scanning the members before it without a
+// decoder; ok is false when the scan cannot tell (see versionFast).
+func memberFast(data []byte, name string) (int, bool) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return 0, false
@@ -26,7 +89,7 @@ func versionFast(data []byte) (v int64, ok bool) {
 			return 0, false
 		}
 		if !plain {
-			return 0, false // an escaped key may spell "version": let the decoder say
+			return 0, false // an escaped key may spell name: let the decoder say
 		}
 		key := data[i+1 : end-1]
 		i = skipSpace(data, end)
@@ -34,8 +97,8 @@ func versionFast(data []byte) (v int64, ok bool) {
 			return 0, false
 		}
 		i = skipSpace(data, i+1)
-		if string(key) == "version" {
-			return parseVersion(data, i)
+		if string(key) == name {
+			return i, true
 		}
 		if i = skipValue(data, i); i < 0 {
 			return 0, false

@@ -71,3 +71,58 @@ func FuzzVersionFast(f *testing.F) {
 		checkVersion(t, data)
 	})
 }
+
+// hostCases are instance records, as json.Marshal writes them and
+// otherwise.
+var hostCases = []string{
+	`{"name":"a","uuid":"u","host":"h1","spec":"e30=","revision":1}`,
+	`{"name":"a","uuid":"u","spec":"e30=","revision":1}`,
+	`{"name":"a","host":"h\u0031","revision":1}`,
+	`{"name":"a","ho\u0073t":"x","host":"h1"}`,
+	`{"name":"a","host":"h1" ,"revision":1}`,
+	`{"name":"a","host":7}`,
+	`{"name":{"host":"inner"},"host":"outer"}`,
+	`{"name":"a","host":"h1"`,
+	`{"host":""}`,
+	`[]`,
+}
+
+// TestHostFast: where the fast scan answers, the decoder answers the
+// same (a record as json.Marshal writes it is always answered).
+func TestHostFast(t *testing.T) {
+	rec, err := json.Marshal(store.Instance{Name: "web", UUID: "u-1", Host: "host-a", Addresses: []string{"10.0.0.1"}, Spec: []byte(`{"x":1}`), Revision: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := hostFast(rec); !ok || string(h) != "host-a" {
+		t.Errorf("hostFast(%s) = %q, %t; want host-a", rec, h, ok)
+	}
+	for _, in := range append(hostCases, string(rec)) {
+		checkHost(t, []byte(in))
+	}
+}
+
+func checkHost(t *testing.T, data []byte) {
+	t.Helper()
+	var rec struct {
+		Host string `json:"host"`
+	}
+	werr := json.Unmarshal(data, &rec)
+	if h, ok := hostFast(data); ok && (werr != nil || string(h) != rec.Host) && json.Valid(data) {
+		t.Errorf("hostFast(%q) = %q; the decoder says %q, %v", data, h, rec.Host, werr)
+	}
+}
+
+// FuzzHostFast: on valid JSON, the fast scan never answers other than
+// the decoder.
+func FuzzHostFast(f *testing.F) {
+	for _, c := range hostCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		checkHost(t, data)
+	})
+}

@@ -74,6 +74,7 @@ type config struct {
 	stormWarm          int
 	stormOnly          bool
 	stormSettle        time.Duration
+	stormConns         []connMode
 	memoryTimeout      time.Duration
 	wrk, hegel         string
 	hostctlF, replicaF listFlag
@@ -97,6 +98,7 @@ func main() {
 	flag.IntVar(&cfg.stormRounds, "storm-rounds", 3, "boot storm rounds (fresh processes each); the goals use the median")
 	flag.IntVar(&cfg.stormWarm, "storm-warm", 3, "warm storms per server and round, each back to back with the other server's")
 	flag.DurationVar(&cfg.stormSettle, "storm-settle", 2*time.Second, "time a fresh server is left alone before the cold storm (its settle CPU is printed apart; 0: storm at once)")
+	stormConns := flag.String("storm-conns", string(connPerRequest)+","+string(connKeepAlive), fmt.Sprintf("how the storm's guests connect, comma-separated: %q (a new connection per request, as cloud-init) and/or %q (one connection per guest)", connPerRequest, connKeepAlive))
 	flag.BoolVar(&cfg.stormOnly, "storm-only", false, "run only the boot storm (no wrk, Hegel or memory phase)")
 	flag.DurationVar(&cfg.memoryTimeout, "memory-timeout", 10*time.Minute, "time limit for publishing, and again for reading, per store in the memory phase")
 	flag.StringVar(&cfg.wrk, "wrk", "wrk", "wrk binary")
@@ -104,9 +106,15 @@ func main() {
 	flag.Var(&cfg.hostctlF, "hostctl-flag", "extra flag for 'hostctl serve' (repeatable; overrides the benchmark's settings)")
 	flag.Var(&cfg.replicaF, "replica-flag", "extra flag for vmeta-metadata (repeatable; overrides the benchmark's settings)")
 	flag.Parse()
+	modes, err := parseConnModes(*stormConns)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "metadata bench:", err)
+		os.Exit(2)
+	}
+	cfg.stormConns = modes
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, cfg)
+	err = run(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("interrupted: %w", err)
 	}
@@ -197,8 +205,8 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	if cfg.storm > 0 {
-		if err := e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle); err != nil {
-			return fmt.Errorf("boot storm: %w", err)
+		if err := e.stormPhases(ctx, cfg); err != nil {
+			return err
 		}
 	}
 	if cfg.instances > 0 {
@@ -234,7 +242,17 @@ func runStorm(ctx context.Context, cfg config) error {
 	if cfg.storm == 0 {
 		return nil
 	}
-	return e.stormPhase(ctx, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle)
+	return e.stormPhases(ctx, cfg)
+}
+
+// stormPhases runs the boot storm once per -storm-conns mode.
+func (e *env) stormPhases(ctx context.Context, cfg config) error {
+	for _, mode := range cfg.stormConns {
+		if err := e.stormPhase(ctx, mode, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle); err != nil {
+			return fmt.Errorf("boot storm (%s connections): %w", mode, err)
+		}
+	}
+	return nil
 }
 
 // load runs wrk against one target and path and adds the result to b.

@@ -3,8 +3,10 @@ package main
 // The boot storm (issue 23 item 3): -storm guests, each on its own source
 // address 127.1.x.y with its own published instance, all start at once
 // and each makes cloud-init's boot requests (stormPaths: the OpenStack
-// files, then the EC2 meta-data listing and its entries, one keep-alive
-// connection per guest, one request after the other). Against:
+// files, then the EC2 meta-data listing and its entries, one request after
+// the other). How a guest connects is -storm-conns (connMode): as
+// cloud-init does, a new connection per request ("cloud-init"), or one
+// keep-alive connection for all its requests ("keep-alive"). Against:
 //
 //   - the bare net/http server (./bare), answering every path with
 //     instance 0's bytes, a fresh process per round;
@@ -59,6 +61,38 @@ import (
 // first boot with the OpenStack and EC2 readers).
 const stormRequests = 25
 
+// connMode is how a storm's guests connect.
+type connMode string
+
+const (
+	// connPerRequest is cloud-init's way (22.4, Debian 12's; the same in
+	// later releases): url_helper.readurl makes a requests.Session per
+	// request when its caller passes none (the OpenStack and EC2 readers
+	// pass none) and closes it after the response, so each request comes
+	// on a new TCP connection, which the guest closes.
+	connPerRequest connMode = "cloud-init"
+	// connKeepAlive is one connection per guest for all its requests (a
+	// client that keeps its connection: curl with several URLs, Go's
+	// net/http).
+	connKeepAlive connMode = "keep-alive"
+)
+
+// parseConnModes parses -storm-conns: modes separated by commas.
+func parseConnModes(s string) ([]connMode, error) {
+	var modes []connMode
+	for _, m := range strings.Split(s, ",") {
+		switch connMode(strings.TrimSpace(m)) {
+		case connPerRequest:
+			modes = append(modes, connPerRequest)
+		case connKeepAlive:
+			modes = append(modes, connKeepAlive)
+		default:
+			return nil, fmt.Errorf("-storm-conns: %q is neither %q nor %q", m, connPerRequest, connKeepAlive)
+		}
+	}
+	return modes, nil
+}
+
 // stormResult is one storm against one server.
 type stormResult struct {
 	cpu        time.Duration
@@ -97,9 +131,9 @@ func settle(ctx context.Context, p *proc, d time.Duration) (time.Duration, error
 // a trend in the machine's load then favours neither, and each warm ratio
 // compares storms seconds apart. The goals use the median ratio of the
 // rounds (cold) and of the pairs (warm).
-func (e *env) stormPhase(ctx context.Context, n, rounds, pairs int, settleFor time.Duration) error {
-	fmt.Printf("\nboot storm: %d guests on their own addresses, %d requests each, all at once; %d rounds, each a cold storm and %d warm ones per server; fresh servers settle %s first\n",
-		n, stormRequests, rounds, pairs, settleFor)
+func (e *env) stormPhase(ctx context.Context, mode connMode, n, rounds, pairs int, settleFor time.Duration) error {
+	fmt.Printf("\nboot storm (%s connections): %d guests on their own addresses, %d requests each, all at once; %d rounds, each a cold storm and %d warm ones per server; fresh servers settle %s first\n",
+		mode, n, stormRequests, rounds, pairs, settleFor)
 	h, err := e.startHostctl(ctx, "storm", "")
 	if err != nil {
 		return err
@@ -166,9 +200,9 @@ func (e *env) stormPhase(ctx context.Context, n, rounds, pairs int, settleFor ti
 		if err := errors.Join(ea, eh); err != nil {
 			return err
 		}
-		stormBare := func() (*stormResult, error) { return storm(ctx, a.proc, a.base, paths, n) }
+		stormBare := func() (*stormResult, error) { return storm(ctx, mode, a.proc, a.base, paths, n) }
 		stormVmeta := func() (*stormResult, error) {
-			r, err := storm(ctx, h.proc, h.base, paths, n)
+			r, err := storm(ctx, mode, h.proc, h.base, paths, n)
 			if err != nil {
 				return nil, h.proc.failed(err)
 			}
@@ -244,8 +278,8 @@ func (e *env) stormPhase(ctx context.Context, n, rounds, pairs int, settleFor ti
 	allocs := func(p pair) float64 { return allocRatio(p.vmeta, p.bare) }
 	bytes := func(p pair) float64 { return bytesRatio(p.vmeta, p.bare) }
 	cc, cp, wc, wp := med(cold, cpu), med(cold, p99), med(warm, cpu), med(warm, p99)
-	fmt.Printf("boot storm, vmeta / bare (medians of %d cold storms, %d warm pairs): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
-		len(cold), len(warm), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05),
+	fmt.Printf("boot storm (%s connections), vmeta / bare (medians of %d cold storms, %d warm pairs): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
+		mode, len(cold), len(warm), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05),
 		med(cold, allocs), med(warm, allocs), med(cold, bytes), med(warm, bytes), loadAverage())
 	return nil
 }
@@ -417,7 +451,7 @@ func guestClient(addr interface{ AsSlice() []byte }) *http.Client {
 
 // storm runs one storm of n guests against base and measures the server
 // process p.
-func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*stormResult, error) {
+func storm(ctx context.Context, mode connMode, p *proc, base string, paths []string, n int) (*stormResult, error) {
 	res := &stormResult{loadBefore: loadAverage()}
 	clients := make([]*http.Client, n)
 	for i := range n {
@@ -455,6 +489,11 @@ func storm(ctx context.Context, p *proc, base string, paths []string, n int) (*s
 			for _, path := range paths {
 				t0 := time.Now()
 				err := get(ctx, c, base+path)
+				if mode == connPerRequest {
+					// As requests.Session.close: the guest
+					// closes the connection after the response.
+					c.CloseIdleConnections()
+				}
 				lat[i] = append(lat[i], time.Since(t0))
 				if err != nil {
 					errs.Add(1)
