@@ -270,10 +270,17 @@ func (c *limitedConn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
-// SetWriteDeadline is SetReadDeadline for the write deadline.
+// SetWriteDeadline is SetReadDeadline for the write deadline, except that
+// a zero t (no deadline) leaves the one set: net/http clears the write
+// deadline after each response and sets the next request's before its
+// response is written (nothing is written in between), so that a
+// keep-alive connection's write deadline, kept, is moved only by the
+// slack rule — not removed and added again, two runtime timer changes,
+// per request (issue 23 item 3).
 func (c *limitedConn) SetWriteDeadline(t time.Time) error {
 	n := unixNano(t)
-	if keep(c.wdl.Load(), n) {
+	set := c.wdl.Load()
+	if keep(set, n) || (n == 0 && set != 0) {
 		return nil
 	}
 	if err := c.Conn.SetWriteDeadline(t); err != nil {

@@ -437,10 +437,11 @@ func (c *deadlineConn) SetDeadline(t time.Time) error {
 // write deadlines each.
 func TestLimitedConnDeadlines(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	steps := []struct {
+	type step struct {
 		t   time.Time
 		set bool
-	}{
+	}
+	reads := []step{
 		{t0, true},                         // the first
 		{t0.Add(time.Millisecond), false},  // the next request, 1 ms later
 		{t0.Add(deadlineSlack - 1), false}, // still within the slack of t0
@@ -452,12 +453,24 @@ func TestLimitedConnDeadlines(t *testing.T) {
 		{t0.Add(-time.Hour), true},         // long ago (net/http's abort of a read)
 		{t0.Add(-time.Hour + 1), false},    // a nanosecond later
 	}
+	writes := []step{
+		{time.Time{}, true},                // none, none set: passed on
+		{t0, true},                         // the first
+		{t0.Add(time.Millisecond), false},  // the next request, 1 ms later
+		{time.Time{}, false},               // none, after a response: the one set stays
+		{t0.Add(deadlineSlack - 1), false}, // the next request, within the slack of t0
+		{t0.Add(deadlineSlack), true},      // the slack: moved
+		{t0, true},                         // earlier: set
+		{t0.Add(60 * time.Second), true},   // much later
+		{t0.Add(-time.Hour), true},         // long ago
+		{t0.Add(-time.Hour + 1), false},    // a nanosecond later
+	}
 	for _, which := range []string{"read", "write"} {
 		inner := &deadlineConn{}
 		c := &limitedConn{Conn: inner}
-		set, calls := c.SetReadDeadline, &inner.read
+		set, calls, steps := c.SetReadDeadline, &inner.read, reads
 		if which == "write" {
-			set, calls = c.SetWriteDeadline, &inner.write
+			set, calls, steps = c.SetWriteDeadline, &inner.write, writes
 		}
 		for i, st := range steps {
 			n := len(*calls)

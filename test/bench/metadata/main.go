@@ -75,6 +75,7 @@ type config struct {
 	stormOnly          bool
 	stormSettle        time.Duration
 	stormConns         []connMode
+	stormApart         bool
 	memoryTimeout      time.Duration
 	wrk, hegel         string
 	hostctlF, replicaF listFlag
@@ -99,6 +100,7 @@ func main() {
 	flag.IntVar(&cfg.stormWarm, "storm-warm", 3, "warm storms per server and round, each back to back with the other server's")
 	flag.DurationVar(&cfg.stormSettle, "storm-settle", 2*time.Second, "time a fresh server is left alone before the cold storm (its settle CPU is printed apart; 0: storm at once)")
 	stormConns := flag.String("storm-conns", string(connPerRequest)+","+string(connKeepAlive), fmt.Sprintf("how the storm's guests connect, comma-separated: %q (a new connection per request, as cloud-init) and/or %q (one connection per guest)", connPerRequest, connKeepAlive))
+	flag.BoolVar(&cfg.stormApart, "storm-apart", false, "storm one server after the other (alternating) instead of both in each storm")
 	flag.BoolVar(&cfg.stormOnly, "storm-only", false, "run only the boot storm (no wrk, Hegel or memory phase)")
 	flag.DurationVar(&cfg.memoryTimeout, "memory-timeout", 10*time.Minute, "time limit for publishing, and again for reading, per store in the memory phase")
 	flag.StringVar(&cfg.wrk, "wrk", "wrk", "wrk binary")
@@ -248,7 +250,7 @@ func runStorm(ctx context.Context, cfg config) error {
 // stormPhases runs the boot storm once per -storm-conns mode.
 func (e *env) stormPhases(ctx context.Context, cfg config) error {
 	for _, mode := range cfg.stormConns {
-		if err := e.stormPhase(ctx, mode, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle); err != nil {
+		if err := e.stormPhase(ctx, mode, !cfg.stormApart, cfg.storm, cfg.stormRounds, cfg.stormWarm, cfg.stormSettle); err != nil {
 			return fmt.Errorf("boot storm (%s connections): %w", mode, err)
 		}
 	}

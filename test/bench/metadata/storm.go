@@ -15,9 +15,18 @@ package main
 //     cache is empty, as after every host restart ("cold"), then the same
 //     storm again on the same process ("warm").
 //
-// Both servers run side by side through a round: each storms once cold,
-// then -storm-warm times warm, back to back with the other, the order
-// alternating (see stormPhase).
+// Both servers run side by side through a round: they storm once cold,
+// then -storm-warm times warm. By default both are stormed at once
+// (stormTogether): each guest sends each of its requests to both servers,
+// one after the other, so that both see the machine at the same moments.
+// On this shared machine two storms even seconds apart differed by up to
+// 30 % in a server's CPU time (its own noise: the same server, the same
+// storm), which hid a few per cent either way; stormed together, the
+// ratio of one storm moved by a few per cent. With -storm-apart each
+// server storms alone, back to back with the other, the order
+// alternating (see stormPhase). When stormed together the servers' p99s
+// are alike by construction (a guest waits on both); p99 is a goal of
+// -storm-apart runs.
 //
 // A fresh process is left alone for -storm-settle after it accepts
 // connections (guests boot seconds after their host): the CPU time it
@@ -131,9 +140,13 @@ func settle(ctx context.Context, p *proc, d time.Duration) (time.Duration, error
 // a trend in the machine's load then favours neither, and each warm ratio
 // compares storms seconds apart. The goals use the median ratio of the
 // rounds (cold) and of the pairs (warm).
-func (e *env) stormPhase(ctx context.Context, mode connMode, n, rounds, pairs int, settleFor time.Duration) error {
-	fmt.Printf("\nboot storm (%s connections): %d guests on their own addresses, %d requests each, all at once; %d rounds, each a cold storm and %d warm ones per server; fresh servers settle %s first\n",
-		mode, n, stormRequests, rounds, pairs, settleFor)
+func (e *env) stormPhase(ctx context.Context, mode connMode, together bool, n, rounds, pairs int, settleFor time.Duration) error {
+	how := "one server after the other"
+	if together {
+		how = "both servers in each storm, each request to both"
+	}
+	fmt.Printf("\nboot storm (%s connections, %s): %d guests on their own addresses, %d requests each, all at once; %d rounds, each a cold storm and %d warm ones per server; fresh servers settle %s first\n",
+		mode, how, n, stormRequests, rounds, pairs, settleFor)
 	h, err := e.startHostctl(ctx, "storm", "")
 	if err != nil {
 		return err
@@ -208,6 +221,18 @@ func (e *env) stormPhase(ctx context.Context, mode connMode, n, rounds, pairs in
 			}
 			return r, nil
 		}
+		if together {
+			// Both servers in every storm (stormTogether).
+			pair2 := func(p *pair) error {
+				rs, err := stormTogether(ctx, mode, []server{{a.proc, a.base}, {h.proc, h.base}}, paths, n)
+				if err != nil {
+					return h.proc.failed(err)
+				}
+				p.bare, p.vmeta = rs[0], rs[1]
+				return nil
+			}
+			both = func(p *pair, _, _ func() (*stormResult, error)) error { return pair2(p) }
+		}
 		var r row
 		if err := both(&r.cold, stormBare, stormVmeta); err != nil {
 			return err
@@ -278,8 +303,8 @@ func (e *env) stormPhase(ctx context.Context, mode connMode, n, rounds, pairs in
 	allocs := func(p pair) float64 { return allocRatio(p.vmeta, p.bare) }
 	bytes := func(p pair) float64 { return bytesRatio(p.vmeta, p.bare) }
 	cc, cp, wc, wp := med(cold, cpu), med(cold, p99), med(warm, cpu), med(warm, p99)
-	fmt.Printf("boot storm (%s connections), vmeta / bare (medians of %d cold storms, %d warm pairs): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
-		mode, len(cold), len(warm), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05),
+	fmt.Printf("boot storm (%s connections, %s), vmeta / bare (medians of %d cold storms, %d warm pairs): cold CPU %.2f× (goal ≤ 1.10: %s), cold p99 %.2f× (≤ 1.10: %s), warm CPU %.2f× (≤ 1.05: %s), warm p99 %.2f× (≤ 1.05: %s); per request, allocations cold %.2f×, warm %.2f×, bytes cold %.2f×, warm %.2f×; load average %s\n",
+		mode, how, len(cold), len(warm), cc, passMiss(cc <= 1.10), cp, passMiss(cp <= 1.10), wc, passMiss(wc <= 1.05), wp, passMiss(wp <= 1.05),
 		med(cold, allocs), med(warm, allocs), med(cold, bytes), med(warm, bytes), loadAverage())
 	return nil
 }
@@ -449,34 +474,81 @@ func guestClient(addr interface{ AsSlice() []byte }) *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
 }
 
+// server is one server a storm runs against: its process and base URL.
+type server struct {
+	p    *proc
+	base string
+}
+
 // storm runs one storm of n guests against base and measures the server
 // process p.
 func storm(ctx context.Context, mode connMode, p *proc, base string, paths []string, n int) (*stormResult, error) {
-	res := &stormResult{loadBefore: loadAverage()}
-	clients := make([]*http.Client, n)
+	res, err := stormTogether(ctx, mode, []server{{p, base}}, paths, n)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// stormTogether runs one storm of n guests against every server at once:
+// each guest makes each request of paths to every server in turn (guests
+// alternate which server they ask first), so that the servers share the
+// machine's moments — its load, its noise — and their CPU times over the
+// storm compare as well as two figures taken at once can. Each server is
+// measured on its own.
+func stormTogether(ctx context.Context, mode connMode, servers []server, paths []string, n int) ([]*stormResult, error) {
+	k := len(servers)
+	res := make([]*stormResult, k)
+	clients := make([][]*http.Client, n)
 	for i := range n {
 		_, _, addr, _ := memInstance(i)
-		clients[i] = guestClient(addr)
+		for range servers {
+			clients[i] = append(clients[i], guestClient(addr))
+		}
 	}
-	lat := make([][]time.Duration, n)
-	var errs atomic.Int64
+	lat := make([][][]time.Duration, k)
+	errs := make([]atomic.Int64, k)
 	var firstErr atomic.Value
 	// Allocations are read outside the CPU window: reading them is a
 	// scrape of the server's metrics, which costs hostctl a lot (its
 	// instance collector reads every instance). Two reads back to back
 	// measure what one costs (subtracted below), and the storm starts
-	// once the server is quiet again (the scrape's garbage collected).
-	mA, bA, merrA := mallocs(ctx, p.metrics)
-	m0, b0, merr := mallocs(ctx, p.metrics)
-	merr = errors.Join(merrA, merr)
-	if err := quiesce(ctx, p.pid()); err != nil {
-		return nil, err
+	// once the servers are quiet again (the scrape's garbage collected).
+	type heap struct {
+		mA, bA, m0, b0 int64
+		err            error
 	}
-	stopPerf := startPerf(ctx, p.pid())
+	heaps := make([]heap, k)
+	for j, sv := range servers {
+		res[j] = &stormResult{loadBefore: loadAverage()}
+		lat[j] = make([][]time.Duration, n)
+		h := &heaps[j]
+		var errA error
+		h.mA, h.bA, errA = mallocs(ctx, sv.p.metrics)
+		h.m0, h.b0, h.err = mallocs(ctx, sv.p.metrics)
+		h.err = errors.Join(errA, h.err)
+	}
+	for _, sv := range servers {
+		if err := quiesce(ctx, sv.p.pid()); err != nil {
+			return nil, err
+		}
+	}
+	var stops []func()
+	for _, sv := range servers {
+		stops = append(stops, startPerf(ctx, sv.p.pid()))
+	}
+	stopPerf := func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 	defer stopPerf()
-	cpu0, err := serverCPU(p.pid())
-	if err != nil {
-		return nil, err
+	cpu0 := make([]time.Duration, k)
+	for j, sv := range servers {
+		var err error
+		if cpu0[j], err = serverCPU(sv.p.pid()); err != nil {
+			return nil, err
+		}
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -484,56 +556,68 @@ func storm(ctx context.Context, mode connMode, p *proc, base string, paths []str
 	for i := range n {
 		wg.Go(func() {
 			<-gate
-			c := clients[i]
-			defer c.CloseIdleConnections()
+			for _, c := range clients[i] {
+				defer c.CloseIdleConnections()
+			}
 			for _, path := range paths {
-				t0 := time.Now()
-				err := get(ctx, c, base+path)
-				if mode == connPerRequest {
-					// As requests.Session.close: the guest
-					// closes the connection after the response.
-					c.CloseIdleConnections()
-				}
-				lat[i] = append(lat[i], time.Since(t0))
-				if err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+				for m := range k {
+					j := (i + m) % k
+					c := clients[i][j]
+					t0 := time.Now()
+					err := get(ctx, c, servers[j].base+path)
+					if mode == connPerRequest {
+						// As requests.Session.close: the guest
+						// closes the connection after the response.
+						c.CloseIdleConnections()
+					}
+					lat[j][i] = append(lat[j][i], time.Since(t0))
+					if err != nil {
+						errs[j].Add(1)
+						firstErr.CompareAndSwap(nil, err)
+					}
 				}
 			}
 		})
 	}
 	close(gate)
 	wg.Wait()
-	res.wall = time.Since(start)
-	cpu1, err := serverCPU(p.pid())
+	wall := time.Since(start)
+	cpu1 := make([]time.Duration, k)
+	for j, sv := range servers {
+		var err error
+		if cpu1[j], err = serverCPU(sv.p.pid()); err != nil {
+			return nil, err
+		}
+	}
 	stopPerf()
-	if err != nil {
-		return nil, err
-	}
-	m1, b1, merr1 := mallocs(ctx, p.metrics)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	res.cpu = cpu1 - cpu0
-	res.mallocs = -1
-	if merr == nil && merr1 == nil {
-		res.mallocs = max(m1-m0-(m0-mA), 0)
-		res.allocBytes = max(b1-b0-(b0-bA), 0)
-	} else {
-		fmt.Printf("    allocations unknown: %v\n", errors.Join(merr, merr1))
-	}
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	slices.Sort(all)
-	res.requests = len(all)
-	res.errors = errs.Load()
-	if len(all) > 0 {
-		res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
-	}
-	if res.errors > 0 {
-		fmt.Printf("    %d of %d requests failed, first: %v\n", res.errors, res.requests, firstErr.Load())
+	for j, sv := range servers {
+		r, h := res[j], heaps[j]
+		m1, b1, merr1 := mallocs(ctx, sv.p.metrics)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r.wall = wall
+		r.cpu = cpu1[j] - cpu0[j]
+		r.mallocs = -1
+		if h.err == nil && merr1 == nil {
+			r.mallocs = max(m1-h.m0-(h.m0-h.mA), 0)
+			r.allocBytes = max(b1-h.b0-(h.b0-h.bA), 0)
+		} else {
+			fmt.Printf("    allocations unknown: %v\n", errors.Join(h.err, merr1))
+		}
+		var all []time.Duration
+		for _, l := range lat[j] {
+			all = append(all, l...)
+		}
+		slices.Sort(all)
+		r.requests = len(all)
+		r.errors = errs[j].Load()
+		if len(all) > 0 {
+			r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
+		}
+		if r.errors > 0 {
+			fmt.Printf("    %d of %d requests to %s failed, first: %v\n", r.errors, r.requests, sv.base, firstErr.Load())
+		}
 	}
 	return res, nil
 }
