@@ -63,7 +63,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet, prefix, tokenKeyFile string) {
 	fs.IntVar(&c.RateBurst, prefix+"rate-burst", DefaultRateBurst, "burst of requests per instance above the rate")
 	fs.IntVar(&c.MaxConnsPerAddr, prefix+"max-conns-per-address", DefaultMaxConnsPerAddr, "open connections per source address (trusted proxies exempt; 0 or negative: no limit)")
 	fs.IntVar(&c.WarmInstances, prefix+"warm-instances", DefaultWarmInstances, "instances of the store read into the cache at the start, ahead of their guests' first boot requests (published ones are read as they are published; 0 or negative: none)")
-	fs.DurationVar(&c.SweepInterval, prefix+"sweep-interval", DefaultSweepInterval, "how often cached documents are compared with the store's versions (0 or negative: never)")
+	fs.DurationVar(&c.SweepInterval, prefix+"sweep-interval", DefaultSweepInterval, "how often cached documents are compared with the store's versions (0 or negative: never; on a store whose change feed loses nothing unsaid, the embedded one, only whether the store answers is checked)")
 	fs.Int64Var(&c.GCHeapFloor, prefix+"gc-heap-floor", DefaultGCHeapFloor, "bytes the process's heap may grow beyond its live heap before the garbage collector runs, at least (fewer collections under load for that much memory; 0 or negative: the runtime's default pacing; off when GOGC or GOMEMLIMIT is set)")
 	fs.DurationVar(&c.KeyCheckInterval, prefix+"key-check-interval", DefaultKeyCheckInterval, "how often the proxy secret and token key files are re-read if changed, besides when the store's change feed announces a key rotation and on SIGHUP (0 or negative: never); a key rotation waits this long (twice) before a new token key signs")
 }
