@@ -171,7 +171,11 @@ func TestDeviceKilledBetweenClaimAndDomain(t *testing.T) {
 	wrap := filepath.Join(dir, "bin")
 	os.MkdirAll(wrap, 0o755)
 	blocked, release := filepath.Join(dir, "blocked"), filepath.Join(dir, "release")
-	script := "#!/bin/sh\nif [ \"$1\" = create ]; then\n  touch " + blocked + "\n  while [ ! -e " + release + " ]; do sleep 0.05; done\n  exit 1\nfi\nexec " + realQemuImg + " \"$@\"\n"
+	// The wrapper, orphaned when hostctl is killed, waits until the test
+	// releases it or its directory is gone (the temporary directory is
+	// removed right after the release: a wrapper asleep then would
+	// otherwise wait forever).
+	script := "#!/bin/sh\nif [ \"$1\" = create ]; then\n  touch " + blocked + "\n  while [ -d " + dir + " ] && [ ! -e " + release + " ]; do sleep 0.05; done\n  exit 1\nfi\nexec " + realQemuImg + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(wrap, "qemu-img"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
