@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"time"
 )
 
 // A guest's connection remembers, between its requests, who the guest is
@@ -38,6 +39,18 @@ type connMemo struct {
 	// dir is the directory of v served last (vdir.vers says for which
 	// versions).
 	dir *vdir
+}
+
+// viewBucket is l.viewBucket(v, now), remembered in m (nil: nothing
+// remembered).
+func (m *connMemo) viewBucket(l *rateLimiter, v *view, now time.Time) *bucket {
+	if m == nil {
+		return l.viewBucket(v, now)
+	}
+	if m.bucket == nil {
+		m.bucket = l.viewBucket(v, now)
+	}
+	return m.bucket
 }
 
 // connContext is the context of a guest's connection (ConnContext of

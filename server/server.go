@@ -493,16 +493,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, start time.Time) 
 	}
 	res.view = v
 	if s.limiter != nil {
-		var b *bucket
-		if memo != nil {
-			if b = memo.bucket; b == nil {
-				b = s.limiter.viewBucket(v, now)
-				memo.bucket = b
-			}
-		} else {
-			b = s.limiter.viewBucket(v, now)
-		}
-		if ok, wait := s.limiter.take(b, now); !ok {
+		if ok, wait := s.limiter.take(memo.viewBucket(s.limiter, v, now), now); !ok {
 			return rateLimited(w, res, wait)
 		}
 	}

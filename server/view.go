@@ -296,18 +296,9 @@ func (v *view) find(isOS bool, rest string, memo *connMemo) (entry, bool, error)
 	if memo != nil && memo.dir != nil && memo.dir.vers&(1<<i) != 0 {
 		d = memo.dir
 	} else {
-		hot := &v.hot[1]
-		if isOS {
-			hot = &v.hot[0]
-		}
-		if d = hot.Load(); d == nil || d.vers&(1<<i) == 0 {
-			if d = v.dirs[i].Load(); d == nil {
-				var err error
-				if d, err = v.build(int(i)); err != nil {
-					return entry{}, false, err
-				}
-			}
-			hot.Store(d) // only when the guest's version changed: the line stays shared
+		var err error
+		if d, err = v.dir(isOS, i); err != nil {
+			return entry{}, false, err
 		}
 		if memo != nil {
 			memo.dir = d
@@ -319,6 +310,27 @@ func (v *view) find(isOS bool, rest string, memo *connMemo) (entry, bool, error)
 	}
 	s := &d.shape.slots[n]
 	return entry{body: d.body(int(n)), json: s.json, class: s.class, password: s.password}, true, nil
+}
+
+// dir returns the directory of version index i (of the OpenStack tree
+// if isOS), the tree's hot one when it serves i, building it if needed.
+func (v *view) dir(isOS bool, i uint8) (*vdir, error) {
+	hot := &v.hot[1]
+	if isOS {
+		hot = &v.hot[0]
+	}
+	if d := hot.Load(); d != nil && d.vers&(1<<i) != 0 {
+		return d, nil
+	}
+	d := v.dirs[i].Load()
+	if d == nil {
+		var err error
+		if d, err = v.build(int(i)); err != nil {
+			return nil, err
+		}
+	}
+	hot.Store(d) // only when the guest's version changed: the line stays shared
+	return d, nil
 }
 
 // lookup is find for callers that know the document to be sound.

@@ -170,27 +170,7 @@ func (e *env) stormPhase(ctx context.Context, mode connMode, together bool, n, r
 		warm []pair
 	}
 	var rows []row
-	seq := 0 // storms so far: which server goes first alternates
-	both := func(p *pair, stormBare, stormVmeta func() (*stormResult, error)) error {
-		seq++
-		first, second := stormBare, stormVmeta
-		if seq%2 == 0 {
-			first, second = stormVmeta, stormBare
-		}
-		a, err := first()
-		if err != nil {
-			return err
-		}
-		b, err := second()
-		if err != nil {
-			return err
-		}
-		if seq%2 == 0 {
-			a, b = b, a
-		}
-		p.bare, p.vmeta = a, b
-		return nil
-	}
+	seq := 0 // storms apart so far: which server goes first alternates
 	for round := 1; round <= rounds; round++ {
 		fmt.Printf("  round %d/%d, load average %s\n", round, rounds, loadAverage())
 		a, err := e.startBare(ctx, routes)
@@ -213,17 +193,10 @@ func (e *env) stormPhase(ctx context.Context, mode connMode, together bool, n, r
 		if err := errors.Join(ea, eh); err != nil {
 			return err
 		}
-		stormBare := func() (*stormResult, error) { return storm(ctx, mode, a.proc, a.base, paths, n) }
-		stormVmeta := func() (*stormResult, error) {
-			r, err := storm(ctx, mode, h.proc, h.base, paths, n)
-			if err != nil {
-				return nil, h.proc.failed(err)
-			}
-			return r, nil
-		}
-		if together {
-			// Both servers in every storm (stormTogether).
-			pair2 := func(p *pair) error {
+		// measure storms both servers once (together, or one after
+		// the other, which goes first alternating) into p.
+		measure := func(p *pair) error {
+			if together {
 				rs, err := stormTogether(ctx, mode, []server{{a.proc, a.base}, {h.proc, h.base}}, paths, n)
 				if err != nil {
 					return h.proc.failed(err)
@@ -231,16 +204,27 @@ func (e *env) stormPhase(ctx context.Context, mode connMode, together bool, n, r
 				p.bare, p.vmeta = rs[0], rs[1]
 				return nil
 			}
-			both = func(p *pair, _, _ func() (*stormResult, error)) error { return pair2(p) }
+			seq++
+			var err error
+			for k := range 2 {
+				if (seq+k)%2 == 1 {
+					if p.bare, err = storm(ctx, mode, a.proc, a.base, paths, n); err != nil {
+						return err
+					}
+				} else if p.vmeta, err = storm(ctx, mode, h.proc, h.base, paths, n); err != nil {
+					return h.proc.failed(err)
+				}
+			}
+			return nil
 		}
 		var r row
-		if err := both(&r.cold, stormBare, stormVmeta); err != nil {
+		if err := measure(&r.cold); err != nil {
 			return err
 		}
 		r.cold.bare.settleCPU, r.cold.vmeta.settleCPU = sa, sh
 		for range pairs {
 			var p pair
-			if err := both(&p, stormBare, stormVmeta); err != nil {
+			if err := measure(&p); err != nil {
 				return err
 			}
 			r.warm = append(r.warm, p)
