@@ -2,7 +2,6 @@ package shares
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -84,23 +83,6 @@ func TestParseKeyring(t *testing.T) {
 		if err != nil || name != tc.name || string(k) != key {
 			t.Errorf("%q: %s %q %v", tc.in, name, k, err)
 		}
-	}
-}
-
-func TestReadKeyringFileMode(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "k")
-	if err := os.WriteFile(p, []byte("[client.admin]\nkey = AQ==\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadKeyringFile(p); err == nil || !strings.Contains(err.Error(), "mode 0644") {
-		t.Fatalf("0644 keyring: %v, want the mode refused", err)
-	}
-	if err := os.Chmod(p, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadKeyringFile(p); err != nil {
-		t.Fatalf("0600 keyring: %v", err)
 	}
 }
 

@@ -277,22 +277,6 @@ func ParseKeyring(b []byte) (name string, key []byte, err error) {
 
 var base64KeyRE = regexp.MustCompile(`^[A-Za-z0-9+/]+=*$`)
 
-// ReadKeyringFile reads an admin keyring file, refusing one that others
-// may read (mode must be 0600 or 0400).
-func ReadKeyringFile(p string) ([]byte, error) {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return nil, fmt.Errorf("admin keyring: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: admin keyring %s: not a regular file", ErrCephInvalid, p)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: admin keyring %s: mode %04o: must not be readable or writable by group or others (chmod 600)", ErrCephInvalid, p, perm)
-	}
-	return os.ReadFile(p)
-}
-
 // Configured reports whether this host has an admin keyring.
 func (c *CephX) Configured(ctx context.Context) bool {
 	_, err := c.load(ctx)
@@ -375,11 +359,7 @@ func caps(grants map[string]cephPath) CephCaps {
 		}
 		if !seenFS[data] {
 			seenFS[data] = true
-			if data == "*" {
-				osd = append(osd, "allow rw tag cephfs data=*")
-			} else {
-				osd = append(osd, "allow rw tag cephfs data="+data)
-			}
+			osd = append(osd, "allow rw tag cephfs data="+data)
 		}
 	}
 	slices.Sort(osd)
@@ -797,24 +777,14 @@ func (c *CephX) Mount(ctx context.Context, share string, exp CephFSExport, dir s
 	if err := os.WriteFile(conf, []byte("[global]\n\tmon host = "+exp.MonHost()+"\n"), 0o600); err != nil {
 		return fmt.Errorf("ceph.conf: %w", err)
 	}
-	kr := filepath.Join(priv, "keyring")
-	if err := writeKeyring(kr, name, key); err != nil {
-		return err
-	}
-	if _, err := store.UpdateJSON(ctx, c.st, c.mountKey(share), func(m *cephMount, _ bool) (bool, error) {
-		*m = cephMount{Gen: gen.Gen, Client: name}
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("record the CephFS mount of share %s: %w", share, err)
-	}
-	tool, args := "ceph-fuse", []string{"-c", conf, "-n", name, "-k", kr, "-r", exp.Path}
-	if exp.FS != "" {
-		args = append(args, "--client_fs", exp.FS)
-	}
-	args = append(args, dir)
+	// The key reaches the tool in a file of priv: the whole keyring for
+	// ceph-fuse; for the kernel client, mount.ceph reads it from a file
+	// holding only the key (secretfile=), never from an option.
+	var (
+		tool string
+		args []string
+	)
 	if c.kernel() {
-		// The kernel client: mount.ceph reads the key from a file
-		// holding only the key (secretfile=), never from an option.
 		sf := filepath.Join(priv, "secret")
 		if err := os.WriteFile(sf, append(slices.Clone(key), '\n'), 0o600); err != nil {
 			return fmt.Errorf("secret file: %w", err)
@@ -824,6 +794,24 @@ func (c *CephX) Mount(ctx context.Context, share string, exp CephFSExport, dir s
 			opts += ",fs=" + exp.FS
 		}
 		tool, args = "mount", []string{"-t", "ceph", exp.MonHost() + ":" + exp.Path, dir, "-o", opts}
+	} else {
+		kr := filepath.Join(priv, "keyring")
+		if err := writeKeyring(kr, name, key); err != nil {
+			return err
+		}
+		tool, args = "ceph-fuse", []string{"-c", conf, "-n", name, "-k", kr, "-r", exp.Path}
+		if exp.FS != "" {
+			args = append(args, "--client_fs", exp.FS)
+		}
+		args = append(args, dir)
+	}
+	// Recorded before the mount (a crash after it must find the
+	// generation in use), and only once nothing but the mount can fail.
+	if _, err := store.UpdateJSON(ctx, c.st, c.mountKey(share), func(m *cephMount, _ bool) (bool, error) {
+		*m = cephMount{Gen: gen.Gen, Client: name}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("record the CephFS mount of share %s: %w", share, err)
 	}
 	out, err := c.run.Run(ctx, tool, args...)
 	if err != nil {
