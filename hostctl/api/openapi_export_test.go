@@ -27,6 +27,7 @@ func ServedRoutes() []Route {
 		Ownership: struct{ OwnershipService }{}, Events: struct{ EventService }{}, Flavors: struct{ FlavorService }{},
 		Images: struct{ ImageService }{}, Secrets: struct{ SecretService }{}, Keys: struct{ KeyService }{},
 		Shares: struct{ ShareService }{}, Devices: struct{ DeviceService }{},
+		Migrations: struct{ MigrationService }{}, Evacuations: struct{ EvacuationService }{},
 	}
 	var out []Route
 	_ = routes(s, errorWriter{log: slog.New(slog.DiscardHandler)}).Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {

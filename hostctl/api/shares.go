@@ -110,7 +110,6 @@ func (h sharesAPI) cephAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := cs.CephAuth(r.Context(), principalFrom(r.Context()), req)
-	req.AdminKeyring = ""
 	if err != nil {
 		h.fail(w, r, err)
 		return

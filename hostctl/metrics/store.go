@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 
+	"github.com/vmeta/vmeta/hostctl/hosts"
 	"github.com/vmeta/vmeta/internal/store"
 )
 
@@ -112,9 +113,7 @@ func (s *countingStore) PutRecords(ctx context.Context, writes []store.RecordWri
 // InstanceHosts passes hosts.HostCounter through when the store is one
 // (counted as Instances is), else counts from Instances.
 func (s *countingStore) InstanceHosts(ctx context.Context) (map[string]int, error) {
-	hc, ok := s.Store.(interface {
-		InstanceHosts(ctx context.Context) (map[string]int, error)
-	})
+	hc, ok := s.Store.(hosts.HostCounter)
 	if !ok {
 		recs, err := s.Instances(ctx)
 		if err != nil {

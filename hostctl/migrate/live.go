@@ -266,14 +266,7 @@ func (m *Migrator) runLive(ctx context.Context, ls LiveSource, rec Record, peer 
 		{"live-switched", func() error { return m.switchOver(ctx, ls, &rec, peer) }},
 		{"live-owner-switched", func() error { return peer.FinishLive(ctx, rec) }},
 		{"live-source-cleaned", func() error { return m.Source.Cleanup(ctx, rec) }},
-		{"live-secrets-forgotten", func() error {
-			for _, id := range rec.Secrets {
-				if err := m.Source.ForgetSecret(ctx, id); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
+		{"live-secrets-forgotten", func() error { return m.forgetSecrets(ctx, rec) }},
 	}
 	for _, d := range do {
 		if rec.done(LiveSteps, d.step) {

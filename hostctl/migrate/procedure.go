@@ -489,14 +489,7 @@ func (m *Migrator) Confirm(ctx context.Context, name string) (Record, error) {
 		fn   func() error
 	}{
 		{"source-cleaned", func() error { return m.Source.Cleanup(ctx, rec) }},
-		{"secrets-forgotten", func() error {
-			for _, id := range rec.Secrets {
-				if err := m.Source.ForgetSecret(ctx, id); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
+		{"secrets-forgotten", func() error { return m.forgetSecrets(ctx, rec) }},
 	}
 	for _, d := range do {
 		if rec.done(ConfirmSteps, d.step) {
@@ -604,4 +597,15 @@ func (m *Migrator) held(ctx context.Context, what, name string) (Record, func(),
 		return rec, nil, fmt.Errorf("%s %s: %w: the move is driven by its source host %s: ask it", what, name, ErrState, rec.Source)
 	}
 	return rec, release, nil
+}
+
+// forgetSecrets has the source forget the secrets the move carried to
+// the destination (the last step of a confirmed or live move).
+func (m *Migrator) forgetSecrets(ctx context.Context, rec Record) error {
+	for _, id := range rec.Secrets {
+		if err := m.Source.ForgetSecret(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }

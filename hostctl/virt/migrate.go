@@ -116,28 +116,6 @@ func (c *Conn) Migrate(ctx context.Context, name string, m Migration) error {
 	})
 }
 
-// MigrationDowntime is the downtime libvirt measured for the last
-// migration job of domain name (ms; 0 when libvirt kept none): read on
-// the destination once the domain runs there.
-func (c *Conn) MigrationDowntime(ctx context.Context, name string) (uint64, error) {
-	var ms uint64
-	err := c.withDomain(ctx, "read the last job of", name, func(l *libvirt.Libvirt, d libvirt.Domain) error {
-		_, params, err := l.DomainGetJobStats(d, libvirt.DomainJobStatsCompleted)
-		if err != nil {
-			return err
-		}
-		for _, p := range params {
-			if strings.EqualFold(p.Field, "downtime") {
-				if v, ok := p.Value.I.(uint64); ok {
-					ms = v
-				}
-			}
-		}
-		return nil
-	})
-	return ms, err
-}
-
 // RewritePaths returns domain XML doc with every path under each key of
 // dirs moved under its value (a source host's data directory to the
 // destination's): the destination's XML of a live migration.

@@ -44,7 +44,7 @@ func (d countingDialer) Dial() (net.Conn, error) {
 // one Write.
 type countingConn struct {
 	net.Conn
-	n *atomic.Int64 // nil: the process's count only
+	n *atomic.Int64 // the connection's count (the process's is rpcs)
 	// Guarded by go-libvirt's socket, which writes one packet at a time
 	// under its lock.
 	head [4]byte
@@ -74,9 +74,7 @@ func (c *countingConn) count(b []byte) {
 		}
 		c.nh = 0
 		rpcs.Add(1)
-		if c.n != nil {
-			c.n.Add(1)
-		}
+		c.n.Add(1)
 		if l := binary.BigEndian.Uint32(c.head[:]); l > 4 {
 			c.left = l - 4
 		}

@@ -19,9 +19,6 @@ type LiveInventory interface {
 // migrate only of devices already live migratable), or any device the
 // inventory cannot vouch for.
 func (p *Part) checkLive(ctx context.Context, in *model.Instance) error {
-	if len(in.PCIDevices) == 0 && len(in.PCIAliases) == 0 {
-		return nil
-	}
 	li, _ := p.inv.(LiveInventory)
 	for _, d := range in.PCIDevices {
 		if li == nil {
